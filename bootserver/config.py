@@ -217,6 +217,9 @@ class Node(_Model):
     def _macs(cls, value: Any) -> Any:
         if isinstance(value, str):
             value = [value]
+        if isinstance(value, int) or (isinstance(value, list) and any(isinstance(v, int) for v in value)):
+            # YAML 1.1 reads an unquoted 52:54:00:12:34:56 as a base-60 integer
+            raise ValueError("put MAC addresses in quotes: YAML reads an unquoted 52:54:00:12:34:56 as a number")
         if isinstance(value, list):
             try:
                 return tuple(normalize_mac(v) if isinstance(v, str) else v for v in value)
