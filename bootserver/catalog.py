@@ -1,0 +1,106 @@
+"""Where each configured stream's metadata comes from, and the releases it offers.
+
+A stream whose ``metadata`` is a file path is read from that file. A stream whose ``metadata`` is a
+URL is read from the copy ``sync-images`` keeps in ``cache_dir/streams/<name>.json``; when there is no
+copy yet it is fetched (and the copy written). The server re-reads a local file when its mtime changes,
+so a ``sync-images`` run is picked up without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import aiohttp
+
+from .config import Config
+from .errors import FetchError, MetadataError, UnavailableError
+from .fetch import fetch_document
+from .store import ArtifactStore, write_atomic
+from .streams import Release, StreamMetadata, parse_stream
+
+
+class StreamCatalog:
+    """Parsed stream metadata per configured stream, loaded lazily and cached by file mtime.
+
+    Not thread-safe; meant for one event loop (the server) or one CLI command.
+    """
+
+    def __init__(self, config: Config, store: ArtifactStore) -> None:
+        self.config = config
+        self.store = store
+        self._cache: dict[str, tuple[tuple[int, int], StreamMetadata]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def _local_file(self, stream: str) -> tuple[Path, str]:
+        """The file to read and the name to use in errors (path, or the URL for a synced copy)."""
+        path = self.config.metadata_path(stream)
+        if path is not None:
+            return path, str(path)
+        return self.store.metadata_path(stream), self.config.streams[stream].metadata
+
+    def _parse(self, stream: str, data: bytes, source: str) -> StreamMetadata:
+        sc = self.config.streams[stream]
+        return parse_stream(data, name=stream, source=source, architectures=sc.architectures)
+
+    def cached(self, stream: str) -> StreamMetadata | None:
+        """The stream's metadata if it can be had without the network, else ``None``.
+
+        Raises :class:`MetadataError` when the local file is malformed.
+        """
+        path, source = self._local_file(stream)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        key = (st.st_mtime_ns, st.st_size)
+        hit = self._cache.get(stream)
+        if hit and hit[0] == key:
+            return hit[1]
+        meta = self._parse(stream, path.read_bytes(), source)
+        self._cache[stream] = (key, meta)
+        return meta
+
+    async def refresh(self, stream: str, session: aiohttp.ClientSession) -> StreamMetadata:
+        """Fetch a URL stream's metadata now, check it, and keep it as the local copy.
+
+        For a file-path stream this just reads the file. Raises :class:`FetchError` or
+        :class:`MetadataError`; on either the previous local copy is left untouched.
+        """
+        sc = self.config.streams[stream]
+        if not sc.is_url:
+            meta = self.cached(stream)
+            if meta is None:
+                raise MetadataError(sc.metadata, "", "cannot read stream metadata file")
+            return meta
+        data = await fetch_document(session, sc.metadata)
+        meta = self._parse(stream, data, sc.metadata)
+        write_atomic(self.store.metadata_path(stream), data)
+        self._cache.pop(stream, None)
+        return meta
+
+    async def get(self, stream: str, session: aiohttp.ClientSession | None = None) -> StreamMetadata:
+        """The stream's metadata: the local copy, or (with a ``session``) fetched once when missing.
+
+        Raises :class:`UnavailableError` when there is no local copy and no session,
+        :class:`FetchError` or :class:`MetadataError` when fetching fails.
+        """
+        meta = self.cached(stream)
+        if meta is not None:
+            return meta
+        if session is None:
+            raise UnavailableError(f"stream {stream!r}: no metadata yet; run 'bootserver sync-images'")
+        lock = self._locks.setdefault(stream, asyncio.Lock())
+        async with lock:
+            meta = self.cached(stream)
+            if meta is not None:
+                return meta
+            return await self.refresh(stream, session)
+
+    async def release(self, stream: str, arch: str, session: aiohttp.ClientSession | None = None) -> Release:
+        """The current release of ``stream`` for ``arch``. Raises as :meth:`get`."""
+        return (await self.get(stream, session)).releases[arch]
+
+
+__all__ = ["StreamCatalog", "FetchError", "MetadataError", "UnavailableError"]

@@ -1,0 +1,461 @@
+"""Load and check bootserver's YAML config into typed, immutable objects.
+
+The keys are the user contract of DESIGN.md (documented in README.md and docs/config.md): ``server``,
+``cache_dir``, ``state_dir``, ``streams``, ``facilities``, ``profiles``, ``nodes``. Validation uses
+pydantic models with ``extra="forbid"`` and ``frozen=True``; every problem becomes one
+:class:`~bootserver.errors.ConfigError` reading ``<file>: <key.path>: <what is wrong>``.
+
+This is the one place that reads config. Values that end up inside an iPXE script are checked here
+(see :func:`bootserver.ipxe.check_script_word`), so a loaded config can always be rendered safely.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Mapping
+from urllib.parse import urlsplit
+
+import platformdirs
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+
+from .errors import ConfigError
+from .ipxe import UnsafeValueError, check_extra_karg, check_script_word
+
+#: Default stream of the embedded config: Fedora CoreOS ``stable``, from its official stream URL.
+FCOS_STABLE_URL = "https://builds.coreos.fedoraproject.org/streams/stable.json"
+
+#: The Ignition spec versions a stub can be written in (3.1.0 is the oldest with sha512/sha256
+#: verification hashes and httpHeaders; RHCOS 4.7+ accepts 3.2.0, 4.14+ also 3.4.0).
+IGNITION_VERSIONS = ("3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0")
+
+#: Architectures with a serial console we know on Equinix Metal (c3/m3/n3 x86_64, Ampere aarch64).
+ARCHITECTURES = ("x86_64", "aarch64")
+
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+Name = Annotated[str, StringConstraints(pattern=NAME_RE)]
+MAC_RE = re.compile(r"^[0-9a-f]{2}([:-][0-9a-f]{2}){5}$", re.IGNORECASE)
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
+HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+
+
+def normalize_mac(value: str) -> str:
+    """Return a MAC address as lower-case, colon-separated (``52:54:00:12:34:56``).
+
+    Accepts ``:`` or ``-`` separators in any case. Raises ``ValueError`` for anything else.
+    """
+    value = value.strip()
+    if not MAC_RE.match(value):
+        raise ValueError(f"not a MAC address: {value!r}")
+    return value.lower().replace("-", ":")
+
+
+def _check_http_url(value: str) -> str:
+    """Check a base URL: http or https, a host, no query or fragment; return it without trailing '/'."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"must not have a query or fragment: {value!r}")
+    check_script_word(value)
+    return value.rstrip("/")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class TLSConfig(_Model):
+    """``server.tls``: certificate and key files (PEM) for HTTPS; ``ca`` is embedded into stubs."""
+
+    cert: str
+    key: str
+    ca: str | None = None
+
+
+class ServerConfig(_Model):
+    """``server``: where to listen (``host:port``) and the URL devices use to reach us."""
+
+    listen: str = "127.0.0.1:8080"
+    base_url: str | None = None
+    tls: TLSConfig | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        host, port = split_listen(value)
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_http_url(value)
+
+    @property
+    def host(self) -> str:
+        """Host part of ``listen`` (IPv6 without brackets)."""
+        return split_listen(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        """TCP port of ``listen``."""
+        return split_listen(self.listen)[1]
+
+    @property
+    def effective_base_url(self) -> str:
+        """``base_url`` if set, else ``http://<listen>`` (``localhost`` for a wildcard address)."""
+        if self.base_url:
+            return self.base_url
+        host = self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "localhost"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` for IPv6) into ``(host, port)``. Raises ``ValueError``."""
+    m = re.match(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})$", value)
+    if not m or not 0 < int(m["port"]) < 65536:
+        raise ValueError(f"must be host:port, e.g. 127.0.0.1:8080, got {value!r}")
+    host = m["v6"] or m["host"] or ""
+    if m["v6"]:
+        ipaddress.IPv6Address(m["v6"])
+    return host, int(m["port"])
+
+
+class StreamConfig(_Model):
+    """``streams.<name>``: a CoreOS stream metadata URL or file path and the architectures we serve."""
+
+    metadata: str
+    architectures: tuple[Literal["x86_64", "aarch64"], ...] = ("x86_64",)
+
+    @field_validator("architectures", mode="before")
+    @classmethod
+    def _arches(cls, value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value
+
+    @property
+    def is_url(self) -> bool:
+        """True when ``metadata`` is an http(s) URL rather than a file path."""
+        return self.metadata.startswith(("http://", "https://"))
+
+
+class FacilityConfig(_Model):
+    """``facilities.<name>``: the facility's own cache server and its upstream mirrors."""
+
+    base_url: str | None = None
+    mirrors: tuple[str, ...] = ()
+
+    @field_validator("mirrors", mode="before")
+    @classmethod
+    def _mirrors(cls, value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_http_url(value)
+
+    @field_validator("mirrors")
+    @classmethod
+    def _mirror_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_check_http_url(v) for v in value)
+
+
+class Profile(_Model):
+    """``profiles.<name>``: what a node boots (stream, arch), how (install or live) and with what config."""
+
+    stream: str
+    arch: Literal["x86_64", "aarch64"] = "x86_64"
+    mode: Literal["install", "live"] = "install"
+    install_dev: str | None = None
+    ignition: str | None = None
+    ignition_version: Literal["3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"] = "3.2.0"
+    kargs: tuple[str, ...] = ()
+    console: str | None = None
+
+    @field_validator("kargs", mode="before")
+    @classmethod
+    def _kargs_list(cls, value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("kargs")
+    @classmethod
+    def _kargs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for i, karg in enumerate(value):
+            try:
+                check_extra_karg(karg)
+            except UnsafeValueError as e:
+                raise ValueError(f"item {i}: {e}") from None
+        return value
+
+    @field_validator("install_dev", "console")
+    @classmethod
+    def _word(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_script_word(value)
+        return value
+
+
+class Node(_Model):
+    """``nodes.<name>``: one machine: its profile, facility and the selectors of ``/boot.ipxe``."""
+
+    profile: str
+    facility: str | None = None
+    mac: tuple[str, ...] = ()
+    uuid: str | None = None
+    hostname: str | None = None
+
+    @field_validator("mac", mode="before")
+    @classmethod
+    def _macs(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, int) or (isinstance(value, list) and any(isinstance(v, int) for v in value)):
+            # YAML 1.1 reads an unquoted 52:54:00:12:34:56 as a base-60 integer
+            raise ValueError("put MAC addresses in quotes: YAML reads an unquoted 52:54:00:12:34:56 as a number")
+        if isinstance(value, list):
+            try:
+                return tuple(normalize_mac(v) if isinstance(v, str) else v for v in value)
+            except ValueError as e:
+                raise ValueError(str(e)) from None
+        return value
+
+    @field_validator("uuid")
+    @classmethod
+    def _uuid(cls, value: str | None) -> str | None:
+        if value is not None and not UUID_RE.match(value):
+            raise ValueError(f"not a UUID: {value!r}")
+        return None if value is None else value.lower()
+
+    @field_validator("hostname")
+    @classmethod
+    def _hostname(cls, value: str | None) -> str | None:
+        if value is not None and not HOSTNAME_RE.match(value):
+            raise ValueError(f"not a valid hostname: {value!r}")
+        return value
+
+
+class _Document(_Model):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    cache_dir: str | None = None
+    state_dir: str | None = None
+    streams: dict[Name, StreamConfig] = Field(default_factory=dict)
+    facilities: dict[Name, FacilityConfig] = Field(default_factory=dict)
+    profiles: dict[Name, Profile] = Field(default_factory=dict)
+    nodes: dict[Name, Node] = Field(default_factory=dict)
+
+
+class Config:
+    """A loaded, checked config. Immutable: attributes are read-only views.
+
+    Attributes: ``source`` (the file name used in error messages, or ``"<default>"``), ``base_dir``
+    (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
+    ``state_dir`` (absolute :class:`~pathlib.Path`), and the mappings ``streams``, ``facilities``,
+    ``profiles``, ``nodes`` (name -> model).
+    """
+
+    __slots__ = ("source", "base_dir", "server", "cache_dir", "state_dir", "streams", "facilities",
+                 "profiles", "nodes", "_mac_index")
+
+    def __init__(self, doc: _Document, source: str, base_dir: Path) -> None:
+        from types import MappingProxyType
+
+        set_ = object.__setattr__
+        set_(self, "source", source)
+        set_(self, "base_dir", base_dir)
+        set_(self, "server", doc.server)
+        set_(self, "cache_dir", self._path(doc.cache_dir) if doc.cache_dir else
+             platformdirs.user_cache_path("bootserver"))
+        set_(self, "state_dir", self._path(doc.state_dir) if doc.state_dir else
+             platformdirs.user_state_path("bootserver"))
+        set_(self, "streams", MappingProxyType(dict(doc.streams)))
+        set_(self, "facilities", MappingProxyType(dict(doc.facilities)))
+        set_(self, "profiles", MappingProxyType(dict(doc.profiles)))
+        set_(self, "nodes", MappingProxyType(dict(doc.nodes)))
+        set_(self, "_mac_index", MappingProxyType(
+            {mac: name for name, node in doc.nodes.items() for mac in node.mac}))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Config is immutable")
+
+    def _path(self, value: str) -> Path:
+        return (self.base_dir / os.path.expanduser(value)).resolve()
+
+    def resolve_path(self, value: str) -> Path:
+        """Resolve a path from the config (``~`` expanded) against the config file's folder."""
+        return self._path(value)
+
+    def metadata_path(self, stream: str) -> Path | None:
+        """The local file of ``streams.<stream>.metadata`` when it is a path, else ``None``."""
+        sc = self.streams[stream]
+        return None if sc.is_url else self._path(sc.metadata)
+
+    def ignition_path(self, profile: str) -> Path | None:
+        """The real Ignition config file of a profile, or ``None`` when the profile has none."""
+        p = self.profiles[profile]
+        return None if p.ignition is None else self._path(p.ignition)
+
+    def node_by_mac(self, mac: str) -> str | None:
+        """Name of the node with this MAC (any case, ``:`` or ``-``), or ``None``."""
+        try:
+            return self._mac_index.get(normalize_mac(mac))
+        except ValueError:
+            return None
+
+    def node_by_uuid(self, uuid: str) -> str | None:
+        """Name of the node with this SMBIOS UUID (any case), or ``None``."""
+        uuid = uuid.strip().lower()
+        return next((n for n, node in self.nodes.items() if node.uuid == uuid), None)
+
+    def node_by_hostname(self, hostname: str) -> str | None:
+        """Name of the node whose ``hostname`` (or, lacking one, name) equals ``hostname``."""
+        hostname = hostname.strip().lower()
+        return next((n for n, node in self.nodes.items()
+                     if (node.hostname or n).lower() == hostname), None)
+
+    def node_hostname(self, node: str) -> str:
+        """The hostname written to a node's ``/etc/hostname``: its ``hostname`` or its name."""
+        return self.nodes[node].hostname or node
+
+
+def default_document() -> dict[str, Any]:
+    """The embedded default config: Fedora CoreOS ``stable`` on 127.0.0.1:8080, per-user dirs."""
+    return {
+        "server": {"listen": "127.0.0.1:8080"},
+        "streams": {"fcos-stable": {"metadata": FCOS_STABLE_URL, "architectures": ["x86_64", "aarch64"]}},
+        "profiles": {
+            "fcos-live": {"stream": "fcos-stable", "arch": "x86_64", "mode": "live"},
+            "fcos-live-aarch64": {"stream": "fcos-stable", "arch": "aarch64", "mode": "live"},
+        },
+    }
+
+
+def _keypath(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _describe(err: dict[str, Any]) -> tuple[str, str]:
+    """Turn one pydantic error into ``(key path, message)`` in our wording."""
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "literal["))))
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return _keypath(loc), "unknown key"
+    if kind == "missing":
+        return _keypath(loc), "required key is missing"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    elif kind.endswith("_type") or kind == "model_type" or kind == "dict_type":
+        expected = {"string_type": "a string", "dict_type": "a mapping", "model_type": "a mapping",
+                    "tuple_type": "a list", "list_type": "a list", "bool_type": "true or false",
+                    "int_type": "an integer"}.get(kind, kind.removesuffix("_type"))
+        msg = f"expected {expected}, got {type(err['input']).__name__} {err['input']!r}"
+    elif kind == "literal_error":
+        msg = f"{msg[0].lower()}{msg[1:]}, got {err['input']!r}"
+    elif kind == "string_pattern_mismatch":
+        msg = "names may use only letters, digits, '.', '_' and '-'"
+    else:
+        msg = msg[0].lower() + msg[1:]
+    # dict keys that fail their pattern carry a "[key]" marker in loc
+    path = _keypath(tuple(p for p in loc if p != "[key]"))
+    return path, msg
+
+
+def _check_references(doc: _Document, cfg: Config) -> None:
+    """Cross-key checks pydantic cannot do: names that must exist, arch and mode requirements."""
+    src = cfg.source
+    for name, prof in doc.profiles.items():
+        if prof.stream not in doc.streams:
+            raise ConfigError(src, f"profiles.{name}.stream", f"no stream {prof.stream!r}")
+        if prof.arch not in doc.streams[prof.stream].architectures:
+            raise ConfigError(src, f"profiles.{name}.arch",
+                              f"stream {prof.stream!r} does not list architecture {prof.arch!r}")
+        if prof.mode == "install" and not prof.install_dev:
+            raise ConfigError(src, f"profiles.{name}.install_dev", "required when mode is install")
+        if prof.ignition is not None:
+            check_real_config(cfg.resolve_path(prof.ignition), src, f"profiles.{name}.ignition")
+    seen_macs: dict[str, str] = {}
+    for name, node in doc.nodes.items():
+        if node.profile not in doc.profiles:
+            raise ConfigError(src, f"nodes.{name}.profile", f"no profile {node.profile!r}")
+        if node.facility is not None and node.facility not in doc.facilities:
+            raise ConfigError(src, f"nodes.{name}.facility", f"no facility {node.facility!r}")
+        for mac in node.mac:
+            if mac in seen_macs:
+                raise ConfigError(src, f"nodes.{name}.mac", f"{mac} is already the MAC of node {seen_macs[mac]!r}")
+            seen_macs[mac] = name
+    for name, sc in doc.streams.items():
+        if not sc.is_url:
+            path = cfg.resolve_path(sc.metadata)
+            if not path.is_file():
+                raise ConfigError(src, f"streams.{name}.metadata", f"no such file: {path}")
+
+
+def check_real_config(path: Path, source: str, keypath: str) -> bytes:
+    """Check a real Ignition config file (e.g. openshift-install's ``master.ign``) and return its bytes.
+
+    It must be a JSON object whose ``ignition.version`` is a 3.x spec, since a spec 3 stub can merge
+    only spec 3 configs (openshift-install before 4.6 wrote spec 2.2 pointer configs).
+    Raises :class:`ConfigError` naming ``source`` and ``keypath``.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(source, keypath, f"cannot read {path}: {e.strerror}") from None
+    try:
+        doc = json.loads(data)
+        version = doc["ignition"]["version"]
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(source, keypath, f"{path} is not an Ignition config (no ignition.version)") from None
+    if not isinstance(version, str) or not version.startswith("3."):
+        raise ConfigError(source, keypath, f"{path} is Ignition spec {version}; only spec 3.x configs can be merged")
+    return data
+
+
+def parse_config(raw: Any, source: str, base_dir: Path) -> Config:
+    """Check a parsed YAML document and build a :class:`Config`. Raises :class:`ConfigError`."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(source, "", f"expected a mapping at the top level, got {type(raw).__name__}")
+    try:
+        doc = _Document.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        keypath, message = _describe(first)
+        raise ConfigError(source, keypath, message) from None
+    cfg = Config(doc, source, base_dir)
+    _check_references(doc, cfg)
+    return cfg
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Load the config from ``path``, else ``$BOOTSERVER_CONFIG``, else the embedded default.
+
+    Raises :class:`ConfigError` (exit 2) for a missing or unreadable file, YAML syntax errors, unknown
+    keys, wrong types and dangling references, naming the file and the key path.
+    """
+    if path is None:
+        path = os.environ.get("BOOTSERVER_CONFIG") or None
+    if path is None:
+        return parse_config(default_document(), "<default>", Path.cwd())
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(str(p), "", f"cannot read config: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(str(p), "", f"{where}invalid YAML: {problem}") from None
+    return parse_config(raw, str(p), p.resolve().parent)

@@ -1,0 +1,142 @@
+"""Build kernel arguments and render per-node iPXE scripts (Jinja2 templates in ``templates/``).
+
+Everything put into a script is either built here from checked parts or checked by
+:func:`check_script_word`, because iPXE expands ``${...}`` and treats ``&&``, ``||`` and a leading ``#``
+specially. Kernel-argument rules (DESIGN.md): ``initrd=main`` with ``initrd --name main`` (needed on
+UEFI, harmless on BIOS); serial console by architecture; ``ignition.platform.id=packet`` only together
+with a config source that outranks the platform (``ignition.config.url`` in live mode, the installer's
+embedded ``coreos.inst.ignition_url`` in install mode).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+import jinja2
+
+from . import __version__
+from .resources import data_dir
+
+#: Serial console karg per architecture on Equinix Metal.
+CONSOLES = {"x86_64": "console=ttyS1,115200n8", "aarch64": "console=ttyAMA0,115200"}
+
+#: Kernel arguments bootserver sets itself; a profile's ``kargs`` may not set them again.
+RESERVED_KARGS = (
+    "initrd", "coreos.live.rootfs_url", "coreos.inst.install_dev", "coreos.inst.ignition_url",
+    "coreos.inst.platform_id", "ignition.platform.id", "ignition.config.url", "ignition.firstboot",
+)
+
+_UNSAFE = re.compile(r"[\s\"'\\\x00-\x1f\x7f]|\$\{|&&|\|\|")
+
+
+class UnsafeValueError(ValueError):
+    """A value cannot be placed in an iPXE script as one word."""
+
+
+def check_script_word(value: str) -> str:
+    """Return ``value`` if iPXE would read it as one literal word, else raise :class:`UnsafeValueError`.
+
+    Refused: the empty string, whitespace, quotes, backslashes and control characters, ``${`` (setting
+    expansion), ``&&`` and ``||`` (command chaining) and a leading ``#`` (comment).
+    """
+    if not value:
+        raise UnsafeValueError("empty value")
+    m = _UNSAFE.search(value)
+    if m:
+        raise UnsafeValueError(f"{value!r} contains {m.group()!r}, which iPXE would not read literally")
+    if value.startswith("#"):
+        raise UnsafeValueError(f"{value!r} starts with '#', which iPXE reads as a comment")
+    return value
+
+
+def check_extra_karg(value: str) -> str:
+    """Check one of a profile's extra kargs: a safe word that does not set a karg we set ourselves.
+
+    Raises :class:`UnsafeValueError`.
+    """
+    check_script_word(value)
+    key = value.split("=", 1)[0]
+    if key in RESERVED_KARGS:
+        raise UnsafeValueError(f"{key} is set by bootserver from the profile; do not set it in kargs")
+    return value
+
+
+def build_kargs(*, arch: str, mode: str, rootfs_url: str, stub_url: str, install_dev: str | None,
+                console: str | None, extra: Iterable[str]) -> tuple[str, ...]:
+    """Return the kernel arguments of a CoreOS live PXE boot, in order.
+
+    ``mode`` is ``install`` (coreos-installer writes the disk and embeds the stub at ``stub_url``) or
+    ``live`` (Ignition runs from RAM and fetches ``stub_url``). ``console`` overrides the architecture's
+    serial console; ``extra`` is appended last. Raises :class:`UnsafeValueError` for a value iPXE would
+    misread and ``ValueError`` for a non-http(s) URL or an unknown mode/arch.
+    """
+    for url in (rootfs_url, stub_url):
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"coreos.live.rootfs_url and Ignition URLs must be http or https: {url!r}")
+    if arch not in CONSOLES:
+        raise ValueError(f"no serial console known for architecture {arch!r}")
+    args = ["initrd=main", f"coreos.live.rootfs_url={rootfs_url}"]
+    if mode == "install":
+        if not install_dev:
+            raise ValueError("install mode needs install_dev")
+        args += [f"coreos.inst.install_dev={install_dev}", f"coreos.inst.ignition_url={stub_url}",
+                 "coreos.inst.platform_id=packet"]
+    elif mode == "live":
+        args += ["ignition.firstboot", "ignition.platform.id=packet", f"ignition.config.url={stub_url}"]
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+    args.append(console or CONSOLES[arch])
+    args.extend(extra)
+    for word in args:
+        check_script_word(word)
+    return tuple(args)
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptContext:
+    """What a node's boot script says: the node and where its artifacts are.
+
+    URLs are absolute http(s) URLs; ``kargs`` the words after the kernel URL (see :func:`build_kargs`).
+    """
+
+    node: str
+    profile: str
+    stream: str
+    release: str
+    arch: str
+    mode: str
+    kernel_url: str
+    initramfs_url: str
+    kargs: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _template(name: str) -> jinja2.Template:
+    return _environment().get_template(name)
+
+
+def render_boot_script(ctx: ScriptContext) -> str:
+    """Render ``templates/boot.ipxe.j2`` for a node: fetch kernel and initramfs with bounded retries,
+    boot, and on failure ``exit`` so the firmware falls through to the next boot device.
+
+    Raises :class:`UnsafeValueError` if any value would not be read literally by iPXE.
+    """
+    for word in (ctx.node, ctx.profile, ctx.stream, ctx.release, ctx.arch, ctx.mode,
+                 ctx.kernel_url, ctx.initramfs_url, *ctx.kargs):
+        check_script_word(word)
+    return _template("boot.ipxe.j2").render(ctx=ctx, version=__version__)

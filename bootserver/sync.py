@@ -1,0 +1,120 @@
+"""``bootserver sync-images``: mirror every profile's live PXE artifacts into the cache.
+
+Which releases: the current release of each stream a profile uses, for that profile's architecture
+(optionally only one stream, or only the profiles of nodes in one facility). Each artifact is streamed
+from its stream-metadata location, hashed while it streams and published only when its sha256 matches
+(see :mod:`bootserver.store`). Artifacts already cached with the same sha256 are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from tqdm import tqdm
+
+from .config import Config
+from .errors import BootserverError, InputError
+from .fetch import client_session, download_artifact
+from .service import BootService
+from .streams import Artifact, Release
+
+#: Artifacts downloaded at the same time.
+PARALLEL_DOWNLOADS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SyncItem:
+    """One artifact to have in the cache: ``release`` (stream, arch, version) and ``artifact``."""
+
+    release: Release
+    artifact: Artifact
+
+
+def wanted_targets(config: Config, *, stream: str | None = None, facility: str | None = None
+                   ) -> list[tuple[str, str]]:
+    """The ``(stream, arch)`` pairs the profiles use, filtered by ``stream`` or ``facility``.
+
+    With ``facility``, only the profiles of nodes in that facility count. Raises :class:`InputError`
+    for an unknown stream or facility.
+    """
+    if stream is not None and stream not in config.streams:
+        raise InputError(f"{config.source}: streams: no stream {stream!r}")
+    if facility is not None and facility not in config.facilities:
+        raise InputError(f"{config.source}: facilities: no facility {facility!r}")
+    profiles = config.profiles.keys()
+    if facility is not None:
+        profiles = {n.profile for n in config.nodes.values() if n.facility == facility}
+    pairs = sorted({(config.profiles[p].stream, config.profiles[p].arch) for p in profiles})
+    return [(s, a) for s, a in pairs if stream is None or s == stream]
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+async def sync_images(config: Config, *, stream: str | None = None, facility: str | None = None,
+                      out: TextIO = sys.stdout) -> int:
+    """Refresh stream metadata and download missing artifacts. Returns the number downloaded.
+
+    Progress bars (tqdm) when ``out`` is a terminal, else one summary line per artifact. Raises the
+    first :class:`~bootserver.errors.BootserverError` (``FetchError``, ``IntegrityError``,
+    ``MetadataError``) after the other downloads in flight have finished or failed cleanly.
+    """
+    svc = BootService(config)
+    targets = wanted_targets(config, stream=stream, facility=facility)
+    tty = out.isatty()
+    async with client_session() as session:
+        items: list[SyncItem] = []
+        for s in sorted({s for s, _ in targets}):
+            meta = await svc.catalog.refresh(s, session)
+            for st, arch in targets:
+                if st == s:
+                    rel = meta.releases[arch]
+                    items.extend(SyncItem(rel, a) for a in rel.artifacts)
+        sem = asyncio.Semaphore(PARALLEL_DOWNLOADS)
+
+        async def one(item: SyncItem, position: int) -> bool:
+            rel, art = item.release, item.artifact
+            label = f"{rel.stream} {rel.arch} {rel.version} {art.kind}"
+            if svc.store.is_cached(rel, art):
+                print(f"{label}: already cached ({art.filename})", file=out, flush=True)
+                return False
+            async with sem:
+                bar = tqdm(desc=f"{rel.stream} {art.kind}", unit="B", unit_scale=True, file=out,
+                           position=position, leave=True) if tty else None
+                last = [0]
+
+                def progress(done: int, total: int | None) -> None:
+                    if bar is not None:
+                        if total is not None and bar.total != total:
+                            bar.total = total
+                        bar.update(done - last[0])
+                        last[0] = done
+
+                started = time.monotonic()
+                try:
+                    size = await download_artifact(session, svc.store, rel, art, progress=progress)
+                finally:
+                    if bar is not None:
+                        bar.close()
+                secs = max(time.monotonic() - started, 1e-6)
+                print(f"{label}: downloaded {_human(size)} in {secs:.1f}s ({_human(size / secs)}/s), "
+                      f"sha256 ok", file=out, flush=True)
+                return True
+
+        results = await asyncio.gather(*(one(it, i) for i, it in enumerate(items)), return_exceptions=True)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    for e in errors:
+        if not isinstance(e, BootserverError):
+            raise e
+    if errors:
+        raise errors[0]
+    return sum(1 for r in results if r is True)

@@ -1,0 +1,165 @@
+"""The aiohttp application of ``bootserver serve``.
+
+Handlers stay thin: parse the request, call one :class:`~bootserver.service.BootService` method, shape
+the response. Errors map to statuses in one middleware: unknown node 404, not available yet 503, bad
+upstream 502; every refusal is a plain-text reason and one log line, never a bare 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Awaitable, Callable
+
+from aiohttp import web
+
+from . import __version__
+from .config import Config
+from .errors import BootserverError, FetchError, InputError, UnavailableError, UnknownNodeError
+from .fetch import client_session
+from .ignition import MEDIA_TYPE
+from .service import BootService
+
+log = logging.getLogger("bootserver.web")
+
+SERVICE = web.AppKey("service", BootService)
+SESSION = web.AppKey("session", object)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ArtifactResponse(web.FileResponse):
+    """A cached artifact sent with sendfile; its ``ETag`` is the artifact's sha256 (set on prepare)."""
+
+    def __init__(self, path: object, sha256: str | None, **kwargs: object) -> None:
+        super().__init__(path, **kwargs)  # type: ignore[arg-type]
+        self.sha256 = sha256
+
+
+async def _artifact_etag(request: web.Request, response: web.StreamResponse) -> None:
+    # FileResponse computes an mtime-size ETag while preparing; replace it with the sha256, which
+    # names the bytes exactly and is the same on every cache in every facility.
+    if isinstance(response, ArtifactResponse) and response.sha256:
+        response.etag = response.sha256
+
+
+def _text(status: int, reason: str) -> web.Response:
+    return web.Response(status=status, text=reason + "\n", content_type="text/plain")
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map domain errors to statuses with a plain-text reason and a log line."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except UnknownNodeError as e:
+        log.warning("%s %s: 404 %s", request.method, request.path, e)
+        return _text(404, str(e))
+    except UnavailableError as e:
+        log.warning("%s %s: 503 %s", request.method, request.path, e)
+        return _text(503, str(e))
+    except (FetchError, InputError) as e:
+        log.error("%s %s: 502 %s", request.method, request.path, e)
+        return _text(502, f"upstream problem: {e}")
+    except BootserverError as e:
+        log.error("%s %s: 500 %s", request.method, request.path, e)
+        return _text(500, str(e))
+
+
+def _service(request: web.Request) -> BootService:
+    return request.app[SERVICE]
+
+
+async def ipxe_script(request: web.Request) -> web.Response:
+    """``GET /ipxe/{node}``: the node's iPXE script."""
+    svc = _service(request)
+    node = svc.find_node(name=request.match_info["node"])
+    script = await svc.boot_script(node, request.app[SESSION])  # type: ignore[arg-type]
+    return web.Response(text=script, content_type="text/plain")
+
+
+async def generic_entry(request: web.Request) -> web.Response:
+    """``GET /boot.ipxe?mac=|uuid=|hostname=``: the script of the node the selector matches."""
+    svc = _service(request)
+    q = request.query
+    node = svc.find_node(mac=q.get("mac"), uuid=q.get("uuid"), hostname=q.get("hostname"))
+    script = await svc.boot_script(node, request.app[SESSION])  # type: ignore[arg-type]
+    return web.Response(text=script, content_type="text/plain")
+
+
+async def ignition_stub(request: web.Request) -> web.Response:
+    """``GET /ignition/{node}``: the node's merge-style stub."""
+    svc = _service(request)
+    node = svc.find_node(name=request.match_info["node"])
+    return web.Response(body=svc.stub(node), content_type=MEDIA_TYPE)
+
+
+async def ignition_config(request: web.Request) -> web.Response:
+    """``GET /ignition/{node}/config``: the node's real config, byte for byte."""
+    svc = _service(request)
+    node = svc.find_node(name=request.match_info["node"])
+    data = svc.real_config(node)
+    if data is None:
+        return _text(404, f"node {node}: its profile has no ignition config")
+    return web.Response(body=data, content_type=MEDIA_TYPE)
+
+
+async def artifact(request: web.Request) -> web.StreamResponse:
+    """``GET``/``HEAD /artifacts/{stream}/{arch}/{release}/{file}``: a cached artifact.
+
+    Range (206), HEAD, Last-Modified and If-Modified-Since come from aiohttp's FileResponse (sendfile);
+    the ETag is the sha256 and ``If-None-Match`` with it answers 304.
+    """
+    svc = _service(request)
+    m = request.match_info
+    segments = (m["stream"], m["arch"], m["release"], m["file"])
+    path = svc.store.lookup(segments)
+    if path is None:
+        log.warning("%s %s: 404 not in cache", request.method, request.path)
+        return _text(404, f"not in cache: {'/'.join(segments)}")
+    sha = svc.store.recorded_sha256(path)
+    inm = request.if_none_match
+    if sha and inm and any(tag.value in (sha, "*") for tag in inm):
+        resp = web.Response(status=304)
+        resp.etag = sha
+        return resp
+    return ArtifactResponse(path, sha, headers={"Content-Type": "application/octet-stream",
+                                                 "Cache-Control": "public, max-age=31536000, immutable"})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """``GET /healthz``: liveness."""
+    return web.Response(text="ok\n", content_type="text/plain")
+
+
+async def _session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
+    session = client_session()
+    app[SESSION] = session
+    yield
+    await session.close()
+
+
+def create_app(config: Config) -> web.Application:
+    """Build the aiohttp application for ``config`` (routes as in :mod:`bootserver.urls`)."""
+    app = web.Application(middlewares=[error_middleware])
+    app[SERVICE] = BootService(config)
+    app.cleanup_ctx.append(_session_ctx)
+    app.on_response_prepare.append(_artifact_etag)
+    app.router.add_get("/ipxe/{node}", ipxe_script)
+    app.router.add_get("/boot.ipxe", generic_entry)
+    app.router.add_get("/ignition/{node}", ignition_stub)
+    app.router.add_get("/ignition/{node}/config", ignition_config)
+    app.router.add_get("/artifacts/{stream}/{arch}/{release}/{file}", artifact)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+def run(config: Config) -> None:
+    """Serve ``config`` on ``server.listen`` until interrupted (SIGINT/SIGTERM)."""
+    app = create_app(config)
+    host, port = config.server.host, config.server.port
+    log.info("bootserver %s listening on %s:%d, base URL %s, cache %s", __version__, host, port,
+             config.server.effective_base_url, config.cache_dir)
+    web.run_app(app, host=host or None, port=port, print=None,
+                access_log_format='%a "%r" %s %b %Tfs')

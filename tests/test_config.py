@@ -1,0 +1,157 @@
+"""Config loading: exact one-line errors naming file and key path, exit 2, defaults, immutability."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bootserver.config import FCOS_STABLE_URL, load_config
+from bootserver.errors import ConfigError
+
+BASE = """
+streams:
+  rhcos-4.16: {metadata: REF/rhcos-stream-4.16.json}
+profiles:
+  master: {stream: rhcos-4.16, install_dev: /dev/sda}
+nodes:
+  master-0: {profile: master, mac: "52:54:00:12:34:56"}
+"""
+
+
+def write(tmp_path: Path, reference: Path, extra: str = "", replace: tuple[str, str] | None = None) -> Path:
+    text = BASE.replace("REF", str(reference))
+    if replace:
+        text = text.replace(*replace)
+    path = tmp_path / "bootserver.yaml"
+    path.write_text(text + extra)
+    return path
+
+
+CASES = [
+    (("profile: master,", "profile: mastr,"), "", "nodes.master-0.profile: no profile 'mastr'"),
+    (("stream: rhcos-4.16,", "stream: rhcos-4.9,"), "", "profiles.master.stream: no stream 'rhcos-4.9'"),
+    (None, "colour: blue\n", "colour: unknown key"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, colour: red"), "", "profiles.master.colour: unknown key"),
+    (("install_dev: /dev/sda", "mode: install"), "", "profiles.master.install_dev: required when mode is install"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, mode: rescue"), "",
+     "profiles.master.mode: input should be 'install' or 'live', got 'rescue'"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, kargs: nosmt"), "",
+     "profiles.master.kargs: expected a list, got str 'nosmt'"),
+    (("install_dev: /dev/sda", "install_dev: '/dev/sda${x}'"), "",
+     "profiles.master.install_dev: '/dev/sda${x}' contains '${', which iPXE would not read literally"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, kargs: ['a&&b']"), "",
+     "profiles.master.kargs: item 0: 'a&&b' contains '&&', which iPXE would not read literally"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, kargs: ['ignition.platform.id=metal']"), "",
+     "profiles.master.kargs: item 0: ignition.platform.id is set by bootserver from the profile; do not set it in kargs"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, arch: ppc64le"), "",
+     "profiles.master.arch: input should be 'x86_64' or 'aarch64', got 'ppc64le'"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, arch: aarch64"), "",
+     "profiles.master.arch: stream 'rhcos-4.16' does not list architecture 'aarch64'"),
+    (("mac: \"52:54:00:12:34:56\"", "mac: 52-54-00-zz"), "", "nodes.master-0.mac: not a MAC address: '52-54-00-zz'"),
+    (("mac: \"52:54:00:12:34:56\"", "mac: 52:54:00:12:34:56"), "",
+     "nodes.master-0.mac: put MAC addresses in quotes: YAML reads an unquoted 52:54:00:12:34:56 as a number"),
+    (("mac: \"52:54:00:12:34:56\"", "facility: da11"), "", "nodes.master-0.facility: no facility 'da11'"),
+    (None, "server: {listen: 8080}\n", "server.listen: expected a string, got int 8080"),
+    (None, "server: {listen: 'localhost'}\n", "server.listen: must be host:port, e.g. 127.0.0.1:8080, got 'localhost'"),
+    (None, "server: {base_url: 'ftp://boot'}\n", "server.base_url: must be an http:// or https:// URL, got 'ftp://boot'"),
+    (None, "server: {base_url: 'http://boot/${x}'}\n",
+     "server.base_url: 'http://boot/${x}' contains '${', which iPXE would not read literally"),
+    (("rhcos-4.16: {metadata: ", "rhcos-4.16: {architectures: x86_64, metadata: "), "",
+     "streams.rhcos-4.16.architectures: expected a list, got str 'x86_64'"),
+    (None, "facilities: {'da 11': {}}\n", "facilities.da 11: names may use only letters, digits, '.', '_' and '-'"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, ignition: missing.ign"), "",
+     "profiles.master.ignition: cannot read {tmp}/missing.ign: No such file or directory"),
+]
+
+
+@pytest.mark.parametrize("replace,extra,message", CASES)
+def test_config_errors_name_file_and_key(replace, extra, message, tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, extra, replace)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: " + message.replace("{tmp}", str(tmp_path))
+
+
+def test_spec2_pointer_config_is_refused(tmp_path: Path, reference: Path) -> None:
+    ign = reference / "openshift-pointer-master-v2.2.ign.json"
+    path = write(tmp_path, reference, replace=("install_dev: /dev/sda", f"install_dev: /dev/sda, ignition: {ign}"))
+    with pytest.raises(ConfigError, match=r"profiles\.master\.ignition: .* is Ignition spec 2\.2\.0; only spec 3\.x"):
+        load_config(path)
+
+
+def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("server:\n  listen: [\n")
+    with pytest.raises(ConfigError, match=r"broken\.yaml: line \d+: invalid YAML"):
+        load_config(path)
+
+
+def test_check_config_exits_2_with_one_line(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, replace=("profile: master,", "profile: mastr,"))
+    proc = subprocess.run([sys.executable, "-m", "bootserver", "check-config", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr == f"bootserver: {path}: nodes.master-0.profile: no profile 'mastr'\n"
+    assert proc.stdout == ""
+
+
+def test_check_config_ok_and_env_fallback(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference)
+    env = {"BOOTSERVER_CONFIG": str(path), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "bootserver", "check-config"], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "1 streams, 1 profiles, 1 nodes" in proc.stdout
+
+
+def test_missing_config_file_is_exit_2(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "bootserver", "check-config", "--config",
+                           str(tmp_path / "nope.yaml")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith("nope.yaml: cannot read config: No such file or directory")
+
+
+def test_embedded_default_offers_fcos_stable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BOOTSERVER_CONFIG", raising=False)
+    cfg = load_config(None)
+    assert cfg.server.listen == "127.0.0.1:8080"
+    assert cfg.streams["fcos-stable"].metadata == FCOS_STABLE_URL
+    assert cfg.source == "<default>"
+    assert "bootserver" in str(cfg.cache_dir)
+
+
+def test_config_is_immutable_and_paths_are_relative_to_the_file(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, "cache_dir: cache\n")
+    cfg = load_config(path)
+    assert cfg.cache_dir == tmp_path / "cache"
+    with pytest.raises(AttributeError):
+        cfg.cache_dir = Path("/")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        cfg.nodes["x"] = cfg.nodes["master-0"]  # type: ignore[index]
+    with pytest.raises(Exception):
+        cfg.profiles["master"].install_dev = "/dev/sdb"  # type: ignore[misc]
+
+
+def test_mac_selectors_are_normalised(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, replace=('mac: "52:54:00:12:34:56"', "mac: [52-54-00-AB-CD-EF, '52:54:00:00:00:01']"))
+    cfg = load_config(path)
+    assert cfg.node_by_mac("52:54:00:ab:cd:ef") == "master-0"
+    assert cfg.node_by_mac("52-54-00-00-00-01") == "master-0"
+    assert cfg.node_by_mac("52:54:00:00:00:02") is None
+
+
+def test_documented_example_config_loads(tmp_path: Path) -> None:
+    """The config block in README.md uses only real keys (it names files that need not exist)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## Configuration reference", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    doc = yaml.safe_load(block)
+    doc["streams"]["rhcos-4.16"]["metadata"] = "https://example.invalid/rhcos.json"
+    (tmp_path / "master.ign").write_text('{"ignition": {"version": "3.2.0"}}')
+    from bootserver.config import parse_config
+
+    cfg = parse_config(doc, "README.md", tmp_path)
+    assert cfg.nodes["master-0"].hostname == "master-0"

@@ -1,0 +1,81 @@
+"""``bootserver sync-images`` against a fake upstream on 127.0.0.1, through the real command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import payload, rewrite_stream, run_cli, write_config
+
+
+def setup(tmp_path: Path, reference: Path, upstream, *, corrupt: str | None = None) -> tuple[Path, dict]:
+    doc, files = rewrite_stream(reference / "rhcos-stream-4.16.json", upstream.url,
+                                {k: payload(k, 100_000) for k in ("kernel", "initramfs", "rootfs")},
+                                arches=("x86_64", "aarch64"))
+    for path, data in files.items():
+        upstream.files[path] = (b"X" + data[1:]) if corrupt and path.endswith(corrupt) else data
+    upstream.files["/rhcos.json"] = json.dumps(doc).encode()
+    config = write_config(tmp_path / "bootserver.yaml", {
+        "cache_dir": "cache",
+        "streams": {"rhcos-4.16": {"metadata": upstream.url + "/rhcos.json", "architectures": ["x86_64", "aarch64"]},
+                    "local": {"metadata": str(reference / "fcos-stream-stable.json")}},
+        "facilities": {"da11": {}, "sv15": {}},
+        "profiles": {"x86": {"stream": "rhcos-4.16", "mode": "live"},
+                     "arm": {"stream": "rhcos-4.16", "arch": "aarch64", "mode": "live"},
+                     "fcos": {"stream": "local", "mode": "live"}},
+        "nodes": {"a": {"profile": "x86", "facility": "da11"}, "b": {"profile": "arm", "facility": "sv15"}},
+    })
+    return config, doc
+
+
+def cache_files(tmp_path: Path) -> list[str]:
+    root = tmp_path / "cache"
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+async def test_facility_filter_and_summary_lines(tmp_path: Path, reference: Path, upstream) -> None:
+    config, doc = setup(tmp_path, reference, upstream)
+    rc, out, err = await run_cli("sync-images", "--config", str(config), "--facility", "sv15")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 3 and all(" aarch64 " in line and line.endswith("sha256 ok") for line in lines)
+    assert not any("x86_64" in f for f in cache_files(tmp_path) if f.startswith("artifacts"))
+    assert "streams/rhcos-4.16.json" in cache_files(tmp_path)
+
+
+async def test_hash_mismatch_publishes_nothing_and_exits_1(tmp_path: Path, reference: Path, upstream) -> None:
+    config, doc = setup(tmp_path, reference, upstream, corrupt="rootfs.x86_64.img")
+    rc, out, err = await run_cli("sync-images", "--config", str(config), "--stream", "rhcos-4.16")
+    assert rc == 1
+    rootfs = doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"]["rootfs"]
+    assert err.startswith(f"bootserver: {rootfs['location']}: sha256 mismatch: expected {rootfs['sha256']}, got ")
+    assert len(err.strip().splitlines()) == 1
+    published = [f for f in cache_files(tmp_path) if f.startswith("artifacts/") and not f.endswith(".sha256")]
+    assert not any("rootfs.x86_64" in f for f in published)
+    assert not any(f.startswith("tmp/") for f in cache_files(tmp_path))
+
+
+async def test_unknown_stream_is_usage_error(tmp_path: Path, reference: Path, upstream) -> None:
+    config, _ = setup(tmp_path, reference, upstream)
+    rc, out, err = await run_cli("sync-images", "--config", str(config), "--stream", "nope")
+    assert rc == 2 and "no stream 'nope'" in err
+
+
+async def test_metadata_404_names_the_url(tmp_path: Path, reference: Path, upstream) -> None:
+    config, _ = setup(tmp_path, reference, upstream)
+    del upstream.files["/rhcos.json"]
+    rc, out, err = await run_cli("sync-images", "--config", str(config), "--stream", "rhcos-4.16")
+    assert rc == 1
+    assert err.strip() == f"bootserver: {upstream.url}/rhcos.json: HTTP 404 Not Found"
+
+
+async def test_malformed_metadata_is_exit_2_and_keeps_old_copy(tmp_path: Path, reference: Path, upstream) -> None:
+    config, _ = setup(tmp_path, reference, upstream)
+    rc, _, err = await run_cli("sync-images", "--config", str(config), "--stream", "rhcos-4.16")
+    assert rc == 0, err
+    good = (tmp_path / "cache/streams/rhcos-4.16.json").read_bytes()
+    upstream.files["/rhcos.json"] = (reference / "rhcos-legacy-4.3.json").read_bytes()
+    rc, _, err = await run_cli("sync-images", "--config", str(config), "--stream", "rhcos-4.16")
+    assert rc == 2
+    assert "legacy pre-stream RHCOS metadata" in err and f"{upstream.url}/rhcos.json" in err
+    assert (tmp_path / "cache/streams/rhcos-4.16.json").read_bytes() == good

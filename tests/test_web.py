@@ -1,0 +1,147 @@
+"""The server through aiohttp's test client: scripts, generic entry, stubs, and artifact serving
+(Range, HEAD, ETag, 304), with a cache filled by the real store writer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from bootserver.config import parse_config
+from bootserver.store import ArtifactStore
+from bootserver.streams import parse_stream
+from bootserver.web import create_app
+
+from conftest import payload
+
+
+@pytest.fixture
+def config(reference: Path, tmp_path: Path):
+    (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
+    return parse_config({
+        "server": {"base_url": "http://boot.example.net:8080"},
+        "cache_dir": "cache",
+        "streams": {"rhcos-4.16": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign"}},
+        "nodes": {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56",
+                               "uuid": "0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0", "hostname": "m0.example.net"}},
+    }, "t.yaml", tmp_path)
+
+
+@pytest.fixture
+def cached(config, reference: Path):
+    """Publish a stand-in kernel through the real writer, as if its sha256 were the metadata's."""
+    data = payload("kernel", 300_000)
+    meta = parse_stream((reference / "rhcos-stream-4.16.json").read_bytes(), name="rhcos-4.16",
+                        source="x", architectures=("x86_64",))
+    rel = meta.releases["x86_64"]
+    art = rel.kernel.__class__(kind="kernel", url="http://up/k", sha256=hashlib.sha256(data).hexdigest(),
+                               signature=None, filename=rel.kernel.filename)
+    store = ArtifactStore(config.cache_dir)
+    with store.writer(rel, art) as w:
+        w.write(data)
+        w.commit(art.url)
+    return f"/artifacts/rhcos-4.16/x86_64/{rel.version}/{rel.kernel.filename}", data
+
+
+@pytest.fixture
+async def client(aiohttp_client, config):
+    return await aiohttp_client(create_app(config))
+
+
+async def test_node_script(client) -> None:
+    r = await client.get("/ipxe/master-0")
+    assert r.status == 200 and r.content_type == "text/plain"
+    text = await r.text()
+    assert text.startswith("#!ipxe\n")
+    assert "initrd --name main http://boot.example.net:8080/artifacts/rhcos-4.16/" in text
+
+
+@pytest.mark.parametrize("query", ["mac=52%3A54%3A00%3A12%3A34%3A56", "mac=52:54:00:12:34:56",
+                                   "mac=52-54-00-12-34-56", "mac=52%3a54%3a00%3A12%3A34%3A56".upper().replace("MAC", "mac"),
+                                   "uuid=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "hostname=M0.example.net"])
+async def test_generic_entry_selects_the_node(client, query: str) -> None:
+    direct = await (await client.get("/ipxe/master-0")).text()
+    r = await client.get(f"/boot.ipxe?{query}")
+    assert r.status == 200
+    assert await r.text() == direct
+
+
+@pytest.mark.parametrize("path,reason", [
+    ("/ipxe/nobody", "no node 'nobody'"),
+    ("/boot.ipxe?mac=52:54:00:00:00:99", "no node with mac 52:54:00:00:00:99"),
+    ("/boot.ipxe", "no selector given"),
+    ("/ignition/nobody", "no node 'nobody'"),
+    ("/ignition/nobody/config", "no node 'nobody'"),
+])
+async def test_unknown_node_is_404_with_reason(client, path: str, reason: str) -> None:
+    r = await client.get(path)
+    assert r.status == 404
+    assert r.content_type == "text/plain"
+    assert reason in await r.text()
+
+
+async def test_stub_and_real_config(client, config) -> None:
+    r = await client.get("/ignition/master-0")
+    assert r.status == 200 and r.content_type == "application/vnd.coreos.ignition+json"
+    stub = json.loads(await r.read())
+    r = await client.get("/ignition/master-0/config")
+    body = await r.read()
+    assert body == (config.base_dir / "master.ign").read_bytes()
+    assert stub["ignition"]["config"]["merge"][0]["verification"]["hash"] == \
+        "sha512-" + hashlib.sha512(body).hexdigest()
+
+
+async def test_artifact_get_head_range_etag(client, cached) -> None:
+    path, data = cached
+    sha = hashlib.sha256(data).hexdigest()
+    r = await client.get(path)
+    assert r.status == 200
+    assert await r.read() == data
+    assert r.headers["Content-Length"] == str(len(data))
+    assert r.headers["ETag"] == f'"{sha}"'
+    assert "Last-Modified" in r.headers
+
+    r = await client.head(path)
+    assert r.status == 200 and r.headers["Content-Length"] == str(len(data))
+    assert await r.read() == b""
+
+    r = await client.get(path, headers={"Range": "bytes=1000-1999"})
+    assert r.status == 206
+    assert r.headers["Content-Range"] == f"bytes 1000-1999/{len(data)}"
+    assert await r.read() == data[1000:2000]
+
+    r = await client.get(path, headers={"Range": f"bytes={len(data) - 10}-"})
+    assert r.status == 206 and await r.read() == data[-10:]
+
+    r = await client.get(path, headers={"If-None-Match": f'"{sha}"'})
+    assert r.status == 304 and r.headers["ETag"] == f'"{sha}"'
+    r = await client.get(path, headers={"If-None-Match": '"0000"'})
+    assert r.status == 200
+
+
+@pytest.mark.parametrize("path", [
+    "/artifacts/rhcos-4.16/x86_64/416.94.202405291527-0/missing",
+    "/artifacts/rhcos-4.16/x86_64/416.94.202405291527-0/.rhcos-416.94.202405291527-0-live-kernel-x86_64.sha256",
+    "/artifacts/rhcos-4.16/x86_64/%2e%2e/%2e%2e",
+    "/artifacts/..%2f..%2f/x86_64/a/b",
+])
+async def test_artifact_outside_cache_or_missing_is_404(client, cached, path: str) -> None:
+    r = await client.get(path)
+    assert r.status == 404
+
+
+async def test_symlink_out_of_cache_is_not_served(client, cached, config, tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret")
+    link = config.cache_dir / "artifacts/rhcos-4.16/x86_64/416.94.202405291527-0/evil"
+    link.symlink_to(secret)
+    r = await client.get("/artifacts/rhcos-4.16/x86_64/416.94.202405291527-0/evil")
+    assert r.status == 404
+
+
+async def test_healthz(client) -> None:
+    r = await client.get("/healthz")
+    assert r.status == 200
