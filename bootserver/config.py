@@ -179,6 +179,7 @@ class Profile(_Model):
     ignition_version: Literal["3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"] = "3.2.0"
     kargs: tuple[str, ...] = ()
     console: str | None = None
+    metal: Any = None  # checked by bootserver.metal.parse_metal_settings in _check_references
 
     @field_validator("kargs", mode="before")
     @classmethod
@@ -211,6 +212,7 @@ class Node(_Model):
     mac: tuple[str, ...] = ()
     uuid: str | None = None
     hostname: str | None = None
+    metal: Any = None  # checked by bootserver.metal.parse_metal_settings in _check_references
 
     @field_validator("mac", mode="before")
     @classmethod
@@ -250,6 +252,7 @@ class _Document(_Model):
     facilities: dict[Name, FacilityConfig] = Field(default_factory=dict)
     profiles: dict[Name, Profile] = Field(default_factory=dict)
     nodes: dict[Name, Node] = Field(default_factory=dict)
+    metal: Any = None  # checked by bootserver.metal.parse_metal_global
 
 
 class Config:
@@ -258,11 +261,11 @@ class Config:
     Attributes: ``source`` (the file name used in error messages, or ``"<default>"``), ``base_dir``
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
     ``state_dir`` (absolute :class:`~pathlib.Path`), and the mappings ``streams``, ``facilities``,
-    ``profiles``, ``nodes`` (name -> model).
+    ``profiles``, ``nodes`` (name -> model), and ``metal`` (:class:`bootserver.metal.MetalGlobal`).
     """
 
     __slots__ = ("source", "base_dir", "server", "cache_dir", "state_dir", "streams", "facilities",
-                 "profiles", "nodes", "_mac_index")
+                 "profiles", "nodes", "metal", "_mac_index")
 
     def __init__(self, doc: _Document, source: str, base_dir: Path) -> None:
         from types import MappingProxyType
@@ -279,6 +282,9 @@ class Config:
         set_(self, "facilities", MappingProxyType(dict(doc.facilities)))
         set_(self, "profiles", MappingProxyType(dict(doc.profiles)))
         set_(self, "nodes", MappingProxyType(dict(doc.nodes)))
+        from .metal import parse_metal_global
+
+        set_(self, "metal", parse_metal_global(source, "metal", doc.metal))
         set_(self, "_mac_index", MappingProxyType(
             {mac: name for name, node in doc.nodes.items() for mac in node.mac}))
 
@@ -370,8 +376,11 @@ def _describe(err: dict[str, Any]) -> tuple[str, str]:
 
 def _check_references(doc: _Document, cfg: Config) -> None:
     """Cross-key checks pydantic cannot do: names that must exist, arch and mode requirements."""
+    from .metal import parse_metal_settings
+
     src = cfg.source
     for name, prof in doc.profiles.items():
+        parse_metal_settings(src, f"profiles.{name}.metal", prof.metal)
         if prof.stream not in doc.streams:
             raise ConfigError(src, f"profiles.{name}.stream", f"no stream {prof.stream!r}")
         if prof.arch not in doc.streams[prof.stream].architectures:
@@ -387,6 +396,7 @@ def _check_references(doc: _Document, cfg: Config) -> None:
             raise ConfigError(src, f"nodes.{name}.profile", f"no profile {node.profile!r}")
         if node.facility is not None and node.facility not in doc.facilities:
             raise ConfigError(src, f"nodes.{name}.facility", f"no facility {node.facility!r}")
+        parse_metal_settings(src, f"nodes.{name}.metal", node.metal)
         for mac in node.mac:
             if mac in seen_macs:
                 raise ConfigError(src, f"nodes.{name}.mac", f"{mac} is already the MAC of node {seen_macs[mac]!r}")

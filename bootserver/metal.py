@@ -661,6 +661,15 @@ def parse_metal_global(source: str, keypath: str, value: Any) -> MetalGlobal:
     return MetalGlobal(**out)
 
 
+def node_settings(config: Any, node: str) -> MetalSettings:
+    """The merged ``metal:`` settings of ``node`` in a loaded ``bootserver.config.Config``: the node's
+    mapping over its profile's. Raises ``ConfigError`` like ``parse_metal_settings``."""
+    spec = config.nodes[node]
+    profile = config.profiles[spec.profile]
+    base = parse_metal_settings(config.source, f"profiles.{spec.profile}.metal", profile.metal)
+    return parse_metal_settings(config.source, f"nodes.{node}.metal", spec.metal).merged_over(base)
+
+
 def check_project_id(project: str) -> str:
     """Return ``project`` if it is a UUID (the API's project id format), else raise ``InputError``."""
     if not _is_uuid(project):
@@ -759,6 +768,7 @@ __all__ = [
     "check_project_id",
     "device_create_body",
     "ipxe_userdata",
+    "node_settings",
     "parse_metal_global",
     "parse_metal_settings",
 ]

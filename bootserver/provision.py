@@ -45,7 +45,11 @@ class ProvisionTimeout(MetalError):
 
 
 class DeviceFailed(MetalError):
-    """At least one device ended ``failed`` (exit 1)."""
+    """At least one device ended ``failed`` (exit 1). ``results`` holds every node's outcome."""
+
+    def __init__(self, message: str, results: Sequence[NodeResult]) -> None:
+        super().__init__(message)
+        self.results = list(results)
 
 
 # ------------------------------------------------------------------------------------------ state
@@ -303,7 +307,9 @@ def provision_nodes(
     failed = [r for r in out if r.device.state == "failed"]
     if wait and failed:
         names = ", ".join(f"{r.node} ({r.device.id})" for r in failed)
-        raise DeviceFailed(f"device provisioning failed: {names}; run `bootserver deprovision` and try again")
+        raise DeviceFailed(
+            f"device provisioning failed: {names}; run `bootserver deprovision` and try again", out
+        )
     return out
 
 

@@ -18,7 +18,8 @@ uses: ``POST /projects/{id}/devices`` (createDevice), ``GET /projects/{id}/devic
   (429 with ``Retry-After``, 5xx, ...); ``delay`` holds every answer back (timeouts).
 * A device advances one state per ``GET /devices/{id}``: ``queued`` -> ``provisioning`` -> ``active``
   (or ``failed`` when its hostname is in ``fail_hostnames``; it stays ``provisioning`` when in
-  ``stuck_hostnames``). Addresses are assigned at creation, as Equinix does.
+  ``stuck_hostnames``); with ``instant`` set, the first GET already answers the final state (for
+  command-line tests, which cannot inject a clock). Addresses are assigned at creation, as Equinix does.
 
 The spec quirks noted in ``shared/reference/SOURCES.md`` (an ``operation:`` key in one path, an
 invalid CapacityLevelPerBaremetal schema) are outside the schemas used here; the spec is never
@@ -31,6 +32,7 @@ import asyncio
 import functools
 import ipaddress
 import json
+import os
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -44,7 +46,7 @@ import yaml
 from aiohttp import web
 from referencing.jsonschema import DRAFT4
 
-REFERENCE_DIR = Path(__file__).resolve().parents[2] / "shared" / "reference"
+REFERENCE_DIR = Path(os.environ.get("BOOTSERVER_REFERENCE", Path(__file__).resolve().parents[2] / "shared" / "reference"))
 SPEC_PATH = REFERENCE_DIR / "equinix-metal-oas3.yaml"
 SPEC_URI = "urn:equinix-metal-oas3"
 CREATE_BODY_POINTER = "#/paths/~1projects~1{id}~1devices/post/requestBody/content/application~1json/schema"
@@ -144,6 +146,7 @@ class FakeMetal:
     fail_hostnames: set[str] = field(default_factory=set)
     stuck_hostnames: set[str] = field(default_factory=set)
     delay: float = 0.0
+    instant: bool = False
     url: str = ""
     _next_ip: int = 10
 
@@ -301,6 +304,8 @@ class FakeMetal:
         device = self.devices.get(request.match_info["id"])
         if device is None:
             return self._error(404, "Not found")
+        if self.instant and device["hostname"] not in self.stuck_hostnames:
+            device["state"] = "failed" if device["hostname"] in self.fail_hostnames else "active"
         answer = self._public(device)
         if device["hostname"] not in self.stuck_hostnames or device["state"] == "queued":
             if device["state"] == "queued":
