@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 from urllib.parse import urlsplit
 
 import requests
@@ -191,13 +191,13 @@ class MetalRetry(Retry):
     max_retry_after: float = 60.0
     sleep_func: Callable[[float], None] = staticmethod(time.sleep)
 
-    def new(self, **kw: Any) -> MetalRetry:  # noqa: D102 - urllib3 API
+    def new(self, **kw: Any) -> MetalRetry:
         new = super().new(**kw)
         new.max_retry_after = self.max_retry_after
         new.sleep_func = self.sleep_func
         return new
 
-    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:  # noqa: D102
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
         if method.upper() == "POST" and status_code != 429:
             return False
         return super().is_retry(method, status_code, has_retry_after)
@@ -218,7 +218,7 @@ class MetalRetry(Retry):
             return None
         return min(seconds, self.max_retry_after)
 
-    def sleep_for_retry(self, response: Any) -> bool:  # noqa: D102 - urllib3 API
+    def sleep_for_retry(self, response: Any) -> bool:
         seconds = self.get_retry_after(response)
         if seconds:
             self.sleep_func(seconds)
@@ -388,7 +388,7 @@ class EquinixMetal:
         """Close the HTTP session."""
         self._session.close()
 
-    def __enter__(self) -> EquinixMetal:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -752,6 +752,7 @@ __all__ = [
     "BILLING_CYCLES",
     "DEFAULT_API_URL",
     "DEFAULT_TAG",
+    "TOKEN_ENV",
     "Device",
     "DeviceSpec",
     "EquinixMetal",
@@ -763,7 +764,6 @@ __all__ = [
     "MetalSettings",
     "MissingTokenError",
     "Provider",
-    "TOKEN_ENV",
     "build_device_spec",
     "check_project_id",
     "device_create_body",

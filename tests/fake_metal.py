@@ -350,8 +350,8 @@ class ServerThread:
         self._loop.close()
 
 
-@pytest.fixture
-def fake_metal():
+@pytest.fixture(name="fake_metal")
+def fake_metal_fixture():
     """A running ``FakeMetal``; ``fake_metal.url`` is its API base URL. Stops after the test and
     fails it when an answer strayed from the spec's response schemas."""
     fake = FakeMetal()

@@ -15,9 +15,8 @@ import shutil
 from pathlib import Path
 
 import aiohttp
-
 from conftest import ServerProcess, free_port, payload, rewrite_stream, run_cli, write_config
-from fake_metal import PROJECT, TOKEN, fake_metal  # noqa: F401 - fixture
+from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 
 
 async def play_device(http: aiohttp.ClientSession, chain_url: str, expected_sha256: set[str], real: bytes) -> None:
@@ -70,7 +69,7 @@ async def test_provision_then_boot_like_the_devices(tmp_path: Path, reference: P
     monkeypatch.setenv("METAL_AUTH_TOKEN", TOKEN)
     monkeypatch.setenv("METAL_API_URL", fake_metal.url)
 
-    rc, out, err = await run_cli("sync-images", "--config", str(config))
+    rc, _, err = await run_cli("sync-images", "--config", str(config))
     assert rc == 0, err
 
     server = ServerProcess(config, port)
@@ -103,7 +102,7 @@ async def test_provision_then_boot_like_the_devices(tmp_path: Path, reference: P
             assert chain_url == f"{server.url}/ipxe/master-1"
             await play_device(http, chain_url, expected, master_ign.read_bytes())
 
-            rc, out, err = await run_cli("deprovision", "master-0", "master-1", "--config", str(config))
+            rc, _out, err = await run_cli("deprovision", "master-0", "master-1", "--config", str(config))
             assert rc == 0, err
             assert fake_metal.devices == {}
         finally:

@@ -7,10 +7,10 @@ import logging
 from pathlib import Path
 
 import pytest
+from conftest import write_config
+from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 
 from bootserver.cli import main
-from conftest import write_config
-from fake_metal import PROJECT, TOKEN, fake_metal  # noqa: F401 - fixture
 
 OTHER_PROJECT = "9b2f6a57-5c4e-4b8a-a1d2-3e4f5a6b7c8d"
 
@@ -75,7 +75,7 @@ def test_provision_prints_devices_and_records_state(env, tmp_path, capsys):
 
 def test_userdata_and_cli_overrides(env, tmp_path, capsys):
     config = make_config(tmp_path, always_pxe=True, billing_cycle="monthly")
-    rc, out, err = cli(capsys, "provision", "master-0", "--config", str(config), "--via", "userdata",
+    rc, _out, err = cli(capsys, "provision", "master-0", "--config", str(config), "--via", "userdata",
                        "--plan", "m3.large.x86", "--facility", "sv15", "--tag", "extra",
                        "--spot-price-max", "0.75", "--hardware-reservation-id", "next-available")
     assert rc == 0, err
@@ -108,7 +108,7 @@ def test_failed_device_is_exit_1_after_printing(env, tmp_path, capsys):
 
 
 def test_api_error_is_exit_1_with_the_api_message(env, tmp_path, capsys):
-    rc, out, err = cli(capsys, "provision", "master-0", "--config", str(make_config(tmp_path, {"project": OTHER_PROJECT})))
+    rc, _out, err = cli(capsys, "provision", "master-0", "--config", str(make_config(tmp_path, {"project": OTHER_PROJECT})))
     assert rc == 1
     assert err.splitlines()[-1] == (
         f"bootserver: Equinix Metal API: GET /projects/{OTHER_PROJECT}/devices: 404 Not Found: Not found"
@@ -117,7 +117,7 @@ def test_api_error_is_exit_1_with_the_api_message(env, tmp_path, capsys):
 
 def test_422_is_exit_1_with_the_errors(env, tmp_path, capsys):
     env.inject("POST", "/projects/", 422, body={"errors": ["c3.small.x86 is not available in da", "try sv"]})
-    rc, out, err = cli(capsys, "provision", "master-0", "--config", str(make_config(tmp_path)))
+    rc, _out, err = cli(capsys, "provision", "master-0", "--config", str(make_config(tmp_path)))
     assert rc == 1
     assert err.splitlines()[-1] == (
         f"bootserver: Equinix Metal API: POST /projects/{PROJECT}/devices: 422 Unprocessable Entity: "
@@ -126,7 +126,7 @@ def test_422_is_exit_1_with_the_errors(env, tmp_path, capsys):
 
 
 def test_empty_plan_is_bad_input(env, tmp_path, capsys):
-    rc, out, err = cli(capsys, "provision", "master-0", "--config", str(make_config(tmp_path)), "--plan", "")
+    rc, _out, err = cli(capsys, "provision", "master-0", "--config", str(make_config(tmp_path)), "--plan", "")
     assert rc == 2
     assert "node master-0: no Equinix Metal plan" in err
     assert env.requests == []
@@ -136,7 +136,7 @@ def test_missing_token_is_exit_2_naming_the_variable(fake_metal, tmp_path, capsy
     monkeypatch.delenv("METAL_AUTH_TOKEN", raising=False)
     monkeypatch.setenv("METAL_API_URL", fake_metal.url)
     for args in (["provision", "master-0"], ["deprovision", "master-0"], ["devices"]):
-        rc, out, err = cli(capsys, *args, "--config", str(make_config(tmp_path)))
+        rc, _out, err = cli(capsys, *args, "--config", str(make_config(tmp_path)))
         assert rc == 2
         assert err == "bootserver: no Equinix Metal API token: set METAL_AUTH_TOKEN\n"
     assert fake_metal.requests == []
@@ -152,26 +152,26 @@ def test_missing_token_is_exit_2_naming_the_variable(fake_metal, tmp_path, capsy
     ],
 )
 def test_bad_input_is_exit_2_before_any_call(env, tmp_path, capsys, args, message):
-    rc, out, err = cli(capsys, *args, "--config", str(make_config(tmp_path)))
+    rc, _out, err = cli(capsys, *args, "--config", str(make_config(tmp_path)))
     assert rc == 2
     assert message in err and len(err.splitlines()) == 1
     assert env.requests == []
 
 
 def test_no_project_is_exit_2(env, tmp_path, capsys):
-    rc, out, err = cli(capsys, "devices", "--config", str(make_config(tmp_path, {})))
+    rc, _out, err = cli(capsys, "devices", "--config", str(make_config(tmp_path, {})))
     assert rc == 2
     assert err == "bootserver: no Equinix Metal project: pass --project ID or set metal.project in the config\n"
 
 
 def test_bad_metal_config_is_exit_2_naming_the_key(env, tmp_path, capsys):
     config = make_config(tmp_path, plann="x")
-    rc, out, err = cli(capsys, "check-config", "--config", str(config))
+    rc, _, err = cli(capsys, "check-config", "--config", str(config))
     assert rc == 2
     assert err == f"bootserver: {config}: nodes.master-0.metal.plann: unknown key (known: plan, metro, facility, " \
                   "billing_cycle, tags, spot_instance, spot_price_max, hardware_reservation_id, project_ssh_keys, " \
                   "customdata, always_pxe)\n"
-    rc, out, err = cli(capsys, "check-config", "--config", str(make_config(tmp_path, {"project": "x"})))
+    rc, _out, err = cli(capsys, "check-config", "--config", str(make_config(tmp_path, {"project": "x"})))
     assert rc == 2 and "metal.project: must be a project UUID" in err
 
 

@@ -6,6 +6,7 @@ import logging
 import socket
 
 import pytest
+from fake_metal import PROJECT, TOKEN, create_body_errors, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 from urllib3.response import HTTPResponse
 
 import bootserver
@@ -20,7 +21,6 @@ from bootserver.metal import (
     Provider,
     device_create_body,
 )
-from fake_metal import PROJECT, TOKEN, create_body_errors, fake_metal  # noqa: F401 - fixture
 
 URL = "http://boot.example:8080/ipxe/master-0?sig=abc"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fake_metal import PROJECT, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 
 from bootserver.errors import InputError
 from bootserver.metal import DeviceSpec, EquinixMetal, MetalError
@@ -22,7 +23,6 @@ from bootserver.provision import (
     record_device,
     write_json_atomic,
 )
-from fake_metal import PROJECT, fake_metal  # noqa: F401 - fixture
 
 URL = "http://boot.example:8080/ipxe/{}"
 
