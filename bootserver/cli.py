@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import sys
 from typing import Callable, Sequence
+from urllib.parse import urlsplit
 
 from . import __version__
 from .config import Config, load_config
@@ -113,6 +114,10 @@ def _cmd_provision(args: argparse.Namespace, config: Config) -> int:
         always_pxe=args.always_pxe,
     )
     urls = Urls(config)
+    host = urlsplit(urls.chain(nodes[0])).hostname or ""
+    if host == "localhost" or host.startswith("127.") or host == "::1":
+        print(f"bootserver: warning: devices cannot reach the chain URL {urls.chain(nodes[0])}: "
+              f"set server.base_url in {config.source}", file=sys.stderr)
     requests = []
     for node in nodes:
         settings = overrides.merged_over(node_settings(config, node))

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import write_config
 from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 
@@ -218,3 +219,28 @@ def test_token_is_never_printed_or_logged(env, tmp_path, capsys, caplog):
     assert "GET" in caplog.text
     for text in outputs:
         assert TOKEN not in text
+
+
+def test_api_url_from_the_config_key(fake_metal, tmp_path, capsys, monkeypatch):
+    fake_metal.instant = True
+    monkeypatch.setenv("METAL_AUTH_TOKEN", TOKEN)
+    monkeypatch.delenv("METAL_API_URL", raising=False)
+    config = make_config(tmp_path, {"project": PROJECT, "api_url": fake_metal.url})
+    rc, out, err = cli(capsys, "provision", "master-0", "--no-wait", "--config", str(config))
+    assert rc == 0, err
+    assert out.split()[2] == "queued"
+    assert len(fake_metal.calls("POST")) == 1
+    assert fake_metal.calls("GET", "/devices/") == []
+
+
+def test_loopback_chain_url_is_warned_about(env, tmp_path, capsys):
+    config = make_config(tmp_path)
+    doc = yaml.safe_load(config.read_text())
+    del doc["server"]["base_url"]
+    write_config(config, doc)
+    rc, _, err = cli(capsys, "provision", "master-0", "--config", str(config))
+    assert rc == 0, err
+    assert err.splitlines()[0] == (
+        "bootserver: warning: devices cannot reach the chain URL http://127.0.0.1:8080/ipxe/master-0: "
+        f"set server.base_url in {config}"
+    )
