@@ -192,12 +192,14 @@ class MetalRetry(Retry):
     sleep_func: Callable[[float], None] = staticmethod(time.sleep)
 
     def new(self, **kw: Any) -> MetalRetry:
+        """urllib3 API: a copy with ``kw`` changed, keeping ``max_retry_after`` and ``sleep_func``."""
         new = super().new(**kw)
         new.max_retry_after = self.max_retry_after
         new.sleep_func = self.sleep_func
         return new
 
     def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+        """urllib3 API: whether a ``status_code`` answer to ``method`` is retried (POST: 429 only)."""
         if method.upper() == "POST" and status_code != 429:
             return False
         return super().is_retry(method, status_code, has_retry_after)
@@ -219,6 +221,7 @@ class MetalRetry(Retry):
         return min(seconds, self.max_retry_after)
 
     def sleep_for_retry(self, response: Any) -> bool:
+        """urllib3 API: wait what the server asked (via ``sleep_func``); ``False`` when it asked nothing."""
         seconds = self.get_retry_after(response)
         if seconds:
             self.sleep_func(seconds)

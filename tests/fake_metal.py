@@ -124,6 +124,8 @@ class Recorded:
 
 @dataclass
 class Fault:
+    """An injected answer for the next ``times`` matching calls."""
+
     method: str
     path_prefix: str
     status: int
@@ -227,6 +229,7 @@ class FakeMetal:
     # -- the aiohttp application
 
     def app(self) -> web.Application:
+        """The aiohttp application serving the fake under ``/metal/v1``."""
         app = web.Application(middlewares=[self._middleware])
         app.router.add_post("/metal/v1/projects/{project}/devices", self._create)
         app.router.add_get("/metal/v1/projects/{project}/devices", self._list)
@@ -332,6 +335,7 @@ class ServerThread:
         self.port = 0
 
     def start(self) -> None:
+        """Start the loop thread and the server; sets ``port``."""
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=30)
 
@@ -343,6 +347,7 @@ class ServerThread:
         self.port = self._runner.addresses[0][1]
 
     def stop(self) -> None:
+        """Stop the server, the loop and the thread."""
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=30)
         self._loop.call_soon_threadsafe(self._loop.stop)
