@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bootserver.errors import InputError
+from bootserver.errors import BootserverError, InputError
 from bootserver.metal import (
     GONE_STATES,
     TERMINAL_STATES,
@@ -91,13 +91,16 @@ def write_json_atomic(path: Path, data: Any) -> None:
 def read_node_state(state_dir: str | os.PathLike[str], node: str) -> dict[str, Any]:
     """Return the node's state object (``{}`` when there is no state file).
 
-    Raises ``InputError`` when the file is not a JSON object (naming the file).
+    Raises ``InputError`` when the file is not a JSON object, ``BootserverError`` (exit 1) when it
+    cannot be read; both name the file.
     """
     path = node_state_path(state_dir, node)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
+    except OSError as exc:
+        raise BootserverError(f"{path}: cannot read node state: {exc.strerror or exc}") from None
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -121,11 +124,17 @@ def device_state(provider: str, project: str, device: Device) -> dict[str, Any]:
 
 
 def record_device(state_dir: str | os.PathLike[str], node: str, provider: str, project: str, device: Device) -> None:
-    """Store ``device`` as the node's device in its state file, keeping the file's other members."""
+    """Store ``device`` as the node's device in its state file, keeping the file's other members.
+
+    Raises ``BootserverError`` (exit 1) naming the file when it cannot be written."""
     data = read_node_state(state_dir, node)
     data["node"] = node
     data["device"] = device_state(provider, project, device)
-    write_json_atomic(node_state_path(state_dir, node), data)
+    path = node_state_path(state_dir, node)
+    try:
+        write_json_atomic(path, data)
+    except OSError as exc:
+        raise BootserverError(f"{path}: cannot write node state: {exc.strerror or exc}") from None
 
 
 def clear_device(state_dir: str | os.PathLike[str], node: str) -> None:
@@ -135,10 +144,13 @@ def clear_device(state_dir: str | os.PathLike[str], node: str) -> None:
     if not data:
         return
     data.pop("device", None)
-    if set(data) <= {"node"}:
-        path.unlink(missing_ok=True)
-    else:
-        write_json_atomic(path, data)
+    try:
+        if set(data) <= {"node"}:
+            path.unlink(missing_ok=True)
+        else:
+            write_json_atomic(path, data)
+    except OSError as exc:
+        raise BootserverError(f"{path}: cannot write node state: {exc.strerror or exc}") from None
 
 
 # ----------------------------------------------------------------------------------------- waiting

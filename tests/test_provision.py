@@ -7,7 +7,7 @@ import json
 import pytest
 from fake_metal import PROJECT, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 
-from bootserver.errors import InputError
+from bootserver.errors import BootserverError, InputError
 from bootserver.metal import DeviceSpec, EquinixMetal, MetalError
 from bootserver.provision import (
     DeviceFailed,
@@ -199,3 +199,14 @@ def test_corrupt_state_file_names_the_file(tmp_path):
     path.write_text("{not json")
     with pytest.raises(InputError, match=str(path)):
         read_node_state(tmp_path, "n1")
+
+
+def test_unwritable_state_dir_is_a_runtime_error_naming_the_file(api, fake_metal, tmp_path):
+    (tmp_path / "nodes").write_text("a file where the folder should be")
+    with pytest.raises(BootserverError, match=r"nodes/master-0\.json: cannot (read|write) node state") as info:
+        run(api, ["master-0"], tmp_path)
+    assert info.value.exit_code == 1
+    # the device exists; the next run (with a writable state_dir) reuses it
+    (tmp_path / "nodes").unlink()
+    [result], _ = run(api, ["master-0"], tmp_path)
+    assert not result.created
