@@ -179,6 +179,13 @@ class Profile(_Model):
     ignition_version: Literal["3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"] = "3.2.0"
     kargs: tuple[str, ...] = ()
     console: str | None = None
+    boot_once: bool | None = None
+
+    @property
+    def boots_once(self) -> bool:
+        """Whether an installed node boots its local disk instead of reinstalling (``boot_once``;
+        default true in install mode; never in live mode)."""
+        return self.mode == "install" if self.boot_once is None else self.boot_once and self.mode == "install"
 
     @field_validator("kargs", mode="before")
     @classmethod
@@ -377,6 +384,9 @@ def _check_references(doc: _Document, cfg: Config) -> None:
         if prof.arch not in doc.streams[prof.stream].architectures:
             raise ConfigError(src, f"profiles.{name}.arch",
                               f"stream {prof.stream!r} does not list architecture {prof.arch!r}")
+        if prof.mode == "live" and prof.boot_once:
+            raise ConfigError(src, f"profiles.{name}.boot_once", "a live-mode node has no disk to boot; "
+                              "boot_once can only be true in install mode")
         if prof.mode == "install" and not prof.install_dev:
             raise ConfigError(src, f"profiles.{name}.install_dev", "required when mode is install")
         if prof.ignition is not None:
