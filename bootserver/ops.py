@@ -92,6 +92,31 @@ async def ops_middleware(request: web.Request, handler: Handler) -> web.StreamRe
     return await handler(request)
 
 
+def _header_size(response: web.StreamResponse) -> int:
+    """Bytes of the status line and headers as aiohttp writes them (HTTP/1.1)."""
+    return (len(f"HTTP/1.1 {response.status} {response.reason}\r\n")
+            + sum(len(k) + len(v) + 4 for k, v in response.headers.items()) + 2)
+
+
+def sent_body_bytes(request: web.BaseRequest, response: web.StreamResponse) -> tuple[int, bool]:
+    """``(body bytes sent, complete)`` of a finished answer.
+
+    aiohttp counts headers in ``body_length`` and does not count bytes sent with ``sendfile`` at all,
+    so: an answer with a ``Content-Length`` whose connection is still up sent exactly that many body
+    bytes; otherwise the count is what went through the writer, minus the headers (a lower bound for a
+    broken ``sendfile`` transfer). ``complete`` is false when the connection broke.
+    """
+    transport = request.transport
+    broken = transport is None or transport.is_closing()
+    if request.method == "HEAD" or response.status in (204, 304):
+        return 0, not broken
+    written = max(0, response.body_length - _header_size(response))
+    if broken:
+        return written, False
+    length = response.content_length
+    return (length if length is not None else written), True
+
+
 class AccessLogger(AbstractAccessLogger):
     """One line per request (path without query string, route, node, status, bytes, seconds), the
     request metrics and the artifact completion events. Called by aiohttp after the last byte."""
@@ -99,13 +124,9 @@ class AccessLogger(AbstractAccessLogger):
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         route = route_of(request)
         node = request.get(NODE) or (request.match_info.get("node") if hasattr(request, "match_info") else None)
-        nbytes = response.body_length
+        nbytes, complete = sent_body_bytes(request, response)
         status = response.status
         ops = request.app.get(OPS) if hasattr(request, "app") else None
-        complete = True
-        if route == ARTIFACT_ROUTE and request.method == "GET":
-            expected = response.content_length
-            complete = status < 400 and (expected is None or nbytes >= expected)
         if ops is not None:
             ops.metrics.request(route, request.method, status, time)
             if route == ARTIFACT_ROUTE:
