@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from .errors import UnavailableError
 from .metrics import Metrics
 from .service import BootService
 
@@ -84,11 +86,15 @@ async def ops_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         m = request.match_info
         kind = svc.artifact_kind((m["stream"], m["arch"], m["release"], m["file"]))
         request[ARTIFACT_KIND] = kind
-        node = await asyncio.to_thread(svc.timeline.attribute, request.remote)
-        if node is not None and node in svc.config.nodes:
-            request[NODE] = node
-            if kind != "other":
-                await svc.record(node, f"{kind}-requested", ip=request.remote)
+        try:
+            node = await asyncio.to_thread(svc.timeline.attribute, request.remote)
+            if node is not None and node in svc.config.nodes:
+                request[NODE] = node
+                if kind != "other":
+                    await svc.record(node, f"{kind}-requested", ip=request.remote)
+        except (UnavailableError, OSError, sqlite3.Error) as e:
+            # artifacts are served whatever happens to the timeline
+            log.error("%s %s: not recorded in the node timeline: %s", request.method, request.path, e)
     return await handler(request)
 
 

@@ -8,6 +8,7 @@ the real-config reader. Handlers and CLI commands call one method each, so the s
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -49,7 +50,18 @@ class BootService:
         Raises :class:`~bootserver.errors.UnavailableError` when the stream's metadata is not loaded
         and cannot be fetched (no ``session``), or ``FetchError``/``MetadataError`` from fetching it.
         """
-        return (await self._script(node, session, await asyncio.to_thread(self.timeline.stage, node)))[1]
+        return (await self._script(node, session, await self.stage(node)))[1]
+
+    async def stage(self, node: str) -> str:
+        """The node's timeline stage, read off the event loop.
+
+        Raises :class:`UnavailableError` (HTTP 503) when the timeline cannot be read: without it the
+        server cannot tell an installed node from a new one, and guessing could reinstall a node.
+        """
+        try:
+            return await asyncio.to_thread(self.timeline.stage, node)
+        except (sqlite3.Error, OSError) as e:
+            raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
 
     async def _script(self, node: str, session: aiohttp.ClientSession | None, stage: str
                       ) -> tuple[str, str, dict[str, Any]]:
@@ -69,17 +81,22 @@ class BootService:
                      detail: Mapping[str, Any] | None = None) -> str:
         """Record a timeline event off the event loop; returns the node's new stage.
 
-        Raises ``sqlite3.Error``/``OSError`` when ``state_dir`` cannot be written.
+        Raises :class:`UnavailableError` (HTTP 503) when ``state_dir`` cannot be written: a stub or
+        config served without its event would defeat boot-once, so the client is asked to retry
+        (iPXE's script retries, Ignition retries 5xx answers).
         """
-        return await asyncio.to_thread(self.timeline.record, node, event, mode=self.mode(node), ip=ip,
-                                       detail=detail)
+        try:
+            return await asyncio.to_thread(self.timeline.record, node, event, mode=self.mode(node), ip=ip,
+                                           detail=detail)
+        except (sqlite3.Error, OSError) as e:
+            raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
 
     async def serve_script(self, node: str, session: aiohttp.ClientSession | None, client: str | None) -> str:
         """What the server answers a node's script request from address ``client``: the boot script,
         or with boot-once the boot-disk script once the node is installed; records ``script`` or
         ``localboot`` in the timeline. Raises as :meth:`boot_script`.
         """
-        stage = await asyncio.to_thread(self.timeline.stage, node)
+        stage = await self.stage(node)
         event, script, detail = await self._script(node, session, stage)
         await self.record(node, event, ip=client, detail=detail)
         return script

@@ -240,3 +240,31 @@ async def test_access_log_has_route_node_status_bytes_and_no_query(client, caplo
     assert rec.duration >= 0
     assert "s3cr3t" not in rec.getMessage() and "mac=" not in rec.getMessage()
     assert "node=master-0" in rec.getMessage()
+
+
+async def test_unusable_timeline_refuses_scripts_but_serves_artifacts(aiohttp_client, reference: Path,
+                                                                      tmp_path: Path) -> None:
+    """Without its timeline the server cannot tell an installed node from a new one: 503, never a guess."""
+    config = make_config(reference, tmp_path)
+    config.state_dir.parent.mkdir(parents=True, exist_ok=True)
+    config.state_dir.write_text("not a folder")
+    files = fill_cache(config, reference)
+    client = await start(aiohttp_client, config)
+    r = await client.get("/ipxe/master-0")
+    assert r.status == 503 and "node timeline" in await r.text()
+    r = await client.get("/ignition/master-0")
+    assert r.status == 503
+    r = await client.get(files["kernel"][0])
+    assert r.status == 200 and await r.read() == files["kernel"][1]
+
+
+def test_localboot_script_matches_golden_file() -> None:
+    import os
+
+    from bootserver.ipxe import render_localboot_script
+
+    script = render_localboot_script("master-0", "installed")
+    path = Path(__file__).parent / "golden" / "localboot.ipxe"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(script)
+    assert script == path.read_text(), f"script differs from {path}; UPDATE_GOLDEN=1 rewrites it"
