@@ -14,6 +14,7 @@ import asyncio
 import logging
 import sqlite3
 import time
+from time import time as wallclock
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
@@ -142,7 +143,8 @@ class AccessLogger(AbstractAccessLogger):
                 if request.get(NODE) and kind != "other":
                     event = f"{kind}-completed" if complete and status in (200, 206) else f"{kind}-failed"
                     detail = {"bytes": nbytes, "status": status}
-                    ops.spawn(ops.service.record(request[NODE], event, ip=request.remote, detail=detail))
+                    ops.spawn(ops.service.record(request[NODE], event, ip=request.remote, detail=detail,
+                                                  at=wallclock()))
         self.logger.info(
             "%s %s %s %s node=%s bytes=%d %.3fs%s", request.remote, request.method, request.path, status,
             node or "-", nbytes, time, "" if complete else " incomplete",

@@ -78,8 +78,9 @@ class BootService:
         return self.config.profiles[self.config.nodes[node].profile].mode
 
     async def record(self, node: str, event: str, *, ip: str | None = None,
-                     detail: Mapping[str, Any] | None = None) -> str:
-        """Record a timeline event off the event loop; returns the node's new stage.
+                     detail: Mapping[str, Any] | None = None, at: float | None = None) -> str:
+        """Record a timeline event (at unix time ``at`` in seconds, default now) off the event loop;
+        returns the node's new stage.
 
         Raises :class:`UnavailableError` (HTTP 503) when ``state_dir`` cannot be written: a stub or
         config served without its event would defeat boot-once, so the client is asked to retry
@@ -87,7 +88,7 @@ class BootService:
         """
         try:
             return await asyncio.to_thread(self.timeline.record, node, event, mode=self.mode(node), ip=ip,
-                                           detail=detail)
+                                           detail=detail, at=at)
         except (sqlite3.Error, OSError) as e:
             raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
 

@@ -73,7 +73,7 @@ CREATE TABLE IF NOT EXISTS events (
     ip     TEXT,
     detail TEXT                    -- JSON object or NULL
 );
-CREATE INDEX IF NOT EXISTS events_node ON events (node, id);
+CREATE INDEX IF NOT EXISTS events_node ON events (node, at, id);
 CREATE INDEX IF NOT EXISTS events_script_ip ON events (ip, at) WHERE event = 'script';
 CREATE TABLE IF NOT EXISTS nodes (
     node       TEXT PRIMARY KEY,
@@ -184,17 +184,20 @@ class Timeline:
             db = self._db()
             db.execute("BEGIN IMMEDIATE")
             try:
-                row = db.execute("SELECT stage, stage_at FROM nodes WHERE node = ?", (node,)).fetchone()
-                stage, stage_at = row if row else ("new", at)
+                row = db.execute("SELECT stage, stage_at, last_event, last_at FROM nodes WHERE node = ?",
+                                 (node,)).fetchone()
+                stage, stage_at, last_event, last_at = row if row else ("new", at, event, at)
                 new = next_stage(stage, event, mode)
                 if new != stage:
                     stage_at = at
+                if at >= last_at:  # a completion recorded late must not hide a newer event
+                    last_event, last_at = event, at
                 db.execute("INSERT INTO events (node, at, event, ip, detail) VALUES (?, ?, ?, ?, ?)",
                            (node, at, event, ip, json.dumps(dict(detail)) if detail else None))
                 db.execute("INSERT INTO nodes (node, stage, stage_at, last_event, last_at) VALUES (?, ?, ?, ?, ?) "
                            "ON CONFLICT (node) DO UPDATE SET stage = excluded.stage, stage_at = excluded.stage_at, "
                            "last_event = excluded.last_event, last_at = excluded.last_at",
-                           (node, new, stage_at, event, at))
+                           (node, new, stage_at, last_event, last_at))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -220,7 +223,7 @@ class Timeline:
         """The node's events, oldest first (the last ``limit`` if given)."""
         with self._lock:
             rows = self._db().execute(
-                "SELECT node, at, event, ip, detail FROM events WHERE node = ? ORDER BY id DESC LIMIT ?",
+                "SELECT node, at, event, ip, detail FROM events WHERE node = ? ORDER BY at DESC, id DESC LIMIT ?",
                 (node, -1 if limit is None else limit)).fetchall()
         return [Event(n, at, ev, ip, json.loads(d) if d else {}) for n, at, ev, ip, d in reversed(rows)]
 
