@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import logging
+import sqlite3
 import sys
 from typing import Callable, Sequence
 from urllib.parse import urlsplit
@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from . import __version__
 from .config import Config, load_config
 from .errors import BootserverError, InputError, UnknownNodeError
+from .logs import setup_logging
 
 Command = Callable[[argparse.Namespace, Config], int]
 
@@ -173,12 +174,44 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
+    import time
+
+    from .timeline import Timeline, format_table
+
+    timeline = Timeline(config.state_dir)
+    try:
+        if args.action == "reinstall":
+            for name in args.nodes:
+                _node(config, name)
+            for name in args.nodes:
+                mode = config.profiles[config.nodes[name].profile].mode
+                timeline.record(name, "reinstall", mode=mode)
+                print(f"{name}: marked for reinstall; its next boot installs again")
+            return 0
+        if args.action == "show":
+            node = _node(config, args.nodes[0])
+            for e in timeline.events(node):
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
+                detail = " ".join(f"{k}={v}" for k, v in e.detail.items())
+                print(f"{when}  {e.event:<20} {e.ip or '-':<15} {detail}".rstrip())
+            return 0
+        states = timeline.nodes(list(config.nodes))
+        profiles = {n: node.profile for n, node in config.nodes.items()}
+        sys.stdout.write(format_table(states, time.time(), profiles))
+        return 0
+    finally:
+        timeline.close()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand of the user contract."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="PATH", help="config file (default: $BOOTSERVER_CONFIG, "
                         "else the embedded default)")
     common.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    common.add_argument("--log-format", default="text", choices=["text", "json"],
+                        help="log lines as text or as one JSON object per line (default text)")
     parser = argparse.ArgumentParser(prog="bootserver", description="Boot CoreOS on bare metal through iPXE.")
     parser.add_argument("--version", action="version", version=f"bootserver {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -228,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_deprovision)
     p = sub.add_parser("devices", parents=[common, project], help="list the devices bootserver manages")
     p.set_defaults(func=_cmd_devices)
+    p = sub.add_parser("nodes", parents=[common], help="show each node's boot stage; mark nodes for reinstall",
+                       description="Without an action: a table of every node's stage and how long ago. "
+                       "'show NODE': the node's events. 'reinstall NODE...': the next boot installs again.")
+    p.add_argument("action", nargs="?", choices=["list", "show", "reinstall"], default="list")
+    p.add_argument("nodes", nargs="*", metavar="NODE")
+    p.set_defaults(func=_cmd_nodes)
     return parser
 
 
@@ -235,8 +274,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bootserver`` console script. Returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "nodes":
+        wanted = {"list": (0, 0), "show": (1, 1), "reinstall": (1, None)}[args.action]
+        if len(args.nodes) < wanted[0] or (wanted[1] is not None and len(args.nodes) > wanted[1]):
+            parser.error(f"nodes {args.action}: expected "
+                         + ("no NODE" if wanted[1] == 0 else "one NODE" if wanted[1] == 1 else "NODE..."))
+    setup_logging(args.log_level, args.log_format)
+    config = None
     try:
         config = load_config(args.config)
         return args.func(args, config)
@@ -245,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except sqlite3.Error as e:
+        where = config.state_dir if config is not None else "state_dir"
+        print(f"bootserver: {where}: node timeline: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
@@ -180,6 +180,13 @@ class Profile(_Model):
     kargs: tuple[str, ...] = ()
     console: str | None = None
     metal: Any = None  # checked by bootserver.metal.parse_metal_settings in _check_references
+    boot_once: bool | None = None
+
+    @property
+    def boots_once(self) -> bool:
+        """Whether an installed node boots its local disk instead of reinstalling (``boot_once``;
+        default true in install mode; never in live mode)."""
+        return self.mode == "install" if self.boot_once is None else self.boot_once and self.mode == "install"
 
     @field_validator("kargs", mode="before")
     @classmethod
@@ -386,6 +393,9 @@ def _check_references(doc: _Document, cfg: Config) -> None:
         if prof.arch not in doc.streams[prof.stream].architectures:
             raise ConfigError(src, f"profiles.{name}.arch",
                               f"stream {prof.stream!r} does not list architecture {prof.arch!r}")
+        if prof.mode == "live" and prof.boot_once:
+            raise ConfigError(src, f"profiles.{name}.boot_once", "a live-mode node has no disk to boot; "
+                              "boot_once can only be true in install mode")
         if prof.mode == "install" and not prof.install_dev:
             raise ConfigError(src, f"profiles.{name}.install_dev", "required when mode is install")
         if prof.ignition is not None:
