@@ -143,3 +143,21 @@ class ServerProcess:
             except asyncio.TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()
+
+
+#: A fixed signing key and clock (2026-01-01T00:00:00Z, unix seconds) for deterministic signed URLs.
+FIXED_KEY = bytes(range(32))
+FIXED_NOW = 1_767_225_600
+
+
+def fixed_signer(now: float = FIXED_NOW, key: bytes = FIXED_KEY):
+    """A :class:`bootserver.signing.Signer` with a fixed key and a fixed clock (unix seconds)."""
+    from bootserver.signing import KeyEntry, Keyring, Signer
+
+    return Signer(Keyring(Path("/nonexistent/keys.json"), [KeyEntry(key, 0)]), now=lambda: now)
+
+
+def relative(url: str) -> str:
+    """Path and query of an absolute URL (for the aiohttp test client)."""
+    parts = urlsplit(url)
+    return parts.path + ("?" + parts.query if parts.query else "")
