@@ -44,7 +44,7 @@ KEYS_FILE = "keys.json"
 #: Query parameters that are secrets and never logged.
 SECRET_PARAMS = frozenset({"sig", "token"})
 
-_EXP_RE = re.compile(r"^[0-9]{1,12}$")
+_EXP_RE = re.compile(r"^[1-9][0-9]{0,11}$")  # canonical decimal only: one spelling per expiry
 _SIG_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 _DURATION_RE = re.compile(r"^([0-9]+)([smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -80,11 +80,16 @@ def expiry(now: float, ttl: int) -> int:
 
 
 def _message(node: str, path: str, exp: int) -> bytes:
+    if "\n" in node or "\n" in path:
+        raise ValueError("node and path must not contain a newline (the field separator)")
     return f"{node}\n{path}\n{exp}".encode()
 
 
 def sign(key: bytes, node: str, path: str, exp: int) -> str:
-    """HMAC-SHA256 of ``node \\n path \\n exp`` under ``key``, unpadded base64url."""
+    """HMAC-SHA256 of ``node \\n path \\n exp`` under ``key``, unpadded base64url.
+
+    Raises ``ValueError`` if ``node`` or ``path`` contains a newline (the message would be ambiguous).
+    """
     mac = hmac.new(key, _message(node, path, exp), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
 
@@ -98,6 +103,8 @@ def verify(keys: Sequence[bytes], node: str, path: str, exp: str | None, sig: st
     :func:`hmac.compare_digest`, so timing does not tell which key or which byte differed.
     """
     if not exp or not sig or not _EXP_RE.match(exp) or not _SIG_RE.match(sig):
+        return False
+    if "\n" in node or "\n" in path:
         return False
     exp_s = int(exp)
     if exp_s <= now:
