@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .errors import InputError
+from .errors import BootserverError, InputError
 
 #: Expiries are rounded up to a multiple of this many seconds (one hour).
 EXPIRY_ROUNDING = 3600
@@ -51,7 +51,11 @@ _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class KeyFileError(InputError):
-    """The keys file is unreadable or malformed (exit 2). The message names the file."""
+    """The keys file is malformed (exit 2). The message names the file."""
+
+
+class KeyStoreError(BootserverError):
+    """The keys file cannot be read or written (exit 1). The message names the file."""
 
 
 def parse_duration(value: str | int) -> int:
@@ -170,9 +174,19 @@ class Keyring:
         """Load ``<state_dir>/keys.json``, creating it (mode 0600, ``O_EXCL``) with a fresh key if absent.
 
         Two processes racing both end up with the key of whichever created the file first.
-        Raises :class:`KeyFileError` for a malformed file and ``OSError`` for an unwritable ``state_dir``.
+        Raises :class:`KeyFileError` for a malformed file and :class:`KeyStoreError` for an unreadable
+        file or an unwritable ``state_dir``.
         """
         path = Path(state_dir) / KEYS_FILE
+        try:
+            return cls._load_or_create(path, now)
+        except OSError as e:
+            raise KeyStoreError(f"{path}: cannot read or create the signing keys: "
+                                f"{e.strerror or e}") from None
+
+    @classmethod
+    def _load_or_create(cls, path: Path, now: Callable[[], float]) -> "Keyring":
+        state_dir = path.parent
         try:
             return cls(path, cls._parse(path, path.read_bytes()))
         except FileNotFoundError:
