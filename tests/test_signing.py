@@ -153,3 +153,23 @@ def test_redact() -> None:
     assert redact("http://h/ignition/n?exp=1&sig=abc") == "http://h/ignition/n?exp=1&sig=REDACTED"
     assert redact("/p?token=x&a=b") == "/p?token=REDACTED&a=b"
     assert redact("/p") == "/p"
+
+
+async def test_cli_keys_rotate_and_url_expiry(reference: Path, tmp_path: Path) -> None:
+    from conftest import run_cli, write_config
+
+    config = write_config(tmp_path / "b.yaml", {
+        "server": {"base_url": "http://boot.example.net:8080", "signing": {"key_grace": "2h"}},
+        "state_dir": "state",
+        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"p": {"stream": "r", "install_dev": "/dev/sda"}},
+        "nodes": {"n0": {"profile": "p"}}})
+    rc, out, err = await run_cli("url", "n0", "--config", str(config))
+    assert rc == 0, err
+    before = json.loads((tmp_path / "state/keys.json").read_text())["keys"]
+    rc, out, err = await run_cli("keys", "rotate", "--config", str(config))
+    assert rc == 0 and "7200" in out, err
+    after = json.loads((tmp_path / "state/keys.json").read_text())["keys"]
+    assert after[1]["key"] == before[0]["key"] and after[1]["retires"] - after[0]["created"] == 7200
+    rc, out, err = await run_cli("url", "n0", "--expires", "never", "--config", str(config))
+    assert rc == 2 and "--expires" in err
