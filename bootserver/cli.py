@@ -60,14 +60,41 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _duration_arg(value: str) -> int:
+    from .signing import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _cmd_url(args: argparse.Namespace, config: Config) -> int:
     from .urls import Urls
 
     urls = Urls(config)
     node = _node(config, args.node)
-    print(urls.chain(node))
+    print(urls.chain(node, args.expires))
     print()
-    sys.stdout.write(urls.userdata(node))
+    sys.stdout.write(urls.userdata(node, args.expires))
+    return 0
+
+
+def _cmd_keys_rotate(args: argparse.Namespace, config: Config) -> int:
+    from .signing import Keyring
+
+    grace = config.server.signing.key_grace if args.grace is None else args.grace
+    ring = Keyring.load_or_create(config.state_dir).rotate(grace)
+    print(f"{ring.path}: new signing key; the previous key is accepted for {grace} more seconds")
+    return 0
+
+
+def _cmd_tls_init(args: argparse.Namespace, config: Config) -> int:
+    from .tls import init_tls, san_names
+
+    names = san_names([config.server.effective_base_url, config.server.https_base_url], args.name)
+    paths = init_tls(config.state_dir / "tls", names, force=args.force)
+    print(f"{paths['ca.crt'].parent}: CA and server certificate for {', '.join(names)}")
     return 0
 
 
@@ -117,7 +144,7 @@ def _cmd_provision(args: argparse.Namespace, config: Config) -> int:
     urls = Urls(config)
     host = urlsplit(urls.chain(nodes[0])).hostname or ""
     if host == "localhost" or host.startswith("127.") or host == "::1":
-        print(f"bootserver: warning: devices cannot reach the chain URL {urls.chain(nodes[0])}: "
+        print(f"bootserver: warning: devices cannot reach the chain URL {urls.chain(nodes[0]).split('?')[0]}: "
               f"set server.base_url in {config.source}", file=sys.stderr)
     requests = []
     for node in nodes:
@@ -228,7 +255,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_render)
     p = sub.add_parser("url", parents=[common], help="print a node's chain URL and #!ipxe userdata")
     p.add_argument("node")
+    p.add_argument("--expires", type=_duration_arg, metavar="DURATION",
+                   help="validity, e.g. 24h or 7d (default server.signing.chain_ttl, 7d); rounded up to the hour")
     p.set_defaults(func=_cmd_url)
+    p = sub.add_parser("keys", help="manage the URL signing keys in state_dir")
+    ksub = p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    k = ksub.add_parser("rotate", parents=[common], help="make a new signing key; the old one stays "
+                        "valid for a grace period")
+    k.add_argument("--grace", type=_duration_arg, metavar="DURATION",
+                   help="how long the previous key is still accepted (default server.signing.key_grace, 24h)")
+    k.set_defaults(func=_cmd_keys_rotate)
+    p = sub.add_parser("tls", help="manage the HTTPS certificate")
+    tsub = p.add_subparsers(dest="tls_command", required=True, metavar="ACTION")
+    t = tsub.add_parser("init", parents=[common], help="create a CA and a server certificate in state_dir/tls")
+    t.add_argument("--name", action="append", default=[], metavar="NAME",
+                   help="extra DNS name or IP address for the certificate (repeatable)")
+    t.add_argument("--force", action="store_true", help="replace existing files")
+    t.set_defaults(func=_cmd_tls_init)
     p = sub.add_parser("check-config", parents=[common], help="check the config and exit")
     p.set_defaults(func=_cmd_check)
 

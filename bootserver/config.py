@@ -69,20 +69,103 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class TLSConfig(_Model):
-    """``server.tls``: certificate and key files (PEM) for HTTPS; ``ca`` is embedded into stubs."""
+def _duration(value: Any) -> Any:
+    from .signing import parse_duration
 
-    cert: str
-    key: str
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return parse_duration(value)
+    return value
+
+
+def _networks(value: Any) -> Any:
+    """Normalise a list of IP addresses or CIDRs (``ipaddress.ip_network``, host bits allowed)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        return value
+    out = []
+    for i, v in enumerate(value):
+        if not isinstance(v, str):
+            raise ValueError(f"item {i}: expected an IP address or CIDR string, got {v!r}")
+        try:
+            out.append(str(ipaddress.ip_network(v.strip(), strict=False)))
+        except ValueError:
+            raise ValueError(f"item {i}: not an IP address or CIDR: {v!r}") from None
+    return tuple(out)
+
+
+class TLSConfig(_Model):
+    """``server.tls``: the HTTPS listener.
+
+    ``listen`` (``host:port``) serves HTTPS with ``cert``/``key`` (PEM files; default
+    ``<state_dir>/tls/server.crt`` and ``server.key`` as written by ``bootserver tls init``); ``ca`` (PEM,
+    default ``<state_dir>/tls/ca.crt``) is embedded into stubs. ``base_url`` is the https URL Ignition
+    uses for real configs (default ``https://<base_url host>:<listen port>``). Real configs are refused
+    (403) on the plain HTTP listener unless ``allow_plain_configs`` is true.
+    """
+
+    listen: str
+    base_url: str | None = None
+    cert: str | None = None
+    key: str | None = None
     ca: str | None = None
+    allow_plain_configs: bool = False
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        split_listen(value)
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = _check_http_url(value)
+        if not value.startswith("https://"):
+            raise ValueError(f"must be an https:// URL, got {value!r}")
+        return value
+
+
+class SigningConfig(_Model):
+    """``server.signing``: lifetimes of signed URLs and of rotated keys, in seconds or ``30m``/``24h``/``7d``.
+
+    ``chain_ttl``: default validity of chain URLs from ``bootserver url`` (7d). ``install_ttl``: validity
+    of the URLs inside a served script or stub, long enough to finish an install (24h). ``key_grace``:
+    how long ``bootserver keys rotate`` keeps accepting the previous key (24h). Expiries are rounded up
+    to the hour.
+    """
+
+    chain_ttl: int = 7 * 86400
+    install_ttl: int = 86400
+    key_grace: int = 86400
+
+    _dur = field_validator("chain_ttl", "install_ttl", "key_grace", mode="before")(
+        classmethod(lambda cls, v: _duration(v)))
 
 
 class ServerConfig(_Model):
-    """``server``: where to listen (``host:port``) and the URL devices use to reach us."""
+    """``server``: where to listen (``host:port``), the URL devices use to reach us, and security limits."""
 
     listen: str = "127.0.0.1:8080"
     base_url: str | None = None
     tls: TLSConfig | None = None
+    signing: SigningConfig = Field(default_factory=SigningConfig)
+    trusted_proxies: tuple[str, ...] = ()
+    max_concurrent: int = Field(default=256, ge=1, le=100000)
+    request_timeout: int = 60
+    keepalive_timeout: int = 15
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxies(cls, value: Any) -> Any:
+        return _networks(value)
+
+    @field_validator("request_timeout", "keepalive_timeout", mode="before")
+    @classmethod
+    def _timeouts(cls, value: Any) -> Any:
+        return _duration(value)
 
     @field_validator("listen")
     @classmethod
@@ -116,6 +199,19 @@ class ServerConfig(_Model):
         elif ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
+
+    @property
+    def https_base_url(self) -> str | None:
+        """The https base URL of real configs when ``tls`` is set (``tls.base_url``, else the host of
+        :attr:`effective_base_url` with the port of ``tls.listen``), else ``None``."""
+        if self.tls is None:
+            return None
+        if self.tls.base_url:
+            return self.tls.base_url
+        host = urlsplit(self.effective_base_url).hostname or "localhost"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"https://{host}:{split_listen(self.tls.listen)[1]}"
 
 
 def split_listen(value: str) -> tuple[str, int]:
@@ -212,7 +308,11 @@ class Profile(_Model):
 
 
 class Node(_Model):
-    """``nodes.<name>``: one machine: its profile, facility and the selectors of ``/boot.ipxe``."""
+    """``nodes.<name>``: one machine: its profile, facility and the selectors of ``/boot.ipxe``.
+
+    ``addresses`` (IPs or CIDRs) restrict who may fetch the node's script and configs; ``selectable``
+    lets ``/boot.ipxe`` hand out its script to any address (otherwise only to a matching address).
+    """
 
     profile: str
     facility: str | None = None
@@ -220,6 +320,13 @@ class Node(_Model):
     uuid: str | None = None
     hostname: str | None = None
     metal: Any = None  # checked by bootserver.metal.parse_metal_settings in _check_references
+    addresses: tuple[str, ...] = ()
+    selectable: bool = False
+
+    @field_validator("addresses", mode="before")
+    @classmethod
+    def _addresses(cls, value: Any) -> Any:
+        return _networks(value)
 
     @field_validator("mac", mode="before")
     @classmethod
@@ -314,6 +421,17 @@ class Config:
         """The real Ignition config file of a profile, or ``None`` when the profile has none."""
         p = self.profiles[profile]
         return None if p.ignition is None else self._path(p.ignition)
+
+    def tls_files(self) -> tuple[Path, Path, Path]:
+        """``(cert, key, ca)`` of ``server.tls``, defaulting to ``<state_dir>/tls/server.crt``,
+        ``server.key`` and ``ca.crt``. Raises ``ValueError`` when ``server.tls`` is not set."""
+        tls = self.server.tls
+        if tls is None:
+            raise ValueError("server.tls is not set")
+        d = self.state_dir / "tls"
+        return (self._path(tls.cert) if tls.cert else d / "server.crt",
+                self._path(tls.key) if tls.key else d / "server.key",
+                self._path(tls.ca) if tls.ca else d / "ca.crt")
 
     def node_by_mac(self, mac: str) -> str | None:
         """Name of the node with this MAC (any case, ``:`` or ``-``), or ``None``."""

@@ -13,6 +13,7 @@ bytes the server sends.
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
 import hashlib
@@ -40,12 +41,13 @@ def sha512_hash(data: bytes) -> str:
 
 
 def build_stub(*, version: str, hostname: str, config_url: str | None = None,
-               config_bytes: bytes | None = None) -> dict[str, Any]:
+               config_bytes: bytes | None = None, ca_pem: bytes | None = None) -> dict[str, Any]:
     """Return the stub config for a node as a JSON-ready dict.
 
     ``version`` is the spec version (``3.1.0`` to ``3.5.0``); ``config_url`` and ``config_bytes`` (the
     exact bytes served at that URL) give the merge entry, omitted when the profile has no real config;
-    ``hostname`` is written to ``/etc/hostname``.
+    ``hostname`` is written to ``/etc/hostname``; ``ca_pem`` (a PEM CA certificate, RFC 7468), when
+    given, goes into ``ignition.security.tls.certificateAuthorities`` as a base64 data URL (RFC 2397).
     """
     stub = copy.deepcopy(fragment("stub"))
     stub["ignition"]["version"] = version
@@ -56,6 +58,9 @@ def build_stub(*, version: str, hostname: str, config_url: str | None = None,
         merge.append({"source": config_url, "verification": {"hash": sha512_hash(config_bytes)}})
     else:
         del stub["ignition"]["config"]
+    if ca_pem is not None:
+        source = "data:;base64," + base64.b64encode(ca_pem).decode()
+        stub["ignition"]["security"] = {"tls": {"certificateAuthorities": [{"source": source}]}}
     files = copy.deepcopy(fragment("hostname")["storage"]["files"])
     files[0]["contents"]["source"] = "data:," + quote(hostname + "\n", safe="")
     stub.setdefault("storage", {}).setdefault("files", []).extend(files)

@@ -23,17 +23,19 @@ from .inventory import find_node, script_context
 from .ipxe import render_boot_script, render_localboot_script
 from .store import ArtifactStore
 from .timeline import ARTIFACT_KINDS, INSTALLED_STAGES, Timeline
+from .signing import Signer
 from .urls import Urls
 
 
 class BootService:
     """Domain operations for one loaded :class:`~bootserver.config.Config`."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, signer: Signer | None = None) -> None:
+        """``signer`` signs per-node URLs (default: the keys file in ``state_dir`` and the wall clock)."""
         self.config = config
         self.store = ArtifactStore(config.cache_dir)
         self.catalog = StreamCatalog(config, self.store)
-        self.urls = Urls(config)
+        self.urls = Urls(config, signer)
         self.real_configs = RealConfigs()
         self.timeline = Timeline(config.state_dir)
         #: Passed as ``observer`` to :func:`bootserver.fetch.download_artifact` (the server sets it
@@ -144,8 +146,24 @@ class BootService:
         except OSError as e:
             raise UnavailableError(f"node {node}: cannot read Ignition config {path}: {e.strerror}") from None
 
+    def ca_pem(self) -> bytes | None:
+        """The CA certificate (PEM) embedded into stubs when ``server.tls`` is set, else ``None``.
+
+        Raises :class:`~bootserver.errors.UnavailableError` when the CA file cannot be read.
+        """
+        if self.config.server.tls is None:
+            return None
+        ca = self.config.tls_files()[2]
+        try:
+            return ca.read_bytes()
+        except OSError as e:
+            raise UnavailableError(f"server.tls.ca: cannot read {ca}: {e.strerror}") from None
+
     def stub(self, node: str) -> bytes:
         """The node's merge-style Ignition stub, as the exact bytes served.
+
+        Its merge URL is signed with an expiry rounded up to the hour, so ``render ignition`` and the
+        server print the same bytes within the same hour (same clock, same code path).
 
         Raises :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
         """
@@ -156,5 +174,6 @@ class BootService:
             hostname=self.config.node_hostname(node),
             config_url=None if data is None else self.urls.real_config(node),
             config_bytes=data,
+            ca_pem=self.ca_pem(),
         )
         return encode(stub)

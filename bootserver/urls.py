@@ -7,6 +7,11 @@ Layout (relative to ``server.base_url``, or for artifacts to the node's facility
     /ignition/<node>                               the node's merge-style Ignition stub
     /ignition/<node>/config                        the node's real Ignition config, byte for byte
     /artifacts/<stream>/<arch>/<release>/<file>    a cached live PXE artifact
+
+Every per-node URL (chain, stub, real config) carries ``?exp=<unix seconds>&sig=<base64url>`` from
+:class:`bootserver.signing.Signer`, over the node, the route path below the base URL and the expiry.
+The real config's URL uses ``server.tls``'s https base URL when HTTPS is configured. Artifact URLs are
+never signed (public images).
 """
 
 from __future__ import annotations
@@ -14,31 +19,69 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from .config import Config
+from .signing import Keyring, Signer
 from .streams import Artifact, Release
 
 
-class Urls:
-    """Build absolute URLs for a config. Node and stream names are checked plain names already."""
+def chain_path(node: str) -> str:
+    """Route path of a node's iPXE script (what its chain URL's signature covers)."""
+    return f"/ipxe/{quote(node)}"
 
-    def __init__(self, config: Config) -> None:
+
+def stub_path(node: str) -> str:
+    """Route path of a node's Ignition stub."""
+    return f"/ignition/{quote(node)}"
+
+
+def real_config_path(node: str) -> str:
+    """Route path of a node's real Ignition config."""
+    return f"/ignition/{quote(node)}/config"
+
+
+class Urls:
+    """Build absolute URLs for a config. Node and stream names are checked plain names already.
+
+    ``signer`` signs per-node URLs; by default one over ``<state_dir>/keys.json`` (created on first use)
+    and the wall clock.
+    """
+
+    def __init__(self, config: Config, signer: Signer | None = None) -> None:
         self.config = config
         self.base = config.server.effective_base_url
+        self.https_base = config.server.https_base_url
+        self._signer = signer
 
-    def chain(self, node: str) -> str:
-        """The node's chain URL: what Equinix's iPXE fetches (``ipxe_script_url``)."""
-        return f"{self.base}/ipxe/{quote(node)}"
+    @property
+    def signer(self) -> Signer:
+        """The :class:`Signer` (loading or creating the keys file on first use)."""
+        if self._signer is None:
+            self._signer = Signer(Keyring.load_or_create(self.config.state_dir))
+        return self._signer
 
-    def userdata(self, node: str) -> str:
+    def _signed(self, base: str, node: str, path: str, ttl: int) -> str:
+        return f"{base}{path}?{self.signer.query(node, path, ttl)}"
+
+    def chain(self, node: str, ttl: int | None = None) -> str:
+        """The node's signed chain URL: what Equinix's iPXE fetches (``ipxe_script_url``), valid for
+        ``ttl`` seconds (default ``server.signing.chain_ttl``), rounded up to the hour."""
+        ttl = self.config.server.signing.chain_ttl if ttl is None else ttl
+        return self._signed(self.base, node, chain_path(node), ttl)
+
+    def userdata(self, node: str, ttl: int | None = None) -> str:
         """The ``#!ipxe`` userdata that chains to the node's script (for ``userdata`` instead of a URL)."""
-        return f"#!ipxe\nchain --autofree {self.chain(node)}\n"
+        return f"#!ipxe\nchain --autofree {self.chain(node, ttl)}\n"
 
     def stub(self, node: str) -> str:
-        """The node's merge-style Ignition stub."""
-        return f"{self.base}/ignition/{quote(node)}"
+        """The node's signed merge-style Ignition stub URL (valid ``server.signing.install_ttl``).
+
+        Always on the plain base URL: the stub carries the CA that makes our HTTPS trusted.
+        """
+        return self._signed(self.base, node, stub_path(node), self.config.server.signing.install_ttl)
 
     def real_config(self, node: str) -> str:
-        """The node's real Ignition config, which the stub merges."""
-        return f"{self.base}/ignition/{quote(node)}/config"
+        """The node's signed real Ignition config URL, which the stub merges (https when TLS is set)."""
+        return self._signed(self.https_base or self.base, node, real_config_path(node),
+                            self.config.server.signing.install_ttl)
 
     def artifact_base(self, node: str) -> str:
         """Base URL for a node's artifacts: its facility's ``base_url`` when set, else ours."""

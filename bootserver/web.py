@@ -7,7 +7,9 @@ upstream 502; every refusal is a plain-text reason and one log line, never a bar
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import ssl
 from typing import Awaitable, Callable
 
 from aiohttp import web
@@ -18,7 +20,9 @@ from .errors import BootserverError, FetchError, InputError, UnavailableError, U
 from .fetch import client_session
 from .ignition import MEDIA_TYPE
 from . import ops
+from .security import limits_middleware, selectable_check, signed_route_middleware
 from .service import BootService
+from .signing import Signer
 
 log = logging.getLogger("bootserver.web")
 
@@ -85,6 +89,7 @@ async def generic_entry(request: web.Request) -> web.Response:
     svc = _service(request)
     q = request.query
     node = request[ops.NODE] = svc.find_node(mac=q.get("mac"), uuid=q.get("uuid"), hostname=q.get("hostname"))
+    selectable_check(request, svc.config, node)
     script = await svc.serve_script(node, request.app[SESSION], request.remote)  # type: ignore[arg-type]
     return web.Response(text=script, content_type="text/plain")
 
@@ -141,11 +146,27 @@ async def _session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
     await session.close()
 
 
-def create_app(config: Config) -> web.Application:
-    """Build the aiohttp application for ``config`` (routes as in :mod:`bootserver.urls`)."""
-    app = web.Application(middlewares=[ops.ops_middleware, error_middleware])
-    app[SERVICE] = BootService(config)
-    app[SERVICE].fetch_observer = ops.setup(app, app[SERVICE]).metrics
+#: Largest request body accepted, in bytes (no endpoint takes a body).
+CLIENT_MAX_SIZE = 64 * 1024
+#: Longest request line and header field accepted, in bytes (longer: 400).
+MAX_LINE_SIZE = 8190
+MAX_FIELD_SIZE = 8190
+MAX_HEADERS = 64
+
+
+def create_app(config: Config, signer: Signer | None = None) -> web.Application:
+    """Build the aiohttp application for ``config`` (routes as in :mod:`bootserver.urls`).
+
+    ``signer`` signs and verifies per-node URLs (default: the keys file in ``state_dir``, wall clock).
+    """
+    svc = BootService(config, signer)
+    app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=[
+        ops.ops_middleware,
+        limits_middleware(config.server.max_concurrent, config.server.request_timeout),
+        signed_route_middleware(config, svc.urls.signer.check),
+        error_middleware])
+    app[SERVICE] = svc
+    svc.fetch_observer = ops.setup(app, svc).metrics
     app.cleanup_ctx.append(_session_ctx)
     app.on_response_prepare.append(_artifact_etag)
     app.router.add_get("/ipxe/{node}", ipxe_script)
@@ -157,10 +178,66 @@ def create_app(config: Config) -> web.Application:
     return app
 
 
-def run(config: Config) -> None:
-    """Serve ``config`` on ``server.listen`` until interrupted (SIGINT/SIGTERM)."""
+def runner_kwargs(config: Config) -> dict[str, object]:
+    """Keyword arguments of :class:`aiohttp.web.AppRunner`: our access log (no query strings), the request
+    line/header limits (bytes) and the keep-alive timeout (seconds)."""
+    return {**ops.runner_kwargs(), "max_line_size": MAX_LINE_SIZE,
+            "max_field_size": MAX_FIELD_SIZE, "max_headers": MAX_HEADERS,
+            "keepalive_timeout": config.server.keepalive_timeout}
+
+
+def server_ssl_context(config: Config) -> "ssl.SSLContext":
+    """The server's TLS context (TLS 1.2+) from ``server.tls`` cert and key (PEM).
+
+    Raises :class:`~bootserver.errors.ConfigError` naming ``server.tls`` when the files cannot be loaded.
+    """
+
+
+    from .errors import ConfigError
+
+    cert, key, _ = config.tls_files()
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(config.source, "server.tls",
+                          f"cannot load {cert} / {key}: {getattr(e, 'strerror', None) or e} "
+                          "(run `bootserver tls init`?)") from None
+    return ctx
+
+
+async def serve(config: Config, stop: "asyncio.Event") -> None:
+    """Serve ``config`` on ``server.listen`` (HTTP) and ``server.tls.listen`` (HTTPS) until ``stop``."""
+    ssl_ctx = server_ssl_context(config) if config.server.tls else None
     app = create_app(config)
-    host, port = config.server.host, config.server.port
-    log.info("bootserver %s listening on %s:%d, base URL %s, cache %s", __version__, host, port,
-             config.server.effective_base_url, config.cache_dir)
-    web.run_app(app, host=host or None, port=port, print=None, **ops.runner_kwargs())
+    runner = web.AppRunner(app, **runner_kwargs(config))  # type: ignore[arg-type]
+    await runner.setup()
+    try:
+        host, port = config.server.host, config.server.port
+        await web.TCPSite(runner, host or None, port).start()
+        log.info("bootserver %s listening on %s:%d, base URL %s, cache %s", __version__, host, port,
+                 config.server.effective_base_url, config.cache_dir)
+        if config.server.tls is not None and ssl_ctx is not None:
+            from .config import split_listen
+
+            thost, tport = split_listen(config.server.tls.listen)
+            await web.TCPSite(runner, thost or None, tport, ssl_context=ssl_ctx).start()
+            log.info("HTTPS on %s:%d, base URL %s", thost, tport, config.server.https_base_url)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def run(config: Config) -> None:
+    """Serve ``config`` until SIGINT/SIGTERM (see :func:`serve`)."""
+    import signal
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(config, stop)
+
+    asyncio.run(main())

@@ -31,7 +31,7 @@ async def test_sync_serve_and_boot_like_a_device(tmp_path: Path, reference: Path
         "streams": {"rhcos-4.16": {"metadata": upstream.url + metadata_path}},
         "profiles": {"master": {"stream": "rhcos-4.16", "mode": "install", "install_dev": "/dev/sda",
                                 "ignition": "master.ign"}},
-        "nodes": {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56"}},
+        "nodes": {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56", "addresses": ["127.0.0.1"]}},
     })
 
     rc, out, err = await run_cli("sync-images", "--config", str(config))

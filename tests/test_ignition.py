@@ -13,6 +13,9 @@ from bootserver.config import IGNITION_VERSIONS, parse_config
 from bootserver.ignition import build_stub, encode, fragment
 from bootserver.resources import data_dir
 from bootserver.service import BootService
+from bootserver.signing import sign
+
+from conftest import FIXED_KEY, FIXED_NOW, fixed_signer
 
 
 def schema(reference: Path, version: str) -> dict:
@@ -31,7 +34,7 @@ def service(reference: Path, tmp_path: Path, version: str, pointer: str = "opens
                      "bare": {"stream": "r", "mode": "live", "ignition_version": version}},
         "nodes": {"master-0": {"profile": "p", "hostname": "master-0.ocp.example.net"},
                   "live-0": {"profile": "bare"}},
-    }, "t.yaml", tmp_path)), ign
+    }, "t.yaml", tmp_path), fixed_signer()), ign
 
 
 @pytest.mark.parametrize("version", IGNITION_VERSIONS)
@@ -47,7 +50,9 @@ def test_stub_pins_the_exact_bytes_of_the_real_config(reference: Path, tmp_path:
     svc, ign = service(reference, tmp_path, "3.2.0", "openshift-pointer-master-v3.1.ign.json")
     stub = json.loads(svc.stub("master-0"))
     merge = stub["ignition"]["config"]["merge"]
-    assert merge == [{"source": "http://boot.example.net:8080/ignition/master-0/config",
+    exp = FIXED_NOW + 86400
+    sig = sign(FIXED_KEY, "master-0", "/ignition/master-0/config", exp)
+    assert merge == [{"source": f"http://boot.example.net:8080/ignition/master-0/config?exp={exp}&sig={sig}",
                       "verification": {"hash": "sha512-" + hashlib.sha512(ign.read_bytes()).hexdigest()}}]
     assert svc.real_config("master-0") == ign.read_bytes()
     files = stub["storage"]["files"]

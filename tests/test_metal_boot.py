@@ -99,7 +99,7 @@ async def test_provision_then_boot_like_the_devices(tmp_path: Path, reference: P
             assert userdata[0] == "#!ipxe" and len(userdata) == 2
             verb, flag, chain_url = userdata[1].split(" ")
             assert (verb, flag) == ("chain", "--autofree")
-            assert chain_url == f"{server.url}/ipxe/master-1"
+            assert chain_url.startswith(f"{server.url}/ipxe/master-1?exp=") and "&sig=" in chain_url
             await play_device(http, chain_url, expected, master_ign.read_bytes())
 
             rc, _out, err = await run_cli("deprovision", "master-0", "master-1", "--config", str(config))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -59,8 +60,9 @@ def test_provision_prints_devices_and_records_state(env, tmp_path, capsys):
     assert lines[1].startswith(f"master-1 {ids['m1']} active ")
     assert f"bootserver: master-0: created device {ids['master-0']} (queued)" in err
     bodies = {c.body["hostname"]: c.body for c in env.calls("POST")}
-    assert bodies["master-0"]["ipxe_script_url"] == "http://boot.example:8080/ipxe/master-0"
-    assert bodies["m1"]["ipxe_script_url"] == "http://boot.example:8080/ipxe/master-1"
+    assert re.fullmatch(r"http://boot\.example:8080/ipxe/master-0\?exp=\d+&sig=[\w-]{43}",
+                        bodies["master-0"]["ipxe_script_url"])
+    assert bodies["m1"]["ipxe_script_url"].startswith("http://boot.example:8080/ipxe/master-1?exp=")
     assert bodies["master-0"]["tags"] == ["bootserver", "ocp"]
     assert bodies["master-0"]["operating_system"] == "custom_ipxe"
     assert env.invalid_bodies == []
@@ -81,7 +83,8 @@ def test_userdata_and_cli_overrides(env, tmp_path, capsys):
                        "--spot-price-max", "0.75", "--hardware-reservation-id", "next-available")
     assert rc == 0, err
     [call] = env.calls("POST")
-    assert call.body == {
+    assert re.search(r"/ipxe/master-0\?exp=\d+&sig=[\w-]{43}\n$", call.body["userdata"])
+    assert {**call.body, "userdata": re.sub(r"\?exp=\d+&sig=[\w-]+", "", call.body["userdata"])} == {
         "hostname": "master-0",
         "plan": "m3.large.x86",
         "facility": "sv15",

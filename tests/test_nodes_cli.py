@@ -5,11 +5,11 @@ state_dir while the server runs, and the JSON access log."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import aiohttp
-
 from conftest import ServerProcess, free_port, run_cli, write_config
 
 
@@ -37,10 +37,13 @@ async def test_boot_once_across_restart_then_reinstall(tmp_path: Path, reference
         server = ServerProcess(config, port)
         try:
             await server.start(http)
-            install = await _get(http, f"{server.url}/ipxe/master-0")
+            rc, out, err = await run_cli("url", "master-0", "--config", str(config))
+            chain = out.splitlines()[0]
+            install = await _get(http, chain)
             assert "coreos.inst.install_dev=/dev/sda" in install
-            await _get(http, f"{server.url}/ignition/master-0")           # coreos-installer
-            await _get(http, f"{server.url}/ignition/master-0/config")    # the installed system's first boot
+            stub_url = re.search(r"coreos\.inst\.ignition_url=(\S+)", install).group(1)
+            stub = json.loads(await _get(http, stub_url))                 # coreos-installer
+            await _get(http, stub["ignition"]["config"]["merge"][0]["source"])  # the installed system's first boot
         finally:
             await server.stop()
 
@@ -53,7 +56,7 @@ async def test_boot_once_across_restart_then_reinstall(tmp_path: Path, reference
         server = ServerProcess(config, port, "--log-format", "json")
         try:
             await server.start(http)
-            localboot = await _get(http, f"{server.url}/ipxe/master-0")
+            localboot = await _get(http, chain)
             assert localboot.startswith("#!ipxe\n") and localboot.rstrip().endswith("\nexit")
             assert "kernel " not in localboot
             rc, out, err = await run_cli("render", "ipxe", "master-0", "--config", str(config))
@@ -62,7 +65,7 @@ async def test_boot_once_across_restart_then_reinstall(tmp_path: Path, reference
             rc, out, err = await run_cli("nodes", "reinstall", "master-0", "--config", str(config))
             assert rc == 0, err
             assert "master-0: marked for reinstall" in out
-            assert await _get(http, f"{server.url}/ipxe/master-0?sig=s3cr3t") == install
+            assert await _get(http, chain) == install
             nodes = json.loads(await _get(http, f"{server.url}/nodes"))
             assert {n["node"]: n["stage"] for n in nodes["nodes"]} == {"master-0": "ipxe", "master-1": "new"}
             events = json.loads(await _get(http, f"{server.url}/nodes/master-0"))["events"]

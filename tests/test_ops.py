@@ -16,7 +16,7 @@ from bootserver.store import ArtifactStore
 from bootserver.streams import parse_stream
 from bootserver.web import SERVICE, create_app
 
-from conftest import payload
+from conftest import SigningClient, fixed_signer, payload
 
 STREAM = "rhcos-stream-4.16.json"
 
@@ -30,7 +30,7 @@ def make_config(reference: Path, tmp_path: Path, **profile: object):
         "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign",
                                 **profile},
                      "live": {"stream": "rhcos-4.16", "mode": "live", "ignition": "master.ign"}},
-        "nodes": {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56"},
+        "nodes": {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56", "selectable": True},
                   "master-1": {"profile": "master"},
                   "live-0": {"profile": "live"}},
     }, "t.yaml", tmp_path)
@@ -60,12 +60,12 @@ def config(reference: Path, tmp_path: Path):
     return make_config(reference, tmp_path)
 
 
-async def start(aiohttp_client, config):
+async def start(aiohttp_client, config, signer=None):
     """A test client of ``create_app(config)`` whose runner uses our access logger, as ``serve`` does
     (TestServer ignores constructor kwargs: they must go to start_server)."""
-    server = TestServer(create_app(config))
+    server = TestServer(create_app(config, signer))
     await server.start_server(**runner_kwargs())
-    return await aiohttp_client(server)
+    return SigningClient(await aiohttp_client(server))
 
 
 @pytest.fixture
@@ -249,7 +249,7 @@ async def test_unusable_timeline_refuses_scripts_but_serves_artifacts(aiohttp_cl
     config.state_dir.parent.mkdir(parents=True, exist_ok=True)
     config.state_dir.write_text("not a folder")
     files = fill_cache(config, reference)
-    client = await start(aiohttp_client, config)
+    client = await start(aiohttp_client, config, fixed_signer())  # signing keys need state_dir too
     r = await client.get("/ipxe/master-0")
     assert r.status == 503 and "node timeline" in await r.text()
     r = await client.get("/ignition/master-0")

@@ -14,7 +14,10 @@ from bootserver.store import ArtifactStore
 from bootserver.streams import parse_stream
 from bootserver.web import create_app
 
-from conftest import payload
+from bootserver.signing import sign
+from bootserver.urls import chain_path, real_config_path, stub_path
+
+from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, payload, relative
 
 
 @pytest.fixture
@@ -22,11 +25,12 @@ def config(reference: Path, tmp_path: Path):
     (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
     return parse_config({
         "server": {"base_url": "http://boot.example.net:8080"},
-        "cache_dir": "cache",
+        "cache_dir": "cache", "state_dir": "state",
         "streams": {"rhcos-4.16": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
         "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign"}},
         "nodes": {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56",
-                               "uuid": "0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0", "hostname": "m0.example.net"}},
+                               "uuid": "0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0", "hostname": "m0.example.net",
+                               "selectable": True}},
     }, "t.yaml", tmp_path)
 
 
@@ -48,11 +52,17 @@ def cached(config, reference: Path):
 
 @pytest.fixture
 async def client(aiohttp_client, config):
-    return await aiohttp_client(create_app(config))
+    return await aiohttp_client(create_app(config, fixed_signer()))
+
+
+def signed(path: str, node: str) -> str:
+    """``path`` with a signature for ``node`` from the fixed key, valid an hour after FIXED_NOW."""
+    exp = FIXED_NOW + 3600
+    return f"{path}?exp={exp}&sig={sign(FIXED_KEY, node, path, exp)}"
 
 
 async def test_node_script(client) -> None:
-    r = await client.get("/ipxe/master-0")
+    r = await client.get(signed("/ipxe/master-0", "master-0"))
     assert r.status == 200 and r.content_type == "text/plain"
     text = await r.text()
     assert text.startswith("#!ipxe\n")
@@ -63,18 +73,18 @@ async def test_node_script(client) -> None:
                                    "mac=52-54-00-12-34-56", "mac=52%3a54%3a00%3A12%3A34%3A56".upper().replace("MAC", "mac"),
                                    "uuid=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "hostname=M0.example.net"])
 async def test_generic_entry_selects_the_node(client, query: str) -> None:
-    direct = await (await client.get("/ipxe/master-0")).text()
+    direct = await (await client.get(signed("/ipxe/master-0", "master-0"))).text()
     r = await client.get(f"/boot.ipxe?{query}")
     assert r.status == 200
     assert await r.text() == direct
 
 
 @pytest.mark.parametrize("path,reason", [
-    ("/ipxe/nobody", "no node 'nobody'"),
+    (signed(chain_path("nobody"), "nobody"), "no node 'nobody'"),
     ("/boot.ipxe?mac=52:54:00:00:00:99", "no node with mac 52:54:00:00:00:99"),
     ("/boot.ipxe", "no selector given"),
-    ("/ignition/nobody", "no node 'nobody'"),
-    ("/ignition/nobody/config", "no node 'nobody'"),
+    (signed(stub_path("nobody"), "nobody"), "no node 'nobody'"),
+    (signed(real_config_path("nobody"), "nobody"), "no node 'nobody'"),
 ])
 async def test_unknown_node_is_404_with_reason(client, path: str, reason: str) -> None:
     r = await client.get(path)
@@ -84,10 +94,10 @@ async def test_unknown_node_is_404_with_reason(client, path: str, reason: str) -
 
 
 async def test_stub_and_real_config(client, config) -> None:
-    r = await client.get("/ignition/master-0")
+    r = await client.get(signed("/ignition/master-0", "master-0"))
     assert r.status == 200 and r.content_type == "application/vnd.coreos.ignition+json"
     stub = json.loads(await r.read())
-    r = await client.get("/ignition/master-0/config")
+    r = await client.get(relative(stub["ignition"]["config"]["merge"][0]["source"]))
     body = await r.read()
     assert body == (config.base_dir / "master.ign").read_bytes()
     assert stub["ignition"]["config"]["merge"][0]["verification"]["hash"] == \

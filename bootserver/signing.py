@@ -1,0 +1,259 @@
+"""Signed, expiring per-node URLs: the one place that signs and verifies them.
+
+A signed URL carries the query ``?exp=<unix seconds>&sig=<base64url>`` where ``sig`` is
+HMAC-SHA256 (RFC 2104, stdlib :mod:`hmac`) under the server's key over the UTF-8 bytes of::
+
+    <node> "\\n" <route path> "\\n" <exp>
+
+``route path`` is the URL path below ``base_url`` (e.g. ``/ignition/master-0/config``), so a
+prefix-stripping reverse proxy does not break signatures. ``sig`` is unpadded base64url (43 chars).
+
+Expiries are rounded *up* to a whole hour (:func:`expiry`), so ``bootserver render`` and the server,
+running the same code within the same hour, produce byte-identical URLs (and so identical stubs).
+
+Keys live in ``<state_dir>/keys.json`` (mode 0600), created atomically with ``O_EXCL`` on first use so
+two processes starting at once agree on one key. ``bootserver keys rotate`` makes a new current key and
+keeps the old ones, each with a retirement time (unix seconds), until then still accepted.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import hmac
+import json
+import math
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from .errors import BootserverError, InputError
+
+#: Expiries are rounded up to a multiple of this many seconds (one hour).
+EXPIRY_ROUNDING = 3600
+#: Size of a signing key in bytes (256 bits, the HMAC-SHA256 block-size-safe choice).
+KEY_BYTES = 32
+#: Name of the keys file inside ``state_dir``.
+KEYS_FILE = "keys.json"
+#: Query parameters that are secrets and never logged.
+SECRET_PARAMS = frozenset({"sig", "token"})
+
+_EXP_RE = re.compile(r"^[1-9][0-9]{0,11}$")  # canonical decimal only: one spelling per expiry
+_SIG_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")
+_DURATION_RE = re.compile(r"^([0-9]+)([smhd]?)$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class KeyFileError(InputError):
+    """The keys file is malformed (exit 2). The message names the file."""
+
+
+class KeyStoreError(BootserverError):
+    """The keys file cannot be read or written (exit 1). The message names the file."""
+
+
+def parse_duration(value: str | int) -> int:
+    """Parse a duration: an integer number of seconds or ``<n>s|m|h|d`` (``24h``, ``7d``).
+
+    Returns seconds (> 0). Raises ``ValueError`` naming the value.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int):
+        seconds = value
+    else:
+        m = _DURATION_RE.match(value.strip())
+        if not m:
+            raise ValueError(f"not a duration (use e.g. 3600, 30m, 24h, 7d): {value!r}")
+        seconds = int(m[1]) * _UNITS[m[2]]
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive: {value!r}")
+    return seconds
+
+
+def expiry(now: float, ttl: int) -> int:
+    """The ``exp`` of a URL issued at ``now`` (unix seconds) valid for at least ``ttl`` seconds:
+    ``now + ttl`` rounded up to the next whole hour (:data:`EXPIRY_ROUNDING`)."""
+    return int(math.ceil((now + ttl) / EXPIRY_ROUNDING) * EXPIRY_ROUNDING)
+
+
+def _message(node: str, path: str, exp: int) -> bytes:
+    if "\n" in node or "\n" in path:
+        raise ValueError("node and path must not contain a newline (the field separator)")
+    return f"{node}\n{path}\n{exp}".encode()
+
+
+def sign(key: bytes, node: str, path: str, exp: int) -> str:
+    """HMAC-SHA256 of ``node \\n path \\n exp`` under ``key``, unpadded base64url.
+
+    Raises ``ValueError`` if ``node`` or ``path`` contains a newline (the message would be ambiguous).
+    """
+    mac = hmac.new(key, _message(node, path, exp), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+
+def verify(keys: Sequence[bytes], node: str, path: str, exp: str | None, sig: str | None,
+           now: float) -> bool:
+    """True only if ``sig`` is the signature under one of ``keys`` of ``node``, ``path`` and ``exp``,
+    and ``exp`` (decimal unix seconds) is later than ``now`` (unix seconds).
+
+    Pure and total: any malformed or missing input is simply ``False``. Every key is tried with
+    :func:`hmac.compare_digest`, so timing does not tell which key or which byte differed.
+    """
+    if not exp or not sig or not _EXP_RE.match(exp) or not _SIG_RE.match(sig):
+        return False
+    if "\n" in node or "\n" in path:
+        return False
+    exp_s = int(exp)
+    if exp_s <= now:
+        return False
+    ok = False
+    for key in keys:
+        ok |= hmac.compare_digest(sign(key, node, path, exp_s), sig)
+    return ok
+
+
+@dataclass(frozen=True)
+class KeyEntry:
+    """One signing key; ``retires`` is when it stops being accepted (unix seconds), ``None`` = current."""
+
+    key: bytes
+    created: int
+    retires: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"key": base64.urlsafe_b64encode(self.key).decode(), "created": self.created,
+                "retires": self.retires}
+
+
+class Keyring:
+    """The keys file of a ``state_dir``: one current key and older keys until their retirement.
+
+    Format (JSON)::
+
+        {"version": 1, "keys": [{"key": "<base64url>", "created": <unix s>, "retires": null},
+                                {"key": "...", "created": ..., "retires": <unix s>}, ...]}
+
+    The first entry is the current key (``retires`` null). Raises :class:`KeyFileError` for a bad file.
+    """
+
+    def __init__(self, path: Path, entries: Sequence[KeyEntry]) -> None:
+        self.path = path
+        self.entries = tuple(entries)
+
+    @property
+    def current(self) -> bytes:
+        """The key new URLs are signed with."""
+        return self.entries[0].key
+
+    def accepted(self, now: float) -> tuple[bytes, ...]:
+        """Keys that verify signatures at ``now`` (unix seconds): current plus unretired old keys."""
+        return tuple(e.key for e in self.entries if e.retires is None or e.retires > now)
+
+    @staticmethod
+    def _parse(path: Path, data: bytes) -> list[KeyEntry]:
+        try:
+            doc = json.loads(data)
+            entries = [KeyEntry(base64.urlsafe_b64decode(e["key"]), int(e["created"]),
+                                None if e["retires"] is None else int(e["retires"]))
+                       for e in doc["keys"]]
+        except (ValueError, KeyError, TypeError) as e:
+            raise KeyFileError(f"{path}: not a bootserver keys file ({e})") from None
+        if not entries or entries[0].retires is not None or any(len(e.key) < 16 for e in entries):
+            raise KeyFileError(f"{path}: keys: the first key must be current and keys at least 16 bytes")
+        return entries
+
+    @classmethod
+    def load_or_create(cls, state_dir: Path, now: Callable[[], float] = time.time) -> "Keyring":
+        """Load ``<state_dir>/keys.json``, creating it (mode 0600, ``O_EXCL``) with a fresh key if absent.
+
+        Two processes racing both end up with the key of whichever created the file first.
+        Raises :class:`KeyFileError` for a malformed file and :class:`KeyStoreError` for an unreadable
+        file or an unwritable ``state_dir``.
+        """
+        path = Path(state_dir) / KEYS_FILE
+        try:
+            return cls._load_or_create(path, now)
+        except OSError as e:
+            raise KeyStoreError(f"{path}: cannot read or create the signing keys: "
+                                f"{e.strerror or e}") from None
+
+    @classmethod
+    def _load_or_create(cls, path: Path, now: Callable[[], float]) -> "Keyring":
+        state_dir = path.parent
+        try:
+            return cls(path, cls._parse(path, path.read_bytes()))
+        except FileNotFoundError:
+            pass
+        Path(state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+        entry = KeyEntry(secrets.token_bytes(KEY_BYTES), int(now()))
+        data = _dump([entry])
+        tmp = path.with_name(f".{KEYS_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)  # atomic and exclusive: fails if another process won the race
+            except OSError as e:
+                if e.errno != errno.EEXIST:
+                    raise
+        finally:
+            tmp.unlink(missing_ok=True)
+        return cls(path, cls._parse(path, path.read_bytes()))
+
+    def rotate(self, grace: int, now: Callable[[], float] = time.time) -> "Keyring":
+        """Write a new current key; the old current key retires ``grace`` seconds from now, and keys
+        already retired are dropped. Atomic replace, mode 0600. Returns the new keyring."""
+        t = int(now())
+        old = [KeyEntry(e.key, e.created, t + grace if e.retires is None else e.retires)
+               for e in self.entries]
+        entries = [KeyEntry(secrets.token_bytes(KEY_BYTES), t)] + [e for e in old if e.retires > t]
+        from .store import write_atomic
+
+        write_atomic(self.path, _dump(entries), mode=0o600)
+        return Keyring(self.path, entries)
+
+
+def _dump(entries: Sequence[KeyEntry]) -> bytes:
+    return (json.dumps({"version": 1, "keys": [e.to_json() for e in entries]}, indent=2) + "\n").encode()
+
+
+class Signer:
+    """Sign and verify route paths with a :class:`Keyring` and a clock ``now`` (unix seconds)."""
+
+    def __init__(self, keyring: Keyring, now: Callable[[], float] = time.time) -> None:
+        self.keyring = keyring
+        self.now = now
+
+    def query(self, node: str, path: str, ttl: int) -> str:
+        """The query string ``exp=…&sig=…`` for ``node`` and ``path``, valid ``ttl`` seconds (at least)."""
+        exp = expiry(self.now(), ttl)
+        return urlencode({"exp": exp, "sig": sign(self.keyring.current, node, path, exp)})
+
+    def check(self, node: str, path: str, exp: str | None, sig: str | None) -> bool:
+        """True when ``exp``/``sig`` from a request are valid for ``node`` and ``path`` now."""
+        now = self.now()
+        return verify(self.keyring.accepted(now), node, path, exp, sig, now)
+
+
+def redact(url_or_query: str) -> str:
+    """Replace the values of secret query parameters (``sig``, ``token``) with ``REDACTED``.
+
+    Accepts a full URL, a path with query, or a bare query string; anything else is returned unchanged.
+    """
+    if "?" in url_or_query or "://" in url_or_query:
+        parts = urlsplit(url_or_query)
+        return urlunsplit(parts._replace(query=redact(parts.query))) if parts.query else url_or_query
+    if "=" not in url_or_query:
+        return url_or_query
+    pairs = parse_qsl(url_or_query, keep_blank_values=True)
+    return "&".join(f"{k}={'REDACTED' if k in SECRET_PARAMS else v}" for k, v in pairs)

@@ -1,0 +1,321 @@
+"""The server's security checks through aiohttp's test server on 127.0.0.1: signed URLs (one 403 for
+every refusal), source-address binding, the generic entry, plain-HTTP configs, the concurrency cap,
+request limits, a path-traversal corpus sent as raw bytes, and logs free of signatures and secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from bootserver.config import parse_config
+from bootserver.security import FORBIDDEN_BODY
+from bootserver.signing import sign
+from bootserver.store import ArtifactStore
+from bootserver.streams import parse_stream
+from bootserver.tls import init_tls
+from bootserver.web import create_app, runner_kwargs
+
+from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, payload, relative
+
+SECRET = "TOP-SECRET-PULL-SECRET-4f9c2a"
+
+
+def make_config(reference: Path, tmp_path: Path, server: dict[str, Any] | None = None,
+                nodes: dict[str, Any] | None = None):
+    ign = {"ignition": {"version": "3.2.0"}, "passwd": {"users": [{"name": "core",
+           "sshAuthorizedKeys": [SECRET]}]}}
+    (tmp_path / "bootstrap.ign").write_text(json.dumps(ign))
+    return parse_config({
+        "server": {"base_url": "http://boot.example.net:8080", **(server or {})},
+        "cache_dir": "cache", "state_dir": "state",
+        "streams": {"rhcos-4.16": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"p": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "bootstrap.ign"}},
+        "nodes": nodes or {"n0": {"profile": "p", "mac": "52:54:00:12:34:56"},
+                           "n1": {"profile": "p", "mac": "52:54:00:12:34:57"}},
+    }, "t.yaml", tmp_path)
+
+
+def signed(path: str, node: str, exp: int = FIXED_NOW + 3600, key: bytes = FIXED_KEY) -> str:
+    return f"{path}?exp={exp}&sig={sign(key, node, path, exp)}"
+
+
+async def client_for(aiohttp_client, config, signer=None):
+    return await aiohttp_client(create_app(config, signer or fixed_signer()))
+
+
+@pytest.fixture
+async def client(aiohttp_client, reference: Path, tmp_path: Path):
+    return await client_for(aiohttp_client, make_config(reference, tmp_path))
+
+
+@pytest.mark.parametrize("path", ["/ipxe/n0", "/ignition/n0", "/ignition/n0/config"])
+async def test_refusals_are_one_and_the_same_403(client, path: str) -> None:
+    good = signed(path, "n0")
+    assert (await client.get(good)).status == 200
+    exp = FIXED_NOW + 3600
+    sig = sign(FIXED_KEY, "n0", path, exp)
+    other_path = "/ignition/n0" if path == "/ipxe/n0" else "/ipxe/n0"
+    bad = [
+        path,                                                     # missing
+        f"{path}?exp={exp}",                                      # missing sig
+        f"{path}?sig={sig}",                                      # missing exp
+        signed(path, "n0", exp=FIXED_NOW),                        # expired (exp == now)
+        signed(path, "n0", exp=FIXED_NOW - 86400),                # long expired
+        f"{path}?exp={exp + 3600}&sig={sig}",                     # moved expiry
+        f"{path}?exp={exp}&sig={sig[:-2]}AA",                     # forged
+        signed(path, "n0", key=b"x" * 32),                        # other key
+        signed(path.replace("n0", "n1"), "n1").replace("n1", "n0", 1),  # other node's signature
+        f"{path}?{signed(other_path, 'n0').split('?')[1]}",      # other path's signature
+        f"{path}?exp=abc&sig={sig}",                              # malformed
+    ]
+    for url in bad:
+        r = await client.get(url)
+        assert r.status == 403, url
+        assert await r.text() == FORBIDDEN_BODY
+        assert r.content_type == "text/plain"
+
+
+async def test_artifacts_and_healthz_need_no_signature(client) -> None:
+    assert (await client.get("/healthz")).status == 200
+    r = await client.get("/artifacts/rhcos-4.16/x86_64/x/missing")
+    assert r.status == 404  # not 403: artifact endpoints are public
+
+
+async def test_served_script_and_stub_carry_signed_urls_that_work(client) -> None:
+    script = await (await client.get(signed("/ipxe/n0", "n0"))).text()
+    kernel = next(line for line in script.splitlines() if line.startswith("kernel "))
+    stub_url = next(w.split("=", 1)[1] for w in kernel.split() if w.startswith("coreos.inst.ignition_url="))
+    assert "?exp=" in stub_url and "&sig=" in stub_url
+    stub = json.loads(await (await client.get(relative(stub_url))).read())
+    source = stub["ignition"]["config"]["merge"][0]["source"]
+    r = await client.get(relative(source))
+    assert r.status == 200 and SECRET in await r.text()
+    exp = int(source.split("exp=")[1].split("&")[0])
+    assert exp >= FIXED_NOW + 86400 and exp % 3600 == 0
+
+
+async def test_source_address_binding(aiohttp_client, reference: Path, tmp_path: Path) -> None:
+    config = make_config(reference, tmp_path, server={"trusted_proxies": ["127.0.0.1"]}, nodes={
+        "n0": {"profile": "p", "addresses": ["10.0.0.0/8", "2001:db8::/32"], "mac": "52:54:00:12:34:56"},
+        "n1": {"profile": "p", "addresses": ["127.0.0.1"], "mac": "52:54:00:12:34:57"}})
+    client = await client_for(aiohttp_client, config)
+    for path in ("/ipxe/n0", "/ignition/n0", "/ignition/n0/config"):
+        assert (await client.get(signed(path, "n0"))).status == 403  # from 127.0.0.1
+        for xff in ("10.1.2.3", "192.0.2.9, 10.1.2.3", "2001:db8::5"):
+            r = await client.get(signed(path, "n0"), headers={"X-Forwarded-For": xff})
+            assert r.status == 200, (path, xff)
+        r = await client.get(signed(path, "n0"), headers={"X-Forwarded-For": "10.1.2.3, 192.0.2.9"})
+        assert r.status == 403
+    assert (await client.get(signed("/ipxe/n1", "n1"))).status == 200
+    # /boot.ipxe follows the binding
+    assert (await client.get("/boot.ipxe?mac=52:54:00:12:34:57")).status == 200
+    assert (await client.get("/boot.ipxe?mac=52:54:00:12:34:56")).status == 403
+    r = await client.get("/boot.ipxe?mac=52:54:00:12:34:56", headers={"X-Forwarded-For": "10.9.9.9"})
+    assert r.status == 200
+
+
+async def test_forwarded_for_is_ignored_from_untrusted_peers(aiohttp_client, reference, tmp_path) -> None:
+    config = make_config(reference, tmp_path, nodes={"n0": {"profile": "p", "addresses": ["10.0.0.0/8"]}})
+    client = await client_for(aiohttp_client, config)
+    r = await client.get(signed("/ipxe/n0", "n0"), headers={"X-Forwarded-For": "10.1.2.3"})
+    assert r.status == 403
+
+
+async def test_generic_entry_needs_binding_or_selectable(aiohttp_client, reference, tmp_path) -> None:
+    config = make_config(reference, tmp_path, nodes={
+        "n0": {"profile": "p", "mac": "52:54:00:12:34:56"},
+        "n1": {"profile": "p", "mac": "52:54:00:12:34:57", "selectable": True}})
+    client = await client_for(aiohttp_client, config)
+    r = await client.get("/boot.ipxe?mac=52:54:00:12:34:56")
+    assert r.status == 403 and await r.text() == FORBIDDEN_BODY
+    r = await client.get("/boot.ipxe?mac=52:54:00:12:34:57")
+    assert r.status == 200
+    assert "/ignition/n1?exp=" in await r.text()
+
+
+def test_addresses_and_proxies_are_validated(tmp_path: Path) -> None:
+    from bootserver.errors import ConfigError
+
+    base = {"streams": {}, "profiles": {}}
+    with pytest.raises(ConfigError, match=r"^t.yaml: server.trusted_proxies: item 1: not an IP"):
+        parse_config({**base, "server": {"trusted_proxies": ["10.0.0.1", "10.0.0.0/33"]}}, "t.yaml", tmp_path)
+    with pytest.raises(ConfigError, match=r"^t.yaml: server.max_concurrent"):
+        parse_config({**base, "server": {"max_concurrent": 0}}, "t.yaml", tmp_path)
+    with pytest.raises(ConfigError, match=r"^t.yaml: server.tls.listen: must be host:port"):
+        parse_config({**base, "server": {"tls": {"listen": "8443"}}}, "t.yaml", tmp_path)
+    with pytest.raises(ConfigError, match=r"^t.yaml: server.signing.install_ttl: not a duration"):
+        parse_config({**base, "server": {"signing": {"install_ttl": "soon"}}}, "t.yaml", tmp_path)
+
+
+@pytest.mark.parametrize("allow", [False, True])
+async def test_real_config_over_plain_http_only_when_allowed(aiohttp_client, reference, tmp_path,
+                                                             allow: bool) -> None:
+    init_tls(tmp_path / "state" / "tls", ["boot.example.net"])
+    config = make_config(reference, tmp_path, server={
+        "tls": {"listen": "127.0.0.1:8443", "allow_plain_configs": allow}})
+    client = await client_for(aiohttp_client, config)
+    r = await client.get(signed("/ignition/n0", "n0"))
+    assert r.status == 200  # the stub is served over plain HTTP: it carries the CA
+    stub = json.loads(await r.read())
+    ca = (tmp_path / "state/tls/ca.crt").read_bytes()
+    import base64
+
+    cas = stub["ignition"]["security"]["tls"]["certificateAuthorities"]
+    assert cas == [{"source": "data:;base64," + base64.b64encode(ca).decode()}]
+    source = stub["ignition"]["config"]["merge"][0]["source"]
+    assert source.startswith("https://boot.example.net:8443/ignition/n0/config?exp=")
+    r = await client.get(relative(source))
+    assert r.status == (200 if allow else 403)
+
+
+async def test_concurrency_cap_answers_503_with_retry_after(aiohttp_client, reference, tmp_path) -> None:
+    config = make_config(reference, tmp_path, server={"max_concurrent": 1})
+    app = create_app(config, fixed_signer())
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        entered.set()
+        await release.wait()
+        return web.Response(text="done")
+
+    app.router.add_get("/slow", slow)
+    client = await aiohttp_client(app)
+    first = asyncio.create_task(client.get("/slow"))
+    await entered.wait()
+    r = await client.get(signed("/ipxe/n0", "n0"))
+    assert r.status == 503 and r.headers["Retry-After"] == "1"
+    assert (await client.get("/healthz")).status == 200  # liveness is never capped
+    release.set()
+    assert (await first).status == 200
+    assert (await client.get(signed("/ipxe/n0", "n0"))).status == 200
+
+
+async def test_request_timeout_answers_503(aiohttp_client, reference, tmp_path) -> None:
+    config = make_config(reference, tmp_path, server={"request_timeout": 1})
+    app = create_app(config, fixed_signer())
+    never = asyncio.Event()
+
+    async def stuck(request: web.Request) -> web.Response:
+        await never.wait()
+        return web.Response()
+
+    app.router.add_get("/stuck", stuck)
+    client = await aiohttp_client(app)
+    r = await client.get("/stuck")
+    assert r.status == 503 and "Retry-After" in r.headers
+
+
+async def raw_get(host: str, port: int, target: bytes, headers: bytes = b"") -> tuple[int, bytes]:
+    """Send ``GET <target>`` byte for byte (no client-side normalisation); return (status, body)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers + b"\r\n")
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+async def test_request_line_and_header_limits(aiohttp_server, reference, tmp_path) -> None:
+    config = make_config(reference, tmp_path)
+    server = await aiohttp_server(create_app(config, fixed_signer()), host="127.0.0.1",
+                                  **runner_kwargs(config))
+    status, _ = await raw_get("127.0.0.1", server.port, b"/healthz?" + b"a" * 9000)
+    assert status in (400, 414)
+    status, _ = await raw_get("127.0.0.1", server.port, b"/healthz", b"X-Big: " + b"b" * 9000 + b"\r\n")
+    assert status in (400, 431)
+    many = b"".join(b"X-H%d: v\r\n" % i for i in range(100))
+    status, _ = await raw_get("127.0.0.1", server.port, b"/healthz", many)
+    assert status in (400, 431)
+    status, _ = await raw_get("127.0.0.1", server.port, b"/healthz")
+    assert status == 200
+
+
+def traversal_corpus(release: str) -> list[bytes]:
+    """At least 50 raw request targets that try to leave the cache."""
+    dots = ["..", "%2e%2e", "%2E%2E", ".%2e", "%2e.", "%252e%252e", "..%00", "%c0%ae%c0%ae", "...", ".",
+            "..;", "%2e%2e%2f..", "..%2f..", "..%5c..", "..\\..", "%2e%2e%5c"]
+    targets = []
+    for d in dots:
+        targets += [f"/artifacts/{d}/{d}/{d}/{d}/secret", f"/artifacts/rhcos-4.16/x86_64/{d}/secret",
+                    f"/artifacts/rhcos-4.16/x86_64/{release}/{d}%2f{d}%2f{d}%2f{d}%2f{d}%2fsecret"]
+    targets += [
+        "/artifacts/%2fetc%2fpasswd/x/y/z", "/artifacts//etc/passwd", "/artifacts/rhcos-4.16/x86_64/x//etc/passwd",
+        "//etc/passwd", "/../../../../etc/passwd", "/artifacts/../../../../etc/passwd",
+        f"/artifacts/rhcos-4.16/x86_64/{release}/evil", f"/artifacts/rhcos-4.16/x86_64/{release}/evil-dir",
+        "/artifacts/rhcos-4.16/x86_64/evil-rel/secret", "/artifacts/link/x86_64/a/secret",
+        f"/artifacts/rhcos-4.16/x86_64/{release}/%2e%2e%2f%2e%2e%2f%2e%2e%2f%2e%2e%2f%2e%2e%2fsecret",
+        "/artifacts/rhcos-4.16/x86_64/..%2f..%2f..%2f..%2f..%2fsecret/secret",
+        "/%2e%2e/%2e%2e/%2e%2e/etc/passwd", "/artifacts/%2e%2e/%2e%2e/%2e%2e/%2e%2e",
+        "/ignition/..%2f..%2fsecret", "/ipxe/..%2f..%2fsecret", "/artifacts/./././secret",
+        f"/artifacts/rhcos-4.16/x86_64/{release}/.secret", "/artifacts/tmp/x/y/z",
+        f"/artifacts/rhcos-4.16/x86_64/{release}/%2Fsecret",
+    ]
+    return [t.encode() for t in targets]
+
+
+async def test_traversal_corpus_never_leaves_the_cache(aiohttp_server, reference, tmp_path) -> None:
+    config = make_config(reference, tmp_path)
+    meta = parse_stream((reference / "rhcos-stream-4.16.json").read_bytes(), name="rhcos-4.16",
+                        source="x", architectures=("x86_64",))
+    rel = meta.releases["x86_64"]
+    data = payload("kernel", 1000)
+    art = rel.kernel.__class__(kind="kernel", url="http://up/k", sha256=hashlib.sha256(data).hexdigest(),
+                               signature=None, filename=rel.kernel.filename)
+    store = ArtifactStore(config.cache_dir)
+    with store.writer(rel, art) as w:
+        w.write(data)
+        w.commit(art.url)
+    secret_text = "SECRET-OUTSIDE-THE-CACHE-91b7"
+    (tmp_path / "secret").write_text(secret_text)
+    (tmp_path / "secret-dir").mkdir()
+    (tmp_path / "secret-dir" / "secret").write_text(secret_text)
+    reldir = config.cache_dir / "artifacts/rhcos-4.16/x86_64" / rel.version
+    (reldir / "evil").symlink_to(tmp_path / "secret")
+    (reldir / "evil-dir").symlink_to(tmp_path / "secret-dir")
+    (reldir.parent / "evil-rel").symlink_to(tmp_path / "secret-dir")
+    (config.cache_dir / "artifacts" / "link").symlink_to(tmp_path)
+    server = await aiohttp_server(create_app(config, fixed_signer()), host="127.0.0.1")
+    corpus = traversal_corpus(rel.version)
+    assert len(corpus) >= 50
+    for target in corpus:
+        status, body = await raw_get("127.0.0.1", server.port, target)
+        assert secret_text.encode() not in body and b"root:" not in body, target
+        assert status in (400, 403, 404), (target, status)
+    # the real artifact is still served, so the corpus did not pass by accident
+    status, body = await raw_get("127.0.0.1", server.port,
+                                 f"/artifacts/rhcos-4.16/x86_64/{rel.version}/{rel.kernel.filename}".encode())
+    assert status == 200 and body == data
+
+
+async def test_logs_never_show_signatures_or_config_contents(aiohttp_server, aiohttp_client, reference,
+                                                             tmp_path, caplog) -> None:
+    config = make_config(reference, tmp_path)
+    caplog.set_level(logging.DEBUG)
+    server = await aiohttp_server(create_app(config, fixed_signer()), host="127.0.0.1",
+                                  **runner_kwargs(config))
+    client = await aiohttp_client(server)
+    sigs = []
+    for path, node in [("/ipxe/n0", "n0"), ("/ignition/n0", "n0"), ("/ignition/n0/config", "n0"),
+                       ("/ignition/n1/config", "n0"), ("/ipxe/nobody", "nobody")]:
+        url = signed(path, node)
+        sigs.append(url.split("sig=")[1])
+        await (await client.get(url)).read()
+    await (await client.get(signed("/ignition/n0", "n0", exp=FIXED_NOW - 1))).read()
+    sigs.append(signed("/ignition/n0", "n0", exp=FIXED_NOW - 1).split("sig=")[1])
+    stub = json.loads(await (await client.get(signed("/ignition/n0", "n0"))).read())
+    sigs.append(stub["ignition"]["config"]["merge"][0]["source"].split("sig=")[1])
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "GET /ignition/n0/config 200" in text and "sig=" not in text  # the access log ran, query-less
+    for s in sigs:
+        assert s not in text
+    assert SECRET not in text and "sshAuthorizedKeys" not in text
