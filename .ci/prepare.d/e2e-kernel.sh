@@ -18,7 +18,8 @@ pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {p
 [ -n "$pkg" ] || { echo "e2e-kernel: cannot resolve linux-image-amd64 (run apt-get update?)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-chmod 755 "$tmp"   # apt's _apt user downloads into it
+chmod 755 "$tmp"
+[ "$(id -u)" -ne 0 ] || chown _apt "$tmp" 2>/dev/null || true   # as root, apt downloads as _apt
 (cd "$tmp" && apt-get download -qq "$pkg")
 $sudo mkdir -p "$dest.new"
 $sudo dpkg -x "$tmp"/"$pkg"_*.deb "$dest.new"

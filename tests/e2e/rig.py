@@ -423,7 +423,7 @@ def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, tim
     if qemu_out.strip():
         log += "\n--- qemu stdout/stderr ---\n" + qemu_out
     parsed = parse_serial_log(log)
-    return BootResult(log=log, returncode=proc.returncode if proc.returncode is not None else None,
+    return BootResult(log=log, returncode=proc.returncode,
                       timed_out=timed_out, seconds=time.monotonic() - start, **parsed)
 
 
