@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 
 from .config import Config
-from .errors import FetchError, MetadataError, UnavailableError
+from .errors import MetadataError, UnavailableError
 from .fetch import fetch_document
 from .store import ArtifactStore, write_atomic
 from .streams import Release, StreamMetadata, parse_stream
@@ -103,4 +103,3 @@ class StreamCatalog:
         return (await self.get(stream, session)).releases[arch]
 
 
-__all__ = ["StreamCatalog", "FetchError", "MetadataError", "UnavailableError"]

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+import dataclasses
+import sqlite3
 import sys
 from typing import Callable, Sequence
+from urllib.parse import urlsplit
 
 from . import __version__
 from .config import Config, load_config
-from .errors import BootserverError, UnknownNodeError
+from .errors import BootserverError, InputError, UnknownNodeError
+from .logs import setup_logging
 
 Command = Callable[[argparse.Namespace, Config], int]
 
@@ -68,10 +71,137 @@ def _cmd_url(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _metal_project(args: argparse.Namespace, config: Config, required: bool = True) -> str | None:
+    from .metal import check_project_id
+
+    project = args.project or config.metal.project
+    if project is None:
+        if required:
+            raise InputError("no Equinix Metal project: pass --project ID or set metal.project in the config")
+        return None
+    return check_project_id(project)
+
+
+def _metal_client(config: Config):  # -> bootserver.metal.EquinixMetal
+    from .metal import EquinixMetal
+
+    return EquinixMetal.from_env(config.metal.api_url)
+
+
+def _say(node: str, message: str) -> None:
+    print(f"bootserver: {node}: {message}", file=sys.stderr, flush=True)
+
+
+def _cmd_provision(args: argparse.Namespace, config: Config) -> int:
+    from .metal import MetalSettings, build_device_spec, node_settings
+    from .provision import DeviceFailed, NodeRequest, WaitPolicy, format_device, provision_nodes
+    from .urls import Urls
+
+    nodes = [_node(config, n) for n in dict.fromkeys(args.nodes)]
+    project = _metal_project(args, config)
+    assert project is not None
+    if not args.timeout > 0:
+        raise InputError(f"--timeout: must be a positive number of seconds, got {args.timeout:g}")
+    if args.spot_price_max is not None and not args.spot_price_max >= 0:
+        raise InputError(f"--spot-price-max: must not be negative, got {args.spot_price_max:g}")
+    overrides = MetalSettings(
+        plan=args.plan,
+        metro=args.metro,
+        facility=args.facility,
+        billing_cycle=args.billing_cycle,
+        spot_instance=True if args.spot_price_max is not None else None,
+        spot_price_max=args.spot_price_max,
+        hardware_reservation_id=args.hardware_reservation_id,
+        always_pxe=args.always_pxe,
+    )
+    urls = Urls(config)
+    host = urlsplit(urls.chain(nodes[0])).hostname or ""
+    if host == "localhost" or host.startswith("127.") or host == "::1":
+        print(f"bootserver: warning: devices cannot reach the chain URL {urls.chain(nodes[0])}: "
+              f"set server.base_url in {config.source}", file=sys.stderr)
+    requests = []
+    for node in nodes:
+        settings = overrides.merged_over(node_settings(config, node))
+        if args.tag:
+            settings = dataclasses.replace(settings, tags=(*(settings.tags or ()), *args.tag))
+        spec = build_device_spec(config.node_hostname(node), settings, urls.chain(node), via=args.via,
+                                 managed_tag=config.metal.tag, node=node)
+        requests.append(NodeRequest(node=node, project=project, spec=spec))
+    with _metal_client(config) as provider:
+        try:
+            results = provision_nodes(provider, requests, config.state_dir, tag=config.metal.tag,
+                                      wait=not args.no_wait, policy=WaitPolicy(timeout=args.timeout),
+                                      on_event=_say)
+        except DeviceFailed as e:
+            results = e.results
+            for r in results:
+                print(format_device(r.device, r.node))
+            raise
+    for r in results:
+        print(format_device(r.device, r.node))
+    return 0
+
+
+def _cmd_deprovision(args: argparse.Namespace, config: Config) -> int:
+    from .provision import deprovision_nodes
+
+    nodes = [_node(config, n) for n in dict.fromkeys(args.nodes)]
+    project = _metal_project(args, config, required=False)
+    with _metal_client(config) as provider:
+        results = deprovision_nodes(provider, [(n, config.node_hostname(n), project) for n in nodes],
+                                    config.state_dir, tag=config.metal.tag, on_event=_say)
+    for r in results:
+        print(f"{r.node} {r.device_id or '-'} {'deleted' if r.deleted else 'absent'}")
+    return 0
+
+
+def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
+    from .provision import format_device
+
+    project = _metal_project(args, config)
+    assert project is not None
+    by_hostname = {config.node_hostname(n): n for n in config.nodes}
+    with _metal_client(config) as provider:
+        devices = provider.list(project, tag=config.metal.tag)
+    for d in sorted(devices, key=lambda d: (d.hostname, d.id)):
+        print(f"{format_device(d, d.hostname)} {by_hostname.get(d.hostname, '-')}")
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     print(f"{config.source}: ok: {len(config.streams)} streams, {len(config.profiles)} profiles, "
           f"{len(config.nodes)} nodes")
     return 0
+
+
+def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
+    import time
+
+    from .timeline import Timeline, format_table
+
+    timeline = Timeline(config.state_dir)
+    try:
+        if args.action == "reinstall":
+            for name in args.nodes:
+                _node(config, name)
+            for name in args.nodes:
+                mode = config.profiles[config.nodes[name].profile].mode
+                timeline.record(name, "reinstall", mode=mode)
+                print(f"{name}: marked for reinstall; its next boot installs again")
+            return 0
+        if args.action == "show":
+            node = _node(config, args.nodes[0])
+            for e in timeline.events(node):
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
+                detail = " ".join(f"{k}={v}" for k, v in e.detail.items())
+                print(f"{when}  {e.event:<20} {e.ip or '-':<15} {detail}".rstrip())
+            return 0
+        states = timeline.nodes(list(config.nodes))
+        profiles = {n: node.profile for n, node in config.nodes.items()}
+        sys.stdout.write(format_table(states, time.time(), profiles))
+        return 0
+    finally:
+        timeline.close()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--config", metavar="PATH", help="config file (default: $BOOTSERVER_CONFIG, "
                         "else the embedded default)")
     common.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    common.add_argument("--log-format", default="text", choices=["text", "json"],
+                        help="log lines as text or as one JSON object per line (default text)")
     parser = argparse.ArgumentParser(prog="bootserver", description="Boot CoreOS on bare metal through iPXE.")
     parser.add_argument("--version", action="version", version=f"bootserver {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -99,6 +231,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_url)
     p = sub.add_parser("check-config", parents=[common], help="check the config and exit")
     p.set_defaults(func=_cmd_check)
+
+    project = argparse.ArgumentParser(add_help=False)
+    project.add_argument("--project", metavar="ID", help="Equinix Metal project UUID (default: metal.project)")
+    p = sub.add_parser("provision", parents=[common, project],
+                       help="create an Equinix Metal device per node that boots from this server, and wait")
+    p.add_argument("nodes", nargs="+", metavar="NODE")
+    p.add_argument("--via", choices=["ipxe_script_url", "userdata"], default="ipxe_script_url",
+                   help="hand the device its chain URL as ipxe_script_url (default) or as #!ipxe userdata")
+    p.add_argument("--plan", help="device plan, e.g. c3.small.x86 (overrides metal.plan)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--metro", help="metro code, e.g. da (overrides metal.metro)")
+    where.add_argument("--facility", help="Equinix facility code (deprecated by Equinix; prefer --metro)")
+    p.add_argument("--billing-cycle", choices=["hourly", "daily", "monthly", "yearly"])
+    p.add_argument("--tag", action="append", default=[], metavar="TAG", help="extra device tag (repeatable)")
+    p.add_argument("--spot-price-max", type=float, metavar="USD", help="make a spot instance bidding at most "
+                   "USD per hour")
+    p.add_argument("--hardware-reservation-id", metavar="ID", help="a reservation UUID or next-available")
+    pxe = p.add_mutually_exclusive_group()
+    pxe.add_argument("--always-pxe", dest="always_pxe", action="store_true", default=None,
+                     help="boot iPXE on every boot, not only the first")
+    pxe.add_argument("--no-always-pxe", dest="always_pxe", action="store_false")
+    p.add_argument("--no-wait", action="store_true", help="return once the devices are created")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
+                   help="give up waiting for active after SECONDS (default 1800)")
+    p.set_defaults(func=_cmd_provision)
+    p = sub.add_parser("deprovision", parents=[common, project], help="delete the nodes' devices")
+    p.add_argument("nodes", nargs="+", metavar="NODE")
+    p.set_defaults(func=_cmd_deprovision)
+    p = sub.add_parser("devices", parents=[common, project], help="list the devices bootserver manages")
+    p.set_defaults(func=_cmd_devices)
+    p = sub.add_parser("nodes", parents=[common], help="show each node's boot stage; mark nodes for reinstall",
+                       description="Without an action: a table of every node's stage and how long ago. "
+                       "'show NODE': the node's events. 'reinstall NODE...': the next boot installs again.")
+    p.add_argument("action", nargs="?", choices=["list", "show", "reinstall"], default="list")
+    p.add_argument("nodes", nargs="*", metavar="NODE")
+    p.set_defaults(func=_cmd_nodes)
     return parser
 
 
@@ -106,8 +274,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bootserver`` console script. Returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "nodes":
+        wanted = {"list": (0, 0), "show": (1, 1), "reinstall": (1, None)}[args.action]
+        if len(args.nodes) < wanted[0] or (wanted[1] is not None and len(args.nodes) > wanted[1]):
+            parser.error(f"nodes {args.action}: expected "
+                         + ("no NODE" if wanted[1] == 0 else "one NODE" if wanted[1] == 1 else "NODE..."))
+    setup_logging(args.log_level, args.log_format)
+    config = None
     try:
         config = load_config(args.config)
         return args.func(args, config)
@@ -116,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except sqlite3.Error as e:
+        where = config.state_dir if config is not None else "state_dir"
+        print(f"bootserver: {where}: node timeline: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
@@ -179,6 +179,14 @@ class Profile(_Model):
     ignition_version: Literal["3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"] = "3.2.0"
     kargs: tuple[str, ...] = ()
     console: str | None = None
+    metal: Any = None  # checked by bootserver.metal.parse_metal_settings in _check_references
+    boot_once: bool | None = None
+
+    @property
+    def boots_once(self) -> bool:
+        """Whether an installed node boots its local disk instead of reinstalling (``boot_once``;
+        default true in install mode; never in live mode)."""
+        return self.mode == "install" if self.boot_once is None else self.boot_once and self.mode == "install"
 
     @field_validator("kargs", mode="before")
     @classmethod
@@ -211,6 +219,7 @@ class Node(_Model):
     mac: tuple[str, ...] = ()
     uuid: str | None = None
     hostname: str | None = None
+    metal: Any = None  # checked by bootserver.metal.parse_metal_settings in _check_references
 
     @field_validator("mac", mode="before")
     @classmethod
@@ -250,6 +259,7 @@ class _Document(_Model):
     facilities: dict[Name, FacilityConfig] = Field(default_factory=dict)
     profiles: dict[Name, Profile] = Field(default_factory=dict)
     nodes: dict[Name, Node] = Field(default_factory=dict)
+    metal: Any = None  # checked by bootserver.metal.parse_metal_global
 
 
 class Config:
@@ -258,11 +268,11 @@ class Config:
     Attributes: ``source`` (the file name used in error messages, or ``"<default>"``), ``base_dir``
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
     ``state_dir`` (absolute :class:`~pathlib.Path`), and the mappings ``streams``, ``facilities``,
-    ``profiles``, ``nodes`` (name -> model).
+    ``profiles``, ``nodes`` (name -> model), and ``metal`` (:class:`bootserver.metal.MetalGlobal`).
     """
 
     __slots__ = ("source", "base_dir", "server", "cache_dir", "state_dir", "streams", "facilities",
-                 "profiles", "nodes", "_mac_index")
+                 "profiles", "nodes", "metal", "_mac_index")
 
     def __init__(self, doc: _Document, source: str, base_dir: Path) -> None:
         from types import MappingProxyType
@@ -279,6 +289,9 @@ class Config:
         set_(self, "facilities", MappingProxyType(dict(doc.facilities)))
         set_(self, "profiles", MappingProxyType(dict(doc.profiles)))
         set_(self, "nodes", MappingProxyType(dict(doc.nodes)))
+        from .metal import parse_metal_global
+
+        set_(self, "metal", parse_metal_global(source, "metal", doc.metal))
         set_(self, "_mac_index", MappingProxyType(
             {mac: name for name, node in doc.nodes.items() for mac in node.mac}))
 
@@ -370,13 +383,19 @@ def _describe(err: dict[str, Any]) -> tuple[str, str]:
 
 def _check_references(doc: _Document, cfg: Config) -> None:
     """Cross-key checks pydantic cannot do: names that must exist, arch and mode requirements."""
+    from .metal import parse_metal_settings
+
     src = cfg.source
     for name, prof in doc.profiles.items():
+        parse_metal_settings(src, f"profiles.{name}.metal", prof.metal)
         if prof.stream not in doc.streams:
             raise ConfigError(src, f"profiles.{name}.stream", f"no stream {prof.stream!r}")
         if prof.arch not in doc.streams[prof.stream].architectures:
             raise ConfigError(src, f"profiles.{name}.arch",
                               f"stream {prof.stream!r} does not list architecture {prof.arch!r}")
+        if prof.mode == "live" and prof.boot_once:
+            raise ConfigError(src, f"profiles.{name}.boot_once", "a live-mode node has no disk to boot; "
+                              "boot_once can only be true in install mode")
         if prof.mode == "install" and not prof.install_dev:
             raise ConfigError(src, f"profiles.{name}.install_dev", "required when mode is install")
         if prof.ignition is not None:
@@ -387,6 +406,7 @@ def _check_references(doc: _Document, cfg: Config) -> None:
             raise ConfigError(src, f"nodes.{name}.profile", f"no profile {node.profile!r}")
         if node.facility is not None and node.facility not in doc.facilities:
             raise ConfigError(src, f"nodes.{name}.facility", f"no facility {node.facility!r}")
+        parse_metal_settings(src, f"nodes.{name}.metal", node.metal)
         for mac in node.mac:
             if mac in seen_macs:
                 raise ConfigError(src, f"nodes.{name}.mac", f"{mac} is already the MAC of node {seen_macs[mac]!r}")

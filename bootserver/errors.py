@@ -20,26 +20,32 @@ class InputError(BootserverError):
     exit_code = 2
 
 
-class ConfigError(InputError):
-    """A config file is wrong. The message reads ``<file>: <key.path>: <what is wrong>``."""
+class LocatedError(InputError):
+    """Bad input at a known place: ``<source>: <path>: <message>`` (the path is left out when empty)."""
 
-    def __init__(self, source: str, keypath: str, message: str) -> None:
+    def __init__(self, source: str, path: str, message: str) -> None:
         self.source = source
-        self.keypath = keypath
+        self.path = path
         self.message = message
-        where = f"{source}: {keypath}: " if keypath else f"{source}: "
-        super().__init__(where + message)
+        super().__init__(f"{source}: {path}: {message}" if path else f"{source}: {message}")
 
 
-class MetadataError(InputError):
-    """A CoreOS stream metadata document is wrong. Message: ``<file or URL>: <json.path>: <problem>``."""
+class ConfigError(LocatedError):
+    """A config file is wrong. ``path`` is the key path: ``bootserver.yaml: nodes.m0.profile: ...``."""
 
-    def __init__(self, source: str, jsonpath: str, message: str) -> None:
-        self.source = source
-        self.jsonpath = jsonpath
-        self.message = message
-        where = f"{source}: {jsonpath}: " if jsonpath else f"{source}: "
-        super().__init__(where + message)
+    @property
+    def keypath(self) -> str:
+        """The dotted key path at fault (``""`` for the whole file)."""
+        return self.path
+
+
+class MetadataError(LocatedError):
+    """A CoreOS stream metadata document is wrong. ``path`` is the JSON path: ``rhcos.json: architectures...``."""
+
+    @property
+    def jsonpath(self) -> str:
+        """The dotted JSON path at fault (``""`` for the whole document)."""
+        return self.path
 
 
 class UnknownNodeError(InputError):

@@ -8,7 +8,8 @@ Errors: every network failure, HTTP error status or short body becomes a
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+import time
+from typing import Callable, Protocol
 
 import aiohttp
 
@@ -51,9 +52,37 @@ async def fetch_document(session: aiohttp.ClientSession, url: str, *, limit: int
         raise FetchError(f"{url}: {type(e).__name__}: {e}") from None
 
 
+class FetchObserver(Protocol):
+    """Told about every upstream artifact download (e.g. :class:`bootserver.metrics.Metrics`)."""
+
+    def fetch_started(self, artifact: Artifact) -> None: ...
+
+    def fetch_finished(self, artifact: Artifact, nbytes: int, seconds: float, ok: bool) -> None: ...
+
+
 async def download_artifact(session: aiohttp.ClientSession, store: ArtifactStore, release: Release,
-                            artifact: Artifact, *, progress: Callable[[int, int | None], None] | None = None
-                            ) -> int:
+                            artifact: Artifact, *, progress: Callable[[int, int | None], None] | None = None,
+                            observer: FetchObserver | None = None) -> int:
+    """Download ``artifact`` into the store (see :func:`_download`); ``observer`` is told when the
+    download starts and when it ends (bytes received, seconds, success). Returns the size in bytes;
+    raises as :func:`_download`."""
+    if observer is None:
+        return await _download(session, store, release, artifact, progress, None)
+    counted = [0]
+    start = time.monotonic()
+    observer.fetch_started(artifact)
+    ok = False
+    try:
+        size = await _download(session, store, release, artifact, progress, counted)
+        ok = True
+        return size
+    finally:
+        observer.fetch_finished(artifact, counted[0], time.monotonic() - start, ok)
+
+
+async def _download(session: aiohttp.ClientSession, store: ArtifactStore, release: Release,
+                    artifact: Artifact, progress: Callable[[int, int | None], None] | None,
+                    counted: list[int] | None) -> int:
     """Download ``artifact`` into the store, hashing while it streams; publish it only if correct.
 
     ``progress(bytes_done, total_or_None)`` is called after every chunk. Returns the size in bytes.
@@ -70,6 +99,8 @@ async def download_artifact(session: aiohttp.ClientSession, store: ArtifactStore
             with store.writer(release, artifact) as writer:
                 async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
                     writer.write(chunk)
+                    if counted is not None:
+                        counted[0] = writer.bytes_written
                     if progress:
                         progress(writer.bytes_written, total)
                 if total is not None and writer.bytes_written != total:

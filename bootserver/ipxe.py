@@ -140,3 +140,16 @@ def render_boot_script(ctx: ScriptContext) -> str:
                  ctx.kernel_url, ctx.initramfs_url, *ctx.kargs):
         check_script_word(word)
     return _template("boot.ipxe.j2").render(ctx=ctx, version=__version__)
+
+
+def render_localboot_script(node: str, stage: str) -> str:
+    """Render ``templates/localboot.ipxe.j2``: the boot-once answer for an installed node.
+
+    It ends in ``exit``, which hands control back to the firmware so it boots the next device, the
+    local disk (what Equinix documents for custom iPXE, and what tinkerbell/smee does when it has
+    nothing to boot); ``sanboot --drive 0x80`` would work on BIOS only. Raises
+    :class:`UnsafeValueError` for a value iPXE would not read literally.
+    """
+    check_script_word(node)
+    check_script_word(stage)
+    return _template("localboot.ipxe.j2").render(node=node, stage=stage, version=__version__)

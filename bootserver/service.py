@@ -7,17 +7,22 @@ the real-config reader. Handlers and CLI commands call one method each, so the s
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from pathlib import Path
+from typing import Any, Mapping
 
 import aiohttp
 
 from .catalog import StreamCatalog
 from .config import Config
 from .errors import UnavailableError
+from .fetch import FetchObserver
 from .ignition import RealConfigs, build_stub, encode
 from .inventory import find_node, script_context
-from .ipxe import render_boot_script
+from .ipxe import render_boot_script, render_localboot_script
 from .store import ArtifactStore
+from .timeline import ARTIFACT_KINDS, INSTALLED_STAGES, Timeline
 from .urls import Urls
 
 
@@ -30,6 +35,10 @@ class BootService:
         self.catalog = StreamCatalog(config, self.store)
         self.urls = Urls(config)
         self.real_configs = RealConfigs()
+        self.timeline = Timeline(config.state_dir)
+        #: Passed as ``observer`` to :func:`bootserver.fetch.download_artifact` (the server sets it
+        #: to its :class:`~bootserver.metrics.Metrics`).
+        self.fetch_observer: FetchObserver | None = None
 
     def find_node(self, **selectors: str | None) -> str:
         """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""
@@ -41,9 +50,86 @@ class BootService:
         Raises :class:`~bootserver.errors.UnavailableError` when the stream's metadata is not loaded
         and cannot be fetched (no ``session``), or ``FetchError``/``MetadataError`` from fetching it.
         """
+        return (await self._script(node, session, await self.stage(node)))[1]
+
+    async def stage(self, node: str) -> str:
+        """The node's timeline stage, read off the event loop.
+
+        Raises :class:`UnavailableError` (HTTP 503) when the timeline cannot be read: without it the
+        server cannot tell an installed node from a new one, and guessing could reinstall a node.
+        """
+        try:
+            return await asyncio.to_thread(self.timeline.stage, node)
+        except (sqlite3.Error, OSError) as e:
+            raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
+
+    async def _script(self, node: str, session: aiohttp.ClientSession | None, stage: str
+                      ) -> tuple[str, str, dict[str, Any]]:
+        """``(event, script, detail)``: the boot-disk script when boot-once applies, else the boot script."""
         profile = self.config.profiles[self.config.nodes[node].profile]
+        if profile.boots_once and stage in INSTALLED_STAGES:
+            return "localboot", render_localboot_script(node, stage), {"stage": stage}
         release = await self.catalog.release(profile.stream, profile.arch, session)
-        return render_boot_script(script_context(self.config, self.urls, node, release))
+        script = render_boot_script(script_context(self.config, self.urls, node, release))
+        return "script", script, {"mode": profile.mode, "release": release.version}
+
+    def mode(self, node: str) -> str:
+        """The node's profile mode (``install`` or ``live``)."""
+        return self.config.profiles[self.config.nodes[node].profile].mode
+
+    async def record(self, node: str, event: str, *, ip: str | None = None,
+                     detail: Mapping[str, Any] | None = None, at: float | None = None) -> str:
+        """Record a timeline event (at unix time ``at`` in seconds, default now) off the event loop;
+        returns the node's new stage.
+
+        Raises :class:`UnavailableError` (HTTP 503) when ``state_dir`` cannot be written: a stub or
+        config served without its event would defeat boot-once, so the client is asked to retry
+        (iPXE's script retries, Ignition retries 5xx answers).
+        """
+        try:
+            return await asyncio.to_thread(self.timeline.record, node, event, mode=self.mode(node), ip=ip,
+                                           detail=detail, at=at)
+        except (sqlite3.Error, OSError) as e:
+            raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
+
+    async def serve_script(self, node: str, session: aiohttp.ClientSession | None, client: str | None) -> str:
+        """What the server answers a node's script request from address ``client``: the boot script,
+        or with boot-once the boot-disk script once the node is installed; records ``script`` or
+        ``localboot`` in the timeline. Raises as :meth:`boot_script`.
+        """
+        stage = await self.stage(node)
+        event, script, detail = await self._script(node, session, stage)
+        await self.record(node, event, ip=client, detail=detail)
+        return script
+
+    async def serve_stub(self, node: str, client: str | None) -> bytes:
+        """:meth:`stub`, recording ``stub`` in the timeline. Raises as :meth:`stub`."""
+        data = self.stub(node)
+        await self.record(node, "stub", ip=client)
+        return data
+
+    async def serve_real_config(self, node: str, client: str | None) -> bytes | None:
+        """:meth:`real_config`, recording ``config`` when there is one. Raises as :meth:`real_config`."""
+        data = self.real_config(node)
+        if data is not None:
+            await self.record(node, "config", ip=client)
+        return data
+
+    def artifact_kind(self, segments: tuple[str, ...]) -> str:
+        """``kernel``, ``initramfs`` or ``rootfs`` when the artifact URL segments ``(stream, arch,
+        release, file)`` name an artifact of a stream's current release (from its metadata), else
+        ``other``. Never raises."""
+        try:
+            stream, arch, version, filename = segments
+            meta = self.catalog.cached(stream) if stream in self.config.streams else None
+            rel = None if meta is None else meta.releases.get(arch)
+        except Exception:  # malformed metadata or segments: only a label is at stake
+            return "other"
+        if rel is not None and rel.version == version:
+            for kind in ARTIFACT_KINDS:
+                if getattr(rel, kind).filename == filename:
+                    return kind
+        return "other"
 
     def real_config(self, node: str) -> bytes | None:
         """The node's real Ignition config bytes, or ``None`` when its profile has none.

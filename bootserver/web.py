@@ -17,6 +17,7 @@ from .config import Config
 from .errors import BootserverError, FetchError, InputError, UnavailableError, UnknownNodeError
 from .fetch import client_session
 from .ignition import MEDIA_TYPE
+from . import ops
 from .service import BootService
 
 log = logging.getLogger("bootserver.web")
@@ -74,8 +75,8 @@ def _service(request: web.Request) -> BootService:
 async def ipxe_script(request: web.Request) -> web.Response:
     """``GET /ipxe/{node}``: the node's iPXE script."""
     svc = _service(request)
-    node = svc.find_node(name=request.match_info["node"])
-    script = await svc.boot_script(node, request.app[SESSION])  # type: ignore[arg-type]
+    node = request[ops.NODE] = svc.find_node(name=request.match_info["node"])
+    script = await svc.serve_script(node, request.app[SESSION], request.remote)  # type: ignore[arg-type]
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -83,23 +84,23 @@ async def generic_entry(request: web.Request) -> web.Response:
     """``GET /boot.ipxe?mac=|uuid=|hostname=``: the script of the node the selector matches."""
     svc = _service(request)
     q = request.query
-    node = svc.find_node(mac=q.get("mac"), uuid=q.get("uuid"), hostname=q.get("hostname"))
-    script = await svc.boot_script(node, request.app[SESSION])  # type: ignore[arg-type]
+    node = request[ops.NODE] = svc.find_node(mac=q.get("mac"), uuid=q.get("uuid"), hostname=q.get("hostname"))
+    script = await svc.serve_script(node, request.app[SESSION], request.remote)  # type: ignore[arg-type]
     return web.Response(text=script, content_type="text/plain")
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
     """``GET /ignition/{node}``: the node's merge-style stub."""
     svc = _service(request)
-    node = svc.find_node(name=request.match_info["node"])
-    return web.Response(body=svc.stub(node), content_type=MEDIA_TYPE)
+    node = request[ops.NODE] = svc.find_node(name=request.match_info["node"])
+    return web.Response(body=await svc.serve_stub(node, request.remote), content_type=MEDIA_TYPE)
 
 
 async def ignition_config(request: web.Request) -> web.Response:
     """``GET /ignition/{node}/config``: the node's real config, byte for byte."""
     svc = _service(request)
-    node = svc.find_node(name=request.match_info["node"])
-    data = svc.real_config(node)
+    node = request[ops.NODE] = svc.find_node(name=request.match_info["node"])
+    data = await svc.serve_real_config(node, request.remote)
     if data is None:
         return _text(404, f"node {node}: its profile has no ignition config")
     return web.Response(body=data, content_type=MEDIA_TYPE)
@@ -142,8 +143,9 @@ async def _session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
 
 def create_app(config: Config) -> web.Application:
     """Build the aiohttp application for ``config`` (routes as in :mod:`bootserver.urls`)."""
-    app = web.Application(middlewares=[error_middleware])
+    app = web.Application(middlewares=[ops.ops_middleware, error_middleware])
     app[SERVICE] = BootService(config)
+    app[SERVICE].fetch_observer = ops.setup(app, app[SERVICE]).metrics
     app.cleanup_ctx.append(_session_ctx)
     app.on_response_prepare.append(_artifact_etag)
     app.router.add_get("/ipxe/{node}", ipxe_script)
@@ -161,5 +163,4 @@ def run(config: Config) -> None:
     host, port = config.server.host, config.server.port
     log.info("bootserver %s listening on %s:%d, base URL %s, cache %s", __version__, host, port,
              config.server.effective_base_url, config.cache_dir)
-    web.run_app(app, host=host or None, port=port, print=None,
-                access_log_format='%a "%r" %s %b %Tfs')
+    web.run_app(app, host=host or None, port=port, print=None, **ops.runner_kwargs())

@@ -23,6 +23,14 @@ REFERENCE = Path(os.environ.get("BOOTSERVER_REFERENCE", REPO.parent / "shared" /
 BOOTSERVER = [sys.executable, "-m", "bootserver"]
 
 
+@pytest.fixture(autouse=True)
+def _private_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Configs without ``state_dir``/``cache_dir`` use per-user dirs: point them at a temp folder."""
+    home = tmp_path_factory.mktemp("xdg")
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+
+
 @pytest.fixture(scope="session")
 def reference() -> Path:
     """The folder of public reference data (stream metadata, Ignition schemas, pointer configs)."""
@@ -108,8 +116,9 @@ async def run_cli(*args: str, timeout: float = 60) -> tuple[int, str, str]:
 class ServerProcess:
     """A ``bootserver serve`` subprocess; ``url`` is its base URL once ``/healthz`` answers."""
 
-    def __init__(self, config: Path, port: int) -> None:
+    def __init__(self, config: Path, port: int, *extra_args: str) -> None:
         self.config = config
+        self.extra_args = extra_args
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.proc: asyncio.subprocess.Process | None = None
@@ -118,7 +127,7 @@ class ServerProcess:
         import aiohttp
 
         self.proc = await asyncio.create_subprocess_exec(
-            *BOOTSERVER, "serve", "--config", str(self.config),
+            *BOOTSERVER, "serve", "--config", str(self.config), *self.extra_args,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline

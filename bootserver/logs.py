@@ -1,0 +1,58 @@
+"""Logging set-up of the command line: ``--log-level`` and ``--log-format text|json``.
+
+Request lines come from logger ``bootserver.access`` (see :mod:`bootserver.ops`) with the fields
+``remote``, ``method``, ``path`` (never the query string: URLs will carry signatures), ``route``,
+``node``, ``status``, ``bytes`` and ``duration`` (seconds) as record attributes; the text format shows
+them in the message, the JSON format as keys of one object per line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+from typing import TextIO
+
+#: Record attributes copied into JSON lines when present.
+FIELDS = ("remote", "method", "path", "route", "node", "status", "bytes", "duration")
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``, the
+    request :data:`FIELDS` when present, and ``exception`` text when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in FIELDS:
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, separators=(",", ":"))
+
+
+def setup_logging(level: str = "info", fmt: str = "text", stream: TextIO | None = None) -> None:
+    """Configure the root logger: ``level`` (debug, info, warning, error) and ``fmt`` (text or json),
+    writing to ``stream`` (default stderr). Raises ``ValueError`` for an unknown format."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JSONFormatter())
+    elif fmt == "text":
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    else:
+        raise ValueError(f"unknown log format {fmt!r}: use text or json")
+    handler.set_name("bootserver")
+    root = logging.getLogger()
+    for old in list(root.handlers):  # replace our own handler of an earlier call, keep anyone else's
+        if old.get_name() == "bootserver":
+            root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # aiohttp's own access log would repeat every request (with its query string): ours replaces it
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

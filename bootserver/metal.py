@@ -1,0 +1,777 @@
+"""Bare-metal provider layer: the ``Provider`` interface and its Equinix Metal implementation.
+
+A provider creates, reads, lists and deletes *devices* (bare-metal servers) that boot through custom
+iPXE from bootserver. The orchestration on top (idempotent lookup, wait loop, node state) lives in
+``bootserver.provision`` and only talks to the ``Provider`` protocol, so another custom-iPXE cloud can
+be added later by writing one more class with the four methods.
+
+``EquinixMetal`` follows the Equinix Metal API v1 OpenAPI spec (saved in
+``shared/reference/equinix-metal-oas3.yaml``): ``POST /projects/{id}/devices`` (createDevice),
+``GET /devices/{id}`` (findDeviceById), ``DELETE /devices/{id}`` (deleteDevice, 204) and
+``GET /projects/{id}/devices`` (findProjectDevices, paginated with ``page``/``per_page``).
+
+This module also parses the ``metal:`` config mappings (top level, profiles, nodes) so ``config.py``
+only has to call ``parse_metal_global`` / ``parse_metal_settings``.
+
+It never imports aiohttp's web layer or the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, Self, runtime_checkable
+from urllib.parse import urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from bootserver import __version__
+from bootserver.errors import BootserverError, ConfigError, InputError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_URL = "https://api.equinix.com/metal/v1"
+"""Base URL of the Equinix Metal API v1."""
+
+TOKEN_ENV = "METAL_AUTH_TOKEN"
+"""Environment variable holding the Equinix Metal API token (sent as ``X-Auth-Token``)."""
+
+API_URL_ENV = "METAL_API_URL"
+"""Environment variable overriding the API base URL (wins over the config key ``metal.api_url``)."""
+
+DEFAULT_TAG = "bootserver"
+"""Tag that marks the devices bootserver manages (config key ``metal.tag``)."""
+
+USER_AGENT = f"bootserver/{__version__} (+https://github.com/bootserver/bootserver) python-requests/{requests.__version__}"
+
+BILLING_CYCLES = ("hourly", "daily", "monthly", "yearly")
+"""Allowed ``billing_cycle`` values (enum of DeviceCreateInput.billing_cycle)."""
+
+TERMINAL_STATES = frozenset({"active", "failed"})
+"""Device states the provisioning wait loop stops at."""
+
+GONE_STATES = frozenset({"deprovisioning", "deleted"})
+"""Device states that no longer count as "the node's device" when looking one up."""
+
+
+# --------------------------------------------------------------------------------------------- errors
+
+
+class MetalError(BootserverError):
+    """A provider call failed at run time (exit 1): an API error status, a network error, a bad answer.
+
+    ``status`` is the HTTP status when the API answered, else ``None``.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class MetalNotFound(MetalError):
+    """The API answered 404 for a device or project."""
+
+
+class MissingTokenError(InputError):
+    """No API token in the environment (exit 2). The message names the variable to set."""
+
+
+# ---------------------------------------------------------------------------------------- data types
+
+
+@dataclass(frozen=True)
+class IPAddress:
+    """One address assigned to a device: ``address`` (text), ``family`` (4 or 6), ``public`` (bool)."""
+
+    address: str
+    family: int
+    public: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """Return ``{"address": str, "family": int, "public": bool}``."""
+        return {"address": self.address, "family": self.family, "public": self.public}
+
+
+@dataclass(frozen=True)
+class Device:
+    """A bare-metal device as a provider reports it.
+
+    ``id`` is the provider's device id (a UUID for Equinix), ``state`` the provider's state word
+    (Equinix: ``queued``, ``provisioning``, ``active``, ``failed``, ``deprovisioning``, ...),
+    ``ip_addresses`` every assigned address, ``tags`` the device's tags.
+    """
+
+    id: str
+    hostname: str
+    state: str
+    ip_addresses: tuple[IPAddress, ...] = ()
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """What to create: one device that boots custom iPXE from bootserver.
+
+    Exactly one of ``ipxe_script_url`` / ``userdata`` is set. Location is ``metro`` or (deprecated)
+    ``facility`` (a code, or a list of codes in order of preference), never both. ``spot_price_max``
+    is in US dollars per hour. ``None`` / empty fields are left out of the request.
+    """
+
+    hostname: str
+    plan: str
+    metro: str | None = None
+    facility: str | tuple[str, ...] | None = None
+    operating_system: str = "custom_ipxe"
+    ipxe_script_url: str | None = None
+    userdata: str | None = None
+    billing_cycle: str | None = None
+    tags: tuple[str, ...] = ()
+    always_pxe: bool | None = None
+    spot_instance: bool | None = None
+    spot_price_max: float | None = None
+    hardware_reservation_id: str | None = None
+    project_ssh_keys: tuple[str, ...] = ()
+    customdata: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.ipxe_script_url is None) == (self.userdata is None):
+            raise ValueError("DeviceSpec needs exactly one of ipxe_script_url and userdata")
+        if self.metro is not None and self.facility is not None:
+            raise ValueError("DeviceSpec takes metro or facility, not both")
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A bare-metal cloud whose devices can boot custom iPXE from bootserver.
+
+    Every method raises ``MetalError`` (exit 1) on an API or network failure; ``get`` and ``delete``
+    raise ``MetalNotFound`` when the device does not exist.
+    """
+
+    name: str
+
+    def create(self, project: str, spec: DeviceSpec) -> Device:
+        """Create one device in ``project`` and return it as first reported (usually ``queued``)."""
+        ...
+
+    def get(self, device_id: str) -> Device:
+        """Return the device's current state."""
+        ...
+
+    def delete(self, device_id: str) -> None:
+        """Delete the device (it goes ``deprovisioning``, then disappears)."""
+        ...
+
+    def list(self, project: str, tag: str | None = None) -> list[Device]:
+        """Return every device of ``project`` (only those carrying ``tag`` when given), all pages."""
+        ...
+
+
+# ------------------------------------------------------------------------------------------- retries
+
+
+class MetalRetry(Retry):
+    """urllib3 ``Retry`` with the Equinix rate-limit headers and a cap on server-requested waits.
+
+    * A 429 (or 503) is retried after ``Retry-After`` seconds (or HTTP date), or, when that header is
+      missing, after ``X-RateLimit-Reset`` (seconds to wait; a value above 10^9 is read as a Unix
+      time). Every such wait is capped at ``max_retry_after`` seconds.
+    * ``POST`` (device creation) is retried on 429 only: a 5xx may mean the device was created anyway,
+      and ``bootserver provision`` looks it up again on the next run instead of duplicating it.
+    * ``sleep_func`` (seconds -> None) performs the server-requested waits; tests pass a recorder.
+    """
+
+    max_retry_after: float = 60.0
+    sleep_func: Callable[[float], None] = staticmethod(time.sleep)
+
+    def new(self, **kw: Any) -> MetalRetry:
+        """urllib3 API: a copy with ``kw`` changed, keeping ``max_retry_after`` and ``sleep_func``."""
+        new = super().new(**kw)
+        new.max_retry_after = self.max_retry_after
+        new.sleep_func = self.sleep_func
+        return new
+
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+        """urllib3 API: whether a ``status_code`` answer to ``method`` is retried (POST: 429 only)."""
+        if method.upper() == "POST" and status_code != 429:
+            return False
+        return super().is_retry(method, status_code, has_retry_after)
+
+    def get_retry_after(self, response: Any) -> float | None:
+        """Seconds to wait before the next try, from ``Retry-After`` or ``X-RateLimit-Reset``; capped."""
+        seconds = super().get_retry_after(response)
+        if seconds is None:
+            reset = response.headers.get("X-RateLimit-Reset")
+            if reset is not None:
+                try:
+                    value = float(reset)
+                except ValueError:
+                    value = None
+                if value is not None and math.isfinite(value):
+                    seconds = max(0.0, value - time.time()) if value > 1e9 else max(0.0, value)
+        if seconds is None:
+            return None
+        return min(seconds, self.max_retry_after)
+
+    def sleep_for_retry(self, response: Any) -> bool:
+        """urllib3 API: wait what the server asked (via ``sleep_func``); ``False`` when it asked nothing."""
+        seconds = self.get_retry_after(response)
+        if seconds:
+            self.sleep_func(seconds)
+            return True
+        return False
+
+
+# -------------------------------------------------------------------------------------- equinix metal
+
+
+def _error_detail(response: requests.Response) -> str:
+    """The API's own words from an ``Error`` body (``{"error": str}`` or ``{"errors": [str]}``)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    parts: list[str] = []
+    if isinstance(body, dict):
+        if isinstance(body.get("error"), str) and body["error"]:
+            parts.append(body["error"])
+        if isinstance(body.get("errors"), list):
+            parts.extend(str(e) for e in body["errors"] if e)
+    if not parts:
+        text = response.text.strip().replace("\n", " ")
+        parts.append(text[:200] if text else "(no error message)")
+    return "; ".join(parts)
+
+
+def _device_from_json(data: Mapping[str, Any]) -> Device:
+    """Map an Equinix ``Device`` object (spec ``#/components/schemas/Device``) to ``Device``."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("id"), str):
+        raise MetalError("Equinix Metal API: answer is not a device object")
+    addresses = []
+    for item in data.get("ip_addresses") or ():
+        if isinstance(item, Mapping) and isinstance(item.get("address"), str):
+            addresses.append(
+                IPAddress(
+                    address=item["address"],
+                    family=int(item.get("address_family") or (6 if ":" in item["address"] else 4)),
+                    public=bool(item.get("public", False)),
+                )
+            )
+    return Device(
+        id=data["id"],
+        hostname=str(data.get("hostname") or ""),
+        state=str(data.get("state") or "unknown"),
+        ip_addresses=tuple(addresses),
+        tags=tuple(str(t) for t in data.get("tags") or ()),
+    )
+
+
+def device_create_body(spec: DeviceSpec) -> dict[str, Any]:
+    """Build the JSON body of ``POST /projects/{id}/devices`` (DeviceCreateInMetroInput or
+    DeviceCreateInFacilityInput) from ``spec``, leaving unset fields out."""
+    body: dict[str, Any] = {
+        "hostname": spec.hostname,
+        "plan": spec.plan,
+        "operating_system": spec.operating_system,
+    }
+    if spec.metro is not None:
+        body["metro"] = spec.metro
+    if spec.facility is not None:
+        body["facility"] = list(spec.facility) if isinstance(spec.facility, tuple) else spec.facility
+    if spec.ipxe_script_url is not None:
+        body["ipxe_script_url"] = spec.ipxe_script_url
+    if spec.userdata is not None:
+        body["userdata"] = spec.userdata
+    if spec.billing_cycle is not None:
+        body["billing_cycle"] = spec.billing_cycle
+    if spec.tags:
+        body["tags"] = list(spec.tags)
+    if spec.always_pxe is not None:
+        body["always_pxe"] = spec.always_pxe
+    if spec.spot_instance is not None:
+        body["spot_instance"] = spec.spot_instance
+    if spec.spot_price_max is not None:
+        body["spot_price_max"] = spec.spot_price_max
+    if spec.hardware_reservation_id is not None:
+        body["hardware_reservation_id"] = spec.hardware_reservation_id
+    if spec.project_ssh_keys:
+        body["project_ssh_keys"] = list(spec.project_ssh_keys)
+    if spec.customdata is not None:
+        body["customdata"] = dict(spec.customdata)
+    return body
+
+
+class EquinixMetal:
+    """``Provider`` for the Equinix Metal API v1, over one ``requests.Session``.
+
+    ``token`` goes into the ``X-Auth-Token`` header and nowhere else (not in ``repr``, messages or
+    logs). ``api_url`` is the API base URL (default ``DEFAULT_API_URL``). ``timeout`` is
+    ``(connect, read)`` in seconds and applies to every call. Retries (urllib3 ``Retry`` on an
+    ``HTTPAdapter``): up to ``retries`` times on 429 and on 500/502/503/504 (GET, DELETE; POST on 429
+    only), with exponential backoff ``backoff_factor * 2**n`` seconds (at most ``backoff_max``) and
+    the server's ``Retry-After`` / ``X-RateLimit-Reset`` honoured up to ``max_retry_after`` seconds.
+    Connection failures are retried too; a read timeout is not (the request may have been served).
+    ``per_page`` is the page size used when listing.
+    """
+
+    name = "equinix"
+
+    def __init__(
+        self,
+        token: str,
+        api_url: str = DEFAULT_API_URL,
+        *,
+        timeout: tuple[float, float] = (10.0, 60.0),
+        retries: int = 5,
+        backoff_factor: float = 1.0,
+        backoff_max: float = 60.0,
+        max_retry_after: float = 120.0,
+        per_page: int = 100,
+        retry_sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        if not token:
+            raise MissingTokenError(f"no Equinix Metal API token: set {TOKEN_ENV}")
+        self.api_url = api_url.rstrip("/")
+        self.timeout = timeout
+        self.per_page = per_page
+        retry = MetalRetry(
+            total=retries,
+            connect=retries,
+            read=0,
+            status=retries,
+            backoff_factor=backoff_factor,
+            backoff_max=backoff_max,
+            status_forcelist=(429, 500, 502, 503, 504),
+            allowed_methods=frozenset({"GET", "DELETE", "POST"}),
+            raise_on_status=False,
+            respect_retry_after_header=True,
+        )
+        retry.max_retry_after = max_retry_after
+        if retry_sleep is not None:
+            retry.sleep_func = retry_sleep
+        self._session = requests.Session()
+        adapter = HTTPAdapter(max_retries=retry)
+        self._session.mount("https://", adapter)
+        self._session.mount("http://", adapter)
+        self._session.headers.update(
+            {
+                "X-Auth-Token": token,
+                "User-Agent": USER_AGENT,
+                "Accept": "application/json",
+            }
+        )
+
+    @classmethod
+    def from_env(
+        cls, api_url: str | None = None, environ: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> EquinixMetal:
+        """Build a client from the environment: token from ``METAL_AUTH_TOKEN``; base URL from
+        ``METAL_API_URL``, else ``api_url`` (the config key ``metal.api_url``), else the default.
+
+        Raises ``MissingTokenError`` (exit 2) when the token variable is unset or empty.
+        """
+        env = os.environ if environ is None else environ
+        token = env.get(TOKEN_ENV, "")
+        if not token:
+            raise MissingTokenError(f"no Equinix Metal API token: set {TOKEN_ENV}")
+        url = env.get(API_URL_ENV) or api_url or DEFAULT_API_URL
+        return cls(token, url, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"EquinixMetal(api_url={self.api_url!r})"
+
+    def close(self) -> None:
+        """Close the HTTP session."""
+        self._session.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        expect: tuple[int, ...] = (200,),
+    ) -> requests.Response:
+        """Send one API call; return the response when its status is in ``expect``.
+
+        Raises ``MetalNotFound`` on 404, ``MetalError`` on any other status (message
+        ``Equinix Metal API: METHOD PATH: STATUS REASON: <API error text>``) or network failure.
+        """
+        url = self.api_url + path
+        where = f"Equinix Metal API: {method} {path}"
+        try:
+            response = self._session.request(method, url, params=params, json=json, timeout=self.timeout)
+        except requests.RequestException as exc:
+            # The exception text names the URL and the cause, never the headers.
+            raise MetalError(f"{where}: {type(exc).__name__}: {_strip_reason(exc)}") from None
+        log.debug("%s %s -> %s", method, url, response.status_code)
+        if response.status_code in expect:
+            return response
+        message = f"{where}: {response.status_code} {response.reason or ''}".rstrip()
+        message += f": {_error_detail(response)}"
+        if response.status_code == 401:
+            message += f" (check {TOKEN_ENV})"
+        cls = MetalNotFound if response.status_code == 404 else MetalError
+        raise cls(message, status=response.status_code)
+
+    def _json(self, response: requests.Response) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise MetalError(
+                f"Equinix Metal API: {response.request.method} {response.url}: answer is not JSON"
+            ) from None
+
+    # -- Provider
+
+    def create(self, project: str, spec: DeviceSpec) -> Device:
+        """``POST /projects/{project}/devices`` (createDevice, 201) with ``device_create_body(spec)``."""
+        response = self._request(
+            "POST", f"/projects/{project}/devices", json=device_create_body(spec), expect=(201, 200)
+        )
+        return _device_from_json(self._json(response))
+
+    def get(self, device_id: str) -> Device:
+        """``GET /devices/{device_id}`` (findDeviceById, 200)."""
+        return _device_from_json(self._json(self._request("GET", f"/devices/{device_id}")))
+
+    def delete(self, device_id: str) -> None:
+        """``DELETE /devices/{device_id}`` (deleteDevice, 204)."""
+        self._request("DELETE", f"/devices/{device_id}", expect=(204, 200))
+
+    def list(self, project: str, tag: str | None = None) -> list[Device]:
+        """``GET /projects/{project}/devices`` (findProjectDevices) with ``tag`` as filter, following
+        ``page`` until ``meta.next`` is absent (or ``meta.last_page`` is reached); at most 1000 pages.
+
+        Only devices actually carrying ``tag`` are returned, whatever the server's filter did.
+        """
+        devices: list[Device] = []
+        page = 1
+        while True:
+            params: dict[str, Any] = {"page": page, "per_page": self.per_page}
+            if tag:
+                params["tag"] = tag
+            body = self._json(self._request("GET", f"/projects/{project}/devices", params=params))
+            if not isinstance(body, Mapping) or not isinstance(body.get("devices"), list):
+                raise MetalError(f"Equinix Metal API: GET /projects/{project}/devices: answer has no devices list")
+            devices.extend(_device_from_json(d) for d in body["devices"])
+            meta = body.get("meta") if isinstance(body.get("meta"), Mapping) else {}
+            last_page = meta.get("last_page")
+            has_next = bool(meta.get("next"))
+            if isinstance(last_page, int):
+                has_next = page < last_page
+            if not has_next or not body["devices"] or page >= 1000:
+                break
+            page += 1
+        if tag:
+            devices = [d for d in devices if tag in d.tags]
+        return devices
+
+
+def _strip_reason(exc: Exception) -> str:
+    """A one-line description of a requests/urllib3 exception."""
+    text = str(exc).replace("\n", " ")
+    return text[:300]
+
+
+# ------------------------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class MetalGlobal:
+    """The top-level ``metal:`` mapping: ``api_url`` (API base URL), ``project`` (default project
+    UUID), ``tag`` (the tag marking devices bootserver manages, default ``bootserver``)."""
+
+    api_url: str | None = None
+    project: str | None = None
+    tag: str = DEFAULT_TAG
+
+
+@dataclass(frozen=True)
+class MetalSettings:
+    """A ``metal:`` mapping of a profile or a node; ``None`` means "not set here".
+
+    ``plan`` (e.g. ``c3.small.x86``), ``metro`` (e.g. ``da``) or deprecated ``facility`` (a code or a
+    list of codes), ``billing_cycle`` (hourly|daily|monthly|yearly), ``tags`` (extra device tags),
+    ``spot_instance`` and ``spot_price_max`` (USD per hour), ``hardware_reservation_id`` (a UUID or
+    ``next-available``), ``project_ssh_keys`` (project SSH key UUIDs), ``customdata`` (a mapping exposed
+    in the device metadata), ``always_pxe`` (boot iPXE on every boot, not only the first).
+    """
+
+    plan: str | None = None
+    metro: str | None = None
+    facility: str | tuple[str, ...] | None = None
+    billing_cycle: str | None = None
+    tags: tuple[str, ...] | None = None
+    spot_instance: bool | None = None
+    spot_price_max: float | None = None
+    hardware_reservation_id: str | None = None
+    project_ssh_keys: tuple[str, ...] | None = None
+    customdata: Mapping[str, Any] | None = None
+    always_pxe: bool | None = None
+
+    def merged_over(self, base: MetalSettings) -> MetalSettings:
+        """Return ``base`` with every key set here taking precedence (node over profile, CLI over
+        node). Location is one unit: setting ``metro`` here drops the base's ``facility`` and the
+        other way round."""
+        values = {f.name: getattr(base, f.name) for f in fields(self)}
+        for f in fields(self):
+            mine = getattr(self, f.name)
+            if mine is not None:
+                values[f.name] = mine
+        if self.metro is not None:
+            values["facility"] = None
+        if self.facility is not None:
+            values["metro"] = None
+        return MetalSettings(**values)
+
+
+_SETTINGS_KEYS = tuple(f.name for f in fields(MetalSettings))
+_GLOBAL_KEYS = tuple(f.name for f in fields(MetalGlobal))
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, AttributeError, TypeError):
+        return False
+    return True
+
+
+def _nonempty_str(source: str, keypath: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(source, keypath, "must be a non-empty string")
+    if any(c.isspace() for c in value):
+        raise ConfigError(source, keypath, f"must not contain whitespace: {value!r}")
+    return value
+
+
+def _str_list(source: str, keypath: str, value: Any, *, uuids: bool = False) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(source, keypath, "must be a list of strings")
+    out = []
+    for i, item in enumerate(value):
+        item = _nonempty_str(source, f"{keypath}[{i}]", item)
+        if uuids and not _is_uuid(item):
+            raise ConfigError(source, f"{keypath}[{i}]", f"must be a UUID: {item!r}")
+        out.append(item)
+    return tuple(out)
+
+
+def _bool(source: str, keypath: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(source, keypath, "must be true or false")
+    return value
+
+
+def parse_metal_settings(source: str, keypath: str, value: Any) -> MetalSettings:
+    """Parse a profile's or node's ``metal:`` mapping (``value`` as loaded from YAML).
+
+    ``source`` is the config file, ``keypath`` where the mapping sits (e.g. ``nodes.master-0.metal``).
+    ``None`` (an empty ``metal:``) gives empty settings. Raises ``ConfigError(source, keypath.key,
+    message)`` for a non-mapping, an unknown key, a wrong type, ``metro`` together with ``facility``,
+    a ``billing_cycle`` outside hourly|daily|monthly|yearly, a negative ``spot_price_max`` or one set
+    while ``spot_instance`` is false, a ``project_ssh_keys`` entry that is not a UUID.
+    """
+    if value is None:
+        return MetalSettings()
+    if not isinstance(value, Mapping):
+        raise ConfigError(source, keypath, "must be a mapping")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        kp = f"{keypath}.{key}"
+        if key not in _SETTINGS_KEYS:
+            raise ConfigError(source, kp, f"unknown key (known: {', '.join(_SETTINGS_KEYS)})")
+        if item is None:
+            continue
+        if key in ("plan", "metro", "hardware_reservation_id"):
+            out[key] = _nonempty_str(source, kp, item)
+        elif key == "facility":
+            out[key] = _str_list(source, kp, item) if isinstance(item, list) else _nonempty_str(source, kp, item)
+            if out[key] == ():
+                raise ConfigError(source, kp, "must name at least one facility")
+        elif key == "billing_cycle":
+            if item not in BILLING_CYCLES:
+                raise ConfigError(source, kp, f"must be one of {', '.join(BILLING_CYCLES)}: {item!r}")
+            out[key] = item
+        elif key == "tags":
+            out[key] = _str_list(source, kp, item)
+        elif key == "project_ssh_keys":
+            out[key] = _str_list(source, kp, item, uuids=True)
+        elif key in ("spot_instance", "always_pxe"):
+            out[key] = _bool(source, kp, item)
+        elif key == "spot_price_max":
+            if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item):
+                raise ConfigError(source, kp, "must be a number (US dollars per hour)")
+            if item < 0:
+                raise ConfigError(source, kp, "must not be negative")
+            out[key] = float(item)
+        elif key == "customdata":
+            if not isinstance(item, Mapping):
+                raise ConfigError(source, kp, "must be a mapping")
+            out[key] = dict(item)
+    if "metro" in out and "facility" in out:
+        raise ConfigError(source, f"{keypath}.facility", "set metro or facility (deprecated), not both")
+    if "spot_price_max" in out and out.get("spot_instance") is False:
+        raise ConfigError(source, f"{keypath}.spot_price_max", "needs spot_instance: true")
+    return MetalSettings(**out)
+
+
+def parse_metal_global(source: str, keypath: str, value: Any) -> MetalGlobal:
+    """Parse the top-level ``metal:`` mapping (``api_url``, ``project``, ``tag``).
+
+    Raises ``ConfigError`` for a non-mapping, an unknown key, an ``api_url`` that is not an absolute
+    http(s) URL, a ``project`` that is not a UUID, an empty or whitespace-containing ``tag``.
+    """
+    if value is None:
+        return MetalGlobal()
+    if not isinstance(value, Mapping):
+        raise ConfigError(source, keypath, "must be a mapping")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        kp = f"{keypath}.{key}"
+        if key not in _GLOBAL_KEYS:
+            raise ConfigError(source, kp, f"unknown key (known: {', '.join(_GLOBAL_KEYS)})")
+        if item is None:
+            continue
+        if key == "api_url":
+            parts = urlsplit(item) if isinstance(item, str) else None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ConfigError(source, kp, f"must be an http(s) URL: {item!r}")
+            out[key] = item.rstrip("/")
+        elif key == "project":
+            if not isinstance(item, str) or not _is_uuid(item):
+                raise ConfigError(source, kp, f"must be a project UUID: {item!r}")
+            out[key] = item
+        elif key == "tag":
+            out[key] = _nonempty_str(source, kp, item)
+    return MetalGlobal(**out)
+
+
+def node_settings(config: Any, node: str) -> MetalSettings:
+    """The merged ``metal:`` settings of ``node`` in a loaded ``bootserver.config.Config``: the node's
+    mapping over its profile's. Raises ``ConfigError`` like ``parse_metal_settings``."""
+    spec = config.nodes[node]
+    profile = config.profiles[spec.profile]
+    base = parse_metal_settings(config.source, f"profiles.{spec.profile}.metal", profile.metal)
+    return parse_metal_settings(config.source, f"nodes.{node}.metal", spec.metal).merged_over(base)
+
+
+def check_project_id(project: str) -> str:
+    """Return ``project`` if it is a UUID (the API's project id format), else raise ``InputError``."""
+    if not _is_uuid(project):
+        raise InputError(f"--project: not a project UUID: {project!r}")
+    return project
+
+
+def ipxe_userdata(chain_url: str) -> str:
+    """The device userdata that makes Equinix's iPXE chain to ``chain_url``:
+    ``#!ipxe`` newline ``chain --autofree <url>`` newline.
+
+    Raises ``InputError`` when the URL is not http(s) or holds whitespace, control characters or
+    ``${`` (which iPXE would expand), since such a script cannot be made safe.
+    """
+    parts = urlsplit(chain_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InputError(f"chain URL is not an http(s) URL: {chain_url!r}")
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in chain_url) or "${" in chain_url:
+        raise InputError(f"chain URL cannot be put in an iPXE script: {chain_url!r}")
+    return f"#!ipxe\nchain --autofree {chain_url}\n"
+
+
+def build_device_spec(
+    hostname: str,
+    settings: MetalSettings,
+    chain_url: str,
+    *,
+    via: str = "ipxe_script_url",
+    managed_tag: str = DEFAULT_TAG,
+    node: str | None = None,
+) -> DeviceSpec:
+    """Build the ``DeviceSpec`` of a node from its merged settings and its signed chain URL.
+
+    ``via`` is ``ipxe_script_url`` (the device's iPXE fetches ``chain_url`` as its script) or
+    ``userdata`` (``ipxe_userdata(chain_url)``). Tags are ``managed_tag`` first, then the settings'
+    tags (duplicates dropped). ``operating_system`` is always ``custom_ipxe``. ``node`` names the node
+    in error messages. Raises ``InputError`` (exit 2) when no ``plan`` or no location is set, or for
+    a bad ``via``.
+    """
+    who = f"node {node}" if node else hostname
+    if not settings.plan:
+        raise InputError(f"{who}: no Equinix Metal plan: set metal.plan on the node or profile, or pass --plan")
+    if settings.metro is None and settings.facility is None:
+        raise InputError(f"{who}: no Equinix Metal location: set metal.metro on the node or profile, or pass --metro")
+    if settings.spot_price_max is not None and settings.spot_instance is not True:
+        raise InputError(f"{who}: metal.spot_price_max needs metal.spot_instance: true")
+    if via == "ipxe_script_url":
+        script, userdata = chain_url, None
+        parts = urlsplit(chain_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise InputError(f"chain URL is not an http(s) URL: {chain_url!r}")
+    elif via == "userdata":
+        script, userdata = None, ipxe_userdata(chain_url)
+    else:
+        raise InputError(f"--via: must be ipxe_script_url or userdata, not {via!r}")
+    tags = [managed_tag]
+    for t in settings.tags or ():
+        if t not in tags:
+            tags.append(t)
+    return DeviceSpec(
+        hostname=hostname,
+        plan=settings.plan,
+        metro=settings.metro,
+        facility=settings.facility,
+        ipxe_script_url=script,
+        userdata=userdata,
+        billing_cycle=settings.billing_cycle or "hourly",
+        tags=tuple(tags),
+        always_pxe=settings.always_pxe,
+        spot_instance=settings.spot_instance,
+        spot_price_max=settings.spot_price_max,
+        hardware_reservation_id=settings.hardware_reservation_id,
+        project_ssh_keys=settings.project_ssh_keys or (),
+        customdata=settings.customdata,
+    )
+
+
+__all__ = [
+    "API_URL_ENV",
+    "BILLING_CYCLES",
+    "DEFAULT_API_URL",
+    "DEFAULT_TAG",
+    "TOKEN_ENV",
+    "Device",
+    "DeviceSpec",
+    "EquinixMetal",
+    "IPAddress",
+    "MetalError",
+    "MetalGlobal",
+    "MetalNotFound",
+    "MetalRetry",
+    "MetalSettings",
+    "MissingTokenError",
+    "Provider",
+    "build_device_spec",
+    "check_project_id",
+    "device_create_body",
+    "ipxe_userdata",
+    "node_settings",
+    "parse_metal_global",
+    "parse_metal_settings",
+]

@@ -1,0 +1,89 @@
+"""Boot-once and the node timeline through the real command line: ``bootserver serve`` subprocesses
+(restarted in between), ``bootserver nodes`` and ``bootserver nodes reinstall`` against the same
+state_dir while the server runs, and the JSON access log."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import aiohttp
+
+from conftest import ServerProcess, free_port, run_cli, write_config
+
+
+def _config(tmp_path: Path, reference: Path, port: int) -> Path:
+    shutil.copy(reference / "openshift-pointer-master.ign.json", tmp_path / "master.ign")
+    return write_config(tmp_path / "bootserver.yaml", {
+        "server": {"listen": f"127.0.0.1:{port}"},
+        "cache_dir": "cache", "state_dir": "state",
+        "streams": {"rhcos-4.16": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign"}},
+        "nodes": {"master-0": {"profile": "master"}, "master-1": {"profile": "master"}},
+    })
+
+
+async def _get(http: aiohttp.ClientSession, url: str) -> str:
+    async with http.get(url) as r:
+        assert r.status == 200, url
+        return await r.text()
+
+
+async def test_boot_once_across_restart_then_reinstall(tmp_path: Path, reference: Path) -> None:
+    port = free_port()
+    config = _config(tmp_path, reference, port)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        server = ServerProcess(config, port)
+        try:
+            await server.start(http)
+            install = await _get(http, f"{server.url}/ipxe/master-0")
+            assert "coreos.inst.install_dev=/dev/sda" in install
+            await _get(http, f"{server.url}/ignition/master-0")           # coreos-installer
+            await _get(http, f"{server.url}/ignition/master-0/config")    # the installed system's first boot
+        finally:
+            await server.stop()
+
+        rc, out, err = await run_cli("nodes", "--config", str(config))
+        assert rc == 0, err
+        rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+        assert rows["master-0"][1:3] == ["master", "installed"]
+        assert rows["master-1"][1:3] == ["master", "new"]
+
+        server = ServerProcess(config, port, "--log-format", "json")
+        try:
+            await server.start(http)
+            localboot = await _get(http, f"{server.url}/ipxe/master-0")
+            assert localboot.startswith("#!ipxe\n") and localboot.rstrip().endswith("\nexit")
+            assert "kernel " not in localboot
+            rc, out, err = await run_cli("render", "ipxe", "master-0", "--config", str(config))
+            assert rc == 0 and out == localboot
+
+            rc, out, err = await run_cli("nodes", "reinstall", "master-0", "--config", str(config))
+            assert rc == 0, err
+            assert "master-0: marked for reinstall" in out
+            assert await _get(http, f"{server.url}/ipxe/master-0?sig=s3cr3t") == install
+            nodes = json.loads(await _get(http, f"{server.url}/nodes"))
+            assert {n["node"]: n["stage"] for n in nodes["nodes"]} == {"master-0": "ipxe", "master-1": "new"}
+            events = json.loads(await _get(http, f"{server.url}/nodes/master-0"))["events"]
+            assert [e["event"] for e in events] == ["script", "stub", "config", "localboot", "reinstall", "script"]
+        finally:
+            await server.stop()
+        err = (await server.proc.stderr.read()).decode()  # type: ignore[union-attr]
+        lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+        access = [x for x in lines if x["logger"] == "bootserver.access" and x["path"] == "/ipxe/master-0"]
+        assert [(x["route"], x["node"], x["status"]) for x in access] == [("/ipxe/{node}", "master-0", 200)] * 2
+        assert all(x["bytes"] > 0 and x["duration"] >= 0 for x in access)
+        assert "s3cr3t" not in err
+
+        rc, out, err = await run_cli("nodes", "show", "master-0", "--config", str(config))
+        assert rc == 0 and [line.split()[2] for line in out.splitlines()] == \
+            ["script", "stub", "config", "localboot", "reinstall", "script"]
+
+
+async def test_nodes_command_refuses_unknown_nodes_and_bad_usage(tmp_path: Path, reference: Path) -> None:
+    config = _config(tmp_path, reference, free_port())
+    rc, out, err = await run_cli("nodes", "reinstall", "nobody", "--config", str(config))
+    assert rc == 2 and "no node 'nobody'" in err and err.count("\n") == 1
+    rc, out, err = await run_cli("nodes", "reinstall", "--config", str(config))
+    assert rc == 2 and "expected NODE" in err

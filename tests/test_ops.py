@@ -1,0 +1,270 @@
+"""Operations through aiohttp's test client: the node timeline as /nodes shows it, boot-once, metrics
+and the access log."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from bootserver.config import parse_config
+from bootserver.ops import runner_kwargs
+from bootserver.store import ArtifactStore
+from bootserver.streams import parse_stream
+from bootserver.web import SERVICE, create_app
+
+from conftest import payload
+
+STREAM = "rhcos-stream-4.16.json"
+
+
+def make_config(reference: Path, tmp_path: Path, **profile: object):
+    (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
+    return parse_config({
+        "server": {"base_url": "http://127.0.0.1:8080"},
+        "cache_dir": "cache", "state_dir": "state",
+        "streams": {"rhcos-4.16": {"metadata": str(reference / STREAM)}},
+        "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign",
+                                **profile},
+                     "live": {"stream": "rhcos-4.16", "mode": "live", "ignition": "master.ign"}},
+        "nodes": {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56"},
+                  "master-1": {"profile": "master"},
+                  "live-0": {"profile": "live"}},
+    }, "t.yaml", tmp_path)
+
+
+def fill_cache(config, reference: Path) -> dict[str, tuple[str, bytes]]:
+    """Publish stand-in kernel, initramfs and rootfs under the real file names: kind -> (path, bytes)."""
+    meta = parse_stream((reference / STREAM).read_bytes(), name="rhcos-4.16", source="x",
+                        architectures=("x86_64",))
+    rel = meta.releases["x86_64"]
+    store = ArtifactStore(config.cache_dir)
+    out = {}
+    for kind in ("kernel", "initramfs", "rootfs"):
+        real = getattr(rel, kind)
+        data = payload(kind, 100_000)
+        art = real.__class__(kind=kind, url="http://up/" + kind, sha256=hashlib.sha256(data).hexdigest(),
+                             signature=None, filename=real.filename)
+        with store.writer(rel, art) as w:
+            w.write(data)
+            w.commit(art.url)
+        out[kind] = (f"/artifacts/rhcos-4.16/x86_64/{rel.version}/{real.filename}", data)
+    return out
+
+
+@pytest.fixture
+def config(reference: Path, tmp_path: Path):
+    return make_config(reference, tmp_path)
+
+
+async def start(aiohttp_client, config):
+    """A test client of ``create_app(config)`` whose runner uses our access logger, as ``serve`` does
+    (TestServer ignores constructor kwargs: they must go to start_server)."""
+    server = TestServer(create_app(config))
+    await server.start_server(**runner_kwargs())
+    return await aiohttp_client(server)
+
+
+@pytest.fixture
+async def client(aiohttp_client, config):
+    return await start(aiohttp_client, config)
+
+
+async def node(client, name: str) -> dict:
+    r = await client.get(f"/nodes/{name}")
+    assert r.status == 200
+    return await r.json()
+
+
+async def test_timeline_of_an_install_and_boot_once(client, config, reference: Path) -> None:
+    files = fill_cache(config, reference)
+    r = await client.get("/nodes")
+    assert r.status == 200
+    listed = {n["node"]: n for n in (await r.json())["nodes"]}
+    assert set(listed) == {"master-0", "master-1", "live-0"}
+    assert listed["master-0"]["stage"] == "new" and listed["master-0"]["stage_age"] is None
+
+    r = await client.get("/boot.ipxe?mac=52%3A54%3A00%3A12%3A34%3A56")
+    install_script = await r.text()
+    assert "coreos.inst.install_dev=/dev/sda" in install_script
+    assert (await node(client, "master-0"))["stage"] == "ipxe"
+    for kind in ("kernel", "initramfs", "rootfs"):
+        path, data = files[kind]
+        r = await client.get(path)
+        assert await r.read() == data
+        assert (await node(client, "master-0"))["stage"] == kind
+    assert (await client.get("/ignition/master-0")).status == 200
+    info = await node(client, "master-0")
+    assert info["stage"] == "installing" and info["profile"] == "master"
+
+    # the installer reboots the machine: with always_pxe it asks for its script again and must boot
+    # the disk it just wrote, not install once more
+    r = await client.get("/ipxe/master-0")
+    localboot = await r.text()
+    assert r.status == 200 and localboot.startswith("#!ipxe\n")
+    assert localboot.rstrip().endswith("exit") and "kernel" not in localboot
+    assert (await client.get("/ignition/master-0/config")).status == 200
+    info = await node(client, "master-0")
+    assert info["stage"] == "installed" and info["last_event"] == "config"
+    again = await (await client.get("/ipxe/master-0")).text()
+    assert "(stage installed)" in again and again.rstrip().endswith("exit")
+
+    events = info["events"]
+    assert [e["event"] for e in events] == [
+        "script", "kernel-requested", "kernel-completed", "initramfs-requested", "initramfs-completed",
+        "rootfs-requested", "rootfs-completed", "stub", "localboot", "config"]
+    assert all(e["ip"] == "127.0.0.1" for e in events)
+    assert [e["at"] for e in events] == sorted(e["at"] for e in events)
+    assert events[0]["detail"]["mode"] == "install"
+    assert events[6]["detail"] == {"bytes": len(files["rootfs"][1]), "status": 200}
+    # nothing leaked to the other nodes
+    assert (await node(client, "master-1"))["events"] == []
+
+    # marked for reinstall: the next boot installs again
+    client.app[SERVICE].timeline.record("master-0", "reinstall", mode="install")
+    assert await (await client.get("/ipxe/master-0")).text() == install_script
+    assert (await node(client, "master-0"))["stage"] == "ipxe"
+
+
+async def test_artifacts_from_unknown_addresses_are_not_attributed(client, config, reference: Path) -> None:
+    files = fill_cache(config, reference)
+    r = await client.get(files["kernel"][0])
+    assert r.status == 200
+    body = await (await client.get("/nodes")).json()
+    assert {n["stage"] for n in body["nodes"]} == {"new"}
+
+
+async def test_range_request_is_not_a_completed_download(client, config, reference: Path) -> None:
+    files = fill_cache(config, reference)
+    await client.get("/ipxe/master-1")
+    r = await client.get(files["rootfs"][0], headers={"Range": "bytes=0-99"})
+    assert r.status == 206 and len(await r.read()) == 100
+    events = (await node(client, "master-1"))["events"]
+    assert [e["event"] for e in events][-2:] == ["rootfs-requested", "rootfs-completed"]
+    assert events[-1]["detail"] == {"bytes": 100, "status": 206}
+
+
+async def test_live_mode_never_boots_the_disk(client) -> None:
+    first = await (await client.get("/ipxe/live-0")).text()
+    assert (await client.get("/ignition/live-0")).status == 200
+    assert (await node(client, "live-0"))["stage"] == "ignition"
+    assert (await client.get("/ignition/live-0/config")).status == 200
+    assert (await node(client, "live-0"))["stage"] == "running"
+    again = await (await client.get("/ipxe/live-0")).text()
+    assert again == first and "ignition.config.url=" in again
+    assert (await node(client, "live-0"))["stage"] == "ipxe"
+
+
+async def test_boot_once_off_reinstalls_on_every_boot(aiohttp_client, reference: Path, tmp_path: Path) -> None:
+    config = make_config(reference, tmp_path, boot_once=False)
+    client = await start(aiohttp_client, config)
+    first = await (await client.get("/ipxe/master-0")).text()
+    await client.get("/ignition/master-0")
+    await client.get("/ignition/master-0/config")
+    assert (await node(client, "master-0"))["stage"] == "installed"
+    assert await (await client.get("/ipxe/master-0")).text() == first
+
+
+def test_boot_once_is_refused_for_live_mode(reference: Path, tmp_path: Path) -> None:
+    from bootserver.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"profiles\.master\.boot_once: .*only be true in install mode"):
+        make_config(reference, tmp_path, mode="live", boot_once=True)
+
+
+async def test_unknown_node_in_nodes_endpoint_is_404(client) -> None:
+    r = await client.get("/nodes/nobody")
+    assert r.status == 404 and "no node 'nobody'" in await r.text()
+
+
+async def test_metrics(client, config, reference: Path) -> None:
+    files = fill_cache(config, reference)
+    await client.get("/ipxe/master-0")
+    await client.get(files["kernel"][0])
+    await client.get(files["kernel"][0].replace("kernel", "nothing"))
+    await client.get("/ipxe/nobody")
+    r = await client.get("/metrics")
+    assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = await r.text()
+    lines = set(text.splitlines())
+    assert 'bootserver_http_requests_total{method="GET",route="/ipxe/{node}",status="200"} 1.0' in lines
+    assert 'bootserver_http_requests_total{method="GET",route="/ipxe/{node}",status="404"} 1.0' in lines
+    assert f'bootserver_artifact_bytes_served_total{{kind="kernel"}} {float(len(files["kernel"][1]))}' in lines
+    assert 'bootserver_cache_requests_total{result="hit"} 1.0' in lines
+    assert 'bootserver_cache_requests_total{result="miss"} 1.0' in lines
+    assert 'bootserver_nodes{stage="kernel"} 1.0' in lines
+    assert 'bootserver_nodes{stage="new"} 2.0' in lines
+    assert "bootserver_downloads_in_flight 0.0" in lines
+    assert 'bootserver_upstream_fetches_total{result="ok"} 0.0' in lines
+    assert any(line.startswith('bootserver_http_request_duration_seconds_count{route="/ipxe/{node}"}')
+               for line in lines)
+
+
+async def test_upstream_download_is_counted(config, reference: Path, upstream) -> None:
+    """download_artifact reports to the app's metrics (the observer the read-through path passes)."""
+    from bootserver.fetch import client_session, download_artifact
+
+    data = payload("kernel", 50_000)
+    upstream.files["/k"] = data
+    meta = parse_stream((reference / STREAM).read_bytes(), name="rhcos-4.16", source="x",
+                        architectures=("x86_64",))
+    rel = meta.releases["x86_64"]
+    good = rel.kernel.__class__(kind="kernel", url=upstream.url + "/k", sha256=hashlib.sha256(data).hexdigest(),
+                                signature=None, filename=rel.kernel.filename)
+    bad = rel.kernel.__class__(kind="kernel", url=upstream.url + "/k", sha256="0" * 64, signature=None,
+                               filename=rel.kernel.filename)
+    app = create_app(config)
+    svc = app[SERVICE]
+    metrics = svc.fetch_observer
+    async with client_session() as session:
+        assert await download_artifact(session, svc.store, rel, good, observer=metrics) == len(data)
+        with pytest.raises(Exception, match="sha256 mismatch"):
+            await download_artifact(session, svc.store, rel, bad, observer=metrics)
+    text = metrics.render().decode()
+    assert 'bootserver_upstream_fetches_total{result="ok"} 1.0' in text
+    assert 'bootserver_upstream_fetches_total{result="error"} 1.0' in text
+    assert f"bootserver_upstream_bytes_total {float(2 * len(data))}" in text
+    assert "bootserver_downloads_in_flight 0.0" in text
+
+
+async def test_access_log_has_route_node_status_bytes_and_no_query(client, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="bootserver.access")
+    r = await client.get("/boot.ipxe?mac=52:54:00:12:34:56&sig=s3cr3t")
+    body = await r.read()
+    (rec,) = [r for r in caplog.records if r.name == "bootserver.access"]
+    assert (rec.route, rec.node, rec.status, rec.bytes, rec.path) == (
+        "/boot.ipxe", "master-0", 200, len(body), "/boot.ipxe")
+    assert rec.duration >= 0
+    assert "s3cr3t" not in rec.getMessage() and "mac=" not in rec.getMessage()
+    assert "node=master-0" in rec.getMessage()
+
+
+async def test_unusable_timeline_refuses_scripts_but_serves_artifacts(aiohttp_client, reference: Path,
+                                                                      tmp_path: Path) -> None:
+    """Without its timeline the server cannot tell an installed node from a new one: 503, never a guess."""
+    config = make_config(reference, tmp_path)
+    config.state_dir.parent.mkdir(parents=True, exist_ok=True)
+    config.state_dir.write_text("not a folder")
+    files = fill_cache(config, reference)
+    client = await start(aiohttp_client, config)
+    r = await client.get("/ipxe/master-0")
+    assert r.status == 503 and "node timeline" in await r.text()
+    r = await client.get("/ignition/master-0")
+    assert r.status == 503
+    r = await client.get(files["kernel"][0])
+    assert r.status == 200 and await r.read() == files["kernel"][1]
+
+
+def test_localboot_script_matches_golden_file() -> None:
+    import os
+
+    from bootserver.ipxe import render_localboot_script
+
+    script = render_localboot_script("master-0", "installed")
+    path = Path(__file__).parent / "golden" / "localboot.ipxe"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(script)
+    assert script == path.read_text(), f"script differs from {path}; UPDATE_GOLDEN=1 rewrites it"

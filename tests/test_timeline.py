@@ -1,0 +1,80 @@
+"""The node timeline on its own: stage model, persistence, attribution of shared artifact URLs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bootserver.timeline import ATTRIBUTION_WINDOW, Timeline, format_table, next_stage
+
+INSTALL = ["script", "kernel-requested", "kernel-completed", "initramfs-requested", "initramfs-completed",
+           "rootfs-requested", "rootfs-completed", "stub", "localboot", "config"]
+
+
+@pytest.mark.parametrize("mode,events,stages", [
+    ("install", INSTALL, ["ipxe", "kernel", "kernel", "initramfs", "initramfs", "rootfs", "rootfs",
+                          "installing", "installing", "installed"]),
+    ("live", INSTALL[:8] + ["config"], ["ipxe", "kernel", "kernel", "initramfs", "initramfs", "rootfs",
+                                        "rootfs", "ignition", "running"]),
+    ("install", ["stub", "config", "rootfs-requested", "reinstall", "script"],
+     ["installing", "installed", "installed", "reinstall", "ipxe"]),
+])
+def test_stage_model(mode: str, events: list[str], stages: list[str]) -> None:
+    stage, seen = "new", []
+    for event in events:
+        stage = next_stage(stage, event, mode)
+        seen.append(stage)
+    assert seen == stages
+
+
+def test_unknown_event_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown timeline event"):
+        next_stage("new", "bogus", "install")
+
+
+def test_events_and_stage_survive_reopening(tmp_path: Path) -> None:
+    tl = Timeline(tmp_path / "state")
+    assert tl.stage("m0") == "new"
+    tl.record("m0", "script", mode="install", ip="10.0.0.5", detail={"mode": "install"}, at=100.0)
+    tl.record("m0", "kernel-completed", mode="install", ip="10.0.0.5", detail={"bytes": 42}, at=101.0)
+    tl.record("m0", "stub", mode="install", at=160.0)
+    tl.close()
+
+    tl = Timeline(tmp_path / "state")
+    assert tl.stage("m0") == "installing"
+    events = tl.events("m0")
+    assert [(e.event, e.at) for e in events] == [("script", 100.0), ("kernel-completed", 101.0), ("stub", 160.0)]
+    assert events[1].detail == {"bytes": 42}
+    assert [e.event for e in tl.events("m0", limit=1)] == ["stub"]
+    (state,) = tl.nodes()
+    assert (state.stage, state.stage_at, state.last_event, state.last_at) == ("installing", 160.0, "stub", 160.0)
+    # localboot does not change the stage, nor when it was entered
+    tl.record("m0", "localboot", mode="install", at=200.0)
+    (state,) = tl.nodes()
+    assert (state.stage, state.stage_at, state.last_event) == ("installing", 160.0, "localboot")
+    # wal mode, so a reader and a writer in two processes do not block each other
+    assert tl._db().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_attribution_by_client_ip_within_window(tmp_path: Path) -> None:
+    tl = Timeline(tmp_path)
+    tl.record("m0", "script", mode="install", ip="10.0.0.5", at=1000.0)
+    tl.record("m1", "script", mode="install", ip="10.0.0.6", at=1001.0)
+    assert tl.attribute("10.0.0.5", now=1002.0) == "m0"
+    assert tl.attribute("10.0.0.6", now=1002.0) == "m1"
+    assert tl.attribute("10.0.0.7", now=1002.0) is None
+    assert tl.attribute("10.0.0.5", now=1000.0 + ATTRIBUTION_WINDOW + 1) is None
+    # the same address booting another node later (a reused IP) goes to the later node
+    tl.record("m2", "script", mode="install", ip="10.0.0.5", at=1500.0)
+    assert tl.attribute("10.0.0.5", now=1501.0) == "m2"
+
+
+def test_table_lists_configured_nodes_without_events(tmp_path: Path) -> None:
+    tl = Timeline(tmp_path)
+    tl.record("m0", "config", mode="install", at=1000.0)
+    text = format_table(tl.nodes(["m0", "w0"]), 1000.0 + 300, {"m0": "master", "w0": "worker"})
+    lines = text.splitlines()
+    assert lines[0].split() == ["NODE", "PROFILE", "STAGE", "SINCE", "LAST", "EVENT", "WHEN"]
+    assert lines[1].split() == ["m0", "master", "installed", "5m", "ago", "config", "5m", "ago"]
+    assert lines[2].split() == ["w0", "worker", "new", "-", "-", "-"]
