@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -193,12 +194,15 @@ def e2e_source(tools: rig.Tools, guest_initramfs: Path,
     yield work, artifacts, doc
 
 
-def write_stack_config(work: Path, name: str, port: int, base_url: str) -> Path:
-    """Write a bootserver config in ``work`` (shared cache, metadata from ``stream.json``) and return it."""
+def write_stack_config(work: Path, name: str, port: int, base_url: str, state_dir: Path | None = None) -> Path:
+    """Write a bootserver config in ``work`` (shared cache, metadata from ``stream.json``) and return it.
+
+    ``state_dir`` (the node timeline, boot-once) defaults to ``work/state``; give each server its own,
+    or one test's boots change what the next test's nodes are served."""
     doc = {
         "server": {"listen": f"127.0.0.1:{port}", "base_url": base_url},
         "cache_dir": str(work / "cache"),
-        "state_dir": str(work / "state"),
+        "state_dir": str(state_dir or work / "state"),
         "streams": {"fcos-e2e": {"metadata": str(work / "stream.json")}},
         "profiles": {
             "e2e-install": {"stream": "fcos-e2e", "mode": "install", "install_dev": "/dev/vda",
@@ -214,10 +218,12 @@ def write_stack_config(work: Path, name: str, port: int, base_url: str) -> Path:
 
 def _serve(work: Path, artifacts: dict[str, bytes], metadata: dict, name: str, base_host: str) -> Iterator[Stack]:
     port = free_port()
-    cfg = write_stack_config(work, f"{name}.yaml", port=port, base_url=f"http://{base_host}:{port}")
+    state = Path(tempfile.mkdtemp(dir=work, prefix=f"state-{name}-"))  # fresh timeline per server
+    cfg = write_stack_config(work, f"{state.name}.yaml", port=port, base_url=f"http://{base_host}:{port}",
+                             state_dir=state)
     p = run_bootserver("check-config", "--config", str(cfg), timeout=60)
     assert p.returncode == 0, f"bootserver check-config failed: {p.stderr}"
-    log = work / f"{name}.log"
+    log = work / f"{state.name}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([*bootserver_command(), "serve", "--config", str(cfg)],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
@@ -234,17 +240,18 @@ def _serve(work: Path, artifacts: dict[str, bytes], metadata: dict, name: str, b
             proc.wait(timeout=10)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def guest_stack(e2e_source: tuple[Path, dict[str, bytes], dict]) -> Iterator[Stack]:
     """``bootserver serve`` on 127.0.0.1 whose ``base_url`` is the guest's view of the host
-    (``http://10.0.2.100:<port>``, see :data:`rig.GUEST_HOST`)."""
+    (``http://10.0.2.100:<port>``, see :data:`rig.GUEST_HOST`). Fresh node timeline per test."""
     yield from _serve(*e2e_source, name="guest", base_host=rig.GUEST_HOST)
 
 
 @pytest.fixture
 def host_stack(e2e_source: tuple[Path, dict[str, bytes], dict]) -> Iterator[Stack]:
     """``bootserver serve`` on 127.0.0.1 whose ``base_url`` is ``http://127.0.0.1:<port>`` (for
-    clients that run on the host, like Ignition). Function-scoped: tests may tamper with its files."""
+    clients that run on the host, like Ignition). Fresh node timeline per test; tests may change
+    ``real.ign`` (restored afterwards)."""
     work, artifacts, metadata = e2e_source
     real = work / "real.ign"
     original = real.read_bytes()

@@ -7,6 +7,7 @@ with what ``bootserver render ipxe NODE`` prints and with the stream metadata. O
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,16 @@ def test_install_node_boots_through_its_chain_url(tools: rig.Tools, guest_stack:
     assert f"coreos.inst.ignition_url={guest_stack.base_url}/ignition/{node.name}" in args
     assert "coreos.inst.platform_id=packet" in args
     assert not any(a.startswith("ignition.platform.id=") for a in args)
+
+    # The installer fetches the stub (coreos.inst.ignition_url): the node is installing. Boot-once: its
+    # next PXE boot gets a script that exits to the local disk instead of installing again.
+    with urllib.request.urlopen(guest_stack.local_url(f"/ignition/{node.name}"), timeout=10) as r:
+        assert r.status == 200
+    again = rig.boot_ipxe(tools, rig.guest_url(guest_stack.port, f"/ipxe/{node.name}"),
+                          tmp_path / "serial-2.log", port=guest_stack.port, timeout=BOOT_TIMEOUT, mac=node.mac)
+    assert not again.reached_init, again.tail()
+    assert f"bootserver: node {node.name} is installed, booting from the local disk" in again.log, again.tail()
+    assert rig.MARK_BIOS_GAVE_UP in again.log, again.tail()  # iPXE exited; the BIOS tried its disks
 
 
 def test_live_node_boots_through_its_chain_url(tools: rig.Tools, guest_stack: Stack, tmp_path: Path) -> None:
