@@ -1,0 +1,1 @@
+"""End-to-end tests with real boot clients (see docs/testing.md)."""

@@ -1,0 +1,261 @@
+"""Fixtures for the e2e tests: the real clients (QEMU + iPXE, Ignition), the guest initramfs, and a real
+``bootserver`` stack (stream metadata on a local upstream -> ``sync-images`` -> ``serve``).
+
+When a client binary is missing the tests skip with the reason, except under ``CI`` (any non-empty
+value but ``0``/``false``): there they fail, so CI can never skip them silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+
+from . import rig
+
+E2E_REPO = Path(__file__).resolve().parents[2]
+
+
+def in_ci() -> bool:
+    """True when the ``CI`` environment variable says we run in CI (then missing tools are failures)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def need(tools: rig.Tools, *names: str) -> None:
+    """Skip the calling test (fail it under CI) when any of the named tools is missing."""
+    missing = tools.missing(*names)
+    if missing:
+        msg = "e2e tool missing: " + "; ".join(missing) + " (see docs/testing.md)"
+        if in_ci():
+            pytest.fail(msg + " [CI is set, so this is a failure, not a skip]", pytrace=False)
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def tools() -> rig.Tools:
+    """The host's real boot clients, as found by :func:`rig.find_tools`."""
+    return rig.find_tools()
+
+
+@pytest.fixture(scope="session")
+def guest_initramfs(tools: rig.Tools, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test initramfs (busybox + virtio-net + a reporting ``/init``), built once per session."""
+    need(tools, "busybox", "modules_dir")
+    path = tmp_path_factory.mktemp("guest") / "initramfs.img"
+    assert tools.modules_dir and tools.busybox
+    rig.build_initramfs(path, tools.busybox, tools.modules_dir)
+    return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bootserver_command() -> list[str]:
+    """The installed ``bootserver`` console script next to this interpreter, else ``python -m bootserver``."""
+    script = Path(sys.executable).with_name("bootserver")
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    found = shutil.which("bootserver")
+    return [found] if found else [sys.executable, "-m", "bootserver"]
+
+
+def run_bootserver(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run one ``bootserver`` command to completion (killed after ``timeout`` seconds); capture output."""
+    return subprocess.run([*bootserver_command(), *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=timeout)
+
+
+@dataclasses.dataclass
+class Node:
+    """A node of the e2e config: its name, MAC and mode."""
+
+    name: str
+    mac: str
+    mode: str
+
+
+#: The nodes every e2e stack serves.
+NODES = {
+    "install-0": Node("install-0", "52:54:00:e2:e0:01", "install"),
+    "live-0": Node("live-0", "52:54:00:e2:e0:02", "live"),
+}
+
+
+@dataclasses.dataclass
+class Stack:
+    """A running ``bootserver serve`` subprocess with its config, and what it was fed."""
+
+    config: Path
+    port: int
+    base_url: str  # what the server puts into scripts and stubs (the clients' view)
+    artifacts: dict[str, bytes]  # kind (kernel, initramfs, rootfs) -> the bytes served upstream
+    metadata: dict  # the stream metadata document bootserver synced
+    real_ignition: Path  # the profiles' real Ignition config file
+    log: Path  # the server's stdout+stderr
+
+    def local_url(self, path: str) -> str:
+        """``http://127.0.0.1:<port><path>``: how the test itself reaches the server."""
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def render(self, what: str, node: str) -> str:
+        """Return ``bootserver render <what> <node>``'s output; fails the test on a non-zero exit."""
+        p = run_bootserver("render", what, node, "--config", str(self.config), timeout=60)
+        assert p.returncode == 0, f"bootserver render {what} {node} exited {p.returncode}: {p.stderr}"
+        return p.stdout
+
+    def sha256(self, kind: str) -> str:
+        """The sha256 the stream metadata gives for artifact ``kind``."""
+        return self.metadata["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"][kind]["sha256"]
+
+
+#: The real Ignition config the e2e profiles merge: self-contained (no further remote sources).
+REAL_IGNITION = {
+    "ignition": {"version": "3.2.0"},
+    "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2Ee2E e2e"]}]},
+    "storage": {"files": [{"path": "/etc/e2e-marker", "mode": 420,
+                           "contents": {"source": "data:,bootserver%20e2e%20real%20config%0A"}}]},
+}
+
+
+def stream_metadata(upstream_url: str, artifacts: dict[str, bytes], release: str = "40.20240101.3.0") -> dict:
+    """A CoreOS stream metadata document (FCOS format) whose x86_64 metal PXE artifacts live on
+    ``upstream_url`` with the sha256 of ``artifacts`` (kind -> bytes)."""
+    names = {"kernel": f"fedora-coreos-{release}-live-kernel.x86_64",
+             "initramfs": f"fedora-coreos-{release}-live-initramfs.x86_64.img",
+             "rootfs": f"fedora-coreos-{release}-live-rootfs.x86_64.img"}
+    pxe = {kind: {"location": f"{upstream_url}/{release}/{names[kind]}",
+                  "sha256": hashlib.sha256(data).hexdigest()} for kind, data in artifacts.items()}
+    return {
+        "stream": "e2e",
+        "metadata": {"last-modified": "2024-01-01T00:00:00Z", "generator": "bootserver e2e"},
+        "architectures": {"x86_64": {"artifacts": {"metal": {"release": release, "formats": {"pxe": pxe}}}}},
+    }
+
+
+def _wait_healthy(proc: subprocess.Popen, url: str, log: Path, deadline_s: float = 30.0) -> None:
+    """Poll ``url`` (``/healthz``) until it answers 200, the process exits, or ``deadline_s`` passes."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"bootserver serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        proc_wait = min(0.1, max(0.0, end - time.monotonic()))
+        try:  # wait on the process, not a bare sleep: an exit ends the wait at once
+            proc.wait(timeout=proc_wait)
+        except subprocess.TimeoutExpired:
+            pass
+    raise TimeoutError(f"bootserver serve did not answer {url} within {deadline_s} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def e2e_source(tools: rig.Tools, guest_initramfs: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, bytes], dict]]:
+    """The upstream side: a local HTTP server with the real kernel, the test initramfs, a random 4 MiB
+    rootfs and stream metadata pointing at them; and a synced cache. Yields (workdir, artifacts, metadata)."""
+    need(tools, "vmlinuz")
+    assert tools.vmlinuz
+    work = tmp_path_factory.mktemp("bootserver")
+    artifacts = {"kernel": Path(tools.vmlinuz).read_bytes(), "initramfs": guest_initramfs.read_bytes(),
+                 "rootfs": os.urandom(4 << 20)}
+    with rig.StaticServer({}) as upstream:
+        doc = stream_metadata(upstream.url(""), artifacts)
+        pxe = doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"]
+        for kind, art in pxe.items():
+            upstream.routes[art["location"].removeprefix(upstream.url(""))] = artifacts[kind]
+        (work / "stream.json").write_text(json.dumps(doc, indent=2))
+        (work / "real.ign").write_text(json.dumps(REAL_IGNITION, indent=2) + "\n")
+        cfg = write_stack_config(work, "sync.yaml", port=1, base_url="http://127.0.0.1:1")
+        p = run_bootserver("sync-images", "--config", str(cfg), timeout=120)
+        assert p.returncode == 0, f"bootserver sync-images failed ({p.returncode}): {p.stderr}"
+        assert len(upstream.requests) == 3, upstream.requests
+    yield work, artifacts, doc
+
+
+def write_stack_config(work: Path, name: str, port: int, base_url: str, state_dir: Path | None = None) -> Path:
+    """Write a bootserver config in ``work`` (shared cache, metadata from ``stream.json``) and return it.
+
+    ``state_dir`` (the node timeline, boot-once) defaults to ``work/state``; give each server its own,
+    or one test's boots change what the next test's nodes are served."""
+    doc = {
+        "server": {"listen": f"127.0.0.1:{port}", "base_url": base_url},
+        "cache_dir": str(work / "cache"),
+        "state_dir": str(state_dir or work / "state"),
+        "streams": {"fcos-e2e": {"metadata": str(work / "stream.json")}},
+        "profiles": {
+            "e2e-install": {"stream": "fcos-e2e", "mode": "install", "install_dev": "/dev/vda",
+                            "ignition": "real.ign"},
+            "e2e-live": {"stream": "fcos-e2e", "mode": "live", "ignition": "real.ign"},
+        },
+        "nodes": {n.name: {"profile": f"e2e-{n.mode}", "mac": n.mac} for n in NODES.values()},
+    }
+    path = work / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _serve(work: Path, artifacts: dict[str, bytes], metadata: dict, name: str, base_host: str) -> Iterator[Stack]:
+    port = free_port()
+    state = Path(tempfile.mkdtemp(dir=work, prefix=f"state-{name}-"))  # fresh timeline per server
+    cfg = write_stack_config(work, f"{state.name}.yaml", port=port, base_url=f"http://{base_host}:{port}",
+                             state_dir=state)
+    p = run_bootserver("check-config", "--config", str(cfg), timeout=60)
+    assert p.returncode == 0, f"bootserver check-config failed: {p.stderr}"
+    log = work / f"{state.name}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*bootserver_command(), "serve", "--config", str(cfg)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_healthy(proc, f"http://127.0.0.1:{port}/healthz", log)
+        yield Stack(config=cfg, port=port, base_url=f"http://{base_host}:{port}", artifacts=artifacts,
+                    metadata=metadata, real_ignition=work / "real.ign", log=log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def guest_stack(e2e_source: tuple[Path, dict[str, bytes], dict]) -> Iterator[Stack]:
+    """``bootserver serve`` on 127.0.0.1 whose ``base_url`` is the guest's view of the host
+    (``http://10.0.2.100:<port>``, see :data:`rig.GUEST_HOST`). Fresh node timeline per test."""
+    yield from _serve(*e2e_source, name="guest", base_host=rig.GUEST_HOST)
+
+
+@pytest.fixture
+def host_stack(e2e_source: tuple[Path, dict[str, bytes], dict]) -> Iterator[Stack]:
+    """``bootserver serve`` on 127.0.0.1 whose ``base_url`` is ``http://127.0.0.1:<port>`` (for
+    clients that run on the host, like Ignition). Fresh node timeline per test; tests may change
+    ``real.ign`` (restored afterwards)."""
+    work, artifacts, metadata = e2e_source
+    real = work / "real.ign"
+    original = real.read_bytes()
+    try:
+        yield from _serve(work, artifacts, metadata, name="host", base_host="127.0.0.1")
+    finally:
+        real.write_bytes(original)

@@ -1,0 +1,581 @@
+"""Rig for end-to-end tests with real boot clients: iPXE in QEMU, a real Debian kernel, a tiny initramfs.
+
+The pieces, each usable on its own:
+
+* :func:`find_tools` locates the host binaries (QEMU, iPXE's ``ipxe.lkrn``, busybox-static, Ignition)
+  and the unpacked Debian kernel (see ``.ci/prepare.d/e2e-kernel.sh``).
+* :func:`build_initramfs` writes a gzip'd ``newc`` cpio archive (pure Python: no root, no ``cpio``
+  binary) holding busybox, the virtio-net driver with its dependencies, and an ``/init`` that prints
+  ``/proc/cmdline``, gets an address with ``udhcpc``, fetches ``coreos.live.rootfs_url`` with ``wget``,
+  prints its sha256 and powers off.
+* :func:`boot_ipxe` boots Debian's ``ipxe.lkrn`` in QEMU (TCG, user-mode network, both serial ports
+  into one log file), runs ``dhcp && chain URL`` and returns the parsed serial log.
+
+The guest is isolated (QEMU user networking with ``restrict=on``): it reaches exactly one host port, as
+``GUEST_HOST:<port>``, forwarded to ``127.0.0.1:<port>``; nothing else, not even the rest of the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import io
+import os
+import re
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+#: Where ``.ci/prepare.d/e2e-kernel.sh`` unpacks the Debian kernel package (``dpkg -x``).
+DEFAULT_KERNEL_DIR = "/var/cache/bootserver-e2e/kernel"
+
+#: Markers the initramfs's ``/init`` writes to the serial console, one per line.
+MARK_START = "E2E-INIT-START"
+MARK_CMDLINE = "E2E-CMDLINE:"
+MARK_ROOTFS = "E2E-ROOTFS-SHA256:"
+MARK_FAIL = "E2E-FAIL:"
+MARK_REACH = "E2E-REACH:"
+MARK_DONE = "E2E-INIT-DONE"
+
+#: Kernel modules the guest needs for its NIC (QEMU ``virtio-net-pci``); dependencies are added.
+GUEST_MODULES = ("virtio_pci", "virtio_net")
+
+_IGNITION_CANDIDATES = (
+    "/usr/lib/dracut/modules.d/30ignition/ignition",
+    "/usr/lib/dracut/modules.d/30ignition/ignition-amd64",
+)
+
+
+class RigError(RuntimeError):
+    """The rig itself could not do its job (a tool is missing, a module cannot be resolved)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Tools:
+    """Paths of the host binaries and kernel the e2e tests use; ``None`` where one is missing."""
+
+    qemu: str | None
+    ipxe_lkrn: str | None
+    busybox: str | None
+    vmlinuz: str | None
+    modules_dir: str | None
+    ignition: str | None
+    ignition_validate: str | None
+
+    def missing(self, *names: str) -> list[str]:
+        """Return a human-readable description of each named field that is ``None``."""
+        hints = {
+            "qemu": "qemu-system-x86_64 (Debian package qemu-system-x86)",
+            "ipxe_lkrn": "ipxe.lkrn (Debian package ipxe)",
+            "busybox": "a static busybox (Debian package busybox-static)",
+            "vmlinuz": f"an unpacked Debian kernel in $BOOTSERVER_E2E_KERNEL_DIR or {DEFAULT_KERNEL_DIR}"
+            " (run .ci/prepare.d/e2e-kernel.sh)",
+            "modules_dir": "the kernel's lib/modules folder (run .ci/prepare.d/e2e-kernel.sh)",
+            "ignition": "the ignition binary (Debian package ignition)",
+            "ignition_validate": "ignition-validate (Debian package ignition)",
+        }
+        return [hints[n] for n in names if getattr(self, n) is None]
+
+
+def _first_existing(*paths: str | None) -> str | None:
+    for p in paths:
+        if p and os.path.isfile(p) and os.access(p, os.R_OK):
+            return p
+    return None
+
+
+def _is_static(path: str) -> bool:
+    """True when the ELF file at ``path`` has no program interpreter (i.e. is statically linked)."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    return head[:4] == b"\x7fELF" and b"/lib64/ld-linux" not in head and b"/lib/ld-linux" not in head
+
+
+def find_tools() -> Tools:
+    """Locate QEMU, ``ipxe.lkrn``, static busybox, the unpacked kernel and Ignition on this host.
+
+    Environment overrides: ``BOOTSERVER_E2E_KERNEL_DIR`` (the folder ``dpkg -x`` unpacked a
+    ``linux-image-*`` package into), ``BOOTSERVER_E2E_IPXE`` (an ``ipxe.lkrn``). Never raises; a missing
+    piece is ``None``.
+    """
+    qemu = shutil.which("qemu-system-x86_64")
+    ipxe = _first_existing(os.environ.get("BOOTSERVER_E2E_IPXE"), "/usr/lib/ipxe/ipxe.lkrn",
+                           "/usr/share/ipxe/ipxe.lkrn", "/boot/ipxe.lkrn")
+    busybox = None
+    for cand in (shutil.which("busybox"), "/bin/busybox", "/usr/bin/busybox", "/usr/lib/initramfs-tools/bin/busybox"):
+        if cand and os.path.isfile(cand) and _is_static(cand):
+            busybox = cand
+            break
+    kdir = Path(os.environ.get("BOOTSERVER_E2E_KERNEL_DIR", DEFAULT_KERNEL_DIR))
+    vmlinuz = modules_dir = None
+    kernels = sorted(kdir.glob("boot/vmlinuz-*"))
+    if kernels:
+        vmlinuz = str(kernels[-1])
+        release = kernels[-1].name.removeprefix("vmlinuz-")
+        for base in (kdir / "lib" / "modules" / release, kdir / "usr" / "lib" / "modules" / release):
+            if base.is_dir():
+                modules_dir = str(base)
+                break
+    ignition = _first_existing(*_IGNITION_CANDIDATES, shutil.which("ignition"))
+    return Tools(qemu=qemu, ipxe_lkrn=ipxe, busybox=busybox, vmlinuz=vmlinuz, modules_dir=modules_dir,
+                 ignition=ignition, ignition_validate=shutil.which("ignition-validate"))
+
+
+# --- kernel modules -------------------------------------------------------------------------------
+
+def _read_module(path: Path) -> bytes:
+    """Return the uncompressed bytes of a kernel module (``.ko``, ``.ko.xz``, ``.ko.zst``, ``.ko.gz``)."""
+    data = path.read_bytes()
+    if path.name.endswith(".xz"):
+        import lzma
+
+        return lzma.decompress(data)
+    if path.name.endswith(".gz"):
+        return gzip.decompress(data)
+    if path.name.endswith(".zst"):
+        zstd = shutil.which("zstd")
+        if not zstd:
+            raise RigError(f"{path}: zstd-compressed module but no zstd binary")
+        return subprocess.run([zstd, "-dc", str(path)], check=True, capture_output=True, timeout=60).stdout
+    return data
+
+
+def _modinfo_depends(module: bytes) -> list[str]:
+    """Return the ``depends=`` list from a module's ``.modinfo`` strings."""
+    m = re.search(rb"(?:^|\x00)depends=([^\x00]*)\x00", module)
+    if not m or not m.group(1):
+        return []
+    return m.group(1).decode().split(",")
+
+
+def resolve_modules(modules_dir: str | Path, names: tuple[str, ...] = GUEST_MODULES) -> list[tuple[str, bytes]]:
+    """Resolve kernel modules and their dependencies, without ``modules.dep``.
+
+    Returns ``[(name, uncompressed_bytes), ...]`` in load order (every module after its dependencies),
+    read from each module's own ``depends=`` field. Raises :class:`RigError` if a module is missing.
+    """
+    index: dict[str, Path] = {}
+    for p in Path(modules_dir).rglob("*.ko*"):
+        base = p.name.split(".ko")[0].replace("-", "_")
+        index.setdefault(base, p)
+    order: list[tuple[str, bytes]] = []
+    seen: set[str] = set()
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        key = name.replace("-", "_")
+        if key in seen:
+            return
+        if key in chain:
+            raise RigError(f"module dependency cycle: {' -> '.join(chain + (key,))}")
+        if key not in index:
+            raise RigError(f"kernel module {key!r} not found under {modules_dir} (built in? then drop it)")
+        data = _read_module(index[key])
+        for dep in _modinfo_depends(data):
+            visit(dep, chain + (key,))
+        seen.add(key)
+        order.append((key, data))
+
+    for n in names:
+        visit(n, ())
+    return order
+
+
+# --- initramfs ------------------------------------------------------------------------------------
+
+_INIT = r"""#!/bin/sh
+# bootserver e2e initramfs: report what the kernel was booted with, fetch the rootfs, power off.
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+echo 1 > /proc/sys/kernel/printk
+say() { echo "$*"; }
+fail() { say "E2E-FAIL: $*"; say "E2E-INIT-DONE"; poweroff -f; sleep 5; }
+say "E2E-INIT-START"
+say "E2E-CMDLINE:$(cat /proc/cmdline)"
+for m in /modules/*.ko; do insmod "$m" || fail "insmod $m"; done
+ip link set lo up
+ip link set eth0 up || fail "no eth0"
+udhcpc -i eth0 -n -q -f -t 10 -T 1 -s /udhcpc.script >/dev/null 2>&1 || fail "udhcpc: no lease"
+url=""
+for w in $(cat /proc/cmdline); do
+  case "$w" in coreos.live.rootfs_url=*) url="${w#coreos.live.rootfs_url=}";; esac
+done
+[ -n "$url" ] || fail "no coreos.live.rootfs_url on the kernel command line"
+wget -q -O /rootfs.img "$url" || fail "wget $url"
+say "E2E-ROOTFS-SHA256:$(sha256sum /rootfs.img | cut -d' ' -f1)"
+# Isolation probe: the host's other address and the internet must be unreachable (TCP connect).
+hostport="${url#http://}"; hostport="${hostport%%/*}"; port="${hostport##*:}"
+for target in "10.0.2.2 $port" "1.1.1.1 80"; do
+  if nc -w 3 $target </dev/null >/dev/null 2>&1; then r=yes; else r=no; fi
+  say "E2E-REACH:${target% *}:${target#* }=$r"
+done
+say "E2E-INIT-DONE"
+poweroff -f
+"""
+
+_UDHCPC_SCRIPT = r"""#!/bin/sh
+case "$1" in
+  bound|renew) ifconfig "$interface" "$ip" netmask "${subnet:-255.255.255.0}" up ;;
+esac
+exit 0
+"""
+
+
+class _Cpio:
+    """Minimal writer of the ``newc`` cpio format the kernel unpacks as an initramfs."""
+
+    def __init__(self) -> None:
+        self.buf = io.BytesIO()
+        self.ino = 1
+
+    def _entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0)) -> None:
+        nameb = name.encode() + b"\x00"
+        fields = [self.ino, mode, 0, 0, 1, 0, len(data), 0, 0, rdev[0], rdev[1], len(nameb), 0]
+        self.ino += 1
+        self.buf.write(b"070701" + b"".join(b"%08X" % f for f in fields) + nameb)
+        self.buf.write(b"\x00" * (-(110 + len(nameb)) % 4))
+        self.buf.write(data)
+        self.buf.write(b"\x00" * (-len(data) % 4))
+
+    def dir(self, name: str) -> None:
+        self._entry(name, stat.S_IFDIR | 0o755)
+
+    def file(self, name: str, data: bytes, perm: int = 0o644) -> None:
+        self._entry(name, stat.S_IFREG | perm, data)
+
+    def symlink(self, name: str, target: str) -> None:
+        self._entry(name, stat.S_IFLNK | 0o777, target.encode())
+
+    def chardev(self, name: str, major: int, minor: int) -> None:
+        self._entry(name, stat.S_IFCHR | 0o600, rdev=(major, minor))
+
+    def finish(self) -> bytes:
+        self._entry("TRAILER!!!", 0)
+        return self.buf.getvalue()
+
+
+def build_initramfs(dest: str | Path, busybox: str, modules_dir: str) -> int:
+    """Write the test initramfs (gzip'd newc cpio) to ``dest``; return its size in bytes.
+
+    ``busybox`` must be a statically linked busybox; ``modules_dir`` the kernel's
+    ``lib/modules/<release>`` folder. Raises :class:`RigError` when a needed module is missing and
+    ``OSError`` when a file cannot be read or written.
+    """
+    c = _Cpio()
+    for d in ("bin", "sbin", "dev", "proc", "sys", "tmp", "etc", "modules"):
+        c.dir(d)
+    c.chardev("dev/console", 5, 1)
+    c.file("bin/busybox", Path(busybox).read_bytes(), 0o755)
+    c.symlink("bin/sh", "busybox")
+    c.file("init", _INIT.encode(), 0o755)
+    c.file("udhcpc.script", _UDHCPC_SCRIPT.encode(), 0o755)
+    for i, (name, data) in enumerate(resolve_modules(modules_dir)):
+        c.file(f"modules/{i:02d}-{name}.ko", data)
+    blob = gzip.compress(c.finish(), compresslevel=6, mtime=0)
+    Path(dest).write_bytes(blob)
+    return len(blob)
+
+
+# --- QEMU -----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class BootResult:
+    """What one guest boot produced: the serial log and what ``/init`` reported in it."""
+
+    log: str
+    returncode: int | None  # QEMU's exit status (negative: killed by us)
+    timed_out: bool
+    seconds: float
+    cmdline: str | None = None  # the guest's /proc/cmdline, as /init printed it
+    rootfs_sha256: str | None = None
+    failure: str | None = None  # the message of an E2E-FAIL line from /init
+    reach: dict[str, bool] = dataclasses.field(default_factory=dict)  # "host:port" -> TCP connect worked
+
+    @property
+    def reached_init(self) -> bool:
+        """True when the kernel ran our ``/init`` (the start marker is in the log)."""
+        return MARK_START in self.log
+
+    @property
+    def done(self) -> bool:
+        """True when ``/init`` finished (successfully or with an E2E-FAIL line)."""
+        return MARK_DONE in self.log
+
+    def tail(self, lines: int = 40) -> str:
+        """Return the last ``lines`` lines of the serial log, for assertion messages."""
+        return "\n".join(self.log.splitlines()[-lines:])
+
+
+def parse_serial_log(text: str) -> dict:
+    """Extract ``cmdline``, ``rootfs_sha256``, ``failure`` and ``reach`` from a serial log by ``/init``."""
+    out: dict = {"cmdline": None, "rootfs_sha256": None, "failure": None}
+    reach: dict[str, bool] = {}
+    for raw in text.splitlines():
+        line = raw.rstrip("\r")
+        i = line.find(MARK_REACH)
+        if i >= 0 and "=" in line[i:]:
+            target, _, answer = line[i + len(MARK_REACH):].strip().partition("=")
+            reach[target] = answer == "yes"
+        for mark, key in ((MARK_CMDLINE, "cmdline"), (MARK_ROOTFS, "rootfs_sha256"), (MARK_FAIL, "failure")):
+            i = line.find(mark)
+            if i >= 0 and out[key] is None:
+                out[key] = line[i + len(mark):].strip()
+    out["reach"] = reach
+    return out
+
+
+#: The address the guest uses for the host. QEMU's user network runs with ``restrict=on`` (the guest
+#: reaches nothing: not the host, not the internet) plus one ``guestfwd`` rule that connects
+#: ``GUEST_HOST:<port>`` to ``127.0.0.1:<port>`` on the host. slirp reserves 10.0.2.2 (its gateway) and
+#: refuses it as a guestfwd address, hence .100. A server the guest must reach therefore uses
+#: ``base_url = http://10.0.2.100:<port>`` and listens on ``127.0.0.1:<port>``.
+GUEST_HOST = "10.0.2.100"
+
+#: SeaBIOS's last words when iPXE returned without booting (e.g. a failed ``chain``): nothing more
+#: will happen, so :func:`boot_ipxe` stops waiting.
+MARK_BIOS_GAVE_UP = "No bootable device"
+
+_ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[A-Za-z]|c)")
+
+
+def guest_url(port: int, path: str = "/") -> str:
+    """Return the URL a guest uses for ``http://127.0.0.1:<port><path>`` on the host."""
+    return f"http://{GUEST_HOST}:{port}{path}"
+
+
+def qemu_command(tools: Tools, script: str, log_path: str | Path, port: int, mac: str = "52:54:00:12:34:56",
+                 memory_mb: int = 512) -> list[str]:
+    """Return the QEMU argv that boots ``ipxe.lkrn`` running the iPXE command line ``script``.
+
+    TCG only (nested KVM breaks iPXE here); ``graphics=off`` so SeaBIOS and iPXE print to the serial
+    port too; two serial ports (ttyS0, ttyS1: the CoreOS console karg is ``console=ttyS1``) multiplexed
+    into the file ``log_path``; user-mode network with ``restrict=on`` where the only reachable endpoint
+    is ``GUEST_HOST:port``, forwarded to ``127.0.0.1:port`` on the host through a ``busybox nc`` per
+    connection; the NIC has an empty ``romfile`` so a failed chain cannot fall through into a second
+    iPXE; ``-no-reboot`` so a guest reboot ends QEMU. ``memory_mb`` is in MiB. Raises
+    :class:`RigError` when QEMU, ``ipxe.lkrn`` or busybox is missing.
+    """
+    missing = tools.missing("qemu", "ipxe_lkrn", "busybox")
+    if missing:
+        raise RigError("missing: " + "; ".join(missing))
+    netdev = f"user,id=n0,restrict=on,guestfwd=tcp:{GUEST_HOST}:{port}-cmd:{tools.busybox} nc 127.0.0.1 {port}"
+    return [
+        tools.qemu,
+        "-machine", "pc,accel=tcg,graphics=off",
+        "-m", str(memory_mb),
+        "-smp", "1",
+        "-nodefaults", "-display", "none", "-no-reboot",
+        "-chardev", f"file,id=s0,path={log_path},mux=on",
+        "-serial", "chardev:s0", "-serial", "chardev:s0",
+        "-netdev", netdev,
+        "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=",
+        "-kernel", tools.ipxe_lkrn,
+        "-append", script,
+    ]
+
+
+def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, timeout: float = 90.0,
+              mac: str = "52:54:00:12:34:56") -> BootResult:
+    """Boot iPXE in QEMU, run ``dhcp && chain <chain_url>``, and return the parsed serial log.
+
+    ``port`` is the host port on 127.0.0.1 the guest may reach, as ``GUEST_HOST:port`` (see
+    :func:`guest_url`). Waits until ``/init`` prints its done marker, SeaBIOS gives up, QEMU exits, or
+    ``timeout`` seconds pass; QEMU is always killed and reaped before returning. ``chain_url`` must
+    contain no whitespace. Raises :class:`RigError` if QEMU, ``ipxe.lkrn`` or busybox is missing.
+    """
+    if any(ch.isspace() for ch in chain_url):
+        raise RigError(f"chain URL must not contain whitespace: {chain_url!r}")
+    log_path = Path(log_path)
+    log_path.write_bytes(b"")
+    argv = qemu_command(tools, f"dhcp && chain {chain_url}", log_path, port=port, mac=mac)
+    start = time.monotonic()
+    deadline = start + timeout
+    timed_out = False
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            seen = log_path.read_bytes()
+            if MARK_DONE.encode() in seen:
+                # /init is powering off; give QEMU a moment to exit by itself, bounded.
+                try:
+                    proc.wait(timeout=min(5.0, max(0.1, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    pass
+                break
+            if MARK_BIOS_GAVE_UP.encode() in seen:
+                break
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        qemu_out = proc.communicate(timeout=30)[0].decode(errors="replace")
+    log = _ANSI.sub("", log_path.read_bytes().decode(errors="replace"))
+    if qemu_out.strip():
+        log += "\n--- qemu stdout/stderr ---\n" + qemu_out
+    parsed = parse_serial_log(log)
+    return BootResult(log=log, returncode=proc.returncode,
+                      timed_out=timed_out, seconds=time.monotonic() - start, **parsed)
+
+
+def kernel_args_from_script(script: str) -> str:
+    """Return the words after the kernel URL on an iPXE script's ``kernel`` line, space-joined.
+
+    That is exactly what the guest's ``/proc/cmdline`` shows. A trailing ``|| ...`` or ``&& ...`` (iPXE
+    control flow) is not part of it. Raises ``ValueError`` when the script has no ``kernel`` line or
+    more than one.
+    """
+    lines = [ln.strip() for ln in script.splitlines() if re.match(r"\s*(kernel|linux|chain)\s", ln)]
+    if len(lines) != 1:
+        raise ValueError(f"expected exactly one kernel line in the iPXE script, found {len(lines)}")
+    words = lines[0].split()[1:]
+    for op in ("||", "&&"):
+        if op in words:
+            words = words[:words.index(op)]
+    while words and words[0].startswith("-"):  # options: kernel --name foo --autofree URL ...
+        words = words[2:] if words[0] in ("--name", "-n", "--timeout", "-t") else words[1:]
+    return " ".join(words[1:])
+
+
+# --- a static HTTP server on 127.0.0.1 (upstream for artifacts, and the rig's self-test) -------------
+
+class StaticServer:
+    """Serve fixed bodies over HTTP on ``127.0.0.1`` from a background thread; use as a context manager.
+
+    ``routes`` maps a path (``"/vmlinuz"``) to ``bytes`` or a file ``Path``; anything else is a 404.
+    ``port`` is chosen by the OS (bind to port 0). ``requests`` lists the paths asked for, in order.
+    Entering raises ``RigError`` if the server does not start within 10 seconds; leaving stops it.
+    """
+
+    def __init__(self, routes: dict[str, bytes | Path]) -> None:
+        self.routes = dict(routes)
+        self.port = 0
+        self.requests: list[str] = []
+        self._loop = None
+        self._thread = None
+        self._runner = None
+
+    def url(self, path: str = "/") -> str:
+        """Return ``http://127.0.0.1:<port><path>``."""
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def __enter__(self) -> "StaticServer":
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            self.requests.append(request.path_qs)
+            body = self.routes.get(request.path)
+            if body is None:
+                return web.Response(status=404, text=f"no such path: {request.path}\n")
+            if isinstance(body, Path):
+                return web.FileResponse(body)
+            return web.Response(body=body, content_type="application/octet-stream")
+
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                app = web.Application()
+                app.router.add_route("*", "/{tail:.*}", handle)
+                self._runner = web.AppRunner(app, access_log=None)
+                loop.run_until_complete(self._runner.setup())
+                site = web.TCPSite(self._runner, "127.0.0.1", 0)
+                loop.run_until_complete(site.start())
+                self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            except BaseException as e:  # reported to the caller of __enter__
+                errors.append(e)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="e2e-static-server", daemon=True)
+        self._thread.start()
+        if not ready.wait(10) or errors:
+            raise RigError(f"static server did not start: {errors[0] if errors else 'timeout'}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._thread is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+
+
+# --- Ignition -------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class IgnitionRun:
+    """The outcome of running Ignition's ``fetch-offline`` and ``fetch`` stages."""
+
+    stages: list[tuple[str, int, str]]  # (stage, exit status, combined output)
+    config: dict | None  # the merged config Ignition cached (``config-cache``), if it wrote one
+
+    @property
+    def ok(self) -> bool:
+        """True when every stage that ran exited 0."""
+        return all(rc == 0 for _, rc, _ in self.stages)
+
+    def output(self) -> str:
+        """Return every stage's output, labelled, for assertion messages."""
+        return "\n".join(f"--- ignition -stage {s} (exit {rc}) ---\n{out}" for s, rc, out in self.stages)
+
+
+def run_ignition(ignition: str, stub_path: str | Path, workdir: str | Path, timeout: float = 60.0) -> IgnitionRun:
+    """Run the real Ignition binary's ``fetch-offline`` then ``fetch`` stages on ``stub_path``.
+
+    Platform ``file`` (``IGNITION_CONFIG_FILE``); every path Ignition writes is redirected under
+    ``workdir`` so it runs unprivileged. ``fetch`` is skipped when ``fetch-offline`` fails. Each stage
+    is killed after ``timeout`` seconds (it then counts as exit status -9). Returns the stages' exit
+    statuses and output, and the merged config JSON if Ignition wrote ``run/ignition.json``.
+    """
+    import json
+
+    d = Path(workdir)
+    (d / "root").mkdir(parents=True, exist_ok=True)
+    (d / "run" / "ignition").mkdir(parents=True, exist_ok=True)
+    cache = d / "run" / "ignition.json"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "IGNITION_CONFIG_FILE": str(stub_path),
+           "HOME": str(d)}
+    stages: list[tuple[str, int, str]] = []
+    for stage in ("fetch-offline", "fetch"):
+        argv = [ignition, "-platform", "file", "-stage", stage, "-log-to-stdout",
+                "-root", str(d / "root"), "-config-cache", str(cache),
+                "-state-file", str(d / "run" / "ignition" / "state"),
+                "-neednet", str(d / "run" / "ignition" / "neednet")]
+        try:
+            p = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+            stages.append((stage, p.returncode, (p.stdout + p.stderr).decode(errors="replace")))
+        except subprocess.TimeoutExpired as e:  # subprocess.run kills and reaps the child
+            out = (e.stdout or b"") + (e.stderr or b"")
+            stages.append((stage, -9, out.decode(errors="replace") + f"\n[killed after {timeout} s]"))
+        if stages[-1][1] != 0:
+            break
+    config = json.loads(cache.read_text()) if cache.is_file() else None
+    return IgnitionRun(stages=stages, config=config)
+
+
+def ignition_validate(binary: str, path: str | Path, timeout: float = 30.0) -> tuple[int, str]:
+    """Run ``ignition-validate`` on the file at ``path``; return (exit status, combined output).
+
+    Raises ``subprocess.TimeoutExpired`` after ``timeout`` seconds (the child is killed first).
+    """
+    p = subprocess.run([binary, str(path)], stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+    return p.returncode, (p.stdout + p.stderr).decode(errors="replace")
