@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Iterator
@@ -121,6 +122,21 @@ class Stack:
         assert p.returncode == 0, f"bootserver render {what} {node} exited {p.returncode}: {p.stderr}"
         return p.stdout
 
+    def chain_path(self, node: str) -> str:
+        """Path and query of the node's signed chain URL, as ``bootserver url NODE`` issues it."""
+        p = run_bootserver("url", node, "--config", str(self.config), timeout=60)
+        assert p.returncode == 0, f"bootserver url {node} exited {p.returncode}: {p.stderr}"
+        parts = urllib.parse.urlsplit(p.stdout.splitlines()[0])
+        return f"{parts.path}?{parts.query}"
+
+    def stub_path(self, node: str) -> str:
+        """Path and query of the node's signed stub URL, taken from the kargs of its script."""
+        for word in self.render("ipxe", node).split():
+            if word.startswith(("coreos.inst.ignition_url=", "ignition.config.url=")):
+                parts = urllib.parse.urlsplit(word.split("=", 1)[1])
+                return f"{parts.path}?{parts.query}"
+        raise AssertionError(f"no stub URL in the script of {node}")
+
     def sha256(self, kind: str) -> str:
         """The sha256 the stream metadata gives for artifact ``kind``."""
         return self.metadata["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"][kind]["sha256"]
@@ -209,7 +225,9 @@ def write_stack_config(work: Path, name: str, port: int, base_url: str, state_di
                             "ignition": "real.ign"},
             "e2e-live": {"stream": "fcos-e2e", "mode": "live", "ignition": "real.ign"},
         },
-        "nodes": {n.name: {"profile": f"e2e-{n.mode}", "mac": n.mac} for n in NODES.values()},
+        # selectable: /boot.ipxe?mac= may hand out the script (the guest reaches us through a forwarder
+        # on 127.0.0.1, so a source-address binding would prove nothing here)
+        "nodes": {n.name: {"profile": f"e2e-{n.mode}", "mac": n.mac, "selectable": True} for n in NODES.values()},
     }
     path = work / name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 
 def fetch_stub(stack: Stack, node: str) -> bytes:
     """GET the node's stub from the running server, as a device would."""
-    with urllib.request.urlopen(stack.local_url(f"/ignition/{node}"), timeout=10) as r:
+    with urllib.request.urlopen(stack.local_url(stack.stub_path(node)), timeout=10) as r:
         assert r.status == 200
         assert r.headers.get_content_type() == "application/vnd.coreos.ignition+json"
         return r.read()

@@ -49,18 +49,19 @@ def check_boot(stack: Stack, node: str, result: rig.BootResult) -> list[str]:
 
 def test_install_node_boots_through_its_chain_url(tools: rig.Tools, guest_stack: Stack, tmp_path: Path) -> None:
     node = NODES["install-0"]
-    result = boot(tools, guest_stack, f"/ipxe/{node.name}", node.mac, tmp_path / "serial.log")
+    result = boot(tools, guest_stack, guest_stack.chain_path(node.name), node.mac, tmp_path / "serial.log")
     args = check_boot(guest_stack, node.name, result)
     assert "coreos.inst.install_dev=/dev/vda" in args
-    assert f"coreos.inst.ignition_url={guest_stack.base_url}/ignition/{node.name}" in args
+    assert any(a.startswith(f"coreos.inst.ignition_url={guest_stack.base_url}/ignition/{node.name}?exp=")
+               for a in args), args
     assert "coreos.inst.platform_id=packet" in args
     assert not any(a.startswith("ignition.platform.id=") for a in args)
 
     # The installer fetches the stub (coreos.inst.ignition_url): the node is installing. Boot-once: its
     # next PXE boot gets a script that exits to the local disk instead of installing again.
-    with urllib.request.urlopen(guest_stack.local_url(f"/ignition/{node.name}"), timeout=10) as r:
+    with urllib.request.urlopen(guest_stack.local_url(guest_stack.stub_path(node.name)), timeout=10) as r:
         assert r.status == 200
-    again = rig.boot_ipxe(tools, rig.guest_url(guest_stack.port, f"/ipxe/{node.name}"),
+    again = rig.boot_ipxe(tools, rig.guest_url(guest_stack.port, guest_stack.chain_path(node.name)),
                           tmp_path / "serial-2.log", port=guest_stack.port, timeout=BOOT_TIMEOUT, mac=node.mac)
     assert not again.reached_init, again.tail()
     assert f"bootserver: node {node.name} is installed, booting from the local disk" in again.log, again.tail()
@@ -69,11 +70,12 @@ def test_install_node_boots_through_its_chain_url(tools: rig.Tools, guest_stack:
 
 def test_live_node_boots_through_its_chain_url(tools: rig.Tools, guest_stack: Stack, tmp_path: Path) -> None:
     node = NODES["live-0"]
-    result = boot(tools, guest_stack, f"/ipxe/{node.name}", node.mac, tmp_path / "serial.log")
+    result = boot(tools, guest_stack, guest_stack.chain_path(node.name), node.mac, tmp_path / "serial.log")
     args = check_boot(guest_stack, node.name, result)
     # Never ignition.platform.id=packet without a config source that outranks the platform.
     assert "ignition.platform.id=packet" in args
-    assert f"ignition.config.url={guest_stack.base_url}/ignition/{node.name}" in args
+    assert any(a.startswith(f"ignition.config.url={guest_stack.base_url}/ignition/{node.name}?exp=")
+               for a in args), args
     assert not any(a.startswith("coreos.inst.") for a in args)
 
 
