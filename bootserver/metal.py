@@ -18,6 +18,8 @@ It never imports aiohttp's web layer or the server.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import math
 import os
@@ -666,11 +668,16 @@ def parse_metal_global(source: str, keypath: str, value: Any) -> MetalGlobal:
 
 def node_settings(config: Any, node: str) -> MetalSettings:
     """The merged ``metal:`` settings of ``node`` in a loaded ``bootserver.config.Config``: the node's
-    mapping over its profile's. Raises ``ConfigError`` like ``parse_metal_settings``."""
+    mapping over its profile's. ``always_pxe`` defaults to true when the profile boots once (an
+    installed node then gets the boot-disk script on every PXE boot, and ``bootserver nodes reinstall``
+    reinstalls it without touching the device). Raises ``ConfigError`` like ``parse_metal_settings``."""
     spec = config.nodes[node]
     profile = config.profiles[spec.profile]
     base = parse_metal_settings(config.source, f"profiles.{spec.profile}.metal", profile.metal)
-    return parse_metal_settings(config.source, f"nodes.{node}.metal", spec.metal).merged_over(base)
+    merged = parse_metal_settings(config.source, f"nodes.{node}.metal", spec.metal).merged_over(base)
+    if merged.always_pxe is None and profile.boots_once:
+        merged = dataclasses.replace(merged, always_pxe=True)
+    return merged
 
 
 def check_project_id(project: str) -> str:

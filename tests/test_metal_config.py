@@ -125,3 +125,18 @@ def test_device_spec_needs_plan_and_location(settings, message):
 def test_userdata_refuses_unsafe_urls(url):
     with pytest.raises(InputError):
         ipxe_userdata(url)
+
+
+def test_always_pxe_follows_boot_once_unless_set(tmp_path, reference) -> None:
+    from bootserver.config import parse_config
+    from bootserver.metal import node_settings
+
+    cfg = parse_config({
+        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"install": {"stream": "r", "install_dev": "/dev/sda"},
+                     "once-off": {"stream": "r", "install_dev": "/dev/sda", "boot_once": False},
+                     "live": {"stream": "r", "mode": "live"}},
+        "nodes": {"a": {"profile": "install"}, "b": {"profile": "once-off"}, "c": {"profile": "live"},
+                  "d": {"profile": "install", "metal": {"always_pxe": False}}},
+    }, "t.yaml", tmp_path)
+    assert [node_settings(cfg, n).always_pxe for n in "abcd"] == [True, None, None, False]
