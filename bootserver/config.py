@@ -83,6 +83,8 @@ class ServerConfig(_Model):
     listen: str = "127.0.0.1:8080"
     base_url: str | None = None
     tls: TLSConfig | None = None
+    #: The facility this server sits in: its ``mirrors`` come first in the upstream chain.
+    facility: str | None = None
 
     @field_validator("listen")
     @classmethod
@@ -134,6 +136,8 @@ class StreamConfig(_Model):
 
     metadata: str
     architectures: tuple[Literal["x86_64", "aarch64"], ...] = ("x86_64",)
+    #: ``sync-images --prune`` keeps this many newest releases per architecture (at least 1).
+    keep_releases: Annotated[int, Field(ge=1)] = 2
 
     @field_validator("architectures", mode="before")
     @classmethod
@@ -246,6 +250,7 @@ class _Document(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     cache_dir: str | None = None
     state_dir: str | None = None
+    read_through: bool = True
     streams: dict[Name, StreamConfig] = Field(default_factory=dict)
     facilities: dict[Name, FacilityConfig] = Field(default_factory=dict)
     profiles: dict[Name, Profile] = Field(default_factory=dict)
@@ -257,12 +262,13 @@ class Config:
 
     Attributes: ``source`` (the file name used in error messages, or ``"<default>"``), ``base_dir``
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
-    ``state_dir`` (absolute :class:`~pathlib.Path`), and the mappings ``streams``, ``facilities``,
+    ``state_dir`` (absolute :class:`~pathlib.Path`), ``read_through`` (bool: a cache miss is fetched
+    from upstream), and the mappings ``streams``, ``facilities``,
     ``profiles``, ``nodes`` (name -> model).
     """
 
-    __slots__ = ("source", "base_dir", "server", "cache_dir", "state_dir", "streams", "facilities",
-                 "profiles", "nodes", "_mac_index")
+    __slots__ = ("source", "base_dir", "server", "cache_dir", "state_dir", "read_through", "streams",
+                 "facilities", "profiles", "nodes", "_mac_index")
 
     def __init__(self, doc: _Document, source: str, base_dir: Path) -> None:
         from types import MappingProxyType
@@ -275,6 +281,7 @@ class Config:
              platformdirs.user_cache_path("bootserver"))
         set_(self, "state_dir", self._path(doc.state_dir) if doc.state_dir else
              platformdirs.user_state_path("bootserver"))
+        set_(self, "read_through", doc.read_through)
         set_(self, "streams", MappingProxyType(dict(doc.streams)))
         set_(self, "facilities", MappingProxyType(dict(doc.facilities)))
         set_(self, "profiles", MappingProxyType(dict(doc.profiles)))
@@ -301,6 +308,13 @@ class Config:
         """The real Ignition config file of a profile, or ``None`` when the profile has none."""
         p = self.profiles[profile]
         return None if p.ignition is None else self._path(p.ignition)
+
+    def mirrors(self, facility: str | None = None) -> tuple[str, ...]:
+        """Mirror base URLs of ``facility`` (default: ``server.facility``), in order; ``()`` for none."""
+        facility = facility if facility is not None else self.server.facility
+        if facility is None or facility not in self.facilities:
+            return ()
+        return self.facilities[facility].mirrors
 
     def node_by_mac(self, mac: str) -> str | None:
         """Name of the node with this MAC (any case, ``:`` or ``-``), or ``None``."""
@@ -371,6 +385,8 @@ def _describe(err: dict[str, Any]) -> tuple[str, str]:
 def _check_references(doc: _Document, cfg: Config) -> None:
     """Cross-key checks pydantic cannot do: names that must exist, arch and mode requirements."""
     src = cfg.source
+    if doc.server.facility is not None and doc.server.facility not in doc.facilities:
+        raise ConfigError(src, "server.facility", f"no facility {doc.server.facility!r}")
     for name, prof in doc.profiles.items():
         if prof.stream not in doc.streams:
             raise ConfigError(src, f"profiles.{name}.stream", f"no stream {prof.stream!r}")

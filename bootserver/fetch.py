@@ -1,21 +1,48 @@
 """Download from upstream with aiohttp's client: small documents in memory, artifacts to the store.
 
-Errors: every network failure, HTTP error status or short body becomes a
-:class:`~bootserver.errors.FetchError` naming the URL; a wrong sha256 an
-:class:`~bootserver.errors.IntegrityError`.
+Artifact downloads (:func:`download_artifact`) go through an **upstream chain**: the mirrors of the
+facility first, in order, then the artifact's own location from the stream metadata. A mirror URL is
+the mirror base followed by the *path* (and query) of the artifact's upstream URL: mirror
+``http://m.example/fcos`` and location
+``https://builds.coreos.fedoraproject.org/prod/streams/stable/builds/42.1/x86_64/k`` give
+``http://m.example/fcos/prod/streams/stable/builds/42.1/x86_64/k`` (see :func:`source_urls`). A source
+that answers 404 or another error status, drops the connection, times out, or sends bytes with the wrong
+sha256 falls through to the next (a warning on logger ``bootserver.fetch``); the source actually used
+is returned, and logged by the caller (``sync-images`` prints it, the server logs it at INFO).
+
+Resume: bytes land in ``cache_dir/tmp/<sha256>.part`` (see :mod:`bootserver.store`), which survives an
+interrupted download. The next request sends ``Range: bytes=<length>-``: a ``206`` appends, a ``200``
+(the source ignores ``Range``) starts over, and resumed bytes that fail the sha256 are thrown away and
+the artifact is fetched again from byte 0.
+
+Retry: when the whole chain fails with a transient error (5xx, 408, 429, a connection reset, a timeout,
+a short body) it is tried again with exponential backoff and jitter (``tenacity``), at most
+:attr:`RetryPolicy.attempts` times; other 4xx answers fail at once.
+
+Errors: every failure becomes a :class:`~bootserver.errors.FetchError` naming the URL; a wrong sha256
+an :class:`~bootserver.errors.IntegrityError`; a full disk a :class:`~bootserver.errors.DiskFullError`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+import logging
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+from urllib.parse import urlsplit
 
 import aiohttp
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
 
 from . import __version__
-from .errors import FetchError
-from .store import ArtifactStore
+from .errors import DiskFullError, FetchError, IntegrityError
+from .store import ArtifactStore, ArtifactWriter
 from .streams import Artifact, Release
+
+log = logging.getLogger("bootserver.fetch")
 
 #: Read size of artifact downloads (bytes).
 CHUNK_SIZE = 1 << 20
@@ -51,30 +78,168 @@ async def fetch_document(session: aiohttp.ClientSession, url: str, *, limit: int
         raise FetchError(f"{url}: {type(e).__name__}: {e}") from None
 
 
-async def download_artifact(session: aiohttp.ClientSession, store: ArtifactStore, release: Release,
-                            artifact: Artifact, *, progress: Callable[[int, int | None], None] | None = None
-                            ) -> int:
-    """Download ``artifact`` into the store, hashing while it streams; publish it only if correct.
+class TransientFetchError(FetchError):
+    """A failure worth retrying: 5xx, 408, 429, a dropped connection, a timeout, a short body."""
 
-    ``progress(bytes_done, total_or_None)`` is called after every chunk. Returns the size in bytes.
-    Raises :class:`FetchError` (network, HTTP status, short body) or
-    :class:`~bootserver.errors.IntegrityError` (sha256 mismatch); in both cases nothing is published
-    and no temp file is left behind.
+
+#: HTTP statuses that are retried (besides every 5xx).
+RETRY_STATUSES = frozenset({408, 429})
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently a failing upstream chain is retried.
+
+    ``attempts`` in total (first try included); the wait before attempt *n* grows exponentially from
+    ``initial`` seconds, capped at ``maximum`` seconds, plus up to ``jitter`` seconds of random jitter.
     """
-    url = artifact.url
+
+    attempts: int = 5
+    initial: float = 1.0
+    maximum: float = 30.0
+    jitter: float = 1.0
+
+
+#: ``(bytes_done, total_bytes_or_None)`` after every chunk. ``bytes_done`` smaller than before means
+#: the download threw bytes away (a restart from that offset).
+Progress = Callable[[int, "int | None"], None]
+
+
+def source_urls(url: str, mirrors: Sequence[str] = ()) -> list[str]:
+    """The upstream chain for an artifact at ``url``: each mirror base + ``url``'s path (and query),
+    then ``url`` itself. Mirror bases have no trailing ``/`` (the config strips it)."""
+    parts = urlsplit(url)
+    tail = parts.path + (f"?{parts.query}" if parts.query else "")
+    return [m.rstrip("/") + tail for m in mirrors] + [url]
+
+
+_CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+def _status_error(url: str, resp: aiohttp.ClientResponse) -> FetchError:
+    msg = f"{url}: HTTP {resp.status} {resp.reason}"
+    if resp.status >= 500 or resp.status in RETRY_STATUSES:
+        return TransientFetchError(msg)
+    return FetchError(msg)
+
+
+async def _fetch_from(session: aiohttp.ClientSession, writer: ArtifactWriter, url: str,
+                      progress: Progress | None) -> None:
+    """One GET of ``url`` into ``writer``, resuming with ``Range`` when it already holds bytes."""
+    offset = writer.bytes_written
+    headers = {"Range": f"bytes={offset}-"} if offset else {}
     try:
-        async with session.get(url) as resp:
-            if resp.status != 200:
-                raise FetchError(f"{url}: HTTP {resp.status} {resp.reason}")
-            total = resp.content_length
-            with store.writer(release, artifact) as writer:
-                async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
-                    writer.write(chunk)
+        async with session.get(url, headers=headers) as resp:
+            if resp.status == 206 and offset:
+                m = _CONTENT_RANGE_RE.match(resp.headers.get("Content-Range", ""))
+                if not m or int(m[1]) != offset:
+                    writer.restart()
                     if progress:
-                        progress(writer.bytes_written, total)
-                if total is not None and writer.bytes_written != total:
-                    raise FetchError(f"{url}: short body: {writer.bytes_written} of {total} bytes")
-                writer.commit(url)
-                return writer.bytes_written
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-        raise FetchError(f"{url}: {type(e).__name__}: {e}") from None
+                        progress(0, None)
+                    raise TransientFetchError(f"{url}: unusable Content-Range "
+                                              f"{resp.headers.get('Content-Range')!r}; starting over")
+                total: int | None = None if m[3] == "*" else int(m[3])
+                log.debug("%s: resuming at byte %d", url, offset)
+            elif resp.status == 200:
+                if offset:
+                    log.info("%s: ignores Range; starting over from byte 0", url)
+                    writer.restart()
+                    if progress:
+                        progress(0, None)
+                total = resp.content_length
+            elif resp.status == 416 and offset:
+                writer.restart()
+                if progress:
+                    progress(0, None)
+                raise TransientFetchError(f"{url}: HTTP 416 for a resume at byte {offset}; starting over")
+            else:
+                raise _status_error(url, resp)
+            writer.expected_size = total
+            if total is not None:
+                needed = total - writer.bytes_written
+                free = shutil.disk_usage(writer.store.tmp).free
+                if needed > free:
+                    raise DiskFullError(writer.dest, needed, free)
+            if progress:
+                progress(writer.bytes_written, total)
+            async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
+                writer.write(chunk)
+                if progress:
+                    progress(writer.bytes_written, total)
+            if total is not None and writer.bytes_written != total:
+                raise TransientFetchError(f"{url}: short body: {writer.bytes_written} of {total} bytes")
+    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
+        raise TransientFetchError(f"{url}: {type(e).__name__}: {e}") from None
+
+
+async def _try_chain(session: aiohttp.ClientSession, writer: ArtifactWriter, sources: Sequence[str],
+                     progress: Progress | None) -> str:
+    """Try each source in order until one yields bytes with the right sha256; publish; return it."""
+    last = len(sources) - 1
+    for i, url in enumerate(sources):
+        try:
+            await _fetch_from(session, writer, url, progress)
+            try:
+                writer.check(url)
+            except IntegrityError:
+                if writer.resumed_from == 0:
+                    raise
+                log.warning("%s: resumed download fails the sha256; fetching it again from byte 0", url)
+                writer.restart()
+                if progress:
+                    progress(0, None)
+                await _fetch_from(session, writer, url, progress)
+                writer.check(url)
+            writer.commit(url)
+            return url
+        except IntegrityError as e:
+            writer.restart()
+            if progress:
+                progress(0, None)
+            if i == last:
+                raise
+            log.warning("%s; trying the next source", e)
+        except FetchError as e:
+            if i == last:
+                raise
+            log.warning("%s; trying the next source", e)
+    raise AssertionError("unreachable")
+
+
+async def download_artifact(session: aiohttp.ClientSession, store: ArtifactStore, release: Release,
+                            artifact: Artifact, *, mirrors: Sequence[str] = (),
+                            progress: Progress | None = None, retry: RetryPolicy = RetryPolicy(),
+                            on_open: Callable[[Path], None] | None = None) -> tuple[int, str]:
+    """Download ``artifact`` into the store through the upstream chain, hashing while it streams, and
+    publish it only if its sha256 matches. Returns ``(size in bytes, the source URL used)``.
+
+    ``mirrors`` are base URLs tried before the artifact's own location (see the module docstring);
+    ``progress(bytes_done, total_or_None)`` is called after every chunk; ``on_open(path)`` once with the
+    temp file being written (readers may stream from it). Raises :class:`FetchError` (network, HTTP
+    status, short body, after the retries), :class:`~bootserver.errors.IntegrityError` (sha256
+    mismatch from every source) or :class:`~bootserver.errors.DiskFullError`; in every case nothing is
+    published. A partial download stays in ``tmp/<sha256>.part`` after a network failure or a
+    cancellation, for the next call to resume; it is removed after an integrity or disk-full error.
+    """
+    sources = source_urls(artifact.url, mirrors)
+    with store.writer(release, artifact, resume=True) as writer:
+        if writer.bytes_written:
+            log.debug("%s: found %d bytes of an earlier download in %s", artifact.url, writer.bytes_written,
+                     writer.path)
+        if on_open:
+            on_open(writer.path)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(max(1, retry.attempts)),
+            wait=wait_exponential_jitter(initial=retry.initial, max=retry.maximum, jitter=retry.jitter),
+            retry=retry_if_exception_type(TransientFetchError),
+            reraise=True,
+            before_sleep=lambda rs: log.warning("%s: attempt %d failed (%s); retrying", artifact.url,
+                                                rs.attempt_number, rs.outcome.exception() if rs.outcome else ""),
+        )
+        async for attempt in retrying:
+            with attempt:
+                used = await _try_chain(session, writer, sources, progress)
+        size = writer.bytes_written
+    log.debug("%s/%s/%s/%s: fetched %d bytes from %s", release.stream, release.arch, release.version,
+             artifact.filename, size, used)
+    return size, used

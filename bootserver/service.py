@@ -17,6 +17,7 @@ from .errors import UnavailableError
 from .ignition import RealConfigs, build_stub, encode
 from .inventory import find_node, script_context
 from .ipxe import render_boot_script
+from .readthrough import ReadThrough
 from .store import ArtifactStore
 from .urls import Urls
 
@@ -28,6 +29,8 @@ class BootService:
         self.config = config
         self.store = ArtifactStore(config.cache_dir)
         self.catalog = StreamCatalog(config, self.store)
+        #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
+        self.artifacts = ReadThrough(config, self.store, self.catalog)
         self.urls = Urls(config)
         self.real_configs = RealConfigs()
 
