@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 import aiohttp
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
 from . import __version__
 from .errors import DiskFullError, FetchError, IntegrityError
@@ -230,7 +230,7 @@ async def download_artifact(session: aiohttp.ClientSession, store: ArtifactStore
             on_open(writer.path)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(max(1, retry.attempts)),
-            wait=wait_exponential_jitter(initial=retry.initial, max=retry.maximum, jitter=retry.jitter),
+            wait=wait_exponential(multiplier=retry.initial, max=retry.maximum) + wait_random(0, retry.jitter),
             retry=retry_if_exception_type(TransientFetchError),
             reraise=True,
             before_sleep=lambda rs: log.warning("%s: attempt %d failed (%s); retrying", artifact.url,

@@ -8,7 +8,7 @@ Per stream and architecture under ``cache_dir/artifacts/``, prune keeps
   mtime of the release's ``.<file>.sha256`` records, written when an artifact is published),
 
 and removes every other release folder. A stream or architecture no profile uses any more is removed
-whole; one whose metadata cannot be read locally is left alone (prune never guesses). Files left in
+whole (with its then empty folders); one whose metadata cannot be read locally is left alone (prune never guesses). Files left in
 ``tmp/`` by interrupted downloads are removed unless they are the resumable partial of a currently
 referenced artifact, or some process is still writing them (it holds their lock).
 
@@ -81,6 +81,10 @@ def prune(config: Config, store: ArtifactStore, catalog: StreamCatalog) -> list[
                     if rel_dir.name not in keep:
                         _remove(store, rel_dir)
                         removed.append(str(rel_dir.relative_to(store.cache_dir)))
+                if key not in used:
+                    _rmdir_if_empty(arch_dir)
+            if not any(k[0] == stream_dir.name for k in used):
+                _rmdir_if_empty(stream_dir)
     for path in store.clean_tmp(keep=wanted_sha):
         removed.append(str(path.relative_to(store.cache_dir)))
     return removed
@@ -93,3 +97,11 @@ def _remove(store: ArtifactStore, path: Path) -> None:
     os.rename(path, doomed)
     log.info("prune: removing %s", path)
     shutil.rmtree(doomed)
+
+
+def _rmdir_if_empty(path: Path) -> None:
+    """Remove a folder of a stream or architecture no profile uses, when nothing is left in it."""
+    try:
+        path.rmdir()
+    except OSError:
+        pass
