@@ -190,7 +190,7 @@ async def _try_chain(session: aiohttp.ClientSession, writer: ArtifactWriter, sou
                     progress(0, None)
                 await _fetch_from(session, writer, url, progress)
                 writer.check(url)
-            writer.commit(url)
+            await asyncio.to_thread(writer.commit, url)
             return url
         except IntegrityError as e:
             writer.restart()
@@ -222,10 +222,13 @@ async def download_artifact(session: aiohttp.ClientSession, store: ArtifactStore
     cancellation, for the next call to resume; it is removed after an integrity or disk-full error.
     """
     sources = source_urls(artifact.url, mirrors)
-    with store.writer(release, artifact, resume=True) as writer:
+    writer = store.writer(release, artifact, resume=True)
+    # hashing a resumed partial (up to ~1 GB) and the final fsync run off the event loop
+    await asyncio.to_thread(writer.__enter__)
+    try:
         if writer.bytes_written:
             log.debug("%s: found %d bytes of an earlier download in %s", artifact.url, writer.bytes_written,
-                     writer.path)
+                      writer.path)
         if on_open:
             on_open(writer.path)
         retrying = AsyncRetrying(
@@ -240,6 +243,10 @@ async def download_artifact(session: aiohttp.ClientSession, store: ArtifactStore
             with attempt:
                 used = await _try_chain(session, writer, sources, progress)
         size = writer.bytes_written
+    except BaseException as e:
+        writer.__exit__(type(e), e, e.__traceback__)
+        raise
+    writer.__exit__(None, None, None)
     log.debug("%s/%s/%s/%s: fetched %d bytes from %s", release.stream, release.arch, release.version,
              artifact.filename, size, used)
     return size, used
