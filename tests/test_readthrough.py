@@ -588,3 +588,56 @@ def test_new_config_keys_are_checked(tmp_path: Path, doc: dict, key: str) -> Non
     with pytest.raises(ConfigError) as info:
         parse_config(doc, "t.yaml", tmp_path)
     assert f"t.yaml: {key}: " in str(info.value)
+
+
+async def test_sigkill_of_serve_mid_read_through_then_restart_resumes(tmp_path, reference, faulty) -> None:
+    from conftest import ServerProcess, free_port
+
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    port = free_port()
+    config = write_config(tmp_path / "bootserver.yaml", {
+        "server": {"listen": f"127.0.0.1:{port}"}, "cache_dir": "cache",
+        "streams": {"rhcos": {"metadata": str(meta)}},
+        "profiles": {"live": {"stream": "rhcos", "mode": "live"}}})
+    rootfs, data = paths["rootfs"], files[paths["rootfs"]]
+    half = 1_000_000
+    faulty.pause[rootfs] = half
+    part = tmp_path / "cache/tmp" / f"{hashlib.sha256(data).hexdigest()}.part"
+    url_path = served_path(paths, "rootfs")
+    server = ServerProcess(config, port)
+    async with aiohttp.ClientSession() as session:
+        await server.start(session)
+        try:
+            r = await session.get(server.url + url_path)
+            assert r.status == 200
+            await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
+            await wait_for(lambda: part.exists() and part.stat().st_size == half, "the partial file")
+            assert server.proc is not None
+            server.proc.kill()
+            await server.proc.wait()
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await r.read()
+        finally:
+            await server.stop()
+        faulty.gate.set()
+        assert published(tmp_path / "cache") == []
+        server = ServerProcess(config, port)
+        await server.start(session)
+        try:
+            async with session.get(server.url + url_path) as r:
+                assert r.status == 200 and await r.read() == data
+        finally:
+            await server.stop()
+    assert faulty.gets(rootfs) == [None, f"bytes={half}-"]
+    assert tmp_files(tmp_path / "cache") == []
+
+
+async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, faulty, aiohttp_client) -> None:
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
+    r = await client.head(served_path(paths, "initramfs"))
+    assert r.status == 200 and r.headers["Content-Length"] == str(len(files[paths["initramfs"]]))
+    del faulty.files[paths["kernel"]]
+    r = await client.get(served_path(paths, "kernel"))
+    assert r.status == 502
+    assert f"{faulty.url}{paths['kernel']}: HTTP 404" in await r.text()
