@@ -1,7 +1,9 @@
 """Load and check bootserver's YAML config into typed, immutable objects.
 
-The keys are the user contract of DESIGN.md (documented in README.md and docs/config.md): ``server``,
-``cache_dir``, ``state_dir``, ``streams``, ``facilities``, ``profiles``, ``nodes``. Validation uses
+The keys are the user contract of DESIGN.md (documented in README.md and docs/config.md): ``server``
+(with ``facility``: the facility this server sits in, whose ``mirrors`` it fetches through),
+``cache_dir``, ``state_dir``, ``read_through`` (default true), ``streams`` (with ``keep_releases``,
+default 2), ``facilities``, ``profiles``, ``nodes``. Validation uses
 pydantic models with ``extra="forbid"`` and ``frozen=True``; every problem becomes one
 :class:`~bootserver.errors.ConfigError` reading ``<file>: <key.path>: <what is wrong>``.
 

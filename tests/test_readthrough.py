@@ -42,6 +42,7 @@ class FaultyUpstream:
         self.files: dict[str, bytes] = {}
         self.log: list[tuple[str, str | None]] = []
         self.status_for: dict[str, int] = {}         # path prefix -> status, every time
+        self.stall: set[str] = set()                 # path prefixes that answer nothing until the gate opens
         self.fail_first: dict[str, list[int]] = {}   # path -> statuses answered first, one per GET
         self.wrong: set[str] = set()                 # paths served with one byte flipped
         self.ignore_range = False
@@ -61,6 +62,9 @@ class FaultyUpstream:
         for prefix, status in self.status_for.items():
             if path.startswith(prefix):
                 return web.Response(status=status, text="no")
+        if any(path.startswith(prefix) for prefix in self.stall):
+            await self.gate.wait()
+            return web.Response(status=504, text="too late")
         queue = self.fail_first.get(path)
         if queue:
             return web.Response(status=queue.pop(0), text="try later")
@@ -641,3 +645,31 @@ async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, fault
     r = await client.get(served_path(paths, "kernel"))
     assert r.status == 502
     assert f"{faulty.url}{paths['kernel']}: HTTP 404" in await r.text()
+
+
+async def test_mirror_that_times_out_falls_through(tmp_path, reference, faulty) -> None:
+    store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
+    faulty.stall.add("/slow/")
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=0.3)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        size, used = await download_artifact(session, store, rel, art, mirrors=[faulty.url + "/slow"],
+                                             retry=FAST)
+    assert used == faulty.url + path and store.path(rel, art).read_bytes() == data
+    assert [p for p, _ in faulty.log] == ["/slow" + path, path]
+
+
+async def test_sync_images_uses_the_facility_mirrors(tmp_path, reference, faulty) -> None:
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    for p, d in files.items():
+        faulty.files["/good" + p] = d
+    faulty.status_for = {"/m404/": 404}
+    config = write_config(tmp_path / "bootserver.yaml", {
+        "server": {"facility": "sv15"}, "cache_dir": "cache", "streams": {"rhcos": {"metadata": str(meta)}},
+        "facilities": {"da11": {"mirrors": [faulty.url + "/m404", faulty.url + "/good"]},
+                       "sv15": {"mirrors": [faulty.url + "/sv15"]}},
+        "profiles": {"live": {"stream": "rhcos", "mode": "live"}},
+        "nodes": {"n": {"profile": "live", "facility": "da11"}}})
+    rc, out, err = await run_cli("sync-images", "--config", str(config), "--facility", "da11")
+    assert rc == 0, err
+    assert sorted(p for p, _ in faulty.log) == sorted([m + p for p in files for m in ("/m404", "/good")])
+    assert all(line.endswith("sha256 ok") for line in out.splitlines())
