@@ -173,7 +173,7 @@ async def _fetch_from(session: aiohttp.ClientSession, writer: ArtifactWriter, ur
 
 
 async def _try_chain(session: aiohttp.ClientSession, writer: ArtifactWriter, sources: Sequence[str],
-                     progress: Progress | None) -> str:
+                     progress: Progress | None, on_verified: Callable[[], None] | None = None) -> str:
     """Try each source in order until one yields bytes with the right sha256; publish; return it."""
     last = len(sources) - 1
     for i, url in enumerate(sources):
@@ -190,6 +190,8 @@ async def _try_chain(session: aiohttp.ClientSession, writer: ArtifactWriter, sou
                     progress(0, None)
                 await _fetch_from(session, writer, url, progress)
                 writer.check(url)
+            if on_verified:
+                on_verified()
             await asyncio.to_thread(writer.commit, url)
             return url
         except IntegrityError as e:
@@ -209,13 +211,15 @@ async def _try_chain(session: aiohttp.ClientSession, writer: ArtifactWriter, sou
 async def download_artifact(session: aiohttp.ClientSession, store: ArtifactStore, release: Release,
                             artifact: Artifact, *, mirrors: Sequence[str] = (),
                             progress: Progress | None = None, retry: RetryPolicy = RetryPolicy(),
-                            on_open: Callable[[Path], None] | None = None) -> tuple[int, str]:
+                            on_open: Callable[[Path], None] | None = None,
+                            on_verified: Callable[[], None] | None = None) -> tuple[int, str]:
     """Download ``artifact`` into the store through the upstream chain, hashing while it streams, and
     publish it only if its sha256 matches. Returns ``(size in bytes, the source URL used)``.
 
     ``mirrors`` are base URLs tried before the artifact's own location (see the module docstring);
     ``progress(bytes_done, total_or_None)`` is called after every chunk; ``on_open(path)`` once with the
-    temp file being written (readers may stream from it). Raises :class:`FetchError` (network, HTTP
+    temp file being written (readers may stream from it); ``on_verified()`` once the complete bytes in it
+matched the sha256, before the fsync and the rename that publish them. Raises :class:`FetchError` (network, HTTP
     status, short body, after the retries), :class:`~bootserver.errors.IntegrityError` (sha256
     mismatch from every source) or :class:`~bootserver.errors.DiskFullError`; in every case nothing is
     published. A partial download stays in ``tmp/<sha256>.part`` after a network failure or a
@@ -241,7 +245,7 @@ async def download_artifact(session: aiohttp.ClientSession, store: ArtifactStore
         )
         async for attempt in retrying:
             with attempt:
-                used = await _try_chain(session, writer, sources, progress)
+                used = await _try_chain(session, writer, sources, progress, on_verified)
         size = writer.bytes_written
     except BaseException as e:
         writer.__exit__(type(e), e, e.__traceback__)

@@ -13,7 +13,8 @@ Guarantees:
   ``release`` and ``file`` must name an artifact of the stream's current release, else it is unknown
   (``None``, a 404 in the server). With ``read_through: false`` a miss is always unknown.
 * The sha256 is checked before the file is published, and a transfer never sends the last byte of an
-  artifact before the check passed. When it fails (or the download fails or throws bytes away that a
+  artifact before the check passed (it may send it while the verified file is being fsynced and
+  renamed into place: the bytes are right even if publishing then fails). When it fails (or the download fails or throws bytes away that a
   client already received), the transfer raises, and the server aborts the connection, so a client
   sees an incomplete body (short of ``Content-Length``), never a complete-looking wrong one.
 * A client that goes away does not cancel the download: it runs in its own task, owned by the
@@ -57,6 +58,7 @@ class Download:
         self.total: int | None = None
         self.available = 0
         self.finished = False
+        self.verified = False
         self.error: BaseException | None = None
         self.task: asyncio.Task[Any] | None = None
         self.readers: set[Transfer] = set()
@@ -105,6 +107,11 @@ class Download:
         self.available = done
         self._notify()
 
+    def on_verified(self) -> None:
+        """Called by the downloader once all bytes matched the sha256 (before fsync and publish)."""
+        self.verified = True
+        self._notify()
+
     def finish(self, error: BaseException | None) -> None:
         """Mark the download ended (``error`` ``None`` when published); wake every reader."""
         self.finished = True
@@ -115,8 +122,8 @@ class Download:
         self._notify()
 
     def sendable(self) -> int:
-        """How many bytes readers may send now: all once verified, else all but the last byte."""
-        if self.ok:
+        """How many bytes readers may send now: all once the sha256 matched, else all but the last."""
+        if self.ok or (self.verified and not self.finished):
             return self.available
         return max(0, self.available - 1)
 
@@ -185,7 +192,7 @@ class Transfer:
                 self.pos += len(data)
                 yield data
                 continue
-            if dl.ok:
+            if dl.ok or (dl.verified and not dl.finished):
                 return
             await ev.wait()
 
@@ -266,7 +273,8 @@ class ReadThrough:
         try:
             size, used = await download_artifact(session, self.store, dl.release, dl.artifact,
                                                  mirrors=self.mirrors, progress=dl.progress,
-                                                 on_open=dl.on_open, retry=self.retry)
+                                                 on_open=dl.on_open, on_verified=dl.on_verified,
+                                                 retry=self.retry)
             log.info("%s: cached %d bytes from %s", self.store.relpath(dl.release, dl.artifact), size, used)
         except asyncio.CancelledError:
             error = FetchError(f"{dl.artifact.url}: download cancelled (server shutting down)")
@@ -334,8 +342,12 @@ class ReadThrough:
         return ready, {"ready": ready, "read_through": self.enabled, "artifacts": listed}
 
     async def close(self) -> None:
-        """Cancel the downloads still in flight and wait for them (their partial files stay)."""
-        tasks = [dl.task for dl in self._inflight.values() if dl.task is not None]
-        for t in tasks:
-            t.cancel()
+        """Cancel the downloads still in flight and wait for them (their partial files stay); those
+        already verified are left to publish."""
+        tasks = []
+        for dl in self._inflight.values():
+            if dl.task is not None:
+                if not dl.verified:  # a verified download is only fsyncing and renaming: let it publish
+                    dl.task.cancel()
+                tasks.append(dl.task)
         await asyncio.gather(*tasks, return_exceptions=True)

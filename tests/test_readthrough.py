@@ -205,6 +205,7 @@ async def test_50_concurrent_cold_requests_make_one_upstream_get(tmp_path, refer
     assert head + await first.read() == data
     assert all(b == data for b in bodies)
     assert faulty.gets(rootfs) == [None]
+    await wait_for(lambda: not rt._inflight, "the download to be published")
     assert rt.store.is_cached(*(await rt.resolve(tuple(served_path(paths, "rootfs").split("/")[2:]), None)))
     # a warm request is a plain file response with Range support
     r = await client.get(served_path(paths, "rootfs"), headers={"Range": "bytes=10-19"})
@@ -293,6 +294,7 @@ async def test_mirror_chain_falls_through_in_order(tmp_path, reference, faulty, 
     assert r.status == 200 and await r.read() == files[paths["kernel"]]
     k = paths["kernel"]
     assert [p for p, _ in faulty.log] == ["/m404" + k, "/m503" + k, k]
+    await wait_for(lambda: not rt._inflight, "the download to finish")
     assert f"from {faulty.url}{k}" in caplog.text
 
 
