@@ -675,3 +675,26 @@ async def test_sync_images_uses_the_facility_mirrors(tmp_path, reference, faulty
     assert rc == 0, err
     assert sorted(p for p, _ in faulty.log) == sorted([m + p for p in files for m in ("/m404", "/good")])
     assert all(line.endswith("sha256 ok") for line in out.splitlines())
+
+
+async def test_fetch_is_shielded_from_a_cancelled_caller(tmp_path, reference, faulty) -> None:
+    from bootserver.readthrough import ReadThrough
+
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    svc = BootService(make_config(tmp_path, meta))
+    rt = ReadThrough(svc.config, svc.store, svc.catalog, retry=FAST)
+    rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
+    faulty.pause[paths["rootfs"]] = 500_000
+    async with aiohttp.ClientSession() as session:
+        caller = asyncio.create_task(rt.fetch(rel, rel.rootfs, session))
+        await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        assert rt.status(rel, rel.rootfs) == "fetching"
+        joined = asyncio.create_task(rt.fetch(rel, rel.rootfs, session))
+        faulty.gate.set()
+        path = await asyncio.wait_for(joined, DEADLINE)
+        await rt.close()
+    assert path.read_bytes() == files[paths["rootfs"]] and faulty.gets(paths["rootfs"]) == [None]
+    assert rt.status(rel, rel.rootfs) == "cached"
