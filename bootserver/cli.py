@@ -32,7 +32,7 @@ def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
 def _cmd_sync(args: argparse.Namespace, config: Config) -> int:
     from .sync import sync_images
 
-    asyncio.run(sync_images(config, stream=args.stream, facility=args.facility))
+    asyncio.run(sync_images(config, stream=args.stream, facility=args.facility, prune=args.prune))
     return 0
 
 
@@ -247,7 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_serve)
     p = sub.add_parser("sync-images", parents=[common], help="download artifacts into the cache")
     p.add_argument("--stream", help="only this stream")
-    p.add_argument("--facility", help="only the profiles of nodes in this facility")
+    p.add_argument("--facility", help="only the profiles of nodes in this facility; use its mirrors")
+    p.add_argument("--prune", action="store_true",
+                   help="then remove cached releases no profile references (keeps streams.*.keep_releases)")
     p.set_defaults(func=_cmd_sync)
     p = sub.add_parser("render", parents=[common], help="print what the server sends a node")
     p.add_argument("what", choices=["ipxe", "ignition"])

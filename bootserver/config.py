@@ -1,7 +1,9 @@
 """Load and check bootserver's YAML config into typed, immutable objects.
 
-The keys are the user contract of DESIGN.md (documented in README.md and docs/config.md): ``server``,
-``cache_dir``, ``state_dir``, ``streams``, ``facilities``, ``profiles``, ``nodes``. Validation uses
+The keys are the user contract of DESIGN.md (documented in README.md and docs/config.md): ``server``
+(with ``facility``: the facility this server sits in, whose ``mirrors`` it fetches through),
+``cache_dir``, ``state_dir``, ``read_through`` (default true), ``streams`` (with ``keep_releases``,
+default 2), ``facilities``, ``profiles``, ``nodes``. Validation uses
 pydantic models with ``extra="forbid"`` and ``frozen=True``; every problem becomes one
 :class:`~bootserver.errors.ConfigError` reading ``<file>: <key.path>: <what is wrong>``.
 
@@ -167,6 +169,9 @@ class ServerConfig(_Model):
     def _timeouts(cls, value: Any) -> Any:
         return _duration(value)
 
+    #: The facility this server sits in: its ``mirrors`` come first in the upstream chain.
+    facility: str | None = None
+
     @field_validator("listen")
     @classmethod
     def _listen(cls, value: str) -> str:
@@ -230,6 +235,8 @@ class StreamConfig(_Model):
 
     metadata: str
     architectures: tuple[Literal["x86_64", "aarch64"], ...] = ("x86_64",)
+    #: ``sync-images --prune`` keeps this many newest releases per architecture (at least 1).
+    keep_releases: Annotated[int, Field(ge=1)] = 2
 
     @field_validator("architectures", mode="before")
     @classmethod
@@ -362,6 +369,7 @@ class _Document(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     cache_dir: str | None = None
     state_dir: str | None = None
+    read_through: bool = True
     streams: dict[Name, StreamConfig] = Field(default_factory=dict)
     facilities: dict[Name, FacilityConfig] = Field(default_factory=dict)
     profiles: dict[Name, Profile] = Field(default_factory=dict)
@@ -374,12 +382,13 @@ class Config:
 
     Attributes: ``source`` (the file name used in error messages, or ``"<default>"``), ``base_dir``
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
-    ``state_dir`` (absolute :class:`~pathlib.Path`), and the mappings ``streams``, ``facilities``,
-    ``profiles``, ``nodes`` (name -> model), and ``metal`` (:class:`bootserver.metal.MetalGlobal`).
+    ``state_dir`` (absolute :class:`~pathlib.Path`), ``read_through`` (bool: a cache miss is fetched
+    from upstream), the mappings ``streams``, ``facilities``, ``profiles``, ``nodes`` (name -> model),
+    and ``metal`` (:class:`bootserver.metal.MetalGlobal`).
     """
 
-    __slots__ = ("source", "base_dir", "server", "cache_dir", "state_dir", "streams", "facilities",
-                 "profiles", "nodes", "metal", "_mac_index")
+    __slots__ = ("source", "base_dir", "server", "cache_dir", "state_dir", "read_through", "streams",
+                 "facilities", "profiles", "nodes", "metal", "_mac_index")
 
     def __init__(self, doc: _Document, source: str, base_dir: Path) -> None:
         from types import MappingProxyType
@@ -392,6 +401,7 @@ class Config:
              platformdirs.user_cache_path("bootserver"))
         set_(self, "state_dir", self._path(doc.state_dir) if doc.state_dir else
              platformdirs.user_state_path("bootserver"))
+        set_(self, "read_through", doc.read_through)
         set_(self, "streams", MappingProxyType(dict(doc.streams)))
         set_(self, "facilities", MappingProxyType(dict(doc.facilities)))
         set_(self, "profiles", MappingProxyType(dict(doc.profiles)))
@@ -432,6 +442,13 @@ class Config:
         return (self._path(tls.cert) if tls.cert else d / "server.crt",
                 self._path(tls.key) if tls.key else d / "server.key",
                 self._path(tls.ca) if tls.ca else d / "ca.crt")
+
+    def mirrors(self, facility: str | None = None) -> tuple[str, ...]:
+        """Mirror base URLs of ``facility`` (default: ``server.facility``), in order; ``()`` for none."""
+        facility = facility if facility is not None else self.server.facility
+        if facility is None or facility not in self.facilities:
+            return ()
+        return self.facilities[facility].mirrors
 
     def node_by_mac(self, mac: str) -> str | None:
         """Name of the node with this MAC (any case, ``:`` or ``-``), or ``None``."""
@@ -504,6 +521,8 @@ def _check_references(doc: _Document, cfg: Config) -> None:
     from .metal import parse_metal_settings
 
     src = cfg.source
+    if doc.server.facility is not None and doc.server.facility not in doc.facilities:
+        raise ConfigError(src, "server.facility", f"no facility {doc.server.facility!r}")
     for name, prof in doc.profiles.items():
         parse_metal_settings(src, f"profiles.{name}.metal", prof.metal)
         if prof.stream not in doc.streams:

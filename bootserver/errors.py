@@ -66,5 +66,15 @@ class IntegrityError(FetchError):
         super().__init__(f"{url}: sha256 mismatch: expected {expected}, got {actual}")
 
 
+class DiskFullError(BootserverError):
+    """The cache's disk has no room for an artifact (exit 1). Names the cache path and the bytes needed."""
+
+    def __init__(self, path: object, needed: int, free: int) -> None:
+        self.path = path
+        self.needed = needed
+        self.free = free
+        super().__init__(f"{path}: not enough disk space to cache it: {needed} more bytes needed, {free} free")
+
+
 class UnavailableError(BootserverError):
     """Something a request needs is not available yet (stream metadata not loaded): HTTP 503."""

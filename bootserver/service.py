@@ -17,10 +17,10 @@ import aiohttp
 from .catalog import StreamCatalog
 from .config import Config
 from .errors import UnavailableError
-from .fetch import FetchObserver
 from .ignition import RealConfigs, build_stub, encode
 from .inventory import find_node, script_context
 from .ipxe import render_boot_script, render_localboot_script
+from .readthrough import ReadThrough
 from .store import ArtifactStore
 from .timeline import ARTIFACT_KINDS, INSTALLED_STAGES, Timeline
 from .signing import Signer
@@ -35,12 +35,11 @@ class BootService:
         self.config = config
         self.store = ArtifactStore(config.cache_dir)
         self.catalog = StreamCatalog(config, self.store)
+        #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
+        self.artifacts = ReadThrough(config, self.store, self.catalog)
         self.urls = Urls(config, signer)
         self.real_configs = RealConfigs()
         self.timeline = Timeline(config.state_dir)
-        #: Passed as ``observer`` to :func:`bootserver.fetch.download_artifact` (the server sets it
-        #: to its :class:`~bootserver.metrics.Metrics`).
-        self.fetch_observer: FetchObserver | None = None
 
     def find_node(self, **selectors: str | None) -> str:
         """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""

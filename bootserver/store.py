@@ -5,22 +5,31 @@ Layout under ``cache_dir``::
     artifacts/<stream>/<arch>/<release>/<file>           published artifact (complete, sha256 checked)
     artifacts/<stream>/<arch>/<release>/.<file>.sha256   its sha256 (hex), written before the rename
     streams/<stream>.json                                the stream metadata last synced for <stream>
-    tmp/                                                 downloads in progress (never served)
+    tmp/<sha256>.part                                    a resumable download in progress (never served)
+    tmp/<file>.<random>.part                             a download that could not take the resumable name
 
 A file appears under ``artifacts/`` only by an atomic ``rename`` after its bytes were fsynced and their
 sha256 matched the stream metadata, so whatever the server finds there is complete and correct; a
-crash leaves at most a file in ``tmp/``. ``tmp/`` lives on the same filesystem so the rename is atomic.
+crash (even ``kill -9``) leaves at most a file in ``tmp/``. ``tmp/`` lives on the same filesystem so the
+rename is atomic.
+
+Every file in ``tmp/`` is held under an exclusive ``flock`` while a process writes it. The next download
+of the same artifact (in any process) takes over ``tmp/<sha256>.part`` and resumes from its length; a
+file nobody holds a lock on is stale and :meth:`ArtifactStore.clean_tmp` may remove it.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterable
 
-from .errors import IntegrityError
+from .errors import DiskFullError, IntegrityError
 from .streams import SAFE_SEGMENT_RE, Artifact, Release
 
 
@@ -104,69 +113,197 @@ class ArtifactStore:
         path = self.path(release, artifact)
         return path.is_file() and self.recorded_sha256(path) == artifact.sha256
 
-    def writer(self, release: Release, artifact: Artifact) -> "ArtifactWriter":
-        """A writer that downloads into ``tmp/`` and publishes on :meth:`ArtifactWriter.commit`."""
-        return ArtifactWriter(self, self.path(release, artifact), artifact)
+    def writer(self, release: Release, artifact: Artifact, *, resume: bool = False) -> "ArtifactWriter":
+        """A writer that downloads into ``tmp/`` and publishes on :meth:`ArtifactWriter.commit`.
+
+        With ``resume`` it continues ``tmp/<sha256>.part`` when one is left from an earlier run.
+        """
+        return ArtifactWriter(self, self.path(release, artifact), artifact, resume=resume)
+
+    def partial_path(self, artifact: Artifact) -> Path:
+        """The deterministic name of the artifact's resumable download: ``tmp/<sha256>.part``."""
+        return self.tmp / f"{artifact.sha256}.part"
+
+    def clean_tmp(self, keep: Iterable[str] = ()) -> list[Path]:
+        """Remove stale files from ``tmp/``; return what was removed.
+
+        A file is stale when no process holds its lock (nobody is writing it). Resumable partials whose
+        sha256 is in ``keep`` stay, so the next download resumes them. Never raises for a file that
+        vanished meanwhile; other ``OSError`` propagate.
+        """
+        keep_names = {f"{sha}.part" for sha in keep}
+        removed: list[Path] = []
+        try:
+            entries = list(self.tmp.iterdir())
+        except FileNotFoundError:
+            return removed
+        for entry in entries:
+            if entry.name in keep_names:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+                continue
+            fd = _lock(entry)
+            if fd is None:
+                continue
+            try:
+                entry.unlink(missing_ok=True)
+                removed.append(entry)
+            finally:
+                os.close(fd)
+        return removed
 
     def metadata_path(self, stream: str) -> Path:
         """Where the last synced copy of a stream's metadata is kept."""
         return self.cache_dir / "streams" / f"{stream}.json"
 
 
+def _lock(path: Path, flags: int = os.O_RDWR) -> int | None:
+    """Open ``path`` and take an exclusive ``flock`` without waiting.
+
+    Returns the file descriptor, or ``None`` when another process holds the lock or the path no
+    longer names the inode we locked (it was renamed or removed meanwhile).
+    """
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.fstat(fd).st_ino != os.stat(path).st_ino:
+            raise BlockingIOError
+    except (BlockingIOError, FileNotFoundError):
+        os.close(fd)
+        return None
+    return fd
+
+
+
 class ArtifactWriter:
     """Write one artifact's bytes while hashing them; publish only complete, correct files.
 
-    Use as a context manager: leaving the block without :meth:`commit` (an exception, a cancelled
-    download) removes the temp file. ``bytes_written`` counts bytes so far.
+    Use as a context manager. With ``resume=True`` the writer uses ``tmp/<sha256>.part`` and continues
+    from its length (``bytes_written`` starts there, the hash covers the old bytes); when another process
+    holds that file it falls back to a fresh uniquely named temp file. The temp file is locked (flock)
+    while open.
+
+    Leaving the block without :meth:`commit` removes the temp file, except that a resumable partial is
+    kept after a failure other than :class:`IntegrityError` or :class:`DiskFullError` (a dropped
+    connection, a cancelled task), so the next download resumes it. ``bytes_written`` counts bytes.
     """
 
-    def __init__(self, store: ArtifactStore, dest: Path, artifact: Artifact) -> None:
+    def __init__(self, store: ArtifactStore, dest: Path, artifact: Artifact, *, resume: bool = False) -> None:
         self.store = store
         self.dest = dest
         self.artifact = artifact
+        self.resume = resume
+        self.resumable = False
         self.bytes_written = 0
+        self.resumed_from = 0
+        #: The artifact's full size in bytes when known (set by the downloader), for disk-full errors.
+        self.expected_size: int | None = None
         self._hash = hashlib.sha256()
         self._file: BinaryIO | None = None
         self._tmp: Path | None = None
 
+    @property
+    def path(self) -> Path:
+        """The temp file being written (valid inside the ``with`` block, before :meth:`commit`)."""
+        assert self._tmp is not None
+        return self._tmp
+
     def __enter__(self) -> "ArtifactWriter":
         self.store.tmp.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.store.tmp, prefix=f"{self.artifact.filename}.", suffix=".part")
-        self._tmp = Path(tmp)
-        self._file = os.fdopen(fd, "wb")
+        fd = None
+        if self.resume:
+            part = self.store.partial_path(self.artifact)
+            fd = _lock(part, os.O_RDWR | os.O_CREAT)
+            if fd is not None:
+                self._tmp = part
+                self.resumable = True
+                with open(fd, "rb", closefd=False) as f:
+                    while block := f.read(1 << 20):
+                        self._hash.update(block)
+                        self.bytes_written += len(block)
+                self.resumed_from = self.bytes_written
+                os.lseek(fd, 0, os.SEEK_END)
+        if fd is None:
+            fd, tmp = tempfile.mkstemp(dir=self.store.tmp, prefix=f"{self.artifact.filename}.", suffix=".part")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._tmp = Path(tmp)
+        self._file = os.fdopen(fd, "r+b")
+        self._file.seek(0, os.SEEK_END)
         return self
 
     def write(self, chunk: bytes) -> None:
-        """Append ``chunk`` (bytes) to the temp file and the running sha256."""
+        """Append ``chunk`` (bytes) to the temp file and the running sha256, and flush it to the OS
+        so readers of the temp file see it. Raises :class:`DiskFullError` when the disk is full."""
         assert self._file is not None
-        self._file.write(chunk)
+        try:
+            self._file.write(chunk)
+            self._file.flush()
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self._disk_full(len(chunk)) from None
+            raise
         self._hash.update(chunk)
         self.bytes_written += len(chunk)
+
+    def _disk_full(self, at_least: int) -> DiskFullError:
+        needed = max(at_least, (self.expected_size or 0) - self.bytes_written)
+        try:
+            free = shutil.disk_usage(self.store.tmp).free
+        except OSError:
+            free = 0
+        return DiskFullError(self.dest, needed, free)
+
+    def restart(self) -> None:
+        """Throw away the bytes written so far (truncate the temp file) and start again from byte 0."""
+        assert self._file is not None
+        self._file.seek(0)
+        self._file.truncate()
+        self._hash = hashlib.sha256()
+        self.bytes_written = 0
+        self.resumed_from = 0
+
+    def check(self, url: str) -> None:
+        """Raise :class:`IntegrityError` (naming ``url``) unless the bytes so far have the right sha256."""
+        actual = self._hash.hexdigest()
+        if actual != self.artifact.sha256:
+            raise IntegrityError(url, self.artifact.sha256, actual)
 
     def commit(self, url: str) -> Path:
         """Check the sha256, fsync and publish. Returns the published path.
 
         Raises :class:`IntegrityError` (naming ``url``, the expected and the actual hash) on a mismatch;
-        the temp file is then removed and nothing is published.
+        nothing is published then (the temp file stays until the block ends, or :meth:`restart`).
+        Raises :class:`DiskFullError` when the fsync or the sidecar write hits a full disk.
         """
         assert self._file is not None and self._tmp is not None
-        actual = self._hash.hexdigest()
-        if actual != self.artifact.sha256:
-            raise IntegrityError(url, self.artifact.sha256, actual)
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        os.chmod(self._tmp, 0o644)
-        self.dest.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.store.sidecar(self.dest), (actual + "\n").encode())
+        self.check(url)
+        actual = self.artifact.sha256
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            os.chmod(self._tmp, 0o644)
+            self.dest.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.store.sidecar(self.dest), (actual + "\n").encode())
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self._disk_full(0) from None
+            raise
         os.replace(self._tmp, self.dest)
         _fsync_dir(self.dest.parent)
+        self._file.close()  # releases the lock only after the rename
         self._tmp = None
         return self.dest
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        keep = (self.resumable and exc is not None and not isinstance(exc, (IntegrityError, DiskFullError))
+                and self.bytes_written > 0)
+        if self._tmp is not None and not keep:
+            self._tmp.unlink(missing_ok=True)
+        self._tmp = None
         if self._file is not None and not self._file.closed:
             self._file.close()
-        if self._tmp is not None:
-            self._tmp.unlink(missing_ok=True)
-            self._tmp = None

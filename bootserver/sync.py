@@ -2,8 +2,11 @@
 
 Which releases: the current release of each stream a profile uses, for that profile's architecture
 (optionally only one stream, or only the profiles of nodes in one facility). Each artifact is streamed
-from its stream-metadata location, hashed while it streams and published only when its sha256 matches
-(see :mod:`bootserver.store`). Artifacts already cached with the same sha256 are skipped.
+through the upstream chain (the mirrors of ``--facility``, else of ``server.facility``, then its
+stream-metadata location; see :mod:`bootserver.fetch`), resuming a partial download left by an earlier
+run, hashed while it streams and published only when its sha256 matches (see :mod:`bootserver.store`).
+Artifacts already cached with the same sha256 are skipped. ``--prune`` then applies
+:mod:`bootserver.retention`.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from tqdm import tqdm
+
+from urllib.parse import urlsplit
 
 from .config import Config
 from .errors import BootserverError, InputError
@@ -61,8 +66,11 @@ def _human(n: float) -> str:
 
 
 async def sync_images(config: Config, *, stream: str | None = None, facility: str | None = None,
-                      out: TextIO = sys.stdout) -> int:
+                      out: TextIO = sys.stdout, prune: bool = False) -> int:
     """Refresh stream metadata and download missing artifacts. Returns the number downloaded.
+
+    With ``prune``, once every download succeeded, remove what :func:`bootserver.retention.prune`
+    finds unreferenced (one ``pruned <path>`` line each); nothing is pruned after a failure.
 
     Progress bars (tqdm) when ``out`` is a terminal, else one summary line per artifact. Raises the
     first :class:`~bootserver.errors.BootserverError` (``FetchError``, ``IntegrityError``,
@@ -70,6 +78,7 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
     """
     svc = BootService(config)
     targets = wanted_targets(config, stream=stream, facility=facility)
+    mirrors = config.mirrors(facility)
     tty = out.isatty()
     async with client_session() as session:
         items: list[SyncItem] = []
@@ -101,13 +110,14 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
 
                 started = time.monotonic()
                 try:
-                    size = await download_artifact(session, svc.store, rel, art, progress=progress)
+                    size, used = await download_artifact(session, svc.store, rel, art, mirrors=mirrors,
+                                                         progress=progress)
                 finally:
                     if bar is not None:
                         bar.close()
                 secs = max(time.monotonic() - started, 1e-6)
-                print(f"{label}: downloaded {_human(size)} in {secs:.1f}s ({_human(size / secs)}/s), "
-                      f"sha256 ok", file=out, flush=True)
+                print(f"{label}: downloaded {_human(size)} in {secs:.1f}s ({_human(size / secs)}/s) "
+                      f"from {urlsplit(used).netloc}, sha256 ok", file=out, flush=True)
                 return True
 
         results = await asyncio.gather(*(one(it, i) for i, it in enumerate(items)), return_exceptions=True)
@@ -117,4 +127,9 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
             raise e
     if errors:
         raise errors[0]
+    if prune:
+        from .retention import prune as prune_cache
+
+        for path in prune_cache(config, svc.store, svc.catalog):
+            print(f"pruned {path}", file=out, flush=True)
     return sum(1 for r in results if r is True)

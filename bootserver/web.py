@@ -21,6 +21,7 @@ from .fetch import client_session
 from .ignition import MEDIA_TYPE
 from . import ops
 from .security import limits_middleware, selectable_check, signed_route_middleware
+from .readthrough import Transfer
 from .service import BootService
 from .signing import Signer
 
@@ -120,10 +121,13 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     svc = _service(request)
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
-    path = svc.store.lookup(segments)
+    path = await svc.artifacts.open(segments, request.app[SESSION])  # type: ignore[arg-type]
     if path is None:
-        log.warning("%s %s: 404 not in cache", request.method, request.path)
-        return _text(404, f"not in cache: {'/'.join(segments)}")
+        what = "not a known artifact" if svc.artifacts.enabled else "not in cache"
+        log.warning("%s %s: 404 %s", request.method, request.path, what)
+        return _text(404, f"{what}: {'/'.join(segments)}")
+    if isinstance(path, Transfer):
+        return await _send_transfer(request, path)
     sha = svc.store.recorded_sha256(path)
     inm = request.if_none_match
     if sha and inm and any(tag.value in (sha, "*") for tag in inm):
@@ -132,6 +136,39 @@ async def artifact(request: web.Request) -> web.StreamResponse:
         return resp
     return ArtifactResponse(path, sha, headers={"Content-Type": "application/octet-stream",
                                                  "Cache-Control": "public, max-age=31536000, immutable"})
+
+
+async def _send_transfer(request: web.Request, transfer: Transfer) -> web.StreamResponse:
+    """Stream an artifact that is being downloaded (read-through). On a failure after the headers
+    went out, abort the connection so the client sees a body short of its Content-Length."""
+    try:
+        size = await transfer.start()
+        resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
+                                           "Cache-Control": "public, max-age=31536000, immutable"})
+        resp.etag = transfer.sha256
+        if size is not None:
+            resp.content_length = size
+        await resp.prepare(request)
+        if request.method == "HEAD":
+            return resp
+        try:
+            async for chunk in transfer.chunks():
+                await resp.write(chunk)
+        except BootserverError as e:
+            log.error("%s %s: aborting the transfer: %s", request.method, request.path, e)
+            if request.transport is not None:
+                request.transport.abort()
+            return resp
+        await resp.write_eof()
+        return resp
+    finally:
+        transfer.close()
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """``GET /readyz``: every referenced artifact as cached, fetching or missing (JSON); 200 when ready."""
+    ready, report = _service(request).artifacts.readiness()
+    return web.json_response(report, status=200 if ready else 503)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -143,6 +180,7 @@ async def _session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
     session = client_session()
     app[SESSION] = session
     yield
+    await app[SERVICE].artifacts.close()
     await session.close()
 
 
@@ -166,7 +204,7 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
         signed_route_middleware(config, svc.urls.signer.check),
         error_middleware])
     app[SERVICE] = svc
-    svc.fetch_observer = ops.setup(app, svc).metrics
+    svc.artifacts.observer = ops.setup(app, svc).metrics
     app.cleanup_ctx.append(_session_ctx)
     app.on_response_prepare.append(_artifact_etag)
     app.router.add_get("/ipxe/{node}", ipxe_script)
@@ -175,6 +213,7 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     app.router.add_get("/ignition/{node}/config", ignition_config)
     app.router.add_get("/artifacts/{stream}/{arch}/{release}/{file}", artifact)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     return app
 
 

@@ -218,9 +218,9 @@ async def test_upstream_download_is_counted(config, reference: Path, upstream) -
                                filename=rel.kernel.filename)
     app = create_app(config)
     svc = app[SERVICE]
-    metrics = svc.fetch_observer
+    metrics = svc.artifacts.observer
     async with client_session() as session:
-        assert await download_artifact(session, svc.store, rel, good, observer=metrics) == len(data)
+        assert (await download_artifact(session, svc.store, rel, good, observer=metrics))[0] == len(data)
         with pytest.raises(Exception, match="sha256 mismatch"):
             await download_artifact(session, svc.store, rel, bad, observer=metrics)
     text = metrics.render().decode()

@@ -1,0 +1,355 @@
+"""Read-through artifact serving: a cache miss is fetched from upstream once, however many ask.
+
+When 200 devices in one facility power on together, the first request for an uncached 1 GB rootfs
+must not become 200 downloads. :class:`ReadThrough` keeps a **single-flight registry** of downloads
+keyed by the artifact's cache path: the first request for a missing artifact starts one download task
+(:func:`bootserver.fetch.download_artifact`, with the facility's mirror chain, resume and retries);
+every request for the same artifact while it runs gets a :class:`Transfer` that streams the bytes
+from the temp file as they arrive.
+
+Guarantees:
+
+* An URL maps to an artifact only through the stream catalog's current metadata: ``stream``, ``arch``,
+  ``release`` and ``file`` must name an artifact of the stream's current release, else it is unknown
+  (``None``, a 404 in the server). With ``read_through: false`` a miss is always unknown.
+* The sha256 is checked before the file is published, and a transfer never sends the last byte of an
+  artifact before the check passed (it may send it while the verified file is being fsynced and
+  renamed into place: the bytes are right even if publishing then fails). When it fails (or the download fails or throws bytes away that a
+  client already received), the transfer raises, and the server aborts the connection, so a client
+  sees an incomplete body (short of ``Content-Length``), never a complete-looking wrong one.
+* A client that goes away does not cancel the download: it runs in its own task, owned by the
+  registry, until it finishes; :meth:`ReadThrough.close` cancels what is still running at shutdown
+  (the partial stays in ``tmp/`` and the next download resumes it).
+
+This module does not import aiohttp's web layer; the handler in :mod:`bootserver.web` stays thin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import aiohttp
+
+from .catalog import StreamCatalog
+from .config import Config
+from .errors import FetchError, MetadataError
+from .fetch import CHUNK_SIZE, FetchObserver, RetryPolicy, download_artifact
+from .store import ArtifactStore
+from .streams import SAFE_SEGMENT_RE, Artifact, Release
+
+log = logging.getLogger("bootserver.readthrough")
+
+
+class Download:
+    """One in-flight download of one artifact, shared by every :class:`Transfer` of it.
+
+    ``total`` is the size in bytes once upstream told it; ``available`` the bytes in the temp file so
+    far; ``finished`` and ``error`` say how it ended.
+    """
+
+    def __init__(self, release: Release, artifact: Artifact, dest: Path) -> None:
+        self.release = release
+        self.artifact = artifact
+        self.dest = dest
+        self.total: int | None = None
+        self.available = 0
+        self.finished = False
+        self.verified = False
+        self.error: BaseException | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.readers: set[Transfer] = set()
+        self._fd: int | None = None
+        self._changed = asyncio.Event()
+
+    @property
+    def ok(self) -> bool:
+        """True once the artifact is verified and published."""
+        return self.finished and self.error is None
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def waiter(self) -> asyncio.Event:
+        """An event set at the next change (take it *before* checking the state, then await it)."""
+        return self._changed
+
+    def on_open(self, path: Path) -> None:
+        """Called by the downloader with the temp file it writes: keep a read descriptor to it."""
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def dup_fd(self) -> int | None:
+        """A new read descriptor on the bytes (temp file while running, published file after)."""
+        if self._fd is not None:
+            return os.dup(self._fd)
+        if self.ok:
+            return os.open(self.dest, os.O_RDONLY)
+        return None
+
+    def progress(self, done: int, total: int | None) -> None:
+        """Called by the downloader after every chunk (bytes done, total bytes or ``None``)."""
+        if done < self.available:
+            for r in self.readers:
+                if r.pos > done and r.broken is None:
+                    r.broken = FetchError(f"{self.artifact.url}: download restarted after {r.pos} bytes "
+                                          f"were sent; aborting this transfer")
+        if total is not None:
+            if self.total is not None and total != self.total:
+                for r in self.readers:
+                    if r.started and r.broken is None:
+                        r.broken = FetchError(f"{self.artifact.url}: size changed from {self.total} to "
+                                              f"{total} bytes; aborting this transfer")
+            self.total = total
+        self.available = done
+        self._notify()
+
+    def on_verified(self) -> None:
+        """Called by the downloader once all bytes matched the sha256 (before fsync and publish)."""
+        self.verified = True
+        self._notify()
+
+    def finish(self, error: BaseException | None) -> None:
+        """Mark the download ended (``error`` ``None`` when published); wake every reader."""
+        self.finished = True
+        self.error = error
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._notify()
+
+    def sendable(self) -> int:
+        """How many bytes readers may send now: all once the sha256 matched, else all but the last."""
+        if self.ok or (self.verified and not self.finished):
+            return self.available
+        return max(0, self.available - 1)
+
+
+class Transfer:
+    """One client's view of a :class:`Download`: wait for the size, then iterate the bytes.
+
+    Call :meth:`start`, iterate :meth:`chunks`, and :meth:`close` in every case.
+    """
+
+    def __init__(self, download: Download) -> None:
+        self.download = download
+        self.pos = 0
+        self.started = False
+        self.broken: BaseException | None = None
+        self._fd: int | None = None
+        download.readers.add(self)
+
+    @property
+    def sha256(self) -> str:
+        """The artifact's sha256 (hex), e.g. for an ``ETag``."""
+        return self.download.artifact.sha256
+
+    async def start(self) -> int | None:
+        """Wait until the size is known (or the download ended); return it in bytes (``None`` when
+        upstream sent no length and the download is still running, which cannot happen once it ended).
+
+        Raises the download's error (:class:`FetchError`, :class:`~bootserver.errors.IntegrityError`,
+        :class:`~bootserver.errors.DiskFullError`) when it failed before any byte could be sent.
+        """
+        dl = self.download
+        while True:
+            ev = dl.waiter()
+            if dl.finished and dl.error is not None:
+                raise dl.error
+            if dl.total is not None or dl.finished:
+                break
+            await ev.wait()
+        self._fd = dl.dup_fd()
+        self.started = True
+        return dl.available if dl.ok else dl.total
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """Yield the artifact's bytes in order, as the download provides them.
+
+        Raises :class:`FetchError` (or the download's own error) when the download failed, or threw
+        away bytes this transfer already yielded; the caller must then abort its connection.
+        """
+        dl = self.download
+        while True:
+            ev = dl.waiter()
+            if self.broken is not None:
+                raise self.broken
+            if dl.finished and dl.error is not None:
+                raise dl.error if isinstance(dl.error, FetchError) else FetchError(
+                    f"{dl.artifact.url}: download failed: {dl.error!r}")
+            limit = dl.sendable()
+            if self.pos < limit:
+                if self._fd is None:
+                    self._fd = dl.dup_fd()
+                    if self._fd is None:
+                        raise FetchError(f"{dl.artifact.url}: download has no data file")
+                data = os.pread(self._fd, min(CHUNK_SIZE, limit - self.pos), self.pos)
+                if not data:
+                    raise FetchError(f"{dl.artifact.url}: temp file shorter than expected")
+                self.pos += len(data)
+                yield data
+                continue
+            if dl.ok or (dl.verified and not dl.finished):
+                return
+            await ev.wait()
+
+    def close(self) -> None:
+        """Stop following the download (it goes on for the others) and release the file."""
+        self.download.readers.discard(self)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class ReadThrough:
+    """Cache lookups that fall back to one shared upstream download per artifact.
+
+    ``mirrors`` (base URLs) come first in the upstream chain; default: those of ``server.facility``.
+    ``retry`` is the backoff policy of every download.
+    """
+
+    def __init__(self, config: Config, store: ArtifactStore, catalog: StreamCatalog, *,
+                 mirrors: tuple[str, ...] | None = None, retry: RetryPolicy = RetryPolicy()) -> None:
+        self.config = config
+        self.store = store
+        self.catalog = catalog
+        self.enabled = config.read_through
+        self.mirrors = config.mirrors() if mirrors is None else mirrors
+        self.retry = retry
+        #: Told about every upstream download (the server sets its :class:`~bootserver.metrics.Metrics`).
+        self.observer: FetchObserver | None = None
+        self._inflight: dict[Path, Download] = {}
+
+    async def resolve(self, segments: tuple[str, ...], session: aiohttp.ClientSession | None
+                      ) -> tuple[Release, Artifact] | None:
+        """The artifact of the current release that URL ``segments`` (stream, arch, release, file)
+        name, or ``None``. Raises as :meth:`StreamCatalog.get` when the metadata cannot be had."""
+        if len(segments) != 4 or not all(SAFE_SEGMENT_RE.match(s) for s in segments):
+            return None
+        stream, arch, version, filename = segments
+        if stream not in self.config.streams:
+            return None
+        meta = await self.catalog.get(stream, session)
+        release = meta.releases.get(arch)
+        if release is None or release.version != version:
+            return None
+        artifact = next((a for a in release.artifacts if a.filename == filename), None)
+        return None if artifact is None else (release, artifact)
+
+    async def open(self, segments: tuple[str, ...], session: aiohttp.ClientSession | None
+                   ) -> Path | Transfer | None:
+        """What to send for URL ``segments``: a published file's :class:`Path`, a :class:`Transfer` of
+        a download in flight (started now if needed), or ``None`` (not cached and not a known artifact,
+        or read-through off). Raises ``UnavailableError``/``FetchError``/``MetadataError`` when the
+        stream metadata is needed and cannot be had."""
+        path = self.store.lookup(segments)
+        if path is not None or not self.enabled:
+            return path
+        found = await self.resolve(segments, session)
+        if found is None:
+            return None
+        release, artifact = found
+        dest = self.store.path(release, artifact)
+        dl = self._inflight.get(dest)
+        if dl is None:
+            if self.store.is_cached(release, artifact):
+                return dest
+            if session is None:
+                return None
+            dl = self._start(release, artifact, dest, session)
+        return Transfer(dl)
+
+    def _start(self, release: Release, artifact: Artifact, dest: Path,
+               session: aiohttp.ClientSession) -> Download:
+        dl = Download(release, artifact, dest)
+        self._inflight[dest] = dl
+        dl.task = asyncio.create_task(self._run(dl, session), name=f"download {dest.name}")
+        log.info("%s: not cached; fetching it for waiting clients", self.store.relpath(release, artifact))
+        return dl
+
+    async def _run(self, dl: Download, session: aiohttp.ClientSession) -> None:
+        error: BaseException | None = None
+        try:
+            size, used = await download_artifact(session, self.store, dl.release, dl.artifact,
+                                                 mirrors=self.mirrors, progress=dl.progress,
+                                                 on_open=dl.on_open, on_verified=dl.on_verified,
+                                                 retry=self.retry, observer=self.observer)
+            log.info("%s: cached %d bytes from %s", self.store.relpath(dl.release, dl.artifact), size, used)
+        except asyncio.CancelledError:
+            error = FetchError(f"{dl.artifact.url}: download cancelled (server shutting down)")
+            raise
+        except Exception as e:  # every failure goes to the waiting clients, and the log
+            error = e
+            log.error("%s: read-through download failed: %s", self.store.relpath(dl.release, dl.artifact), e)
+        finally:
+            self._inflight.pop(dl.dest, None)
+            dl.finish(error)
+
+    async def fetch(self, release: Release, artifact: Artifact, session: aiohttp.ClientSession) -> Path:
+        """Have the artifact in the cache (joining a download in flight); return its path. The download
+        is shielded: cancelling this call does not cancel it. Raises the download's error."""
+        dest = self.store.path(release, artifact)
+        dl = self._inflight.get(dest)
+        if dl is None:
+            if self.store.is_cached(release, artifact):
+                return dest
+            dl = self._start(release, artifact, dest, session)
+        assert dl.task is not None
+        await asyncio.shield(dl.task)
+        if dl.error is not None:
+            raise dl.error
+        return dest
+
+    def status(self, release: Release, artifact: Artifact) -> str:
+        """``cached``, ``fetching`` (a download is in flight) or ``missing``."""
+        if self.store.is_cached(release, artifact):
+            return "cached"
+        if self.store.path(release, artifact) in self._inflight:
+            return "fetching"
+        return "missing"
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Each artifact of each profile's current release with its :meth:`status`.
+
+        Returns ``(ready, report)``: ready when read-through is on or every artifact is cached. Reads
+        only local stream metadata (no network); a stream without it reports its profiles ``missing``.
+        """
+        items: dict[str, dict[str, Any]] = {}
+        for name, prof in sorted(self.config.profiles.items()):
+            try:
+                meta = self.catalog.cached(prof.stream)
+            except MetadataError as e:
+                log.warning("readiness: %s", e)
+                meta = None
+            if meta is None or prof.arch not in meta.releases:
+                key = f"{prof.stream}/{prof.arch}"
+                entry = items.setdefault(key, {"path": None, "stream": prof.stream, "arch": prof.arch,
+                                               "release": None, "kind": None, "status": "missing",
+                                               "reason": "no stream metadata yet", "profiles": []})
+                entry["profiles"].append(name)
+                continue
+            release = meta.releases[prof.arch]
+            for art in release.artifacts:
+                rel = self.store.relpath(release, art)
+                entry = items.setdefault(rel, {"path": rel, "stream": prof.stream, "arch": prof.arch,
+                                               "release": release.version, "kind": art.kind,
+                                               "status": self.status(release, art), "profiles": []})
+                entry["profiles"].append(name)
+        listed = list(items.values())
+        all_cached = all(i["status"] == "cached" for i in listed)
+        ready = self.enabled or all_cached
+        return ready, {"ready": ready, "read_through": self.enabled, "artifacts": listed}
+
+    async def close(self) -> None:
+        """Cancel the downloads still in flight and wait for them (their partial files stay); those
+        already verified are left to publish."""
+        tasks = []
+        for dl in self._inflight.values():
+            if dl.task is not None:
+                if not dl.verified:  # a verified download is only fsyncing and renaming: let it publish
+                    dl.task.cancel()
+                tasks.append(dl.task)
+        await asyncio.gather(*tasks, return_exceptions=True)

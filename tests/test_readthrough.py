@@ -1,0 +1,700 @@
+"""Read-through cache, upstream chain, resume, retry, crash safety, disk full, readiness and prune,
+against a fault-injecting fake upstream on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from bootserver.config import parse_config
+from bootserver.errors import DiskFullError, FetchError, IntegrityError
+from bootserver.fetch import RetryPolicy, download_artifact, source_urls
+from bootserver.service import BootService
+from bootserver.store import ArtifactStore
+from bootserver.web import SERVICE, create_app
+
+from conftest import BOOTSERVER, payload, rewrite_stream, run_cli, write_config
+
+FAST = RetryPolicy(attempts=5, initial=0.01, maximum=0.05, jitter=0.01)
+DEADLINE = 20.0
+
+
+class FaultyUpstream:
+    """A fake upstream that can pause mid-body, drop the connection, send wrong bytes, answer error
+    statuses (per path prefix, optionally only the first N times), and ignore ``Range``.
+
+    ``log`` records ``(path, Range header or None)`` of every GET, in order.
+    """
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.log: list[tuple[str, str | None]] = []
+        self.status_for: dict[str, int] = {}         # path prefix -> status, every time
+        self.stall: set[str] = set()                 # path prefixes that answer nothing until the gate opens
+        self.fail_first: dict[str, list[int]] = {}   # path -> statuses answered first, one per GET
+        self.wrong: set[str] = set()                 # paths served with one byte flipped
+        self.ignore_range = False
+        self.pause: dict[str, int] = {}              # path -> offset where the next response pauses (once)
+        self.paused = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.drop: dict[str, int] = {}               # path -> offset where the next response is cut (once)
+        self.url = ""
+
+    def gets(self, path: str) -> list[str | None]:
+        """The Range headers of the GETs of ``path`` (``None`` for a plain GET)."""
+        return [r for p, r in self.log if p == path]
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        self.log.append((path, request.headers.get("Range")))
+        for prefix, status in self.status_for.items():
+            if path.startswith(prefix):
+                return web.Response(status=status, text="no")
+        if any(path.startswith(prefix) for prefix in self.stall):
+            await self.gate.wait()
+            return web.Response(status=504, text="too late")
+        queue = self.fail_first.get(path)
+        if queue:
+            return web.Response(status=queue.pop(0), text="try later")
+        data = self.files.get(path)
+        if data is None:
+            return web.Response(status=404, text="not found")
+        if path in self.wrong:
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        start, status, headers = 0, 200, {}
+        rng = request.headers.get("Range")
+        if rng and not self.ignore_range:
+            m = re.fullmatch(r"bytes=(\d+)-", rng)
+            assert m, rng
+            start, status = int(m[1]), 206
+            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+        resp = web.StreamResponse(status=status, headers=headers)
+        resp.content_length = len(data) - start
+        await resp.prepare(request)
+        pause_at, drop_at = self.pause.pop(path, None), self.drop.pop(path, None)
+        pos = start
+        while pos < len(data):
+            end = min(len(data), pos + 65536)
+            for mark in (pause_at, drop_at):
+                if mark is not None and pos < mark < end:
+                    end = mark
+            await resp.write(data[pos:end])
+            pos = end
+            if pos == pause_at:
+                self.paused.set()
+                await self.gate.wait()
+            if pos == drop_at:
+                assert request.transport is not None
+                request.transport.close()
+                return resp
+        await resp.write_eof()
+        return resp
+
+
+@pytest.fixture
+async def faulty(aiohttp_server: Callable[..., Any]) -> FaultyUpstream:
+    up = FaultyUpstream()
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", up.handle)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    up.url = str(server.make_url("")).rstrip("/")
+    yield up
+    up.gate.set()  # never leave a handler waiting
+
+
+ROOTFS_SIZE = 3_000_000
+
+
+def make_stream(tmp_path: Path, reference: Path, up: FaultyUpstream, *, rootfs_size: int = ROOTFS_SIZE
+                ) -> tuple[Path, dict[str, str], dict[str, bytes]]:
+    """Stream metadata pointing at ``up``: returns (metadata file, {kind: url path}, {url path: bytes})."""
+    sizes = {"kernel": 100_000, "initramfs": 200_000, "rootfs": rootfs_size}
+    doc, files = rewrite_stream(reference / "rhcos-stream-4.16.json", up.url,
+                                {k: payload(k, n) for k, n in sizes.items()})
+    up.files.update(files)
+    meta = tmp_path / "stream.json"
+    meta.write_text(json.dumps(doc))
+    pxe = doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"]
+    paths = {k: a["location"][len(up.url):] for k, a in pxe.items()}
+    return meta, paths, files
+
+
+def make_config(tmp_path: Path, meta: Path, **extra: Any):
+    doc: dict[str, Any] = {
+        "cache_dir": "cache",
+        "streams": {"rhcos": {"metadata": str(meta)}},
+        "profiles": {"live": {"stream": "rhcos", "mode": "live"}},
+        "nodes": {"n0": {"profile": "live"}},
+    }
+    doc.update(extra)
+    return parse_config(doc, "t.yaml", tmp_path)
+
+
+def served_path(paths: dict[str, str], kind: str) -> str:
+    """The bootserver URL path of an artifact: /artifacts/rhcos/x86_64/<release>/<file>."""
+    parts = paths[kind].rsplit("/", 3)
+    return f"/artifacts/rhcos/x86_64/{parts[-3]}/{parts[-1]}"
+
+
+def published(cache: Path) -> list[str]:
+    root = cache / "artifacts"
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+
+
+def tmp_files(cache: Path) -> list[str]:
+    return sorted(p.name for p in (cache / "tmp").iterdir()) if (cache / "tmp").is_dir() else []
+
+
+async def wait_for(cond: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+    """Poll ``cond`` until true, failing after ``deadline`` seconds."""
+    end = time.monotonic() + deadline
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)  # polling interval, bounded by the deadline
+
+
+async def app_client(aiohttp_client, config, retry: RetryPolicy = FAST):
+    app = create_app(config)
+    client = await aiohttp_client(app)
+    app[SERVICE].artifacts.retry = retry
+    return client, app[SERVICE].artifacts
+
+
+# --- 1. read-through, single flight ------------------------------------------------------------------
+
+async def test_50_concurrent_cold_requests_make_one_upstream_get(tmp_path, reference, faulty, aiohttp_client):
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    config = make_config(tmp_path, meta)
+    client, rt = await app_client(aiohttp_client, config)
+    rootfs, data = paths["rootfs"], files[paths["rootfs"]]
+    faulty.pause[rootfs] = ROOTFS_SIZE // 2
+
+    # the first client sees bytes while upstream is still paused halfway: streamed, not store-and-forward
+    first = await client.get(served_path(paths, "rootfs"))
+    assert first.status == 200 and first.headers["Content-Length"] == str(len(data))
+    assert first.headers["ETag"] == f'"{hashlib.sha256(data).hexdigest()}"'
+    head = await first.content.readexactly(100_000)
+    assert head == data[:100_000]
+    await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
+
+    async def one() -> bytes:
+        async with client.get(served_path(paths, "rootfs")) as r:
+            assert r.status == 200
+            return await r.read()
+
+    others = [asyncio.create_task(one()) for _ in range(49)]
+    dl = next(iter(rt._inflight.values()))
+    await wait_for(lambda: len(dl.readers) == 50, "50 clients on the one download")
+    ready, report = rt.readiness()
+    assert ready and {i["kind"]: i["status"] for i in report["artifacts"]}["rootfs"] == "fetching"
+    faulty.gate.set()
+    bodies = await asyncio.wait_for(asyncio.gather(*others), DEADLINE)
+    assert head + await first.read() == data
+    assert all(b == data for b in bodies)
+    assert faulty.gets(rootfs) == [None]
+    await wait_for(lambda: not rt._inflight, "the download to be published")
+    assert rt.store.is_cached(*(await rt.resolve(tuple(served_path(paths, "rootfs").split("/")[2:]), None)))
+    # a warm request is a plain file response with Range support
+    r = await client.get(served_path(paths, "rootfs"), headers={"Range": "bytes=10-19"})
+    assert r.status == 206 and await r.read() == data[10:20]
+    assert faulty.gets(rootfs) == [None]
+
+
+async def test_wrong_bytes_abort_every_client_and_publish_nothing(tmp_path, reference, faulty, aiohttp_client):
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
+    rootfs = paths["rootfs"]
+    faulty.wrong.add(rootfs)
+    faulty.pause[rootfs] = ROOTFS_SIZE - 1000
+
+    async def one() -> None:
+        async with client.get(served_path(paths, "rootfs")) as r:
+            assert r.status == 200 and r.headers["Content-Length"] == str(len(files[rootfs]))
+            await r.read()
+
+    tasks = [asyncio.create_task(one()) for _ in range(5)]
+    await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
+    await wait_for(lambda: bool(rt._inflight) and len(next(iter(rt._inflight.values())).readers) == 5,
+                   "5 clients")
+    faulty.gate.set()
+    results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), DEADLINE)
+    assert all(isinstance(r, aiohttp.ClientPayloadError) for r in results), results
+    assert published(config_cache(tmp_path)) == []
+    assert tmp_files(config_cache(tmp_path)) == []
+    # nothing servable: the next request starts a new download (and fails again) rather than a 200 body
+    r = await client.get(served_path(paths, "rootfs"))
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await r.read()
+
+
+def config_cache(tmp_path: Path) -> Path:
+    return tmp_path / "cache"
+
+
+async def test_client_disconnect_does_not_cancel_the_download(tmp_path, reference, faulty, aiohttp_client):
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
+    rootfs = paths["rootfs"]
+    faulty.pause[rootfs] = ROOTFS_SIZE // 2
+    r = await client.get(served_path(paths, "rootfs"))
+    await r.content.readexactly(1000)
+    await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
+    r.close()  # the only client goes away
+    dl = next(iter(rt._inflight.values()))
+    await wait_for(lambda: not dl.readers, "the server to notice the disconnect")
+    faulty.gate.set()
+    assert dl.task is not None
+    await asyncio.wait_for(asyncio.shield(dl.task), DEADLINE)
+    assert dl.ok and (rt.store.root / served_path(paths, "rootfs").removeprefix("/artifacts/")).read_bytes() \
+        == files[rootfs]
+
+
+async def test_unknown_file_is_404_and_read_through_can_be_off(tmp_path, reference, faulty, aiohttp_client):
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
+    good = served_path(paths, "kernel")
+    for bad in (good.rsplit("/", 1)[0] + "/other-file", good.replace("/x86_64/", "/aarch64/"),
+                good.replace("416.94", "415.94"), "/artifacts/nostream/x86_64/1/f"):
+        r = await client.get(bad)
+        assert r.status == 404, bad
+        assert "not a known artifact" in await r.text()
+    assert faulty.log == []
+    r = await client.get(good)
+    assert r.status == 200 and await r.read() == files[paths["kernel"]]
+
+    client2, rt2 = await app_client(aiohttp_client, make_config(tmp_path / "off", meta, read_through=False))
+    r = await client2.get(served_path(paths, "initramfs"))
+    assert r.status == 404 and "not in cache" in await r.text()
+    assert faulty.gets(paths["initramfs"]) == []
+
+
+# --- 2. upstream chain ------------------------------------------------------------------------------
+
+async def test_mirror_chain_falls_through_in_order(tmp_path, reference, faulty, aiohttp_client, caplog):
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    faulty.status_for = {"/m404/": 404, "/m503/": 503}
+    config = make_config(tmp_path, meta, server={"facility": "da11"}, facilities={
+        "da11": {"mirrors": [faulty.url + "/m404", faulty.url + "/m503/"]}, "sv15": {}})
+    client, rt = await app_client(aiohttp_client, config, RetryPolicy(attempts=1))
+    caplog.set_level("INFO", logger="bootserver")
+    r = await client.get(served_path(paths, "kernel"))
+    assert r.status == 200 and await r.read() == files[paths["kernel"]]
+    k = paths["kernel"]
+    assert [p for p, _ in faulty.log] == ["/m404" + k, "/m503" + k, k]
+    await wait_for(lambda: not rt._inflight, "the download to finish")
+    assert f"from {faulty.url}{k}" in caplog.text
+
+
+def test_mirror_url_is_base_plus_upstream_path() -> None:
+    assert source_urls("https://builds.example.org/prod/streams/stable/builds/42/x86_64/k?x=1",
+                       ["http://m.example/fcos", "http://n.example"]) == [
+        "http://m.example/fcos/prod/streams/stable/builds/42/x86_64/k?x=1",
+        "http://n.example/prod/streams/stable/builds/42/x86_64/k?x=1",
+        "https://builds.example.org/prod/streams/stable/builds/42/x86_64/k?x=1"]
+
+
+async def test_mirror_with_wrong_bytes_falls_through_to_origin(tmp_path, reference, faulty) -> None:
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    k = paths["kernel"]
+    faulty.files["/bad" + k] = b"Y" + files[k][1:]
+    config = make_config(tmp_path, meta)
+    svc = BootService(config)
+    rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
+    async with aiohttp.ClientSession() as session:
+        size, used = await download_artifact(session, svc.store, rel, rel.kernel, mirrors=[faulty.url + "/bad"],
+                                             retry=FAST)
+    assert used == faulty.url + k and svc.store.is_cached(rel, rel.kernel)
+
+
+# --- 3. resume and retry ----------------------------------------------------------------------------
+
+async def _download(tmp_path: Path, reference: Path, faulty: FaultyUpstream, kind: str = "rootfs",
+                    retry: RetryPolicy = FAST):
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    svc = BootService(make_config(tmp_path, meta))
+    rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
+    art = next(a for a in rel.artifacts if a.kind == kind)
+    return svc.store, rel, art, paths[kind], files[paths[kind]]
+
+
+async def test_dropped_connection_resumes_with_range(tmp_path, reference, faulty) -> None:
+    store, rel, art, path, data = await _download(tmp_path, reference, faulty)
+    faulty.drop[path] = 1_234_567
+    async with aiohttp.ClientSession() as session:
+        size, used = await download_artifact(session, store, rel, art, retry=FAST)
+    assert size == len(data) and store.path(rel, art).read_bytes() == data
+    assert faulty.gets(path) == [None, "bytes=1234567-"]
+    assert tmp_files(store.cache_dir) == []
+
+
+async def test_upstream_ignoring_range_starts_over(tmp_path, reference, faulty) -> None:
+    store, rel, art, path, data = await _download(tmp_path, reference, faulty)
+    store.tmp.mkdir(parents=True)
+    store.partial_path(art).write_bytes(data[:500_000])
+    faulty.ignore_range = True
+    async with aiohttp.ClientSession() as session:
+        await download_artifact(session, store, rel, art, retry=FAST)
+    assert faulty.gets(path) == ["bytes=500000-"]
+    assert store.path(rel, art).read_bytes() == data and tmp_files(store.cache_dir) == []
+
+
+async def test_resumed_bytes_failing_the_hash_start_over(tmp_path, reference, faulty) -> None:
+    store, rel, art, path, data = await _download(tmp_path, reference, faulty)
+    store.tmp.mkdir(parents=True)
+    store.partial_path(art).write_bytes(b"garbage" + data[7:500_000])
+    async with aiohttp.ClientSession() as session:
+        await download_artifact(session, store, rel, art, retry=FAST)
+    assert faulty.gets(path) == ["bytes=500000-", None]
+    assert store.path(rel, art).read_bytes() == data
+
+
+async def test_503_is_retried_with_backoff_then_succeeds(tmp_path, reference, faulty) -> None:
+    store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
+    faulty.fail_first[path] = [503, 429, 502]
+    async with aiohttp.ClientSession() as session:
+        await download_artifact(session, store, rel, art, retry=FAST)
+    assert faulty.gets(path) == [None] * 4 and store.is_cached(rel, art)
+
+
+async def test_retries_are_bounded(tmp_path, reference, faulty) -> None:
+    store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
+    faulty.fail_first[path] = [503] * 10
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(FetchError, match=r"HTTP 503"):
+            await download_artifact(session, store, rel, art, retry=FAST)
+    assert len(faulty.gets(path)) == 5 and not store.is_cached(rel, art)
+
+
+@pytest.mark.parametrize("status", [403, 404, 410])
+async def test_4xx_is_not_retried(tmp_path, reference, faulty, status: int) -> None:
+    store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
+    faulty.fail_first[path] = [status] * 3
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(FetchError, match=rf"{faulty.url}{path}: HTTP {status}"):
+            await download_artifact(session, store, rel, art, retry=FAST)
+    assert len(faulty.gets(path)) == 1
+
+
+async def test_hash_mismatch_from_the_only_source_raises_and_cleans(tmp_path, reference, faulty) -> None:
+    store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
+    faulty.wrong.add(path)
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(IntegrityError):
+            await download_artifact(session, store, rel, art, retry=FAST)
+    assert published(store.cache_dir) == [] and tmp_files(store.cache_dir) == []
+
+
+# --- 4. crash safety: SIGKILL mid-download, then resume ---------------------------------------------
+
+async def test_sigkill_mid_download_leaves_nothing_servable_and_rerun_resumes(tmp_path, reference, faulty):
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    config = write_config(tmp_path / "bootserver.yaml", {
+        "cache_dir": "cache", "streams": {"rhcos": {"metadata": str(meta)}},
+        "profiles": {"live": {"stream": "rhcos", "mode": "live"}}})
+    rootfs, data = paths["rootfs"], files[paths["rootfs"]]
+    half = 1_500_000
+    faulty.pause[rootfs] = half
+    store = ArtifactStore(tmp_path / "cache")
+    sha = hashlib.sha256(data).hexdigest()
+    part = store.tmp / f"{sha}.part"
+    proc = await asyncio.create_subprocess_exec(*BOOTSERVER, "sync-images", "--config", str(config),
+                                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
+        await wait_for(lambda: part.exists() and part.stat().st_size == half, "the partial file")
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    faulty.gate.set()
+    rootfs_url_path = served_path(paths, "rootfs").removeprefix("/artifacts/")
+    assert rootfs_url_path not in published(store.cache_dir)
+    assert store.lookup(tuple(rootfs_url_path.split("/"))) is None
+    assert part.stat().st_size == half
+
+    rc, out, err = await run_cli("sync-images", "--config", str(config))
+    assert rc == 0, err
+    assert faulty.gets(rootfs) == [None, f"bytes={half}-"]
+    assert (store.root / rootfs_url_path).read_bytes() == data
+    assert tmp_files(store.cache_dir) == []
+
+
+async def test_stale_temp_files_are_cleaned_but_locked_ones_kept(tmp_path: Path) -> None:
+    import fcntl
+
+    store = ArtifactStore(tmp_path)
+    store.tmp.mkdir(parents=True)
+    (store.tmp / "old.abc.part").write_bytes(b"x")
+    (store.tmp / ("a" * 64 + ".part")).write_bytes(b"keep me")
+    busy = store.tmp / "busy.part"
+    busy.write_bytes(b"y")
+    with open(busy, "rb") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        removed = store.clean_tmp(keep=["a" * 64])
+    assert [p.name for p in removed] == ["old.abc.part"]
+    assert tmp_files(tmp_path) == ["a" * 64 + ".part", "busy.part"]
+
+
+# --- 5. retention -----------------------------------------------------------------------------------
+
+async def test_prune_keeps_current_and_newest_releases(tmp_path, reference, faulty) -> None:
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    cache = tmp_path / "cache"
+    arch_dir = cache / "artifacts/rhcos/x86_64"
+    for i, name in enumerate(["old-1", "old-2", "old-3"]):
+        d = arch_dir / name
+        d.mkdir(parents=True)
+        (d / "f").write_bytes(b"x")
+        (d / ".f.sha256").write_text("0" * 64)
+        t = 1_700_000_000 + i * 1000
+        os.utime(d / ".f.sha256", (t, t))
+    (cache / "artifacts/gone-stream/x86_64/1").mkdir(parents=True)
+    (cache / "tmp").mkdir()
+    (cache / "tmp/stale.part").write_bytes(b"s")
+    config = write_config(tmp_path / "bootserver.yaml", {
+        "cache_dir": "cache", "streams": {"rhcos": {"metadata": str(meta), "keep_releases": 2}},
+        "profiles": {"live": {"stream": "rhcos", "mode": "live"}}})
+    rc, out, err = await run_cli("sync-images", "--config", str(config), "--prune")
+    assert rc == 0, err
+    current = served_path(paths, "kernel").split("/")[4]
+    assert sorted(p.name for p in arch_dir.iterdir()) == sorted([current, "old-3"])
+    assert not (cache / "artifacts/gone-stream").exists()
+    assert tmp_files(cache) == []
+    assert "pruned artifacts/rhcos/x86_64/old-1" in out and "pruned tmp/stale.part" in out
+
+
+# --- 6. disk full -----------------------------------------------------------------------------------
+
+async def test_disk_full_is_refused_early_and_keeps_the_cache(tmp_path, reference, faulty, monkeypatch) -> None:
+    import shutil
+
+    from bootserver import fetch
+
+    store, rel, art, path, data = await _download(tmp_path, reference, faulty)
+    async with aiohttp.ClientSession() as session:
+        await download_artifact(session, store, rel, rel.kernel, retry=FAST)
+        kernel = store.path(rel, rel.kernel).read_bytes()
+        real = shutil.disk_usage
+
+        def tiny(p: Any) -> Any:
+            return real(p)._replace(free=1000)
+
+        monkeypatch.setattr(fetch.shutil, "disk_usage", tiny)
+        with pytest.raises(DiskFullError) as info:
+            await download_artifact(session, store, rel, art, retry=FAST)
+    msg = str(info.value)
+    assert str(store.path(rel, art)) in msg and f"{len(data)} more bytes needed, 1000 free" in msg
+    assert store.path(rel, rel.kernel).read_bytes() == kernel and not store.path(rel, art).exists()
+    assert tmp_files(store.cache_dir) == []
+    assert len(faulty.gets(path)) == 1  # not retried
+
+
+async def test_disk_full_on_real_tmpfs(tmp_path, reference, faulty) -> None:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        meta, paths, files = make_stream(tmp_path, reference, faulty)
+        svc = BootService(parse_config({"cache_dir": str(mnt), "streams": {"rhcos": {"metadata": str(meta)}}},
+                                       "t.yaml", tmp_path))
+        rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
+        async with aiohttp.ClientSession() as session:
+            await download_artifact(session, svc.store, rel, rel.kernel, retry=FAST)
+            with pytest.raises(DiskFullError, match=str(svc.store.path(rel, rel.rootfs))):
+                await download_artifact(session, svc.store, rel, rel.rootfs, retry=FAST)
+        assert svc.store.is_cached(rel, rel.kernel) and not svc.store.path(rel, rel.rootfs).exists()
+        assert tmp_files(mnt) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+async def test_disk_full_while_writing_names_path_and_size(tmp_path, reference, faulty, monkeypatch) -> None:
+    import errno
+
+    from bootserver import store as store_mod
+
+    store, rel, art, path, data = await _download(tmp_path, reference, faulty)
+    real_fdopen = os.fdopen
+
+    class FillingFile:
+        """A file that runs out of space after 1 MB, like a full disk (ENOSPC from write)."""
+
+        def __init__(self, f: Any) -> None:
+            self._f, self._n = f, 0
+
+        def write(self, b: bytes) -> int:
+            self._n += len(b)
+            if self._n > 1_000_000:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self._f.write(b)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._f, name)
+
+    monkeypatch.setattr(store_mod.os, "fdopen", lambda *a, **k: FillingFile(real_fdopen(*a, **k)))
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(DiskFullError) as info:
+            await download_artifact(session, store, rel, art, retry=FAST)
+    assert str(info.value).startswith(f"{store.path(rel, art)}: not enough disk space")
+    assert "more bytes needed" in str(info.value)
+    assert tmp_files(store.cache_dir) == [] and not store.path(rel, art).exists()
+    assert len(faulty.gets(path)) == 1
+
+
+# --- 7. readiness -----------------------------------------------------------------------------------
+
+async def test_readyz(tmp_path, reference, faulty, aiohttp_client) -> None:
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta, read_through=False))
+    r = await client.get("/readyz")
+    assert r.status == 503
+    report = await r.json()
+    assert report["read_through"] is False
+    assert sorted((i["kind"], i["status"]) for i in report["artifacts"]) == [
+        ("initramfs", "missing"), ("kernel", "missing"), ("rootfs", "missing")]
+    assert all(i["profiles"] == ["live"] for i in report["artifacts"])
+    rc, out, err = await run_cli("sync-images", "--config", str(write_config(tmp_path / "c.yaml", {
+        "cache_dir": "cache", "streams": {"rhcos": {"metadata": str(meta)}},
+        "profiles": {"live": {"stream": "rhcos", "mode": "live"}}})))
+    assert rc == 0, err
+    r = await client.get("/readyz")
+    assert r.status == 200
+    assert {i["status"] for i in (await r.json())["artifacts"]} == {"cached"}
+
+    client2, _ = await app_client(aiohttp_client, make_config(tmp_path / "other", meta))
+    r = await client2.get("/readyz")
+    assert r.status == 200 and {i["status"] for i in (await r.json())["artifacts"]} == {"missing"}
+
+
+# --- config -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("doc,key", [
+    ({"server": {"facility": "nope"}}, "server.facility"),
+    ({"streams": {"s": {"metadata": "http://x/s.json", "keep_releases": 0}}}, "streams.s.keep_releases"),
+    ({"read_through": "yes"}, "read_through"),
+])
+def test_new_config_keys_are_checked(tmp_path: Path, doc: dict, key: str) -> None:
+    from bootserver.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, "t.yaml", tmp_path)
+    assert f"t.yaml: {key}: " in str(info.value)
+
+
+async def test_sigkill_of_serve_mid_read_through_then_restart_resumes(tmp_path, reference, faulty) -> None:
+    from conftest import ServerProcess, free_port
+
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    port = free_port()
+    config = write_config(tmp_path / "bootserver.yaml", {
+        "server": {"listen": f"127.0.0.1:{port}"}, "cache_dir": "cache",
+        "streams": {"rhcos": {"metadata": str(meta)}},
+        "profiles": {"live": {"stream": "rhcos", "mode": "live"}}})
+    rootfs, data = paths["rootfs"], files[paths["rootfs"]]
+    half = 1_000_000
+    faulty.pause[rootfs] = half
+    part = tmp_path / "cache/tmp" / f"{hashlib.sha256(data).hexdigest()}.part"
+    url_path = served_path(paths, "rootfs")
+    server = ServerProcess(config, port)
+    async with aiohttp.ClientSession() as session:
+        await server.start(session)
+        try:
+            r = await session.get(server.url + url_path)
+            assert r.status == 200
+            await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
+            await wait_for(lambda: part.exists() and part.stat().st_size == half, "the partial file")
+            assert server.proc is not None
+            server.proc.kill()
+            await server.proc.wait()
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await r.read()
+        finally:
+            await server.stop()
+        faulty.gate.set()
+        assert published(tmp_path / "cache") == []
+        server = ServerProcess(config, port)
+        await server.start(session)
+        try:
+            async with session.get(server.url + url_path) as r:
+                assert r.status == 200 and await r.read() == data
+        finally:
+            await server.stop()
+    assert faulty.gets(rootfs) == [None, f"bytes={half}-"]
+    assert tmp_files(tmp_path / "cache") == []
+
+
+async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, faulty, aiohttp_client) -> None:
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
+    r = await client.head(served_path(paths, "initramfs"))
+    assert r.status == 200 and r.headers["Content-Length"] == str(len(files[paths["initramfs"]]))
+    del faulty.files[paths["kernel"]]
+    r = await client.get(served_path(paths, "kernel"))
+    assert r.status == 502
+    assert f"{faulty.url}{paths['kernel']}: HTTP 404" in await r.text()
+
+
+async def test_mirror_that_times_out_falls_through(tmp_path, reference, faulty) -> None:
+    store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
+    faulty.stall.add("/slow/")
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=0.3)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        size, used = await download_artifact(session, store, rel, art, mirrors=[faulty.url + "/slow"],
+                                             retry=FAST)
+    assert used == faulty.url + path and store.path(rel, art).read_bytes() == data
+    assert [p for p, _ in faulty.log] == ["/slow" + path, path]
+
+
+async def test_sync_images_uses_the_facility_mirrors(tmp_path, reference, faulty) -> None:
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    for p, d in files.items():
+        faulty.files["/good" + p] = d
+    faulty.status_for = {"/m404/": 404}
+    config = write_config(tmp_path / "bootserver.yaml", {
+        "server": {"facility": "sv15"}, "cache_dir": "cache", "streams": {"rhcos": {"metadata": str(meta)}},
+        "facilities": {"da11": {"mirrors": [faulty.url + "/m404", faulty.url + "/good"]},
+                       "sv15": {"mirrors": [faulty.url + "/sv15"]}},
+        "profiles": {"live": {"stream": "rhcos", "mode": "live"}},
+        "nodes": {"n": {"profile": "live", "facility": "da11"}}})
+    rc, out, err = await run_cli("sync-images", "--config", str(config), "--facility", "da11")
+    assert rc == 0, err
+    assert sorted(p for p, _ in faulty.log) == sorted([m + p for p in files for m in ("/m404", "/good")])
+    assert all(line.endswith("sha256 ok") for line in out.splitlines())
+
+
+async def test_fetch_is_shielded_from_a_cancelled_caller(tmp_path, reference, faulty) -> None:
+    from bootserver.readthrough import ReadThrough
+
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    svc = BootService(make_config(tmp_path, meta))
+    rt = ReadThrough(svc.config, svc.store, svc.catalog, retry=FAST)
+    rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
+    faulty.pause[paths["rootfs"]] = 500_000
+    async with aiohttp.ClientSession() as session:
+        caller = asyncio.create_task(rt.fetch(rel, rel.rootfs, session))
+        await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        assert rt.status(rel, rel.rootfs) == "fetching"
+        joined = asyncio.create_task(rt.fetch(rel, rel.rootfs, session))
+        faulty.gate.set()
+        path = await asyncio.wait_for(joined, DEADLINE)
+        await rt.close()
+    assert path.read_bytes() == files[paths["rootfs"]] and faulty.gets(paths["rootfs"]) == [None]
+    assert rt.status(rel, rel.rootfs) == "cached"
