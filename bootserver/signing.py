@@ -23,6 +23,7 @@ import errno
 import hashlib
 import hmac
 import json
+import logging
 import math
 import os
 import re
@@ -49,6 +50,8 @@ _SIG_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")
 _DURATION_RE = re.compile(r"^([0-9]+)([smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
+
+log = logging.getLogger("bootserver.signing")
 
 class KeyFileError(InputError):
     """The keys file is malformed (exit 2). The message names the file."""
@@ -143,9 +146,36 @@ class Keyring:
     The first entry is the current key (``retires`` null). Raises :class:`KeyFileError` for a bad file.
     """
 
-    def __init__(self, path: Path, entries: Sequence[KeyEntry]) -> None:
+    def __init__(self, path: Path, entries: Sequence[KeyEntry],
+                 stamp: tuple[int, int, int] | None = None) -> None:
         self.path = path
         self.entries = tuple(entries)
+        #: (mtime_ns, size, inode) of the file the entries were read from; None: not read from a file
+        self.stamp = stamp
+
+    @classmethod
+    def _read(cls, path: Path) -> "Keyring":
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read()
+        return cls(path, cls._parse(path, data), (st.st_mtime_ns, st.st_size, st.st_ino))
+
+    def refreshed(self) -> "Keyring":
+        """This keyring, or the file's new contents when ``keys rotate`` (any process) replaced it.
+
+        One ``stat`` per call. A file that vanished or no longer parses keeps the keys in hand (and is
+        logged), so a bad edit cannot lock every node out.
+        """
+        if self.stamp is None:
+            return self
+        try:
+            st = os.stat(self.path)
+            if (st.st_mtime_ns, st.st_size, st.st_ino) == self.stamp:
+                return self
+            return Keyring._read(self.path)
+        except (OSError, KeyFileError) as e:
+            log.warning("%s: keeping the signing keys in use: %s", self.path, e)
+            return self
 
     @property
     def current(self) -> bytes:
@@ -188,7 +218,7 @@ class Keyring:
     def _load_or_create(cls, path: Path, now: Callable[[], float]) -> "Keyring":
         state_dir = path.parent
         try:
-            return cls(path, cls._parse(path, path.read_bytes()))
+            return cls._read(path)
         except FileNotFoundError:
             pass
         Path(state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -208,7 +238,7 @@ class Keyring:
                     raise
         finally:
             tmp.unlink(missing_ok=True)
-        return cls(path, cls._parse(path, path.read_bytes()))
+        return cls._read(path)
 
     def rotate(self, grace: int, now: Callable[[], float] = time.time) -> "Keyring":
         """Write a new current key; the old current key retires ``grace`` seconds from now, and keys
@@ -220,7 +250,7 @@ class Keyring:
         from .store import write_atomic
 
         write_atomic(self.path, _dump(entries), mode=0o600)
-        return Keyring(self.path, entries)
+        return Keyring._read(self.path)
 
 
 def _dump(entries: Sequence[KeyEntry]) -> bytes:
@@ -236,11 +266,13 @@ class Signer:
 
     def query(self, node: str, path: str, ttl: int) -> str:
         """The query string ``exp=…&sig=…`` for ``node`` and ``path``, valid ``ttl`` seconds (at least)."""
+        self.keyring = self.keyring.refreshed()
         exp = expiry(self.now(), ttl)
         return urlencode({"exp": exp, "sig": sign(self.keyring.current, node, path, exp)})
 
     def check(self, node: str, path: str, exp: str | None, sig: str | None) -> bool:
         """True when ``exp``/``sig`` from a request are valid for ``node`` and ``path`` now."""
+        self.keyring = self.keyring.refreshed()
         now = self.now()
         return verify(self.keyring.accepted(now), node, path, exp, sig, now)
 

@@ -121,6 +121,21 @@ def test_rotation_keeps_the_old_key_for_the_grace_period(tmp_path: Path) -> None
     assert len(again.entries) == 2 and ring.current not in [e.key for e in again.entries]
 
 
+def test_running_signer_follows_a_rotation_by_another_process(tmp_path: Path) -> None:
+    """A server started before `bootserver keys rotate` accepts URLs signed with the new key, and
+    signs new URLs with it; a broken keys file later keeps the keys in use."""
+    server = Signer(Keyring.load_or_create(tmp_path))
+    before = server.query("n", "/ipxe/n", 3600)
+    Keyring.load_or_create(tmp_path).rotate(grace=3600)          # `bootserver keys rotate`
+    cli = Signer(Keyring.load_or_create(tmp_path))               # `bootserver url n`
+    q = {k: v[0] for k, v in parse_qs(cli.query("n", "/ipxe/n", 3600)).items()}
+    assert server.check("n", "/ipxe/n", q["exp"], q["sig"])
+    assert server.query("n", "/ipxe/n", 3600) != before
+    assert server.keyring.current == cli.keyring.current
+    (tmp_path / "keys.json").write_text("not json")
+    assert server.check("n", "/ipxe/n", q["exp"], q["sig"])
+
+
 def test_malformed_keys_file_is_an_input_error(tmp_path: Path) -> None:
     (tmp_path / "keys.json").write_text(json.dumps({"keys": []}))
     with pytest.raises(KeyFileError, match="keys.json"):
