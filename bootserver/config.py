@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import platformdirs
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from .errors import ConfigError
 from .ipxe import UnsafeValueError, check_extra_karg, check_script_word
@@ -65,6 +65,21 @@ def _check_http_url(value: str) -> str:
         raise ValueError(f"must not have a query or fragment: {value!r}")
     check_script_word(value)
     return value.rstrip("/")
+
+
+def _list_to_tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+class _YamlList:
+    """``YamlList[T]``: a YAML list read into an immutable ``tuple[T, ...]`` (strict models refuse lists
+    for tuple fields otherwise)."""
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        return Annotated[tuple[item, ...], BeforeValidator(_list_to_tuple)]
+
+
+YamlList = _YamlList
 
 
 class _Model(BaseModel):
@@ -234,14 +249,9 @@ class StreamConfig(_Model):
     """``streams.<name>``: a CoreOS stream metadata URL or file path and the architectures we serve."""
 
     metadata: str
-    architectures: tuple[Literal["x86_64", "aarch64"], ...] = ("x86_64",)
+    architectures: YamlList[Literal["x86_64", "aarch64"]] = ("x86_64",)
     #: ``sync-images --prune`` keeps this many newest releases per architecture (at least 1).
     keep_releases: Annotated[int, Field(ge=1)] = 2
-
-    @field_validator("architectures", mode="before")
-    @classmethod
-    def _arches(cls, value: Any) -> Any:
-        return tuple(value) if isinstance(value, list) else value
 
     @property
     def is_url(self) -> bool:
@@ -253,12 +263,7 @@ class FacilityConfig(_Model):
     """``facilities.<name>``: the facility's own cache server and its upstream mirrors."""
 
     base_url: str | None = None
-    mirrors: tuple[str, ...] = ()
-
-    @field_validator("mirrors", mode="before")
-    @classmethod
-    def _mirrors(cls, value: Any) -> Any:
-        return tuple(value) if isinstance(value, list) else value
+    mirrors: YamlList[str] = ()
 
     @field_validator("base_url")
     @classmethod
@@ -280,7 +285,7 @@ class Profile(_Model):
     install_dev: str | None = None
     ignition: str | None = None
     ignition_version: Literal["3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"] = "3.2.0"
-    kargs: tuple[str, ...] = ()
+    kargs: YamlList[str] = ()
     console: str | None = None
     metal: Any = None  # checked by bootserver.metal.parse_metal_settings in _check_references
     boot_once: bool | None = None
@@ -290,11 +295,6 @@ class Profile(_Model):
         """Whether an installed node boots its local disk instead of reinstalling (``boot_once``;
         default true in install mode; never in live mode)."""
         return self.mode == "install" if self.boot_once is None else self.boot_once and self.mode == "install"
-
-    @field_validator("kargs", mode="before")
-    @classmethod
-    def _kargs_list(cls, value: Any) -> Any:
-        return tuple(value) if isinstance(value, list) else value
 
     @field_validator("kargs")
     @classmethod
