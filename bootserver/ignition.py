@@ -41,11 +41,12 @@ def sha512_hash(data: bytes) -> str:
 
 
 def build_stub(*, version: str, hostname: str, config_url: str | None = None,
-               config_bytes: bytes | None = None, ca_pem: bytes | None = None) -> dict[str, Any]:
+               config_hash: str | None = None, ca_pem: bytes | None = None) -> dict[str, Any]:
     """Return the stub config for a node as a JSON-ready dict.
 
-    ``version`` is the spec version (``3.1.0`` to ``3.5.0``); ``config_url`` and ``config_bytes`` (the
-    exact bytes served at that URL) give the merge entry, omitted when the profile has no real config;
+    ``version`` is the spec version (``3.1.0`` to ``3.5.0``); ``config_url`` and ``config_hash`` (the
+    :func:`sha512_hash` of the exact bytes served at that URL) give the merge entry, omitted when the
+    profile has no real config;
     ``hostname`` is written to ``/etc/hostname``; ``ca_pem`` (a PEM CA certificate, RFC 7468), when
     given, goes into ``ignition.security.tls.certificateAuthorities`` as a base64 data URL (RFC 2397).
     """
@@ -53,9 +54,9 @@ def build_stub(*, version: str, hostname: str, config_url: str | None = None,
     stub["ignition"]["version"] = version
     merge = stub["ignition"]["config"]["merge"]
     if config_url is not None:
-        if config_bytes is None:
-            raise ValueError("config_bytes are needed to pin the merged config's hash")
-        merge.append({"source": config_url, "verification": {"hash": sha512_hash(config_bytes)}})
+        if config_hash is None:
+            raise ValueError("config_hash is needed to pin the merged config")
+        merge.append({"source": config_url, "verification": {"hash": config_hash}})
     else:
         del stub["ignition"]["config"]
     if ca_pem is not None:
@@ -75,19 +76,25 @@ def encode(config: dict[str, Any]) -> bytes:
 class RealConfigs:
     """Read real Ignition config files, re-reading a file only when its mtime, size or inode changes.
 
-    The stub's hash and the served bytes come from the same read, so they always agree.
+    The stub's hash and the served bytes come from the same read, so they always agree; the sha512 is
+    computed once per read of the file, not once per stub served.
     """
 
     def __init__(self) -> None:
-        self._cache: dict[Path, tuple[tuple[int, int, int], bytes]] = {}
+        self._cache: dict[Path, tuple[tuple[int, int, int], bytes, str]] = {}
 
-    def read(self, path: Path) -> bytes:
-        """The file's current bytes. Raises ``OSError`` when it cannot be read."""
+    def read_pinned(self, path: Path) -> tuple[bytes, str]:
+        """The file's current bytes and their :func:`sha512_hash`. Raises ``OSError``."""
         st = os.stat(path)
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         hit = self._cache.get(path)
         if hit and hit[0] == key:
-            return hit[1]
+            return hit[1], hit[2]
         data = path.read_bytes()
-        self._cache[path] = (key, data)
-        return data
+        digest = sha512_hash(data)
+        self._cache[path] = (key, data, digest)
+        return data, digest
+
+    def read(self, path: Path) -> bytes:
+        """The file's current bytes. Raises ``OSError`` when it cannot be read."""
+        return self.read_pinned(path)[0]

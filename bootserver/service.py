@@ -137,11 +137,16 @@ class BootService:
 
         Raises :class:`~bootserver.errors.UnavailableError` when the file cannot be read now.
         """
+        pinned = self._real_config_pinned(node)
+        return None if pinned is None else pinned[0]
+
+    def _real_config_pinned(self, node: str) -> tuple[bytes, str] | None:
+        """``(bytes, sha512 hash)`` of the node's real config, or ``None``. Raises as :meth:`real_config`."""
         path: Path | None = self.config.ignition_path(self.config.nodes[node].profile)
         if path is None:
             return None
         try:
-            return self.real_configs.read(path)
+            return self.real_configs.read_pinned(path)
         except OSError as e:
             raise UnavailableError(f"node {node}: cannot read Ignition config {path}: {e.strerror}") from None
 
@@ -167,12 +172,12 @@ class BootService:
         Raises :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
         """
         profile = self.config.profiles[self.config.nodes[node].profile]
-        data = self.real_config(node)
+        pinned = self._real_config_pinned(node)
         stub = build_stub(
             version=profile.ignition_version,
             hostname=self.config.node_hostname(node),
-            config_url=None if data is None else self.urls.real_config(node),
-            config_bytes=data,
+            config_url=None if pinned is None else self.urls.real_config(node),
+            config_hash=None if pinned is None else pinned[1],
             ca_pem=self.ca_pem(),
         )
         return encode(stub)
