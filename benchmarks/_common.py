@@ -1,0 +1,393 @@
+"""Shared helpers of the benchmark scripts in ``benchmarks/`` (not part of bootserver itself).
+
+Everything here talks to 127.0.0.1 only, and every process it starts runs in its own process group so
+that :func:`stop` can end it (and its children, e.g. ``serve --workers N``) for sure. Units: sizes in
+bytes unless a name says otherwise (``*_kb`` is KiB as the kernel reports it), times in seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import aiohttp
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+#: The public reference data (real stream metadata, pointer configs) shared by the worktrees.
+REFERENCE = Path(os.environ.get("BOOTSERVER_REFERENCE", REPO.parent / "shared" / "reference"))
+PY = sys.executable
+BOOTSERVER = [PY, "-m", "bootserver"]
+MB = 1_000_000  # throughput figures are in MB/s = 10^6 bytes per second
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_file(path: Path, size: int) -> str:
+    """Write ``size`` bytes of incompressible data to ``path``; return its sha256 (hex)."""
+    block = os.urandom(1 << 20)
+    h = hashlib.sha256()
+    with open(path, "wb") as f:
+        left = size
+        i = 0
+        while left > 0:
+            chunk = (i.to_bytes(8, "big") + block[8:])[:left]
+            f.write(chunk)
+            h.update(chunk)
+            left -= len(chunk)
+            i += 1
+    return h.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 (hex) of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_through_page_cache(paths: Iterable[Path]) -> None:
+    """Read every file once (1 MiB blocks, discarded) so later reads come from the page cache."""
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(1 << 20):
+                pass
+
+
+async def wait_http(url: str, deadline: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    """Poll ``url`` every 50 ms until it answers with a status below 500, for at most ``deadline``
+    seconds (``TimeoutError``); with ``proc``, fail at once (``RuntimeError``) if that process exited."""
+    end = time.monotonic() + deadline
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as s:
+        while time.monotonic() < end:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"{proc.args!r} exited {proc.returncode} before answering {url}")
+            try:
+                async with s.get(url) as r:
+                    if r.status < 500:
+                        return
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                pass
+            await asyncio.sleep(0.05)
+    raise TimeoutError(url)
+
+
+async def curl(url: str, out: str = "/dev/null", timeout: float = 600.0) -> tuple[float, float, int]:
+    """GET ``url`` with one ``curl`` process; return (time to first byte, total time, bytes received).
+
+    Raises ``RuntimeError`` on an HTTP error, a short body (curl checks ``Content-Length``) or when
+    curl takes longer than ``timeout`` seconds (``--max-time``).
+    """
+    p = await asyncio.create_subprocess_exec(
+        "curl", "-sS", "--fail", "--max-time", str(timeout), "-o", out,
+        "-w", "%{time_starttransfer} %{time_total} %{size_download}", url,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out_b, err_b = await p.communicate()
+    if p.returncode != 0:
+        raise RuntimeError(f"curl {url}: exit {p.returncode}: {err_b.decode().strip()}")
+    ttfb, total, size = out_b.decode().split()
+    return float(ttfb), float(total), int(size)
+
+
+async def curl_many(urls: Sequence[str], expect_size: int | None = None,
+                    timeout: float = 600.0) -> tuple[float, list[tuple[float, float, int]]]:
+    """Start one ``curl -o /dev/null`` per URL at once; return (wall seconds until the last finished,
+    per-client results as :func:`curl`). Raises ``RuntimeError`` if any client failed or, with
+    ``expect_size``, received another number of bytes."""
+    t0 = time.monotonic()
+    results = await asyncio.gather(*(curl(u, timeout=timeout) for u in urls))
+    wall = time.monotonic() - t0
+    if expect_size is not None:
+        bad = [r[2] for r in results if r[2] != expect_size]
+        if bad:
+            raise RuntimeError(f"{len(bad)} clients got a wrong size ({bad[:3]}..., expected {expect_size})")
+    return wall, results
+
+
+def time_v(cmd: list[str]) -> tuple[float, int, int]:
+    """Run ``cmd`` under /usr/bin/time -v; return (wall seconds, peak RSS KiB, exit code)."""
+    t0 = time.monotonic()
+    p = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
+    if p.returncode != 0:
+        print(p.stderr[-2000:], file=sys.stderr)
+    return wall, int(m[1]) if m else -1, p.returncode
+
+
+# --- processes ---------------------------------------------------------------------------------------
+
+def start(cmd: Sequence[str], log: Path | None = None, **kwargs: Any) -> subprocess.Popen:
+    """Start ``cmd`` in a new session (its own process group), stdout and stderr to ``log`` (or
+    /dev/null)."""
+    out = open(log, "ab") if log is not None else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                **kwargs)
+    finally:
+        if log is not None:
+            out.close()  # type: ignore[union-attr]
+
+
+def stop(proc: subprocess.Popen | None, grace: float = 10.0) -> None:
+    """SIGTERM ``proc``'s process group, wait up to ``grace`` seconds, then SIGKILL the group.
+    Never raises for a process that is already gone."""
+    if proc is None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+        # the leader is gone; make sure no child of the group survives it
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants alive now (from the ppid field of ``/proc/*/stat``)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def vm_hwm_kb(pid: int) -> int | None:
+    """The process's peak resident set size (``VmHWM`` of ``/proc/<pid>/status``, KiB), or ``None``."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class PeakRss:
+    """Samples ``VmHWM`` of a process and all its descendants every ``interval`` seconds in a thread,
+    keeping each pid's last value (so a worker that exits still counts).
+
+    ``total_kb``: sum over the tree (an upper bound of the tree's peak: each process's own peak,
+    even if they peaked at different times); ``max_kb``: the largest single process; ``processes``:
+    how many pids were seen. Use as a context manager around the measured work; call :meth:`sample`
+    for a last reading before the process is stopped.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.peaks: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        for p in process_tree(self.pid):
+            kb = vm_hwm_kb(p)
+            if kb is not None:
+                self.peaks[p] = max(kb, self.peaks.get(p, 0))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "PeakRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sample()
+
+    @property
+    def total_kb(self) -> int:
+        return sum(self.peaks.values())
+
+    @property
+    def max_kb(self) -> int:
+        return max(self.peaks.values(), default=0)
+
+    @property
+    def processes(self) -> int:
+        return len(self.peaks)
+
+    def describe(self) -> str:
+        """``"<sum> MiB (max process <max> MiB, <n> processes)"``."""
+        return (f"{self.total_kb / 1024:.0f} MiB (max process {self.max_kb / 1024:.0f} MiB, "
+                f"{self.processes} process{'es' if self.processes != 1 else ''})")
+
+
+# --- bootserver ----------------------------------------------------------------------------------------
+
+def write_yaml(path: Path, doc: dict[str, Any]) -> Path:
+    """Write ``doc`` as YAML (key order kept) to ``path``; return ``path``."""
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def serve_args(workers: int) -> list[str]:
+    """Extra ``bootserver serve`` arguments for ``workers`` processes: none for 1 (works on every
+    version), ``--workers N`` otherwise (needs a bootserver that has the flag)."""
+    return [] if workers == 1 else ["--workers", str(workers)]
+
+
+class Bootserver:
+    """A ``bootserver serve --config CONFIG`` subprocess on 127.0.0.1:``port`` (own process group).
+
+    ``log_level`` defaults to ``warning``: the per-request access log lines are off, as nginx's
+    ``access_log off`` in the comparison. Use ``async with``; the server is stopped on exit.
+    """
+
+    def __init__(self, config: Path, port: int, *, workers: int = 1, log: Path | None = None,
+                 log_level: str = "warning") -> None:
+        self.config = config
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.cmd = [*BOOTSERVER, "serve", "--config", str(config), "--log-level", log_level,
+                    *serve_args(workers)]
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    async def __aenter__(self) -> "Bootserver":
+        self.proc = start(self.cmd, self.log, cwd=self.config.parent)
+        try:
+            await wait_http(self.url + "/healthz", proc=self.proc)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
+async def run_cli(*args: str, timeout: float = 300.0, cwd: Path | None = None) -> tuple[int, str, str]:
+    """Run ``python -m bootserver ARGS`` for at most ``timeout`` seconds; return (rc, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(*BOOTSERVER, *args, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE, cwd=cwd, start_new_session=True)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        raise
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+class Upstream:
+    """``benchmarks/upstream.py`` serving folder ``root`` on 127.0.0.1 (sendfile; one stdout line per
+    GET into ``log``). Use ``async with``."""
+
+    def __init__(self, root: Path, log: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    async def __aenter__(self) -> "Upstream":
+        self.proc = start([PY, str(HERE / "upstream.py"), str(self.root), str(self.port)], self.log)
+        try:
+            await wait_http(self.url + "/none", proc=self.proc)
+        except BaseException:
+            stop(self.proc)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        stop(self.proc)
+
+    def gets(self, needle: str) -> int:
+        """GET lines in the log whose path contains ``needle``."""
+        return sum(1 for line in self.log.read_text().splitlines() if line.startswith("GET ") and needle in line)
+
+
+def bench_stream(upstream_url: str, rel: str, shas: dict[str, str], release: str = "1.0",
+                 names: dict[str, str] | None = None) -> dict[str, Any]:
+    """A minimal stream metadata document (x86_64 metal PXE ``kernel``, ``initramfs``, ``rootfs``) whose
+    locations are ``<upstream_url>/<rel>/<name>`` (default name ``live-<kind>.x86_64``)."""
+    names = names or {k: f"live-{k}.x86_64" for k in shas}
+    return {"stream": "bench", "metadata": {"last-modified": "2026-01-01T00:00:00Z"},
+            "architectures": {"x86_64": {"artifacts": {"metal": {"release": release, "formats": {"pxe": {
+                k: {"location": f"{upstream_url}/{rel}/{names[k]}", "sha256": shas[k]} for k in shas}}}}}}}
+
+
+def rewrite_stream_locations(doc: dict[str, Any], upstream_url: str) -> dict[str, Any]:
+    """Point every metal PXE location of a real stream document at ``upstream_url`` (same URL path), so
+    nothing the benchmark runs can reach the internet. Changes ``doc`` in place and returns it."""
+    from urllib.parse import urlsplit
+
+    for arch in doc["architectures"].values():
+        pxe = arch.get("artifacts", {}).get("metal", {}).get("formats", {}).get("pxe", {})
+        for art in pxe.values():
+            art["location"] = upstream_url + urlsplit(art["location"]).path
+    return doc
+
+
+def write_json(path: Path, doc: Any) -> Path:
+    """Write ``doc`` as JSON to ``path`` (parents created); return ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of a non-empty sequence."""
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def rmtree(path: Path) -> None:
+    """Remove a folder, ignoring errors."""
+    shutil.rmtree(path, ignore_errors=True)
