@@ -1,0 +1,196 @@
+"""Benchmark (issue 8, target 2): the per-node iPXE script endpoint against a bare aiohttp handler.
+
+bootserver: ``GET /ipxe/{node}?exp=&sig=`` for ``--nodes`` nodes of one install profile (real RHCOS
+4.16 stream metadata from ``../shared/reference``, its artifact locations moved to a local upstream on
+127.0.0.1 that also serves the metadata; the server loads it on the first request, so nothing is
+synced: the script endpoint needs the metadata only, not the artifacts). Each request does the node
+lookup, the signature check, the timeline read and write (sqlite in ``state_dir``) and the render.
+The signed chain URLs come from bootserver's own URL builder (what ``bootserver url NODE`` prints).
+
+Reference: benchmarks/bare_ipxe.py, one ``web.Application`` handler returning a constant script of the
+same size (with ``--workers N > 1``, N such processes with ``reuse_port``), access log off.
+
+Both are measured the same way with wrk (``-t 2 -c 50 -d 10s --latency``), a Lua script cycling through
+the node URLs; rounds alternate (bare, bootserver, ...) after a 2 s warm-up each. Reports requests/s,
+latency p50/p99 (ms), non-2xx answers and socket errors per round, and the ratio of the medians
+(target: bootserver >= 0.8 x bare, p99 < 20 ms).
+
+Usage: ``.venv/bin/python benchmarks/scripts.py [--nodes 200] [--workers 1] [--rounds 2]
+[--duration 10] [--connections 50] [--threads 2]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (HERE, PY, REFERENCE, Bootserver, PeakRss, Upstream, curl, free_port,  # noqa: E402
+                     markdown_table, median, rewrite_stream_locations, rmtree, start, stop, wait_http,
+                     write_json, write_yaml)
+
+LUA = """\
+local paths = {{{paths}}}
+local i = 0
+request = function()
+  i = i % #paths + 1
+  return wrk.format("GET", paths[i])
+end
+"""
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def _ms(value: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", value)
+    if not m:
+        raise ValueError(f"wrk latency {value!r}")
+    return float(m[1]) * _UNITS[m[2]]
+
+
+def parse_wrk(out: str) -> dict[str, float]:
+    """From ``wrk --latency`` output: ``rps`` (requests/s), ``p50``/``p75``/``p90``/``p99`` (ms),
+    ``requests``, ``non2xx`` and ``socket_errors`` (counts)."""
+    res: dict[str, float] = {"non2xx": 0, "socket_errors": 0}
+    res["rps"] = float(re.search(r"Requests/sec:\s+([\d.]+)", out)[1])  # type: ignore[index]
+    res["requests"] = int(re.search(r"(\d+) requests in", out)[1])  # type: ignore[index]
+    for pct, val in re.findall(r"^\s+(50|75|90|99)%\s+(\S+)$", out, re.M):
+        res[f"p{pct}"] = _ms(val)
+    if m := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
+        res["non2xx"] = int(m[1])
+    if m := re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out):
+        res["socket_errors"] = sum(int(x) for x in m.groups())
+    return res
+
+
+def wrk(url: str, lua: Path, duration: int, connections: int, threads: int) -> dict[str, float]:
+    """Run wrk against ``url`` (bounded: ``duration`` + 30 s); return :func:`parse_wrk` of its output."""
+    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(lua), url]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 30)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr}")
+    return parse_wrk(p.stdout)
+
+
+class BareApp:
+    """``workers`` processes of benchmarks/bare_ipxe.py on 127.0.0.1:``port`` (``reuse_port`` when more
+    than one). Use ``async with``."""
+
+    def __init__(self, port: int, size: int, workers: int, log: Path) -> None:
+        self.port, self.size, self.workers, self.log = port, size, workers, log
+        self.url = f"http://127.0.0.1:{port}"
+        self.procs: list[subprocess.Popen] = []
+
+    async def __aenter__(self) -> "BareApp":
+        try:
+            for _ in range(self.workers):
+                self.procs.append(start([PY, str(HERE / "bare_ipxe.py"), str(self.port), str(self.size),
+                                         *(["--reuse-port"] if self.workers > 1 else [])], self.log))
+            for p in self.procs:
+                await wait_http(self.url + "/ipxe/x", proc=p)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for p in self.procs:
+            stop(p)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=200, help="nodes in the config (default 200)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="bootserver serve --workers N (passed only when N != 1) and N bare processes")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds per server (default 2)")
+    ap.add_argument("--duration", type=int, default=10, help="seconds per wrk run (default 10)")
+    ap.add_argument("--connections", type=int, default=50, help="wrk connections (default 50)")
+    ap.add_argument("--threads", type=int, default=2, help="wrk threads (default 2)")
+    args = ap.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("scripts.py: wrk not found (make bench-deps)")
+
+    work = Path(tempfile.mkdtemp(prefix="bootserver-bench-scripts-"))
+    try:
+        up_dir = work / "upstream"
+        doc = json.loads((REFERENCE / "rhcos-stream-4.16.json").read_text())
+        shutil.copy(REFERENCE / "openshift-pointer-master.ign.json", work / "master.ign")
+        port = free_port()
+        nodes = [f"node-{i:04d}" for i in range(args.nodes)]
+        up = Upstream(up_dir, work / "upstream.log")
+        write_json(up_dir / "streams" / "rhcos-4.16.json", rewrite_stream_locations(doc, up.url))
+        async with up:
+            config = write_yaml(work / "bootserver.yaml", {
+                "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}"},
+                "cache_dir": "cache", "state_dir": "state",
+                "streams": {"rhcos-4.16": {"metadata": f"{up.url}/streams/rhcos-4.16.json"}},
+                "profiles": {"master": {"stream": "rhcos-4.16", "mode": "install", "install_dev": "/dev/sda",
+                                        "ignition": "master.ign"}},
+                "nodes": {n: {"profile": "master"} for n in nodes}})
+            # bootserver's own URL builder (as `bootserver url NODE`); creates state/keys.json
+            from bootserver.config import load_config
+            from bootserver.urls import Urls
+
+            urls = Urls(load_config(config))
+            chain = [urls.chain(n) for n in nodes]
+            paths = [urlsplit(u).path + "?" + urlsplit(u).query for u in chain]
+            lua = work / "paths.lua"
+            lua.write_text(LUA.format(paths=", ".join(json.dumps(p) for p in paths)))
+
+            async with Bootserver(config, port, workers=args.workers, log=work / "serve.log") as bs:
+                script_path = work / "one.ipxe"
+                _, _, size = await curl(chain[0], out=str(script_path))
+                text = script_path.read_text()
+                assert text.startswith("#!ipxe") and "kernel " in text, text[:200]
+                print(f"script of {nodes[0]}: {size} bytes", file=sys.stderr)
+                bare_port = free_port()
+                rows, res = [], {"bare": [], "bootserver": []}  # type: ignore[var-annotated]
+                with PeakRss(bs.proc.pid) as rss:  # type: ignore[union-attr]
+                    async with BareApp(bare_port, size, args.workers, work / "bare.log") as bare:
+                        for name, base in (("bare", bare.url), ("bootserver", bs.url)):
+                            wrk(base, lua, 2, args.connections, args.threads)  # warm-up
+                        for r in range(1, args.rounds + 1):
+                            for name, base in (("bare", bare.url), ("bootserver", bs.url)):
+                                w = wrk(base, lua, args.duration, args.connections, args.threads)
+                                res[name].append(w)
+                                rows.append((r, name, f"{w['rps']:.0f}", f"{w['p50']:.2f}", f"{w['p99']:.2f}",
+                                             int(w["non2xx"]), int(w["socket_errors"])))
+                                print(f"round {r} {name}: {w['rps']:.0f} req/s, p99 {w['p99']:.2f} ms, "
+                                      f"non-2xx {int(w['non2xx'])}", file=sys.stderr, flush=True)
+            up_gets = up.gets("/streams/")
+        print(f"## iPXE script endpoint ({args.nodes} nodes, wrk -t{args.threads} -c{args.connections} "
+              f"-d{args.duration}s, workers: {args.workers}, script {size} bytes)\n")
+        print(markdown_table(["round", "server", "req/s", "p50 (ms)", "p99 (ms)", "non-2xx", "socket errors"],
+                             rows))
+        print()
+        b_rps, s_rps = median([w["rps"] for w in res["bare"]]), median([w["rps"] for w in res["bootserver"]])
+        b_p99, s_p99 = median([w["p99"] for w in res["bare"]]), median([w["p99"] for w in res["bootserver"]])
+        print(markdown_table(["measurement", "bare aiohttp", "bootserver", "target"], [
+            ("req/s (median of rounds)", f"{b_rps:.0f}", f"{s_rps:.0f}", ""),
+            ("bootserver / bare", "", f"{s_rps / b_rps:.2f}", f">= 0.8: {'yes' if s_rps / b_rps >= 0.8 else 'no'}"),
+            ("p50 (ms, median of rounds)", f"{median([w['p50'] for w in res['bare']]):.2f}",
+             f"{median([w['p50'] for w in res['bootserver']]):.2f}", ""),
+            ("p99 (ms, median of rounds)", f"{b_p99:.2f}", f"{s_p99:.2f}", f"< 20: {'yes' if s_p99 < 20 else 'no'}"),
+            ("bootserver peak RSS (sum / max process)", "", f"{rss.total_kb / 1024:.0f} / {rss.max_kb / 1024:.0f} MiB",
+             ""),
+            ("stream metadata GETs from the upstream", "", str(up_gets), ""),
+        ]))
+    finally:
+        rmtree(work)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
