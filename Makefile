@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: serve test venv clean
+.PHONY: serve test venv clean bench bench-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,19 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Benchmarks (docs/benchmarks.md): all four issue-8 runs, one after the other, on 127.0.0.1.
+# BENCH_ARGS goes to artifacts.py, scripts.py and boot_storm.py (e.g. BENCH_ARGS='--workers 2').
+BENCH_ARGS ?=
+bench: $(STAMP)
+	$(BIN)/python benchmarks/artifacts.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/scripts.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/cold_cache.py
+	$(BIN)/python benchmarks/boot_storm.py $(BENCH_ARGS)
+
+# Debian packages the benchmarks run (nginx for the comparison, wrk, curl, /usr/bin/time); needs root.
+bench-deps:
+	apt-get install -y --no-install-recommends $$(cat benchmarks/apt-packages.txt)
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache
