@@ -294,6 +294,8 @@ class Bootserver:
             await wait_http(self.url + "/healthz", proc=self.proc)
         except BaseException:
             self.stop()
+            if self.log is not None and self.log.exists():
+                print(self.log.read_text()[-2000:], file=sys.stderr)
             raise
         return self
 
