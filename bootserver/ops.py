@@ -88,7 +88,7 @@ async def ops_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         kind = svc.artifact_kind((m["stream"], m["arch"], m["release"], m["file"]))
         request[ARTIFACT_KIND] = kind
         try:
-            node = await asyncio.to_thread(svc.timeline.attribute, request.remote)
+            node = svc.timeline.attribute(request.remote)  # one indexed row, on the loop
             if node is not None and node in svc.config.nodes:
                 request[NODE] = node
                 if kind != "other":
@@ -145,6 +145,8 @@ class AccessLogger(AbstractAccessLogger):
                     detail = {"bytes": nbytes, "status": status}
                     ops.spawn(ops.service.record(request[NODE], event, ip=request.remote, detail=detail,
                                                   at=wallclock()))
+        if not self.logger.isEnabledFor(logging.INFO):
+            return
         self.logger.info(
             "%s %s %s %s node=%s bytes=%d %.3fs%s", request.remote, request.method, request.path, status,
             node or "-", nbytes, time, "" if complete else " incomplete",
@@ -201,7 +203,9 @@ async def metrics_handler(request: web.Request) -> web.Response:
 
 async def _close(app: web.Application) -> None:
     await app[OPS].drain()
-    await asyncio.to_thread(app[OPS].service.timeline.close)
+    svc = app[OPS].service
+    await asyncio.to_thread(svc.writes.close)
+    await asyncio.to_thread(svc.timeline.close)
 
 
 def setup(app: web.Application, service: BootService) -> Ops:

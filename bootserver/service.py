@@ -7,8 +7,8 @@ the real-config reader. Handlers and CLI commands call one method each, so the s
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -22,7 +22,7 @@ from .inventory import find_node, script_context
 from .ipxe import render_boot_script, render_localboot_script
 from .readthrough import ReadThrough
 from .store import ArtifactStore
-from .timeline import ARTIFACT_KINDS, INSTALLED_STAGES, Timeline
+from .timeline import ARTIFACT_KINDS, INSTALLED_STAGES, GroupCommit, Record, Timeline
 from .signing import Signer
 from .urls import Urls
 
@@ -40,6 +40,12 @@ class BootService:
         self.urls = Urls(config, signer)
         self.real_configs = RealConfigs()
         self.timeline = Timeline(config.state_dir)
+        #: Timeline writes of the server (group commit on one writer thread).
+        self.writes = GroupCommit(self.timeline)
+        # Rendered answers, reused while what they depend on is unchanged (see _script and stub):
+        # node -> (release, signing state, script) and node -> (real config's hash, signing state, CA, stub).
+        self._scripts: dict[str, tuple[Any, tuple[int, bytes], str]] = {}
+        self._stubs: dict[str, tuple[Any, tuple[int, bytes], bytes | None, bytes]] = {}
 
     def find_node(self, **selectors: str | None) -> str:
         """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""
@@ -54,13 +60,14 @@ class BootService:
         return (await self._script(node, session, await self.stage(node)))[1]
 
     async def stage(self, node: str) -> str:
-        """The node's timeline stage, read off the event loop.
+        """The node's timeline stage (one indexed row, read on the event loop: see
+        :class:`~bootserver.timeline.Timeline`).
 
         Raises :class:`UnavailableError` (HTTP 503) when the timeline cannot be read: without it the
         server cannot tell an installed node from a new one, and guessing could reinstall a node.
         """
         try:
-            return await asyncio.to_thread(self.timeline.stage, node)
+            return self.timeline.stage(node)
         except (sqlite3.Error, OSError) as e:
             raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
 
@@ -71,7 +78,15 @@ class BootService:
         if profile.boots_once and stage in INSTALLED_STAGES:
             return "localboot", render_localboot_script(node, stage), {"stage": stage}
         release = await self.catalog.release(profile.stream, profile.arch, session)
-        script = render_boot_script(script_context(self.config, self.urls, node, release))
+        # The script changes only with the release, and with the stub URL's signature (its expiry is
+        # rounded up to the hour, and the key may rotate): render once per change, not per request.
+        signing = self.urls.signer.state(self.config.server.signing.install_ttl)
+        hit = self._scripts.get(node)
+        if hit is not None and hit[0] is release and hit[1] == signing:
+            script = hit[2]
+        else:
+            script = render_boot_script(script_context(self.config, self.urls, node, release))
+            self._scripts[node] = (release, signing, script)
         return "script", script, {"mode": profile.mode, "release": release.version}
 
     def mode(self, node: str) -> str:
@@ -80,16 +95,16 @@ class BootService:
 
     async def record(self, node: str, event: str, *, ip: str | None = None,
                      detail: Mapping[str, Any] | None = None, at: float | None = None) -> str:
-        """Record a timeline event (at unix time ``at`` in seconds, default now) off the event loop;
-        returns the node's new stage.
+        """Record a timeline event (at unix time ``at`` in seconds, default now) through the group
+        commit writer (off the event loop); returns the node's new stage once committed.
 
         Raises :class:`UnavailableError` (HTTP 503) when ``state_dir`` cannot be written: a stub or
         config served without its event would defeat boot-once, so the client is asked to retry
         (iPXE's script retries, Ignition retries 5xx answers).
         """
+        record = Record(node, event, self.mode(node), time.time() if at is None else at, ip, detail)
         try:
-            return await asyncio.to_thread(self.timeline.record, node, event, mode=self.mode(node), ip=ip,
-                                           detail=detail, at=at)
+            return await self.writes.record(record)
         except (sqlite3.Error, OSError) as e:
             raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
 
@@ -173,11 +188,18 @@ class BootService:
         """
         profile = self.config.profiles[self.config.nodes[node].profile]
         pinned = self._real_config_pinned(node)
-        stub = build_stub(
+        ca_pem = self.ca_pem()
+        signing = self.urls.signer.state(self.config.server.signing.install_ttl)
+        config_hash = None if pinned is None else pinned[1]
+        hit = self._stubs.get(node)
+        if hit is not None and hit[0] == config_hash and hit[1] == signing and hit[2] == ca_pem:
+            return hit[3]
+        stub = encode(build_stub(
             version=profile.ignition_version,
             hostname=self.config.node_hostname(node),
             config_url=None if pinned is None else self.urls.real_config(node),
-            config_hash=None if pinned is None else pinned[1],
-            ca_pem=self.ca_pem(),
-        )
-        return encode(stub)
+            config_hash=config_hash,
+            ca_pem=ca_pem,
+        ))
+        self._stubs[node] = (config_hash, signing, ca_pem, stub)
+        return stub

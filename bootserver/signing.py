@@ -270,6 +270,12 @@ class Signer:
         exp = expiry(self.now(), ttl)
         return urlencode({"exp": exp, "sig": sign(self.keyring.current, node, path, exp)})
 
+    def state(self, ttl: int) -> tuple[int, bytes]:
+        """``(expiry, current key)`` that :meth:`query` would sign with now for ``ttl`` seconds: URLs
+        signed under the same state are identical, so a cache of signed text can key on it."""
+        self.keyring = self.keyring.refreshed()
+        return expiry(self.now(), ttl), self.keyring.current
+
     def check(self, node: str, path: str, exp: str | None, sig: str | None) -> bool:
         """True when ``exp``/``sig`` from a request are valid for ``node`` and ``path`` now."""
         self.keyring = self.keyring.refreshed()

@@ -32,19 +32,24 @@ mode only the installed system's first boot does. In live mode the live system's
 stub (``ignition``) and then the real config (``running``). ``reinstall``: marked for reinstall, the
 next script request installs again. ``localboot`` events leave the stage as it is.
 
-This module is plain domain code (stdlib sqlite3, no aiohttp). Every method is blocking and
-thread-safe; the server calls them through ``asyncio.to_thread`` so the event loop never waits on disk.
+This module is plain domain code (stdlib sqlite3, no aiohttp). :class:`Timeline`'s methods are
+blocking and thread-safe. The server writes through :class:`GroupCommit`: one writer thread commits
+every event waiting in one transaction (group commit), so a boot storm costs one commit per batch, not
+one per request. Its reads (:meth:`Timeline.stage`, :meth:`Timeline.attribute`: one indexed row) run on
+the event loop over a separate read connection; in WAL mode readers never wait for the writer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 #: Seconds after a node's script was served during which artifact requests from the same client IP are
 #: attributed to that node (an install's rootfs download may start minutes after the script).
@@ -140,6 +145,26 @@ class NodeState:
                 "last_age": None if self.last_at is None else round(now - self.last_at, 3)}
 
 
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One event to append: ``node``'s ``event`` at unix time ``at`` (seconds) from ``ip``, with its
+    profile's ``mode`` (``install`` or ``live``, which decides what ``stub`` and ``config`` mean).
+
+    Raises ``ValueError`` for an unknown event name.
+    """
+
+    node: str
+    event: str
+    mode: str
+    at: float
+    ip: str | None = None
+    detail: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.event not in EVENTS:
+            raise ValueError(f"unknown timeline event {self.event!r}")
+
+
 class Timeline:
     """The timeline database ``<state_dir>/timeline.sqlite3``.
 
@@ -154,6 +179,8 @@ class Timeline:
         self.path = Path(state_dir) / self.FILENAME
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._rlock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -165,12 +192,25 @@ class Timeline:
             self._conn = conn
         return self._conn
 
+    def _read_db(self) -> sqlite3.Connection:
+        """The read connection (separate from the writer's, so a read never queues behind a commit)."""
+        if self._reader is None:
+            with self._lock:
+                self._db()  # creates the file, WAL mode and the schema
+            self._reader = sqlite3.connect(self.path, timeout=1.0, check_same_thread=False,
+                                           isolation_level=None)
+        return self._reader
+
     def close(self) -> None:
-        """Close the database connection (it reopens on next use)."""
+        """Close the database connections (they reopen on next use)."""
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+        with self._rlock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
 
     def record(self, node: str, event: str, *, mode: str, ip: str | None = None,
                detail: Mapping[str, Any] | None = None, at: float | None = None) -> str:
@@ -180,41 +220,58 @@ class Timeline:
         ``config`` mean. Raises ``ValueError`` for an unknown event, ``sqlite3.Error`` on disk trouble.
         """
         at = time.time() if at is None else at
+        return self.record_many([Record(node, event, mode, at, ip, detail)])[0]
+
+    def record_many(self, records: Sequence[Record]) -> list[str]:
+        """Append ``records`` in order in one transaction; return each node's stage after its record.
+
+        An event older than the node's current stage (``at`` before ``stage_at``: recorded late, e.g.
+        by another worker process) is kept in the history but does not change the stage, so a late
+        ``script`` cannot undo a newer ``installing``. All or nothing: raises ``sqlite3.Error`` on disk
+        trouble, and then none of the records was written.
+        """
+        stages: list[str] = []
         with self._lock:
             db = self._db()
             db.execute("BEGIN IMMEDIATE")
             try:
-                row = db.execute("SELECT stage, stage_at, last_event, last_at FROM nodes WHERE node = ?",
-                                 (node,)).fetchone()
-                stage, stage_at, last_event, last_at = row if row else ("new", at, event, at)
-                new = next_stage(stage, event, mode)
-                if new != stage:
-                    stage_at = at
-                if at >= last_at:  # a completion recorded late must not hide a newer event
-                    last_event, last_at = event, at
-                db.execute("INSERT INTO events (node, at, event, ip, detail) VALUES (?, ?, ?, ?, ?)",
-                           (node, at, event, ip, json.dumps(dict(detail)) if detail else None))
-                db.execute("INSERT INTO nodes (node, stage, stage_at, last_event, last_at) VALUES (?, ?, ?, ?, ?) "
-                           "ON CONFLICT (node) DO UPDATE SET stage = excluded.stage, stage_at = excluded.stage_at, "
-                           "last_event = excluded.last_event, last_at = excluded.last_at",
-                           (node, new, stage_at, last_event, last_at))
+                for r in records:
+                    row = db.execute("SELECT stage, stage_at, last_event, last_at FROM nodes WHERE node = ?",
+                                     (r.node,)).fetchone()
+                    stage, stage_at, last_event, last_at = row if row else ("new", r.at, r.event, r.at)
+                    new = next_stage(stage, r.event, r.mode) if r.at >= stage_at else stage
+                    if new != stage:
+                        stage_at = r.at
+                    if r.at >= last_at:  # a completion recorded late must not hide a newer event
+                        last_event, last_at = r.event, r.at
+                    db.execute("INSERT INTO events (node, at, event, ip, detail) VALUES (?, ?, ?, ?, ?)",
+                               (r.node, r.at, r.event, r.ip, json.dumps(dict(r.detail)) if r.detail else None))
+                    db.execute("INSERT INTO nodes (node, stage, stage_at, last_event, last_at) "
+                               "VALUES (?, ?, ?, ?, ?) ON CONFLICT (node) DO UPDATE SET stage = excluded.stage, "
+                               "stage_at = excluded.stage_at, last_event = excluded.last_event, "
+                               "last_at = excluded.last_at",
+                               (r.node, new, stage_at, last_event, last_at))
+                    stages.append(new)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-            return new
+        return stages
 
     def stage(self, node: str) -> str:
-        """The node's current stage (``new`` when it has no events)."""
-        with self._lock:
-            row = self._db().execute("SELECT stage FROM nodes WHERE node = ?", (node,)).fetchone()
+        """The node's current stage (``new`` when it has no events), as last committed by any process.
+
+        One indexed row on the read connection: cheap enough for the event loop.
+        """
+        with self._rlock:
+            row = self._read_db().execute("SELECT stage FROM nodes WHERE node = ?", (node,)).fetchone()
         return row[0] if row else "new"
 
     def attribute(self, ip: str, *, now: float | None = None, window: float = ATTRIBUTION_WINDOW) -> str | None:
         """The node whose boot script was last served to ``ip`` within ``window`` seconds, or ``None``."""
         now = time.time() if now is None else now
-        with self._lock:
-            row = self._db().execute(
+        with self._rlock:
+            row = self._read_db().execute(
                 "SELECT node FROM events WHERE event = 'script' AND ip = ? AND at >= ? ORDER BY at DESC, id DESC "
                 "LIMIT 1", (ip, now - window)).fetchone()
         return row[0] if row else None
@@ -235,6 +292,64 @@ class Timeline:
         for name in names:
             states.setdefault(name, NodeState(name, "new", None, None, None))
         return [states[n] for n in sorted(states)]
+
+
+class GroupCommit:
+    """Asynchronous writes to a :class:`Timeline` with group commit, for one event loop.
+
+    :meth:`record` queues an event and waits for its commit. One writer thread (its own, so timeline
+    writes never wait behind other blocking work) commits everything queued in one transaction; what
+    arrives meanwhile forms the next batch. Events commit in the order they were queued. Under a boot
+    storm this is one commit and one thread hand-off per batch instead of per request.
+    """
+
+    def __init__(self, timeline: Timeline) -> None:
+        self.timeline = timeline
+        self._queue: list[tuple[Record, asyncio.Future[str]]] = []
+        self._draining = False
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def record(self, record: Record) -> str:
+        """Commit ``record``; return the node's stage after it. Raises ``sqlite3.Error`` or ``OSError``
+        when its batch could not be committed (nothing of that batch was written)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[str] = loop.create_future()
+        self._queue.append((record, fut))
+        if not self._draining:
+            self._draining = True
+            loop.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="timeline-writer")
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    stages = await loop.run_in_executor(self._executor, self.timeline.record_many,
+                                                        [r for r, _ in batch])
+                except asyncio.CancelledError:
+                    for _, fut in batch + self._queue:
+                        fut.cancel()
+                    raise
+                except Exception as e:  # every waiter of the batch gets the error
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(e)
+                    continue
+                for (_, fut), stage in zip(batch, stages):
+                    if not fut.done():
+                        fut.set_result(stage)
+        finally:
+            self._draining = False
+
+    def close(self) -> None:
+        """Stop the writer thread once its current batch is committed (call after the last write)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
 
 def format_age(seconds: float | None) -> str:

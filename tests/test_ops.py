@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
+import shutil
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from aiohttp.test_utils import TestServer
 
 from bootserver.config import parse_config
+from bootserver.ignition import sha512_hash
 from bootserver.ops import runner_kwargs
+from bootserver.signing import Keyring, Signer, sign
 from bootserver.store import ArtifactStore
 from bootserver.streams import parse_stream
 from bootserver.web import SERVICE, create_app
@@ -268,3 +273,52 @@ def test_localboot_script_matches_golden_file() -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(script)
     assert script == path.read_text(), f"script differs from {path}; UPDATE_GOLDEN=1 rewrites it"
+
+
+async def test_scripts_and_stubs_follow_keys_clock_release_and_config(aiohttp_client, reference: Path,
+                                                                      tmp_path: Path) -> None:
+    """Scripts and stubs are rendered once and reused: each must still change at once with a key
+    rotation, the hour of the signatures' expiry, a new release and a new real config."""
+    stream = tmp_path / "stream.json"
+    shutil.copy(reference / STREAM, stream)
+    (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
+    config = parse_config({
+        "server": {"base_url": "http://127.0.0.1:8080"}, "cache_dir": "cache", "state_dir": "state",
+        "streams": {"rhcos": {"metadata": str(stream)}},
+        "profiles": {"p": {"stream": "rhcos", "install_dev": "/dev/sda", "ignition": "master.ign",
+                           "boot_once": False}},
+        "nodes": {"n0": {"profile": "p"}}}, "t.yaml", tmp_path)
+    clock = [1_900_000_000.0]
+    client = await start(aiohttp_client, config, Signer(Keyring.load_or_create(config.state_dir),
+                                                         now=lambda: clock[0]))
+
+    async def stub_url() -> tuple[str, dict[str, str], str]:
+        script = await (await client.get("/ipxe/n0")).text()
+        url = re.search(r"coreos\.inst\.ignition_url=(\S+)", script).group(1)
+        release = re.search(r"/artifacts/rhcos/x86_64/([^/]+)/", script).group(1)
+        return url, {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}, release
+
+    async def merge() -> tuple[dict[str, str], str]:
+        stub = await (await client.get("/ignition/n0")).json()
+        m = stub["ignition"]["config"]["merge"][0]
+        return {k: v[0] for k, v in parse_qs(urlsplit(m["source"]).query).items()}, m["verification"]["hash"]
+
+    url, q, release = await stub_url()
+    assert (await stub_url())[0] == url
+    mq, mhash = await merge()
+    assert mhash == sha512_hash((tmp_path / "master.ign").read_bytes())
+
+    rotated = Keyring.load_or_create(config.state_dir).rotate(grace=3600)
+    url2, q2, _ = await stub_url()
+    assert q2["sig"] == sign(rotated.current, "n0", "/ignition/n0", int(q2["exp"])) != q["sig"]
+    mq2, _ = await merge()
+    assert mq2["sig"] == sign(rotated.current, "n0", "/ignition/n0/config", int(mq2["exp"])) != mq["sig"]
+
+    clock[0] += 2 * 3600
+    assert int((await stub_url())[1]["exp"]) == int(q2["exp"]) + 2 * 3600
+    assert int((await merge())[0]["exp"]) == int(mq2["exp"]) + 2 * 3600
+
+    shutil.copy(reference / "rhcos-stream-4.10.json", stream)
+    assert (await stub_url())[2] not in (release, "")
+    (tmp_path / "master.ign").write_bytes(b'{"ignition": {"version": "3.2.0"}}')
+    assert (await merge())[1] == sha512_hash(b'{"ignition": {"version": "3.2.0"}}')

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from bootserver.timeline import ATTRIBUTION_WINDOW, Timeline, format_table, next_stage
+from bootserver.timeline import ATTRIBUTION_WINDOW, GroupCommit, Record, Timeline, format_table, next_stage
 
 INSTALL = ["script", "kernel-requested", "kernel-completed", "initramfs-requested", "initramfs-completed",
            "rootfs-requested", "rootfs-completed", "stub", "localboot", "config"]
@@ -55,6 +57,41 @@ def test_events_and_stage_survive_reopening(tmp_path: Path) -> None:
     assert (state.stage, state.stage_at, state.last_event) == ("installing", 160.0, "localboot")
     # wal mode, so a reader and a writer in two processes do not block each other
     assert tl._db().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_late_event_does_not_undo_a_newer_stage(tmp_path: Path) -> None:
+    """Another worker process may commit a node's ``script`` after this one committed its ``stub``."""
+    tl = Timeline(tmp_path)
+    assert tl.record("m0", "stub", mode="install", at=200.0) == "installing"
+    assert tl.record("m0", "script", mode="install", at=150.0) == "installing"
+    assert [e.event for e in tl.events("m0")] == ["script", "stub"]
+    assert tl.record("m0", "script", mode="install", at=250.0) == "ipxe"  # a new boot still does
+
+
+async def test_group_commit_keeps_order_and_fails_a_whole_batch(tmp_path: Path) -> None:
+    tl = Timeline(tmp_path)
+    writes = GroupCommit(tl)
+    try:
+        stages = await asyncio.gather(*(writes.record(Record("m0", event, "install", at))
+                                        for event, at in [("script", 1.0), ("stub", 2.0), ("localboot", 3.0)]))
+        assert stages == ["ipxe", "installing", "installing"]
+        assert [e.event for e in tl.events("m0")] == ["script", "stub", "localboot"]
+
+        with sqlite3.connect(tl.path) as other:  # breaks every write that follows
+            other.execute("DROP TABLE nodes")
+        results = await asyncio.gather(*(writes.record(Record(n, "script", "install", 4.0)) for n in ("m0", "m1")),
+                                       return_exceptions=True)
+        assert all(isinstance(r, sqlite3.OperationalError) for r in results)
+        assert [e.event for e in tl.events("m0")] == ["script", "stub", "localboot"]
+        assert tl.events("m1") == []
+    finally:
+        writes.close()
+        tl.close()
+
+
+def test_record_refuses_an_unknown_event() -> None:
+    with pytest.raises(ValueError, match="unknown timeline event 'bogus'"):
+        Record("m0", "bogus", "install", 1.0)
 
 
 def test_attribution_by_client_ip_within_window(tmp_path: Path) -> None:
