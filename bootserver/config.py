@@ -171,6 +171,7 @@ class ServerConfig(_Model):
     signing: SigningConfig = Field(default_factory=SigningConfig)
     trusted_proxies: tuple[str, ...] = ()
     max_concurrent: int = Field(default=256, ge=1, le=100000)
+    max_queued: int = Field(default=4096, ge=0, le=1000000)
     request_timeout: int = 60
     keepalive_timeout: int = 15
 

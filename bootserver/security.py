@@ -9,6 +9,7 @@ required), so a client learns nothing about which check failed; the reason goes 
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 from typing import Awaitable, Callable
@@ -40,6 +41,12 @@ def forbidden() -> web.Response:
     return web.Response(status=403, text=FORBIDDEN_BODY, content_type="text/plain")
 
 
+@functools.lru_cache(maxsize=4096)
+def _network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """``ip_network(cidr)``, parsed once per distinct string (configs hold validated CIDRs)."""
+    return ipaddress.ip_network(cidr)
+
+
 def client_address(request: web.Request, trusted_proxies: tuple[str, ...]) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """The request's source address: the peer, or, when the peer is one of ``trusted_proxies``
     (CIDRs), the right-most ``X-Forwarded-For`` entry that is not itself a trusted proxy.
@@ -50,7 +57,7 @@ def client_address(request: web.Request, trusted_proxies: tuple[str, ...]) -> ip
         addr = ipaddress.ip_address(request.remote or "")
     except ValueError:
         return None
-    nets = [ipaddress.ip_network(n) for n in trusted_proxies]
+    nets = [_network(n) for n in trusted_proxies]
 
     def trusted(a: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
         return any(a in n for n in nets)
@@ -77,7 +84,7 @@ def address_allowed(config: Config, node: str, addr: ipaddress.IPv4Address | ipa
         return False
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
         addr = addr.ipv4_mapped
-    return any(addr in ipaddress.ip_network(n) for n in bound)
+    return any(addr in _network(n) for n in bound)
 
 
 def selectable_check(request: web.Request, config: Config, node: str) -> None:
@@ -111,7 +118,7 @@ def signed_route_middleware(config: Config, check: Callable[[str, str, str | Non
             reason = "missing, expired or invalid signature"
         elif is_config and tls is not None and not tls.allow_plain_configs and request.scheme != "https":
             reason = "real config over plain HTTP"
-        elif node in config.nodes:
+        elif node in config.nodes and config.nodes[node].addresses:
             addr = client_address(request, config.server.trusted_proxies)
             if not address_allowed(config, node, addr):
                 reason = f"source address {addr} not in the node's addresses"
@@ -123,40 +130,56 @@ def signed_route_middleware(config: Config, check: Callable[[str, str, str | Non
     return middleware
 
 
-def limits_middleware(max_concurrent: int, request_timeout: float):
-    """Middleware capping requests in progress at ``max_concurrent`` (more get 503 with
-    ``Retry-After: 1``) and bounding each non-artifact handler to ``request_timeout`` seconds (503).
+def limits_middleware(max_concurrent: int, request_timeout: float, max_queued: int = 0):
+    """Middleware capping requests in progress at ``max_concurrent``, and bounding each non-artifact
+    handler to ``request_timeout`` seconds (then 503 with ``Retry-After: 5``).
+
+    A request over the cap waits, first come first served, for a slot: a boot storm of a thousand
+    nodes queues for milliseconds instead of being refused (iPXE does not retry a failed chain).
+    Beyond ``max_queued`` waiting requests, or when no slot frees within ``request_timeout`` seconds,
+    the answer is 503 with ``Retry-After: 1``. ``/healthz`` is never capped.
 
     A request holds its slot while its handler runs: a streamed response that the handler prepares
     itself is counted until sent; a ``FileResponse`` (sendfile) returned unprepared is not.
     """
-    in_flight = 0
+    slots = asyncio.Semaphore(max_concurrent)
+    waiting = 0
+
+    def busy(request: web.Request, why: str) -> web.Response:
+        log.warning("%s %s: 503 %s", request.method, request.path, why)
+        return web.Response(status=503, text="busy, retry later\n", content_type="text/plain",
+                            headers={"Retry-After": "1"})
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        nonlocal in_flight
+        nonlocal waiting
         if request.path == "/healthz":
             return await handler(request)
-        if in_flight >= max_concurrent:
-            log.warning("%s %s: 503 too many requests in progress (%d)", request.method, request.path,
-                        in_flight)
-            return web.Response(status=503, text="busy, retry later\n", content_type="text/plain",
-                                headers={"Retry-After": "1"})
-        in_flight += 1
+        if slots.locked():
+            if waiting >= max_queued:
+                return busy(request, f"{max_concurrent} requests in progress and {waiting} waiting")
+            waiting += 1
+            try:
+                async with asyncio.timeout(request_timeout):
+                    await slots.acquire()
+            except TimeoutError:
+                return busy(request, f"no free slot within {request_timeout}s")
+            finally:
+                waiting -= 1
+        else:
+            await slots.acquire()
         try:
             if request.path.startswith(UNTIMED_PREFIXES):
-                response = await handler(request)
-            else:
-                try:
-                    async with asyncio.timeout(request_timeout):
-                        response = await handler(request)
-                except TimeoutError:
-                    log.warning("%s %s: 503 no answer within %ss", request.method, request.path,
-                                request_timeout)
-                    return web.Response(status=503, text="timed out, retry later\n",
-                                        content_type="text/plain", headers={"Retry-After": "5"})
-            return response
+                return await handler(request)
+            try:
+                async with asyncio.timeout(request_timeout):
+                    return await handler(request)
+            except TimeoutError:
+                log.warning("%s %s: 503 no answer within %ss", request.method, request.path,
+                            request_timeout)
+                return web.Response(status=503, text="timed out, retry later\n",
+                                    content_type="text/plain", headers={"Retry-After": "5"})
         finally:
-            in_flight -= 1
+            slots.release()
 
     return middleware

@@ -200,7 +200,8 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     svc = BootService(config, signer)
     app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=[
         ops.ops_middleware,
-        limits_middleware(config.server.max_concurrent, config.server.request_timeout),
+        limits_middleware(config.server.max_concurrent, config.server.request_timeout,
+                          config.server.max_queued),
         signed_route_middleware(config, svc.urls.signer.check),
         error_middleware])
     app[SERVICE] = svc

@@ -176,7 +176,7 @@ async def test_real_config_over_plain_http_only_when_allowed(aiohttp_client, ref
 
 
 async def test_concurrency_cap_answers_503_with_retry_after(aiohttp_client, reference, tmp_path) -> None:
-    config = make_config(reference, tmp_path, server={"max_concurrent": 1})
+    config = make_config(reference, tmp_path, server={"max_concurrent": 1, "max_queued": 0})
     app = create_app(config, fixed_signer())
     entered, release = asyncio.Event(), asyncio.Event()
 
@@ -195,6 +195,33 @@ async def test_concurrency_cap_answers_503_with_retry_after(aiohttp_client, refe
     release.set()
     assert (await first).status == 200
     assert (await client.get(signed("/ipxe/n0", "n0"))).status == 200
+
+
+async def test_requests_over_the_cap_wait_in_line_until_the_queue_is_full(aiohttp_client, reference,
+                                                                          tmp_path) -> None:
+    config = make_config(reference, tmp_path, server={"max_concurrent": 1, "max_queued": 1})
+    app = create_app(config, fixed_signer())
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        entered.set()
+        await release.wait()
+        return web.Response(text="done")
+
+    app.router.add_get("/slow", slow)
+    client = await aiohttp_client(app)
+    first = asyncio.create_task(client.get("/slow"))
+    await entered.wait()
+    # two more: one takes the only queue place and waits, the other is refused at once
+    two = {asyncio.create_task(client.get(signed("/ipxe/n0", "n0"))) for _ in range(2)}
+    done, pending = await asyncio.wait(two, return_when=asyncio.FIRST_COMPLETED)
+    (refused,), (queued,) = done, pending
+    r = refused.result()
+    assert r.status == 503 and r.headers["Retry-After"] == "1"
+    assert not queued.done()
+    release.set()
+    assert (await first).status == 200
+    assert (await queued).status == 200
 
 
 async def test_request_timeout_answers_503(aiohttp_client, reference, tmp_path) -> None:
