@@ -32,13 +32,17 @@ class StreamCatalog:
         self.store = store
         self._cache: dict[str, tuple[tuple[int, int], StreamMetadata]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._files: dict[str, tuple[Path, str]] = {}
 
     def _local_file(self, stream: str) -> tuple[Path, str]:
         """The file to read and the name to use in errors (path, or the URL for a synced copy)."""
-        path = self.config.metadata_path(stream)
-        if path is not None:
-            return path, str(path)
-        return self.store.metadata_path(stream), self.config.streams[stream].metadata
+        hit = self._files.get(stream)
+        if hit is None:
+            path = self.config.metadata_path(stream)
+            hit = (path, str(path)) if path is not None else (
+                self.store.metadata_path(stream), self.config.streams[stream].metadata)
+            self._files[stream] = hit
+        return hit
 
     def _parse(self, stream: str, data: bytes, source: str) -> StreamMetadata:
         sc = self.config.streams[stream]
