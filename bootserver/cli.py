@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import sqlite3
 import sys
 from typing import Callable, Sequence
@@ -120,7 +119,7 @@ def _say(node: str, message: str) -> None:
 
 
 def _cmd_provision(args: argparse.Namespace, config: Config) -> int:
-    from .metal import MetalSettings, build_device_spec, node_settings
+    from .metal import build_device_spec, node_settings, settings_from_options
     from .provision import DeviceFailed, NodeRequest, WaitPolicy, format_device, provision_nodes
     from .urls import Urls
 
@@ -131,7 +130,7 @@ def _cmd_provision(args: argparse.Namespace, config: Config) -> int:
         raise InputError(f"--timeout: must be a positive number of seconds, got {args.timeout:g}")
     if args.spot_price_max is not None and not args.spot_price_max >= 0:
         raise InputError(f"--spot-price-max: must not be negative, got {args.spot_price_max:g}")
-    overrides = MetalSettings(
+    overrides = settings_from_options(
         plan=args.plan,
         metro=args.metro,
         facility=args.facility,
@@ -150,7 +149,7 @@ def _cmd_provision(args: argparse.Namespace, config: Config) -> int:
     for node in nodes:
         settings = overrides.merged_over(node_settings(config, node))
         if args.tag:
-            settings = dataclasses.replace(settings, tags=(*(settings.tags or ()), *args.tag))
+            settings = settings.model_copy(update={"tags": (*(settings.tags or ()), *args.tag)})
         spec = build_device_spec(config.node_hostname(node), settings, urls.chain(node), via=args.via,
                                  managed_tag=config.metal.tag, node=node)
         requests.append(NodeRequest(node=node, project=project, spec=spec))

@@ -3,7 +3,8 @@
 The keys are the user contract of DESIGN.md (documented in README.md and docs/config.md): ``server``
 (with ``facility``: the facility this server sits in, whose ``mirrors`` it fetches through),
 ``cache_dir``, ``state_dir``, ``read_through`` (default true), ``streams`` (with ``keep_releases``,
-default 2), ``facilities``, ``profiles``, ``nodes``. Validation uses
+default 2), ``facilities``, ``profiles``, ``nodes``, and the Equinix Metal ``metal`` mappings (top level,
+``profiles.<name>.metal``, ``nodes.<name>.metal``). Validation uses
 pydantic models with ``extra="forbid"`` and ``frozen=True``; every problem becomes one
 :class:`~bootserver.errors.ConfigError` reading ``<file>: <key.path>: <what is wrong>``.
 
@@ -17,13 +18,27 @@ import ipaddress
 import json
 import os
 import re
+import types
+import uuid
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 import platformdirs
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StringConstraints,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from .errors import ConfigError
 from .ipxe import UnsafeValueError, check_extra_karg, check_script_word
@@ -277,6 +292,162 @@ class FacilityConfig(_Model):
         return tuple(_check_http_url(v) for v in value)
 
 
+# ------------------------------------------------------------------------------ metal (Equinix Metal)
+
+#: Tag that marks the devices bootserver manages (default of ``metal.tag``).
+DEFAULT_TAG = "bootserver"
+
+#: A ``billing_cycle`` (enum of the Equinix Metal API's ``DeviceCreateInput.billing_cycle``).
+BillingCycle = Literal["hourly", "daily", "monthly", "yearly"]
+
+#: Allowed ``billing_cycle`` values.
+BILLING_CYCLES: tuple[str, ...] = get_args(BillingCycle)
+
+
+def is_uuid(value: str) -> bool:
+    """Whether ``value`` parses as a UUID (as ``uuid.UUID`` reads it: with or without dashes, any case)."""
+    try:
+        uuid.UUID(value)
+    except (ValueError, AttributeError, TypeError):
+        return False
+    return True
+
+
+def _metal_word(value: str) -> str:
+    """A non-empty string without whitespace (plan, metro and facility codes, tags, ids)."""
+    if not value.strip():
+        raise ValueError("must be a non-empty string")
+    if any(c.isspace() for c in value):
+        raise ValueError(f"must not contain whitespace: {value!r}")
+    return value
+
+
+def _metal_uuid(value: str) -> str:
+    if not is_uuid(value):
+        raise ValueError(f"must be a UUID: {value!r}")
+    return value
+
+
+def _null_as_empty(value: Any) -> Any:
+    """An empty ``metal:`` (YAML null) means the same as ``metal: {}``."""
+    return {} if value is None else value
+
+
+MetalWord = Annotated[str, AfterValidator(_metal_word)]
+MetalUUID = Annotated[str, AfterValidator(_metal_word), AfterValidator(_metal_uuid)]
+
+#: Union tags of ``facility`` (one code or a list); :func:`describe_error` leaves them out of key paths.
+_FACILITY_TAGS = ("<one facility>", "<facility list>")
+
+Facility = Annotated[
+    Union[Annotated[MetalWord, Tag(_FACILITY_TAGS[0])], Annotated[YamlList[MetalWord], Tag(_FACILITY_TAGS[1])]],
+    Discriminator(lambda v: _FACILITY_TAGS[1] if isinstance(v, (list, tuple)) else _FACILITY_TAGS[0]),
+]
+
+
+class MetalGlobal(_Model):
+    """The top-level ``metal:`` mapping: how ``bootserver provision``, ``deprovision`` and ``devices``
+    reach the Equinix Metal API v1.
+
+    ``api_url``: the API base URL (http or https, kept without a trailing ``/``; ``METAL_API_URL`` wins;
+    ``None`` means ``https://api.equinix.com/metal/v1``). ``project``: the default project UUID (the
+    ``{id}`` of ``POST /projects/{id}/devices``; ``--project`` wins). ``tag``: the device tag marking the
+    devices bootserver manages (default ``bootserver``).
+    """
+
+    api_url: str | None = None
+    project: str | None = None
+    tag: MetalWord = DEFAULT_TAG
+
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"must be an http(s) URL: {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str | None) -> str | None:
+        if value is not None and not is_uuid(value):
+            raise ValueError(f"must be a project UUID: {value!r}")
+        return value
+
+
+class MetalSettings(_Model):
+    """Device settings from a profile's or a node's ``metal:`` mapping (or from ``provision`` options).
+
+    Each key has the name and meaning of the same member of the createDevice body of the Equinix Metal
+    API v1, ``POST /projects/{id}/devices`` (``DeviceCreateInMetroInput`` /
+    ``DeviceCreateInFacilityInput``, i.e. ``DeviceCreateInput`` plus a location; spec in
+    ``shared/reference/equinix-metal-oas3.yaml``). ``None`` means "not set here"; unset keys are left
+    out of the request (the API's defaults apply), except ``billing_cycle``.
+
+    * ``plan``: device plan slug, e.g. ``c3.small.x86``.
+    * ``metro``: metro code, e.g. ``da``; or ``facility`` (deprecated by Equinix): one facility code,
+      e.g. ``da11``, or a list of codes in order of preference (``[da11, any]``). Not both.
+    * ``billing_cycle``: ``hourly``, ``daily``, ``monthly`` or ``yearly`` (``provision`` sends
+      ``hourly`` when unset).
+    * ``tags``: extra device tags, sent after ``metal.tag``.
+    * ``spot_instance``: create a spot instance; ``spot_price_max``: the maximum bid in US dollars per
+      hour (a finite number, at least 0; only with ``spot_instance`` not false).
+    * ``hardware_reservation_id``: a hardware reservation UUID or ``next-available``.
+    * ``project_ssh_keys``: UUIDs of project SSH keys to install.
+    * ``customdata``: any mapping, shown in the device metadata.
+    * ``always_pxe``: boot iPXE on every boot, not only the first (Equinix's default is false;
+      :func:`bootserver.metal.node_settings` makes it true for profiles that boot once).
+
+    Strings (codes, tags, ids) must be non-empty and free of whitespace.
+    """
+
+    plan: MetalWord | None = None
+    metro: MetalWord | None = None
+    facility: Facility | None = None
+    billing_cycle: BillingCycle | None = None
+    tags: YamlList[MetalWord] | None = None
+    spot_instance: bool | None = None
+    spot_price_max: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    hardware_reservation_id: MetalWord | None = None
+    project_ssh_keys: YamlList[MetalUUID] | None = None
+    customdata: dict[Any, Any] | None = None
+    always_pxe: bool | None = None
+
+    @field_validator("facility")
+    @classmethod
+    def _facility(cls, value: str | tuple[str, ...] | None, info: ValidationInfo) -> Any:
+        if value == ():
+            raise ValueError("must name at least one facility")
+        if value is not None and info.data.get("metro") is not None:
+            raise ValueError("set metro or facility (deprecated), not both")
+        return value
+
+    @field_validator("spot_price_max")
+    @classmethod
+    def _spot_price_max(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is None:
+            return None
+        if value < 0:
+            raise ValueError("must not be negative")
+        if info.data.get("spot_instance") is False:
+            raise ValueError("needs spot_instance: true")
+        return float(value)
+
+    def merged_over(self, base: MetalSettings) -> Self:
+        """Return ``base`` with every key set here taking precedence (node over profile, command-line
+        options over node). Location is one unit: setting ``metro`` here drops the base's ``facility``
+        and the other way round."""
+        values = {name: getattr(base, name) for name in type(self).model_fields}
+        values.update({name: value for name, value in self if value is not None})
+        if self.metro is not None:
+            values["facility"] = None
+        if self.facility is not None:
+            values["metro"] = None
+        return self.model_construct(**values)
+
+
 class Profile(_Model):
     """``profiles.<name>``: what a node boots (stream, arch), how (install or live) and with what config."""
 
@@ -288,7 +459,7 @@ class Profile(_Model):
     ignition_version: Literal["3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"] = "3.2.0"
     kargs: YamlList[str] = ()
     console: str | None = None
-    metal: Any = None  # checked by bootserver.metal.parse_metal_settings in _check_references
+    metal: Annotated[MetalSettings, BeforeValidator(_null_as_empty)] = Field(default_factory=MetalSettings)
     boot_once: bool | None = None
 
     @property
@@ -327,7 +498,7 @@ class Node(_Model):
     mac: tuple[str, ...] = ()
     uuid: str | None = None
     hostname: str | None = None
-    metal: Any = None  # checked by bootserver.metal.parse_metal_settings in _check_references
+    metal: Annotated[MetalSettings, BeforeValidator(_null_as_empty)] = Field(default_factory=MetalSettings)
     addresses: tuple[str, ...] = ()
     selectable: bool = False
 
@@ -375,7 +546,7 @@ class _Document(_Model):
     facilities: dict[Name, FacilityConfig] = Field(default_factory=dict)
     profiles: dict[Name, Profile] = Field(default_factory=dict)
     nodes: dict[Name, Node] = Field(default_factory=dict)
-    metal: Any = None  # checked by bootserver.metal.parse_metal_global
+    metal: Annotated[MetalGlobal, BeforeValidator(_null_as_empty)] = Field(default_factory=MetalGlobal)
 
 
 class Config:
@@ -385,7 +556,7 @@ class Config:
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
     ``state_dir`` (absolute :class:`~pathlib.Path`), ``read_through`` (bool: a cache miss is fetched
     from upstream), the mappings ``streams``, ``facilities``, ``profiles``, ``nodes`` (name -> model),
-    and ``metal`` (:class:`bootserver.metal.MetalGlobal`).
+    and ``metal`` (:class:`MetalGlobal`).
     """
 
     __slots__ = ("source", "base_dir", "server", "cache_dir", "state_dir", "read_through", "streams",
@@ -407,9 +578,7 @@ class Config:
         set_(self, "facilities", MappingProxyType(dict(doc.facilities)))
         set_(self, "profiles", MappingProxyType(dict(doc.profiles)))
         set_(self, "nodes", MappingProxyType(dict(doc.nodes)))
-        from .metal import parse_metal_global
-
-        set_(self, "metal", parse_metal_global(source, "metal", doc.metal))
+        set_(self, "metal", doc.metal)
         set_(self, "_mac_index", MappingProxyType(
             {mac: name for name, node in doc.nodes.items() for mac in node.mac}))
 
@@ -487,15 +656,37 @@ def default_document() -> dict[str, Any]:
 
 
 def _keypath(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc)
+    """``("nodes", "m0", "metal", "tags", 1)`` -> ``nodes.m0.metal.tags[1]``."""
+    out = ""
+    for p in loc:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}" if out else str(p)
+    return out
 
 
-def _describe(err: dict[str, Any]) -> tuple[str, str]:
-    """Turn one pydantic error into ``(key path, message)`` in our wording."""
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "literal["))))
+def _known_keys(loc: tuple[Any, ...]) -> tuple[str, ...]:
+    """The keys of the mapping at ``loc`` (a key path into :class:`_Document`), ``()`` if not a model."""
+    node: Any = _Document
+    for part in loc:
+        if isinstance(node, type) and issubclass(node, BaseModel) and part in node.model_fields:
+            node = node.model_fields[part].annotation
+            if get_origin(node) in (Union, types.UnionType):  # X | None
+                node = next((a for a in get_args(node) if a is not type(None)), None)
+        elif get_origin(node) is dict:
+            node = get_args(node)[1]
+        else:
+            return ()
+    return tuple(node.model_fields) if isinstance(node, type) and issubclass(node, BaseModel) else ()
+
+
+def describe_error(err: dict[str, Any]) -> tuple[str, str]:
+    """Turn one pydantic error (an item of ``ValidationError.errors()``) into ``(key path, message)`` in
+    our wording: ``("nodes.m0.metal.tags[1]", "expected a string, got int 1")``."""
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (
+        p.startswith(("function-", "literal[")) or p in _FACILITY_TAGS)))
     kind = err["type"]
     if kind == "extra_forbidden":
-        return _keypath(loc), "unknown key"
+        known = _known_keys(loc[:-1])
+        return _keypath(loc), f"unknown key (known: {', '.join(known)})" if known else "unknown key"
     if kind == "missing":
         return _keypath(loc), "required key is missing"
     msg = err["msg"]
@@ -504,7 +695,7 @@ def _describe(err: dict[str, Any]) -> tuple[str, str]:
     elif kind.endswith("_type") or kind == "model_type" or kind == "dict_type":
         expected = {"string_type": "a string", "dict_type": "a mapping", "model_type": "a mapping",
                     "tuple_type": "a list", "list_type": "a list", "bool_type": "true or false",
-                    "int_type": "an integer"}.get(kind, kind.removesuffix("_type"))
+                    "int_type": "an integer", "float_type": "a number"}.get(kind, kind.removesuffix("_type"))
         msg = f"expected {expected}, got {type(err['input']).__name__} {err['input']!r}"
     elif kind == "literal_error":
         msg = f"{msg[0].lower()}{msg[1:]}, got {err['input']!r}"
@@ -519,13 +710,10 @@ def _describe(err: dict[str, Any]) -> tuple[str, str]:
 
 def _check_references(doc: _Document, cfg: Config) -> None:
     """Cross-key checks pydantic cannot do: names that must exist, arch and mode requirements."""
-    from .metal import parse_metal_settings
-
     src = cfg.source
     if doc.server.facility is not None and doc.server.facility not in doc.facilities:
         raise ConfigError(src, "server.facility", f"no facility {doc.server.facility!r}")
     for name, prof in doc.profiles.items():
-        parse_metal_settings(src, f"profiles.{name}.metal", prof.metal)
         if prof.stream not in doc.streams:
             raise ConfigError(src, f"profiles.{name}.stream", f"no stream {prof.stream!r}")
         if prof.arch not in doc.streams[prof.stream].architectures:
@@ -544,7 +732,6 @@ def _check_references(doc: _Document, cfg: Config) -> None:
             raise ConfigError(src, f"nodes.{name}.profile", f"no profile {node.profile!r}")
         if node.facility is not None and node.facility not in doc.facilities:
             raise ConfigError(src, f"nodes.{name}.facility", f"no facility {node.facility!r}")
-        parse_metal_settings(src, f"nodes.{name}.metal", node.metal)
         for mac in node.mac:
             if mac in seen_macs:
                 raise ConfigError(src, f"nodes.{name}.mac", f"{mac} is already the MAC of node {seen_macs[mac]!r}")
@@ -587,7 +774,7 @@ def parse_config(raw: Any, source: str, base_dir: Path) -> Config:
         doc = _Document.model_validate(raw)
     except ValidationError as e:
         first = e.errors()[0]
-        keypath, message = _describe(first)
+        keypath, message = describe_error(first)
         raise ConfigError(source, keypath, message) from None
     cfg = Config(doc, source, base_dir)
     _check_references(doc, cfg)

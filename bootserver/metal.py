@@ -10,23 +10,21 @@ be added later by writing one more class with the four methods.
 ``GET /devices/{id}`` (findDeviceById), ``DELETE /devices/{id}`` (deleteDevice, 204) and
 ``GET /projects/{id}/devices`` (findProjectDevices, paginated with ``page``/``per_page``).
 
-This module also parses the ``metal:`` config mappings (top level, profiles, nodes) so ``config.py``
-only has to call ``parse_metal_global`` / ``parse_metal_settings``.
+The ``metal:`` config mappings (top level, profiles, nodes) are validated at config load by the
+pydantic models ``MetalGlobal`` and ``MetalSettings`` of ``bootserver.config`` (re-exported here);
+``node_settings`` merges a node's settings over its profile's.
 
 It never imports aiohttp's web layer or the server.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import logging
 import math
 import os
 import time
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Protocol, Self, runtime_checkable
 from urllib.parse import urlsplit
 
@@ -35,7 +33,10 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from bootserver import __version__
-from bootserver.errors import BootserverError, ConfigError, InputError
+from pydantic import ValidationError
+
+from bootserver.config import BILLING_CYCLES, DEFAULT_TAG, MetalGlobal, MetalSettings, describe_error, is_uuid
+from bootserver.errors import BootserverError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,7 @@ TOKEN_ENV = "METAL_AUTH_TOKEN"
 API_URL_ENV = "METAL_API_URL"
 """Environment variable overriding the API base URL (wins over the config key ``metal.api_url``)."""
 
-DEFAULT_TAG = "bootserver"
-"""Tag that marks the devices bootserver manages (config key ``metal.tag``)."""
-
 USER_AGENT = f"bootserver/{__version__} (+https://github.com/bootserver/bootserver) python-requests/{requests.__version__}"
-
-BILLING_CYCLES = ("hourly", "daily", "monthly", "yearly")
-"""Allowed ``billing_cycle`` values (enum of DeviceCreateInput.billing_cycle)."""
 
 TERMINAL_STATES = frozenset({"active", "failed"})
 """Device states the provisioning wait loop stops at."""
@@ -495,194 +490,34 @@ def _strip_reason(exc: Exception) -> str:
 # ------------------------------------------------------------------------------------------- config
 
 
-@dataclass(frozen=True)
-class MetalGlobal:
-    """The top-level ``metal:`` mapping: ``api_url`` (API base URL), ``project`` (default project
-    UUID), ``tag`` (the tag marking devices bootserver manages, default ``bootserver``)."""
-
-    api_url: str | None = None
-    project: str | None = None
-    tag: str = DEFAULT_TAG
-
-
-@dataclass(frozen=True)
-class MetalSettings:
-    """A ``metal:`` mapping of a profile or a node; ``None`` means "not set here".
-
-    ``plan`` (e.g. ``c3.small.x86``), ``metro`` (e.g. ``da``) or deprecated ``facility`` (a code or a
-    list of codes), ``billing_cycle`` (hourly|daily|monthly|yearly), ``tags`` (extra device tags),
-    ``spot_instance`` and ``spot_price_max`` (USD per hour), ``hardware_reservation_id`` (a UUID or
-    ``next-available``), ``project_ssh_keys`` (project SSH key UUIDs), ``customdata`` (a mapping exposed
-    in the device metadata), ``always_pxe`` (boot iPXE on every boot, not only the first).
-    """
-
-    plan: str | None = None
-    metro: str | None = None
-    facility: str | tuple[str, ...] | None = None
-    billing_cycle: str | None = None
-    tags: tuple[str, ...] | None = None
-    spot_instance: bool | None = None
-    spot_price_max: float | None = None
-    hardware_reservation_id: str | None = None
-    project_ssh_keys: tuple[str, ...] | None = None
-    customdata: Mapping[str, Any] | None = None
-    always_pxe: bool | None = None
-
-    def merged_over(self, base: MetalSettings) -> MetalSettings:
-        """Return ``base`` with every key set here taking precedence (node over profile, CLI over
-        node). Location is one unit: setting ``metro`` here drops the base's ``facility`` and the
-        other way round."""
-        values = {f.name: getattr(base, f.name) for f in fields(self)}
-        for f in fields(self):
-            mine = getattr(self, f.name)
-            if mine is not None:
-                values[f.name] = mine
-        if self.metro is not None:
-            values["facility"] = None
-        if self.facility is not None:
-            values["metro"] = None
-        return MetalSettings(**values)
-
-
-_SETTINGS_KEYS = tuple(f.name for f in fields(MetalSettings))
-_GLOBAL_KEYS = tuple(f.name for f in fields(MetalGlobal))
-
-
-def _is_uuid(value: str) -> bool:
+def settings_from_options(**options: Any) -> MetalSettings:
+    """``MetalSettings`` from ``bootserver provision``'s command-line options (``plan``, ``metro``, ...:
+    the ``MetalSettings`` keys; ``None`` for an option not given), checked like the config keys.
+    Raises ``InputError`` (exit 2) naming the option, e.g. ``--plan: must not contain whitespace: ...``."""
     try:
-        uuid.UUID(value)
-    except (ValueError, AttributeError, TypeError):
-        return False
-    return True
-
-
-def _nonempty_str(source: str, keypath: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(source, keypath, "must be a non-empty string")
-    if any(c.isspace() for c in value):
-        raise ConfigError(source, keypath, f"must not contain whitespace: {value!r}")
-    return value
-
-
-def _str_list(source: str, keypath: str, value: Any, *, uuids: bool = False) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise ConfigError(source, keypath, "must be a list of strings")
-    out = []
-    for i, item in enumerate(value):
-        item = _nonempty_str(source, f"{keypath}[{i}]", item)
-        if uuids and not _is_uuid(item):
-            raise ConfigError(source, f"{keypath}[{i}]", f"must be a UUID: {item!r}")
-        out.append(item)
-    return tuple(out)
-
-
-def _bool(source: str, keypath: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(source, keypath, "must be true or false")
-    return value
-
-
-def parse_metal_settings(source: str, keypath: str, value: Any) -> MetalSettings:
-    """Parse a profile's or node's ``metal:`` mapping (``value`` as loaded from YAML).
-
-    ``source`` is the config file, ``keypath`` where the mapping sits (e.g. ``nodes.master-0.metal``).
-    ``None`` (an empty ``metal:``) gives empty settings. Raises ``ConfigError(source, keypath.key,
-    message)`` for a non-mapping, an unknown key, a wrong type, ``metro`` together with ``facility``,
-    a ``billing_cycle`` outside hourly|daily|monthly|yearly, a negative ``spot_price_max`` or one set
-    while ``spot_instance`` is false, a ``project_ssh_keys`` entry that is not a UUID.
-    """
-    if value is None:
-        return MetalSettings()
-    if not isinstance(value, Mapping):
-        raise ConfigError(source, keypath, "must be a mapping")
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        kp = f"{keypath}.{key}"
-        if key not in _SETTINGS_KEYS:
-            raise ConfigError(source, kp, f"unknown key (known: {', '.join(_SETTINGS_KEYS)})")
-        if item is None:
-            continue
-        if key in ("plan", "metro", "hardware_reservation_id"):
-            out[key] = _nonempty_str(source, kp, item)
-        elif key == "facility":
-            out[key] = _str_list(source, kp, item) if isinstance(item, list) else _nonempty_str(source, kp, item)
-            if out[key] == ():
-                raise ConfigError(source, kp, "must name at least one facility")
-        elif key == "billing_cycle":
-            if item not in BILLING_CYCLES:
-                raise ConfigError(source, kp, f"must be one of {', '.join(BILLING_CYCLES)}: {item!r}")
-            out[key] = item
-        elif key == "tags":
-            out[key] = _str_list(source, kp, item)
-        elif key == "project_ssh_keys":
-            out[key] = _str_list(source, kp, item, uuids=True)
-        elif key in ("spot_instance", "always_pxe"):
-            out[key] = _bool(source, kp, item)
-        elif key == "spot_price_max":
-            if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item):
-                raise ConfigError(source, kp, "must be a number (US dollars per hour)")
-            if item < 0:
-                raise ConfigError(source, kp, "must not be negative")
-            out[key] = float(item)
-        elif key == "customdata":
-            if not isinstance(item, Mapping):
-                raise ConfigError(source, kp, "must be a mapping")
-            out[key] = dict(item)
-    if "metro" in out and "facility" in out:
-        raise ConfigError(source, f"{keypath}.facility", "set metro or facility (deprecated), not both")
-    if "spot_price_max" in out and out.get("spot_instance") is False:
-        raise ConfigError(source, f"{keypath}.spot_price_max", "needs spot_instance: true")
-    return MetalSettings(**out)
-
-
-def parse_metal_global(source: str, keypath: str, value: Any) -> MetalGlobal:
-    """Parse the top-level ``metal:`` mapping (``api_url``, ``project``, ``tag``).
-
-    Raises ``ConfigError`` for a non-mapping, an unknown key, an ``api_url`` that is not an absolute
-    http(s) URL, a ``project`` that is not a UUID, an empty or whitespace-containing ``tag``.
-    """
-    if value is None:
-        return MetalGlobal()
-    if not isinstance(value, Mapping):
-        raise ConfigError(source, keypath, "must be a mapping")
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        kp = f"{keypath}.{key}"
-        if key not in _GLOBAL_KEYS:
-            raise ConfigError(source, kp, f"unknown key (known: {', '.join(_GLOBAL_KEYS)})")
-        if item is None:
-            continue
-        if key == "api_url":
-            parts = urlsplit(item) if isinstance(item, str) else None
-            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ConfigError(source, kp, f"must be an http(s) URL: {item!r}")
-            out[key] = item.rstrip("/")
-        elif key == "project":
-            if not isinstance(item, str) or not _is_uuid(item):
-                raise ConfigError(source, kp, f"must be a project UUID: {item!r}")
-            out[key] = item
-        elif key == "tag":
-            out[key] = _nonempty_str(source, kp, item)
-    return MetalGlobal(**out)
+        return MetalSettings(**options)
+    except ValidationError as e:
+        key, message = describe_error(e.errors()[0])
+        option = key.split(".")[0].split("[")[0].replace("_", "-")
+        raise InputError(f"--{option}: {message}") from None
 
 
 def node_settings(config: Any, node: str) -> MetalSettings:
     """The merged ``metal:`` settings of ``node`` in a loaded ``bootserver.config.Config``: the node's
-    mapping over its profile's. ``always_pxe`` defaults to true when the profile boots once (an
-    installed node then gets the boot-disk script on every PXE boot, and ``bootserver nodes reinstall``
-    reinstalls it without touching the device). Raises ``ConfigError`` like ``parse_metal_settings``."""
+    mapping over its profile's (both already checked at config load). ``always_pxe`` defaults to true
+    when the profile boots once (an installed node then gets the boot-disk script on every PXE boot,
+    and ``bootserver nodes reinstall`` reinstalls it without touching the device)."""
     spec = config.nodes[node]
     profile = config.profiles[spec.profile]
-    base = parse_metal_settings(config.source, f"profiles.{spec.profile}.metal", profile.metal)
-    merged = parse_metal_settings(config.source, f"nodes.{node}.metal", spec.metal).merged_over(base)
+    merged = spec.metal.merged_over(profile.metal)
     if merged.always_pxe is None and profile.boots_once:
-        merged = dataclasses.replace(merged, always_pxe=True)
+        merged = merged.model_copy(update={"always_pxe": True})
     return merged
 
 
 def check_project_id(project: str) -> str:
     """Return ``project`` if it is a UUID (the API's project id format), else raise ``InputError``."""
-    if not _is_uuid(project):
+    if not is_uuid(project):
         raise InputError(f"--project: not a project UUID: {project!r}")
     return project
 
@@ -779,6 +614,5 @@ __all__ = [
     "device_create_body",
     "ipxe_userdata",
     "node_settings",
-    "parse_metal_global",
-    "parse_metal_settings",
+    "settings_from_options",
 ]

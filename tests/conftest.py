@@ -8,11 +8,13 @@ import hashlib
 import json
 import re
 import os
+import shutil
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 from urllib.parse import urlsplit
 
 import pytest
@@ -201,3 +203,91 @@ class SigningClient:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
+
+
+class CachedArtifact(NamedTuple):
+    """An artifact published into a test cache: its URL ``path`` (``/artifacts/...``), its bytes and
+    the release (:class:`bootserver.streams.Release`) it belongs to."""
+
+    path: str
+    data: bytes
+    release: Any
+
+
+@pytest.fixture
+def publish_kernel(reference: Path) -> Callable[..., CachedArtifact]:
+    """``publish_kernel(config, size)``: publish a ``size``-byte stand-in for the x86_64 kernel of
+    rhcos-stream-4.16.json (stream ``rhcos-4.16``) into ``config.cache_dir`` through the real store
+    writer, as if its sha256 were the metadata's."""
+    from bootserver.store import ArtifactStore
+    from bootserver.streams import parse_stream
+
+    def publish(config: Any, size: int) -> CachedArtifact:
+        data = payload("kernel", size)
+        meta = parse_stream((reference / "rhcos-stream-4.16.json").read_bytes(), name="rhcos-4.16",
+                            source="x", architectures=("x86_64",))
+        rel = meta.releases["x86_64"]
+        art = rel.kernel.__class__(kind="kernel", url="http://up/k", sha256=hashlib.sha256(data).hexdigest(),
+                                   signature=None, filename=rel.kernel.filename)
+        store = ArtifactStore(config.cache_dir)
+        with store.writer(rel, art) as w:
+            w.write(data)
+            w.commit(art.url)
+        return CachedArtifact(f"/artifacts/rhcos-4.16/x86_64/{rel.version}/{rel.kernel.filename}", data, rel)
+
+    return publish
+
+
+@dataclass
+class BootSetup:
+    """What :func:`boot_setup` prepared: the config file, the port ``serve`` will listen on, the real
+    Ignition config (``master.ign``, openshift-install's pointer config), the rewritten stream
+    document and the files the fake upstream serves (URL path -> bytes)."""
+
+    config: Path
+    port: int
+    master_ign: Path
+    doc: dict[str, Any]
+    files: dict[str, bytes]
+
+    @property
+    def expected_sha256(self) -> set[str]:
+        """The sha256 of the x86_64 kernel, initramfs and rootfs in the stream document."""
+        pxe = self.doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"]
+        return {a["sha256"] for a in pxe.values()}
+
+
+@pytest.fixture
+def boot_setup(tmp_path: Path, reference: Path, upstream: Upstream) -> Callable[..., BootSetup]:
+    """``boot_setup(size, nodes, profile_metal=None, metal=None)``: the common start of a sync -> serve
+    test. The fake upstream serves a copy of rhcos-stream-4.16.json (at ``/streams/rhcos-4.16.json``)
+    whose artifacts are ``size``-byte stand-ins; ``tmp_path/bootserver.yaml`` names it as stream
+    ``rhcos-4.16``, listens on a free port of 127.0.0.1, and has one install-mode profile ``master``
+    (``/dev/sda``, ``master.ign``, ``metal: profile_metal`` when given), the ``nodes`` mapping and the
+    top-level ``metal`` when given."""
+
+    def make(size: int, nodes: dict[str, Any], profile_metal: dict[str, Any] | None = None,
+             metal: dict[str, Any] | None = None) -> BootSetup:
+        doc, files = rewrite_stream(reference / "rhcos-stream-4.16.json", upstream.url,
+                                    {k: payload(k, size) for k in ("kernel", "initramfs", "rootfs")})
+        upstream.files.update(files)
+        metadata_path = "/streams/rhcos-4.16.json"
+        upstream.files[metadata_path] = json.dumps(doc).encode()
+        master_ign = tmp_path / "master.ign"
+        shutil.copy(reference / "openshift-pointer-master.ign.json", master_ign)
+        port = free_port()
+        profile: dict[str, Any] = {"stream": "rhcos-4.16", "mode": "install", "install_dev": "/dev/sda",
+                                   "ignition": "master.ign"}
+        if profile_metal is not None:
+            profile["metal"] = profile_metal
+        config: dict[str, Any] = {
+            "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}"},
+            "cache_dir": "cache", "state_dir": "state",
+        }
+        if metal is not None:
+            config["metal"] = metal
+        config |= {"streams": {"rhcos-4.16": {"metadata": upstream.url + metadata_path}},
+                   "profiles": {"master": profile}, "nodes": nodes}
+        return BootSetup(write_config(tmp_path / "bootserver.yaml", config), port, master_ign, doc, files)
+
+    return make

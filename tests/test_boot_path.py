@@ -8,31 +8,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
-from pathlib import Path
 
 import aiohttp
 
-from conftest import ServerProcess, free_port, payload, rewrite_stream, run_cli, write_config
+from conftest import ServerProcess, run_cli
 
 
-async def test_sync_serve_and_boot_like_a_device(tmp_path: Path, reference: Path, upstream) -> None:
-    doc, files = rewrite_stream(reference / "rhcos-stream-4.16.json", upstream.url,
-                                {k: payload(k, 200_000) for k in ("kernel", "initramfs", "rootfs")})
-    upstream.files.update(files)
-    metadata_path = "/streams/rhcos-4.16.json"
-    upstream.files[metadata_path] = json.dumps(doc).encode()
-    master_ign = tmp_path / "master.ign"
-    shutil.copy(reference / "openshift-pointer-master.ign.json", master_ign)
-    port = free_port()
-    config = write_config(tmp_path / "bootserver.yaml", {
-        "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}"},
-        "cache_dir": "cache", "state_dir": "state",
-        "streams": {"rhcos-4.16": {"metadata": upstream.url + metadata_path}},
-        "profiles": {"master": {"stream": "rhcos-4.16", "mode": "install", "install_dev": "/dev/sda",
-                                "ignition": "master.ign"}},
-        "nodes": {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56", "addresses": ["127.0.0.1"]}},
-    })
+async def test_sync_serve_and_boot_like_a_device(boot_setup, upstream) -> None:
+    setup = boot_setup(200_000, {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56",
+                                              "addresses": ["127.0.0.1"]}})
+    config, port, master_ign, doc, files = setup.config, setup.port, setup.master_ign, setup.doc, setup.files
 
     rc, out, err = await run_cli("sync-images", "--config", str(config))
     assert rc == 0, err

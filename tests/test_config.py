@@ -34,8 +34,17 @@ def write(tmp_path: Path, reference: Path, extra: str = "", replace: tuple[str, 
 CASES = [
     (("profile: master,", "profile: mastr,"), "", "nodes.master-0.profile: no profile 'mastr'"),
     (("stream: rhcos-4.16,", "stream: rhcos-4.9,"), "", "profiles.master.stream: no stream 'rhcos-4.9'"),
-    (None, "colour: blue\n", "colour: unknown key"),
-    (("install_dev: /dev/sda", "install_dev: /dev/sda, colour: red"), "", "profiles.master.colour: unknown key"),
+    (None, "colour: blue\n", "colour: unknown key (known: server, cache_dir, state_dir, read_through, streams, "
+     "facilities, profiles, nodes, metal)"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, colour: red"), "", "profiles.master.colour: unknown key "
+     "(known: stream, arch, mode, install_dev, ignition, ignition_version, kargs, console, metal, boot_once)"),
+    (None, "server: {tls: {listen: ':8443', lisen: ':1'}}\n", "server.tls.lisen: unknown key "
+     "(known: listen, base_url, cert, key, ca, allow_plain_configs)"),
+    (None, "metal: {plan: c3.small.x86}\n", "metal.plan: unknown key (known: api_url, project, tag)"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, metal: {metro: da, facility: [da11]}"), "",
+     "profiles.master.metal.facility: set metro or facility (deprecated), not both"),
+    (("rhcos-4.16: {metadata: ", "rhcos-4.16: {architectures: [x86_64, s390x], metadata: "), "",
+     "streams.rhcos-4.16.architectures[1]: input should be 'x86_64' or 'aarch64', got 's390x'"),
     (("install_dev: /dev/sda", "mode: install"), "", "profiles.master.install_dev: required when mode is install"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, mode: rescue"), "",
      "profiles.master.mode: input should be 'install' or 'live', got 'rescue'"),

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from pathlib import Path
 
 import aiohttp
-from conftest import ServerProcess, free_port, payload, rewrite_stream, run_cli, write_config
+from conftest import ServerProcess, run_cli
 from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 
 
@@ -45,26 +44,11 @@ async def play_device(http: aiohttp.ClientSession, chain_url: str, expected_sha2
     assert merge["verification"]["hash"] == "sha512-" + hashlib.sha512(body).hexdigest()
 
 
-async def test_provision_then_boot_like_the_devices(tmp_path: Path, reference: Path, upstream, fake_metal,
-                                                    monkeypatch) -> None:
-    doc, files = rewrite_stream(reference / "rhcos-stream-4.16.json", upstream.url,
-                                {k: payload(k, 100_000) for k in ("kernel", "initramfs", "rootfs")})
-    upstream.files.update(files)
-    upstream.files["/streams/rhcos-4.16.json"] = json.dumps(doc).encode()
-    expected = {a["sha256"] for a in doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"].values()}
-    master_ign = tmp_path / "master.ign"
-    shutil.copy(reference / "openshift-pointer-master.ign.json", master_ign)
-    port = free_port()
-    config = write_config(tmp_path / "bootserver.yaml", {
-        "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}"},
-        "cache_dir": "cache", "state_dir": "state",
-        "metal": {"project": PROJECT},
-        "streams": {"rhcos-4.16": {"metadata": upstream.url + "/streams/rhcos-4.16.json"}},
-        "profiles": {"master": {"stream": "rhcos-4.16", "mode": "install", "install_dev": "/dev/sda",
-                                "ignition": "master.ign",
-                                "metal": {"plan": "c3.small.x86", "metro": "da", "always_pxe": False}}},
-        "nodes": {"master-0": {"profile": "master"}, "master-1": {"profile": "master"}},
-    })
+async def test_provision_then_boot_like_the_devices(tmp_path: Path, boot_setup, fake_metal, monkeypatch) -> None:
+    setup = boot_setup(100_000, {"master-0": {"profile": "master"}, "master-1": {"profile": "master"}},
+                       profile_metal={"plan": "c3.small.x86", "metro": "da", "always_pxe": False},
+                       metal={"project": PROJECT})
+    config, port, master_ign, expected = setup.config, setup.port, setup.master_ign, setup.expected_sha256
     fake_metal.instant = True  # the subprocess cannot take an injected clock; no real polling pauses
     monkeypatch.setenv("METAL_AUTH_TOKEN", TOKEN)
     monkeypatch.setenv("METAL_API_URL", fake_metal.url)

@@ -132,7 +132,7 @@ def test_422_is_exit_1_with_the_errors(env, tmp_path, capsys):
 def test_empty_plan_is_bad_input(env, tmp_path, capsys):
     rc, _out, err = cli(capsys, "provision", "master-0", "--config", str(make_config(tmp_path)), "--plan", "")
     assert rc == 2
-    assert "node master-0: no Equinix Metal plan" in err
+    assert err == "bootserver: --plan: must be a non-empty string\n"
     assert env.requests == []
 
 

@@ -1,68 +1,103 @@
-"""Parsing of the ``metal:`` config mappings and building a node's DeviceSpec."""
+"""The ``metal:`` config mappings (checked at config load by the pydantic models of bootserver.config)
+and building a node's DeviceSpec."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from bootserver.config import Config, parse_config
 from bootserver.errors import ConfigError, InputError
 from bootserver.metal import (
     MetalGlobal,
     MetalSettings,
     build_device_spec,
     ipxe_userdata,
-    parse_metal_global,
-    parse_metal_settings,
+    settings_from_options,
 )
 
 KEY = "5d8c0c3e-1a2b-4c5d-8e9f-0a1b2c3d4e5f"
 URL = "http://boot.example:8080/ipxe/master-0"
 
 
-def test_full_settings_mapping():
-    s = parse_metal_settings("c.yaml", "profiles.master.metal", {
+def load(reference: Path, node_metal: Any = None, top: Any = None) -> Config:
+    """A config with stream ``r``, profile ``p`` and node ``n`` whose ``metal:`` is ``node_metal``."""
+    doc: dict[str, Any] = {
+        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"p": {"stream": "r", "install_dev": "/dev/sda"}},
+        "nodes": {"n": {"profile": "p", "metal": node_metal}},
+    }
+    if top is not None:
+        doc["metal"] = top
+    return parse_config(doc, "c.yaml", reference)
+
+
+def test_full_settings_mapping(reference):
+    s = load(reference, {
         "plan": "c3.small.x86", "metro": "da", "billing_cycle": "hourly", "tags": ["ocp"],
         "spot_instance": True, "spot_price_max": 1, "hardware_reservation_id": "next-available",
         "project_ssh_keys": [KEY], "customdata": {"a": 1}, "always_pxe": True,
-    })
+    }).nodes["n"].metal
     assert s == MetalSettings(plan="c3.small.x86", metro="da", billing_cycle="hourly", tags=("ocp",),
                               spot_instance=True, spot_price_max=1.0, hardware_reservation_id="next-available",
                               project_ssh_keys=(KEY,), customdata={"a": 1}, always_pxe=True)
+    assert type(s.spot_price_max) is float
 
 
-def test_empty_mapping_and_facility_list():
-    assert parse_metal_settings("c.yaml", "nodes.n.metal", None) == MetalSettings()
-    assert parse_metal_settings("c.yaml", "k", {"facility": ["da11", "any"]}).facility == ("da11", "any")
-    assert parse_metal_settings("c.yaml", "k", {"facility": "da11"}).facility == "da11"
+def test_empty_mapping_and_facility_list(reference):
+    assert load(reference, None).nodes["n"].metal == MetalSettings()
+    assert load(reference, {}).nodes["n"].metal == MetalSettings()
+    assert load(reference, {"plan": None}).nodes["n"].metal == MetalSettings()
+    assert load(reference).profiles["p"].metal == MetalSettings()
+    assert load(reference, {"facility": ["da11", "any"]}).nodes["n"].metal.facility == ("da11", "any")
+    assert load(reference, {"facility": "da11"}).nodes["n"].metal.facility == "da11"
 
 
 @pytest.mark.parametrize(
     ("value", "keypath", "message"),
     [
-        ([], "nodes.n.metal", "must be a mapping"),
-        ({"plann": "x"}, "nodes.n.metal.plann", "unknown key"),
-        ({"plan": 3}, "nodes.n.metal.plan", "must be a non-empty string"),
-        ({"plan": "c3 small"}, "nodes.n.metal.plan", "must not contain whitespace"),
-        ({"metro": "da", "facility": "da11"}, "nodes.n.metal.facility", "not both"),
-        ({"facility": []}, "nodes.n.metal.facility", "at least one"),
-        ({"billing_cycle": "weekly"}, "nodes.n.metal.billing_cycle", "must be one of hourly, daily, monthly, yearly"),
-        ({"tags": "ocp"}, "nodes.n.metal.tags", "must be a list of strings"),
-        ({"tags": ["ok", 1]}, "nodes.n.metal.tags[1]", "must be a non-empty string"),
-        ({"spot_instance": "yes"}, "nodes.n.metal.spot_instance", "must be true or false"),
-        ({"spot_price_max": True}, "nodes.n.metal.spot_price_max", "must be a number"),
+        ([], "nodes.n.metal", "expected a mapping, got list []"),
+        ({"plann": "x"}, "nodes.n.metal.plann", "unknown key (known: plan, metro, facility, billing_cycle, tags, "
+         "spot_instance, spot_price_max, hardware_reservation_id, project_ssh_keys, customdata, always_pxe)"),
+        ({"plan": 3}, "nodes.n.metal.plan", "expected a string, got int 3"),
+        ({"plan": ""}, "nodes.n.metal.plan", "must be a non-empty string"),
+        ({"plan": "c3 small"}, "nodes.n.metal.plan", "must not contain whitespace: 'c3 small'"),
+        ({"metro": "da", "facility": "da11"}, "nodes.n.metal.facility", "set metro or facility (deprecated), not both"),
+        ({"facility": []}, "nodes.n.metal.facility", "must name at least one facility"),
+        ({"facility": 3}, "nodes.n.metal.facility", "expected a string, got int 3"),
+        ({"facility": ["da11", "s v"]}, "nodes.n.metal.facility[1]", "must not contain whitespace: 's v'"),
+        ({"billing_cycle": "weekly"}, "nodes.n.metal.billing_cycle",
+         "input should be 'hourly', 'daily', 'monthly' or 'yearly', got 'weekly'"),
+        ({"tags": "ocp"}, "nodes.n.metal.tags", "expected a list, got str 'ocp'"),
+        ({"tags": ["ok", 1]}, "nodes.n.metal.tags[1]", "expected a string, got int 1"),
+        ({"spot_instance": "yes"}, "nodes.n.metal.spot_instance", "expected true or false, got str 'yes'"),
+        ({"spot_price_max": True}, "nodes.n.metal.spot_price_max", "expected a number, got bool True"),
+        ({"spot_price_max": float("inf")}, "nodes.n.metal.spot_price_max", "input should be a finite number"),
         ({"spot_price_max": -1}, "nodes.n.metal.spot_price_max", "must not be negative"),
         ({"spot_instance": False, "spot_price_max": 1}, "nodes.n.metal.spot_price_max", "needs spot_instance: true"),
-        ({"project_ssh_keys": ["nope"]}, "nodes.n.metal.project_ssh_keys[0]", "must be a UUID"),
-        ({"customdata": [1]}, "nodes.n.metal.customdata", "must be a mapping"),
-        ({"always_pxe": 1}, "nodes.n.metal.always_pxe", "must be true or false"),
+        ({"project_ssh_keys": ["nope"]}, "nodes.n.metal.project_ssh_keys[0]", "must be a UUID: 'nope'"),
+        ({"customdata": [1]}, "nodes.n.metal.customdata", "expected a mapping, got list [1]"),
+        ({"always_pxe": 1}, "nodes.n.metal.always_pxe", "expected true or false, got int 1"),
     ],
 )
-def test_bad_settings_name_file_and_key(value, keypath, message):
+def test_bad_settings_name_file_and_key(reference, value, keypath, message):
     with pytest.raises(ConfigError) as info:
-        parse_metal_settings("c.yaml", "nodes.n.metal", value)
+        load(reference, value)
     assert info.value.keypath == keypath
-    assert message in info.value.message
-    assert str(info.value).startswith(f"c.yaml: {keypath}: ")
+    assert info.value.message == message
+    assert str(info.value) == f"c.yaml: {keypath}: {message}"
     assert info.value.exit_code == 2
+
+
+def test_profile_settings_are_checked_too(reference):
+    doc = {"streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+           "profiles": {"p": {"stream": "r", "install_dev": "/dev/sda", "metal": {"billing_cycle": 1}}}}
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, "c.yaml", reference)
+    assert str(info.value) == "c.yaml: profiles.p.metal.billing_cycle: input should be 'hourly', 'daily', " \
+                              "'monthly' or 'yearly', got 1"
 
 
 def test_node_overrides_profile_and_location_is_one_unit():
@@ -73,27 +108,37 @@ def test_node_overrides_profile_and_location_is_one_unit():
     assert MetalSettings(metro="ny").merged_over(merged).facility is None
 
 
-def test_global_mapping():
-    assert parse_metal_global("c.yaml", "metal", None) == MetalGlobal()
-    g = parse_metal_global("c.yaml", "metal", {"api_url": "http://127.0.0.1:9/metal/v1/",
-                                                "project": KEY, "tag": "bs-prod"})
+def test_global_mapping(reference):
+    assert load(reference).metal == MetalGlobal()
+    assert load(reference, top={}).metal == MetalGlobal(api_url=None, project=None, tag="bootserver")
+    g = load(reference, top={"api_url": "http://127.0.0.1:9/metal/v1/", "project": KEY, "tag": "bs-prod"}).metal
     assert g == MetalGlobal(api_url="http://127.0.0.1:9/metal/v1", project=KEY, tag="bs-prod")
 
 
 @pytest.mark.parametrize(
-    ("value", "keypath"),
+    ("value", "keypath", "message"),
     [
-        ({"api_url": "ftp://x"}, "metal.api_url"),
-        ({"project": "my-project"}, "metal.project"),
-        ({"tag": ""}, "metal.tag"),
-        ({"token": "x"}, "metal.token"),
-        ("x", "metal"),
+        ({"api_url": "ftp://x"}, "metal.api_url", "must be an http(s) URL: 'ftp://x'"),
+        ({"project": "my-project"}, "metal.project", "must be a project UUID: 'my-project'"),
+        ({"tag": ""}, "metal.tag", "must be a non-empty string"),
+        ({"tag": "a b"}, "metal.tag", "must not contain whitespace: 'a b'"),
+        ({"token": "x"}, "metal.token", "unknown key (known: api_url, project, tag)"),
+        ("x", "metal", "expected a mapping, got str 'x'"),
     ],
 )
-def test_bad_global(value, keypath):
+def test_bad_global(reference, value, keypath, message):
     with pytest.raises(ConfigError) as info:
-        parse_metal_global("c.yaml", "metal", value)
-    assert info.value.keypath == keypath
+        load(reference, top=value)
+    assert str(info.value) == f"c.yaml: {keypath}: {message}"
+
+
+def test_command_line_settings_are_checked_and_name_the_option():
+    assert settings_from_options(plan="c3.small.x86", metro=None) == MetalSettings(plan="c3.small.x86")
+    with pytest.raises(InputError) as info:
+        settings_from_options(plan="c3 small")
+    assert str(info.value) == "--plan: must not contain whitespace: 'c3 small'"
+    with pytest.raises(InputError, match="^--hardware-reservation-id: must be a non-empty string$"):
+        settings_from_options(hardware_reservation_id="")
 
 
 def test_device_spec_from_settings():

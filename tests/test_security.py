@@ -5,7 +5,6 @@ request limits, a path-traversal corpus sent as raw bytes, and logs free of sign
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -17,12 +16,10 @@ from aiohttp import web
 from bootserver.config import parse_config
 from bootserver.security import FORBIDDEN_BODY
 from bootserver.signing import sign
-from bootserver.store import ArtifactStore
-from bootserver.streams import parse_stream
 from bootserver.tls import init_tls
 from bootserver.web import create_app, runner_kwargs
 
-from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, payload, relative
+from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative
 
 SECRET = "TOP-SECRET-PULL-SECRET-4f9c2a"
 
@@ -290,18 +287,9 @@ def traversal_corpus(release: str) -> list[bytes]:
     return [t.encode() for t in targets]
 
 
-async def test_traversal_corpus_never_leaves_the_cache(aiohttp_server, reference, tmp_path) -> None:
+async def test_traversal_corpus_never_leaves_the_cache(aiohttp_server, reference, tmp_path, publish_kernel) -> None:
     config = make_config(reference, tmp_path)
-    meta = parse_stream((reference / "rhcos-stream-4.16.json").read_bytes(), name="rhcos-4.16",
-                        source="x", architectures=("x86_64",))
-    rel = meta.releases["x86_64"]
-    data = payload("kernel", 1000)
-    art = rel.kernel.__class__(kind="kernel", url="http://up/k", sha256=hashlib.sha256(data).hexdigest(),
-                               signature=None, filename=rel.kernel.filename)
-    store = ArtifactStore(config.cache_dir)
-    with store.writer(rel, art) as w:
-        w.write(data)
-        w.commit(art.url)
+    _path, data, rel = publish_kernel(config, 1000)
     secret_text = "SECRET-OUTSIDE-THE-CACHE-91b7"
     (tmp_path / "secret").write_text(secret_text)
     (tmp_path / "secret-dir").mkdir()

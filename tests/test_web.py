@@ -10,14 +10,12 @@ from pathlib import Path
 import pytest
 
 from bootserver.config import parse_config
-from bootserver.store import ArtifactStore
-from bootserver.streams import parse_stream
 from bootserver.web import create_app
 
 from bootserver.signing import sign
 from bootserver.urls import chain_path, real_config_path, stub_path
 
-from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, payload, relative
+from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative
 
 
 @pytest.fixture
@@ -35,19 +33,9 @@ def config(reference: Path, tmp_path: Path):
 
 
 @pytest.fixture
-def cached(config, reference: Path):
-    """Publish a stand-in kernel through the real writer, as if its sha256 were the metadata's."""
-    data = payload("kernel", 300_000)
-    meta = parse_stream((reference / "rhcos-stream-4.16.json").read_bytes(), name="rhcos-4.16",
-                        source="x", architectures=("x86_64",))
-    rel = meta.releases["x86_64"]
-    art = rel.kernel.__class__(kind="kernel", url="http://up/k", sha256=hashlib.sha256(data).hexdigest(),
-                               signature=None, filename=rel.kernel.filename)
-    store = ArtifactStore(config.cache_dir)
-    with store.writer(rel, art) as w:
-        w.write(data)
-        w.commit(art.url)
-    return f"/artifacts/rhcos-4.16/x86_64/{rel.version}/{rel.kernel.filename}", data
+def cached(config, publish_kernel):
+    """A stand-in kernel in the cache: ``(URL path, bytes)``."""
+    return publish_kernel(config, 300_000)[:2]
 
 
 @pytest.fixture
