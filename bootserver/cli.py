@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sqlite3
 import sys
 from typing import Callable, Sequence
@@ -327,12 +328,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = None
     try:
         config = load_config(args.config)
-        return args.func(args, config)
+        rc = args.func(args, config)
+        sys.stdout.flush()  # here, where a closed pipe can still be caught
+        return rc
     except BootserverError as e:
         print(f"bootserver: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `bootserver url NODE | head -1`: the reader went away; no traceback, and no second
+        # error when Python flushes stdout at exit (the pattern of the Python docs, "Note on SIGPIPE")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
     except sqlite3.Error as e:
         where = config.state_dir if config is not None else "state_dir"
         print(f"bootserver: {where}: node timeline: {e}", file=sys.stderr)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -90,3 +92,14 @@ async def test_nodes_command_refuses_unknown_nodes_and_bad_usage(tmp_path: Path,
     assert rc == 2 and "no node 'nobody'" in err and err.count("\n") == 1
     rc, out, err = await run_cli("nodes", "reinstall", "--config", str(config))
     assert rc == 2 and "expected NODE" in err
+
+
+def test_output_cut_short_by_a_closed_pipe_is_not_a_traceback(tmp_path: Path, reference: Path) -> None:
+    """``bootserver url NODE | head -1``, as docs and scripts use it."""
+    config = _config(tmp_path, reference, free_port())
+    proc = subprocess.Popen([sys.executable, "-m", "bootserver", "url", "master-0", "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=30) == 141
+    assert err == ""
