@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -50,6 +51,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
+
+log = logging.getLogger("bootserver.timeline")
 
 #: Seconds after a node's script was served during which artifact requests from the same client IP are
 #: attributed to that node (an install's rootfs download may start minutes after the script).
@@ -181,6 +184,9 @@ class Timeline:
         self._conn: sqlite3.Connection | None = None
         self._rlock = threading.Lock()
         self._reader: sqlite3.Connection | None = None
+        #: False: commits never checkpoint the WAL (its fsync can take a slow disk's hundreds of ms);
+        #: the owner calls :meth:`checkpoint` from elsewhere instead (see :class:`GroupCommit`).
+        self.auto_checkpoint = True
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -188,9 +194,21 @@ class Timeline:
             conn = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
+            if not self.auto_checkpoint:
+                conn.execute("PRAGMA wal_autocheckpoint=0")
             conn.executescript(_SCHEMA)
             self._conn = conn
         return self._conn
+
+    def checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database file (``PRAGMA wal_checkpoint(PASSIVE)``:
+        it never blocks writers or readers). Blocking; opens and closes its own connection.
+        Raises ``sqlite3.Error``."""
+        conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            conn.close()
 
     def _read_db(self) -> sqlite3.Connection:
         """The read connection (separate from the writer's, so a read never queues behind a commit)."""
@@ -301,13 +319,24 @@ class GroupCommit:
     writes never wait behind other blocking work) commits everything queued in one transaction; what
     arrives meanwhile forms the next batch. Events commit in the order they were queued. Under a boot
     storm this is one commit and one thread hand-off per batch instead of per request.
+
+    Commits do not checkpoint the WAL: after every :attr:`CHECKPOINT_EVERY` records a second thread
+    does, so its fsync never holds up a batch (it did: p99 latency of the script endpoint went from
+    about 25 ms to 80-450 ms on a VM disk).
     """
+
+    #: Records committed between two WAL checkpoints (a record is about 4 KiB of WAL at most).
+    CHECKPOINT_EVERY = 1000
 
     def __init__(self, timeline: Timeline) -> None:
         self.timeline = timeline
+        timeline.auto_checkpoint = False
         self._queue: list[tuple[Record, asyncio.Future[str]]] = []
         self._draining = False
         self._executor: ThreadPoolExecutor | None = None
+        self._checkpointer: ThreadPoolExecutor | None = None
+        self._checkpointing: asyncio.Future[None] | None = None
+        self._since_checkpoint = 0
 
     async def record(self, record: Record) -> str:
         """Commit ``record``; return the node's stage after it. Raises ``sqlite3.Error`` or ``OSError``
@@ -342,14 +371,33 @@ class GroupCommit:
                 for (_, fut), stage in zip(batch, stages):
                     if not fut.done():
                         fut.set_result(stage)
+                self._since_checkpoint += len(batch)
+                if self._since_checkpoint >= self.CHECKPOINT_EVERY and self._checkpointing is None:
+                    self._since_checkpoint = 0
+                    self._start_checkpoint(loop)
         finally:
             self._draining = False
 
+    def _start_checkpoint(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._checkpointer is None:
+            self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="timeline-checkpoint")
+        fut = loop.run_in_executor(self._checkpointer, self.timeline.checkpoint)
+        self._checkpointing = fut
+
+        def done(f: asyncio.Future[None]) -> None:
+            self._checkpointing = None
+            if not f.cancelled() and f.exception() is not None:
+                log.warning("%s: WAL checkpoint failed: %s", self.timeline.path, f.exception())
+
+        fut.add_done_callback(done)
+
     def close(self) -> None:
-        """Stop the writer thread once its current batch is committed (call after the last write)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        """Stop the writer and checkpoint threads once their current work is done (call after the
+        last write)."""
+        for executor in (self._executor, self._checkpointer):
+            if executor is not None:
+                executor.shutdown(wait=True)
+        self._executor = self._checkpointer = None
 
 
 def format_age(seconds: float | None) -> str:

@@ -115,3 +115,27 @@ def test_table_lists_configured_nodes_without_events(tmp_path: Path) -> None:
     assert lines[0].split() == ["NODE", "PROFILE", "STAGE", "SINCE", "LAST", "EVENT", "WHEN"]
     assert lines[1].split() == ["m0", "master", "installed", "5m", "ago", "config", "5m", "ago"]
     assert lines[2].split() == ["w0", "worker", "new", "-", "-", "-"]
+
+
+async def test_group_commit_checkpoints_the_wal_off_the_commit_path(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commits leave pages in the WAL; a separate checkpoint copies them into the database file."""
+    tl = Timeline(tmp_path)
+    writes = GroupCommit(tl)
+    monkeypatch.setattr(GroupCommit, "CHECKPOINT_EVERY", 50)
+    detail = {"pad": "x" * 2000}
+    try:
+        await writes.record(Record("m0", "script", "install", 0.0, detail=detail))
+        assert tl._db().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        empty = tl.path.stat().st_size
+        await asyncio.gather(*(writes.record(Record(f"m{i}", "script", "install", float(i), detail=detail))
+                               for i in range(1, 40)))
+        assert tl.path.stat().st_size == empty  # 40 records: no checkpoint yet, all in the WAL
+        await asyncio.gather(*(writes.record(Record(f"m{i}", "script", "install", float(i), detail=detail))
+                               for i in range(40, 80)))
+        writes.close()  # waits for the checkpoint started after the 50th record
+        assert tl.path.stat().st_size > empty + 40 * 2000
+        assert len(tl.nodes()) == 80
+    finally:
+        writes.close()
+        tl.close()
