@@ -196,7 +196,10 @@ class ArtifactStore:
                 continue
             if entry.name.endswith(".size"):
                 part = entry.with_name(entry.name[:-len(".size")] + ".part")
-                if part.exists() and _lock(part) is None:
+                part_fd = _lock(part)
+                if part_fd is not None:
+                    os.close(part_fd)
+                elif part.exists():
                     continue  # the size of a download in progress
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
