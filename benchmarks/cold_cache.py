@@ -4,7 +4,7 @@
 Everything runs on 127.0.0.1: a local upstream (benchmarks/upstream.py, sendfile), a
 ``bootserver serve`` subprocess, and ``curl`` clients (one process each, so the clients are not the
 bottleneck): every client must receive exactly the artifact's size (curl fails on a short body), and
-the first client's bytes are hashed against the sha256. Prints a Markdown table. Usage: ``.venv/bin/python benchmarks/cold_cache.py [--size-mb 1024] [--clients 50]``.
+the first client's bytes are hashed against the sha256. Prints a Markdown table. Usage: ``.venv/bin/python benchmarks/cold_cache.py [--size-mb 1024] [--clients 50] [--workers 1]``.
 """
 
 from __future__ import annotations
@@ -65,6 +65,18 @@ async def wait_http(url: str, deadline: float = 30.0) -> None:
     raise TimeoutError(url)
 
 
+async def wait_listeners(port: int, n: int, deadline: float = 30.0) -> None:
+    """Wait until ``n`` sockets listen on 127.0.0.1:``port`` (one per ``serve --workers`` worker)."""
+    end = time.monotonic() + deadline
+    want = f"0100007F:{port:04X}"
+    while time.monotonic() < end:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+        if sum(1 for line in lines if line.split()[1] == want and line.split()[3] == "0A") >= n:
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"{n} listeners on port {port}")
+
+
 async def curl(url: str, out: str = "/dev/null") -> tuple[float, float, int]:
     """GET ``url`` with curl; return (time to first byte, total time, bytes). Raises on failure."""
     p = await asyncio.create_subprocess_exec(
@@ -75,6 +87,22 @@ async def curl(url: str, out: str = "/dev/null") -> tuple[float, float, int]:
         raise RuntimeError(f"curl {url}: exit {p.returncode}: {err_b.decode().strip()}")
     ttfb, total, size = out_b.decode().split()
     return float(ttfb), float(total), int(size)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and of its live children (the workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def sha256_file(path: Path) -> str:
@@ -100,6 +128,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--workers", type=int, default=1, help="bootserver serve --workers N (default 1)")
     args = ap.parse_args()
     size = args.size_mb << 20
     work = Path(tempfile.mkdtemp(prefix="bootserver-bench-"))
@@ -123,33 +152,42 @@ async def main() -> None:
             "profiles: {live: {stream: bench, mode: live}}\n")
         up_log = open(work / "upstream.log", "w")
         procs.append(subprocess.Popen([PY, str(HERE / "upstream.py"), str(up_dir), str(up_port)], stdout=up_log))
+        workers = ["--workers", str(args.workers)] if args.workers != 1 else []
         procs.append(subprocess.Popen([PY, "-m", "bootserver", "serve", "--config", str(work / "bootserver.yaml"),
-                                       "--log-level", "warning"], stderr=open(work / "serve.log", "w")))
+                                       "--log-level", "warning", *workers], stderr=open(work / "serve.log", "w")))
         await wait_http(up_url + "/none")
         srv = f"http://127.0.0.1:{srv_port}"
         await wait_http(srv + "/healthz")
+        await wait_listeners(srv_port, args.workers)
         url = f"{srv}/artifacts/bench/x86_64/1.0/live-rootfs.x86_64"
         rows = []
         first_out = str(work / "client0.out")
+        server_pid = procs[1].pid
+        cpu0 = cpu_seconds(server_pid)
         t0 = time.monotonic()
         cold = await asyncio.gather(*(curl(url, first_out if i == 0 else "/dev/null") for i in range(args.clients)))
         cold_wall = time.monotonic() - t0
+        cold_cpu = cpu_seconds(server_pid) - cpu0
         assert all(c[2] == size for c in cold), "short body"
         assert sha256_file(Path(first_out)) == shas["rootfs"], "wrong bytes"
         os.unlink(first_out)
         up_gets = sum(1 for line in (work / "upstream.log").read_text().splitlines() if "live-rootfs" in line)
         warm1 = await curl(url)
+        cpu0 = cpu_seconds(server_pid)
         t0 = time.monotonic()
         await asyncio.gather(*(curl(url) for _ in range(args.clients)))
         warm_wall = time.monotonic() - t0
+        warm_cpu = cpu_seconds(server_pid) - cpu0
         alone = await curl(f"{up_url}/{rel}/live-rootfs.x86_64")
         ttfbs = sorted(c[0] for c in cold)
         rows.append(("cold: upstream GETs of the rootfs for all clients", f"{up_gets}"))
         rows.append((f"cold: {args.clients} clients, wall time until all have the verified {args.size_mb} MiB",
                      f"{cold_wall:.2f} s"))
+        rows.append(("cold: bootserver CPU seconds (user+sys, every process)", f"{cold_cpu:.2f} s"))
         rows.append(("cold: time to first byte, median / max", f"{ttfbs[len(ttfbs) // 2]:.3f} s / {ttfbs[-1]:.3f} s"))
         rows.append(("warm: one client alone", f"{warm1[1]:.2f} s ({size / warm1[1] / 1e6:.0f} MB/s)"))
         rows.append((f"warm: {args.clients} clients at once, wall", f"{warm_wall:.2f} s"))
+        rows.append(("warm: bootserver CPU seconds (user+sys, every process)", f"{warm_cpu:.2f} s"))
         rows.append(("cold wall / one warm download", f"{cold_wall / warm1[1]:.1f}x"))
         rows.append(("cold wall / warm wall with the same clients", f"{cold_wall / warm_wall:.2f}x"))
         rows.append(("reference: one curl straight from the upstream", f"{alone[1]:.2f} s"))

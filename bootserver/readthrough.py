@@ -54,6 +54,9 @@ log = logging.getLogger("bootserver.readthrough")
 
 #: Seconds between two looks at a download another process runs (file size, lock, published file).
 FOLLOW_POLL = 0.05
+#: A transfer that caught up with its download waits until this many more bytes (or the end) can be
+#: sent before it sends again, instead of waking (and calling sendfile) for every chunk from upstream.
+RANGE_MIN = 256 * 1024
 
 
 class Download:
@@ -76,6 +79,7 @@ class Download:
         self.readers: set[Transfer] = set()
         self._fd: int | None = None
         self._changed = asyncio.Event()
+        self._thresholds: list[tuple[int, asyncio.Future[None]]] = []
 
     @property
     def ok(self) -> bool:
@@ -83,8 +87,27 @@ class Download:
         return self.finished and self.error is None
 
     def _notify(self) -> None:
+        """A change of state (size known, verified, ended, bytes thrown away): wake every waiter."""
         self._changed.set()
         self._changed = asyncio.Event()
+        self._wake(None)
+
+    def _wake(self, sendable: int | None) -> None:
+        """Wake the :meth:`wait_bytes` callers whose threshold ``sendable`` reached (all: ``None``)."""
+        keep = []
+        for threshold, fut in self._thresholds:
+            if sendable is None or threshold <= sendable:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((threshold, fut))
+        self._thresholds = keep
+
+    async def wait_bytes(self, threshold: int) -> None:
+        """Return once :meth:`sendable` reaches ``threshold`` bytes, or at the next change of state."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._thresholds.append((threshold, fut))
+        await fut
 
     def waiter(self) -> asyncio.Event:
         """An event set at the next change (take it *before* checking the state, then await it)."""
@@ -131,9 +154,16 @@ class Download:
                     if r.started and r.broken is None:
                         r.broken = FetchError(f"{self.artifact.url}: size changed from {self.total} to "
                                               f"{total} bytes; aborting this transfer")
+            changed = self.total != total
             self.total = total
+        else:
+            changed = False
+        shrunk = done < self.available
         self.available = done
-        self._notify()
+        if changed or shrunk:
+            self._notify()
+        else:
+            self._wake(self.sendable())
 
     def on_verified(self) -> None:
         """Called by the downloader once all bytes matched the sha256 (before fsync and publish)."""
@@ -213,22 +243,22 @@ class Transfer:
         """
         dl = self.download
         while True:
-            ev = dl.waiter()
             if self.broken is not None:
                 raise self.broken
             if dl.finished and dl.error is not None:
                 raise dl.error if isinstance(dl.error, FetchError) else FetchError(
                     f"{dl.artifact.url}: download failed: {dl.error!r}")
             limit = dl.sendable()
-            if self.pos < limit:
+            final = dl.ok or (dl.verified and not dl.finished)
+            if self.pos < limit and (final or limit - self.pos >= RANGE_MIN):
                 self.fileno()
                 start, count = self.pos, limit - self.pos
                 self.pos = limit
                 yield start, count
                 continue
-            if dl.ok or (dl.verified and not dl.finished):
+            if final:
                 return
-            await ev.wait()
+            await dl.wait_bytes(self.pos + RANGE_MIN)
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Yield the artifact's bytes in order (at most :data:`CHUNK_SIZE` each), as the download

@@ -174,27 +174,36 @@ async def _send_transfer(request: web.Request, transfer: Transfer) -> web.Stream
 
 
 async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, transfer: Transfer) -> None:
-    """Send every range :meth:`Transfer.ranges` yields with ``loop.sendfile`` (as aiohttp's
-    FileResponse does); falls back to writes where the transport cannot sendfile."""
+    """Send every range :meth:`Transfer.ranges` yields with ``loop.sendfile`` (the kernel's sendfile,
+    as aiohttp's FileResponse does), or with writes of at most 1 MiB over TLS or where the transport
+    cannot sendfile.
+
+    TLS gets our own writes: the bytes must pass through Python to be encrypted anyway, and asyncio's
+    sendfile fallback, called once per range on an SSL transport, lost bytes in our tests (clients got
+    short bodies while the server saw them all sent)."""
     loop = asyncio.get_running_loop()
     fobj = None
     try:
         async for offset, count in transfer.ranges():
-            if fobj is None:
-                fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)
             transport = request.transport
             if transport is None or transport.is_closing():
                 raise ConnectionResetError("Connection lost")
-            try:
-                await loop.sendfile(transport, fobj, offset, count)
-            except NotImplementedError:
-                end = offset + count
-                while offset < end:
-                    data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
-                    if not data:
-                        raise FetchError(f"{request.path}: data file shorter than expected") from None
-                    await resp.write(data)
-                    offset += len(data)
+            if fobj is None:
+                fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)
+                use_sendfile = transport.get_extra_info("sslcontext") is None
+            if use_sendfile:
+                try:
+                    await loop.sendfile(transport, fobj, offset, count)
+                    continue
+                except NotImplementedError:
+                    use_sendfile = False
+            end = offset + count
+            while offset < end:
+                data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
+                if not data:
+                    raise FetchError(f"{request.path}: data file shorter than expected")
+                await resp.write(data)
+                offset += len(data)
     finally:
         if fobj is not None:
             fobj.close()

@@ -329,3 +329,41 @@ def test_clean_tmp_keeps_the_size_file_of_a_download_in_progress(tmp_path: Path)
         assert sorted(p.name for p in store.tmp.iterdir()) == [f"{busy}.part", f"{busy}.size"]
     finally:
         os.close(fd)
+
+
+async def test_cold_artifact_over_https_through_two_workers(tmp_path, reference, faulty) -> None:
+    """The TLS listener is shared too, and a read-through transfer over TLS (where asyncio's sendfile
+    falls back to reading and writing itself) sends the verified bytes."""
+    import ssl
+
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    rootfs, data = paths["rootfs"], files[paths["rootfs"]]
+    port, tport = free_port(), free_port()
+    config = server_config(tmp_path, port, server={"listen": f"127.0.0.1:{port}",
+                                                   "tls": {"listen": f"127.0.0.1:{tport}"}},
+                           streams={"rhcos": {"metadata": str(meta)}},
+                           profiles={"live": {"stream": "rhcos", "mode": "live"}})
+    rc, _, err = await run_cli("tls", "init", "--config", str(config))
+    assert rc == 0, err
+    ca = ssl.create_default_context(cafile=str(tmp_path / "state/tls/ca.crt"))
+    server = ServerProcess(config, port, "--workers", "2")
+    async with fresh_session() as session:
+        await server.start(session)
+        try:
+            await all_serving(server)
+
+            async def one() -> bytes:
+                async with session.get(f"https://127.0.0.1:{tport}{served_path(paths, 'rootfs')}", ssl=ca) as r:
+                    assert r.status == 200 and r.headers["Content-Length"] == str(len(data))
+                    return await r.read()
+
+            bodies = await asyncio.wait_for(asyncio.gather(*(one() for _ in range(8)),
+                                                           return_exceptions=True), DEADLINE)
+            # and warm, as aiohttp's FileResponse
+            bodies += await asyncio.wait_for(asyncio.gather(*(one() for _ in range(8)),
+                                                            return_exceptions=True), DEADLINE)
+        finally:
+            await server.stop()
+        err = (await server.proc.stderr.read()).decode()  # type: ignore[union-attr]
+    assert all(b == data for b in bodies), err
+    assert faulty.gets(rootfs) == [None]
