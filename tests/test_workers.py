@@ -367,3 +367,24 @@ async def test_cold_artifact_over_https_through_two_workers(tmp_path, reference,
         err = (await server.proc.stderr.read()).decode()  # type: ignore[union-attr]
     assert all(b == data for b in bodies), err
     assert faulty.gets(rootfs) == [None]
+
+
+async def test_a_second_workers_server_on_the_same_port_is_refused(tmp_path: Path) -> None:
+    """SO_REUSEPORT would let a second server of the same user share the port silently: the parent's
+    bind test (without it) refuses, once."""
+    port = free_port()
+    config = server_config(tmp_path, port)
+    server = ServerProcess(config, port, "--workers", "2", "--log-format", "json")
+    async with fresh_session() as session:
+        await server.start(session)
+        try:
+            log = await all_serving(server)
+            rc, _, err = await run_cli("serve", "--config", str(config), "--workers", "2")
+            assert rc == 2 and len(err.strip().splitlines()) == 1 and "server.listen" in err, err
+        finally:
+            await server.stop()
+        err = log + (await server.proc.stderr.read()).decode()  # type: ignore[union-attr]
+    import json
+
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert lines and all(isinstance(line["pid"], int) for line in lines)  # --log-format json names the worker
