@@ -191,6 +191,20 @@ def process_tree(pid: int) -> list[int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds (``/proc/<pid>/stat`` utime + stime) of ``pid`` and its live
+    descendants (``serve --workers N``'s workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 def vm_hwm_kb(pid: int) -> int | None:
     """The process's peak resident set size (``VmHWM`` of ``/proc/<pid>/status``, KiB), or ``None``."""
     try:

@@ -19,14 +19,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (PY, Bootserver, Upstream, bench_stream, curl, free_port, make_file,  # noqa: E402
-                     rmtree, sha256_file, time_v, write_json, write_yaml)
+from _common import (PY, Bootserver, Upstream, bench_stream, cpu_seconds, curl, free_port,  # noqa: E402
+                     make_file, rmtree, sha256_file, time_v, write_json, write_yaml)
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=int, default=1024, help="rootfs size in MiB (default 1024)")
     ap.add_argument("--clients", type=int, default=50, help="concurrent curl clients (default 50)")
+    ap.add_argument("--workers", type=int, default=1, help="bootserver serve --workers N (default 1)")
     args = ap.parse_args()
     size = args.size_mb << 20
     work = Path(tempfile.mkdtemp(prefix="bootserver-bench-"))
@@ -46,21 +47,25 @@ async def main() -> None:
                 "streams": {"bench": {"metadata": str(work / "stream.json")}},
                 "profiles": {"live": {"stream": "bench", "mode": "live"}}})
             rows = []
-            async with Bootserver(config, srv_port, log=work / "serve.log") as srv:
+            async with Bootserver(config, srv_port, workers=args.workers, log=work / "serve.log") as srv:
                 url = f"{srv.url}/artifacts/bench/x86_64/1.0/live-rootfs.x86_64"
                 first_out = str(work / "client0.out")
+                cpu0 = cpu_seconds(srv.proc.pid)
                 t0 = time.monotonic()
                 cold = await asyncio.gather(*(curl(url, first_out if i == 0 else "/dev/null")
                                               for i in range(args.clients)))
                 cold_wall = time.monotonic() - t0
+                cold_cpu = cpu_seconds(srv.proc.pid) - cpu0
                 assert all(c[2] == size for c in cold), "short body"
                 assert sha256_file(Path(first_out)) == shas["rootfs"], "wrong bytes"
                 os.unlink(first_out)
                 up_gets = up.gets("live-rootfs")
                 warm1 = await curl(url)
+                cpu0 = cpu_seconds(srv.proc.pid)
                 t0 = time.monotonic()
                 await asyncio.gather(*(curl(url) for _ in range(args.clients)))
                 warm_wall = time.monotonic() - t0
+                warm_cpu = cpu_seconds(srv.proc.pid) - cpu0
             alone = await curl(f"{up_url}/{rel}/live-rootfs.x86_64")
             ttfbs = sorted(c[0] for c in cold)
             rows.append(("cold: upstream GETs of the rootfs for all clients", f"{up_gets}"))
@@ -70,6 +75,8 @@ async def main() -> None:
                          f"{ttfbs[len(ttfbs) // 2]:.3f} s / {ttfbs[-1]:.3f} s"))
             rows.append(("warm: one client alone", f"{warm1[1]:.2f} s ({size / warm1[1] / 1e6:.0f} MB/s)"))
             rows.append((f"warm: {args.clients} clients at once, wall", f"{warm_wall:.2f} s"))
+            rows.append(("cold / warm: bootserver CPU seconds (user+sys, every process)",
+                         f"{cold_cpu:.2f} s / {warm_cpu:.2f} s"))
             rows.append(("cold wall / one warm download", f"{cold_wall / warm1[1]:.1f}x"))
             rows.append(("cold wall / warm wall with the same clients", f"{cold_wall / warm_wall:.2f}x"))
             rows.append(("reference: one curl straight from the upstream", f"{alone[1]:.2f} s"))

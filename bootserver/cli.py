@@ -23,10 +23,26 @@ Command = Callable[[argparse.Namespace, Config], int]
 
 
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    workers = config.server.workers if args.workers is None else args.workers
+    if workers > 1:
+        from .workers import serve_workers
+
+        setup_logging(args.log_level, args.log_format, pid=True)
+        return serve_workers(config, workers)
     from .web import run
 
     run(config)
     return 0
+
+
+def _workers_arg(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"expected a number of processes from 1 to 256, got {value!r}")
+    return n
 
 
 def _cmd_sync(args: argparse.Namespace, config: Config) -> int:
@@ -244,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", parents=[common], help="run the HTTP server")
+    p.add_argument("--workers", type=_workers_arg, metavar="N",
+                   help="serve with N worker processes sharing the ports (default server.workers, 1)")
     p.set_defaults(func=_cmd_serve)
     p = sub.add_parser("sync-images", parents=[common], help="download artifacts into the cache")
     p.add_argument("--stream", help="only this stream")

@@ -189,6 +189,8 @@ class ServerConfig(_Model):
     max_queued: int = Field(default=4096, ge=0, le=1000000)
     request_timeout: int = 60
     keepalive_timeout: int = 15
+    #: Worker processes of ``serve`` (``--workers`` overrides); more than 1 shares the ports.
+    workers: int = Field(default=1, ge=1, le=256)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod

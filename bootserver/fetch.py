@@ -222,7 +222,7 @@ async def download_artifact(session: aiohttp.ClientSession, store: ArtifactStore
                             progress: Progress | None = None, retry: RetryPolicy = RetryPolicy(),
                             on_open: Callable[[Path], None] | None = None,
                             on_verified: Callable[[], None] | None = None,
-                            observer: FetchObserver | None = None) -> tuple[int, str]:
+                            observer: FetchObserver | None = None, exclusive: bool = False) -> tuple[int, str]:
     """Download ``artifact`` into the store through the upstream chain, hashing while it streams, and
     publish it only if its sha256 matches. Returns ``(size in bytes, the source URL used)``.
 
@@ -235,9 +235,16 @@ matched the sha256, before the fsync and the rename that publish them. Raises :c
     published. A partial download stays in ``tmp/<sha256>.part`` after a network failure or a
     cancellation, for the next call to resume; it is removed after an integrity or disk-full error.
     ``observer`` is told when the download starts and ends (bytes in the file, seconds, success).
+
+    With ``exclusive``, raises :class:`~bootserver.store.PartialBusy` before any request when another
+    process is downloading the artifact (it holds ``tmp/<sha256>.part``), and
+    :class:`~bootserver.store.AlreadyCached` when it was published meanwhile; the observer is not told.
     """
+    writer = store.writer(release, artifact, resume=True, exclusive=exclusive)
+    # hashing a resumed partial (up to ~1 GB) runs off the event loop
+    await asyncio.to_thread(writer.__enter__)
     if observer is None:
-        return await _download(session, store, release, artifact, mirrors, progress, retry, on_open, on_verified)
+        return await _download(writer, session, release, artifact, mirrors, progress, retry, on_open, on_verified)
     started = time.monotonic()
     received, last = [0], [0]
 
@@ -252,7 +259,7 @@ matched the sha256, before the fsync and the rename that publish them. Raises :c
     observer.fetch_started(artifact)
     ok = False
     try:
-        result = await _download(session, store, release, artifact, mirrors, counting, retry, on_open,
+        result = await _download(writer, session, release, artifact, mirrors, counting, retry, on_open,
                                  on_verified)
         ok = True
         return result
@@ -260,14 +267,12 @@ matched the sha256, before the fsync and the rename that publish them. Raises :c
         observer.fetch_finished(artifact, received[0], time.monotonic() - started, ok)
 
 
-async def _download(session: aiohttp.ClientSession, store: ArtifactStore, release: Release,
+async def _download(writer: ArtifactWriter, session: aiohttp.ClientSession, release: Release,
                     artifact: Artifact, mirrors: Sequence[str], progress: Progress | None, retry: RetryPolicy,
                     on_open: Callable[[Path], None] | None, on_verified: Callable[[], None] | None
                     ) -> tuple[int, str]:
+    """Download into the entered ``writer`` (closed here in every case)."""
     sources = source_urls(artifact.url, mirrors)
-    writer = store.writer(release, artifact, resume=True)
-    # hashing a resumed partial (up to ~1 GB) and the final fsync run off the event loop
-    await asyncio.to_thread(writer.__enter__)
     try:
         if writer.bytes_written:
             log.debug("%s: found %d bytes of an earlier download in %s", artifact.url, writer.bytes_written,

@@ -20,7 +20,12 @@ FIELDS = ("remote", "method", "path", "route", "node", "status", "bytes", "durat
 
 class JSONFormatter(logging.Formatter):
     """One JSON object per line: ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``, the
-    request :data:`FIELDS` when present, and ``exception`` text when there is one."""
+    request :data:`FIELDS` when present, and ``exception`` text when there is one; with ``pid`` also
+    the process id (``serve --workers``)."""
+
+    def __init__(self, pid: bool = False) -> None:
+        super().__init__()
+        self.pid = pid
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, object] = {
@@ -29,6 +34,8 @@ class JSONFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self.pid:
+            out["pid"] = record.process
         for key in FIELDS:
             if hasattr(record, key):
                 out[key] = getattr(record, key)
@@ -37,14 +44,17 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(out, separators=(",", ":"))
 
 
-def setup_logging(level: str = "info", fmt: str = "text", stream: TextIO | None = None) -> None:
+def setup_logging(level: str = "info", fmt: str = "text", stream: TextIO | None = None, *,
+                  pid: bool = False) -> None:
     """Configure the root logger: ``level`` (debug, info, warning, error) and ``fmt`` (text or json),
-    writing to ``stream`` (default stderr). Raises ``ValueError`` for an unknown format."""
+    writing to ``stream`` (default stderr); ``pid`` adds the process id to every line (``name[pid]:``
+    in text, a ``pid`` key in JSON), for ``serve --workers``. Raises ``ValueError`` for an unknown format."""
     handler = logging.StreamHandler(stream or sys.stderr)
     if fmt == "json":
-        handler.setFormatter(JSONFormatter())
+        handler.setFormatter(JSONFormatter(pid))
     elif fmt == "text":
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        name = "%(name)s[%(process)d]" if pid else "%(name)s"
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {name}: %(message)s"))
     else:
         raise ValueError(f"unknown log format {fmt!r}: use text or json")
     handler.set_name("bootserver")

@@ -12,14 +12,21 @@ Names (all prefixed ``bootserver_``):
 ``downloads_in_flight``                           upstream downloads running now
 ``nodes{stage}``                                  configured nodes per timeline stage (read at scrape time)
 
+With ``serve --workers N`` (N > 1) the workers run in prometheus-client's **multiprocess mode**: the
+parent calls :func:`enable_multiprocess` with a fresh directory before it forks them, every worker
+writes its values to files there, and ``/metrics`` (answered by any worker) adds up every worker's
+files (``downloads_in_flight`` counts live workers only). Multiprocess mode adds
+``worker_requests{pid}``: requests answered by each worker process (a gauge, one series per pid).
+
 Plain domain code: no aiohttp import.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily
 
 from .streams import Artifact
@@ -27,6 +34,33 @@ from .timeline import STAGES
 
 #: Request-duration buckets (seconds): scripts take milliseconds, a 1 GB rootfs tens of seconds.
 DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, float("inf"))
+
+
+#: The environment variable prometheus-client reads for its multiprocess directory.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def enable_multiprocess(path: str) -> None:
+    """Put this worker process in multiprocess mode, with metric files in ``path`` (a directory shared
+    by the workers, empty when the server started). Call it in the worker, after the fork and before
+    any :class:`Metrics` exists: prometheus-client picks its value class when it is first imported
+    (from the environment) and names its files after the pid that value class saw, so this sets the
+    environment *and* a fresh value class, whatever was imported before."""
+    os.environ[MULTIPROC_ENV] = path
+    values.ValueClass = values.MultiProcessValue()
+
+
+def mark_process_dead(pid: int, path: str) -> None:
+    """Forget the live-gauge values of worker ``pid`` (it exited) in multiprocess directory ``path``."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid, path)
+
+
+def multiprocess_dir() -> str | None:
+    """The multiprocess directory when this process is in multiprocess mode, else ``None``."""
+    path = os.environ.get(MULTIPROC_ENV)
+    return path if path and values.ValueClass is not values.MutexValue else None
 
 
 class _StageCollector:
@@ -52,6 +86,13 @@ class Metrics:
 
     def __init__(self, stages: Callable[[], Iterable[str]] | None = None) -> None:
         r = self.registry = CollectorRegistry()
+        mp_dir = multiprocess_dir()
+        if mp_dir is not None:
+            # the metric objects write to files; what a scrape reports is every worker's files
+            from prometheus_client import multiprocess
+
+            self.registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(self.registry, path=mp_dir)
         self.requests = Counter("bootserver_http_requests", "HTTP requests answered.",
                                 ["route", "method", "status"], registry=r)
         self.duration = Histogram("bootserver_http_request_duration_seconds",
@@ -66,13 +107,18 @@ class Metrics:
         self.fetch_bytes = Counter("bootserver_upstream_bytes", "Bytes downloaded from upstream.", registry=r)
         self.fetch_seconds = Counter("bootserver_upstream_fetch_seconds",
                                      "Seconds spent downloading from upstream.", registry=r)
-        self.in_flight = Gauge("bootserver_downloads_in_flight", "Upstream downloads running now.", registry=r)
+        self.in_flight = Gauge("bootserver_downloads_in_flight", "Upstream downloads running now.", registry=r,
+                               multiprocess_mode="livesum")
+        self.worker_requests: Gauge | None = None
+        if mp_dir is not None:
+            self.worker_requests = Gauge("bootserver_worker_requests", "HTTP requests answered by each "
+                                         "worker process.", registry=r, multiprocess_mode="all")
         for result in ("hit", "miss"):
             self.cache.labels(result)
         for result in ("ok", "error"):
             self.fetches.labels(result)
         if stages is not None:
-            r.register(_StageCollector(stages))
+            self.registry.register(_StageCollector(stages))
 
     # --- the fetch observer protocol (bootserver.fetch.FetchObserver) ---
     def fetch_started(self, artifact: Artifact) -> None:
@@ -90,6 +136,8 @@ class Metrics:
         """One answered request (``seconds`` until the last byte)."""
         self.requests.labels(route, method, str(status)).inc()
         self.duration.labels(route).observe(seconds)
+        if self.worker_requests is not None:
+            self.worker_requests.inc()
 
     def render(self) -> bytes:
         """The text exposition format of every metric (blocking: reads the timeline)."""

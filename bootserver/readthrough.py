@@ -17,6 +17,15 @@ Guarantees:
   renamed into place: the bytes are right even if publishing then fails). When it fails (or the download fails or throws bytes away that a
   client already received), the transfer raises, and the server aborts the connection, so a client
   sees an incomplete body (short of ``Content-Length``), never a complete-looking wrong one.
+* **Across processes** (``serve --workers N``): the download takes the lock on
+  ``tmp/<sha256>.part`` (see :mod:`bootserver.store`) before any upstream request. A process that
+  finds it locked by another process does not download: it *follows* that download, polling the
+  growing file every :data:`FOLLOW_POLL` seconds and the size the writer recorded, and streams it to
+  its clients under the same rules. The last byte goes out only once the file is published (renamed
+  under ``artifacts/`` with its sha256 sidecar, by a writer that checked the sha256 first). When the
+  lock is released without a published file, the followers' clients that already got bytes are
+  aborted (short body); if none got any, the follower downloads the artifact itself (resuming).
+  So N workers (and a ``sync-images`` run) cause one upstream download per artifact.
 * A client that goes away does not cancel the download: it runs in its own task, owned by the
   registry, until it finishes; :meth:`ReadThrough.close` cancels what is still running at shutdown
   (the partial stays in ``tmp/`` and the next download resumes it).
@@ -38,10 +47,16 @@ from .catalog import StreamCatalog
 from .config import Config
 from .errors import FetchError, MetadataError
 from .fetch import CHUNK_SIZE, FetchObserver, RetryPolicy, download_artifact
-from .store import ArtifactStore
+from .store import AlreadyCached, ArtifactStore, PartialBusy
 from .streams import SAFE_SEGMENT_RE, Artifact, Release
 
 log = logging.getLogger("bootserver.readthrough")
+
+#: Seconds between two looks at a download another process runs (file size, lock, published file).
+FOLLOW_POLL = 0.05
+#: A transfer that caught up with its download waits until this many more bytes (or the end) can be
+#: sent before it sends again, instead of waking (and calling sendfile) for every chunk from upstream.
+RANGE_MIN = 256 * 1024
 
 
 class Download:
@@ -64,6 +79,7 @@ class Download:
         self.readers: set[Transfer] = set()
         self._fd: int | None = None
         self._changed = asyncio.Event()
+        self._thresholds: list[tuple[int, asyncio.Future[None]]] = []
 
     @property
     def ok(self) -> bool:
@@ -71,8 +87,27 @@ class Download:
         return self.finished and self.error is None
 
     def _notify(self) -> None:
+        """A change of state (size known, verified, ended, bytes thrown away): wake every waiter."""
         self._changed.set()
         self._changed = asyncio.Event()
+        self._wake(None)
+
+    def _wake(self, sendable: int | None) -> None:
+        """Wake the :meth:`wait_bytes` callers whose threshold ``sendable`` reached (all: ``None``)."""
+        keep = []
+        for threshold, fut in self._thresholds:
+            if sendable is None or threshold <= sendable:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((threshold, fut))
+        self._thresholds = keep
+
+    async def wait_bytes(self, threshold: int) -> None:
+        """Return once :meth:`sendable` reaches ``threshold`` bytes, or at the next change of state."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._thresholds.append((threshold, fut))
+        await fut
 
     def waiter(self) -> asyncio.Event:
         """An event set at the next change (take it *before* checking the state, then await it)."""
@@ -80,7 +115,23 @@ class Download:
 
     def on_open(self, path: Path) -> None:
         """Called by the downloader with the temp file it writes: keep a read descriptor to it."""
-        self._fd = os.open(path, os.O_RDONLY)
+        self._set_fd(os.open(path, os.O_RDONLY))
+
+    def _set_fd(self, fd: int) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = fd
+
+    def reset_readers(self) -> None:
+        """Make every reader (none sent a byte yet) re-open the data file: it may be a new one."""
+        for r in self.readers:
+            if r._fd is not None:
+                os.close(r._fd)
+                r._fd = None
+
+    def sent_any(self) -> bool:
+        """True when some reader already sent bytes of this download."""
+        return any(r.pos > 0 for r in self.readers)
 
     def dup_fd(self) -> int | None:
         """A new read descriptor on the bytes (temp file while running, published file after)."""
@@ -103,9 +154,16 @@ class Download:
                     if r.started and r.broken is None:
                         r.broken = FetchError(f"{self.artifact.url}: size changed from {self.total} to "
                                               f"{total} bytes; aborting this transfer")
+            changed = self.total != total
             self.total = total
+        else:
+            changed = False
+        shrunk = done < self.available
         self.available = done
-        self._notify()
+        if changed or shrunk:
+            self._notify()
+        else:
+            self._wake(self.sendable())
 
     def on_verified(self) -> None:
         """Called by the downloader once all bytes matched the sha256 (before fsync and publish)."""
@@ -166,35 +224,53 @@ class Transfer:
         self.started = True
         return dl.available if dl.ok else dl.total
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """Yield the artifact's bytes in order, as the download provides them.
+    def fileno(self) -> int:
+        """The read descriptor of the bytes (valid after :meth:`start`, until :meth:`close`); the
+        offsets :meth:`ranges` yields are offsets in it."""
+        if self._fd is None:
+            self._fd = self.download.dup_fd()
+            if self._fd is None:
+                raise FetchError(f"{self.download.artifact.url}: download has no data file")
+        return self._fd
+
+    async def ranges(self) -> AsyncIterator[tuple[int, int]]:
+        """Yield ``(offset, count)`` byte ranges of :meth:`fileno`, in order and as large as the
+        download allows at that moment; the caller sends each before asking for the next (they are
+        counted as sent when the next is asked for, or at the end).
 
         Raises :class:`FetchError` (or the download's own error) when the download failed, or threw
         away bytes this transfer already yielded; the caller must then abort its connection.
         """
         dl = self.download
         while True:
-            ev = dl.waiter()
             if self.broken is not None:
                 raise self.broken
             if dl.finished and dl.error is not None:
                 raise dl.error if isinstance(dl.error, FetchError) else FetchError(
                     f"{dl.artifact.url}: download failed: {dl.error!r}")
             limit = dl.sendable()
-            if self.pos < limit:
-                if self._fd is None:
-                    self._fd = dl.dup_fd()
-                    if self._fd is None:
-                        raise FetchError(f"{dl.artifact.url}: download has no data file")
-                data = os.pread(self._fd, min(CHUNK_SIZE, limit - self.pos), self.pos)
-                if not data:
-                    raise FetchError(f"{dl.artifact.url}: temp file shorter than expected")
-                self.pos += len(data)
-                yield data
+            final = dl.ok or (dl.verified and not dl.finished)
+            if self.pos < limit and (final or limit - self.pos >= RANGE_MIN):
+                self.fileno()
+                start, count = self.pos, limit - self.pos
+                self.pos = limit
+                yield start, count
                 continue
-            if dl.ok or (dl.verified and not dl.finished):
+            if final:
                 return
-            await ev.wait()
+            await dl.wait_bytes(self.pos + RANGE_MIN)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """Yield the artifact's bytes in order (at most :data:`CHUNK_SIZE` each), as the download
+        provides them. Raises as :meth:`ranges`."""
+        async for offset, count in self.ranges():
+            end = offset + count
+            while offset < end:
+                data = os.pread(self.fileno(), min(CHUNK_SIZE, end - offset), offset)
+                if not data:
+                    raise FetchError(f"{self.download.artifact.url}: temp file shorter than expected")
+                offset += len(data)
+                yield data
 
     def close(self) -> None:
         """Stop following the download (it goes on for the others) and release the file."""
@@ -272,21 +348,89 @@ class ReadThrough:
 
     async def _run(self, dl: Download, session: aiohttp.ClientSession) -> None:
         error: BaseException | None = None
+        rel = self.store.relpath(dl.release, dl.artifact)
         try:
-            size, used = await download_artifact(session, self.store, dl.release, dl.artifact,
-                                                 mirrors=self.mirrors, progress=dl.progress,
-                                                 on_open=dl.on_open, on_verified=dl.on_verified,
-                                                 retry=self.retry, observer=self.observer)
-            log.info("%s: cached %d bytes from %s", self.store.relpath(dl.release, dl.artifact), size, used)
+            while True:
+                try:
+                    size, used = await download_artifact(session, self.store, dl.release, dl.artifact,
+                                                         mirrors=self.mirrors, progress=dl.progress,
+                                                         on_open=dl.on_open, on_verified=dl.on_verified,
+                                                         retry=self.retry, observer=self.observer,
+                                                         exclusive=True)
+                    log.info("%s: cached %d bytes from %s", rel, size, used)
+                    break
+                except AlreadyCached:
+                    self._adopt_published(dl)
+                    break
+                except PartialBusy:
+                    pass
+                if await self._follow(dl):
+                    break
+                if dl.sent_any():
+                    raise FetchError(f"{dl.artifact.url}: the download in another process stopped without "
+                                     f"publishing {rel}")
+                log.info("%s: the download in another process stopped; fetching it here", rel)
+                dl.reset_readers()
         except asyncio.CancelledError:
             error = FetchError(f"{dl.artifact.url}: download cancelled (server shutting down)")
             raise
         except Exception as e:  # every failure goes to the waiting clients, and the log
             error = e
-            log.error("%s: read-through download failed: %s", self.store.relpath(dl.release, dl.artifact), e)
+            log.error("%s: read-through download failed: %s", rel, e)
         finally:
             self._inflight.pop(dl.dest, None)
             dl.finish(error)
+
+    def _adopt_published(self, dl: Download) -> None:
+        """The artifact is published: make ``dl`` a finished view of the published file."""
+        fd = os.open(dl.dest, os.O_RDONLY)
+        dl._set_fd(fd)
+        size = os.fstat(fd).st_size
+        dl.progress(size, size)
+
+    async def _follow(self, dl: Download) -> bool:
+        """Stream a download another process runs (it holds ``tmp/<sha256>.part``) into ``dl``.
+
+        Returns True once the artifact is published (every byte then sendable), False when that
+        download stopped without publishing. Raises :class:`FetchError` when the published file is
+        not the one followed and bytes of the followed one were already sent.
+        """
+        rel = self.store.relpath(dl.release, dl.artifact)
+        part = self.store.partial_path(dl.artifact)
+        try:
+            fd = os.open(part, os.O_RDONLY)
+        except FileNotFoundError:
+            if self.store.is_cached(dl.release, dl.artifact):
+                self._adopt_published(dl)
+                return True
+            return False
+        dl._set_fd(fd)
+        log.info("%s: being downloaded by another process; following it", rel)
+        while True:
+            total = dl.total if dl.total is not None else self.store.expected_size(dl.artifact)
+            size = os.fstat(fd).st_size
+            if size != dl.available or total != dl.total:
+                dl.progress(size, total)
+            if self.store.is_cached(dl.release, dl.artifact):
+                try:
+                    same = os.stat(dl.dest).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+                if not same:
+                    if dl.sent_any():
+                        raise FetchError(f"{dl.artifact.url}: {rel} was published from another file than "
+                                         "the one being sent")
+                    self._adopt_published(dl)
+                    return True
+                size = os.fstat(fd).st_size
+                dl.progress(size, size)
+                return True
+            state = self.store.partial_state(dl.artifact)
+            if state != "busy":
+                if self.store.is_cached(dl.release, dl.artifact):
+                    continue  # published between the two looks
+                return False
+            await asyncio.sleep(FOLLOW_POLL)
 
     async def fetch(self, release: Release, artifact: Artifact, session: aiohttp.ClientSession) -> Path:
         """Have the artifact in the cache (joining a download in flight); return its path. The download
@@ -304,11 +448,13 @@ class ReadThrough:
         return dest
 
     def status(self, release: Release, artifact: Artifact) -> str:
-        """``cached``, ``fetching`` (a download is in flight) or ``missing``."""
+        """``cached``, ``fetching`` (a download is in flight, here or in another process) or ``missing``."""
         if self.store.is_cached(release, artifact):
             return "cached"
         if self.store.path(release, artifact) in self._inflight:
             return "fetching"
+        if self.enabled and self.store.partial_state(artifact) == "busy":
+            return "fetching"  # by another process (another worker, or sync-images)
         return "missing"
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:

@@ -6,6 +6,7 @@ Layout under ``cache_dir``::
     artifacts/<stream>/<arch>/<release>/.<file>.sha256   its sha256 (hex), written before the rename
     streams/<stream>.json                                the stream metadata last synced for <stream>
     tmp/<sha256>.part                                    a resumable download in progress (never served)
+    tmp/<sha256>.size                                    its full size in bytes, once upstream told it
     tmp/<file>.<random>.part                             a download that could not take the resumable name
 
 A file appears under ``artifacts/`` only by an atomic ``rename`` after its bytes were fsynced and their
@@ -16,6 +17,11 @@ rename is atomic.
 Every file in ``tmp/`` is held under an exclusive ``flock`` while a process writes it. The next download
 of the same artifact (in any process) takes over ``tmp/<sha256>.part`` and resumes from its length; a
 file nobody holds a lock on is stale and :meth:`ArtifactStore.clean_tmp` may remove it.
+
+Other processes may *follow* a download they find locked (see :mod:`bootserver.readthrough`): they
+read the growing ``tmp/<sha256>.part``, learn the full size from ``tmp/<sha256>.size`` (written by the
+lock holder when upstream tells it), and know the download ended when the lock is released: published
+if the file is now under ``artifacts/`` with its sidecar, else abandoned.
 """
 
 from __future__ import annotations
@@ -31,6 +37,14 @@ from typing import BinaryIO, Iterable
 
 from .errors import DiskFullError, IntegrityError
 from .streams import SAFE_SEGMENT_RE, Artifact, Release
+
+
+class PartialBusy(Exception):
+    """An exclusive writer found ``tmp/<sha256>.part`` locked: another process is downloading it."""
+
+
+class AlreadyCached(Exception):
+    """An exclusive writer got the lock but the artifact was published meanwhile: nothing to do."""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -113,16 +127,56 @@ class ArtifactStore:
         path = self.path(release, artifact)
         return path.is_file() and self.recorded_sha256(path) == artifact.sha256
 
-    def writer(self, release: Release, artifact: Artifact, *, resume: bool = False) -> "ArtifactWriter":
+    def writer(self, release: Release, artifact: Artifact, *, resume: bool = False,
+               exclusive: bool = False) -> "ArtifactWriter":
         """A writer that downloads into ``tmp/`` and publishes on :meth:`ArtifactWriter.commit`.
 
-        With ``resume`` it continues ``tmp/<sha256>.part`` when one is left from an earlier run.
+        With ``resume`` it continues ``tmp/<sha256>.part`` when one is left from an earlier run. With
+        ``exclusive`` (implies ``resume``) entering it raises :class:`PartialBusy` instead of falling
+        back to a private temp file when another process holds that file, and :class:`AlreadyCached`
+        when the artifact turns out to be published once the lock is held.
         """
-        return ArtifactWriter(self, self.path(release, artifact), artifact, resume=resume)
+        return ArtifactWriter(self, self.path(release, artifact), artifact, resume=resume or exclusive,
+                              exclusive=exclusive)
 
     def partial_path(self, artifact: Artifact) -> Path:
         """The deterministic name of the artifact's resumable download: ``tmp/<sha256>.part``."""
         return self.tmp / f"{artifact.sha256}.part"
+
+    def size_path(self, artifact: Artifact) -> Path:
+        """Where the writer of ``tmp/<sha256>.part`` records the artifact's full size (decimal bytes)."""
+        return self.tmp / f"{artifact.sha256}.size"
+
+    def expected_size(self, artifact: Artifact) -> int | None:
+        """The full size (bytes) the writer of the artifact's partial recorded, or ``None``."""
+        try:
+            return int(self.size_path(artifact).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def partial_state(self, artifact: Artifact) -> str:
+        """``busy`` (a process holds the lock on ``tmp/<sha256>.part``: it is being downloaded),
+        ``free`` (the file exists and nobody writes it) or ``absent``.
+
+        Probing ``free`` takes the lock for a moment; a writer starting at that very moment falls back
+        (or, when exclusive, sees :class:`PartialBusy` and retries)."""
+        path = self.partial_path(artifact)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return "absent"
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return "busy"
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                return "absent"
+            return "free" if same else "absent"
+        finally:
+            os.close(fd)
 
     def clean_tmp(self, keep: Iterable[str] = ()) -> list[Path]:
         """Remove stale files from ``tmp/``; return what was removed.
@@ -140,6 +194,13 @@ class ArtifactStore:
         for entry in entries:
             if entry.name in keep_names:
                 continue
+            if entry.name.endswith(".size"):
+                part = entry.with_name(entry.name[:-len(".size")] + ".part")
+                part_fd = _lock(part)
+                if part_fd is not None:
+                    os.close(part_fd)
+                elif part.exists():
+                    continue  # the size of a download in progress
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry)
@@ -193,19 +254,45 @@ class ArtifactWriter:
     connection, a cancelled task), so the next download resumes it. ``bytes_written`` counts bytes.
     """
 
-    def __init__(self, store: ArtifactStore, dest: Path, artifact: Artifact, *, resume: bool = False) -> None:
+    def __init__(self, store: ArtifactStore, dest: Path, artifact: Artifact, *, resume: bool = False,
+                 exclusive: bool = False) -> None:
         self.store = store
         self.dest = dest
         self.artifact = artifact
         self.resume = resume
+        self.exclusive = exclusive
         self.resumable = False
         self.bytes_written = 0
         self.resumed_from = 0
-        #: The artifact's full size in bytes when known (set by the downloader), for disk-full errors.
-        self.expected_size: int | None = None
+        self._expected_size: int | None = None
+        self._size_file: Path | None = None
         self._hash = hashlib.sha256()
         self._file: BinaryIO | None = None
         self._tmp: Path | None = None
+
+    @property
+    def expected_size(self) -> int | None:
+        """The artifact's full size in bytes when known (set by the downloader), for disk-full errors;
+        also recorded in ``tmp/<sha256>.size`` for processes following a resumable download."""
+        return self._expected_size
+
+    @expected_size.setter
+    def expected_size(self, value: int | None) -> None:
+        if value is not None and value != self._expected_size and self.resumable:
+            size_file = self.store.size_path(self.artifact)
+            tmp = size_file.with_name(f"{size_file.name}.{os.getpid()}")
+            try:
+                tmp.write_text(str(value))
+                os.replace(tmp, size_file)
+                self._size_file = size_file
+            except OSError:  # followers then learn the size when the file is published
+                tmp.unlink(missing_ok=True)
+        self._expected_size = value
+
+    def _drop_size_file(self) -> None:
+        if self._size_file is not None:
+            self._size_file.unlink(missing_ok=True)
+            self._size_file = None
 
     @property
     def path(self) -> Path:
@@ -219,6 +306,13 @@ class ArtifactWriter:
         if self.resume:
             part = self.store.partial_path(self.artifact)
             fd = _lock(part, os.O_RDWR | os.O_CREAT)
+            if fd is None and self.exclusive:
+                raise PartialBusy(part)
+            if fd is not None and self.exclusive and self.dest.is_file() and \
+                    self.store.recorded_sha256(self.dest) == self.artifact.sha256:
+                part.unlink(missing_ok=True)  # published meanwhile: what is left here is of no use
+                os.close(fd)
+                raise AlreadyCached(self.dest)
             if fd is not None:
                 self._tmp = part
                 self.resumable = True
@@ -295,6 +389,7 @@ class ArtifactWriter:
             raise
         os.replace(self._tmp, self.dest)
         _fsync_dir(self.dest.parent)
+        self._drop_size_file()
         self._file.close()  # releases the lock only after the rename
         self._tmp = None
         return self.dest
@@ -304,6 +399,7 @@ class ArtifactWriter:
                 and self.bytes_written > 0)
         if self._tmp is not None and not keep:
             self._tmp.unlink(missing_ok=True)
+        self._drop_size_file()
         self._tmp = None
         if self._file is not None and not self._file.closed:
             self._file.close()

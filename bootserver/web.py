@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 from typing import Awaitable, Callable
 
@@ -140,7 +141,11 @@ async def artifact(request: web.Request) -> web.StreamResponse:
 
 async def _send_transfer(request: web.Request, transfer: Transfer) -> web.StreamResponse:
     """Stream an artifact that is being downloaded (read-through). On a failure after the headers
-    went out, abort the connection so the client sees a body short of its Content-Length."""
+    went out, abort the connection so the client sees a body short of its Content-Length.
+
+    With a known size the bytes go out with ``loop.sendfile`` (the kernel's sendfile on plain TCP,
+    asyncio's own read/write loop over TLS), in ranges as large as the download has ready; without
+    one (upstream sent no length) they are written in chunks, chunked-encoded."""
     try:
         size = await transfer.start()
         resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
@@ -152,8 +157,11 @@ async def _send_transfer(request: web.Request, transfer: Transfer) -> web.Stream
         if request.method == "HEAD":
             return resp
         try:
-            async for chunk in transfer.chunks():
-                await resp.write(chunk)
+            if size is None:
+                async for chunk in transfer.chunks():
+                    await resp.write(chunk)
+            else:
+                await _sendfile_ranges(request, resp, transfer)
         except BootserverError as e:
             log.error("%s %s: aborting the transfer: %s", request.method, request.path, e)
             if request.transport is not None:
@@ -163,6 +171,42 @@ async def _send_transfer(request: web.Request, transfer: Transfer) -> web.Stream
         return resp
     finally:
         transfer.close()
+
+
+async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, transfer: Transfer) -> None:
+    """Send every range :meth:`Transfer.ranges` yields with ``loop.sendfile`` (the kernel's sendfile,
+    as aiohttp's FileResponse does), or with writes of at most 1 MiB over TLS or where the transport
+    cannot sendfile.
+
+    TLS gets our own writes: the bytes must pass through Python to be encrypted anyway, and asyncio's
+    sendfile fallback, called once per range on an SSL transport, lost bytes in our tests (clients got
+    short bodies while the server saw them all sent)."""
+    loop = asyncio.get_running_loop()
+    fobj = None
+    try:
+        async for offset, count in transfer.ranges():
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("Connection lost")
+            if fobj is None:
+                fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)
+                use_sendfile = transport.get_extra_info("sslcontext") is None
+            if use_sendfile:
+                try:
+                    await loop.sendfile(transport, fobj, offset, count)
+                    continue
+                except NotImplementedError:
+                    use_sendfile = False
+            end = offset + count
+            while offset < end:
+                data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
+                if not data:
+                    raise FetchError(f"{request.path}: data file shorter than expected")
+                await resp.write(data)
+                offset += len(data)
+    finally:
+        if fobj is not None:
+            fobj.close()
 
 
 async def readyz(request: web.Request) -> web.Response:
@@ -247,29 +291,54 @@ def server_ssl_context(config: Config) -> "ssl.SSLContext":
     return ctx
 
 
-async def serve(config: Config, stop: "asyncio.Event") -> None:
-    """Serve ``config`` on ``server.listen`` (HTTP) and ``server.tls.listen`` (HTTPS) until ``stop``."""
+def _listen_error(config: Config, key: str, where: str, e: OSError) -> "ConfigError":
+    from .errors import ConfigError
+
+    return ConfigError(config.source, key, f"cannot listen on {where}: {e.strerror or e}")
+
+
+async def _start_site(config: Config, key: str, site: web.TCPSite, where: str) -> None:
+    try:
+        await site.start()
+    except OSError as e:
+        raise _listen_error(config, key, where, e) from None
+
+
+async def serve(config: Config, stop: "asyncio.Event", *, reuse_port: bool = False,
+                ready: Callable[[], None] | None = None) -> None:
+    """Serve ``config`` on ``server.listen`` (HTTP) and ``server.tls.listen`` (HTTPS) until ``stop``.
+
+    ``reuse_port`` binds with ``SO_REUSEPORT`` (several worker processes share the ports);
+    ``ready()`` is called once every socket listens. Raises :class:`~bootserver.errors.ConfigError`
+    naming ``server.listen`` or ``server.tls.listen`` when a socket cannot be bound (port in use).
+    """
     ssl_ctx = server_ssl_context(config) if config.server.tls else None
     app = create_app(config)
     runner = web.AppRunner(app, **runner_kwargs(config))  # type: ignore[arg-type]
     await runner.setup()
+    reuse = True if reuse_port else None
     try:
         host, port = config.server.host, config.server.port
-        await web.TCPSite(runner, host or None, port).start()
+        await _start_site(config, "server.listen", web.TCPSite(runner, host or None, port, reuse_port=reuse),
+                          config.server.listen)
         log.info("bootserver %s listening on %s:%d, base URL %s, cache %s", __version__, host, port,
                  config.server.effective_base_url, config.cache_dir)
         if config.server.tls is not None and ssl_ctx is not None:
             from .config import split_listen
 
             thost, tport = split_listen(config.server.tls.listen)
-            await web.TCPSite(runner, thost or None, tport, ssl_context=ssl_ctx).start()
+            await _start_site(config, "server.tls.listen",
+                              web.TCPSite(runner, thost or None, tport, ssl_context=ssl_ctx, reuse_port=reuse),
+                              config.server.tls.listen)
             log.info("HTTPS on %s:%d, base URL %s", thost, tport, config.server.https_base_url)
+        if ready is not None:
+            ready()
         await stop.wait()
     finally:
         await runner.cleanup()
 
 
-def run(config: Config) -> None:
+def run(config: Config, *, reuse_port: bool = False, ready: Callable[[], None] | None = None) -> None:
     """Serve ``config`` until SIGINT/SIGTERM (see :func:`serve`)."""
     import signal
 
@@ -278,6 +347,6 @@ def run(config: Config) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(config, stop)
+        await serve(config, stop, reuse_port=reuse_port, ready=ready)
 
     asyncio.run(main())

@@ -1,0 +1,265 @@
+"""``bootserver serve --workers N``: N worker processes share the listening ports (``SO_REUSEPORT``).
+
+The parent process:
+
+1. does the one-time set-up that must not race, once: ``state_dir``, the signing keys file, the node
+   timeline's schema, the TLS files (loaded once as a check), and a bind test of ``server.listen`` and
+   ``server.tls.listen`` (a port in use is one error line, exit 2, before any worker starts);
+2. creates a fresh prometheus multiprocess directory (a temp directory, removed when it exits);
+3. forks N workers. It has no event loop and no thread at that point, so ``os.fork`` is safe and the
+   workers inherit the loaded :class:`~bootserver.config.Config` (no pickling, no re-reading). Each
+   worker runs the aiohttp app (:func:`bootserver.web.run`) with ``SO_REUSEPORT`` and tells the parent
+   over a pipe when it listens, or the one-line error that stopped it (printed once, by the parent);
+4. forwards SIGTERM and SIGINT to the workers, waits for them, exits 0 after a clean stop. A worker
+   that exits on its own (crash, ``kill -9``) is logged with its exit status, the others are stopped,
+   and the parent exits 1 (systemd's ``Restart=on-failure`` starts the service again): no half-alive
+   server keeps running with fewer workers than configured. Workers get SIGTERM if the parent dies.
+
+Cross-worker behaviour lives elsewhere: metrics in :mod:`bootserver.metrics` (multiprocess mode), one
+upstream download per artifact in :mod:`bootserver.readthrough` (followers of a locked partial).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from typing import NoReturn
+
+from .config import Config, split_listen
+from .errors import BootserverError, ConfigError
+
+log = logging.getLogger("bootserver.workers")
+
+_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def prepare(config: Config) -> None:
+    """The one-time set-up before workers start (see the module docstring). Raises
+    :class:`~bootserver.errors.BootserverError` (bad keys file, TLS files, port in use) or
+    ``sqlite3.Error`` (timeline)."""
+    from .signing import Keyring
+    from .timeline import Timeline
+    from .web import server_ssl_context
+
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    Keyring.load_or_create(config.state_dir)
+    timeline = Timeline(config.state_dir)
+    try:
+        timeline.nodes([])  # opens the database: creates the schema once
+    finally:
+        timeline.close()
+    if config.server.tls is not None:
+        server_ssl_context(config)
+        check_listen(config, "server.tls.listen", config.server.tls.listen)
+    check_listen(config, "server.listen", config.server.listen)
+
+
+def check_listen(config: Config, key: str, listen: str) -> None:
+    """Bind (and release) every address of ``listen`` as the server will, without ``SO_REUSEPORT``,
+    so a port held by anyone (even another ``--workers`` server) fails here. Raises
+    :class:`~bootserver.errors.ConfigError` naming ``key``."""
+    host, port = split_listen(listen)
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, type_, proto, _, addr in {(i[0], i[1], i[2], i[3], i[4]) for i in infos}:
+            with socket.socket(family, type_, proto) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                s.bind(addr)
+    except OSError as e:
+        raise ConfigError(config.source, key, f"cannot listen on {listen}: {e.strerror or e}") from None
+
+
+def describe(code: int) -> str:
+    """A worker's exit code (as :func:`os.waitstatus_to_exitcode`) in words."""
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def serve_workers(config: Config, workers: int) -> int:
+    """Run ``workers`` (>= 2) worker processes until SIGTERM/SIGINT; returns the exit status (0 after a
+    clean stop, 1 when a worker died, the error's status when a worker could not start)."""
+    prepare(config)
+    mp_dir = tempfile.mkdtemp(prefix="bootserver-metrics-")
+    try:
+        return _Supervisor(config, workers, mp_dir).run()
+    finally:
+        shutil.rmtree(mp_dir, ignore_errors=True)
+
+
+class _Supervisor:
+    def __init__(self, config: Config, workers: int, mp_dir: str) -> None:
+        self.config = config
+        self.workers = workers
+        self.mp_dir = mp_dir
+        self.children: dict[int, int] = {}  # pid -> read end of its readiness pipe
+        self.stopping = False
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.stopping = True
+        self._signal_all(signum)
+
+    def _signal_all(self, signum: int) -> None:
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def _stop(self) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self._signal_all(signal.SIGTERM)
+
+    def run(self) -> int:
+        if threading.active_count() != 1:  # fork copies only this thread; never fork a threaded parent
+            raise BootserverError("serve --workers: the server process has threads before forking")
+        old = {s: signal.signal(s, self._on_signal) for s in _SIGNALS}
+        try:
+            return self._run()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _run(self) -> int:
+        for _ in range(self.workers):
+            if self.stopping:
+                break
+            self._fork()
+        status = 0
+        error = None
+        for pid, fd in list(self.children.items()):
+            message = _read_line(fd)
+            if message == "ok" or self.stopping:
+                continue
+            if error is None:
+                error = message or f"worker {pid} exited while starting"
+                code, _, text = error.partition(" ")
+                status, error = (int(code), text) if code.isdigit() else (1, error)
+                print(f"bootserver: {error}", file=sys.stderr, flush=True)
+            self._stop()
+        if error is None and not self.stopping:
+            log.info("%d workers serving (pids %s)", len(self.children), " ".join(map(str, self.children)))
+        while self.children:
+            try:
+                pid, wait_status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            fd = self.children.pop(pid, None)
+            if fd is None:
+                continue
+            os.close(fd)
+            _mark_dead(pid, self.mp_dir)
+            code = os.waitstatus_to_exitcode(wait_status)
+            if not self.stopping:
+                log.error("worker %d stopped unexpectedly (%s); stopping the other workers", pid, describe(code))
+                status = 1
+                self._stop()
+            elif code not in (0, -signal.SIGTERM, -signal.SIGINT) and error is None:
+                log.error("worker %d: %s while stopping", pid, describe(code))
+                status = status or 1
+        return status
+
+    def _fork(self) -> None:
+        read_fd, write_fd = os.pipe()
+        parent = os.getpid()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        pid = os.fork()
+        if pid == 0:  # the worker
+            os.close(read_fd)
+            for fd in self.children.values():
+                os.close(fd)
+            self.children = {}
+            for s in _SIGNALS:
+                signal.signal(s, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            _worker(self.config, self.mp_dir, write_fd, parent)
+        self.children[pid] = read_fd
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.close(write_fd)
+
+
+def _read_line(fd: int) -> str:
+    """What a worker wrote on its readiness pipe (up to EOF or newline), stripped."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace").strip()
+
+
+def _mark_dead(pid: int, mp_dir: str) -> None:
+    from .metrics import mark_process_dead
+
+    try:
+        mark_process_dead(pid, mp_dir)
+    except OSError:
+        pass
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel send this process SIGTERM when the parent dies (Linux ``PR_SET_PDEATHSIG``)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _worker(config: Config, mp_dir: str, ready_fd: int, parent: int) -> NoReturn:
+    """A worker process: serve until SIGTERM/SIGINT, then ``os._exit`` (never returns to the caller)."""
+    code = 0
+    reported = False
+
+    def report(line: str) -> None:
+        nonlocal reported
+        if not reported:
+            reported = True
+            try:
+                os.write(ready_fd, (line + "\n").encode())
+            except OSError:
+                pass
+            os.close(ready_fd)
+
+    try:
+        _die_with_parent(parent)
+        from .metrics import enable_multiprocess
+        from .web import run
+
+        enable_multiprocess(mp_dir)
+        run(config, reuse_port=True, ready=lambda: report("ok"))
+    except BootserverError as e:
+        code = e.exit_code
+        if reported:
+            log.error("%s", e)
+        report(f"{code} {e}")
+    except KeyboardInterrupt:
+        code = 0
+    except BaseException as e:  # a crash: one line in the log, exit 1 (the parent stops the others)
+        code = 1
+        log.error("worker crashed: %s: %s", type(e).__name__, e, exc_info=True)
+        report(f"1 worker {os.getpid()}: {type(e).__name__}: {e}")
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
