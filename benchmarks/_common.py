@@ -171,6 +171,19 @@ def stop(proc: subprocess.Popen | None, grace: float = 10.0) -> None:
         return
 
 
+async def wait_listeners(port: int, n: int, deadline: float = 30.0) -> None:
+    """Wait until ``n`` sockets listen on 127.0.0.1:``port`` (``/proc/net/tcp``; one per worker of
+    ``serve --workers N``). Raises ``TimeoutError`` after ``deadline`` seconds."""
+    end = time.monotonic() + deadline
+    want = f"0100007F:{port:04X}"
+    while time.monotonic() < end:
+        rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+        if sum(1 for r in rows if r[1] == want and r[3] == "0A") >= n:
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"{n} listeners on 127.0.0.1:{port}")
+
+
 def process_tree(pid: int) -> list[int]:
     """``pid`` and all its descendants alive now (from the ppid field of ``/proc/*/stat``)."""
     children: dict[int, list[int]] = {}
@@ -300,12 +313,14 @@ class Bootserver:
         self.cmd = [*BOOTSERVER, "serve", "--config", str(config), "--log-level", log_level,
                     *serve_args(workers)]
         self.log = log
+        self.workers = workers
         self.proc: subprocess.Popen | None = None
 
     async def __aenter__(self) -> "Bootserver":
         self.proc = start(self.cmd, self.log, cwd=self.config.parent)
         try:
             await wait_http(self.url + "/healthz", proc=self.proc)
+            await wait_listeners(self.port, self.workers)
         except BaseException:
             self.stop()
             if self.log is not None and self.log.exists():
@@ -342,6 +357,7 @@ class Upstream:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
+        self.workers = workers
         self.proc: subprocess.Popen | None = None
 
     async def __aenter__(self) -> "Upstream":
