@@ -357,7 +357,6 @@ class Upstream:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        self.workers = workers
         self.proc: subprocess.Popen | None = None
 
     async def __aenter__(self) -> "Upstream":

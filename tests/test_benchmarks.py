@@ -1,0 +1,20 @@
+"""The benchmark harness itself still runs (a small boot storm through two workers): the figures in
+docs/benchmarks.md come from these scripts, so a broken script must fail here, not on the next
+measurement. Only the Python parts; nginx and wrk runs stay out of the test suite."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_small_boot_storm_through_two_workers_has_no_errors() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "boot_storm.py"), "--nodes", "20",
+                           "--workers", "2"], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"^\| errors \(nodes that stopped\) \| 0 \|$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^\| script \| 20 \|", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^\| config \| 20 \|", proc.stdout, re.M), proc.stdout
