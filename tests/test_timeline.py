@@ -139,3 +139,40 @@ async def test_group_commit_checkpoints_the_wal_off_the_commit_path(tmp_path: Pa
     finally:
         writes.close()
         tl.close()
+
+
+def test_a_write_waits_for_another_process_write_then_gives_up(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``serve --workers`` processes and ``nodes reinstall`` share the database: a writer waits in short
+    steps while another holds the write lock, and fails after ``WRITE_WAIT`` seconds."""
+    import threading
+    import bootserver.timeline as timeline_mod
+
+    tl = Timeline(tmp_path)
+    tl.record("m0", "script", mode="install", at=1.0)
+    other = sqlite3.connect(tl.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process is writing
+    waiting = threading.Event()
+    real_sleep = timeline_mod.time.sleep
+
+    def sleep(seconds: float) -> None:
+        waiting.set()
+        real_sleep(seconds)
+
+    monkeypatch.setattr(timeline_mod.time, "sleep", sleep)
+    result: list[object] = []
+    writer = threading.Thread(target=lambda: result.append(tl.record("m0", "stub", mode="install", at=2.0)))
+    writer.start()
+    assert waiting.wait(10)  # the writer found the lock taken and waits
+    other.execute("COMMIT")
+    writer.join(10)
+    assert result == ["installing"]
+
+    monkeypatch.setattr(Timeline, "WRITE_WAIT", 0.05)
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        tl.record("m0", "config", mode="install", at=3.0)
+    other.execute("ROLLBACK")
+    assert tl.stage("m0") == "installing"
+    other.close()
+    tl.close()
