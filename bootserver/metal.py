@@ -278,31 +278,23 @@ def device_create_body(spec: DeviceSpec) -> dict[str, Any]:
         "plan": spec.plan,
         "operating_system": spec.operating_system,
     }
-    if spec.metro is not None:
-        body["metro"] = spec.metro
+    for key in _SCALAR_FIELDS:
+        value = getattr(spec, key)
+        if value is not None:
+            body[key] = value
     if spec.facility is not None:
         body["facility"] = list(spec.facility) if isinstance(spec.facility, tuple) else spec.facility
-    if spec.ipxe_script_url is not None:
-        body["ipxe_script_url"] = spec.ipxe_script_url
-    if spec.userdata is not None:
-        body["userdata"] = spec.userdata
-    if spec.billing_cycle is not None:
-        body["billing_cycle"] = spec.billing_cycle
-    if spec.tags:
-        body["tags"] = list(spec.tags)
-    if spec.always_pxe is not None:
-        body["always_pxe"] = spec.always_pxe
-    if spec.spot_instance is not None:
-        body["spot_instance"] = spec.spot_instance
-    if spec.spot_price_max is not None:
-        body["spot_price_max"] = spec.spot_price_max
-    if spec.hardware_reservation_id is not None:
-        body["hardware_reservation_id"] = spec.hardware_reservation_id
-    if spec.project_ssh_keys:
-        body["project_ssh_keys"] = list(spec.project_ssh_keys)
+    for key in ("tags", "project_ssh_keys"):
+        if getattr(spec, key):
+            body[key] = list(getattr(spec, key))
     if spec.customdata is not None:
         body["customdata"] = dict(spec.customdata)
     return body
+
+
+#: DeviceSpec fields sent as they are when set (same names in the createDevice body).
+_SCALAR_FIELDS = ("metro", "ipxe_script_url", "userdata", "billing_cycle", "always_pxe", "spot_instance",
+                  "spot_price_max", "hardware_reservation_id")
 
 
 class EquinixMetal:
