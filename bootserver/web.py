@@ -17,7 +17,8 @@ from aiohttp import web
 
 from . import __version__
 from .config import Config
-from .errors import BootserverError, FetchError, InputError, UnavailableError, UnknownNodeError
+from .errors import (BootserverError, ConfigError, FetchError, InputError, UnavailableError,
+                     UnknownNodeError)
 from .fetch import client_session
 from .ignition import MEDIA_TYPE
 from . import ops
@@ -275,10 +276,6 @@ def server_ssl_context(config: Config) -> "ssl.SSLContext":
 
     Raises :class:`~bootserver.errors.ConfigError` naming ``server.tls`` when the files cannot be loaded.
     """
-
-
-    from .errors import ConfigError
-
     cert, key, _ = config.tls_files()
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -291,9 +288,7 @@ def server_ssl_context(config: Config) -> "ssl.SSLContext":
     return ctx
 
 
-def _listen_error(config: Config, key: str, where: str, e: OSError) -> "ConfigError":
-    from .errors import ConfigError
-
+def _listen_error(config: Config, key: str, where: str, e: OSError) -> ConfigError:
     return ConfigError(config.source, key, f"cannot listen on {where}: {e.strerror or e}")
 
 
