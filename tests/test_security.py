@@ -172,8 +172,9 @@ async def test_real_config_over_plain_http_only_when_allowed(aiohttp_client, ref
     assert r.status == (200 if allow else 403)
 
 
-async def test_concurrency_cap_answers_503_with_retry_after(aiohttp_client, reference, tmp_path) -> None:
-    config = make_config(reference, tmp_path, server={"max_concurrent": 1, "max_queued": 0})
+async def holding_the_only_slot(aiohttp_client, config):
+    """A test client of ``config`` (``max_concurrent: 1``) whose one slot is taken by a ``/slow`` request
+    in its handler: returns ``(client, that request's task, the event that lets it finish)``."""
     app = create_app(config, fixed_signer())
     entered, release = asyncio.Event(), asyncio.Event()
 
@@ -186,6 +187,12 @@ async def test_concurrency_cap_answers_503_with_retry_after(aiohttp_client, refe
     client = await aiohttp_client(app)
     first = asyncio.create_task(client.get("/slow"))
     await entered.wait()
+    return client, first, release
+
+
+async def test_concurrency_cap_answers_503_with_retry_after(aiohttp_client, reference, tmp_path) -> None:
+    config = make_config(reference, tmp_path, server={"max_concurrent": 1, "max_queued": 0})
+    client, first, release = await holding_the_only_slot(aiohttp_client, config)
     r = await client.get(signed("/ipxe/n0", "n0"))
     assert r.status == 503 and r.headers["Retry-After"] == "1"
     assert (await client.get("/healthz")).status == 200  # liveness is never capped
@@ -197,18 +204,7 @@ async def test_concurrency_cap_answers_503_with_retry_after(aiohttp_client, refe
 async def test_requests_over_the_cap_wait_in_line_until_the_queue_is_full(aiohttp_client, reference,
                                                                           tmp_path) -> None:
     config = make_config(reference, tmp_path, server={"max_concurrent": 1, "max_queued": 1})
-    app = create_app(config, fixed_signer())
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def slow(request: web.Request) -> web.Response:
-        entered.set()
-        await release.wait()
-        return web.Response(text="done")
-
-    app.router.add_get("/slow", slow)
-    client = await aiohttp_client(app)
-    first = asyncio.create_task(client.get("/slow"))
-    await entered.wait()
+    client, first, release = await holding_the_only_slot(aiohttp_client, config)
     # two more: one takes the only queue place and waits, the other is refused at once
     two = {asyncio.create_task(client.get(signed("/ipxe/n0", "n0"))) for _ in range(2)}
     done, pending = await asyncio.wait(two, return_when=asyncio.FIRST_COMPLETED)
