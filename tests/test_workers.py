@@ -21,8 +21,8 @@ import pytest
 from bootserver.store import ArtifactStore
 
 from conftest import ServerProcess, free_port, run_cli, write_config
-from test_readthrough import (DEADLINE, ROOTFS_SIZE, app_client, faulty, make_config, make_stream,  # noqa: F401
-                              published, served_path, wait_for)
+from test_readthrough import (DEADLINE, ROOTFS_SIZE, app_client, make_config, make_stream, published,
+                              served_path, wait_for)
 
 HEALTHZ = 'bootserver_http_requests_total{method="GET",route="/healthz",status="200"}'
 
