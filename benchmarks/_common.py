@@ -27,8 +27,8 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-#: The public reference data (real stream metadata, pointer configs) shared by the worktrees.
-REFERENCE = Path(os.environ.get("BOOTSERVER_REFERENCE", REPO.parent / "shared" / "reference"))
+#: The public reference data (real stream metadata, pointer configs): the tests' copy, see its SOURCES.md.
+REFERENCE = REPO / "tests" / "data"
 PY = sys.executable
 BOOTSERVER = [PY, "-m", "bootserver"]
 MB = 1_000_000  # throughput figures are in MB/s = 10^6 bytes per second

@@ -3,7 +3,7 @@
 Setup on 127.0.0.1: a local upstream (benchmarks/upstream.py) serves small fake artifacts (64 KiB
 kernel, initramfs and rootfs by default) named in a stream document; ``bootserver sync-images`` caches
 them; the install profile's ``ignition`` is the real openshift-install pointer config from
-``../shared/reference``. The config keeps ``server.max_concurrent`` at its default (256).
+``tests/data``. The config keeps ``server.max_concurrent`` at its default (256).
 
 Load: one aiohttp client (connector without a connection limit) with every node started at once.
 Each node, like iPXE and Ignition would: GET its signed chain URL -> parse the script for the kernel

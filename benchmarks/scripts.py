@@ -1,7 +1,7 @@
 """Benchmark (issue 8, target 2): the per-node iPXE script endpoint against a bare aiohttp handler.
 
 bootserver: ``GET /ipxe/{node}?exp=&sig=`` for ``--nodes`` nodes of one install profile (real RHCOS
-4.16 stream metadata from ``../shared/reference``, its artifact locations moved to a local upstream on
+4.16 stream metadata from ``tests/data``, its artifact locations moved to a local upstream on
 127.0.0.1 that also serves the metadata; the server loads it on the first request, so nothing is
 synced: the script endpoint needs the metadata only, not the artifacts). Each request does the node
 lookup, the signature check, the timeline read and write (sqlite in ``state_dir``) and the render.

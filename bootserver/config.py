@@ -1,6 +1,6 @@
 """Load and check bootserver's YAML config into typed, immutable objects.
 
-The keys are the user contract of DESIGN.md (documented in README.md and docs/config.md): ``server``
+The keys are the user contract (docs/design.md) (documented in README.md and docs/config.md): ``server``
 (with ``facility``: the facility this server sits in, whose ``mirrors`` it fetches through),
 ``cache_dir``, ``state_dir``, ``read_through`` (default true), ``streams`` (with ``keep_releases``,
 default 2), ``facilities``, ``profiles``, ``nodes``, and the Equinix Metal ``metal`` mappings (top level,
@@ -385,7 +385,7 @@ class MetalSettings(_Model):
     Each key has the name and meaning of the same member of the createDevice body of the Equinix Metal
     API v1, ``POST /projects/{id}/devices`` (``DeviceCreateInMetroInput`` /
     ``DeviceCreateInFacilityInput``, i.e. ``DeviceCreateInput`` plus a location; spec in
-    ``shared/reference/equinix-metal-oas3.yaml``). ``None`` means "not set here"; unset keys are left
+    ``tests/data/equinix-metal-oas3.yaml``). ``None`` means "not set here"; unset keys are left
     out of the request (the API's defaults apply), except ``billing_cycle``.
 
     * ``plan``: device plan slug, e.g. ``c3.small.x86``.

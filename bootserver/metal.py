@@ -6,7 +6,7 @@ iPXE from bootserver. The orchestration on top (idempotent lookup, wait loop, no
 be added later by writing one more class with the four methods.
 
 ``EquinixMetal`` follows the Equinix Metal API v1 OpenAPI spec (saved in
-``shared/reference/equinix-metal-oas3.yaml``): ``POST /projects/{id}/devices`` (createDevice),
+``tests/data/equinix-metal-oas3.yaml``): ``POST /projects/{id}/devices`` (createDevice),
 ``GET /devices/{id}`` (findDeviceById), ``DELETE /devices/{id}`` (deleteDevice, 204) and
 ``GET /projects/{id}/devices`` (findProjectDevices, paginated with ``page``/``per_page``).
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: the reference data in ../shared/reference, a fake upstream, configs, and a running
+"""Shared fixtures: the reference data in tests/data (see its SOURCES.md), a fake upstream, configs, and a running
 ``bootserver serve`` subprocess."""
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import yaml
 from aiohttp import web
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = Path(os.environ.get("BOOTSERVER_REFERENCE", REPO.parent / "shared" / "reference"))
+REFERENCE = REPO / "tests" / "data"
+SCHEMAS = REPO / "ignition" / "schema"
 BOOTSERVER = [sys.executable, "-m", "bootserver"]
 
 
@@ -36,9 +37,8 @@ def _private_user_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: py
 
 @pytest.fixture(scope="session")
 def reference() -> Path:
-    """The folder of public reference data (stream metadata, Ignition schemas, pointer configs)."""
-    if not REFERENCE.is_dir():
-        pytest.fail(f"reference data not found at {REFERENCE} (set BOOTSERVER_REFERENCE)")
+    """The folder of public reference data (stream metadata, pointer configs, the Equinix Metal OpenAPI spec),
+    copied unmodified into ``tests/data`` with its provenance in ``tests/data/SOURCES.md``."""
     return REFERENCE
 
 

@@ -21,7 +21,7 @@ uses: ``POST /projects/{id}/devices`` (createDevice), ``GET /projects/{id}/devic
   ``stuck_hostnames``); with ``instant`` set, the first GET already answers the final state (for
   command-line tests, which cannot inject a clock). Addresses are assigned at creation, as Equinix does.
 
-The spec quirks noted in ``shared/reference/SOURCES.md`` (an ``operation:`` key in one path, an
+The spec quirks noted in ``tests/data/SOURCES.md`` (an ``operation:`` key in one path, an
 invalid CapacityLevelPerBaremetal schema) are outside the schemas used here; the spec is never
 checked as a whole.
 """
@@ -46,7 +46,7 @@ import yaml
 from aiohttp import web
 from referencing.jsonschema import DRAFT4
 
-REFERENCE_DIR = Path(os.environ.get("BOOTSERVER_REFERENCE", Path(__file__).resolve().parents[2] / "shared" / "reference"))
+REFERENCE_DIR = Path(__file__).resolve().parent / "data"
 SPEC_PATH = REFERENCE_DIR / "equinix-metal-oas3.yaml"
 SPEC_URI = "urn:equinix-metal-oas3"
 CREATE_BODY_POINTER = "#/paths/~1projects~1{id}~1devices/post/requestBody/content/application~1json/schema"

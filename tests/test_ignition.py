@@ -15,12 +15,12 @@ from bootserver.resources import data_dir
 from bootserver.service import BootService
 from bootserver.signing import sign
 
-from conftest import FIXED_KEY, FIXED_NOW, fixed_signer
+from conftest import FIXED_KEY, FIXED_NOW, SCHEMAS, fixed_signer
 
 
 def schema(reference: Path, version: str) -> dict:
     major_minor = ".".join(version.split(".")[:2])
-    return json.loads((reference / f"ignition-schema-v{major_minor}.json").read_text())
+    return json.loads((SCHEMAS / f"ignition-schema-v{major_minor}.json").read_text())
 
 
 def service(reference: Path, tmp_path: Path, version: str, pointer: str = "openshift-pointer-master.ign.json"):

@@ -26,8 +26,9 @@ def test_wheel_contains_templates_and_fragments(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for path in REPO.joinpath("templates").iterdir():
         assert f"bootserver/_data/templates/{path.name}" in names
-    for path in REPO.joinpath("ignition").iterdir():
-        assert f"bootserver/_data/ignition/{path.name}" in names
+    for path in REPO.joinpath("ignition").rglob("*"):
+        if path.is_file():
+            assert f"bootserver/_data/ignition/{path.relative_to(REPO / 'ignition')}" in names
     assert any(n.endswith("entry_points.txt") for n in names)
 
 
