@@ -7,7 +7,6 @@ import asyncio
 import hashlib
 import json
 import re
-import os
 import shutil
 import socket
 import subprocess

@@ -32,7 +32,6 @@ import asyncio
 import functools
 import ipaddress
 import json
-import os
 import threading
 import uuid
 from dataclasses import dataclass, field
