@@ -42,6 +42,11 @@ from pydantic import (
 
 from .errors import ConfigError
 from .ipxe import UnsafeValueError, check_extra_karg, check_script_word
+from .providers.base import REGISTRY
+from .providers.redfish import RedfishField, RedfishSettings
+
+#: A provider name (``profiles.<p>.provider``, ``nodes.<n>.provider``): a key of the providers' registry.
+ProviderName = Literal[tuple(REGISTRY)]  # type: ignore[valid-type]
 
 #: Default stream of the embedded config: Fedora CoreOS ``stable``, from its official stream URL.
 FCOS_STABLE_URL = "https://builds.coreos.fedoraproject.org/streams/stable.json"
@@ -163,13 +168,14 @@ class TLSConfig(_Model):
 class SigningConfig(_Model):
     """``server.signing``: lifetimes of signed URLs and of rotated keys, in seconds or ``30m``/``24h``/``7d``.
 
-    ``chain_ttl``: default validity of chain URLs from ``bootserver url`` (7d). ``install_ttl``: validity
+    ``chain_ttl``: validity of the chain URLs a device keeps (``provision``, ``bootserver url``): 3650d,
+    so that it never dies on a clock the operator does not see; ``keys rotate`` revokes them. ``install_ttl``: validity
     of the URLs inside a served script or stub, long enough to finish an install (24h). ``key_grace``:
     how long ``bootserver keys rotate`` keeps accepting the previous key (24h). Expiries are rounded up
     to the hour.
     """
 
-    chain_ttl: int = 7 * 86400
+    chain_ttl: int = 3650 * 86400
     install_ttl: int = 86400
     key_grace: int = 86400
 
@@ -461,7 +467,11 @@ class Profile(_Model):
     ignition_version: Literal["3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"] = "3.2.0"
     kargs: YamlList[str] = ()
     console: str | None = None
+    #: ``ignition.platform.id`` / ``coreos.inst.platform_id``; unset: the provider's (docs/design.md, rule 5).
+    platform_id: Literal["packet", "metal"] | None = None
+    provider: ProviderName | None = None
     metal: Annotated[MetalSettings, BeforeValidator(_null_as_empty)] = Field(default_factory=MetalSettings)
+    redfish: RedfishField = Field(default_factory=RedfishSettings)
     boot_once: bool | None = None
 
     @property
@@ -500,7 +510,9 @@ class Node(_Model):
     mac: tuple[str, ...] = ()
     uuid: str | None = None
     hostname: str | None = None
+    provider: ProviderName | None = None
     metal: Annotated[MetalSettings, BeforeValidator(_null_as_empty)] = Field(default_factory=MetalSettings)
+    redfish: RedfishField = Field(default_factory=RedfishSettings)
     addresses: tuple[str, ...] = ()
     selectable: bool = False
 

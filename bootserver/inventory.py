@@ -9,6 +9,7 @@ from __future__ import annotations
 from .config import Config
 from .errors import UnknownNodeError
 from .ipxe import ScriptContext, build_kargs
+from .providers.base import boot_platform
 from .streams import Release
 from .urls import Urls
 
@@ -46,7 +47,7 @@ def script_context(config: Config, urls: Urls, node: str, release: Release) -> S
         arch=profile.arch, mode=profile.mode,
         rootfs_url=urls.artifact(node, release, release.rootfs),
         stub_url=urls.stub(node), install_dev=profile.install_dev,
-        console=profile.console, extra=profile.kargs,
+        console=profile.console, extra=profile.kargs, platform=boot_platform(config, node),
     )
     return ScriptContext(
         node=node, profile=n.profile, stream=release.stream, release=release.version, arch=release.arch,

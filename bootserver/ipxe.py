@@ -20,7 +20,10 @@ import jinja2
 from . import __version__
 from .resources import data_dir
 
-#: Serial console karg per architecture on Equinix Metal.
+#: Platforms a node's kargs may name (``ignition.platform.id``, ``coreos.inst.platform_id``).
+PLATFORMS = ("packet", "metal")
+
+#: Serial console karg per architecture on Equinix Metal (platform ``packet``).
 CONSOLES = {"x86_64": "console=ttyS1,115200n8", "aarch64": "console=ttyAMA0,115200"}
 
 #: Kernel arguments bootserver sets itself; a profile's ``kargs`` may not set them again.
@@ -65,30 +68,35 @@ def check_extra_karg(value: str) -> str:
 
 
 def build_kargs(*, arch: str, mode: str, rootfs_url: str, stub_url: str, install_dev: str | None,
-                console: str | None, extra: Iterable[str]) -> tuple[str, ...]:
+                console: str | None, extra: Iterable[str], platform: str = "packet") -> tuple[str, ...]:
     """Return the kernel arguments of a CoreOS live PXE boot, in order.
 
     ``mode`` is ``install`` (coreos-installer writes the disk and embeds the stub at ``stub_url``) or
-    ``live`` (Ignition runs from RAM and fetches ``stub_url``). ``console`` overrides the architecture's
-    serial console; ``extra`` is appended last. Raises :class:`UnsafeValueError` for a value iPXE would
-    misread and ``ValueError`` for a non-http(s) URL or an unknown mode/arch.
+    ``live`` (Ignition runs from RAM and fetches ``stub_url``). ``platform`` is the Ignition/Afterburn
+    platform (``packet``: Equinix Metal; ``metal``: any other bare metal). ``console`` is the console
+    karg; ``None`` means Equinix's serial console of the architecture on ``packet`` and none on
+    ``metal``. ``extra`` is appended last. Raises :class:`UnsafeValueError` for a value iPXE would
+    misread and ``ValueError`` for a non-http(s) URL or an unknown mode/arch/platform.
     """
     for url in (rootfs_url, stub_url):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"coreos.live.rootfs_url and Ignition URLs must be http or https: {url!r}")
     if arch not in CONSOLES:
         raise ValueError(f"no serial console known for architecture {arch!r}")
+    if platform not in PLATFORMS:
+        raise ValueError(f"unknown platform {platform!r}")
     args = ["initrd=main", f"coreos.live.rootfs_url={rootfs_url}"]
     if mode == "install":
         if not install_dev:
             raise ValueError("install mode needs install_dev")
         args += [f"coreos.inst.install_dev={install_dev}", f"coreos.inst.ignition_url={stub_url}",
-                 "coreos.inst.platform_id=packet"]
+                 f"coreos.inst.platform_id={platform}"]
     elif mode == "live":
-        args += ["ignition.firstboot", "ignition.platform.id=packet", f"ignition.config.url={stub_url}"]
+        args += ["ignition.firstboot", f"ignition.platform.id={platform}", f"ignition.config.url={stub_url}"]
     else:
         raise ValueError(f"unknown mode {mode!r}")
-    args.append(console or CONSOLES[arch])
+    if console or platform == "packet":
+        args.append(console or CONSOLES[arch])
     args.extend(extra)
     for word in args:
         check_script_word(word)
