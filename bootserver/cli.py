@@ -86,6 +86,12 @@ def _duration_arg(value: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _grace_arg(value: str) -> int:
+    """A ``keys rotate --grace``: a duration, or ``0`` (the previous key stops at once: every URL it
+    signed, device chain URLs included, is revoked)."""
+    return 0 if value.strip() in ("0", "0s", "0m", "0h", "0d") else _duration_arg(value)
+
+
 def _cmd_url(args: argparse.Namespace, config: Config) -> int:
     from .urls import Urls
 
@@ -233,8 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     ksub = p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     k = ksub.add_parser("rotate", parents=[common], help="make a new signing key; the old one stays "
                         "valid for a grace period")
-    k.add_argument("--grace", type=_duration_arg, metavar="DURATION",
-                   help="how long the previous key is still accepted (default server.signing.key_grace, 24h)")
+    k.add_argument("--grace", type=_grace_arg, metavar="DURATION",
+                   help="how long the previous key is still accepted (default server.signing.key_grace, 24h); "
+                   "0 revokes every URL it signed at once")
     k.set_defaults(func=_cmd_keys_rotate)
     p = sub.add_parser("tls", help="manage the HTTPS certificate")
     tsub = p.add_subparsers(dest="tls_command", required=True, metavar="ACTION")

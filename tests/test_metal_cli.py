@@ -51,13 +51,13 @@ def cli(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_provision_prints_devices_and_records_state(env, tmp_path, capsys):
     config = make_config(tmp_path)
-    rc, out, err = cli(capsys, "provision", "master-0", "master-1", "--config", str(config))
+    rc, out, err = cli(capsys, "provision", "master-0", "master-1", "--no-wait", "--config", str(config))
     assert rc == 0, err
     lines = out.splitlines()
     assert len(lines) == 2
     ids = {d["hostname"]: d["id"] for d in env.devices.values()}
-    assert lines[0] == f"master-0 {ids['master-0']} active 147.75.0.10,2604:1380::a,10.70.0.10"
-    assert lines[1].startswith(f"master-1 {ids['m1']} active ")
+    assert lines[0] == f"master-0 {ids['master-0']} queued 147.75.0.10,2604:1380::a,10.70.0.10"
+    assert lines[1].startswith(f"master-1 {ids['m1']} queued ")
     assert f"bootserver: master-0: created device {ids['master-0']} (queued)" in err
     bodies = {c.body["hostname"]: c.body for c in env.calls("POST")}
     assert re.fullmatch(r"http://boot\.example:8080/ipxe/master-0\?exp=\d+&sig=[\w-]{43}",
@@ -67,18 +67,19 @@ def test_provision_prints_devices_and_records_state(env, tmp_path, capsys):
     assert bodies["master-0"]["operating_system"] == "custom_ipxe"
     assert env.invalid_bodies == []
     state = json.loads((tmp_path / "state" / "nodes" / "master-1.json").read_text())
-    assert state["device"]["id"] == ids["m1"] and state["device"]["state"] == "active"
+    assert state["device"]["id"] == ids["m1"] and state["device"]["state"] == "queued"
 
-    # idempotent: a second run reuses both devices
-    rc, out2, err = cli(capsys, "provision", "master-0", "master-1", "--config", str(config))
+    # idempotent: a second run reuses both devices (and their chain URLs, still current)
+    rc, out2, err = cli(capsys, "provision", "master-0", "master-1", "--no-wait", "--config", str(config))
     assert rc == 0 and out2 == out
+    assert env.calls("PUT") == []
     assert len(env.calls("POST")) == 2
     assert "reusing device" in err
 
 
 def test_userdata_and_cli_overrides(env, tmp_path, capsys):
     config = make_config(tmp_path, always_pxe=True, billing_cycle="monthly")
-    rc, _out, err = cli(capsys, "provision", "master-0", "--config", str(config), "--via", "userdata",
+    rc, _out, err = cli(capsys, "provision", "master-0", "--no-wait", "--config", str(config), "--via", "userdata",
                        "--plan", "m3.large.x86", "--facility", "sv15", "--tag", "extra",
                        "--spot-price-max", "0.75", "--hardware-reservation-id", "next-available")
     assert rc == 0, err
@@ -184,7 +185,7 @@ def test_devices_lists_ours_across_pages_and_deprovision_deletes(env, tmp_path, 
     for i in range(120):  # more than one page of 100
         env.add_device(f"extra-{i:03}", ["bs-test"])
     env.add_device("foreign", ["other"])
-    rc, out, err = cli(capsys, "provision", "master-0", "--config", str(config))
+    rc, out, err = cli(capsys, "provision", "master-0", "--no-wait", "--config", str(config))
     assert rc == 0, err
     rc, out, err = cli(capsys, "devices", "--config", str(config))
     assert rc == 0, err
@@ -210,7 +211,7 @@ def test_token_is_never_printed_or_logged(env, tmp_path, capsys, caplog):
     config = make_config(tmp_path)
     env.inject("GET", "/projects/", 429, headers={"Retry-After": "0"})
     outputs = []
-    for args in (["provision", "master-0", "--log-level", "debug"], ["devices", "--log-level", "debug"],
+    for args in (["provision", "master-0", "--no-wait", "--log-level", "debug"], ["devices", "--log-level", "debug"],
                  ["deprovision", "master-0", "--log-level", "debug"]):
         rc, out, err = cli(capsys, *args, "--config", str(config))
         assert rc == 0, err
@@ -241,7 +242,7 @@ def test_loopback_chain_url_is_warned_about(env, tmp_path, capsys):
     doc = yaml.safe_load(config.read_text())
     del doc["server"]["base_url"]
     write_config(config, doc)
-    rc, _, err = cli(capsys, "provision", "master-0", "--config", str(config))
+    rc, _, err = cli(capsys, "provision", "master-0", "--no-wait", "--config", str(config))
     assert rc == 0, err
     assert err.splitlines()[0] == (
         "bootserver: warning: devices cannot reach the chain URL http://127.0.0.1:8080/ipxe/master-0: "
