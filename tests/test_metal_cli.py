@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -100,8 +102,14 @@ def test_userdata_and_cli_overrides(env, tmp_path, capsys):
     }
     assert env.invalid_bodies == []
     # the userdata is exactly what `bootserver url` prints
-    rc, url_out, _ = cli(capsys, "url", "master-0", "--config", str(config))
+    rc, url_out, url_err = cli(capsys, "url", "master-0", "--config", str(config))
     assert url_out.endswith(call.body["userdata"])
+    # ... and says (on stderr, out of the way of `| head -1`) when it expires: in ten years, by default
+    exp = int(re.search(r"exp=(\d+)", url_out)[1])
+    when = datetime.fromtimestamp(exp, UTC).strftime("%Y-%m-%d %H:%M")
+    assert url_err == (f"bootserver: master-0: these URLs expire {when} UTC; `bootserver keys rotate` revokes "
+                       "them sooner (once its grace ends)\n")
+    assert 3649 * 86400 < exp - time.time() <= 3650 * 86400 + 3600
 
 
 def test_failed_device_is_exit_1_after_printing(env, tmp_path, capsys):

@@ -305,8 +305,8 @@ def test_api_url_env_wins_over_config_key():
 
 def test_token_never_appears_in_logs_or_errors(fake_metal, caplog):
     caplog.set_level(logging.DEBUG)
-    logging.getLogger("urllib3").setLevel(logging.DEBUG)
-    logging.getLogger("bootserver").setLevel(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="urllib3")
+    caplog.set_level(logging.DEBUG, logger="bootserver")
     messages = []
     with client(fake_metal) as api:
         fake_metal.inject("GET", "/projects/", 429, headers={"Retry-After": "0"})

@@ -133,7 +133,7 @@ class RetryPolicy:
             why = (type(outcome.exception()).__name__ if outcome is not None and outcome.failed
                    else "answer asks for a retry")
             seconds = state.next_action.sleep if state.next_action is not None else 0
-            log.info("%s: %s; try %d of %d in %.1f s", what, why, state.attempt_number + 1,
+            log.debug("%s: %s; try %d of %d in %.1f s", what, why, state.attempt_number + 1,
                      self.retries + 1, seconds)
 
         retrying = tenacity.Retrying(

@@ -293,9 +293,8 @@ class Redfish(Provider):
         grace = getattr(args, "grace", None)
         if grace is not None and not grace >= 0:
             raise InputError(f"--grace: must not be negative, got {grace:g}")
-        if not log.isEnabledFor(logging.DEBUG):
-            # sushy logs its own view of every failure; ours is the one line the command prints
-            logging.getLogger("sushy").setLevel(logging.CRITICAL)
+        # sushy logs its own view of every failure; ours is the one line the command prints
+        logging.getLogger("sushy").setLevel(logging.NOTSET if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL)
         return cls(config, args)
 
     def close(self) -> None:
