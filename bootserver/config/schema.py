@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import platformdirs
 from pydantic import BeforeValidator, Field, field_validator
 
+from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
 from .metal import MetalGlobal, MetalSettings
 from .types import (
@@ -31,8 +32,9 @@ from .types import (
 FCOS_STABLE_URL = "https://builds.coreos.fedoraproject.org/streams/stable.json"
 
 #: The Ignition spec versions a stub can be written in (3.1.0 is the oldest with sha512/sha256
-#: verification hashes and httpHeaders; RHCOS 4.7+ accepts 3.2.0, 4.14+ also 3.4.0).
-IGNITION_VERSIONS = ("3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0")
+#: verification hashes and httpHeaders; RHCOS 4.7+ accepts 3.2.0, 4.14+ also 3.4.0): those whose
+#: official schema ships with bootserver.
+IGNITION_VERSIONS = SPEC_VERSIONS
 
 #: Architectures with a serial console we know on Equinix Metal (c3/m3/n3 x86_64, Ampere aarch64).
 ARCHITECTURES = ("x86_64", "aarch64")
