@@ -15,8 +15,52 @@ import yaml
 from pydantic import ValidationError
 
 from ..errors import ConfigError
-from .messages import describe_error
+from .messages import describe_error, keypath
 from .schema import Config, Document, default_document
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A YAML mapping has the same key twice: ``loc`` is the key path of the duplicate, ``lines`` the
+    1-based lines of its first and second occurrence."""
+
+    def __init__(self, loc: tuple[Any, ...], lines: tuple[int, int]) -> None:
+        self.loc = loc
+        self.lines = lines
+        super().__init__(f"{keypath(loc)}: duplicate key on lines {lines[0]} and {lines[1]}")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's ``SafeLoader`` that refuses a mapping with the same key twice (YAML 1.2 says keys are
+    unique; PyYAML keeps the last silently). Raises :class:`DuplicateKeyError`. Keys brought in by a
+    merge key (``<<: *anchor``) may be overridden, as YAML's merge key type intends."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_unique_keys(node, (), set())
+        return super().construct_document(node)
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_unique_keys(node: yaml.Node, loc: tuple[Any, ...], seen: set[int]) -> None:
+    if id(node) in seen:  # an alias: checked where its anchor is
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            if key.tag == _MERGE_TAG:
+                _check_unique_keys(value, loc, seen)
+                continue
+            if isinstance(key, yaml.ScalarNode):
+                line = key.start_mark.line + 1
+                if (key.tag, key.value) in first:
+                    raise DuplicateKeyError((*loc, key.value), (first[key.tag, key.value], line))
+                first[key.tag, key.value] = line
+            _check_unique_keys(value, (*loc, key.value if isinstance(key, yaml.ScalarNode) else "?"), seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_unique_keys(item, (*loc, i), seen)
 
 
 def _check_references(doc: Document, cfg: Config) -> None:
@@ -107,7 +151,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     except OSError as e:
         raise ConfigError(str(p), "", f"cannot read config: {e.strerror}") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except DuplicateKeyError as e:
+        raise ConfigError(str(p), keypath(e.loc), f"duplicate key on lines {e.lines[0]} and {e.lines[1]}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""
