@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 import ssl
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
@@ -19,7 +19,6 @@ from . import __version__
 from .config import Config
 from .errors import (BootserverError, ConfigError, FetchError, InputError, UnavailableError,
                      UnknownNodeError)
-from .fetch import client_session
 from .ignition import MEDIA_TYPE
 from . import ops
 from .security import limits_middleware, selectable_check, signed_route_middleware
@@ -30,17 +29,29 @@ from .signing import Signer
 log = logging.getLogger("bootserver.web")
 
 SERVICE = web.AppKey("service", BootService)
-SESSION = web.AppKey("session", object)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ArtifactResponse(web.FileResponse):
-    """A cached artifact sent with sendfile; its ``ETag`` is the artifact's sha256 (set on prepare)."""
+    """A cached artifact sent with sendfile; its ``ETag`` is the artifact's sha256 (set on prepare).
+
+    When the client goes away mid-body, the bytes the kernel did send are recorded for the access log
+    (asyncio leaves the file position after the last byte ``sendfile`` sent); aiohttp then logs the
+    request as usual, without a traceback."""
 
     def __init__(self, path: object, sha256: str | None, **kwargs: object) -> None:
         super().__init__(path, **kwargs)  # type: ignore[arg-type]
         self.sha256 = sha256
+
+    async def _sendfile(self, request: web.BaseRequest, fobj: Any, offset: int, count: int
+                        ) -> Any:  # aiohttp's FileResponse hook that sends the body
+        fobj.seek(offset)
+        try:
+            return await super()._sendfile(request, fobj, offset, count)  # type: ignore[misc]
+        except ConnectionError:
+            request[ops.BODY_SENT] = (max(0, fobj.tell() - offset), False)
+            raise
 
 
 async def _artifact_etag(request: web.Request, response: web.StreamResponse) -> None:
@@ -83,7 +94,7 @@ async def ipxe_script(request: web.Request) -> web.Response:
     """``GET /ipxe/{node}``: the node's iPXE script."""
     svc = _service(request)
     node = request[ops.NODE] = svc.find_node(name=request.match_info["node"])
-    script = await svc.serve_script(node, request.app[SESSION], request.remote)  # type: ignore[arg-type]
+    script = await svc.serve_script(node, request.remote)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -93,7 +104,7 @@ async def generic_entry(request: web.Request) -> web.Response:
     q = request.query
     node = request[ops.NODE] = svc.find_node(mac=q.get("mac"), uuid=q.get("uuid"), hostname=q.get("hostname"))
     selectable_check(request, svc.config, node)
-    script = await svc.serve_script(node, request.app[SESSION], request.remote)  # type: ignore[arg-type]
+    script = await svc.serve_script(node, request.remote)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -123,7 +134,7 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     svc = _service(request)
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
-    path = await svc.artifacts.open(segments, request.app[SESSION])  # type: ignore[arg-type]
+    path = await svc.artifacts.open(segments)
     if path is None:
         what = "not a known artifact" if svc.artifacts.enabled else "not in cache"
         log.warning("%s %s: 404 %s", request.method, request.path, what)
@@ -163,6 +174,8 @@ async def _send_transfer(request: web.Request, transfer: Transfer) -> web.Stream
                     await resp.write(chunk)
             else:
                 await _sendfile_ranges(request, resp, transfer)
+        except ConnectionError:  # the client went away: the access log says so ("incomplete"), in one line
+            return resp
         except BootserverError as e:
             log.error("%s %s: aborting the transfer: %s", request.method, request.path, e)
             if request.transport is not None:
@@ -184,6 +197,7 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
     short bodies while the server saw them all sent)."""
     loop = asyncio.get_running_loop()
     fobj = None
+    sent = 0  # body bytes sent; with sendfile, asyncio leaves the file position after the last one
     try:
         async for offset, count in transfer.ranges():
             transport = request.transport
@@ -193,11 +207,16 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
                 fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)
                 use_sendfile = transport.get_extra_info("sslcontext") is None
             if use_sendfile:
+                fobj.seek(offset)
                 try:
                     await loop.sendfile(transport, fobj, offset, count)
+                    sent += count
                     continue
                 except NotImplementedError:
                     use_sendfile = False
+                except ConnectionError:
+                    sent += max(0, fobj.tell() - offset)
+                    raise
             end = offset + count
             while offset < end:
                 data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
@@ -205,6 +224,10 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
                     raise FetchError(f"{request.path}: data file shorter than expected")
                 await resp.write(data)
                 offset += len(data)
+                sent += len(data)
+    except ConnectionError:
+        request[ops.BODY_SENT] = (sent, False)
+        raise
     finally:
         if fobj is not None:
             fobj.close()
@@ -221,12 +244,8 @@ async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n", content_type="text/plain")
 
 
-async def _session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
-    session = client_session()
-    app[SESSION] = session
-    yield
-    await app[SERVICE].artifacts.close()
-    await session.close()
+async def _close_service(app: web.Application) -> None:
+    await app[SERVICE].close()
 
 
 #: Largest request body accepted, in bytes (no endpoint takes a body).
@@ -251,7 +270,7 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
         error_middleware])
     app[SERVICE] = svc
     svc.artifacts.observer = ops.setup(app, svc).metrics
-    app.cleanup_ctx.append(_session_ctx)
+    app.on_cleanup.append(_close_service)
     app.on_response_prepare.append(_artifact_etag)
     app.router.add_get("/ipxe/{node}", ipxe_script)
     app.router.add_get("/boot.ipxe", generic_entry)

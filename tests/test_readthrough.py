@@ -18,7 +18,7 @@ import pytest
 
 from bootserver.config import parse_config
 from bootserver.errors import DiskFullError, FetchError, IntegrityError
-from bootserver.fetch import RetryPolicy, download_artifact, source_urls
+from bootserver.fetch import RetryPolicy, Upstream, source_urls
 from bootserver.service import BootService
 from bootserver.store import ArtifactStore
 from bootserver.web import SERVICE, create_app
@@ -84,7 +84,7 @@ async def wait_for(cond: Callable[[], bool], what: str, deadline: float = DEADLI
 async def app_client(aiohttp_client, config, retry: RetryPolicy = FAST):
     app = create_app(config)
     client = await aiohttp_client(app)
-    app[SERVICE].artifacts.retry = retry
+    app[SERVICE].upstream.retry = retry
     return client, app[SERVICE].artifacts
 
 
@@ -121,14 +121,16 @@ async def test_50_concurrent_cold_requests_make_one_upstream_get(tmp_path, refer
     assert all(b == data for b in bodies)
     assert faulty.gets(rootfs) == [None]
     await wait_for(lambda: not rt._inflight, "the download to be published")
-    assert rt.store.is_cached(*(await rt.resolve(tuple(served_path(paths, "rootfs").split("/")[2:]), None)))
+    assert rt.store.is_cached(*(await rt.resolve(tuple(served_path(paths, "rootfs").split("/")[2:]))))
     # a warm request is a plain file response with Range support
     r = await client.get(served_path(paths, "rootfs"), headers={"Range": "bytes=10-19"})
     assert r.status == 206 and await r.read() == data[10:20]
     assert faulty.gets(rootfs) == [None]
 
 
-async def test_wrong_bytes_abort_every_client_and_publish_nothing(tmp_path, reference, faulty, aiohttp_client):
+async def test_wrong_bytes_abort_every_client_and_publish_nothing(tmp_path, reference, faulty, aiohttp_client,
+                                                                  caplog):
+    caplog.set_level("INFO", logger="bootserver")
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
     rootfs = paths["rootfs"]
@@ -153,6 +155,10 @@ async def test_wrong_bytes_abort_every_client_and_publish_nothing(tmp_path, refe
     r = await client.get(served_path(paths, "rootfs"))
     with pytest.raises(aiohttp.ClientPayloadError):
         await r.read()
+    # the log says what happened: a sha256 mismatch, for the download and for each aborted transfer
+    aborts = [r.getMessage() for r in caplog.records if "aborting the transfer" in r.getMessage()]
+    assert len(aborts) >= 5 and all("sha256 mismatch" in m for m in aborts), aborts
+    assert "restarted" not in caplog.text
 
 
 def config_cache(tmp_path: Path) -> Path:
@@ -228,9 +234,8 @@ async def test_mirror_with_wrong_bytes_falls_through_to_origin(tmp_path, referen
     config = make_config(tmp_path, meta)
     svc = BootService(config)
     rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
-    async with aiohttp.ClientSession() as session:
-        size, used = await download_artifact(session, svc.store, rel, rel.kernel, mirrors=[faulty.url + "/bad"],
-                                             retry=FAST)
+    async with Upstream(mirrors=[faulty.url + "/bad"], retry=FAST) as up:
+        size, used = await up.download(svc.store, rel, rel.kernel)
     assert used == faulty.url + k and svc.store.is_cached(rel, rel.kernel)
 
 
@@ -248,8 +253,8 @@ async def _download(tmp_path: Path, reference: Path, faulty: FaultyUpstream, kin
 async def test_dropped_connection_resumes_with_range(tmp_path, reference, faulty) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty)
     faulty.drop[path] = 1_234_567
-    async with aiohttp.ClientSession() as session:
-        size, used = await download_artifact(session, store, rel, art, retry=FAST)
+    async with Upstream(retry=FAST) as up:
+        size, used = await up.download(store, rel, art)
     assert size == len(data) and store.path(rel, art).read_bytes() == data
     assert faulty.gets(path) == [None, "bytes=1234567-"]
     assert tmp_files(store.cache_dir) == []
@@ -260,8 +265,8 @@ async def test_upstream_ignoring_range_starts_over(tmp_path, reference, faulty) 
     store.tmp.mkdir(parents=True)
     store.partial_path(art).write_bytes(data[:500_000])
     faulty.ignore_range = True
-    async with aiohttp.ClientSession() as session:
-        await download_artifact(session, store, rel, art, retry=FAST)
+    async with Upstream(retry=FAST) as up:
+        await up.download(store, rel, art)
     assert faulty.gets(path) == ["bytes=500000-"]
     assert store.path(rel, art).read_bytes() == data and tmp_files(store.cache_dir) == []
 
@@ -270,8 +275,8 @@ async def test_resumed_bytes_failing_the_hash_start_over(tmp_path, reference, fa
     store, rel, art, path, data = await _download(tmp_path, reference, faulty)
     store.tmp.mkdir(parents=True)
     store.partial_path(art).write_bytes(b"garbage" + data[7:500_000])
-    async with aiohttp.ClientSession() as session:
-        await download_artifact(session, store, rel, art, retry=FAST)
+    async with Upstream(retry=FAST) as up:
+        await up.download(store, rel, art)
     assert faulty.gets(path) == ["bytes=500000-", None]
     assert store.path(rel, art).read_bytes() == data
 
@@ -279,17 +284,17 @@ async def test_resumed_bytes_failing_the_hash_start_over(tmp_path, reference, fa
 async def test_503_is_retried_with_backoff_then_succeeds(tmp_path, reference, faulty) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [503, 429, 502]
-    async with aiohttp.ClientSession() as session:
-        await download_artifact(session, store, rel, art, retry=FAST)
+    async with Upstream(retry=FAST) as up:
+        await up.download(store, rel, art)
     assert faulty.gets(path) == [None] * 4 and store.is_cached(rel, art)
 
 
 async def test_retries_are_bounded(tmp_path, reference, faulty) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [503] * 10
-    async with aiohttp.ClientSession() as session:
+    async with Upstream(retry=FAST) as up:
         with pytest.raises(FetchError, match=r"HTTP 503"):
-            await download_artifact(session, store, rel, art, retry=FAST)
+            await up.download(store, rel, art)
     assert len(faulty.gets(path)) == 5 and not store.is_cached(rel, art)
 
 
@@ -297,18 +302,18 @@ async def test_retries_are_bounded(tmp_path, reference, faulty) -> None:
 async def test_4xx_is_not_retried(tmp_path, reference, faulty, status: int) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [status] * 3
-    async with aiohttp.ClientSession() as session:
+    async with Upstream(retry=FAST) as up:
         with pytest.raises(FetchError, match=rf"{faulty.url}{path}: HTTP {status}"):
-            await download_artifact(session, store, rel, art, retry=FAST)
+            await up.download(store, rel, art)
     assert len(faulty.gets(path)) == 1
 
 
 async def test_hash_mismatch_from_the_only_source_raises_and_cleans(tmp_path, reference, faulty) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.wrong.add(path)
-    async with aiohttp.ClientSession() as session:
+    async with Upstream(retry=FAST) as up:
         with pytest.raises(IntegrityError):
-            await download_artifact(session, store, rel, art, retry=FAST)
+            await up.download(store, rel, art)
     assert published(store.cache_dir) == [] and tmp_files(store.cache_dir) == []
 
 
@@ -399,8 +404,8 @@ async def test_disk_full_is_refused_early_and_keeps_the_cache(tmp_path, referenc
     from bootserver import fetch
 
     store, rel, art, path, data = await _download(tmp_path, reference, faulty)
-    async with aiohttp.ClientSession() as session:
-        await download_artifact(session, store, rel, rel.kernel, retry=FAST)
+    async with Upstream(retry=FAST) as up:
+        await up.download(store, rel, rel.kernel)
         kernel = store.path(rel, rel.kernel).read_bytes()
         real = shutil.disk_usage
 
@@ -409,7 +414,7 @@ async def test_disk_full_is_refused_early_and_keeps_the_cache(tmp_path, referenc
 
         monkeypatch.setattr(fetch.shutil, "disk_usage", tiny)
         with pytest.raises(DiskFullError) as info:
-            await download_artifact(session, store, rel, art, retry=FAST)
+            await up.download(store, rel, art)
     msg = str(info.value)
     assert str(store.path(rel, art)) in msg and f"{len(data)} more bytes needed, 1000 free" in msg
     assert store.path(rel, rel.kernel).read_bytes() == kernel and not store.path(rel, art).exists()
@@ -428,10 +433,10 @@ async def test_disk_full_on_real_tmpfs(tmp_path, reference, faulty) -> None:
         svc = BootService(parse_config({"cache_dir": str(mnt), "streams": {"rhcos": {"metadata": str(meta)}}},
                                        "t.yaml", tmp_path))
         rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
-        async with aiohttp.ClientSession() as session:
-            await download_artifact(session, svc.store, rel, rel.kernel, retry=FAST)
+        async with Upstream(retry=FAST) as up:
+            await up.download(svc.store, rel, rel.kernel)
             with pytest.raises(DiskFullError, match=str(svc.store.path(rel, rel.rootfs))):
-                await download_artifact(session, svc.store, rel, rel.rootfs, retry=FAST)
+                await up.download(svc.store, rel, rel.rootfs)
         assert svc.store.is_cached(rel, rel.kernel) and not svc.store.path(rel, rel.rootfs).exists()
         assert tmp_files(mnt) == []
     finally:
@@ -462,9 +467,9 @@ async def test_disk_full_while_writing_names_path_and_size(tmp_path, reference, 
             return getattr(self._f, name)
 
     monkeypatch.setattr(store_mod.os, "fdopen", lambda *a, **k: FillingFile(real_fdopen(*a, **k)))
-    async with aiohttp.ClientSession() as session:
+    async with Upstream(retry=FAST) as up:
         with pytest.raises(DiskFullError) as info:
-            await download_artifact(session, store, rel, art, retry=FAST)
+            await up.download(store, rel, art)
     assert str(info.value).startswith(f"{store.path(rel, art)}: not enough disk space")
     assert "more bytes needed" in str(info.value)
     assert tmp_files(store.cache_dir) == [] and not store.path(rel, art).exists()
@@ -567,10 +572,8 @@ async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, fault
 async def test_mirror_that_times_out_falls_through(tmp_path, reference, faulty) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.stall.add("/slow/")
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=0.3)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        size, used = await download_artifact(session, store, rel, art, mirrors=[faulty.url + "/slow"],
-                                             retry=FAST)
+    async with Upstream(mirrors=[faulty.url + "/slow"], retry=FAST, read_timeout=0.3) as up:
+        size, used = await up.download(store, rel, art)
     assert used == faulty.url + path and store.path(rel, art).read_bytes() == data
     assert [p for p, _ in faulty.log] == ["/slow" + path, path]
 
@@ -593,23 +596,79 @@ async def test_sync_images_uses_the_facility_mirrors(tmp_path, reference, faulty
 
 
 async def test_fetch_is_shielded_from_a_cancelled_caller(tmp_path, reference, faulty) -> None:
-    from bootserver.readthrough import ReadThrough
-
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     svc = BootService(make_config(tmp_path, meta))
-    rt = ReadThrough(svc.config, svc.store, svc.catalog, retry=FAST)
+    svc.upstream.retry = FAST
+    rt = svc.artifacts
     rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
     faulty.pause[paths["rootfs"]] = 500_000
-    async with aiohttp.ClientSession() as session:
-        caller = asyncio.create_task(rt.fetch(rel, rel.rootfs, session))
+    async with svc.upstream:
+        caller = asyncio.create_task(rt.fetch(rel, rel.rootfs))
         await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
         caller.cancel()
         with pytest.raises(asyncio.CancelledError):
             await caller
         assert rt.status(rel, rel.rootfs) == "fetching"
-        joined = asyncio.create_task(rt.fetch(rel, rel.rootfs, session))
+        joined = asyncio.create_task(rt.fetch(rel, rel.rootfs))
         faulty.gate.set()
-        path = await asyncio.wait_for(joined, DEADLINE)
+        path = (await asyncio.wait_for(joined, DEADLINE)).path
         await rt.close()
     assert path.read_bytes() == files[paths["rootfs"]] and faulty.gets(paths["rootfs"]) == [None]
     assert rt.status(rel, rel.rootfs) == "cached"
+
+
+# --- clients that go away mid-body (issue 16, item 8) -------------------------------------------------
+
+async def _abort_after(port: int, path: str, nbytes: int) -> int:
+    """A raw HTTP client that reads ``nbytes`` of the answer, then resets the connection; returns the
+    bytes it received (headers included)."""
+    import socket
+    import struct
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    got = 0
+    while got < nbytes:
+        data = await asyncio.wait_for(reader.read(65536), DEADLINE)
+        if not data:
+            break
+        got += len(data)
+    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+    return got
+
+
+async def test_aborting_clients_log_one_line_each_with_the_bytes_sent(tmp_path, reference, faulty) -> None:
+    import re
+
+    from conftest import ServerProcess, free_port
+
+    size = 40_000_000
+    meta, paths, files = make_stream(tmp_path, reference, faulty, rootfs_size=size)
+    port = free_port()
+    config = write_config(tmp_path / "bootserver.yaml", {
+        "server": {"listen": f"127.0.0.1:{port}"}, "cache_dir": "cache",
+        "streams": {"rhcos": {"metadata": str(meta)}},
+        "profiles": {"live": {"stream": "rhcos", "mode": "live"}}})
+    url_path = served_path(paths, "rootfs")
+    faulty.pause[paths["rootfs"]] = size // 4
+    server = ServerProcess(config, port)
+    async with aiohttp.ClientSession() as session:
+        await server.start(session)
+        try:
+            # 10 clients give up on a read-through transfer, 10 on the cached file (sendfile)
+            cold = [asyncio.create_task(_abort_after(port, url_path, 1_000_000)) for _ in range(10)]
+            received = await asyncio.wait_for(asyncio.gather(*cold), DEADLINE)
+            faulty.gate.set()
+            async with session.get(server.url + url_path) as r:
+                assert r.status == 200 and await r.read() == files[paths["rootfs"]]
+            received += [await _abort_after(port, url_path, 1_000_000) for _ in range(10)]
+        finally:
+            await server.stop()
+    assert all(n >= 1_000_000 for n in received)
+    err = (await server.proc.stderr.read()).decode()  # type: ignore[union-attr]
+    assert "Traceback" not in err and "Error handling request" not in err, err
+    lines = [line for line in err.splitlines() if f"GET {url_path} 200" in line and line.endswith(" incomplete")]
+    assert len(lines) == 20, err
+    sent = [int(re.search(r" bytes=(\d+) ", line)[1]) for line in lines]  # type: ignore[index]
+    assert all(0 < n < size for n in sent), sent

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Self, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
+from bootserver.config.types import SettingsModel, null_as_empty
 from bootserver.errors import InputError
 from bootserver.providers.base import (
     MissingCredentials,
@@ -60,10 +61,6 @@ FORCE_OFF_TIMEOUT = 60.0
 SYSTEMS = "/redfish/v1/Systems/"
 
 
-def _null_as_empty(value: Any) -> Any:
-    return {} if value is None else value
-
-
 def _check_address(value: str | None) -> str | None:
     if value is None:
         return None
@@ -75,7 +72,7 @@ def _check_address(value: str | None) -> str | None:
     return value.rstrip("/")
 
 
-class RedfishSettings(BaseModel):
+class RedfishSettings(SettingsModel):
     """``nodes.<n>.redfish`` / ``profiles.<p>.redfish``: how to reach a node's BMC (node keys win).
 
     * ``address``: the BMC's base URL (``https://bmc.example``; the service root is ``/redfish/v1/``).
@@ -88,8 +85,6 @@ class RedfishSettings(BaseModel):
     * ``boot_mode``: ``uefi`` or ``legacy``; unset leaves the BMC's boot mode as it is.
     * ``timeout``: seconds to wait for each BMC answer (default 30).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     address: str | None = None
     system: str | None = None
@@ -132,7 +127,7 @@ class RedfishSettings(BaseModel):
         return self.model_construct(**values)
 
 
-RedfishField = Annotated[RedfishSettings, BeforeValidator(_null_as_empty)]
+RedfishField = Annotated[RedfishSettings, BeforeValidator(null_as_empty)]
 
 
 def _detail(exc: Exception) -> str:
