@@ -42,6 +42,7 @@ from pydantic import (
 
 from .errors import ConfigError
 from .ipxe import UnsafeValueError, check_extra_karg, check_script_word
+from .network import NetworkSetting, check_network_settings
 
 #: Default stream of the embedded config: Fedora CoreOS ``stable``, from its official stream URL.
 FCOS_STABLE_URL = "https://builds.coreos.fedoraproject.org/streams/stable.json"
@@ -463,6 +464,8 @@ class Profile(_Model):
     console: str | None = None
     metal: Annotated[MetalSettings, BeforeValidator(_null_as_empty)] = Field(default_factory=MetalSettings)
     boot_once: bool | None = None
+    #: ``dhcp``, ``provider`` or an NMState document: the default of the profile's nodes (bootserver.network).
+    network: NetworkSetting | None = None
 
     @property
     def boots_once(self) -> bool:
@@ -503,6 +506,8 @@ class Node(_Model):
     metal: Annotated[MetalSettings, BeforeValidator(_null_as_empty)] = Field(default_factory=MetalSettings)
     addresses: tuple[str, ...] = ()
     selectable: bool = False
+    #: ``dhcp``, ``provider`` or an NMState document (bootserver.network); default the profile's.
+    network: NetworkSetting | None = None
 
     @field_validator("addresses", mode="before")
     @classmethod
@@ -684,7 +689,7 @@ def describe_error(err: dict[str, Any]) -> tuple[str, str]:
     """Turn one pydantic error (an item of ``ValidationError.errors()``) into ``(key path, message)`` in
     our wording: ``("nodes.m0.metal.tags[1]", "expected a string, got int 1")``."""
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (
-        p.startswith(("function-", "literal[")) or p in _FACILITY_TAGS)))
+        p.startswith(("function-", "literal[")) or p in _FACILITY_TAGS or p.startswith("<"))))
     kind = err["type"]
     if kind == "extra_forbidden":
         known = _known_keys(loc[:-1])
@@ -738,6 +743,7 @@ def _check_references(doc: _Document, cfg: Config) -> None:
             if mac in seen_macs:
                 raise ConfigError(src, f"nodes.{name}.mac", f"{mac} is already the MAC of node {seen_macs[mac]!r}")
             seen_macs[mac] = name
+    check_network_settings(doc, src)
     for name, sc in doc.streams.items():
         if not sc.is_url:
             path = cfg.resolve_path(sc.metadata)
