@@ -62,3 +62,40 @@ def script_context(config: Config, urls: Urls, node: str, release: Release,
         mode=profile.mode, kernel_url=kernel_url,
         initramfs_url=urls.artifact(node, release, release.initramfs), kargs=kargs,
     )
+
+
+def check_command_lines(config: Config) -> list[str]:
+    """``check-config``'s look at every node's kernel command line, built as the server would build it
+    (with a throwaway signing key: a signature has the same length under every key).
+
+    Needs the release: a node whose stream metadata is not at hand without the network (not synced
+    yet) or whose ``network: provider`` has no device record yet is left to ``render`` and the server,
+    and returned. Raises :class:`~bootserver.ipxe.CommandLineTooLong` (exit 2) naming the config file and
+    the first node whose command line does not fit.
+    """
+    from .catalog import StreamCatalog
+    from .errors import MetadataError
+    from .ipxe import CommandLineTooLong
+    from .network import DeviceRecordError
+    from .signing import KeyEntry, Keyring, Signer
+    from .store import ArtifactStore
+
+    urls = Urls(config, Signer(Keyring(config.state_dir / "keys.json", [KeyEntry(bytes(32), 0)])))
+    catalog = StreamCatalog(config, ArtifactStore(config.cache_dir))
+    later = []
+    for node, spec in config.nodes.items():
+        profile = config.profiles[spec.profile]
+        try:
+            meta = catalog.cached(profile.stream)
+            network = node_kargs(config, node)
+        except (MetadataError, DeviceRecordError):
+            meta = None
+        release = None if meta is None else meta.releases.get(profile.arch)
+        if release is None:
+            later.append(node)
+            continue
+        try:
+            script_context(config, urls, node, release, network)
+        except CommandLineTooLong as e:
+            raise CommandLineTooLong(f"{config.source}: {e}") from None
+    return later
