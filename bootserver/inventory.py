@@ -75,13 +75,14 @@ def check_command_lines(config: Config) -> list[str]:
     """
     from .catalog import StreamCatalog
     from .errors import MetadataError
+    from .fetch import Upstream
     from .ipxe import CommandLineTooLong
     from .network import DeviceRecordError
     from .signing import KeyEntry, Keyring, Signer
     from .store import ArtifactStore
 
     urls = Urls(config, Signer(Keyring(config.state_dir / "keys.json", [KeyEntry(bytes(32), 0)])))
-    catalog = StreamCatalog(config, ArtifactStore(config.cache_dir))
+    catalog = StreamCatalog(config, ArtifactStore(config.cache_dir), Upstream.for_config(config))  # cached() only
     later = []
     for node, spec in config.nodes.items():
         profile = config.profiles[spec.profile]
