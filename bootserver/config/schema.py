@@ -25,6 +25,7 @@ from ..ipxe import UnsafeValueError, check_extra_karg
 from ..providers.base import REGISTRY
 from ..providers.equinix import MetalGlobal, MetalSettings
 from ..providers.redfish import RedfishField, RedfishSettings
+from ..network import NetworkSetting
 from .types import (
     UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, Name, Networks, ScriptWord, SettingsModel, YamlList,
     normalize_mac, null_as_empty, split_listen,
@@ -178,6 +179,8 @@ class Profile(SettingsModel):
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     redfish: RedfishField = Field(default_factory=RedfishSettings)
     boot_once: bool | None = None
+    #: ``dhcp``, ``provider`` or an NMState document: the default of the profile's nodes (bootserver.network).
+    network: NetworkSetting | None = None
 
     @property
     def boots_once(self) -> bool:
@@ -215,6 +218,8 @@ class Node(SettingsModel):
     redfish: RedfishField = Field(default_factory=RedfishSettings)
     addresses: Networks = ()
     selectable: bool = False
+    #: ``dhcp``, ``provider`` or an NMState document (bootserver.network); default the profile's.
+    network: NetworkSetting | None = None
 
     @field_validator("mac", mode="before")
     @classmethod
