@@ -192,3 +192,25 @@ def test_merge_keys_may_override(tmp_path: Path, reference: Path) -> None:
     """``<<: *anchor`` then a key of the anchor is YAML's way to override, not a duplicate."""
     path = write(tmp_path, reference, "  master-1: &m {profile: master}\n  master-2: {<<: *m, profile: master}\n")
     assert set(load_config(path).nodes) == {"master-0", "master-1", "master-2"}
+
+
+# --- issue 16: one rule for node names and hostnames ----------------------------------------------
+
+
+def test_a_node_name_that_is_not_a_hostname_needs_hostname(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, replace=("master-0: {", "master_0: {"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}: nodes.master_0: 'master_0' is not a valid hostname, and a node "
+                                      "without hostname: uses its name as hostname: set hostname: or rename the node")
+    path = write(tmp_path, reference, replace=("master-0: {", "master_0: {hostname: master-0, "))
+    cfg = load_config(path)
+    assert cfg.node_hostname("master_0") == "master-0"
+    assert cfg.node_by_hostname("MASTER-0") == "master_0"
+
+
+def test_hostname_key_follows_the_same_rule(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, replace=("master-0: {", "master-0: {hostname: master_0, "))
+    with pytest.raises(ConfigError, match=r"nodes\.master-0\.hostname: not a valid hostname: 'master_0' "
+                       r"\(a hostname has labels"):
+        load_config(path)

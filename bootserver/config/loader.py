@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from ..errors import ConfigError
 from .messages import describe_error, keypath
 from .schema import Config, Document, default_document
+from .types import HOSTNAME_RULE, check_hostname
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -83,6 +84,13 @@ def _check_references(doc: Document, cfg: Config) -> None:
             check_real_config(cfg.resolve_path(prof.ignition), src, f"profiles.{name}.ignition")
     seen_macs: dict[str, str] = {}
     for name, node in doc.nodes.items():
+        if node.hostname is None:
+            try:
+                check_hostname(name)
+            except ValueError:
+                raise ConfigError(src, f"nodes.{name}", f"{name!r} is not a valid hostname, and a node without "
+                                  f"hostname: uses its name as hostname: set hostname: or rename the node "
+                                  f"({HOSTNAME_RULE})") from None
         if node.profile not in doc.profiles:
             raise ConfigError(src, f"nodes.{name}.profile", f"no profile {node.profile!r}")
         if node.facility is not None and node.facility not in doc.facilities:

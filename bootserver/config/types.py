@@ -83,7 +83,7 @@ def check_name(value: str) -> str:
 def check_hostname(value: str) -> str:
     """Return ``value`` if it is an RFC 1123 host name (:data:`HOSTNAME_RE`), else raise ``ValueError``."""
     if not HOSTNAME_RE.match(value) or "\n" in value:
-        raise ValueError(f"not a valid hostname: {value!r}")
+        raise ValueError(f"not a valid hostname: {value!r} ({HOSTNAME_RULE})")
     return value
 
 
