@@ -76,7 +76,8 @@ CASES = [
      "server.base_url: 'http://boot/${x}' contains '${', which iPXE would not read literally"),
     (("rhcos-4.16: {metadata: ", "rhcos-4.16: {architectures: x86_64, metadata: "), "",
      "streams.rhcos-4.16.architectures: expected a list, got str 'x86_64'"),
-    (None, "facilities: {'da 11': {}}\n", "facilities.da 11: names may use only letters, digits, '.', '_' and '-'"),
+    (None, "facilities: {'da 11': {}}\n", "facilities.da 11: names start with a letter or digit and use only letters, digits, '.', '_' and '-', "
+     "at most 63 characters"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, ignition: missing.ign"), "",
      "profiles.master.ignition: cannot read {tmp}/missing.ign: No such file or directory"),
 ]
@@ -214,3 +215,51 @@ def test_hostname_key_follows_the_same_rule(tmp_path: Path, reference: Path) -> 
     with pytest.raises(ConfigError, match=r"nodes\.master-0\.hostname: not a valid hostname: 'master_0' "
                        r"\(a hostname has labels"):
         load_config(path)
+
+
+# --- issue 16: error lines ------------------------------------------------------------------------
+
+
+def _bootserver(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bootserver", *argv], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+@pytest.mark.parametrize("name,shown", [("master\\n0", "'master\\n0'"), ("m\\0", "'m\\x00'"),
+                                        ("...", "..."), ("-m", "-m"), ("m" * 64, "m" * 64)])
+def test_a_bad_node_name_gives_one_safe_line_with_the_real_rule(tmp_path: Path, reference: Path, name: str,
+                                                                shown: str) -> None:
+    path = write(tmp_path, reference, replace=("master-0: {", f'"{name}": {{'))
+    proc = _bootserver("check-config", "--config", str(path))
+    assert proc.returncode == 2
+    assert proc.stderr == (f"bootserver: {path}: nodes.{shown}: names start with a letter or digit and use only "
+                           "letters, digits, '.', '_' and '-', at most 63 characters\n")
+
+
+def test_metadata_with_another_scheme_is_an_unsupported_scheme(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, replace=(f"metadata: {reference}/rhcos-stream-4.16.json",
+                                               "metadata: ftp://mirror.example/rhcos.json"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (f"{path}: streams.rhcos-4.16.metadata: unsupported URL scheme 'ftp': use an http(s) "
+                               "URL or a file path, got 'ftp://mirror.example/rhcos.json'")
+
+
+def test_config_option_before_the_subcommand(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference)
+    proc = _bootserver("--config", str(path), "check-config")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == f"{path}: ok: 1 streams, 1 profiles, 1 nodes\n"
+    # given twice, the one after the subcommand wins
+    proc = _bootserver("--config", str(tmp_path / "nope.yaml"), "check-config", "--config", str(path))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_url_expiry_beyond_what_the_server_accepts_is_exit_2(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, f"state_dir: {tmp_path / 'state'}\n")
+    proc = _bootserver("url", "master-0", "--config", str(path), "--expires", "99999999d")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == ("bootserver url: error: argument --expires: duration must be at most "
+                                            "36500d: '99999999d'")
+    assert _bootserver("url", "master-0", "--config", str(path), "--expires", "36500d").returncode == 0

@@ -129,6 +129,8 @@ def parse_duration(value: str | int) -> int:
         seconds = int(m[1]) * _UNITS[m[2]]
     if seconds <= 0:
         raise ValueError(f"duration must be positive: {value!r}")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"duration must be at most {MAX_DURATION // 86400}d: {value!r}")
     return seconds
 
 
