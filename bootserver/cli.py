@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 from . import __version__
-from .config import Config, load_config
+from .config import Config, check_local_inputs, load_config
 from .errors import BootserverError, InputError, UnknownNodeError
 from .logs import setup_logging
 
@@ -23,6 +23,7 @@ Command = Callable[[argparse.Namespace, Config], int]
 
 
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    check_local_inputs(config)
     workers = config.server.workers if args.workers is None else args.workers
     if workers > 1:
         from .workers import serve_workers
@@ -213,6 +214,7 @@ def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
+    check_local_inputs(config)
     print(f"{config.source}: ok: {len(config.streams)} streams, {len(config.profiles)} profiles, "
           f"{len(config.nodes)} nodes")
     return 0

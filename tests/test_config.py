@@ -263,3 +263,109 @@ def test_url_expiry_beyond_what_the_server_accepts_is_exit_2(tmp_path: Path, ref
     assert proc.stderr.splitlines()[-1] == ("bootserver url: error: argument --expires: duration must be at most "
                                             "36500d: '99999999d'")
     assert _bootserver("url", "master-0", "--config", str(path), "--expires", "36500d").returncode == 0
+
+
+# --- issue 16: local inputs that cannot work are refused at check-config and serve ----------------
+
+
+def _stream(reference: Path) -> dict:
+    import json
+
+    return json.loads((reference / "rhcos-stream-4.16.json").read_text())
+
+
+def _metadata_cases(reference: Path) -> list[tuple[str, bytes, str]]:
+    import json
+
+    text = (reference / "rhcos-stream-4.16.json").read_text()
+    no_arch = _stream(reference)
+    del no_arch["architectures"]["x86_64"]
+    no_pxe = _stream(reference)
+    del no_pxe["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"]
+    return [
+        ("html", b"<!DOCTYPE html><html><body>Sign in</body></html>", "not JSON: "),
+        ("truncated", text[: len(text) // 2].encode(), "not JSON: "),
+        ("no-arch", json.dumps(no_arch).encode(), "architectures.x86_64: architecture missing"),
+        ("no-pxe", json.dumps(no_pxe).encode(), "architectures.x86_64.artifacts.metal.formats.pxe: missing"),
+    ]
+
+
+@pytest.mark.parametrize("case", ["html", "truncated", "no-arch", "no-pxe"])
+def test_check_config_refuses_unusable_local_stream_metadata(tmp_path: Path, reference: Path, case: str) -> None:
+    data, problem = next((d, p) for c, d, p in _metadata_cases(reference) if c == case)
+    bad = tmp_path / "rhcos.json"
+    bad.write_bytes(data)
+    path = write(tmp_path, reference, replace=(f"{reference}/rhcos-stream-4.16.json", str(bad)))
+    load_config(path)  # loading alone does not read it: other commands still work
+    for command in ("check-config", "serve"):
+        proc = _bootserver(command, "--config", str(path))
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"bootserver: {path}: streams.rhcos-4.16.metadata: {bad}: not usable stream "
+                                      f"metadata: {problem}")
+        assert proc.stderr.count("\n") == 1 and proc.stdout == ""
+
+
+@pytest.mark.parametrize("ignition,problem", [
+    ({"ignition": {"version": "3.9.0"}},
+     "ignition.version: unknown Ignition spec version '3.9.0' (known: 3.1.0, 3.2.0, 3.3.0, 3.4.0, 3.5.0)"),
+    ({"ignition": {"version": "3.2.0"}, "storage": {"files": "nope"}}, "storage.files: 'nope' is not of type 'array'"),
+    ({"ignition": {"version": "3.2.0"}, "storage": {"files": [{"path": "etc/motd"}]}},
+     "storage.files[0].path: path not absolute: 'etc/motd'"),
+])
+def test_check_config_refuses_an_ignition_file_its_spec_refuses(tmp_path: Path, reference: Path, ignition: dict,
+                                                                problem: str) -> None:
+    import json
+
+    ign = tmp_path / "master.ign"
+    ign.write_text(json.dumps(ignition))
+    path = write(tmp_path, reference, replace=("install_dev: /dev/sda", "install_dev: /dev/sda, ignition: master.ign"))
+    proc = _bootserver("check-config", "--config", str(path))
+    assert proc.returncode == 2
+    assert proc.stderr == (f"bootserver: {path}: profiles.master.ignition: {ign}: not a valid Ignition config: "
+                           f"{problem}\n")
+
+
+def test_check_config_accepts_the_openshift_pointer_config(tmp_path: Path, reference: Path) -> None:
+    ign = reference / "openshift-pointer-master.ign.json"
+    path = write(tmp_path, reference, replace=("install_dev: /dev/sda", f"install_dev: /dev/sda, ignition: {ign}"))
+    proc = _bootserver("check-config", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_check_config_and_serve_refuse_missing_tls_files(tmp_path: Path, reference: Path) -> None:
+    state = tmp_path / "state"
+    path = write(tmp_path, reference, f"state_dir: {state}\nserver: {{tls: {{listen: '127.0.0.1:1'}}}}\n")
+    for command in ("check-config", "serve"):
+        proc = _bootserver(command, "--config", str(path))
+        assert proc.returncode == 2
+        assert proc.stderr == (f"bootserver: {path}: server.tls.cert: cannot read {state}/tls/server.crt: "
+                               "No such file or directory (run `bootserver tls init`?)\n")
+    assert _bootserver("tls", "init", "--config", str(path)).returncode == 0
+    proc = _bootserver("check-config", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+# --- issue 16: every shipped config passes the real check-config ----------------------------------
+
+SHIPPED = ["systemd/bootserver.yaml.example", "container/bootserver.yaml"]
+
+
+@pytest.mark.parametrize("shipped", SHIPPED)
+def test_shipped_configs_pass_check_config(tmp_path: Path, reference: Path, shipped: str) -> None:
+    """Each shipped config, as installed (its Ignition files beside it: a real openshift-install pointer
+    config), passes `bootserver check-config`, the command its unit or image would run."""
+    import shutil
+
+    source = Path(__file__).resolve().parents[1] / shipped
+    path = tmp_path / "bootserver.yaml"
+    shutil.copy(source, path)
+    shutil.copy(reference / "openshift-pointer-master.ign.json", tmp_path / "master.ign")
+    proc = _bootserver("check-config", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith(f"{path}: ok: ")
+
+
+def test_every_shipped_config_is_tested() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    found = {str(p.relative_to(repo)) for pattern in ("systemd/*.yaml*", "container/*.yaml*") for p in repo.glob(pattern)}
+    assert found == set(SHIPPED)
