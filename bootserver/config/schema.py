@@ -137,7 +137,7 @@ class ServerConfig(SettingsModel):
 class UpstreamConfig(SettingsModel):
     """``upstream``: how patiently stream metadata and artifacts are fetched (server and ``sync-images``)."""
 
-    #: Seconds to wait for the next bytes from an upstream source before the attempt fails (and is
+    #: Seconds to wait for the next bytes from an upstream source before the attempt fails (the
     #: next source is tried, then the whole chain again); not a limit on a whole transfer.
     read_timeout: Annotated[Duration, Field(ge=1, le=3600)] = 60
 
