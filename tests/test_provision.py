@@ -90,7 +90,16 @@ def test_no_wait_creates_records_and_prints_the_devices(env, tmp_path, reference
     assert env.calls("GET", "/devices/") == []
     state = read_node_state(config.state_dir, "master-0")["device"]
     assert (state["provider"], state["project"], state["id"]) == ("equinix", PROJECT, device["id"])
-    assert [p["name"] for p in state["network_ports"]] == ["bond0", "eth0", "eth1"]
+    assert state["ip_addresses"] == [
+        {"address": "147.75.0.10", "address_family": 4, "cidr": 31, "gateway": "147.75.0.11", "public": True},
+        {"address": "2604:1380::a", "address_family": 6, "cidr": 127, "gateway": "2604:1380::b", "public": True},
+        {"address": "10.70.0.10", "address_family": 4, "cidr": 31, "gateway": "10.70.0.11", "public": False},
+    ]
+    assert state["network_ports"] == [
+        {"type": "NetworkBondPort", "name": "bond0", "network_type": "layer3"},
+        {"type": "NetworkPort", "name": "eth0", "data": {"mac": "b8:ce:f6:00:0a:00"}, "bond": {"name": "bond0"}},
+        {"type": "NetworkPort", "name": "eth1", "data": {"mac": "b8:ce:f6:00:0a:01"}, "bond": {"name": "bond0"}},
+    ]
     assert env.invalid_bodies == []
 
 
@@ -256,6 +265,7 @@ def test_state_file_keeps_other_members_and_leaves_no_temp_files(env, tmp_path, 
     clear_device(config.state_dir, "master-0")
     assert read_node_state(config.state_dir, "master-0") == {"node": "master-0", "timeline": [1, 2]}
     assert sorted(p.name for p in path.parent.iterdir()) == ["master-0.json"]
+    assert path.stat().st_mode & 0o777 == 0o600  # device records stay owner-only
     record_device(config.state_dir, "master-0", {"provider": "x", "id": "1", "state": "On"})
     assert read_node_state(config.state_dir, "master-0")["device"]["id"] == "1"
 
