@@ -3,8 +3,8 @@
 The keys are the user contract (docs/design.md) (documented in README.md and docs/config.md): ``server``
 (with ``facility``: the facility this server sits in, whose ``mirrors`` it fetches through),
 ``cache_dir``, ``state_dir``, ``read_through`` (default true), ``streams`` (with ``keep_releases``,
-default 2), ``facilities``, ``profiles``, ``nodes``, and the Equinix Metal ``metal`` mappings (top level,
-``profiles.<name>.metal``, ``nodes.<name>.metal``). Validation uses
+default 2), ``facilities``, ``profiles``, ``nodes``, ``timeline`` (``keep_events``), and the Equinix Metal
+``metal`` mappings (top level, ``profiles.<name>.metal``, ``nodes.<name>.metal``). Validation uses
 pydantic models with ``extra="forbid"`` and ``frozen=True``; every problem becomes one
 :class:`~bootserver.errors.ConfigError` reading ``<file>: <key.path>: <what is wrong>``.
 
@@ -539,6 +539,14 @@ class Node(_Model):
         return value
 
 
+class TimelineSettings(_Model):
+    """The top-level ``timeline:`` mapping. ``keep_events``: history rows kept per node (the oldest go
+    first; repeats that change nothing share one row, see :mod:`bootserver.timeline`); default
+    :data:`bootserver.timeline.KEEP_EVENTS`."""
+
+    keep_events: int = Field(default=1000, ge=10, le=10_000_000)
+
+
 class _Document(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     cache_dir: str | None = None
@@ -549,6 +557,7 @@ class _Document(_Model):
     profiles: dict[Name, Profile] = Field(default_factory=dict)
     nodes: dict[Name, Node] = Field(default_factory=dict)
     metal: Annotated[MetalGlobal, BeforeValidator(_null_as_empty)] = Field(default_factory=MetalGlobal)
+    timeline: Annotated[TimelineSettings, BeforeValidator(_null_as_empty)] = Field(default_factory=TimelineSettings)
 
 
 class Config:
@@ -558,11 +567,11 @@ class Config:
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
     ``state_dir`` (absolute :class:`~pathlib.Path`), ``read_through`` (bool: a cache miss is fetched
     from upstream), the mappings ``streams``, ``facilities``, ``profiles``, ``nodes`` (name -> model),
-    and ``metal`` (:class:`MetalGlobal`).
+    ``metal`` (:class:`MetalGlobal`) and ``timeline`` (:class:`TimelineSettings`).
     """
 
     __slots__ = ("source", "base_dir", "server", "cache_dir", "state_dir", "read_through", "streams",
-                 "facilities", "profiles", "nodes", "metal", "_mac_index")
+                 "facilities", "profiles", "nodes", "metal", "timeline", "_mac_index")
 
     def __init__(self, doc: _Document, source: str, base_dir: Path) -> None:
         from types import MappingProxyType
@@ -581,6 +590,7 @@ class Config:
         set_(self, "profiles", MappingProxyType(dict(doc.profiles)))
         set_(self, "nodes", MappingProxyType(dict(doc.nodes)))
         set_(self, "metal", doc.metal)
+        set_(self, "timeline", doc.timeline)
         set_(self, "_mac_index", MappingProxyType(
             {mac: name for name, node in doc.nodes.items() for mac in node.mac}))
 
