@@ -66,15 +66,16 @@ def _node(config: Config, name: str) -> str:
 
 
 def _cmd_render(args: argparse.Namespace, config: Config) -> int:
-    from .fetch import client_session
     from .service import BootService
 
     svc = BootService(config)
     node = _node(config, args.node)
     if args.what == "ipxe":
         async def script() -> str:
-            async with client_session() as session:
-                return await svc.boot_script(node, session)
+            try:
+                return await svc.boot_script(node)
+            finally:
+                await svc.close()
 
         sys.stdout.write(asyncio.run(script()))
     else:
