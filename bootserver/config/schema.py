@@ -22,6 +22,7 @@ from pydantic import BeforeValidator, Field, field_validator
 
 from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
+from ..network import NetworkSetting
 from .metal import MetalGlobal, MetalSettings
 from .state import TimelineSettings
 from .types import (
@@ -169,6 +170,8 @@ class Profile(SettingsModel):
     console: ScriptWord | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     boot_once: bool | None = None
+    #: ``dhcp``, ``provider`` or an NMState document: the default of the profile's nodes (bootserver.network).
+    network: NetworkSetting | None = None
 
     @property
     def boots_once(self) -> bool:
@@ -204,6 +207,8 @@ class Node(SettingsModel):
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     addresses: Networks = ()
     selectable: bool = False
+    #: ``dhcp``, ``provider`` or an NMState document (bootserver.network); default the profile's.
+    network: NetworkSetting | None = None
 
     @field_validator("mac", mode="before")
     @classmethod
