@@ -172,7 +172,8 @@ def wait_for_nodes(
     say: Say = lambda node, message: None,
 ) -> dict[str, dict[str, Any]]:
     """Follow the node timeline until each node of ``watched`` (node -> its provider and recorded
-    device) entered its final stage (:data:`DONE_STAGES`) at or after ``since`` (unix seconds).
+    device) entered its final stage (:data:`DONE_STAGES`; ``unconfirmed`` for a profile without a real
+    Ignition config, whose stub is the last thing the server sees) at or after ``since`` (unix seconds).
 
     Each round reads every pending node's stage (``say(node, "stage <stage>")`` when it changed) and
     asks its provider for the device (``say(node, "device <id> is <state>")`` when that changed; the
@@ -232,7 +233,7 @@ def wait_for_nodes(
                     last_stage[node] = state.stage
                     say(node, f"stage {state.stage}")
                 mode = config.profiles[config.nodes[node].profile].mode
-                if state.stage == DONE_STAGES[mode] and (state.stage_at or 0) >= since:
+                if state.stage in (DONE_STAGES[mode], "unconfirmed") and (state.stage_at or 0) >= since:
                     pending.remove(node)
             if failed:
                 lines = [watched[n][0].line(n, devices[n]) for n in watched]

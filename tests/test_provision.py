@@ -139,6 +139,17 @@ def test_live_mode_waits_for_running(env, tmp_path, reference):
     assert [m for m in said if ": stage " in m] == ["master-0: stage ignition", "master-0: stage running"]
 
 
+def test_a_profile_without_a_real_config_is_done_at_unconfirmed(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)  # no ignition: the stub is the last request the server sees
+    timeline = Timeline(config.state_dir)
+    clock = FakeClock([lambda: timeline.record("master-0", "script", mode="install", real_config=False),
+                       lambda: timeline.record("master-0", "stub", mode="install", real_config=False)])
+    _, said = run(config, ["master-0"], clock)
+    timeline.close()
+    assert [m for m in said if ": stage " in m] == ["master-0: stage ipxe", "master-0: stage unconfirmed"]
+    assert len(clock.sleeps) == 2
+
+
 def test_an_installed_node_that_boots_once_is_done_at_once(env, tmp_path, reference):
     config = make_config(tmp_path, reference)
     timeline = Timeline(config.state_dir)
