@@ -177,6 +177,21 @@ class SigningConfig(_Model):
         classmethod(lambda cls, v: _duration(v)))
 
 
+class AdminConfig(_Model):
+    """``server.admin``: the admin listener (``/nodes``, ``/nodes/{node}``, ``/metrics``, also
+    ``/healthz`` and ``/readyz``), kept off the device network. ``listen`` is ``host:port`` or the
+    absolute path of a Unix socket; default ``127.0.0.1:<server.listen port + 1>``."""
+
+    listen: str | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            split_listen(value)
+        return value
+
+
 class ServerConfig(_Model):
     """``server``: where to listen (``host:port``), the URL devices use to reach us, and security limits."""
 
@@ -191,6 +206,7 @@ class ServerConfig(_Model):
     keepalive_timeout: int = 15
     #: Worker processes of ``serve`` (``--workers`` overrides); more than 1 shares the ports.
     workers: int = Field(default=1, ge=1, le=256)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod
@@ -210,6 +226,12 @@ class ServerConfig(_Model):
     def _listen(cls, value: str) -> str:
         host, port = split_listen(value)
         return value
+
+    @property
+    def admin_listen(self) -> str:
+        """Where the admin listener listens: ``server.admin.listen``, else ``127.0.0.1:<port + 1>``
+        (``- 1`` for port 65535; a Unix socket when it is an absolute path)."""
+        return self.admin.listen or f"127.0.0.1:{self.port + 1 if self.port < 65535 else self.port - 1}"
 
     @field_validator("base_url")
     @classmethod
