@@ -94,7 +94,8 @@ class StreamCatalog:
         if meta is not None:
             return meta
         if session is None:
-            raise UnavailableError(f"stream {stream!r}: no metadata yet; run 'bootserver sync-images'")
+            msg = f"stream {stream!r}: no metadata yet; run 'bootserver sync-images'"
+            raise UnavailableError(msg, public=msg)
         lock = self._locks.setdefault(stream, asyncio.Lock())
         async with lock:
             meta = self.cached(stream)
