@@ -1,7 +1,7 @@
 """The boot service: the domain operations behind every endpoint and every ``render`` command.
 
-One :class:`BootService` per config holds the artifact store, the stream catalog, the URL builder and
-the real-config reader. Handlers and CLI commands call one method each, so the server and
+One :class:`BootService` per config holds the upstream (session, mirrors, retry policy), the artifact
+store, the stream catalog, the URL builder and the real-config reader. Handlers and CLI commands call one method each, so the server and
 ``bootserver render`` can never disagree.
 """
 
@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Generic, Mapping, TypeVar
 
-import aiohttp
-
 from .catalog import StreamCatalog
 from .config import Config
 from .errors import UnavailableError
+from .fetch import Upstream
 from .ignition import RealConfigs, build_stub, encode
 from .inventory import find_node, profile_of, script_context, select_node
 from .ipxe import render_boot_script, render_localboot_script
@@ -92,13 +91,17 @@ class CachedArtifact:
 class BootService:
     """Domain operations for one loaded :class:`~bootserver.config.Config`."""
 
-    def __init__(self, config: Config, signer: Signer | None = None) -> None:
-        """``signer`` signs per-node URLs (default: the keys file in ``state_dir`` and the wall clock)."""
+    def __init__(self, config: Config, signer: Signer | None = None, upstream: Upstream | None = None) -> None:
+        """``signer`` signs per-node URLs (default: the keys file in ``state_dir`` and the wall clock);
+        ``upstream`` is where metadata and artifacts come from (default: :meth:`Upstream.for_config`,
+        the mirrors of ``server.facility``). Call :meth:`close` when done (it closes the upstream)."""
         self.config = config
+        #: Where stream metadata and artifacts come from (see :mod:`bootserver.fetch`).
+        self.upstream = Upstream.for_config(config) if upstream is None else upstream
         self.store = ArtifactStore(config.cache_dir)
-        self.catalog = StreamCatalog(config, self.store)
+        self.catalog = StreamCatalog(config, self.store, self.upstream)
         #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
-        self.artifacts = ReadThrough(config, self.store, self.catalog)
+        self.artifacts = ReadThrough(config, self.store, self.catalog, self.upstream)
         self.urls = Urls(config, signer)
         self.real_configs = RealConfigs()
         self.timeline = Timeline(config.state_dir)
@@ -118,13 +121,13 @@ class BootService:
         """See :func:`bootserver.inventory.select_node`. Raises ``UnknownNodeError``."""
         return select_node(self.config, addr, **selectors)
 
-    async def boot_script(self, node: str, session: aiohttp.ClientSession | None = None) -> str:
+    async def boot_script(self, node: str) -> str:
         """The node's iPXE script (text). ``node`` must be a configured node name.
 
-        Raises :class:`~bootserver.errors.UnavailableError` when the stream's metadata is not loaded
-        and cannot be fetched (no ``session``), or ``FetchError``/``MetadataError`` from fetching it.
+        Raises :class:`~bootserver.errors.UnavailableError` when the timeline cannot be read, or
+        ``FetchError``/``MetadataError`` when the stream's metadata must be fetched and cannot be.
         """
-        return (await self._script(node, session, await self.stage(node)))[1]
+        return (await self._script(node, await self.stage(node)))[1]
 
     async def stage(self, node: str) -> str:
         """The node's timeline stage (one indexed row, read on the event loop: see
@@ -138,14 +141,13 @@ class BootService:
         except (sqlite3.Error, OSError) as e:
             raise self._timeline_error(e) from None
 
-    async def _script(self, node: str, session: aiohttp.ClientSession | None, stage: str
-                      ) -> tuple[str, str, dict[str, Any]]:
+    async def _script(self, node: str, stage: str) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)``: the boot-disk script when boot-once applies, else the boot script."""
         profile = profile_of(self.config, node)
         if profile.boots_once and stage in INSTALLED_STAGES:
             return "localboot", render_localboot_script(node, stage), {"stage": stage}
-        release = await self.catalog.release(profile.stream, profile.arch, session)
-        # rendered once per change of its inputs, not per request
+        release = await self.catalog.release(profile.stream, profile.arch)
+        # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
         script = self._scripts.get(node, ScriptInputs(node, release, signing))
         return "script", script, {"mode": profile.mode, "release": release.version}
@@ -176,13 +178,13 @@ class BootService:
         return UnavailableError(f"node timeline {self.timeline.path}: {e}",
                                 public="node timeline unavailable (the server cannot write its state); retry later")
 
-    async def serve_script(self, node: str, session: aiohttp.ClientSession | None, client: str | None) -> str:
+    async def serve_script(self, node: str, client: str | None) -> str:
         """What the server answers a node's script request from address ``client``: the boot script,
         or with boot-once the boot-disk script once the node is installed; records ``script`` or
         ``localboot`` in the timeline. Raises as :meth:`boot_script`.
         """
         stage = await self.stage(node)
-        event, script, detail = await self._script(node, session, stage)
+        event, script, detail = await self._script(node, stage)
         await self.record(node, event, ip=client, detail=detail)
         return script
 
@@ -199,12 +201,11 @@ class BootService:
             await self.record(node, "config", ip=client)
         return data
 
-    async def artifact(self, segments: tuple[str, ...], session: aiohttp.ClientSession | None
-                       ) -> CachedArtifact | Transfer | None:
+    async def artifact(self, segments: tuple[str, ...]) -> CachedArtifact | Transfer | None:
         """The artifact at URL segments ``(stream, arch, release, file)``: the cached file, a
         :class:`~bootserver.readthrough.Transfer` of it (read-through), or ``None`` (not served: see
         :meth:`artifact_missing`). Raises as :meth:`ReadThrough.open`."""
-        found = await self.artifacts.open(segments, session)
+        found = await self.artifacts.open(segments)
         if found is None or isinstance(found, Transfer):
             return found
         return CachedArtifact(found, self.store.recorded_sha256(found))
@@ -283,9 +284,11 @@ class BootService:
         return [s.stage for s in self.timeline.nodes(list(nodes)) if s.node in nodes]
 
     async def close(self) -> None:
-        """Finish the background writes, then close the read-through downloads and the timeline."""
+        """Finish the background timeline writes, cancel read-through downloads still running (their
+        partials stay), close the upstream, then the timeline."""
         await self.drain()
         await self.artifacts.close()
+        await self.upstream.close()
         await asyncio.to_thread(self.writes.close)
         await asyncio.to_thread(self.timeline.close)
 

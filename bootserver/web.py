@@ -26,7 +26,6 @@ from . import __version__
 from .config import Config
 from .errors import (BootserverError, ConfigError, DiskFullError, FetchError, InputError, UnavailableError,
                      UnknownNodeError)
-from .fetch import client_session
 from .ignition import MEDIA_TYPE
 from . import ops
 from .metrics import Metrics
@@ -40,7 +39,6 @@ from .urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
 log = logging.getLogger("bootserver.web")
 
 SERVICE = web.AppKey("service", BootService)
-SESSION = web.AppKey("session", object)
 #: The admin application (``/nodes``, ``/metrics``) sharing the device application's service.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
@@ -139,8 +137,7 @@ def front_middleware(svc: BootService, gate: Gate, limits: Limits, routes: dict[
 
 async def ipxe_script(request: web.Request) -> web.Response:
     """``GET /ipxe/{node}`` and ``GET /boot.ipxe?mac=|uuid=|hostname=``: the node's iPXE script."""
-    script = await _service(request).serve_script(request[NODE], request.app[SESSION],  # type: ignore[arg-type]
-                                                  request.remote)
+    script = await _service(request).serve_script(request[NODE], request.remote)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -177,7 +174,7 @@ async def artifact(request: web.Request) -> web.StreamResponse:
             request[NODE] = node
             request[ops.ON_SENT] = lambda status, nbytes, complete: svc.artifact_answered(
                 node, kind, request.remote, status=status, nbytes=nbytes, complete=complete)
-    found = await svc.artifact(segments, request.app[SESSION])  # type: ignore[arg-type]
+    found = await svc.artifact(segments)
     if found is None:
         what = svc.artifact_missing()
         log.warning("%s %s: 404 %s", request.method, request.path, what)
@@ -307,12 +304,8 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-async def _session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
-    session = client_session()
-    app[SESSION] = session
-    yield
+async def _close_service(app: web.Application) -> None:
     await app[SERVICE].close()
-    await session.close()
 
 
 #: Largest request body accepted, in bytes (no endpoint takes a body).
@@ -347,7 +340,7 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     gate = Gate(config, svc.urls.signer.check)
     limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
     app = _app(svc, metrics, DEVICE, gate, limits)
-    app.cleanup_ctx.append(_session_ctx)
+    app.on_cleanup.append(_close_service)
     app.on_response_prepare.append(_artifact_etag)
     app[ADMIN_APP] = _app(svc, metrics, ADMIN, gate, limits)
     return app

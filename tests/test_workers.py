@@ -242,7 +242,7 @@ async def test_cold_artifact_through_two_workers_is_fetched_once(tmp_path, refer
 # --- followers, in one process: a download "in another process" is a writer holding the lock --------
 
 async def _foreign_writer(app_rt: Any, paths: dict[str, str], kind: str = "rootfs"):
-    found = await app_rt.resolve(tuple(served_path(paths, kind).split("/")[2:]), None)
+    found = await app_rt.resolve(tuple(served_path(paths, kind).split("/")[2:]))
     assert found is not None
     release, artifact = found
     return app_rt.store.writer(release, artifact, resume=True)
@@ -405,6 +405,8 @@ async def test_admin_listener_on_a_unix_socket(tmp_path: Path, workers: str) -> 
     async with fresh_session() as session:
         await server.start(session)
         try:
+            if workers != "1":
+                await all_serving(server)  # a scrape while a worker creates its metric files can fail
             async with session.get(server.url + "/metrics") as r:
                 assert r.status == 404
             async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock))) as admin:
