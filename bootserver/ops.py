@@ -38,6 +38,9 @@ ARTIFACT_KIND = web.RequestKey("artifact_kind", str)
 #: Request storage: ``on_sent(status, body bytes sent, complete)``, called once the answer's last byte
 #: went out or its connection broke (e.g. :meth:`BootService.artifact_answered`).
 ON_SENT = web.RequestKey("on_sent", Callable[[int, int, bool], None])  # type: ignore[arg-type]
+#: Request storage: ``(body bytes sent, complete)`` counted by a handler whose client went away during a
+#: ``sendfile`` (aiohttp does not count those bytes); :func:`sent_body_bytes` prefers it.
+BODY_SENT = web.RequestKey("body_sent", tuple)
 
 
 def _header_size(response: web.StreamResponse) -> int:
@@ -54,6 +57,9 @@ def sent_body_bytes(request: web.BaseRequest, response: web.StreamResponse) -> t
     bytes; otherwise the count is what went through the writer, minus the headers (a lower bound for a
     broken ``sendfile`` transfer). ``complete`` is false when the connection broke.
     """
+    counted = request.get(BODY_SENT)
+    if counted is not None:
+        return counted
     transport = request.transport
     broken = transport is None or transport.is_closing()
     if request.method == "HEAD" or response.status in (204, 304):

@@ -16,7 +16,7 @@ from typing import Awaitable, Callable
 from aiohttp import web
 
 from .config import Config
-from .inventory import Address, address_allowed, network
+from .inventory import Address, address_allowed, cidr_network
 from .urls import Route
 
 log = logging.getLogger("bootserver.security")
@@ -41,7 +41,7 @@ def client_address(request: web.BaseRequest, trusted_proxies: tuple[str, ...]) -
         addr = ipaddress.ip_address(request.remote or "")
     except ValueError:
         return None
-    nets = [network(n) for n in trusted_proxies]
+    nets = [cidr_network(n) for n in trusted_proxies]
 
     def trusted(a: Address) -> bool:
         return any(a in n for n in nets)

@@ -23,6 +23,7 @@ from .fetch import Upstream
 from .ignition import RealConfigs, build_stub, encode
 from .inventory import find_node, profile_of, script_context, select_node
 from .ipxe import render_boot_script, render_localboot_script
+from .network import node_kargs
 from .readthrough import ReadThrough, Transfer
 from .store import ArtifactStore
 from .streams import Release
@@ -61,12 +62,14 @@ class RenderCache(Generic[K, V]):
 @dataclass(frozen=True)
 class ScriptInputs:
     """Everything a node's boot script depends on besides the (fixed) config: the node, the release
-    (:class:`~bootserver.streams.Release`) and the signing state of the stub URL (its expiry is rounded
-    up to the hour, and the key may rotate)."""
+    (:class:`~bootserver.streams.Release`), the signing state of the stub URL (its expiry is rounded
+    up to the hour, and the key may rotate) and the node's network kargs (a provider's device record
+    may change: :func:`bootserver.network.node_kargs`)."""
 
     node: str
     release: Release
     signing: tuple[int, bytes]
+    network: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -149,11 +152,12 @@ class BootService:
         release = await self.catalog.release(profile.stream, profile.arch)
         # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        script = self._scripts.get(node, ScriptInputs(node, release, signing))
+        script = self._scripts.get(node, ScriptInputs(node, release, signing, node_kargs(self.config, node)))
         return "script", script, {"mode": profile.mode, "release": release.version}
 
     def _render_script(self, inputs: ScriptInputs) -> str:
-        return render_boot_script(script_context(self.config, self.urls, inputs.node, inputs.release))
+        return render_boot_script(script_context(self.config, self.urls, inputs.node, inputs.release,
+                                                 inputs.network))
 
     def mode(self, node: str) -> str:
         """The node's profile mode (``install`` or ``live``)."""

@@ -374,3 +374,16 @@ async def test_nodes_and_metrics_are_on_the_admin_listener_only(client) -> None:
     for path in ("/healthz", "/readyz"):
         assert (await client.get(path)).status == (await client.admin.get(path)).status, path
     assert (await client.admin.get("/ipxe/master-0")).status == 404
+
+
+def test_default_admin_listener_is_the_next_port_tls_does_not_take(tmp_path: Path) -> None:
+    def admin(server: dict) -> str:
+        return parse_config({"server": server}, "t.yaml", tmp_path).server.admin_listen
+
+    assert admin({"listen": "0.0.0.0:8080"}) == "127.0.0.1:8081"
+    assert admin({"listen": "0.0.0.0:8080", "tls": {"listen": "0.0.0.0:8081"}}) == "127.0.0.1:8082"
+    assert admin({"listen": "0.0.0.0:65535"}) == "127.0.0.1:65534"
+    assert admin({"listen": "0.0.0.0:8080", "admin": {"listen": "/run/bootserver/admin.sock"}}) == \
+        "/run/bootserver/admin.sock"
+    with pytest.raises(Exception, match="server.admin.listen"):
+        admin({"listen": "0.0.0.0:8080", "admin": {"listen": "admin.sock"}})

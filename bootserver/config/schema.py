@@ -22,6 +22,7 @@ from pydantic import BeforeValidator, Field, field_validator
 
 from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
+from ..network import NetworkSetting
 from .metal import MetalGlobal, MetalSettings
 from .types import (
     UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, ListenAddressOrSocket, Name, Networks, ScriptWord,
@@ -110,9 +111,17 @@ class ServerConfig(SettingsModel):
 
     @property
     def admin_listen(self) -> str:
-        """Where the admin listener listens: ``server.admin.listen``, else ``127.0.0.1:<port + 1>``
-        (``- 1`` for port 65535; a Unix socket when it is an absolute path)."""
-        return self.admin.listen or f"127.0.0.1:{self.port + 1 if self.port < 65535 else self.port - 1}"
+        """Where the admin listener listens: ``server.admin.listen`` (a Unix socket when it is an
+        absolute path), else ``127.0.0.1:<port + 1>``, or the next port after it that ``tls.listen``
+        does not take (counting down from ``port - 1`` at the top of the range)."""
+        if self.admin.listen:
+            return self.admin.listen
+        taken = {self.port} | ({split_listen(self.tls.listen)[1]} if self.tls is not None else set())
+        step = 1 if self.port < 65534 else -1
+        port = self.port + step
+        while port in taken:
+            port += step
+        return f"127.0.0.1:{port}"
 
     @property
     def host(self) -> str:
@@ -184,6 +193,8 @@ class Profile(SettingsModel):
     console: ScriptWord | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     boot_once: bool | None = None
+    #: ``dhcp``, ``provider`` or an NMState document: the default of the profile's nodes (bootserver.network).
+    network: NetworkSetting | None = None
 
     @property
     def boots_once(self) -> bool:
@@ -219,6 +230,8 @@ class Node(SettingsModel):
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     addresses: Networks = ()
     selectable: bool = False
+    #: ``dhcp``, ``provider`` or an NMState document (bootserver.network); default the profile's.
+    network: NetworkSetting | None = None
 
     @field_validator("mac", mode="before")
     @classmethod
