@@ -507,6 +507,8 @@ async def test_readyz(tmp_path, reference, faulty, aiohttp_client) -> None:
     ({"server": {"facility": "nope"}}, "server.facility"),
     ({"streams": {"s": {"metadata": "http://x/s.json", "keep_releases": 0}}}, "streams.s.keep_releases"),
     ({"read_through": "yes"}, "read_through"),
+    ({"upstream": {"read_timeout": 0}}, "upstream.read_timeout"),
+    ({"upstream": {"read_timeout": "forever"}}, "upstream.read_timeout"),
 ])
 def test_new_config_keys_are_checked(tmp_path: Path, doc: dict, key: str) -> None:
     from bootserver.errors import ConfigError

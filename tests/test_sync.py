@@ -239,3 +239,28 @@ async def test_sync_images_follows_a_download_that_serve_runs(tmp_path: Path, re
             await server.stop()
     assert faulty.gets(rootfs) == [None]
     assert "rootfs: downloaded" in out.decode() and "by another process" in out.decode()
+
+
+async def test_upstream_read_timeout_bounds_a_hung_artifact_upstream(tmp_path: Path, reference: Path,
+                                                                    faulty) -> None:
+    import asyncio
+
+    import pytest
+
+    from bootserver.errors import FetchError
+    from bootserver.service import BootService
+    from test_readthrough import DEADLINE, FAST
+
+    config = _url_stream_config(tmp_path, reference, faulty, upstream={"read_timeout": "1"})
+    svc = BootService(config)
+    svc.upstream.retry = FAST
+    try:
+        rel = (await svc.catalog.refresh("rhcos")).releases["x86_64"]
+        kernel = rel.kernel.url[len(faulty.url):]
+        faulty.stall.add(kernel)  # answers nothing (until the test ends)
+        with pytest.raises(FetchError, match="Timeout"):
+            await asyncio.wait_for(svc.upstream.download(svc.store, rel, rel.kernel), DEADLINE)
+    finally:
+        await svc.close()
+    assert len(faulty.gets(kernel)) == FAST.attempts
+    assert not svc.store.is_cached(rel, rel.kernel)

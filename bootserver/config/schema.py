@@ -159,6 +159,14 @@ class ServerConfig(SettingsModel):
         return f"https://{host}:{split_listen(self.tls.listen)[1]}"
 
 
+class UpstreamConfig(SettingsModel):
+    """``upstream``: how patiently stream metadata and artifacts are fetched (server and ``sync-images``)."""
+
+    #: Seconds to wait for the next bytes from an upstream source before the attempt fails (the
+    #: next source is tried, then the whole chain again); not a limit on a whole transfer.
+    read_timeout: Annotated[Duration, Field(ge=1, le=3600)] = 60
+
+
 class StreamConfig(SettingsModel):
     """``streams.<name>``: a CoreOS stream metadata URL or file path and the architectures we serve."""
 
@@ -260,6 +268,7 @@ class Document(SettingsModel):
     cache_dir: str | None = None
     state_dir: str | None = None
     read_through: bool = True
+    upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
     streams: dict[Name, StreamConfig] = Field(default_factory=dict)
     facilities: dict[Name, FacilityConfig] = Field(default_factory=dict)
     profiles: dict[Name, Profile] = Field(default_factory=dict)
@@ -278,7 +287,8 @@ class Config:
     Attributes: ``source`` (the file name used in error messages, or ``"<default>"``), ``base_dir``
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
     ``state_dir`` (absolute :class:`~pathlib.Path`), ``read_through`` (bool: a cache miss is fetched
-    from upstream), the mappings ``streams``, ``facilities``, ``profiles``, ``nodes`` (name -> model),
+    from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
+    ``profiles``, ``nodes`` (name -> model),
     and ``metal`` (:class:`MetalGlobal`).
     """
 
@@ -288,6 +298,7 @@ class Config:
     cache_dir: Path
     state_dir: Path
     read_through: bool
+    upstream: UpstreamConfig
     streams: Mapping[str, StreamConfig]
     facilities: Mapping[str, FacilityConfig]
     profiles: Mapping[str, Profile]
@@ -307,6 +318,7 @@ class Config:
             cache_dir=path(doc.cache_dir, platformdirs.user_cache_path("bootserver")),
             state_dir=path(doc.state_dir, platformdirs.user_state_path("bootserver")),
             read_through=doc.read_through,
+            upstream=doc.upstream,
             streams=MappingProxyType(dict(doc.streams)),
             facilities=MappingProxyType(dict(doc.facilities)),
             profiles=MappingProxyType(dict(doc.profiles)),
