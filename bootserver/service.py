@@ -26,8 +26,8 @@ from .ipxe import render_boot_script, render_localboot_script
 from .network import node_kargs
 from .readthrough import ReadThrough, Transfer
 from .store import ArtifactStore
-from .streams import Release
-from .timeline import ARTIFACT_KINDS, INSTALLED_STAGES, GroupCommit, Record, Timeline
+from .streams import ARTIFACT_KINDS, Release
+from .timeline import INSTALLED_STAGES, GroupCommit, Record, Timeline
 from .signing import Signer
 from .urls import Urls
 
