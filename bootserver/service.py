@@ -27,7 +27,7 @@ from .network import node_kargs
 from .readthrough import ReadThrough, Transfer
 from .store import ArtifactStore
 from .streams import ARTIFACT_KINDS, Release
-from .timeline import INSTALLED_STAGES, GroupCommit, Record, Timeline
+from .timeline import INSTALLED_STAGES, GroupCommit, Record, Timeline, artifact_event
 from .signing import Signer
 from .urls import Urls
 
@@ -107,7 +107,7 @@ class BootService:
         self.artifacts = ReadThrough(config, self.store, self.catalog, self.upstream)
         self.urls = Urls(config, signer)
         self.real_configs = RealConfigs()
-        self.timeline = Timeline(config.state_dir)
+        self.timeline = Timeline(config.state_dir, config.timeline.keep_events)
         #: Timeline writes of the server (group commit on one writer thread).
         self.writes = GroupCommit(self.timeline)
         self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
@@ -172,7 +172,9 @@ class BootService:
         config served without its event would defeat boot-once, so the client is asked to retry
         (iPXE's script retries, Ignition retries 5xx answers).
         """
-        record = Record(node, event, self.mode(node), time.time() if at is None else at, ip, detail)
+        profile = profile_of(self.config, node)
+        record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
+                        real_config=profile.ignition is not None)
         try:
             return await self.writes.record(record)
         except (sqlite3.Error, OSError) as e:
@@ -240,11 +242,12 @@ class BootService:
     def artifact_answered(self, node: str, kind: str, client: str | None, *, status: int, nbytes: int,
                           complete: bool) -> None:
         """Record how an attributed artifact answer ended, once its last byte went out (or the
-        connection broke): ``<kind>-completed`` or ``<kind>-failed`` with the body ``nbytes`` sent and
-        the ``status``. The write runs in the background (see :meth:`drain`); call on the event loop."""
+        connection broke): :func:`~bootserver.timeline.artifact_event` (``<kind>-completed``,
+        ``-partial``, ``-unchanged`` or ``-failed``) with the body ``nbytes`` sent and the ``status``.
+        The write runs in the background (see :meth:`drain`); call on the event loop."""
         if kind not in ARTIFACT_KINDS:
             return
-        event = f"{kind}-completed" if complete and status in (200, 206) else f"{kind}-failed"
+        event = artifact_event(kind, status, complete)
         self._spawn(self.record(node, event, ip=client, detail={"bytes": nbytes, "status": status},
                                 at=time.time()))
 
