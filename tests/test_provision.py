@@ -27,7 +27,7 @@ from bootserver.provision import (
 )
 from bootserver.signing import Keyring, verify
 from bootserver.timeline import Timeline
-from bootserver.urls import Urls, chain_path
+from bootserver.urls import CHAIN, Urls
 
 
 class FakeClock:
@@ -208,7 +208,7 @@ def test_a_reused_device_is_re_pointed_after_keys_rotate(env, tmp_path, referenc
     assert urls.chain_is_current("master-0", new) and not urls.chain_is_current("master-0", old)
     query = dict(p.split("=", 1) for p in new.split("?", 1)[1].split("&"))
     ring = Keyring.load_or_create(config.state_dir)
-    assert verify([ring.current], "master-0", chain_path("master-0"), query["exp"], query["sig"], 0)
+    assert verify([ring.current], "master-0", CHAIN.path(node="master-0"), query["exp"], query["sig"], 0)
     # a second run finds it current again: no more PUT
     run(config, ["master-0"], wait=False)
     assert len(env.calls("PUT")) == 1
