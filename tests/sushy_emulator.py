@@ -23,6 +23,7 @@ from typing import Any
 import bcrypt
 import pytest
 import requests
+from helpers import free_port
 
 USERNAME = "bmc-admin"
 PASSWORD = "bmc-secret-7c1e-do-not-print"
@@ -34,14 +35,6 @@ SYSTEMS = [
     {"uuid": "8a1e7c52-3c2b-4f1e-9c0a-000000000002", "name": "rf-1", "power_state": "On",
      "nics": [{"mac": "52:54:00:00:00:02", "ip": "192.0.2.11"}]},
 ]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

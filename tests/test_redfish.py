@@ -15,7 +15,8 @@ import aiohttp
 import pytest
 import requests
 import yaml
-from conftest import ServerProcess, free_port, run_cli, write_config
+from conftest import ServerProcess
+from helpers import free_port, run_cli, write_config
 from sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
 
 from bootserver.cli import build_parser, main
