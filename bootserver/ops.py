@@ -47,10 +47,21 @@ class Ops:
         self.service = service
         self.metrics = Metrics(self._stages)
         self._pending: set[asyncio.Task[Any]] = set()
+        #: The configured nodes' stages, read from the state store before each scrape.
+        self.stages: list[str] = []
 
     def _stages(self) -> list[str]:
+        return self.stages
+
+    async def read_stages(self) -> None:
+        """Read the configured nodes' stages for the next :meth:`Metrics.render` (none when the state
+        store is unavailable: the scrape still answers)."""
         nodes = self.service.config.nodes
-        return [s.stage for s in self.service.timeline.nodes(list(nodes)) if s.node in nodes]
+        try:
+            self.stages = [s.stage for s in await self.service.state.nodes(list(nodes)) if s.node in nodes]
+        except UnavailableError as e:
+            log.warning("metrics: node stages not read: %s", e)
+            self.stages = []
 
     def spawn(self, coro: Awaitable[Any]) -> None:
         """Run a timeline write in the background, kept until done (see :meth:`drain`)."""
@@ -90,7 +101,7 @@ async def ops_middleware(request: web.Request, handler: Handler) -> web.StreamRe
         kind = svc.artifact_kind((m["stream"], m["arch"], m["release"], m["file"]))
         request[ARTIFACT_KIND] = kind
         try:
-            node = svc.timeline.attribute(request.remote)  # one indexed row, on the loop
+            node = await svc.state.attribute(request.remote)  # one indexed row
             if node is not None and node in svc.config.nodes:
                 request[NODE] = node
                 if kind != "other":
@@ -166,7 +177,7 @@ async def nodes_handler(request: web.Request) -> web.Response:
     ops = request.app[OPS]
     await ops.drain()
     svc = ops.service
-    states = await asyncio.to_thread(svc.timeline.nodes, list(svc.config.nodes))
+    states = await svc.state.nodes(list(svc.config.nodes))
     now = time.time()
     nodes = []
     for st in states:
@@ -187,9 +198,8 @@ async def node_handler(request: web.Request) -> web.Response:
         limit = int(request.query["limit"]) if "limit" in request.query else None
     except ValueError:
         raise web.HTTPBadRequest(text="limit must be an integer\n") from None
-    events = await asyncio.to_thread(svc.timeline.events, node, limit=limit)
-    states = await asyncio.to_thread(svc.timeline.nodes, [node])
-    state = next(s for s in states if s.node == node)
+    events = await svc.state.events(node, limit=limit)
+    state = await svc.state.node(node)
     now = time.time()
     return web.json_response({**state.as_dict(now), "profile": svc.config.nodes[node].profile,
                               "events": [e.as_dict() for e in events]})
@@ -199,15 +209,13 @@ async def metrics_handler(request: web.Request) -> web.Response:
     """``GET /metrics``: Prometheus text exposition format."""
     ops = request.app[OPS]
     await ops.drain()
+    await ops.read_stages()
     body = await asyncio.to_thread(ops.metrics.render)
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
 async def _close(app: web.Application) -> None:
     await app[OPS].drain()
-    svc = app[OPS].service
-    await asyncio.to_thread(svc.writes.close)
-    await asyncio.to_thread(svc.timeline.close)
 
 
 def setup(app: web.Application, service: BootService) -> Ops:

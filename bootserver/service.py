@@ -7,7 +7,6 @@ store, the stream catalog, the URL builder and the real-config reader. Handlers 
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,7 +20,8 @@ from .inventory import find_node, script_context
 from .ipxe import render_boot_script, render_localboot_script
 from .readthrough import ReadThrough
 from .store import ArtifactStore
-from .timeline import ARTIFACT_KINDS, INSTALLED_STAGES, GroupCommit, Record, Timeline
+from .state import open_store
+from .timeline import ARTIFACT_KINDS, INSTALLED_STAGES, Record
 from .signing import Signer
 from .urls import Urls
 
@@ -40,11 +40,12 @@ class BootService:
         self.catalog = StreamCatalog(config, self.store, self.upstream)
         #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
         self.artifacts = ReadThrough(config, self.store, self.catalog, self.upstream)
-        self.urls = Urls(config, signer)
+        #: The node timeline and the signing keys (sqlite in ``state_dir``, or ``state_store``).
+        self.state = open_store(config)
+        #: The sqlite timeline when the state is in ``state_dir`` (``None`` with PostgreSQL).
+        self.timeline = getattr(self.state, "timeline", None)
+        self.urls = Urls(config, signer, keys=self.state.keyring)
         self.real_configs = RealConfigs()
-        self.timeline = Timeline(config.state_dir, config.timeline.keep_events)
-        #: Timeline writes of the server (group commit on one writer thread).
-        self.writes = GroupCommit(self.timeline)
         # Rendered answers, reused while what they depend on is unchanged (see _script and stub):
         # node -> (release, signing state, script) and node -> (real config's hash, signing state, CA, stub).
         self._scripts: dict[str, tuple[Any, tuple[int, bytes], str]] = {}
@@ -54,10 +55,17 @@ class BootService:
         """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""
         return find_node(self.config, **selectors)
 
+    async def start(self) -> None:
+        """Open the state store (see :meth:`bootserver.state.StateStore.start`). Raises
+        :class:`~bootserver.state.StateStoreError`."""
+        await self.state.start()
+
     async def close(self) -> None:
-        """Cancel read-through downloads still running (their partials stay) and close the upstream."""
+        """Cancel read-through downloads still running (their partials stay), close the upstream, and
+        finish the state store's pending writes."""
         await self.artifacts.close()
         await self.upstream.close()
+        await self.state.close()
 
     async def boot_script(self, node: str) -> str:
         """The node's iPXE script (text). ``node`` must be a configured node name.
@@ -68,16 +76,12 @@ class BootService:
         return (await self._script(node, await self.stage(node)))[1]
 
     async def stage(self, node: str) -> str:
-        """The node's timeline stage (one indexed row, read on the event loop: see
-        :class:`~bootserver.timeline.Timeline`).
+        """The node's timeline stage (one indexed row: see :mod:`bootserver.state`).
 
         Raises :class:`UnavailableError` (HTTP 503) when the timeline cannot be read: without it the
         server cannot tell an installed node from a new one, and guessing could reinstall a node.
         """
-        try:
-            return self.timeline.stage(node)
-        except (sqlite3.Error, OSError) as e:
-            raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
+        return await self.state.stage(node)
 
     async def _script(self, node: str, stage: str) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)``: the boot-disk script when boot-once applies, else the boot script."""
@@ -112,10 +116,7 @@ class BootService:
         profile = self.config.profiles[self.config.nodes[node].profile]
         record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
                         real_config=profile.ignition is not None)
-        try:
-            return await self.writes.record(record)
-        except (sqlite3.Error, OSError) as e:
-            raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
+        return await self.state.record(record)
 
     async def serve_script(self, node: str, client: str | None) -> str:
         """What the server answers a node's script request from address ``client``: the boot script,

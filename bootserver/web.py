@@ -209,14 +209,27 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """``GET /readyz``: every referenced artifact as cached, fetching or missing (JSON); 200 when ready."""
-    ready, report = _service(request).artifacts.readiness()
+    """``GET /readyz``: every referenced artifact as cached, fetching or missing, and whether the state
+    store answers (``state_store``: ``{"backend": "sqlite"|"postgresql", "ready": bool}``; why not goes
+    to the log) (JSON); 200 when both are ready."""
+    svc = _service(request)
+    ready, report = svc.artifacts.readiness()
+    problem = await svc.state.ready()
+    if problem is not None:
+        log.warning("readyz: %s", problem)
+    report["state_store"] = {"backend": svc.state.backend, "ready": problem is None}
+    ready = ready and problem is None
+    report["ready"] = ready
     return web.json_response(report, status=200 if ready else 503)
 
 
 async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: liveness."""
     return web.Response(text="ok\n", content_type="text/plain")
+
+
+async def _start_service(app: web.Application) -> None:
+    await app[SERVICE].start()
 
 
 async def _close_service(app: web.Application) -> None:
@@ -245,6 +258,7 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
         error_middleware])
     app[SERVICE] = svc
     svc.artifacts.observer = ops.setup(app, svc).metrics
+    app.on_startup.append(_start_service)
     app.on_cleanup.append(_close_service)
     app.on_response_prepare.append(_artifact_etag)
     app.router.add_get("/ipxe/{node}", ipxe_script)

@@ -48,12 +48,13 @@ def prepare(config: Config) -> None:
     from .web import server_ssl_context
 
     config.state_dir.mkdir(parents=True, exist_ok=True)
-    Keyring.load_or_create(config.state_dir)
-    timeline = Timeline(config.state_dir, config.timeline.keep_events)
-    try:
-        timeline.nodes([])  # opens the database: creates the schema once
-    finally:
-        timeline.close()
+    if config.state_store is None:  # else the database was checked by bootserver.state.prepare_store
+        Keyring.load_or_create(config.state_dir)
+        timeline = Timeline(config.state_dir, config.timeline.keep_events)
+        try:
+            timeline.nodes([])  # opens the database: creates the schema once
+        finally:
+            timeline.close()
     if config.server.tls is not None:
         server_ssl_context(config)
         check_listen(config, "server.tls.listen", config.server.tls.listen)
