@@ -182,7 +182,7 @@ def test_duplicate_node_is_refused_naming_the_key(tmp_path: Path, reference: Pat
     assert str(info.value) == f"{path}: nodes.master-0: duplicate key on lines 7 and 8"
 
 
-def test_duplicate_key_inside_a_list_item_names_its_path(tmp_path: Path) -> None:
+def test_duplicate_nested_key_names_its_path(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("server:\n  listen: ':1'\n  trusted_proxies: [10.0.0.1]\n  listen: ':2'\n")
     with pytest.raises(ConfigError, match=r"c\.yaml: server\.listen: duplicate key on lines 2 and 4$"):
