@@ -7,25 +7,88 @@ store, the stream catalog, the URL builder and the real-config reader. Handlers 
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Generic, Mapping, TypeVar
 
 from .catalog import StreamCatalog
 from .config import Config
 from .errors import UnavailableError
 from .fetch import Upstream
 from .ignition import RealConfigs, build_stub, encode
-from .inventory import find_node, script_context
+from .inventory import find_node, profile_of, script_context, select_node
 from .ipxe import render_boot_script, render_localboot_script
 from .network import node_kargs
-from .readthrough import ReadThrough
+from .readthrough import ReadThrough, Transfer
 from .store import ArtifactStore
+from .streams import ARTIFACT_KINDS, Release
 from .state import open_store
-from .streams import ARTIFACT_KINDS
-from .timeline import INSTALLED_STAGES, Record
+from .timeline import INSTALLED_STAGES, Record, artifact_event
 from .signing import Signer
 from .urls import Urls
+
+log = logging.getLogger("bootserver.service")
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class RenderCache(Generic[K, V]):
+    """Rendered answers (scripts, stubs), one per node, reused while their inputs are unchanged.
+
+    The key is ONE value holding every input of the render (a frozen dataclass such as
+    :class:`ScriptInputs`), and the render function receives only that key: an input the key does not
+    hold cannot reach the render, so it cannot be left out of the cache key by mistake.
+    """
+
+    def __init__(self, render: Callable[[K], V]) -> None:
+        self._render = render
+        self._entries: dict[str, tuple[K, V]] = {}
+
+    def get(self, node: str, inputs: K) -> V:
+        """The answer for ``inputs`` (rendered when the node's last answer had other inputs)."""
+        hit = self._entries.get(node)
+        if hit is not None and hit[0] == inputs:
+            return hit[1]
+        value = self._render(inputs)
+        self._entries[node] = (inputs, value)
+        return value
+
+
+@dataclass(frozen=True)
+class ScriptInputs:
+    """Everything a node's boot script depends on besides the (fixed) config: the node, the release
+    (:class:`~bootserver.streams.Release`), the signing state of the stub URL (its expiry is rounded
+    up to the hour, and the key may rotate) and the node's network kargs (a provider's device record
+    may change: :func:`bootserver.network.node_kargs`)."""
+
+    node: str
+    release: Release
+    signing: tuple[int, bytes]
+    network: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StubInputs:
+    """Everything a node's stub depends on besides the config: the node, the real config's hash
+    (``None``: no real config), the signing state of its URL, and the CA (PEM) we embed."""
+
+    node: str
+    config_hash: str | None
+    signing: tuple[int, bytes]
+    ca_pem: bytes | None
+
+
+@dataclass(frozen=True)
+class CachedArtifact:
+    """A cached artifact file and its sha256 (hex, ``None`` when the cache has no record of it)."""
+
+    path: Path
+    sha256: str | None
 
 
 class BootService:
@@ -48,26 +111,21 @@ class BootService:
         self.timeline = getattr(self.state, "timeline", None)
         self.urls = Urls(config, signer, keys=self.state.keyring)
         self.real_configs = RealConfigs()
-        # Rendered answers, reused while what they depend on is unchanged (see _script and stub):
-        # node -> (release, signing state, script) and node -> (real config's hash, signing state, CA, stub).
-        self._scripts: dict[str, tuple[Any, tuple[int, bytes], tuple[str, ...], str]] = {}
-        self._stubs: dict[str, tuple[Any, tuple[int, bytes], bytes | None, bytes]] = {}
+        #: The configured nodes' stages as last read (see :meth:`read_stages`), for metrics scrapes.
+        self._stages: list[str] = []
+        self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
+        self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
+        #: Timeline writes started after an answer went out (see :meth:`artifact_answered`).
+        self._pending: set[asyncio.Task[Any]] = set()
 
     def find_node(self, **selectors: str | None) -> str:
         """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""
         return find_node(self.config, **selectors)
 
-    async def start(self) -> None:
-        """Open the state store (see :meth:`bootserver.state.StateStore.start`). Raises
-        :class:`~bootserver.state.StateStoreError`."""
-        await self.state.start()
-
-    async def close(self) -> None:
-        """Cancel read-through downloads still running (their partials stay), close the upstream, and
-        finish the state store's pending writes."""
-        await self.artifacts.close()
-        await self.upstream.close()
-        await self.state.close()
+    def select_node(self, addr: ipaddress.IPv4Address | ipaddress.IPv6Address | None, **selectors: str | None
+                    ) -> str:
+        """See :func:`bootserver.inventory.select_node`. Raises ``UnknownNodeError``."""
+        return select_node(self.config, addr, **selectors)
 
     async def boot_script(self, node: str) -> str:
         """The node's iPXE script (text). ``node`` must be a configured node name.
@@ -78,7 +136,8 @@ class BootService:
         return (await self._script(node, await self.stage(node)))[1]
 
     async def stage(self, node: str) -> str:
-        """The node's timeline stage (one indexed row: see :mod:`bootserver.state`).
+        """The node's timeline stage (one indexed row, read on the event loop: see
+        :class:`~bootserver.timeline.Timeline`).
 
         Raises :class:`UnavailableError` (HTTP 503) when the timeline cannot be read: without it the
         server cannot tell an installed node from a new one, and guessing could reinstall a node.
@@ -87,26 +146,22 @@ class BootService:
 
     async def _script(self, node: str, stage: str) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)``: the boot-disk script when boot-once applies, else the boot script."""
-        profile = self.config.profiles[self.config.nodes[node].profile]
+        profile = profile_of(self.config, node)
         if profile.boots_once and stage in INSTALLED_STAGES:
             return "localboot", render_localboot_script(node, stage), {"stage": stage}
         release = await self.catalog.release(profile.stream, profile.arch)
-        # The script changes only with the release, with the stub URL's signature (its expiry is
-        # rounded up to the hour, and the key may rotate) and with the network (a provider's device
-        # record may change): render once per change, not per request.
+        # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        network = node_kargs(self.config, node)
-        hit = self._scripts.get(node)
-        if hit is not None and hit[0] is release and hit[1] == signing and hit[2] == network:
-            script = hit[3]
-        else:
-            script = render_boot_script(script_context(self.config, self.urls, node, release, network))
-            self._scripts[node] = (release, signing, network, script)
+        script = self._scripts.get(node, ScriptInputs(node, release, signing, node_kargs(self.config, node)))
         return "script", script, {"mode": profile.mode, "release": release.version}
+
+    def _render_script(self, inputs: ScriptInputs) -> str:
+        return render_boot_script(script_context(self.config, self.urls, inputs.node, inputs.release,
+                                                 inputs.network))
 
     def mode(self, node: str) -> str:
         """The node's profile mode (``install`` or ``live``)."""
-        return self.config.profiles[self.config.nodes[node].profile].mode
+        return profile_of(self.config, node).mode
 
     async def record(self, node: str, event: str, *, ip: str | None = None,
                      detail: Mapping[str, Any] | None = None, at: float | None = None) -> str:
@@ -117,7 +172,7 @@ class BootService:
         config served without its event would defeat boot-once, so the client is asked to retry
         (iPXE's script retries, Ignition retries 5xx answers).
         """
-        profile = self.config.profiles[self.config.nodes[node].profile]
+        profile = profile_of(self.config, node)
         record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
                         real_config=profile.ignition is not None)
         return await self.state.record(record)
@@ -144,6 +199,110 @@ class BootService:
         if data is not None:
             await self.record(node, "config", ip=client)
         return data
+
+    async def artifact(self, segments: tuple[str, ...]) -> CachedArtifact | Transfer | None:
+        """The artifact at URL segments ``(stream, arch, release, file)``: the cached file, a
+        :class:`~bootserver.readthrough.Transfer` of it (read-through), or ``None`` (not served: see
+        :meth:`artifact_missing`). Raises as :meth:`ReadThrough.open`."""
+        found = await self.artifacts.open(segments)
+        if found is None or isinstance(found, Transfer):
+            return found
+        return CachedArtifact(found, self.store.recorded_sha256(found))
+
+    def artifact_missing(self) -> str:
+        """Why :meth:`artifact` found nothing, in public words."""
+        return "not a known artifact" if self.artifacts.enabled else "not in cache"
+
+    async def artifact_requested(self, segments: tuple[str, ...], client: str | None) -> tuple[str, str | None]:
+        """``(kind, node)`` of an artifact request from address ``client``: its kind (see
+        :meth:`artifact_kind`) and the node it is attributed to (docs/design.md; ``None`` when none),
+        after recording ``<kind>-requested`` for it. Never raises: artifacts are served whatever
+        happens to the timeline (a failure is logged)."""
+        kind = self.artifact_kind(segments)
+        if not client:
+            return kind, None
+        try:
+            node = await self.state.attribute(client)  # one indexed row
+            if node is None or node not in self.config.nodes:
+                return kind, None
+            if kind != "other":
+                await self.record(node, f"{kind}-requested", ip=client)
+            return kind, node
+        except (UnavailableError, OSError) as e:
+            log.error("artifact %s: not recorded in the node timeline: %s", "/".join(segments), e)
+            return kind, None
+
+    def artifact_answered(self, node: str, kind: str, client: str | None, *, status: int, nbytes: int,
+                          complete: bool) -> None:
+        """Record how an attributed artifact answer ended, once its last byte went out (or the
+        connection broke): :func:`~bootserver.timeline.artifact_event` (``<kind>-completed``,
+        ``-partial``, ``-unchanged`` or ``-failed``) with the body ``nbytes`` sent and the ``status``.
+        The write runs in the background (see :meth:`drain`); call on the event loop."""
+        if kind not in ARTIFACT_KINDS:
+            return
+        event = artifact_event(kind, status, complete)
+        self._spawn(self.record(node, event, ip=client, detail={"bytes": nbytes, "status": status},
+                                at=time.time()))
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("timeline write failed: %s", task.exception())
+
+    async def drain(self) -> None:
+        """Wait for the background timeline writes started so far."""
+        if self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        """Every configured node (and any other with events), as ``GET /nodes`` shows them: stage,
+        since when, last event, profile (ages in seconds, see :meth:`NodeState.as_dict`)."""
+        await self.drain()
+        states = await self.state.nodes(list(self.config.nodes))
+        now = time.time()
+        return [{**st.as_dict(now), "profile": self.config.nodes[st.node].profile if st.node in self.config.nodes
+                 else None} for st in states]
+
+    async def node_report(self, node: str, limit: int | None = None) -> dict[str, Any]:
+        """Configured node ``node``'s stage and events, oldest first (``limit``: the last N), as
+        ``GET /nodes/{node}`` shows them."""
+        await self.drain()
+        events = await self.state.events(node, limit=limit)
+        state = await self.state.node(node)
+        return {**state.as_dict(time.time()), "profile": self.config.nodes[node].profile,
+                "events": [e.as_dict() for e in events]}
+
+    async def read_stages(self) -> None:
+        """Read every configured node's stage for :meth:`node_stages` (before a metrics scrape; none
+        when the state store cannot answer: the scrape still answers)."""
+        nodes = self.config.nodes
+        try:
+            self._stages = [s.stage for s in await self.state.nodes(list(nodes)) if s.node in nodes]
+        except UnavailableError as e:
+            log.warning("metrics: node stages not read: %s", e)
+            self._stages = []
+
+    def node_stages(self) -> list[str]:
+        """The stage of every configured node as last read by :meth:`read_stages` (for metrics)."""
+        return self._stages
+
+    async def start(self) -> None:
+        """Open the state store (see :meth:`bootserver.state.StateStore.start`). Raises
+        :class:`~bootserver.state.StateStoreError`."""
+        await self.state.start()
+
+    async def close(self) -> None:
+        """Finish the background timeline writes, cancel read-through downloads still running (their
+        partials stay), close the upstream, then the state store."""
+        await self.drain()
+        await self.artifacts.close()
+        await self.upstream.close()
+        await self.state.close()
 
     def artifact_kind(self, segments: tuple[str, ...]) -> str:
         """``kernel``, ``initramfs`` or ``rootfs`` when the artifact URL segments ``(stream, arch,
@@ -177,7 +336,8 @@ class BootService:
         try:
             return self.real_configs.read_pinned(path)
         except OSError as e:
-            raise UnavailableError(f"node {node}: cannot read Ignition config {path}: {e.strerror}") from None
+            raise UnavailableError(f"node {node}: cannot read Ignition config {path}: {e.strerror}",
+                                   public=f"node {node}: its Ignition config cannot be read now") from None
 
     def ca_pem(self) -> bytes | None:
         """The CA certificate (PEM) embedded into stubs when ``server.tls`` is set, else ``None``.
@@ -190,7 +350,8 @@ class BootService:
         try:
             return ca.read_bytes()
         except OSError as e:
-            raise UnavailableError(f"server.tls.ca: cannot read {ca}: {e.strerror}") from None
+            raise UnavailableError(f"server.tls.ca: cannot read {ca}: {e.strerror}",
+                                   public="the server's CA certificate cannot be read now") from None
 
     def stub(self, node: str) -> bytes:
         """The node's merge-style Ignition stub, as the exact bytes served.
@@ -200,20 +361,17 @@ class BootService:
 
         Raises :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
         """
-        profile = self.config.profiles[self.config.nodes[node].profile]
         pinned = self._real_config_pinned(node)
-        ca_pem = self.ca_pem()
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        config_hash = None if pinned is None else pinned[1]
-        hit = self._stubs.get(node)
-        if hit is not None and hit[0] == config_hash and hit[1] == signing and hit[2] == ca_pem:
-            return hit[3]
-        stub = encode(build_stub(
-            version=profile.ignition_version,
+        return self._stubs.get(node, StubInputs(node, None if pinned is None else pinned[1], signing,
+                                                self.ca_pem()))
+
+    def _render_stub(self, inputs: StubInputs) -> bytes:
+        node = inputs.node
+        return encode(build_stub(
+            version=profile_of(self.config, node).ignition_version,
             hostname=self.config.node_hostname(node),
-            config_url=None if pinned is None else self.urls.real_config(node),
-            config_hash=config_hash,
-            ca_pem=ca_pem,
+            config_url=None if inputs.config_hash is None else self.urls.real_config(node),
+            config_hash=inputs.config_hash,
+            ca_pem=inputs.ca_pem,
         ))
-        self._stubs[node] = (config_hash, signing, ca_pem, stub)
-        return stub

@@ -203,13 +203,17 @@ async def run_cli(*args: str, timeout: float = 60) -> tuple[int, str, str]:
 
 
 class ServerProcess:
-    """A ``bootserver serve`` subprocess; ``url`` is its base URL once ``/healthz`` answers."""
+    """A ``bootserver serve`` subprocess; ``url`` is its base URL once ``/healthz`` answers, ``admin_url``
+    its admin listener's (``/nodes``, ``/metrics``: ``server.admin.listen``, when that is host:port)."""
 
     def __init__(self, config: Path, port: int, *extra_args: str) -> None:
         self.config = config
         self.extra_args = extra_args
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        from bootserver.config import load_config
+
+        self.admin_url = "http://" + load_config(config).server.admin_listen
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self, session: Any, deadline: float = 20.0) -> None:

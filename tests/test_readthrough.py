@@ -560,7 +560,8 @@ async def test_sigkill_of_serve_mid_read_through_then_restart_resumes(tmp_path, 
     assert tmp_files(tmp_path / "cache") == []
 
 
-async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, faulty, aiohttp_client) -> None:
+async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, faulty, aiohttp_client,
+                                                      caplog) -> None:
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
     r = await client.head(served_path(paths, "initramfs"))
@@ -568,7 +569,8 @@ async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, fault
     del faulty.files[paths["kernel"]]
     r = await client.get(served_path(paths, "kernel"))
     assert r.status == 502
-    assert f"{faulty.url}{paths['kernel']}: HTTP 404" in await r.text()
+    assert (await r.text()).startswith("upstream problem: ")
+    assert f"{faulty.url}{paths['kernel']}: HTTP 404" in caplog.text  # the details go to the log
 
 
 async def test_mirror_that_times_out_falls_through(tmp_path, reference, faulty) -> None:

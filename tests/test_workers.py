@@ -127,7 +127,7 @@ async def test_two_workers_share_the_port_and_metrics_count_every_worker(tmp_pat
             for _ in range(k):  # one connection each; with SO_REUSEPORT the kernel spreads them
                 async with session.get(server.url + "/healthz") as r:
                     assert r.status == 200
-            before = await wait_metric(session, server.url, HEALTHZ, k + 1)  # + the start-up probe
+            before = await wait_metric(session, server.admin_url, HEALTHZ, k + 1)  # + the start-up probe
             assert metric(before, HEALTHZ) == k + 1
             per_worker = worker_pids(before)
             assert set(per_worker) == workers and all(v > 0 for v in per_worker.values()), per_worker
@@ -229,7 +229,7 @@ async def test_cold_artifact_through_two_workers_is_fetched_once(tmp_path, refer
             faulty.gate.set()
             bodies = await asyncio.wait_for(asyncio.gather(*clients), DEADLINE)
             assert all(b == data for b in bodies)
-            text = await wait_metric(session, server.url, 'bootserver_upstream_fetches_total{result="ok"}', 1)
+            text = await wait_metric(session, server.admin_url, 'bootserver_upstream_fetches_total{result="ok"}', 1)
             assert metric(text, 'bootserver_upstream_fetches_total{result="ok"}') == 1
             assert metric(text, 'bootserver_upstream_fetches_total{result="error"}') == 0
         finally:
@@ -388,3 +388,35 @@ async def test_a_second_workers_server_on_the_same_port_is_refused(tmp_path: Pat
 
     lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert lines and all(isinstance(line["pid"], int) for line in lines)  # --log-format json names the worker
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+async def test_admin_listener_on_a_unix_socket(tmp_path: Path, workers: str) -> None:
+    """``server.admin.listen`` as a Unix socket path: /nodes and /metrics answer there (from any worker),
+    not on the device port; a stale socket file is replaced; the socket is removed on exit."""
+    port = free_port()
+    sock = tmp_path / "admin.sock"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(sock))  # a file left by a server that is gone: nobody listens on it
+    stale.close()
+    config = server_config(tmp_path, port, server={"listen": f"127.0.0.1:{port}", "admin": {"listen": str(sock)}},
+                           nodes={})
+    server = ServerProcess(config, port, "--workers", workers)
+    async with fresh_session() as session:
+        await server.start(session)
+        try:
+            if workers != "1":
+                await all_serving(server)  # a scrape while a worker creates its metric files can fail
+            async with session.get(server.url + "/metrics") as r:
+                assert r.status == 404
+            async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock))) as admin:
+                for _ in range(4):  # new connections: with 2 workers either may answer
+                    async with admin.get("http://admin/metrics", headers={"Connection": "close"}) as r:
+                        assert r.status == 200 and "bootserver_http_requests_total" in await r.text()
+                async with admin.get("http://admin/nodes") as r:
+                    assert r.status == 200 and (await r.json())["nodes"] == []
+            assert sock.stat().st_mode & 0o777 == 0o660
+        finally:
+            await server.stop()
+    assert server.proc is not None and server.proc.returncode == 0
+    assert not sock.exists()

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from ..signing import Keyring
 
 
+#: What a 503 answer says when the store cannot answer (no path, no URL: see :class:`BootserverError`).
+PUBLIC_UNAVAILABLE = "node timeline unavailable (the server cannot write its state); retry later"
+
+
 class StateStoreError(BootserverError):
     """The state store cannot be used at start (unreachable, refused, a newer schema, no keys): exit 1,
     one line naming the store (a PostgreSQL URL without its password)."""

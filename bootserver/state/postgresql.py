@@ -42,7 +42,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..errors import UnavailableError
 from ..signing import KEY_BYTES, KeyEntry, Keyring
 from ..timeline import ATTRIBUTION_WINDOW, Batches, Event, NodeState, Record, Step, append_steps
-from . import StateStore, StateStoreError
+from . import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
 
 log = logging.getLogger("bootserver.state")
 
@@ -192,7 +192,7 @@ class PostgresStore(StateStore):
             self._pool = None
 
     def _unavailable(self, e: Exception) -> UnavailableError:
-        return UnavailableError(f"state store {self.name}: {_one_line(e)}")
+        return UnavailableError(f"state store {self.name}: {_one_line(e)}", public=PUBLIC_UNAVAILABLE)
 
     async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         pool = await self._open_pool()

@@ -16,7 +16,7 @@ from typing import Iterable, NoReturn
 from ..errors import UnavailableError
 from ..signing import Keyring
 from ..timeline import SCHEMA_VERSION, Event, GroupCommit, NodeState, Record, Timeline
-from . import StateStore
+from . import PUBLIC_UNAVAILABLE, StateStore
 
 
 class SqliteStore(StateStore):
@@ -38,7 +38,7 @@ class SqliteStore(StateStore):
         self._keyring: Keyring | None = None
 
     def _unavailable(self, e: Exception) -> NoReturn:
-        raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
+        raise UnavailableError(f"node timeline {self.timeline.path}: {e}", public=PUBLIC_UNAVAILABLE) from None
 
     async def start(self) -> None:
         """Nothing: the timeline opens on first use, the keys file on first signature."""
