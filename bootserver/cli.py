@@ -267,6 +267,7 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
 def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
+    from .inventory import profile_of
     from .timeline import Record, format_events, format_table
 
     nodes = [_node(config, name) for name in args.nodes]
@@ -277,7 +278,7 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
             if args.action == "reinstall":
                 out = []
                 for name in nodes:
-                    profile = config.profiles[config.nodes[name].profile]
+                    profile = profile_of(config, name)
                     await store.record(Record(name, "reinstall", profile.mode, time.time(),
                                               real_config=profile.ignition is not None))
                     out.append(f"{name}: marked for reinstall; its next boot installs again\n")

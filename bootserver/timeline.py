@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 
-from .errors import InputError
+from .errors import BootserverError, InputError
 from .streams import ARTIFACT_KINDS
 
 log = logging.getLogger("bootserver.timeline")
@@ -373,13 +373,15 @@ class Timeline:
         """Open the database (creating or migrating it) and check its integrity (``PRAGMA quick_check``:
         reads every page once), so a damaged file stops a server at start instead of answering 503 to
         every script. Raises :class:`TimelineDamagedError` (exit 2) naming the file and what to do,
-        ``OSError`` when ``state_dir`` cannot be created."""
+        :class:`~bootserver.errors.BootserverError` (exit 1) when it cannot be opened at all (``state_dir``
+        not creatable, permissions, locked): one line naming the file."""
         try:
             with self._lock:
                 problems = [r[0] for r in self._db().execute("PRAGMA quick_check").fetchall()]
-        except sqlite3.OperationalError:  # cannot open, locked, read-only: not damage
+        except (sqlite3.OperationalError, OSError) as e:  # cannot open, locked, read-only: not damage
             self.close()
-            raise
+            raise BootserverError(f"{self.path}: cannot open the node timeline: "
+                                  f"{getattr(e, 'strerror', None) or e}") from None
         except sqlite3.DatabaseError as e:  # not a database, malformed
             problems = [str(e)]
         if problems != ["ok"]:

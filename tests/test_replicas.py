@@ -29,7 +29,7 @@ class Replica:
         self.port = free_port()
         shutil.copy(reference / "openshift-pointer-master.ign.json", root / "master.ign")
         self.config = write_config(root / "bootserver.yaml", {
-            "server": {"listen": f"127.0.0.1:{self.port}"},
+            "server": {"listen": f"127.0.0.1:{self.port}", "admin": {"listen": f"127.0.0.1:{free_port()}"}},
             "cache_dir": "cache", "state_dir": "state", "read_through": False,
             "state_store": url,
             "streams": {"rhcos-4.16": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
@@ -39,6 +39,7 @@ class Replica:
         self.kernel = publish_kernel(load_config(str(self.config)), 4096)
         self.server = ServerProcess(self.config, self.port)
         self.url = self.server.url
+        self.admin_url = self.server.admin_url
 
     def on_me(self, url: str) -> str:
         """The same signed path and query on this replica."""
@@ -112,7 +113,7 @@ async def test_two_replicas_behave_as_one_server(two: tuple[PgCluster, Replica, 
         await _until(both_verify, 15, "a URL signed with the rotated key is not accepted by both replicas")
         assert "coreos.inst.install_dev" in await _get(http, a.on_me(chain))  # the old key, within its grace
 
-        nodes = json.loads(await _get(http, f"{a.url}/nodes/master-0"))
+        nodes = json.loads(await _get(http, f"{a.admin_url}/nodes/master-0"))
         assert [(e["event"], e["count"]) for e in nodes["events"]] == [
             ("script", 1), ("stub", 1), ("localboot", 2), ("config", 1), ("reinstall", 1), ("script", 2)]
         # a localboot on each replica for the same client is one row of two, as are the two scripts after
@@ -161,7 +162,7 @@ async def test_a_database_restart_mid_run_refuses_then_recovers_and_loses_nothin
         for replica in (a, b):
             async with http.get(replica.url + "/readyz") as r:
                 assert (await r.json())["state_store"]["ready"] is True
-        events = json.loads(await _get(http, f"{b.url}/nodes/master-1"))["events"]
+        events = json.loads(await _get(http, f"{b.admin_url}/nodes/master-1"))["events"]
     scripts = [e for e in events if e["event"] == "script"]
     assert sum(e["count"] for e in scripts) == answered[200]  # every script served has its event
     assert answered[503] >= 2
