@@ -22,7 +22,7 @@ from bootserver.store import ArtifactStore
 
 from conftest import ServerProcess, free_port, run_cli, write_config
 from test_readthrough import (DEADLINE, ROOTFS_SIZE, app_client, make_config, make_stream, published,
-                              served_path, wait_for)
+                              served_path, settled, wait_for)
 
 HEALTHZ = 'bootserver_http_requests_total{method="GET",route="/healthz",status="200"}'
 
@@ -265,11 +265,10 @@ async def test_follower_streams_a_foreign_download_and_ends_after_it_is_publishe
         assert {i["kind"]: i["status"] for i in report["artifacts"]}["rootfs"] == "fetching"
         writer.write(data[1_000_000:])
         # every byte is in the file, but the last one waits for the publish
-        dl = next(iter(rt._inflight.values()))
-        await wait_for(lambda: dl.available == len(data), "the follower to see every byte")
-        assert dl.sendable() == len(data) - 1 and not dl.finished
+        rest = await asyncio.wait_for(r.content.readexactly(len(data) - 1 - 999_999), DEADLINE)
+        assert rest == data[999_999:-1] and r.content.read_nowait() == b""
         writer.commit("test://foreign")
-    assert data[:999_999] + await asyncio.wait_for(r.read(), DEADLINE) == data
+    assert await asyncio.wait_for(r.read(), DEADLINE) == data[-1:]
     assert faulty.gets(paths["rootfs"]) == []
 
 
@@ -298,7 +297,9 @@ async def test_follower_aborts_when_the_foreign_download_stops_unpublished(
     assert faulty.gets(paths["rootfs"]) == ["bytes=500000-"]
 
 
-async def test_follower_takes_over_when_no_byte_was_sent(tmp_path, reference, faulty, aiohttp_client) -> None:
+async def test_follower_takes_over_when_no_byte_was_sent(tmp_path, reference, faulty, aiohttp_client,
+                                                        caplog) -> None:
+    caplog.set_level("INFO", logger="bootserver.readthrough")
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
     data = files[paths["rootfs"]]
@@ -306,12 +307,13 @@ async def test_follower_takes_over_when_no_byte_was_sent(tmp_path, reference, fa
     writer = await _foreign_writer(rt, paths)
     writer.__enter__()  # locked, no size known yet: the client waits for its headers
     task = asyncio.create_task(client.get(served_path(paths, "rootfs")))
-    await wait_for(lambda: bool(rt._inflight), "the follower")
+    await wait_for(lambda: "being downloaded by another process; following it" in caplog.text, "the follower")
     writer.__exit__(ConnectionResetError, ConnectionResetError(), None)
     r = await asyncio.wait_for(task, DEADLINE)
     assert r.status == 200 and await r.read() == data
     assert faulty.gets(paths["rootfs"]) == [None]
-    await wait_for(lambda: not rt._inflight, "the download to be published")
+    assert "the download in another process stopped; fetching it here" in caplog.text
+    await settled(rt, paths, "rootfs")
     assert store.expected_size(writer.artifact) is None  # the size file went with the download
 
 
