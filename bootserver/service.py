@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Generic, Mapping, TypeVar
 
 from .catalog import StreamCatalog
 from .config import Config
-from .errors import UnavailableError
+from .errors import BootserverError, UnavailableError
 from .fetch import Upstream
 from .ignition import RealConfigs, build_stub, encode
 from .inventory import find_node, profile_of, script_context, select_node
@@ -32,6 +32,10 @@ from .signing import Signer
 from .urls import Urls
 
 log = logging.getLogger("bootserver.service")
+
+#: Seconds between background loads of a stream's metadata after one failed (see
+#: :meth:`BootService.load_metadata_soon`).
+METADATA_RETRY = 30.0
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -117,6 +121,10 @@ class BootService:
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
         #: Timeline writes started after an answer went out (see :meth:`artifact_answered`).
         self._pending: set[asyncio.Task[Any]] = set()
+        #: Background stream metadata loads (see :meth:`load_metadata_soon`) and the monotonic time of
+        #: each stream's last failed one.
+        self._metadata_loads: dict[str, asyncio.Future[None]] = {}
+        self._metadata_failed: dict[str, float] = {}
 
     def find_node(self, **selectors: str | None) -> str:
         """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""
@@ -296,10 +304,51 @@ class BootService:
         :class:`~bootserver.state.StateStoreError`."""
         await self.state.start()
 
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """``(ready, report)`` of ``GET /readyz``: ready when every profile's stream metadata is loaded
+        (scripts can be answered) and every artifact it names is cached or read-through is on (see
+        :meth:`ReadThrough.readiness` for the report). A stream whose metadata is missing gets a
+        background load (:meth:`load_metadata_soon`), so a probe that keeps asking sees the server
+        become ready as soon as the metadata can be had. Never blocks on the network."""
+        ready, report = self.artifacts.readiness()
+        waiting = sorted({i["stream"] for i in report["artifacts"] if i["release"] is None})
+        for item in report["artifacts"]:
+            if item["release"] is None and item["stream"] in self._metadata_failed:
+                item["reason"] = "stream metadata could not be loaded; the server log has the details"
+        for stream in waiting:
+            self.load_metadata_soon(stream)
+        if waiting:
+            ready = False
+            report = {**report, "ready": False}
+        return ready, report
+
+    def load_metadata_soon(self, stream: str) -> None:
+        """Start loading ``stream``'s metadata in the background unless a load is running or the last
+        one failed less than :data:`METADATA_RETRY` seconds ago (a failure is logged once per try).
+        Call on the event loop."""
+        now = time.monotonic()
+        if stream in self._metadata_loads or now - self._metadata_failed.get(stream, -METADATA_RETRY) < METADATA_RETRY:
+            return
+
+        async def load() -> None:
+            try:
+                await self.catalog.get(stream)
+                self._metadata_failed.pop(stream, None)
+            except BootserverError as e:
+                self._metadata_failed[stream] = time.monotonic()
+                log.warning("stream %s: metadata not loaded: %s", stream, e)
+            finally:
+                self._metadata_loads.pop(stream, None)
+
+        self._metadata_loads[stream] = asyncio.ensure_future(load())
+
     async def close(self) -> None:
-        """Finish the background timeline writes, cancel read-through downloads still running (their
-        partials stay), close the upstream, then the state store."""
+        """Finish the background timeline writes, stop metadata loads, cancel read-through downloads
+        still running (their partials stay), close the upstream, then the state store."""
         await self.drain()
+        for task in list(self._metadata_loads.values()):
+            task.cancel()
+        await asyncio.gather(*self._metadata_loads.values(), return_exceptions=True)
         await self.artifacts.close()
         await self.upstream.close()
         await self.state.close()

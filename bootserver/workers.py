@@ -166,6 +166,11 @@ class _Supervisor:
             self._stop()
         if error is None and not self.stopping:
             log.info("%d workers serving (pids %s)", len(self.children), " ".join(map(str, self.children)))
+            from .web import chain_hint
+
+            hint = chain_hint(self.config)
+            if hint is not None:
+                log.info("%s", hint)
         while self.children:
             try:
                 pid, wait_status = os.waitpid(-1, 0)

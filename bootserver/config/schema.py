@@ -236,7 +236,8 @@ class Node(SettingsModel):
     ``addresses`` (IPs or CIDRs) restrict who may fetch the node's script and configs; ``selectable``
     lets ``/boot.ipxe`` hand out its script to any address (otherwise only to a matching address).
     ``hostname`` is what the node calls itself (``/etc/hostname``, the Equinix device hostname); without
-    it the node's name is its hostname, and must then be a valid one.
+    it the node's name is its hostname, and must then be a valid one. ``default``: the generic entry's
+    fallback (matchbox's default group), e.g. a live system any machine can boot.
     """
 
     profile: str
@@ -247,6 +248,9 @@ class Node(SettingsModel):
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     addresses: Networks = ()
     selectable: bool = False
+    #: ``/boot.ipxe`` hands this node's script to a machine no other node is selected for (no selector,
+    #: an unknown one, or a node that may not be handed out there); at most one, live mode only.
+    default: bool = False
     #: ``dhcp``, ``provider`` or an NMState document (bootserver.network); default the profile's.
     network: NetworkSetting | None = None
 
@@ -404,7 +408,8 @@ def _resolve(base_dir: Path, value: str) -> Path:
 
 
 def default_document() -> dict[str, Any]:
-    """The embedded default config: Fedora CoreOS ``stable`` on 127.0.0.1:8080, per-user dirs."""
+    """The embedded default config: Fedora CoreOS ``stable`` on 127.0.0.1:8080, per-user dirs, and a
+    default node ``fcos-live`` (live FCOS x86_64) that ``/boot.ipxe`` hands to any machine."""
     return {
         "server": {"listen": "127.0.0.1:8080"},
         "streams": {"fcos-stable": {"metadata": FCOS_STABLE_URL, "architectures": ["x86_64", "aarch64"]}},
@@ -412,4 +417,6 @@ def default_document() -> dict[str, Any]:
             "fcos-live": {"stream": "fcos-stable", "arch": "x86_64", "mode": "live"},
             "fcos-live-aarch64": {"stream": "fcos-stable", "arch": "aarch64", "mode": "live"},
         },
+        # something a newcomer can boot: any x86_64 machine that chains /boot.ipxe gets live FCOS
+        "nodes": {"fcos-live": {"profile": "fcos-live", "default": True}},
     }
