@@ -57,12 +57,13 @@ def prepare(config: Config) -> None:
     from .web import server_ssl_context
 
     config.state_dir.mkdir(parents=True, exist_ok=True)
-    Keyring.load_or_create(config.state_dir)
-    timeline = Timeline(config.state_dir, config.timeline.keep_events)
-    try:
-        timeline.nodes([])  # opens the database: creates the schema once
-    finally:
-        timeline.close()
+    if config.state_store is None:  # else the database was checked by bootserver.state.prepare_store
+        Keyring.load_or_create(config.state_dir)
+        timeline = Timeline(config.state_dir, config.timeline.keep_events)
+        try:
+            timeline.nodes([])  # opens the database: creates the schema once
+        finally:
+            timeline.close()
     if config.server.tls is not None:
         server_ssl_context(config)
         check_listen(config, "server.tls.listen", config.server.tls.listen)
@@ -172,6 +173,11 @@ class _Supervisor:
             self._stop()
         if error is None and not self.stopping:
             log.info("%d workers serving (pids %s)", len(self.children), " ".join(map(str, self.children)))
+            from .web import chain_hint
+
+            hint = chain_hint(self.config)
+            if hint is not None:
+                log.info("%s", hint)
         while self.children:
             try:
                 pid, wait_status = os.waitpid(-1, 0)
