@@ -20,6 +20,7 @@ No aiohttp, no server imports.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import logging
@@ -147,6 +148,49 @@ def by_provider(config: Any, nodes: Sequence[str]) -> dict[str, list[str]]:
     return groups
 
 
+# ----------------------------------------------------------------------------------------- the store
+
+
+class StoreSession:
+    """The config's state store (:func:`bootserver.state.open_store`: sqlite in ``state_dir``, or the
+    ``state_store`` database), started on an event loop of its own for these synchronous commands: the
+    signing keys (:meth:`keyring`) and the node timeline's stages (:meth:`nodes`). Close it (or use it
+    as a context manager). Raises what :meth:`~bootserver.state.StateStore.start` raises."""
+
+    def __init__(self, config: Any) -> None:
+        from bootserver.state import open_store
+
+        self._loop = asyncio.new_event_loop()
+        self.store = open_store(config)
+        try:
+            self._loop.run_until_complete(self.store.start())
+        except BaseException:
+            self.close()
+            raise
+
+    def keyring(self) -> Any:
+        """The store's signing keys (a :class:`~bootserver.signing.Keyring`, kept fresh)."""
+        return self.store.keyring()
+
+    def nodes(self, names: Sequence[str]) -> list[Any]:
+        """The timeline's :class:`~bootserver.timeline.NodeState` of every node in ``names`` (and others)."""
+        return self._loop.run_until_complete(self.store.nodes(list(names)))
+
+    def close(self) -> None:
+        """Close the store and its event loop."""
+        if not self._loop.is_closed():
+            try:
+                self._loop.run_until_complete(self.store.close())
+            finally:
+                self._loop.close()
+
+    def __enter__(self) -> StoreSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 # ----------------------------------------------------------------------------------------- waiting
 
 
@@ -164,6 +208,7 @@ class WaitPolicy:
 def wait_for_nodes(
     config: Any,
     watched: dict[str, tuple[Provider, dict[str, Any]]],
+    store: StoreSession,
     *,
     since: float,
     policy: WaitPolicy = WaitPolicy(),
@@ -171,7 +216,7 @@ def wait_for_nodes(
     sleep: Callable[[float], None] = time.sleep,
     say: Say = lambda node, message: None,
 ) -> dict[str, dict[str, Any]]:
-    """Follow the node timeline until each node of ``watched`` (node -> its provider and recorded
+    """Follow the node timeline (in ``store``) until each node of ``watched`` (node -> its provider and recorded
     device) entered its final stage (:data:`DONE_STAGES`; ``unconfirmed`` for a profile without a real
     Ignition config, whose stub is the last thing the server sees) at or after ``since`` (unix seconds).
 
@@ -186,71 +231,67 @@ def wait_for_nodes(
     failed device, :class:`ProvisionTimeout` when ``policy.timeout`` seconds pass first,
     ``ProviderError`` when the far end answers with an error.
     """
-    from bootserver.timeline import INSTALLED_STAGES, Timeline
+    from bootserver.timeline import INSTALLED_STAGES
 
     devices = {node: device for node, (_, device) in watched.items()}
     provider_state = {node: device.get("state") for node, device in devices.items()}
     deadline = clock() + policy.timeout
     interval = policy.interval
-    timeline = Timeline(config.state_dir)
-    try:
-        pending = list(watched)
-        stages = {s.node: s for s in timeline.nodes(pending) if s.node in watched}
-        last_stage = {}
+    pending = list(watched)
+    stages = {s.node: s for s in store.nodes(pending) if s.node in watched}
+    last_stage = {}
+    for node in list(pending):
+        profile = config.profiles[config.nodes[node].profile]
+        stage = stages[node].stage
+        last_stage[node] = stage
+        if profile.boots_once and stage in INSTALLED_STAGES:
+            say(node, f"already {stage}; it boots its disk until `bootserver nodes reinstall {node}`")
+            pending.remove(node)
+        else:
+            say(node, f"waiting for stage {DONE_STAGES[profile.mode]} (now {stage})")
+    while pending:
+        failed = []
+        states = {s.node: s for s in store.nodes(pending)}
         for node in list(pending):
-            profile = config.profiles[config.nodes[node].profile]
-            stage = stages[node].stage
-            last_stage[node] = stage
-            if profile.boots_once and stage in INSTALLED_STAGES:
-                say(node, f"already {stage}; it boots its disk until `bootserver nodes reinstall {node}`")
+            provider, _ = watched[node]
+            try:
+                poll = provider.poll(node, devices[node])
+            except ProviderError as exc:
+                if exc.status is not None:
+                    raise
+                log.warning("node %s: polling its device: %s", node, exc)
+                poll = None
+            if poll is not None:
+                if poll.device is not None:
+                    devices[node] = poll.device
+                if poll.state != provider_state[node]:
+                    provider_state[node] = poll.state
+                    say(node, f"device {devices[node].get('id')} is {poll.state}")
+                    record_device(config.state_dir, node, devices[node])
+                if poll.failed:
+                    failed.append(node)
+                    continue
+            state = states[node]
+            if state.stage != last_stage[node]:
+                last_stage[node] = state.stage
+                say(node, f"stage {state.stage}")
+            mode = config.profiles[config.nodes[node].profile].mode
+            if state.stage in (DONE_STAGES[mode], "unconfirmed") and (state.stage_at or 0) >= since:
                 pending.remove(node)
-            else:
-                say(node, f"waiting for stage {DONE_STAGES[profile.mode]} (now {stage})")
-        while pending:
-            failed = []
-            states = {s.node: s for s in timeline.nodes(pending)}
-            for node in list(pending):
-                provider, _ = watched[node]
-                try:
-                    poll = provider.poll(node, devices[node])
-                except ProviderError as exc:
-                    if exc.status is not None:
-                        raise
-                    log.warning("node %s: polling its device: %s", node, exc)
-                    poll = None
-                if poll is not None:
-                    if poll.device is not None:
-                        devices[node] = poll.device
-                    if poll.state != provider_state[node]:
-                        provider_state[node] = poll.state
-                        say(node, f"device {devices[node].get('id')} is {poll.state}")
-                        record_device(config.state_dir, node, devices[node])
-                    if poll.failed:
-                        failed.append(node)
-                        continue
-                state = states[node]
-                if state.stage != last_stage[node]:
-                    last_stage[node] = state.stage
-                    say(node, f"stage {state.stage}")
-                mode = config.profiles[config.nodes[node].profile].mode
-                if state.stage in (DONE_STAGES[mode], "unconfirmed") and (state.stage_at or 0) >= since:
-                    pending.remove(node)
-            if failed:
-                lines = [watched[n][0].line(n, devices[n]) for n in watched]
-                names = ", ".join(f"{n} ({devices[n].get('id')})" for n in failed)
-                raise DeviceFailed(f"device provisioning failed: {names}; run `bootserver deprovision` "
-                                   "and try again", lines)
-            if not pending:
-                break
-            remaining = deadline - clock()
-            if remaining <= 0:
-                where = ", ".join(f"{n} at stage {last_stage[n]}" for n in pending)
-                raise ProvisionTimeout(f"gave up waiting after {policy.timeout:g} s: {where}")
-            sleep(min(interval, remaining))
-            interval = min(interval * policy.factor, policy.max_interval)
-        return devices
-    finally:
-        timeline.close()
+        if failed:
+            lines = [watched[n][0].line(n, devices[n]) for n in watched]
+            names = ", ".join(f"{n} ({devices[n].get('id')})" for n in failed)
+            raise DeviceFailed(f"device provisioning failed: {names}; run `bootserver deprovision` "
+                               "and try again", lines)
+        if not pending:
+            break
+        remaining = deadline - clock()
+        if remaining <= 0:
+            where = ", ".join(f"{n} at stage {last_stage[n]}" for n in pending)
+            raise ProvisionTimeout(f"gave up waiting after {policy.timeout:g} s: {where}")
+        sleep(min(interval, remaining))
+        interval = min(interval * policy.factor, policy.max_interval)
+    return devices
 
 
 # ------------------------------------------------------------------------------------------ commands
@@ -274,10 +315,14 @@ def provision(
     Raises ``InputError`` (exit 2) for bad settings before any call, ``ProviderError`` (exit 1) for
     a failure of a provider, :class:`DeviceFailed` / :class:`ProvisionTimeout` from the wait.
     """
+    from bootserver.urls import Urls
+
     since = now()
     watched: dict[str, tuple[Provider, dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:
-        opened = [(stack.enter_context(provider_class(name).open(config, args)), group)
+        store = stack.enter_context(StoreSession(config))
+        urls = Urls(config, keys=store.keyring)
+        opened = [(stack.enter_context(provider_class(name).open(config, args, urls)), group)
                   for name, group in by_provider(config, nodes).items()]
         for provider, group in opened:
             recorded = recorded_devices(config.state_dir, group)
@@ -287,7 +332,7 @@ def provision(
                 assert outcome.device is not None
                 watched[outcome.node] = (provider, outcome.device)
         if wait:
-            devices = wait_for_nodes(config, watched, since=since, policy=policy, clock=clock,
+            devices = wait_for_nodes(config, watched, store, since=since, policy=policy, clock=clock,
                                      sleep=sleep, say=say)
         else:
             devices = {node: device for node, (_, device) in watched.items()}
@@ -300,7 +345,7 @@ def deprovision(config: Any, args: argparse.Namespace, nodes: Sequence[str], *, 
     Returns one output line per node. A node whose provider fails keeps its recorded device."""
     lines: dict[str, str] = {}
     for name, group in by_provider(config, nodes).items():
-        with provider_class(name).open(config, args) as provider:
+        with provider_class(name).open(config, args, None) as provider:
             for outcome in provider.deprovision(group, recorded_devices(config.state_dir, group), say):
                 clear_device(config.state_dir, outcome.node)
                 lines[outcome.node] = outcome.line
@@ -310,17 +355,12 @@ def deprovision(config: Any, args: argparse.Namespace, nodes: Sequence[str], *, 
 def devices(config: Any, args: argparse.Namespace) -> list[str]:
     """The lines of ``bootserver devices``: each provider in use (nodes of its own, or options naming
     it; Equinix when none is) lists its devices with bootserver's stage of each node."""
-    from bootserver.timeline import Timeline
-
-    timeline = Timeline(config.state_dir)
-    try:
-        stages = {s.node: s.stage for s in timeline.nodes(list(config.nodes))}
-    finally:
-        timeline.close()
+    with StoreSession(config) as store:
+        stages = {s.node: s.stage for s in store.nodes(list(config.nodes))}
     classes = [cls for cls in provider_classes() if cls.used_by(config, args)] or [provider_class(DEFAULT_PROVIDER)]
     lines: list[str] = []
     for cls in classes:
-        with cls.open(config, args) as provider:
+        with cls.open(config, args, None) as provider:
             lines += provider.devices(stages)
     return lines
 
@@ -330,6 +370,7 @@ __all__ = [
     "DeviceFailed",
     "Outcome",
     "ProvisionTimeout",
+    "StoreSession",
     "WaitPolicy",
     "by_provider",
     "clear_device",

@@ -209,8 +209,10 @@ class Provider:
         return any(provider_of(config, n) == cls.name for n in config.nodes)
 
     @classmethod
-    def open(cls, config: Any, args: argparse.Namespace) -> Provider:
-        """An open client for ``config`` and the command's options. Raises ``InputError``."""
+    def open(cls, config: Any, args: argparse.Namespace, urls: Any = None) -> Provider:
+        """An open client for ``config`` and the command's options; ``urls`` is the command's
+        :class:`~bootserver.urls.Urls` (signed with the state store's keys), ``None`` when it signs
+        nothing. Raises ``InputError``."""
         raise NotImplementedError
 
     def close(self) -> None:

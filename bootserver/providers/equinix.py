@@ -802,14 +802,14 @@ class Equinix(Provider):
     global_model = MetalGlobal
     platform_id = "packet"
 
-    def __init__(self, config: Any, args: argparse.Namespace, client: EquinixMetal) -> None:
+    def __init__(self, config: Any, args: argparse.Namespace, client: EquinixMetal, urls: Any = None) -> None:
         from bootserver.urls import Urls
 
         self.config = config
         self.args = args
         self.client = client
         self.tag = config.metal.tag
-        self.urls = Urls(config)
+        self.urls = urls or Urls(config)
 
     @classmethod
     def add_arguments(cls, command: str, parser: argparse.ArgumentParser) -> None:
@@ -841,14 +841,14 @@ class Equinix(Provider):
         return bool(getattr(args, "project", None) or config.metal.project) or super().used_by(config, args)
 
     @classmethod
-    def open(cls, config: Any, args: argparse.Namespace) -> Equinix:
+    def open(cls, config: Any, args: argparse.Namespace, urls: Any = None) -> Equinix:
         """A client from ``METAL_AUTH_TOKEN`` / ``METAL_API_URL`` / ``metal.api_url``. Checks the
         command's options first (exit 2 before any call). Raises ``MissingTokenError``."""
         if getattr(args, "spot_price_max", None) is not None and not args.spot_price_max >= 0:
             raise InputError(f"--spot-price-max: must not be negative, got {args.spot_price_max:g}")
         if getattr(args, "project", None):
             check_project_id(args.project)
-        return cls(config, args, EquinixMetal.from_env(config.metal.api_url))
+        return cls(config, args, EquinixMetal.from_env(config.metal.api_url), urls)
 
     def close(self) -> None:
         """Close the API session."""

@@ -283,7 +283,7 @@ class Redfish(Provider):
                                     f"(default {DEFAULT_GRACE:g})")
 
     @classmethod
-    def open(cls, config: Any, args: argparse.Namespace) -> Redfish:
+    def open(cls, config: Any, args: argparse.Namespace, urls: Any = None) -> Redfish:
         """No connection yet: each node's BMC is opened when first used."""
         grace = getattr(args, "grace", None)
         if grace is not None and not grace >= 0:
