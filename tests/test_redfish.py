@@ -193,6 +193,7 @@ async def test_wait_follows_the_node_through_script_stub_and_config(emulator, bm
     setup = boot_setup(100_000, {"rf-0": {"profile": "master", "mac": ["52:54:00:00:00:01"],
                                           "addresses": ["127.0.0.1"]}})
     doc = yaml.safe_load(setup.config.read_text())
+    doc["server"]["admin"] = {"listen": f"127.0.0.1:{free_port()}"}  # not listen's port + 1, which may be taken
     doc["profiles"]["master"] |= {"provider": "redfish", "redfish": {
         "address": emulator.url, "system": emulator.path(0), "username": USERNAME,
         "password_env": "BMC_PASSWORD", "timeout": 5}}
