@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,8 @@ from .network import node_kargs
 from .readthrough import ReadThrough, Transfer
 from .store import ArtifactStore
 from .streams import ARTIFACT_KINDS, Release
-from .timeline import INSTALLED_STAGES, GroupCommit, Record, Timeline, artifact_event
+from .state import open_store
+from .timeline import INSTALLED_STAGES, Record, artifact_event
 from .signing import Signer
 from .urls import Urls
 
@@ -109,11 +109,14 @@ class BootService:
         self.catalog = StreamCatalog(config, self.store, self.upstream)
         #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
         self.artifacts = ReadThrough(config, self.store, self.catalog, self.upstream)
-        self.urls = Urls(config, signer)
+        #: The node timeline and the signing keys (sqlite in ``state_dir``, or ``state_store``).
+        self.state = open_store(config)
+        #: The sqlite timeline when the state is in ``state_dir`` (``None`` with PostgreSQL).
+        self.timeline = getattr(self.state, "timeline", None)
+        self.urls = Urls(config, signer, keys=self.state.keyring)
         self.real_configs = RealConfigs()
-        self.timeline = Timeline(config.state_dir, config.timeline.keep_events)
-        #: Timeline writes of the server (group commit on one writer thread).
-        self.writes = GroupCommit(self.timeline)
+        #: The configured nodes' stages as last read (see :meth:`read_stages`), for metrics scrapes.
+        self._stages: list[str] = []
         self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
         #: Timeline writes started after an answer went out (see :meth:`artifact_answered`).
@@ -147,10 +150,7 @@ class BootService:
         Raises :class:`UnavailableError` (HTTP 503) when the timeline cannot be read: without it the
         server cannot tell an installed node from a new one, and guessing could reinstall a node.
         """
-        try:
-            return self.timeline.stage(node)
-        except (sqlite3.Error, OSError) as e:
-            raise self._timeline_error(e) from None
+        return await self.state.stage(node)
 
     async def _script(self, node: str, stage: str) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)``: the boot-disk script when boot-once applies, else the boot script."""
@@ -183,14 +183,7 @@ class BootService:
         profile = profile_of(self.config, node)
         record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
                         real_config=profile.ignition is not None)
-        try:
-            return await self.writes.record(record)
-        except (sqlite3.Error, OSError) as e:
-            raise self._timeline_error(e) from None
-
-    def _timeline_error(self, e: Exception) -> UnavailableError:
-        return UnavailableError(f"node timeline {self.timeline.path}: {e}",
-                                public="node timeline unavailable (the server cannot write its state); retry later")
+        return await self.state.record(record)
 
     async def serve_script(self, node: str, client: str | None) -> str:
         """What the server answers a node's script request from address ``client``: the boot script,
@@ -237,13 +230,13 @@ class BootService:
         if not client:
             return kind, None
         try:
-            node = self.timeline.attribute(client)  # one indexed row, on the loop
+            node = await self.state.attribute(client)  # one indexed row
             if node is None or node not in self.config.nodes:
                 return kind, None
             if kind != "other":
                 await self.record(node, f"{kind}-requested", ip=client)
             return kind, node
-        except (UnavailableError, OSError, sqlite3.Error) as e:
+        except (UnavailableError, OSError) as e:
             log.error("artifact %s: not recorded in the node timeline: %s", "/".join(segments), e)
             return kind, None
 
@@ -278,7 +271,7 @@ class BootService:
         """Every configured node (and any other with events), as ``GET /nodes`` shows them: stage,
         since when, last event, profile (ages in seconds, see :meth:`NodeState.as_dict`)."""
         await self.drain()
-        states = await asyncio.to_thread(self.timeline.nodes, list(self.config.nodes))
+        states = await self.state.nodes(list(self.config.nodes))
         now = time.time()
         return [{**st.as_dict(now), "profile": self.config.nodes[st.node].profile if st.node in self.config.nodes
                  else None} for st in states]
@@ -287,16 +280,29 @@ class BootService:
         """Configured node ``node``'s stage and events, oldest first (``limit``: the last N), as
         ``GET /nodes/{node}`` shows them."""
         await self.drain()
-        events = await asyncio.to_thread(self.timeline.events, node, limit=limit)
-        states = await asyncio.to_thread(self.timeline.nodes, [node])
-        state = next(s for s in states if s.node == node)
+        events = await self.state.events(node, limit=limit)
+        state = await self.state.node(node)
         return {**state.as_dict(time.time()), "profile": self.config.nodes[node].profile,
                 "events": [e.as_dict() for e in events]}
 
-    def node_stages(self) -> list[str]:
-        """The stage of every configured node (blocking: reads the timeline; for metrics scrapes)."""
+    async def read_stages(self) -> None:
+        """Read every configured node's stage for :meth:`node_stages` (before a metrics scrape; none
+        when the state store cannot answer: the scrape still answers)."""
         nodes = self.config.nodes
-        return [s.stage for s in self.timeline.nodes(list(nodes)) if s.node in nodes]
+        try:
+            self._stages = [s.stage for s in await self.state.nodes(list(nodes)) if s.node in nodes]
+        except UnavailableError as e:
+            log.warning("metrics: node stages not read: %s", e)
+            self._stages = []
+
+    def node_stages(self) -> list[str]:
+        """The stage of every configured node as last read by :meth:`read_stages` (for metrics)."""
+        return self._stages
+
+    async def start(self) -> None:
+        """Open the state store (see :meth:`bootserver.state.StateStore.start`). Raises
+        :class:`~bootserver.state.StateStoreError`."""
+        await self.state.start()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """``(ready, report)`` of ``GET /readyz``: ready when every profile's stream metadata is loaded
@@ -338,15 +344,14 @@ class BootService:
 
     async def close(self) -> None:
         """Finish the background timeline writes, stop metadata loads, cancel read-through downloads
-        still running (their partials stay), close the upstream, then the timeline."""
+        still running (their partials stay), close the upstream, then the state store."""
         await self.drain()
         for task in list(self._metadata_loads.values()):
             task.cancel()
         await asyncio.gather(*self._metadata_loads.values(), return_exceptions=True)
         await self.artifacts.close()
         await self.upstream.close()
-        await asyncio.to_thread(self.writes.close)
-        await asyncio.to_thread(self.timeline.close)
+        await self.state.close()
 
     def artifact_kind(self, segments: tuple[str, ...]) -> str:
         """``kernel``, ``initramfs`` or ``rootfs`` when the artifact URL segments ``(stream, arch,

@@ -290,15 +290,27 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """``GET /readyz``: every referenced artifact as cached, fetching or missing (JSON); 200 when ready
-    (:meth:`BootService.readiness`)."""
-    ready, report = _service(request).readiness()
+    """``GET /readyz``: every referenced artifact as cached, fetching or missing (:meth:`BootService.readiness`),
+    and whether the state store answers (``state_store``: ``{"backend": "sqlite"|"postgresql", "ready":
+    bool}``; why not goes to the log) (JSON); 200 when both are ready."""
+    svc = _service(request)
+    ready, report = svc.readiness()
+    problem = await svc.state.ready()
+    if problem is not None:
+        log.warning("readyz: %s", problem)
+    report = {**report, "state_store": {"backend": svc.state.backend, "ready": problem is None}}
+    ready = ready and problem is None
+    report["ready"] = ready
     return web.json_response(report, status=200 if ready else 503)
 
 
 async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: liveness."""
     return web.Response(text="ok\n", content_type="text/plain")
+
+
+async def _start_service(app: web.Application) -> None:
+    await app[SERVICE].start()
 
 
 async def nodes(request: web.Request) -> web.Response:
@@ -321,6 +333,7 @@ async def node_report(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     """``GET /metrics`` (admin): Prometheus text exposition format."""
     await _service(request).drain()
+    await _service(request).read_stages()
     body = await asyncio.to_thread(request.app[ops.METRICS].render)
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
@@ -369,6 +382,7 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     gate = Gate(config, svc.urls.signer.check)
     limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
     app = _app(svc, metrics, DEVICE, gate, limits)
+    app.on_startup.append(_start_service)
     app.on_cleanup.append(_close_service)
     app.on_response_prepare.append(_artifact_etag)
     app[ADMIN_APP] = _app(svc, metrics, ADMIN, gate, limits)

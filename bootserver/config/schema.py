@@ -24,7 +24,7 @@ from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
 from ..network import NetworkSetting
 from .metal import MetalGlobal, MetalSettings
-from .state import TimelineSettings
+from .state import StateStoreField, StateStoreSettings, TimelineSettings
 from .types import (
     UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, ListenAddressOrSocket, Name, Networks, ScriptWord,
     SettingsModel, YamlList,
@@ -290,6 +290,7 @@ class Document(SettingsModel):
         default_factory=MetalGlobal)
     timeline: Annotated[TimelineSettings, BeforeValidator(null_as_empty)] = Field(
         default_factory=TimelineSettings)
+    state_store: StateStoreField = None
 
 
 _Document = Document  # the name tests and older callers import
@@ -303,8 +304,9 @@ class Config:
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
     ``state_dir`` (absolute :class:`~pathlib.Path`), ``read_through`` (bool: a cache miss is fetched
     from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
-    ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`) and ``timeline``
-    (:class:`TimelineSettings`).
+    ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`), ``timeline``
+    (:class:`TimelineSettings`) and ``state_store`` (:class:`StateStoreSettings`, or ``None`` for sqlite
+    in ``state_dir``).
     """
 
     source: str
@@ -320,6 +322,7 @@ class Config:
     nodes: Mapping[str, Node]
     metal: MetalGlobal
     timeline: TimelineSettings
+    state_store: StateStoreSettings | None
     _mac_index: Mapping[str, str] = field(repr=False, compare=False)
 
     @classmethod
@@ -341,6 +344,7 @@ class Config:
             nodes=MappingProxyType(dict(doc.nodes)),
             metal=doc.metal,
             timeline=doc.timeline,
+            state_store=doc.state_store,
             _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
         )
 
