@@ -15,9 +15,9 @@ from typing import Any, Mapping
 import aiohttp
 
 from .catalog import StreamCatalog
-from .config import Config
+from .config import IGNITION_VERSIONS, Config
 from .errors import UnavailableError
-from .ignition import RealConfigs, build_stub, encode
+from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .inventory import find_node, script_context
 from .ipxe import render_boot_script, render_localboot_script
 from .readthrough import ReadThrough
@@ -43,9 +43,10 @@ class BootService:
         #: Timeline writes of the server (group commit on one writer thread).
         self.writes = GroupCommit(self.timeline)
         # Rendered answers, reused while what they depend on is unchanged (see _script and stub):
-        # node -> (release, signing state, script) and node -> (real config's hash, signing state, CA, stub).
+        # node -> (release, signing state, script) and (node, spec version) -> (real config's hash,
+        # signing state, CA, stub).
         self._scripts: dict[str, tuple[Any, tuple[int, bytes], str]] = {}
-        self._stubs: dict[str, tuple[Any, tuple[int, bytes], bytes | None, bytes]] = {}
+        self._stubs: dict[tuple[str, str], tuple[Any, tuple[int, bytes], bytes | None, bytes]] = {}
 
     def find_node(self, **selectors: str | None) -> str:
         """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""
@@ -118,9 +119,15 @@ class BootService:
         await self.record(node, event, ip=client, detail=detail)
         return script
 
-    async def serve_stub(self, node: str, client: str | None) -> bytes:
-        """:meth:`stub`, recording ``stub`` in the timeline. Raises as :meth:`stub`."""
-        data = self.stub(node)
+    async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:
+        """:meth:`stub` in the spec version negotiated with the client's ``Accept`` header (see
+        :func:`~bootserver.ignition.negotiate_version`; ``None``: the profile's version), recording
+        ``stub`` in the timeline. Raises :class:`~bootserver.ignition.NotAcceptableError` (HTTP 406,
+        nothing recorded) when the client accepts no version the profile allows, else as :meth:`stub`.
+        """
+        profile = self.config.profiles[self.config.nodes[node].profile]
+        version = negotiate_version(accept, profile.ignition_version, IGNITION_VERSIONS)
+        data = self.stub(node, version)
         await self.record(node, "stub", ip=client)
         return data
 
@@ -178,28 +185,38 @@ class BootService:
         except OSError as e:
             raise UnavailableError(f"server.tls.ca: cannot read {ca}: {e.strerror}") from None
 
-    def stub(self, node: str) -> bytes:
-        """The node's merge-style Ignition stub, as the exact bytes served.
+    def stub(self, node: str, version: str | None = None) -> bytes:
+        """The node's merge-style Ignition stub in spec ``version`` (default: the profile's
+        ``ignition_version``), as the exact bytes served.
 
         Its merge URL is signed with an expiry rounded up to the hour, so ``render ignition`` and the
         server print the same bytes within the same hour (same clock, same code path).
 
-        Raises :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
+        Raises :class:`~bootserver.ignition.NotAcceptableError` when ``version`` is not a stub version
+        (3.1.0 or newer) up to the profile's ``ignition_version``;
+        :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
         """
         profile = self.config.profiles[self.config.nodes[node].profile]
+        if version is None:
+            version = profile.ignition_version
+        elif version not in stub_versions(profile.ignition_version, IGNITION_VERSIONS):
+            raise NotAcceptableError(
+                f"node {node}: Ignition spec {version} is not one its stub can be written in: profile "
+                f"{self.config.nodes[node].profile} allows 3.1.0 to {profile.ignition_version} "
+                f"(profiles.{self.config.nodes[node].profile}.ignition_version)")
         pinned = self._real_config_pinned(node)
         ca_pem = self.ca_pem()
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
         config_hash = None if pinned is None else pinned[1]
-        hit = self._stubs.get(node)
+        hit = self._stubs.get((node, version))
         if hit is not None and hit[0] == config_hash and hit[1] == signing and hit[2] == ca_pem:
             return hit[3]
         stub = encode(build_stub(
-            version=profile.ignition_version,
+            version=version,
             hostname=self.config.node_hostname(node),
             config_url=None if pinned is None else self.urls.real_config(node),
             config_hash=config_hash,
             ca_pem=ca_pem,
         ))
-        self._stubs[node] = (config_hash, signing, ca_pem, stub)
+        self._stubs[(node, version)] = (config_hash, signing, ca_pem, stub)
         return stub

@@ -13,14 +13,14 @@ import os
 import ssl
 from typing import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from . import __version__
 from .config import Config
 from .errors import (BootserverError, ConfigError, FetchError, InputError, UnavailableError,
                      UnknownNodeError)
 from .fetch import client_session
-from .ignition import MEDIA_TYPE
+from .ignition import MEDIA_TYPE, NotAcceptableError
 from . import ops
 from .security import limits_middleware, selectable_check, signed_route_middleware
 from .readthrough import Transfer
@@ -98,10 +98,19 @@ async def generic_entry(request: web.Request) -> web.Response:
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
-    """``GET /ignition/{node}``: the node's merge-style stub."""
+    """``GET /ignition/{node}``: the node's merge-style stub, in the spec version negotiated with the
+    ``Accept`` header (406 when none fits); ``Vary: Accept`` either way."""
     svc = _service(request)
     node = request[ops.NODE] = svc.find_node(name=request.match_info["node"])
-    return web.Response(body=await svc.serve_stub(node, request.remote), content_type=MEDIA_TYPE)
+    try:
+        body = await svc.serve_stub(node, request.remote, request.headers.get(hdrs.ACCEPT))
+    except NotAcceptableError as e:
+        log.warning("%s %s: 406 %s", request.method, request.path, e)
+        response = _text(406, str(e))
+    else:
+        response = web.Response(body=body, content_type=MEDIA_TYPE)
+    response.headers[hdrs.VARY] = hdrs.ACCEPT
+    return response
 
 
 async def ignition_config(request: web.Request) -> web.Response:
