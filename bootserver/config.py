@@ -40,6 +40,7 @@ from pydantic import (
     field_validator,
 )
 
+from .butane import ButaneError, is_butane, translate as translate_butane
 from .errors import ConfigError
 from .ipxe import UnsafeValueError, check_extra_karg, check_script_word
 
@@ -749,13 +750,20 @@ def check_real_config(path: Path, source: str, keypath: str) -> bytes:
     """Check a real Ignition config file (e.g. openshift-install's ``master.ign``) and return its bytes.
 
     It must be a JSON object whose ``ignition.version`` is a 3.x spec, since a spec 3 stub can merge
-    only spec 3 configs (openshift-install before 4.6 wrote spec 2.2 pointer configs).
+    only spec 3 configs (openshift-install before 4.6 wrote spec 2.2 pointer configs). A Butane config
+    (:mod:`bootserver.butane`) is translated by ``butane`` first, and its translation is checked and
+    returned.
     Raises :class:`ConfigError` naming ``source`` and ``keypath``.
     """
     try:
         data = path.read_bytes()
     except OSError as e:
         raise ConfigError(source, keypath, f"cannot read {path}: {e.strerror}") from None
+    if is_butane(path, data):  # checked as the Ignition config butane translates it into
+        try:
+            data = translate_butane(path, data)
+        except ButaneError as e:
+            raise ConfigError(source, keypath, str(e)) from None
     try:
         doc = json.loads(data)
         version = doc["ignition"]["version"]

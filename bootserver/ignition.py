@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from .butane import is_butane, translate
 from .errors import InputError
 from .resources import data_dir
 
@@ -190,21 +191,27 @@ def encode(config: dict[str, Any]) -> bytes:
 class RealConfigs:
     """Read real Ignition config files, re-reading a file only when its mtime, size or inode changes.
 
-    The stub's hash and the served bytes come from the same read, so they always agree; the sha512 is
-    computed once per read of the file, not once per stub served.
+    A Butane config (:func:`bootserver.butane.is_butane`) is translated by the ``butane`` binary on
+    each such change, and its translation is what is served and pinned. The stub's hash and the served
+    bytes come from the same read, so they always agree; the sha512 is computed once per read of the
+    file, not once per stub served.
     """
 
     def __init__(self) -> None:
         self._cache: dict[Path, tuple[tuple[int, int, int], bytes, str]] = {}
 
     def read_pinned(self, path: Path) -> tuple[bytes, str]:
-        """The file's current bytes and their :func:`sha512_hash`. Raises ``OSError``."""
+        """The file's current bytes (a Butane config's translation) and their :func:`sha512_hash`.
+        Raises ``OSError``, or :class:`~bootserver.butane.ButaneError` for a Butane config that
+        cannot be translated now."""
         st = os.stat(path)
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         hit = self._cache.get(path)
         if hit and hit[0] == key:
             return hit[1], hit[2]
         data = path.read_bytes()
+        if is_butane(path, data):
+            data = translate(path, data)
         digest = sha512_hash(data)
         self._cache[path] = (key, data, digest)
         return data, digest

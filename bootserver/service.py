@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import aiohttp
 
+from .butane import ButaneError
 from .catalog import StreamCatalog
 from .config import IGNITION_VERSIONS, Config
 from .errors import UnavailableError
@@ -157,7 +158,8 @@ class BootService:
     def real_config(self, node: str) -> bytes | None:
         """The node's real Ignition config bytes, or ``None`` when its profile has none.
 
-        Raises :class:`~bootserver.errors.UnavailableError` when the file cannot be read now.
+        Raises :class:`~bootserver.errors.UnavailableError` when the file cannot be read (or, for a
+        Butane config, translated) now.
         """
         pinned = self._real_config_pinned(node)
         return None if pinned is None else pinned[0]
@@ -171,6 +173,8 @@ class BootService:
             return self.real_configs.read_pinned(path)
         except OSError as e:
             raise UnavailableError(f"node {node}: cannot read Ignition config {path}: {e.strerror}") from None
+        except ButaneError as e:  # the Butane file was edited into one butane refuses: 503 until fixed
+            raise UnavailableError(f"node {node}: {e}") from None
 
     def ca_pem(self) -> bytes | None:
         """The CA certificate (PEM) embedded into stubs when ``server.tls`` is set, else ``None``.
