@@ -8,7 +8,9 @@ JSON) whose top level has a ``variant`` key. bootserver never translates Butane 
     butane --strict --files-dir <the file's folder> [--raw] <file>
 
 (``--raw`` for ``variant: openshift`` only, so the output is an Ignition config, not a MachineConfig),
-takes the JSON on stdout, and reports butane's own message (stderr, exit status 1) on failure. The
+takes the JSON on stdout, checks it against the official schema of its spec version
+(:mod:`bootserver.ignition_schema`), and reports butane's own message (stderr, exit status 1) on
+failure. The
 command line is butane's documented one (``butane --help``: input file or stdin, ``-o/--output``,
 ``-s/--strict``, ``-d/--files-dir``, ``-p/--pretty``, ``-r/--raw``).
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from . import ignition_schema
 from .errors import InputError
 
 #: The translator's executable name, looked up on ``PATH``.
@@ -69,8 +72,9 @@ def translate(path: Path, data: bytes | None = None, *, timeout: float = TIMEOUT
     ``data`` (the file's bytes, read here when ``None``) decides ``--raw``; the translation reads the
     file itself, with ``--files-dir`` its folder (``local:`` file contents resolve there).
     Raises :class:`ButaneError` (one line naming the file) when ``butane`` is not on ``PATH``, exits
-    non-zero (butane's stderr, lines joined with ``; ``), times out after ``timeout`` seconds or prints
-    something that is not JSON; ``OSError`` when the file cannot be read.
+    non-zero (butane's stderr, lines joined with ``; ``), times out after ``timeout`` seconds, or prints
+    something that is not an Ignition config valid against its spec's official schema
+    (:func:`bootserver.ignition_schema.validate`); ``OSError`` when the file cannot be read.
     """
     if data is None:
         data = path.read_bytes()
@@ -94,7 +98,7 @@ def translate(path: Path, data: bytes | None = None, *, timeout: float = TIMEOUT
                             if line.strip()) or f"exit status {p.returncode}"
         raise ButaneError(f"{path}: butane: {message}")
     try:
-        json.loads(p.stdout)
-    except ValueError:
-        raise ButaneError(f"{path}: butane printed no Ignition config (not JSON)") from None
+        ignition_schema.validate(json.loads(p.stdout))
+    except ValueError as e:  # not JSON, or IgnitionSchemaError
+        raise ButaneError(f"{path}: butane's translation is not a valid Ignition config: {e}") from None
     return p.stdout

@@ -2,7 +2,8 @@
 
 A stream whose ``metadata`` is a file path is read from that file. A stream whose ``metadata`` is a
 URL is read from the copy ``sync-images`` keeps in ``cache_dir/streams/<name>.json``; when there is no
-copy yet it is fetched (and the copy written). The server re-reads a local file when its mtime changes,
+copy yet it is fetched from the :class:`~bootserver.fetch.Upstream` (retried as artifacts are) and the
+copy written. The server re-reads a local file when its mtime changes,
 so a ``sync-images`` run is picked up without a restart.
 """
 
@@ -12,11 +13,9 @@ import asyncio
 import os
 from pathlib import Path
 
-import aiohttp
-
 from .config import Config
-from .errors import MetadataError, UnavailableError
-from .fetch import fetch_document
+from .errors import MetadataError
+from .fetch import Upstream
 from .store import ArtifactStore, write_atomic
 from .streams import Release, StreamMetadata, parse_stream
 
@@ -24,12 +23,14 @@ from .streams import Release, StreamMetadata, parse_stream
 class StreamCatalog:
     """Parsed stream metadata per configured stream, loaded lazily and cached by file mtime.
 
-    Not thread-safe; meant for one event loop (the server) or one CLI command.
+    Not thread-safe; meant for one event loop (the server) or one CLI command. Metadata of URL streams
+    is fetched through ``upstream`` only by :meth:`refresh`, or by :meth:`get` when there is no local copy.
     """
 
-    def __init__(self, config: Config, store: ArtifactStore) -> None:
+    def __init__(self, config: Config, store: ArtifactStore, upstream: Upstream) -> None:
         self.config = config
         self.store = store
+        self.upstream = upstream
         self._cache: dict[str, tuple[tuple[int, int], StreamMetadata]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._files: dict[str, tuple[Path, str]] = {}
@@ -66,7 +67,7 @@ class StreamCatalog:
         self._cache[stream] = (key, meta)
         return meta
 
-    async def refresh(self, stream: str, session: aiohttp.ClientSession) -> StreamMetadata:
+    async def refresh(self, stream: str) -> StreamMetadata:
         """Fetch a URL stream's metadata now, check it, and keep it as the local copy.
 
         For a file-path stream this just reads the file. Raises :class:`FetchError` or
@@ -78,32 +79,29 @@ class StreamCatalog:
             if meta is None:
                 raise MetadataError(sc.metadata, "", "cannot read stream metadata file")
             return meta
-        data = await fetch_document(session, sc.metadata)
+        data = await self.upstream.document(sc.metadata)
         meta = self._parse(stream, data, sc.metadata)
         write_atomic(self.store.metadata_path(stream), data)
         self._cache.pop(stream, None)
         return meta
 
-    async def get(self, stream: str, session: aiohttp.ClientSession | None = None) -> StreamMetadata:
-        """The stream's metadata: the local copy, or (with a ``session``) fetched once when missing.
+    async def get(self, stream: str) -> StreamMetadata:
+        """The stream's metadata: the local copy, or fetched once (however many ask) when missing.
 
-        Raises :class:`UnavailableError` when there is no local copy and no session,
-        :class:`FetchError` or :class:`MetadataError` when fetching fails.
+        Raises :class:`FetchError` or :class:`MetadataError` when fetching fails.
         """
         meta = self.cached(stream)
         if meta is not None:
             return meta
-        if session is None:
-            raise UnavailableError(f"stream {stream!r}: no metadata yet; run 'bootserver sync-images'")
         lock = self._locks.setdefault(stream, asyncio.Lock())
         async with lock:
             meta = self.cached(stream)
             if meta is not None:
                 return meta
-            return await self.refresh(stream, session)
+            return await self.refresh(stream)
 
-    async def release(self, stream: str, arch: str, session: aiohttp.ClientSession | None = None) -> Release:
+    async def release(self, stream: str, arch: str) -> Release:
         """The current release of ``stream`` for ``arch``. Raises as :meth:`get`."""
-        return (await self.get(stream, session)).releases[arch]
+        return (await self.get(stream)).releases[arch]
 
 

@@ -59,7 +59,6 @@ def _node(config: Config, name: str) -> str:
 
 
 def _cmd_render(args: argparse.Namespace, config: Config) -> int:
-    from .fetch import client_session
     from .service import BootService
 
     if args.what != "ignition" and args.ignition_version is not None:
@@ -68,8 +67,10 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
     node = _node(config, args.node)
     if args.what == "ipxe":
         async def script() -> str:
-            async with client_session() as session:
-                return await svc.boot_script(node, session)
+            try:
+                return await svc.boot_script(node)
+            finally:
+                await svc.close()
 
         sys.stdout.write(asyncio.run(script()))
     else:
@@ -79,7 +80,7 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
 
 
 def _duration_arg(value: str) -> int:
-    from .signing import parse_duration
+    from .config.types import parse_duration
 
     try:
         return parse_duration(value)

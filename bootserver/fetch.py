@@ -1,6 +1,8 @@
-"""Download from upstream with aiohttp's client: small documents in memory, artifacts to the store.
+"""The upstream: where stream metadata and artifacts come from (:class:`Upstream`, one per service,
+owning the aiohttp client session, the mirror chain and the retry policy). Small documents land in
+memory, artifacts in the store.
 
-Artifact downloads (:func:`download_artifact`) go through an **upstream chain**: the mirrors of the
+Artifact downloads (:meth:`Upstream.download`) go through an **upstream chain**: the mirrors of the
 facility first, in order, then the artifact's own location from the stream metadata. A mirror URL is
 the mirror base followed by the *path* (and query) of the artifact's upstream URL: mirror
 ``http://m.example/fcos`` and location
@@ -15,9 +17,12 @@ interrupted download. The next request sends ``Range: bytes=<length>-``: a ``206
 (the source ignores ``Range``) starts over, and resumed bytes that fail the sha256 are thrown away and
 the artifact is fetched again from byte 0.
 
-Retry: when the whole chain fails with a transient error (5xx, 408, 429, a connection reset, a timeout,
-a short body) it is tried again with exponential backoff and jitter (``tenacity``), at most
-:attr:`RetryPolicy.attempts` times; other 4xx answers fail at once.
+Retry: one policy (:class:`RetryPolicy`, ``tenacity``) for stream metadata and artifacts. When a GET of
+a document, or an artifact's whole chain, fails with a transient error (5xx, 408, 429, a connection
+reset, a timeout, a body short of its ``Content-Length``) it is tried again with exponential backoff and
+jitter, at most :attr:`RetryPolicy.attempts` times; other 4xx answers fail at once. The read timeout
+(config ``upstream.read_timeout``) bounds each wait for bytes, so a hung upstream costs at most
+``attempts`` x ``read_timeout`` seconds plus the backoff.
 
 Errors: every failure becomes a :class:`~bootserver.errors.FetchError` naming the URL; a wrong sha256
 an :class:`~bootserver.errors.IntegrityError`; a full disk a :class:`~bootserver.errors.DiskFullError`.
@@ -32,7 +37,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -42,6 +47,9 @@ from . import __version__
 from .errors import DiskFullError, FetchError, IntegrityError
 from .store import ArtifactStore, ArtifactWriter
 from .streams import Artifact, Release
+
+if TYPE_CHECKING:
+    from .config import Config
 
 log = logging.getLogger("bootserver.fetch")
 
@@ -60,23 +68,21 @@ def client_session(*, connect_timeout: float = 30.0, read_timeout: float = 60.0)
     return aiohttp.ClientSession(timeout=timeout, headers={"User-Agent": USER_AGENT}, trust_env=True)
 
 
-async def fetch_document(session: aiohttp.ClientSession, url: str, *, limit: int = 16 << 20) -> bytes:
-    """GET a small document (stream metadata) into memory; at most ``limit`` bytes.
-
-    Raises :class:`FetchError` on a network error, a non-200 status or a body over ``limit``.
-    """
+async def _get_document(session: aiohttp.ClientSession, url: str, limit: int) -> bytes:
+    """One GET of a small document into memory. Raises :class:`TransientFetchError` (5xx, 408, 429,
+    network error, timeout, a body short of its ``Content-Length``) or :class:`FetchError`."""
     try:
         async with session.get(url) as resp:
             if resp.status != 200:
-                raise FetchError(f"{url}: HTTP {resp.status} {resp.reason}")
+                raise _status_error(url, resp)
             data = bytearray()
             async for chunk in resp.content.iter_chunked(65536):
                 data += chunk
                 if len(data) > limit:
                     raise FetchError(f"{url}: larger than {limit} bytes")
             return bytes(data)
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-        raise FetchError(f"{url}: {type(e).__name__}: {e}") from None
+    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
+        raise TransientFetchError(f"{url}: {type(e).__name__}: {e}") from None
 
 
 class TransientFetchError(FetchError):
@@ -101,11 +107,6 @@ class RetryPolicy:
     jitter: float = 1.0
 
 
-#: ``(bytes_done, total_bytes_or_None)`` after every chunk. ``bytes_done`` smaller than before means
-#: the download threw bytes away (a restart from that offset).
-Progress = Callable[[int, "int | None"], None]
-
-
 def source_urls(url: str, mirrors: Sequence[str] = ()) -> list[str]:
     """The upstream chain for an artifact at ``url``: each mirror base + ``url``'s path (and query),
     then ``url`` itself. Mirror bases have no trailing ``/`` (the config strips it)."""
@@ -125,7 +126,7 @@ def _status_error(url: str, resp: aiohttp.ClientResponse) -> FetchError:
 
 
 async def _fetch_from(session: aiohttp.ClientSession, writer: ArtifactWriter, url: str,
-                      progress: Progress | None) -> None:
+                      hooks: "DownloadHooks") -> None:
     """One GET of ``url`` into ``writer``, resuming with ``Range`` when it already holds bytes."""
     offset = writer.bytes_written
     headers = {"Range": f"bytes={offset}-"} if offset else {}
@@ -134,25 +135,20 @@ async def _fetch_from(session: aiohttp.ClientSession, writer: ArtifactWriter, ur
             if resp.status == 206 and offset:
                 m = _CONTENT_RANGE_RE.match(resp.headers.get("Content-Range", ""))
                 if not m or int(m[1]) != offset:
-                    writer.restart()
-                    if progress:
-                        progress(0, None)
-                    raise TransientFetchError(f"{url}: unusable Content-Range "
-                                              f"{resp.headers.get('Content-Range')!r}; starting over")
+                    reason = f"{url}: unusable Content-Range {resp.headers.get('Content-Range')!r}; starting over"
+                    _restart(writer, hooks, reason)
+                    raise TransientFetchError(reason)
                 total: int | None = None if m[3] == "*" else int(m[3])
                 log.debug("%s: resuming at byte %d", url, offset)
             elif resp.status == 200:
                 if offset:
                     log.info("%s: ignores Range; starting over from byte 0", url)
-                    writer.restart()
-                    if progress:
-                        progress(0, None)
+                    _restart(writer, hooks, f"{url}: ignores Range; starting over from byte 0")
                 total = resp.content_length
             elif resp.status == 416 and offset:
-                writer.restart()
-                if progress:
-                    progress(0, None)
-                raise TransientFetchError(f"{url}: HTTP 416 for a resume at byte {offset}; starting over")
+                reason = f"{url}: HTTP 416 for a resume at byte {offset}; starting over"
+                _restart(writer, hooks, reason)
+                raise TransientFetchError(reason)
             else:
                 raise _status_error(url, resp)
             writer.expected_size = total
@@ -161,44 +157,65 @@ async def _fetch_from(session: aiohttp.ClientSession, writer: ArtifactWriter, ur
                 free = shutil.disk_usage(writer.store.tmp).free
                 if needed > free:
                     raise DiskFullError(writer.dest, needed, free)
-            if progress:
-                progress(writer.bytes_written, total)
+            hooks.progress(writer.bytes_written, total)
             async for chunk in resp.content.iter_chunked(CHUNK_SIZE):
                 writer.write(chunk)
-                if progress:
-                    progress(writer.bytes_written, total)
+                hooks.progress(writer.bytes_written, total)
             if total is not None and writer.bytes_written != total:
                 raise TransientFetchError(f"{url}: short body: {writer.bytes_written} of {total} bytes")
     except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
         raise TransientFetchError(f"{url}: {type(e).__name__}: {e}") from None
 
 
+class DownloadHooks:
+    """What a download tells its caller while it runs; every method does nothing here (subclass it).
+
+    Called in this order: :meth:`opened` once, :meth:`progress` after every chunk, :meth:`restarted`
+    each time bytes already written are thrown away (followed by ``progress(0, None)``), :meth:`verified`
+    once the complete bytes matched the sha256 (before the fsync and the rename that publish them).
+    """
+
+    def opened(self, path: Path) -> None:
+        """The temp file being written (readers may stream from it)."""
+
+    def progress(self, done: int, total: int | None) -> None:
+        """``done`` bytes in the temp file of ``total`` (bytes, ``None`` while unknown)."""
+
+    def restarted(self, reason: str) -> None:
+        """The bytes written so far are being thrown away, for ``reason`` (one line: a sha256 mismatch
+        from a source, an upstream that ignored ``Range``, ...)."""
+
+    def verified(self) -> None:
+        """The complete bytes matched the sha256."""
+
+
+def _restart(writer: ArtifactWriter, hooks: DownloadHooks, reason: str) -> None:
+    hooks.restarted(reason)
+    writer.restart()
+    hooks.progress(0, None)
+
+
 async def _try_chain(session: aiohttp.ClientSession, writer: ArtifactWriter, sources: Sequence[str],
-                     progress: Progress | None, on_verified: Callable[[], None] | None = None) -> str:
+                     hooks: DownloadHooks) -> str:
     """Try each source in order until one yields bytes with the right sha256; publish; return it."""
     last = len(sources) - 1
     for i, url in enumerate(sources):
         try:
-            await _fetch_from(session, writer, url, progress)
+            await _fetch_from(session, writer, url, hooks)
             try:
                 writer.check(url)
-            except IntegrityError:
+            except IntegrityError as e:
                 if writer.resumed_from == 0:
                     raise
                 log.warning("%s: resumed download fails the sha256; fetching it again from byte 0", url)
-                writer.restart()
-                if progress:
-                    progress(0, None)
-                await _fetch_from(session, writer, url, progress)
+                _restart(writer, hooks, f"{e} (resumed bytes); fetching it again from byte 0")
+                await _fetch_from(session, writer, url, hooks)
                 writer.check(url)
-            if on_verified:
-                on_verified()
+            hooks.verified()
             await asyncio.to_thread(writer.commit, url)
             return url
         except IntegrityError as e:
-            writer.restart()
-            if progress:
-                progress(0, None)
+            _restart(writer, hooks, str(e))
             if i == last:
                 raise
             log.warning("%s; trying the next source", e)
@@ -217,84 +234,152 @@ class FetchObserver(Protocol):
     def fetch_finished(self, artifact: Artifact, nbytes: int, seconds: float, ok: bool) -> None: ...
 
 
-async def download_artifact(session: aiohttp.ClientSession, store: ArtifactStore, release: Release,
-                            artifact: Artifact, *, mirrors: Sequence[str] = (),
-                            progress: Progress | None = None, retry: RetryPolicy = RetryPolicy(),
-                            on_open: Callable[[Path], None] | None = None,
-                            on_verified: Callable[[], None] | None = None,
-                            observer: FetchObserver | None = None, exclusive: bool = False) -> tuple[int, str]:
-    """Download ``artifact`` into the store through the upstream chain, hashing while it streams, and
-    publish it only if its sha256 matches. Returns ``(size in bytes, the source URL used)``.
+class _Counting(DownloadHooks):
+    """Passes everything on to ``inner`` and counts the bytes that arrived from upstream over restarts."""
 
-    ``mirrors`` are base URLs tried before the artifact's own location (see the module docstring);
-    ``progress(bytes_done, total_or_None)`` is called after every chunk; ``on_open(path)`` once with the
-    temp file being written (readers may stream from it); ``on_verified()`` once the complete bytes in it
-matched the sha256, before the fsync and the rename that publish them. Raises :class:`FetchError` (network, HTTP
-    status, short body, after the retries), :class:`~bootserver.errors.IntegrityError` (sha256
-    mismatch from every source) or :class:`~bootserver.errors.DiskFullError`; in every case nothing is
-    published. A partial download stays in ``tmp/<sha256>.part`` after a network failure or a
-    cancellation, for the next call to resume; it is removed after an integrity or disk-full error.
-    ``observer`` is told when the download starts and ends (bytes in the file, seconds, success).
+    def __init__(self, inner: DownloadHooks) -> None:
+        self.inner = inner
+        self.received = 0
+        self._last = 0
 
-    With ``exclusive``, raises :class:`~bootserver.store.PartialBusy` before any request when another
-    process is downloading the artifact (it holds ``tmp/<sha256>.part``), and
-    :class:`~bootserver.store.AlreadyCached` when it was published meanwhile; the observer is not told.
+    def opened(self, path: Path) -> None:
+        self.inner.opened(path)
+
+    def progress(self, done: int, total: int | None) -> None:
+        if done > self._last:
+            self.received += done - self._last
+        self._last = done
+        self.inner.progress(done, total)
+
+    def restarted(self, reason: str) -> None:
+        self.inner.restarted(reason)
+
+    def verified(self) -> None:
+        self.inner.verified()
+
+
+class Upstream:
+    """Where artifacts and stream metadata come from, and how patiently: one aiohttp client session,
+    the mirror chain, one retry policy for documents and artifacts alike, and the timeouts.
+
+    ``mirrors`` are base URLs tried before an artifact's own location (see the module docstring);
+    ``retry`` applies to every GET of stream metadata and every artifact's chain (a public attribute:
+    tests set a faster one); ``connect_timeout`` and ``read_timeout`` are seconds (the read timeout
+    bounds each wait for bytes, not the whole transfer: config key ``upstream.read_timeout``).
+
+    The session is opened on first use, in the running event loop, and closed by :meth:`close` (or
+    ``async with``). An :class:`Upstream` nobody uses opens nothing.
     """
-    writer = store.writer(release, artifact, resume=True, exclusive=exclusive)
-    # hashing a resumed partial (up to ~1 GB) runs off the event loop
-    await asyncio.to_thread(writer.__enter__)
-    if observer is None:
-        return await _download(writer, session, release, artifact, mirrors, progress, retry, on_open, on_verified)
-    started = time.monotonic()
-    received, last = [0], [0]
 
-    def counting(done: int, total: int | None) -> None:
-        # bytes that arrived from upstream, over restarts (a restart reports done=0)
-        if done > last[0]:
-            received[0] += done - last[0]
-        last[0] = done
-        if progress:
-            progress(done, total)
+    def __init__(self, *, mirrors: Sequence[str] = (), retry: RetryPolicy = RetryPolicy(),
+                 connect_timeout: float = 30.0, read_timeout: float = 60.0) -> None:
+        self.mirrors = tuple(mirrors)
+        self.retry = retry
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self._session: aiohttp.ClientSession | None = None
 
-    observer.fetch_started(artifact)
-    ok = False
-    try:
-        result = await _download(writer, session, release, artifact, mirrors, counting, retry, on_open,
-                                 on_verified)
-        ok = True
-        return result
-    finally:
-        observer.fetch_finished(artifact, received[0], time.monotonic() - started, ok)
+    @classmethod
+    def for_config(cls, config: "Config", facility: str | None = None) -> "Upstream":
+        """The upstream of ``config``: the mirrors of ``facility`` (default ``server.facility``)."""
+        return cls(mirrors=config.mirrors(facility))
 
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The client session (opened now if needed; call from a coroutine)."""
+        if self._session is None or self._session.closed:
+            self._session = client_session(connect_timeout=self.connect_timeout, read_timeout=self.read_timeout)
+        return self._session
 
-async def _download(writer: ArtifactWriter, session: aiohttp.ClientSession, release: Release,
-                    artifact: Artifact, mirrors: Sequence[str], progress: Progress | None, retry: RetryPolicy,
-                    on_open: Callable[[Path], None] | None, on_verified: Callable[[], None] | None
-                    ) -> tuple[int, str]:
-    """Download into the entered ``writer`` (closed here in every case)."""
-    sources = source_urls(artifact.url, mirrors)
-    try:
-        if writer.bytes_written:
-            log.debug("%s: found %d bytes of an earlier download in %s", artifact.url, writer.bytes_written,
-                      writer.path)
-        if on_open:
-            on_open(writer.path)
-        retrying = AsyncRetrying(
+    async def close(self) -> None:
+        """Close the session if one was opened (it reopens on next use)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> "Upstream":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _retrying(self, what: str) -> AsyncRetrying:
+        """The one retry policy: transient failures only, exponential backoff with jitter."""
+        retry = self.retry
+        return AsyncRetrying(
             stop=stop_after_attempt(max(1, retry.attempts)),
             wait=wait_exponential(multiplier=retry.initial, max=retry.maximum) + wait_random(0, retry.jitter),
             retry=retry_if_exception_type(TransientFetchError),
             reraise=True,
-            before_sleep=lambda rs: log.warning("%s: attempt %d failed (%s); retrying", artifact.url,
-                                                rs.attempt_number, rs.outcome.exception() if rs.outcome else ""),
+            before_sleep=lambda rs: log.warning("%s: attempt %d failed (%s); retrying", what, rs.attempt_number,
+                                                rs.outcome.exception() if rs.outcome else ""),
         )
-        async for attempt in retrying:
+
+    async def document(self, url: str, *, limit: int = 16 << 20) -> bytes:
+        """GET a small document (stream metadata) into memory; at most ``limit`` bytes, retried as
+        artifacts are (5xx, 408, 429, a dropped connection, a timeout, a body short of its
+        ``Content-Length``).
+
+        Raises :class:`FetchError` naming ``url`` (after the retries, or at once for another 4xx or a
+        body over ``limit``).
+        """
+        async for attempt in self._retrying(url):
             with attempt:
-                used = await _try_chain(session, writer, sources, progress, on_verified)
-        size = writer.bytes_written
-    except BaseException as e:
-        writer.__exit__(type(e), e, e.__traceback__)
-        raise
-    writer.__exit__(None, None, None)
-    log.debug("%s/%s/%s/%s: fetched %d bytes from %s", release.stream, release.arch, release.version,
-             artifact.filename, size, used)
-    return size, used
+                return await _get_document(self.session, url, limit)
+        raise AssertionError("unreachable")
+
+    async def download(self, store: ArtifactStore, release: Release, artifact: Artifact, *,
+                       hooks: DownloadHooks | None = None, observer: FetchObserver | None = None,
+                       exclusive: bool = False) -> tuple[int, str]:
+        """Download ``artifact`` into the store through the upstream chain, hashing while it streams,
+        and publish it only if its sha256 matches. Returns ``(size in bytes, the source URL used)``.
+
+        ``hooks`` hear of the temp file, progress, restarts and the sha256 match (see
+        :class:`DownloadHooks`). Raises :class:`FetchError` (network, HTTP status, short body, after the
+        retries), :class:`~bootserver.errors.IntegrityError` (sha256 mismatch from every source) or
+        :class:`~bootserver.errors.DiskFullError`; in every case nothing is published. A partial
+        download stays in ``tmp/<sha256>.part`` after a network failure or a cancellation, for the next
+        call to resume; it is removed after an integrity or disk-full error. ``observer`` is told when
+        the download starts and ends (bytes received, seconds, success).
+
+        With ``exclusive``, raises :class:`~bootserver.store.PartialBusy` before any request when another
+        process is downloading the artifact (it holds ``tmp/<sha256>.part``), and
+        :class:`~bootserver.store.AlreadyCached` when it was published meanwhile; the observer is not told.
+        """
+        writer = store.writer(release, artifact, resume=True, exclusive=exclusive)
+        # hashing a resumed partial (up to ~1 GB) runs off the event loop
+        await asyncio.to_thread(writer.__enter__)
+        hooks = hooks or DownloadHooks()
+        if observer is None:
+            return await self._download(writer, release, artifact, hooks)
+        started = time.monotonic()
+        counting = _Counting(hooks)
+        observer.fetch_started(artifact)
+        ok = False
+        try:
+            result = await self._download(writer, release, artifact, counting)
+            ok = True
+            return result
+        finally:
+            observer.fetch_finished(artifact, counting.received, time.monotonic() - started, ok)
+
+    async def _download(self, writer: ArtifactWriter, release: Release, artifact: Artifact,
+                        hooks: DownloadHooks) -> tuple[int, str]:
+        """Download into the entered ``writer`` (closed here in every case)."""
+        sources = source_urls(artifact.url, self.mirrors)
+        try:
+            if writer.bytes_written:
+                log.debug("%s: found %d bytes of an earlier download in %s", artifact.url, writer.bytes_written,
+                          writer.path)
+            hooks.opened(writer.path)
+            async for attempt in self._retrying(artifact.url):
+                with attempt:
+                    used = await _try_chain(self.session, writer, sources, hooks)
+            size = writer.bytes_written
+        except BaseException as e:
+            writer.__exit__(type(e), e, e.__traceback__)
+            raise
+        writer.__exit__(None, None, None)
+        log.debug("%s/%s/%s/%s: fetched %d bytes from %s", release.stream, release.arch, release.version,
+                  artifact.filename, size, used)
+        return size, used

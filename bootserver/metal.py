@@ -85,15 +85,47 @@ class MissingTokenError(InputError):
 
 @dataclass(frozen=True)
 class IPAddress:
-    """One address assigned to a device: ``address`` (text), ``family`` (4 or 6), ``public`` (bool)."""
+    """One address assigned to a device (an Equinix ``IPAssignment``): ``address`` (text), ``family``
+    (4 or 6), ``public`` (bool), ``cidr`` (prefix length, ``None`` when not reported) and ``gateway``
+    (text, ``None`` when not reported)."""
 
     address: str
     family: int
     public: bool
+    cidr: int | None = None
+    gateway: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """Return ``{"address": str, "family": int, "public": bool}``."""
-        return {"address": self.address, "family": self.family, "public": self.public}
+        """Return the address in the spec's names: ``{"address": str, "address_family": int, "cidr": int |
+        None, "gateway": str | None, "public": bool}``."""
+        return {"address": self.address, "address_family": self.family, "cidr": self.cidr,
+                "gateway": self.gateway, "public": self.public}
+
+
+@dataclass(frozen=True)
+class NetworkPort:
+    """One network port of a device (an Equinix ``Port``): ``type`` (``NetworkPort`` for a NIC,
+    ``NetworkBondPort`` for a bond), ``name`` (``eth0``, ``bond0``), ``mac`` (``data.mac``, NICs only),
+    ``bond`` (``bond.name``: the bond a NIC belongs to) and ``network_type`` (``layer3``,
+    ``hybrid-bonded``, ...; set on bond ports)."""
+
+    type: str
+    name: str
+    mac: str | None = None
+    bond: str | None = None
+    network_type: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the port in the spec's shape: ``{"type", "name", "data": {"mac"}, "bond": {"name"},
+        "network_type"}`` (members that are ``None`` left out)."""
+        out: dict[str, Any] = {"type": self.type, "name": self.name}
+        if self.mac is not None:
+            out["data"] = {"mac": self.mac}
+        if self.bond is not None:
+            out["bond"] = {"name": self.bond}
+        if self.network_type is not None:
+            out["network_type"] = self.network_type
+        return out
 
 
 @dataclass(frozen=True)
@@ -102,7 +134,8 @@ class Device:
 
     ``id`` is the provider's device id (a UUID for Equinix), ``state`` the provider's state word
     (Equinix: ``queued``, ``provisioning``, ``active``, ``failed``, ``deprovisioning``, ...),
-    ``ip_addresses`` every assigned address, ``tags`` the device's tags.
+    ``ip_addresses`` every assigned address, ``tags`` the device's tags, ``network_ports`` its NICs
+    and bonds.
     """
 
     id: str
@@ -110,6 +143,7 @@ class Device:
     state: str
     ip_addresses: tuple[IPAddress, ...] = ()
     tags: tuple[str, ...] = ()
+    network_ports: tuple[NetworkPort, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,18 +281,40 @@ def _error_detail(response: requests.Response) -> str:
     return "; ".join(parts)
 
 
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
 def _device_from_json(data: Mapping[str, Any]) -> Device:
-    """Map an Equinix ``Device`` object (spec ``#/components/schemas/Device``) to ``Device``."""
+    """Map an Equinix ``Device`` object (spec ``#/components/schemas/Device``, with its ``IPAssignment``
+    and ``Port`` items) to ``Device``."""
     if not isinstance(data, Mapping) or not isinstance(data.get("id"), str):
         raise MetalError("Equinix Metal API: answer is not a device object")
     addresses = []
     for item in data.get("ip_addresses") or ():
         if isinstance(item, Mapping) and isinstance(item.get("address"), str):
+            cidr = item.get("cidr")
             addresses.append(
                 IPAddress(
                     address=item["address"],
                     family=int(item.get("address_family") or (6 if ":" in item["address"] else 4)),
                     public=bool(item.get("public", False)),
+                    cidr=cidr if isinstance(cidr, int) and not isinstance(cidr, bool) else None,
+                    gateway=_str_or_none(item.get("gateway")),
+                )
+            )
+    ports = []
+    for item in data.get("network_ports") or ():
+        if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+            port_data = item.get("data") if isinstance(item.get("data"), Mapping) else {}
+            bond = item.get("bond") if isinstance(item.get("bond"), Mapping) else {}
+            ports.append(
+                NetworkPort(
+                    type=str(item.get("type") or ""),
+                    name=item["name"],
+                    mac=_str_or_none(port_data.get("mac")),
+                    bond=_str_or_none(bond.get("name")),
+                    network_type=_str_or_none(item.get("network_type")),
                 )
             )
     return Device(
@@ -267,6 +323,7 @@ def _device_from_json(data: Mapping[str, Any]) -> Device:
         state=str(data.get("state") or "unknown"),
         ip_addresses=tuple(addresses),
         tags=tuple(str(t) for t in data.get("tags") or ()),
+        network_ports=tuple(ports),
     )
 
 
@@ -600,6 +657,7 @@ __all__ = [
     "MetalRetry",
     "MetalSettings",
     "MissingTokenError",
+    "NetworkPort",
     "Provider",
     "build_device_spec",
     "check_project_id",

@@ -82,7 +82,7 @@ class _StageCollector:
 class Metrics:
     """The metric objects of one server. ``stages`` returns the current stage of every node (it is
     called on each scrape, possibly in a worker thread). Also the upstream-fetch observer of
-    :func:`bootserver.fetch.download_artifact`."""
+    :meth:`bootserver.fetch.Upstream.download`."""
 
     def __init__(self, stages: Callable[[], Iterable[str]] | None = None) -> None:
         r = self.registry = CollectorRegistry()

@@ -5,8 +5,10 @@
   backoff, injectable clock and sleep) until every device is ``active`` or ``failed``.
 * ``deprovision_nodes``: delete each node's device and clear the device from its state file.
 * Node state: ``<state_dir>/nodes/<node>.json``, a JSON object whose ``device`` member holds
-  ``{"provider", "project", "id", "hostname", "state", "ip_addresses": [{"address", "family",
-  "public"}], "updated_at"}``; written atomically (temp file, fsync, rename, fsync of the folder).
+  ``{"provider", "project", "id", "hostname", "state", "ip_addresses": [{"address", "address_family",
+  "cidr", "gateway", "public"}], "network_ports": [{"type", "name", "data": {"mac"}, "bond": {"name"},
+  "network_type"}], "updated_at"}`` (addresses and ports in the Equinix Metal OpenAPI spec's names,
+  ``IPAssignment`` and ``Port``); written atomically (temp file, fsync, rename, fsync of the folder).
   Other members of the file are kept as they are, so other parts of bootserver may share it (the
   server can bind a node to its device's source addresses from ``device.ip_addresses``).
 
@@ -119,6 +121,7 @@ def device_state(provider: str, project: str, device: Device) -> dict[str, Any]:
         "hostname": device.hostname,
         "state": device.state,
         "ip_addresses": [a.to_json() for a in device.ip_addresses],
+        "network_ports": [p.to_json() for p in device.network_ports],
         "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 

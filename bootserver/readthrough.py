@@ -3,7 +3,7 @@
 When 200 devices in one facility power on together, the first request for an uncached 1 GB rootfs
 must not become 200 downloads. :class:`ReadThrough` keeps a **single-flight registry** of downloads
 keyed by the artifact's cache path: the first request for a missing artifact starts one download task
-(:func:`bootserver.fetch.download_artifact`, with the facility's mirror chain, resume and retries);
+(:meth:`bootserver.fetch.Upstream.download`, with the upstream's mirror chain, resume and retries);
 every request for the same artifact while it runs gets a :class:`Transfer` that streams the bytes
 from the temp file as they arrive.
 
@@ -25,7 +25,8 @@ Guarantees:
   under ``artifacts/`` with its sha256 sidecar, by a writer that checked the sha256 first). When the
   lock is released without a published file, the followers' clients that already got bytes are
   aborted (short body); if none got any, the follower downloads the artifact itself (resuming).
-  So N workers (and a ``sync-images`` run) cause one upstream download per artifact.
+  So N workers and any number of ``sync-images`` runs (which use :meth:`ReadThrough.fetch`) cause one
+  upstream download per artifact.
 * A client that goes away does not cancel the download: it runs in its own task, owned by the
   registry, until it finishes; :meth:`ReadThrough.close` cancels what is still running at shutdown
   (the partial stays in ``tmp/`` and the next download resumes it).
@@ -39,14 +40,12 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import Any, AsyncIterator
-
-import aiohttp
+from typing import Any, AsyncIterator, NamedTuple
 
 from .catalog import StreamCatalog
 from .config import Config
 from .errors import FetchError, MetadataError
-from .fetch import CHUNK_SIZE, FetchObserver, RetryPolicy, download_artifact
+from .fetch import CHUNK_SIZE, DownloadHooks, FetchObserver, Upstream
 from .store import AlreadyCached, ArtifactStore, PartialBusy
 from .streams import SAFE_SEGMENT_RE, Artifact, Release
 
@@ -59,11 +58,24 @@ FOLLOW_POLL = 0.05
 RANGE_MIN = 256 * 1024
 
 
-class Download:
-    """One in-flight download of one artifact, shared by every :class:`Transfer` of it.
+class Fetched(NamedTuple):
+    """What :meth:`ReadThrough.fetch` did: the published ``path``, its ``size`` in bytes, the upstream
+    ``source`` URL it came from (``None`` when it was cached already or another process downloaded
+    it), and whether it was ``fetched`` now (by this process or one it followed)."""
+
+    path: Path
+    size: int
+    source: str | None
+    fetched: bool
+
+
+class Download(DownloadHooks):
+    """One in-flight download of one artifact, shared by every :class:`Transfer` of it; the hooks of
+    the upstream download (or of the follower of another process's download) that fills it.
 
     ``total`` is the size in bytes once upstream told it; ``available`` the bytes in the temp file so
-    far; ``finished`` and ``error`` say how it ended.
+    far; ``finished`` and ``error`` say how it ended; ``source`` the URL it came from (``None`` when
+    another process downloaded it); ``listeners`` get every :meth:`progress` call too.
     """
 
     def __init__(self, release: Release, artifact: Artifact, dest: Path) -> None:
@@ -73,10 +85,14 @@ class Download:
         self.total: int | None = None
         self.available = 0
         self.finished = False
-        self.verified = False
+        self.hash_ok = False
         self.error: BaseException | None = None
         self.task: asyncio.Task[Any] | None = None
+        self.source: str | None = None
+        self.for_clients = False  # a client's request started or joined it (else a fetch() caller reports it)
         self.readers: set[Transfer] = set()
+        self.listeners: list[DownloadHooks] = []
+        self._restart_reason = "download restarted"
         self._fd: int | None = None
         self._changed = asyncio.Event()
         self._thresholds: list[tuple[int, asyncio.Future[None]]] = []
@@ -113,7 +129,7 @@ class Download:
         """An event set at the next change (take it *before* checking the state, then await it)."""
         return self._changed
 
-    def on_open(self, path: Path) -> None:
+    def opened(self, path: Path) -> None:
         """Called by the downloader with the temp file it writes: keep a read descriptor to it."""
         self._set_fd(os.open(path, os.O_RDONLY))
 
@@ -141,13 +157,21 @@ class Download:
             return os.open(self.dest, os.O_RDONLY)
         return None
 
+    def restarted(self, reason: str) -> None:
+        """Called by the downloader before it throws its bytes away (``reason``: one line)."""
+        self._restart_reason = reason
+        for listener in self.listeners:
+            listener.restarted(reason)
+
     def progress(self, done: int, total: int | None) -> None:
         """Called by the downloader after every chunk (bytes done, total bytes or ``None``)."""
+        for listener in self.listeners:
+            listener.progress(done, total)
         if done < self.available:
             for r in self.readers:
                 if r.pos > done and r.broken is None:
-                    r.broken = FetchError(f"{self.artifact.url}: download restarted after {r.pos} bytes "
-                                          f"were sent; aborting this transfer")
+                    r.broken = FetchError(f"{self._restart_reason}; aborting this transfer after {r.pos} "
+                                          f"bytes were sent")
         if total is not None:
             if self.total is not None and total != self.total:
                 for r in self.readers:
@@ -165,9 +189,9 @@ class Download:
         else:
             self._wake(self.sendable())
 
-    def on_verified(self) -> None:
+    def verified(self) -> None:
         """Called by the downloader once all bytes matched the sha256 (before fsync and publish)."""
-        self.verified = True
+        self.hash_ok = True
         self._notify()
 
     def finish(self, error: BaseException | None) -> None:
@@ -181,7 +205,7 @@ class Download:
 
     def sendable(self) -> int:
         """How many bytes readers may send now: all once the sha256 matched, else all but the last."""
-        if self.ok or (self.verified and not self.finished):
+        if self.ok or (self.hash_ok and not self.finished):
             return self.available
         return max(0, self.available - 1)
 
@@ -249,7 +273,7 @@ class Transfer:
                 raise dl.error if isinstance(dl.error, FetchError) else FetchError(
                     f"{dl.artifact.url}: download failed: {dl.error!r}")
             limit = dl.sendable()
-            final = dl.ok or (dl.verified and not dl.finished)
+            final = dl.ok or (dl.hash_ok and not dl.finished)
             if self.pos < limit and (final or limit - self.pos >= RANGE_MIN):
                 self.fileno()
                 start, count = self.pos, limit - self.pos
@@ -283,24 +307,21 @@ class Transfer:
 class ReadThrough:
     """Cache lookups that fall back to one shared upstream download per artifact.
 
-    ``mirrors`` (base URLs) come first in the upstream chain; default: those of ``server.facility``.
-    ``retry`` is the backoff policy of every download.
+    Downloads go through ``upstream`` (its mirror chain and retry policy); ``read_through: false``
+    turns off the fallback of :meth:`open` (never :meth:`fetch`, which ``sync-images`` uses).
     """
 
-    def __init__(self, config: Config, store: ArtifactStore, catalog: StreamCatalog, *,
-                 mirrors: tuple[str, ...] | None = None, retry: RetryPolicy = RetryPolicy()) -> None:
+    def __init__(self, config: Config, store: ArtifactStore, catalog: StreamCatalog, upstream: Upstream) -> None:
         self.config = config
         self.store = store
         self.catalog = catalog
+        self.upstream = upstream
         self.enabled = config.read_through
-        self.mirrors = config.mirrors() if mirrors is None else mirrors
-        self.retry = retry
         #: Told about every upstream download (the server sets its :class:`~bootserver.metrics.Metrics`).
         self.observer: FetchObserver | None = None
         self._inflight: dict[Path, Download] = {}
 
-    async def resolve(self, segments: tuple[str, ...], session: aiohttp.ClientSession | None
-                      ) -> tuple[Release, Artifact] | None:
+    async def resolve(self, segments: tuple[str, ...]) -> tuple[Release, Artifact] | None:
         """The artifact of the current release that URL ``segments`` (stream, arch, release, file)
         name, or ``None``. Raises as :meth:`StreamCatalog.get` when the metadata cannot be had."""
         if len(segments) != 4 or not all(SAFE_SEGMENT_RE.match(s) for s in segments):
@@ -308,23 +329,22 @@ class ReadThrough:
         stream, arch, version, filename = segments
         if stream not in self.config.streams:
             return None
-        meta = await self.catalog.get(stream, session)
+        meta = await self.catalog.get(stream)
         release = meta.releases.get(arch)
         if release is None or release.version != version:
             return None
         artifact = next((a for a in release.artifacts if a.filename == filename), None)
         return None if artifact is None else (release, artifact)
 
-    async def open(self, segments: tuple[str, ...], session: aiohttp.ClientSession | None
-                   ) -> Path | Transfer | None:
+    async def open(self, segments: tuple[str, ...]) -> Path | Transfer | None:
         """What to send for URL ``segments``: a published file's :class:`Path`, a :class:`Transfer` of
         a download in flight (started now if needed), or ``None`` (not cached and not a known artifact,
-        or read-through off). Raises ``UnavailableError``/``FetchError``/``MetadataError`` when the
-        stream metadata is needed and cannot be had."""
+        or read-through off). Raises ``FetchError``/``MetadataError`` when the stream metadata is needed
+        and cannot be had."""
         path = self.store.lookup(segments)
         if path is not None or not self.enabled:
             return path
-        found = await self.resolve(segments, session)
+        found = await self.resolve(segments)
         if found is None:
             return None
         release, artifact = found
@@ -333,31 +353,27 @@ class ReadThrough:
         if dl is None:
             if self.store.is_cached(release, artifact):
                 return dest
-            if session is None:
-                return None
-            dl = self._start(release, artifact, dest, session)
+            dl = self._start(release, artifact, dest)
+            log.info("%s: not cached; fetching it for waiting clients", self.store.relpath(release, artifact))
+        dl.for_clients = True
         return Transfer(dl)
 
-    def _start(self, release: Release, artifact: Artifact, dest: Path,
-               session: aiohttp.ClientSession) -> Download:
+    def _start(self, release: Release, artifact: Artifact, dest: Path) -> Download:
         dl = Download(release, artifact, dest)
         self._inflight[dest] = dl
-        dl.task = asyncio.create_task(self._run(dl, session), name=f"download {dest.name}")
-        log.info("%s: not cached; fetching it for waiting clients", self.store.relpath(release, artifact))
+        dl.task = asyncio.create_task(self._run(dl), name=f"download {dest.name}")
         return dl
 
-    async def _run(self, dl: Download, session: aiohttp.ClientSession) -> None:
+    async def _run(self, dl: Download) -> None:
         error: BaseException | None = None
         rel = self.store.relpath(dl.release, dl.artifact)
         try:
             while True:
                 try:
-                    size, used = await download_artifact(session, self.store, dl.release, dl.artifact,
-                                                         mirrors=self.mirrors, progress=dl.progress,
-                                                         on_open=dl.on_open, on_verified=dl.on_verified,
-                                                         retry=self.retry, observer=self.observer,
-                                                         exclusive=True)
-                    log.info("%s: cached %d bytes from %s", rel, size, used)
+                    size, dl.source = await self.upstream.download(self.store, dl.release, dl.artifact, hooks=dl,
+                                                                   observer=self.observer, exclusive=True)
+                    log.log(logging.INFO if dl.for_clients else logging.DEBUG, "%s: cached %d bytes from %s",
+                            rel, size, dl.source)
                     break
                 except AlreadyCached:
                     self._adopt_published(dl)
@@ -374,9 +390,10 @@ class ReadThrough:
         except asyncio.CancelledError:
             error = FetchError(f"{dl.artifact.url}: download cancelled (server shutting down)")
             raise
-        except Exception as e:  # every failure goes to the waiting clients, and the log
+        except Exception as e:  # every failure goes to the waiting clients, and the log (for clients)
             error = e
-            log.error("%s: read-through download failed: %s", rel, e)
+            if dl.for_clients:
+                log.error("%s: read-through download failed: %s", rel, e)
         finally:
             self._inflight.pop(dl.dest, None)
             dl.finish(error)
@@ -432,20 +449,29 @@ class ReadThrough:
                 return False
             await asyncio.sleep(FOLLOW_POLL)
 
-    async def fetch(self, release: Release, artifact: Artifact, session: aiohttp.ClientSession) -> Path:
-        """Have the artifact in the cache (joining a download in flight); return its path. The download
-        is shielded: cancelling this call does not cancel it. Raises the download's error."""
+    async def fetch(self, release: Release, artifact: Artifact, hooks: DownloadHooks | None = None) -> Fetched:
+        """Have the artifact in the cache, downloading it once: joining a download in flight in this
+        process, or following one another process runs (a ``serve`` worker, another ``sync-images``);
+        ``hooks`` hear its progress and restarts from now on. The download is shielded: cancelling this
+        call does not cancel it. Raises the download's error (:class:`FetchError`,
+        :class:`~bootserver.errors.IntegrityError`, :class:`~bootserver.errors.DiskFullError`)."""
         dest = self.store.path(release, artifact)
         dl = self._inflight.get(dest)
         if dl is None:
             if self.store.is_cached(release, artifact):
-                return dest
-            dl = self._start(release, artifact, dest, session)
+                return Fetched(dest, os.stat(dest).st_size, None, False)
+            dl = self._start(release, artifact, dest)
+        if hooks is not None:
+            dl.listeners.append(hooks)
         assert dl.task is not None
-        await asyncio.shield(dl.task)
+        try:
+            await asyncio.shield(dl.task)
+        finally:
+            if hooks is not None and hooks in dl.listeners:
+                dl.listeners.remove(hooks)
         if dl.error is not None:
             raise dl.error
-        return dest
+        return Fetched(dest, os.stat(dest).st_size, dl.source, True)
 
     def status(self, release: Release, artifact: Artifact) -> str:
         """``cached``, ``fetching`` (a download is in flight, here or in another process) or ``missing``."""
@@ -495,7 +521,7 @@ class ReadThrough:
         tasks = []
         for dl in self._inflight.values():
             if dl.task is not None:
-                if not dl.verified:  # a verified download is only fsyncing and renaming: let it publish
+                if not dl.hash_ok:  # a verified download is only fsyncing and renaming: let it publish
                     dl.task.cancel()
                 tasks.append(dl.task)
         await asyncio.gather(*tasks, return_exceptions=True)

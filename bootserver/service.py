@@ -1,7 +1,7 @@
 """The boot service: the domain operations behind every endpoint and every ``render`` command.
 
-One :class:`BootService` per config holds the artifact store, the stream catalog, the URL builder and
-the real-config reader. Handlers and CLI commands call one method each, so the server and
+One :class:`BootService` per config holds the upstream (session, mirrors, retry policy), the artifact
+store, the stream catalog, the URL builder and the real-config reader. Handlers and CLI commands call one method each, so the server and
 ``bootserver render`` can never disagree.
 """
 
@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-import aiohttp
-
 from .butane import ButaneError
 from .catalog import StreamCatalog
 from .config import IGNITION_VERSIONS, Config
 from .errors import UnavailableError
+from .fetch import Upstream
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .inventory import find_node, script_context
 from .ipxe import render_boot_script, render_localboot_script
@@ -31,13 +30,17 @@ from .urls import Urls
 class BootService:
     """Domain operations for one loaded :class:`~bootserver.config.Config`."""
 
-    def __init__(self, config: Config, signer: Signer | None = None) -> None:
-        """``signer`` signs per-node URLs (default: the keys file in ``state_dir`` and the wall clock)."""
+    def __init__(self, config: Config, signer: Signer | None = None, upstream: Upstream | None = None) -> None:
+        """``signer`` signs per-node URLs (default: the keys file in ``state_dir`` and the wall clock);
+        ``upstream`` is where metadata and artifacts come from (default: :meth:`Upstream.for_config`,
+        the mirrors of ``server.facility``). Call :meth:`close` when done (it closes the upstream)."""
         self.config = config
+        #: Where stream metadata and artifacts come from (see :mod:`bootserver.fetch`).
+        self.upstream = Upstream.for_config(config) if upstream is None else upstream
         self.store = ArtifactStore(config.cache_dir)
-        self.catalog = StreamCatalog(config, self.store)
+        self.catalog = StreamCatalog(config, self.store, self.upstream)
         #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
-        self.artifacts = ReadThrough(config, self.store, self.catalog)
+        self.artifacts = ReadThrough(config, self.store, self.catalog, self.upstream)
         self.urls = Urls(config, signer)
         self.real_configs = RealConfigs()
         self.timeline = Timeline(config.state_dir)
@@ -53,13 +56,18 @@ class BootService:
         """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""
         return find_node(self.config, **selectors)
 
-    async def boot_script(self, node: str, session: aiohttp.ClientSession | None = None) -> str:
+    async def close(self) -> None:
+        """Cancel read-through downloads still running (their partials stay) and close the upstream."""
+        await self.artifacts.close()
+        await self.upstream.close()
+
+    async def boot_script(self, node: str) -> str:
         """The node's iPXE script (text). ``node`` must be a configured node name.
 
-        Raises :class:`~bootserver.errors.UnavailableError` when the stream's metadata is not loaded
-        and cannot be fetched (no ``session``), or ``FetchError``/``MetadataError`` from fetching it.
+        Raises :class:`~bootserver.errors.UnavailableError` when the timeline cannot be read, or
+        ``FetchError``/``MetadataError`` when the stream's metadata must be fetched and cannot be.
         """
-        return (await self._script(node, session, await self.stage(node)))[1]
+        return (await self._script(node, await self.stage(node)))[1]
 
     async def stage(self, node: str) -> str:
         """The node's timeline stage (one indexed row, read on the event loop: see
@@ -73,13 +81,12 @@ class BootService:
         except (sqlite3.Error, OSError) as e:
             raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
 
-    async def _script(self, node: str, session: aiohttp.ClientSession | None, stage: str
-                      ) -> tuple[str, str, dict[str, Any]]:
+    async def _script(self, node: str, stage: str) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)``: the boot-disk script when boot-once applies, else the boot script."""
         profile = self.config.profiles[self.config.nodes[node].profile]
         if profile.boots_once and stage in INSTALLED_STAGES:
             return "localboot", render_localboot_script(node, stage), {"stage": stage}
-        release = await self.catalog.release(profile.stream, profile.arch, session)
+        release = await self.catalog.release(profile.stream, profile.arch)
         # The script changes only with the release, and with the stub URL's signature (its expiry is
         # rounded up to the hour, and the key may rotate): render once per change, not per request.
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
@@ -110,13 +117,13 @@ class BootService:
         except (sqlite3.Error, OSError) as e:
             raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
 
-    async def serve_script(self, node: str, session: aiohttp.ClientSession | None, client: str | None) -> str:
+    async def serve_script(self, node: str, client: str | None) -> str:
         """What the server answers a node's script request from address ``client``: the boot script,
         or with boot-once the boot-disk script once the node is installed; records ``script`` or
         ``localboot`` in the timeline. Raises as :meth:`boot_script`.
         """
         stage = await self.stage(node)
-        event, script, detail = await self._script(node, session, stage)
+        event, script, detail = await self._script(node, stage)
         await self.record(node, event, ip=client, detail=detail)
         return script
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from .config.types import parse_duration  # noqa: F401  (re-exported: the one duration parser)
 from .errors import BootserverError, InputError
 
 #: Expiries are rounded up to a multiple of this many seconds (one hour).
@@ -47,8 +48,6 @@ SECRET_PARAMS = frozenset({"sig", "token"})
 
 _EXP_RE = re.compile(r"^[1-9][0-9]{0,11}$")  # canonical decimal only: one spelling per expiry
 _SIG_RE = re.compile(r"^[A-Za-z0-9_-]{43}$")
-_DURATION_RE = re.compile(r"^([0-9]+)([smhd]?)$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 log = logging.getLogger("bootserver.signing")
@@ -59,25 +58,6 @@ class KeyFileError(InputError):
 
 class KeyStoreError(BootserverError):
     """The keys file cannot be read or written (exit 1). The message names the file."""
-
-
-def parse_duration(value: str | int) -> int:
-    """Parse a duration: an integer number of seconds or ``<n>s|m|h|d`` (``24h``, ``7d``).
-
-    Returns seconds (> 0). Raises ``ValueError`` naming the value.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int):
-        seconds = value
-    else:
-        m = _DURATION_RE.match(value.strip())
-        if not m:
-            raise ValueError(f"not a duration (use e.g. 3600, 30m, 24h, 7d): {value!r}")
-        seconds = int(m[1]) * _UNITS[m[2]]
-    if seconds <= 0:
-        raise ValueError(f"duration must be positive: {value!r}")
-    return seconds
 
 
 def expiry(now: float, ttl: int) -> int:

@@ -5,7 +5,9 @@ Which releases: the current release of each stream a profile uses, for that prof
 through the upstream chain (the mirrors of ``--facility``, else of ``server.facility``, then its
 stream-metadata location; see :mod:`bootserver.fetch`), resuming a partial download left by an earlier
 run, hashed while it streams and published only when its sha256 matches (see :mod:`bootserver.store`).
-Artifacts already cached with the same sha256 are skipped. ``--prune`` then applies
+Artifacts already cached with the same sha256 are skipped. An artifact another process is downloading
+right now (another ``sync-images``, a ``serve`` read-through) is not downloaded again: the sync follows
+that download to its end (:meth:`bootserver.readthrough.ReadThrough.fetch`), and takes over if it stops. ``--prune`` then applies
 :mod:`bootserver.retention`.
 """
 
@@ -23,7 +25,7 @@ from urllib.parse import urlsplit
 
 from .config import Config
 from .errors import BootserverError, InputError
-from .fetch import client_session, download_artifact
+from .fetch import DownloadHooks, Upstream
 from .service import BootService
 from .streams import Artifact, Release
 
@@ -57,6 +59,20 @@ def wanted_targets(config: Config, *, stream: str | None = None, facility: str |
     return [(s, a) for s, a in pairs if stream is None or s == stream]
 
 
+class _Bar(DownloadHooks):
+    """A tqdm progress bar fed by a download's progress."""
+
+    def __init__(self, bar: tqdm) -> None:
+        self.bar = bar
+        self.last = 0
+
+    def progress(self, done: int, total: int | None) -> None:
+        if total is not None and self.bar.total != total:
+            self.bar.total = total
+        self.bar.update(done - self.last)
+        self.last = done
+
+
 def _human(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
@@ -76,14 +92,13 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
     first :class:`~bootserver.errors.BootserverError` (``FetchError``, ``IntegrityError``,
     ``MetadataError``) after the other downloads in flight have finished or failed cleanly.
     """
-    svc = BootService(config)
     targets = wanted_targets(config, stream=stream, facility=facility)
-    mirrors = config.mirrors(facility)
+    svc = BootService(config, upstream=Upstream.for_config(config, facility))
     tty = out.isatty()
-    async with client_session() as session:
+    try:
         items: list[SyncItem] = []
         for s in sorted({s for s, _ in targets}):
-            meta = await svc.catalog.refresh(s, session)
+            meta = await svc.catalog.refresh(s)
             for st, arch in targets:
                 if st == s:
                     rel = meta.releases[arch]
@@ -97,30 +112,29 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
                 print(f"{label}: already cached ({art.filename})", file=out, flush=True)
                 return False
             async with sem:
-                bar = tqdm(desc=f"{rel.stream} {art.kind}", unit="B", unit_scale=True, file=out,
-                           position=position, leave=True) if tty else None
-                last = [0]
-
-                def progress(done: int, total: int | None) -> None:
-                    if bar is not None:
-                        if total is not None and bar.total != total:
-                            bar.total = total
-                        bar.update(done - last[0])
-                        last[0] = done
-
+                bar = _Bar(tqdm(desc=f"{rel.stream} {art.kind}", unit="B", unit_scale=True, file=out,
+                                position=position, leave=True)) if tty else None
                 started = time.monotonic()
                 try:
-                    size, used = await download_artifact(session, svc.store, rel, art, mirrors=mirrors,
-                                                         progress=progress)
+                    got = await svc.artifacts.fetch(rel, art, hooks=bar)
                 finally:
                     if bar is not None:
-                        bar.close()
+                        bar.bar.close()
                 secs = max(time.monotonic() - started, 1e-6)
-                print(f"{label}: downloaded {_human(size)} in {secs:.1f}s ({_human(size / secs)}/s) "
-                      f"from {urlsplit(used).netloc}, sha256 ok", file=out, flush=True)
+                if not got.fetched:
+                    print(f"{label}: already cached ({art.filename})", file=out, flush=True)
+                    return False
+                if got.source is None:
+                    print(f"{label}: downloaded {_human(got.size)} by another process (followed it), sha256 ok",
+                          file=out, flush=True)
+                    return True
+                print(f"{label}: downloaded {_human(got.size)} in {secs:.1f}s ({_human(got.size / secs)}/s) "
+                      f"from {urlsplit(got.source).netloc}, sha256 ok", file=out, flush=True)
                 return True
 
         results = await asyncio.gather(*(one(it, i) for i, it in enumerate(items)), return_exceptions=True)
+    finally:
+        await svc.close()
     errors = [r for r in results if isinstance(r, BaseException)]
     for e in errors:
         if not isinstance(e, BootserverError):

@@ -19,7 +19,6 @@ from . import __version__
 from .config import Config
 from .errors import (BootserverError, ConfigError, FetchError, InputError, UnavailableError,
                      UnknownNodeError)
-from .fetch import client_session
 from .ignition import MEDIA_TYPE, NotAcceptableError
 from . import ops
 from .security import limits_middleware, selectable_check, signed_route_middleware
@@ -30,7 +29,6 @@ from .signing import Signer
 log = logging.getLogger("bootserver.web")
 
 SERVICE = web.AppKey("service", BootService)
-SESSION = web.AppKey("session", object)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -83,7 +81,7 @@ async def ipxe_script(request: web.Request) -> web.Response:
     """``GET /ipxe/{node}``: the node's iPXE script."""
     svc = _service(request)
     node = request[ops.NODE] = svc.find_node(name=request.match_info["node"])
-    script = await svc.serve_script(node, request.app[SESSION], request.remote)  # type: ignore[arg-type]
+    script = await svc.serve_script(node, request.remote)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -93,7 +91,7 @@ async def generic_entry(request: web.Request) -> web.Response:
     q = request.query
     node = request[ops.NODE] = svc.find_node(mac=q.get("mac"), uuid=q.get("uuid"), hostname=q.get("hostname"))
     selectable_check(request, svc.config, node)
-    script = await svc.serve_script(node, request.app[SESSION], request.remote)  # type: ignore[arg-type]
+    script = await svc.serve_script(node, request.remote)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -132,7 +130,7 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     svc = _service(request)
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
-    path = await svc.artifacts.open(segments, request.app[SESSION])  # type: ignore[arg-type]
+    path = await svc.artifacts.open(segments)
     if path is None:
         what = "not a known artifact" if svc.artifacts.enabled else "not in cache"
         log.warning("%s %s: 404 %s", request.method, request.path, what)
@@ -230,12 +228,8 @@ async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok\n", content_type="text/plain")
 
 
-async def _session_ctx(app: web.Application):  # type: ignore[no-untyped-def]
-    session = client_session()
-    app[SESSION] = session
-    yield
-    await app[SERVICE].artifacts.close()
-    await session.close()
+async def _close_service(app: web.Application) -> None:
+    await app[SERVICE].close()
 
 
 #: Largest request body accepted, in bytes (no endpoint takes a body).
@@ -260,7 +254,7 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
         error_middleware])
     app[SERVICE] = svc
     svc.artifacts.observer = ops.setup(app, svc).metrics
-    app.cleanup_ctx.append(_session_ctx)
+    app.on_cleanup.append(_close_service)
     app.on_response_prepare.append(_artifact_etag)
     app.router.add_get("/ipxe/{node}", ipxe_script)
     app.router.add_get("/boot.ipxe", generic_entry)

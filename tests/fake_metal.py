@@ -19,7 +19,9 @@ uses: ``POST /projects/{id}/devices`` (createDevice), ``GET /projects/{id}/devic
 * A device advances one state per ``GET /devices/{id}``: ``queued`` -> ``provisioning`` -> ``active``
   (or ``failed`` when its hostname is in ``fail_hostnames``; it stays ``provisioning`` when in
   ``stuck_hostnames``); with ``instant`` set, the first GET already answers the final state (for
-  command-line tests, which cannot inject a clock). Addresses are assigned at creation, as Equinix does.
+  command-line tests, which cannot inject a clock). Addresses (public IPv4 /31, public IPv6 /127, private
+  IPv4 /31, each with its gateway) and ports (``bond0`` of ``network_type``, default ``layer3``, over
+  ``eth0`` and ``eth1``) are assigned at creation, as Equinix does.
 
 The spec quirks noted in ``tests/data/SOURCES.md`` (an ``operation:`` key in one path, an
 invalid CapacityLevelPerBaremetal schema) are outside the schemas used here; the spec is never
@@ -148,6 +150,7 @@ class FakeMetal:
     stuck_hostnames: set[str] = field(default_factory=set)
     delay: float = 0.0
     instant: bool = False
+    network_type: str = "layer3"
     url: str = ""
     _next_ip: int = 10
 
@@ -184,14 +187,32 @@ class FakeMetal:
         device_id = str(uuid.uuid4())
         n = self._next_ip
         self._next_ip += 1
+        def assignment(base: str, family: int, public: bool, cidr: int) -> dict[str, Any]:
+            # Equinix hands out /31 (IPv4) and /127 (IPv6) subnets: the gateway is the other address.
+            address = ipaddress.ip_address(base) + n
+            gateway = ipaddress.ip_address(int(address) ^ 1) if family == 4 else ipaddress.IPv6Address(int(address) ^ 1)
+            network = ipaddress.ip_network(f"{address}/{cidr}", strict=False)
+            return {"address": str(address), "address_family": family, "public": public, "cidr": cidr,
+                    "gateway": str(gateway), "network": str(network.network_address),
+                    "netmask": str(network.netmask), "management": True,
+                    "href": f"/metal/v1/ips/{uuid.uuid4()}"}
+
         addresses = [
-            {"address": str(ipaddress.ip_address("147.75.0.0") + n), "address_family": 4, "public": True,
-             "cidr": 31, "href": f"/metal/v1/ips/{uuid.uuid4()}"},
-            {"address": str(ipaddress.ip_address("2604:1380::") + n), "address_family": 6, "public": True,
-             "cidr": 127, "href": f"/metal/v1/ips/{uuid.uuid4()}"},
-            {"address": str(ipaddress.ip_address("10.70.0.0") + n), "address_family": 4, "public": False,
-             "cidr": 31, "href": f"/metal/v1/ips/{uuid.uuid4()}"},
+            assignment("147.75.0.0", 4, True, 31),
+            assignment("2604:1380::", 6, True, 127),
+            assignment("10.70.0.0", 4, False, 31),
         ]
+        # bond0 over eth0 and eth1, as every 2-NIC Equinix server comes (spec: Device.network_ports).
+        bond_id = str(uuid.uuid4())
+        ports: list[dict[str, Any]] = [
+            {"id": bond_id, "type": "NetworkBondPort", "name": "bond0", "network_type": self.network_type,
+             "data": {"bonded": True}, "href": f"/metal/v1/ports/{bond_id}"},
+        ]
+        for i in range(2):
+            port_id = str(uuid.uuid4())
+            ports.append({"id": port_id, "type": "NetworkPort", "name": f"eth{i}",
+                          "data": {"mac": f"b8:ce:f6:{n >> 8 & 0xff:02x}:{n & 0xff:02x}:{i:02x}", "bonded": True},
+                          "bond": {"id": bond_id, "name": "bond0"}, "href": f"/metal/v1/ports/{port_id}"})
         device = {
             "id": device_id,
             "href": f"/metal/v1/devices/{device_id}",
@@ -199,6 +220,7 @@ class FakeMetal:
             "state": "queued",
             "tags": list(body.get("tags", [])),
             "ip_addresses": addresses,
+            "network_ports": ports,
             "billing_cycle": body.get("billing_cycle", "hourly"),
             "always_pxe": bool(body.get("always_pxe", False)),
             "customdata": body.get("customdata", {}),

@@ -171,3 +171,11 @@ def test_without_butane_on_path_check_config_and_serve_exit_2(command: list[str]
 
 def test_butane_error_is_an_input_error() -> None:
     assert ButaneError("x").exit_code == 2
+
+
+def test_a_translation_that_is_not_valid_ignition_is_refused(butane_path: Path, tmp_path: Path) -> None:
+    # The stand-in copies what it does not translate; Ignition itself refuses a relative file path.
+    path = butane_config(tmp_path, text="variant: fcos\nversion: 1.4.0\nstorage:\n  files:\n    - path: etc/motd\n")
+    with pytest.raises(ButaneError, match=r"node\.bu: butane's translation is not a valid Ignition config: "
+                                          r"storage\.files\[0\]\.path: .*absolute"):
+        translate(path)

@@ -164,3 +164,26 @@ def test_documented_example_config_loads(tmp_path: Path) -> None:
 
     cfg = parse_config(doc, "README.md", tmp_path)
     assert cfg.nodes["master-0"].hostname == "master-0"
+
+
+# --- issue 16: duplicate keys ---------------------------------------------------------------------
+
+
+def test_duplicate_node_is_refused_naming_the_key(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, '  master-0: {profile: master, mac: "52:54:00:12:34:57"}\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: nodes.master-0: duplicate key on lines 7 and 8"
+
+
+def test_duplicate_key_inside_a_list_item_names_its_path(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("server:\n  listen: ':1'\n  trusted_proxies: [10.0.0.1]\n  listen: ':2'\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: server\.listen: duplicate key on lines 2 and 4$"):
+        load_config(path)
+
+
+def test_merge_keys_may_override(tmp_path: Path, reference: Path) -> None:
+    """``<<: *anchor`` then a key of the anchor is YAML's way to override, not a duplicate."""
+    path = write(tmp_path, reference, "  master-1: &m {profile: master}\n  master-2: {<<: *m, profile: master}\n")
+    assert set(load_config(path).nodes) == {"master-0", "master-1", "master-2"}

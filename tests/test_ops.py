@@ -209,9 +209,7 @@ async def test_metrics(client, config, reference: Path) -> None:
 
 
 async def test_upstream_download_is_counted(config, reference: Path, upstream) -> None:
-    """download_artifact reports to the app's metrics (the observer the read-through path passes)."""
-    from bootserver.fetch import client_session, download_artifact
-
+    """Upstream downloads report to the app's metrics (the observer the read-through path passes)."""
     data = payload("kernel", 50_000)
     upstream.files["/k"] = data
     meta = parse_stream((reference / STREAM).read_bytes(), name="rhcos-4.16", source="x",
@@ -224,10 +222,10 @@ async def test_upstream_download_is_counted(config, reference: Path, upstream) -
     app = create_app(config)
     svc = app[SERVICE]
     metrics = svc.artifacts.observer
-    async with client_session() as session:
-        assert (await download_artifact(session, svc.store, rel, good, observer=metrics))[0] == len(data)
+    async with svc.upstream as up:
+        assert (await up.download(svc.store, rel, good, observer=metrics))[0] == len(data)
         with pytest.raises(Exception, match="sha256 mismatch"):
-            await download_artifact(session, svc.store, rel, bad, observer=metrics)
+            await up.download(svc.store, rel, bad, observer=metrics)
     text = metrics.render().decode()
     assert 'bootserver_upstream_fetches_total{result="ok"} 1.0' in text
     assert 'bootserver_upstream_fetches_total{result="error"} 1.0' in text

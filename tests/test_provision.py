@@ -82,9 +82,14 @@ def test_provision_waits_for_active_with_backoff_and_records_state(api, fake_met
     assert state["device"]["project"] == PROJECT
     assert state["device"]["provider"] == "equinix"
     assert state["device"]["ip_addresses"] == [
-        {"address": "147.75.0.10", "family": 4, "public": True},
-        {"address": "2604:1380::a", "family": 6, "public": True},
-        {"address": "10.70.0.10", "family": 4, "public": False},
+        {"address": "147.75.0.10", "address_family": 4, "cidr": 31, "gateway": "147.75.0.11", "public": True},
+        {"address": "2604:1380::a", "address_family": 6, "cidr": 127, "gateway": "2604:1380::b", "public": True},
+        {"address": "10.70.0.10", "address_family": 4, "cidr": 31, "gateway": "10.70.0.11", "public": False},
+    ]
+    assert state["device"]["network_ports"] == [
+        {"type": "NetworkBondPort", "name": "bond0", "network_type": "layer3"},
+        {"type": "NetworkPort", "name": "eth0", "data": {"mac": "b8:ce:f6:00:0a:00"}, "bond": {"name": "bond0"}},
+        {"type": "NetworkPort", "name": "eth1", "data": {"mac": "b8:ce:f6:00:0a:01"}, "bond": {"name": "bond0"}},
     ]
     assert format_device(device, "master-0") == f"master-0 {device.id} active 147.75.0.10,2604:1380::a,10.70.0.10"
     assert fake_metal.invalid_bodies == []

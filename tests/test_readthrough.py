@@ -18,7 +18,7 @@ import pytest
 
 from bootserver.config import parse_config
 from bootserver.errors import DiskFullError, FetchError, IntegrityError
-from bootserver.fetch import RetryPolicy, download_artifact, source_urls
+from bootserver.fetch import RetryPolicy, Upstream, source_urls
 from bootserver.service import BootService
 from bootserver.store import ArtifactStore
 from bootserver.web import SERVICE, create_app
@@ -84,7 +84,7 @@ async def wait_for(cond: Callable[[], bool], what: str, deadline: float = DEADLI
 async def app_client(aiohttp_client, config, retry: RetryPolicy = FAST):
     app = create_app(config)
     client = await aiohttp_client(app)
-    app[SERVICE].artifacts.retry = retry
+    app[SERVICE].upstream.retry = retry
     return client, app[SERVICE].artifacts
 
 
@@ -121,7 +121,7 @@ async def test_50_concurrent_cold_requests_make_one_upstream_get(tmp_path, refer
     assert all(b == data for b in bodies)
     assert faulty.gets(rootfs) == [None]
     await wait_for(lambda: not rt._inflight, "the download to be published")
-    assert rt.store.is_cached(*(await rt.resolve(tuple(served_path(paths, "rootfs").split("/")[2:]), None)))
+    assert rt.store.is_cached(*(await rt.resolve(tuple(served_path(paths, "rootfs").split("/")[2:]))))
     # a warm request is a plain file response with Range support
     r = await client.get(served_path(paths, "rootfs"), headers={"Range": "bytes=10-19"})
     assert r.status == 206 and await r.read() == data[10:20]
@@ -228,9 +228,8 @@ async def test_mirror_with_wrong_bytes_falls_through_to_origin(tmp_path, referen
     config = make_config(tmp_path, meta)
     svc = BootService(config)
     rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
-    async with aiohttp.ClientSession() as session:
-        size, used = await download_artifact(session, svc.store, rel, rel.kernel, mirrors=[faulty.url + "/bad"],
-                                             retry=FAST)
+    async with Upstream(mirrors=[faulty.url + "/bad"], retry=FAST) as up:
+        size, used = await up.download(svc.store, rel, rel.kernel)
     assert used == faulty.url + k and svc.store.is_cached(rel, rel.kernel)
 
 
@@ -248,8 +247,8 @@ async def _download(tmp_path: Path, reference: Path, faulty: FaultyUpstream, kin
 async def test_dropped_connection_resumes_with_range(tmp_path, reference, faulty) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty)
     faulty.drop[path] = 1_234_567
-    async with aiohttp.ClientSession() as session:
-        size, used = await download_artifact(session, store, rel, art, retry=FAST)
+    async with Upstream(retry=FAST) as up:
+        size, used = await up.download(store, rel, art)
     assert size == len(data) and store.path(rel, art).read_bytes() == data
     assert faulty.gets(path) == [None, "bytes=1234567-"]
     assert tmp_files(store.cache_dir) == []
@@ -260,8 +259,8 @@ async def test_upstream_ignoring_range_starts_over(tmp_path, reference, faulty) 
     store.tmp.mkdir(parents=True)
     store.partial_path(art).write_bytes(data[:500_000])
     faulty.ignore_range = True
-    async with aiohttp.ClientSession() as session:
-        await download_artifact(session, store, rel, art, retry=FAST)
+    async with Upstream(retry=FAST) as up:
+        await up.download(store, rel, art)
     assert faulty.gets(path) == ["bytes=500000-"]
     assert store.path(rel, art).read_bytes() == data and tmp_files(store.cache_dir) == []
 
@@ -270,8 +269,8 @@ async def test_resumed_bytes_failing_the_hash_start_over(tmp_path, reference, fa
     store, rel, art, path, data = await _download(tmp_path, reference, faulty)
     store.tmp.mkdir(parents=True)
     store.partial_path(art).write_bytes(b"garbage" + data[7:500_000])
-    async with aiohttp.ClientSession() as session:
-        await download_artifact(session, store, rel, art, retry=FAST)
+    async with Upstream(retry=FAST) as up:
+        await up.download(store, rel, art)
     assert faulty.gets(path) == ["bytes=500000-", None]
     assert store.path(rel, art).read_bytes() == data
 
@@ -279,17 +278,17 @@ async def test_resumed_bytes_failing_the_hash_start_over(tmp_path, reference, fa
 async def test_503_is_retried_with_backoff_then_succeeds(tmp_path, reference, faulty) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [503, 429, 502]
-    async with aiohttp.ClientSession() as session:
-        await download_artifact(session, store, rel, art, retry=FAST)
+    async with Upstream(retry=FAST) as up:
+        await up.download(store, rel, art)
     assert faulty.gets(path) == [None] * 4 and store.is_cached(rel, art)
 
 
 async def test_retries_are_bounded(tmp_path, reference, faulty) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [503] * 10
-    async with aiohttp.ClientSession() as session:
+    async with Upstream(retry=FAST) as up:
         with pytest.raises(FetchError, match=r"HTTP 503"):
-            await download_artifact(session, store, rel, art, retry=FAST)
+            await up.download(store, rel, art)
     assert len(faulty.gets(path)) == 5 and not store.is_cached(rel, art)
 
 
@@ -297,18 +296,18 @@ async def test_retries_are_bounded(tmp_path, reference, faulty) -> None:
 async def test_4xx_is_not_retried(tmp_path, reference, faulty, status: int) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [status] * 3
-    async with aiohttp.ClientSession() as session:
+    async with Upstream(retry=FAST) as up:
         with pytest.raises(FetchError, match=rf"{faulty.url}{path}: HTTP {status}"):
-            await download_artifact(session, store, rel, art, retry=FAST)
+            await up.download(store, rel, art)
     assert len(faulty.gets(path)) == 1
 
 
 async def test_hash_mismatch_from_the_only_source_raises_and_cleans(tmp_path, reference, faulty) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.wrong.add(path)
-    async with aiohttp.ClientSession() as session:
+    async with Upstream(retry=FAST) as up:
         with pytest.raises(IntegrityError):
-            await download_artifact(session, store, rel, art, retry=FAST)
+            await up.download(store, rel, art)
     assert published(store.cache_dir) == [] and tmp_files(store.cache_dir) == []
 
 
@@ -399,8 +398,8 @@ async def test_disk_full_is_refused_early_and_keeps_the_cache(tmp_path, referenc
     from bootserver import fetch
 
     store, rel, art, path, data = await _download(tmp_path, reference, faulty)
-    async with aiohttp.ClientSession() as session:
-        await download_artifact(session, store, rel, rel.kernel, retry=FAST)
+    async with Upstream(retry=FAST) as up:
+        await up.download(store, rel, rel.kernel)
         kernel = store.path(rel, rel.kernel).read_bytes()
         real = shutil.disk_usage
 
@@ -409,7 +408,7 @@ async def test_disk_full_is_refused_early_and_keeps_the_cache(tmp_path, referenc
 
         monkeypatch.setattr(fetch.shutil, "disk_usage", tiny)
         with pytest.raises(DiskFullError) as info:
-            await download_artifact(session, store, rel, art, retry=FAST)
+            await up.download(store, rel, art)
     msg = str(info.value)
     assert str(store.path(rel, art)) in msg and f"{len(data)} more bytes needed, 1000 free" in msg
     assert store.path(rel, rel.kernel).read_bytes() == kernel and not store.path(rel, art).exists()
@@ -428,10 +427,10 @@ async def test_disk_full_on_real_tmpfs(tmp_path, reference, faulty) -> None:
         svc = BootService(parse_config({"cache_dir": str(mnt), "streams": {"rhcos": {"metadata": str(meta)}}},
                                        "t.yaml", tmp_path))
         rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
-        async with aiohttp.ClientSession() as session:
-            await download_artifact(session, svc.store, rel, rel.kernel, retry=FAST)
+        async with Upstream(retry=FAST) as up:
+            await up.download(svc.store, rel, rel.kernel)
             with pytest.raises(DiskFullError, match=str(svc.store.path(rel, rel.rootfs))):
-                await download_artifact(session, svc.store, rel, rel.rootfs, retry=FAST)
+                await up.download(svc.store, rel, rel.rootfs)
         assert svc.store.is_cached(rel, rel.kernel) and not svc.store.path(rel, rel.rootfs).exists()
         assert tmp_files(mnt) == []
     finally:
@@ -462,9 +461,9 @@ async def test_disk_full_while_writing_names_path_and_size(tmp_path, reference, 
             return getattr(self._f, name)
 
     monkeypatch.setattr(store_mod.os, "fdopen", lambda *a, **k: FillingFile(real_fdopen(*a, **k)))
-    async with aiohttp.ClientSession() as session:
+    async with Upstream(retry=FAST) as up:
         with pytest.raises(DiskFullError) as info:
-            await download_artifact(session, store, rel, art, retry=FAST)
+            await up.download(store, rel, art)
     assert str(info.value).startswith(f"{store.path(rel, art)}: not enough disk space")
     assert "more bytes needed" in str(info.value)
     assert tmp_files(store.cache_dir) == [] and not store.path(rel, art).exists()
@@ -567,10 +566,8 @@ async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, fault
 async def test_mirror_that_times_out_falls_through(tmp_path, reference, faulty) -> None:
     store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.stall.add("/slow/")
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=0.3)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        size, used = await download_artifact(session, store, rel, art, mirrors=[faulty.url + "/slow"],
-                                             retry=FAST)
+    async with Upstream(mirrors=[faulty.url + "/slow"], retry=FAST, read_timeout=0.3) as up:
+        size, used = await up.download(store, rel, art)
     assert used == faulty.url + path and store.path(rel, art).read_bytes() == data
     assert [p for p, _ in faulty.log] == ["/slow" + path, path]
 
@@ -593,23 +590,22 @@ async def test_sync_images_uses_the_facility_mirrors(tmp_path, reference, faulty
 
 
 async def test_fetch_is_shielded_from_a_cancelled_caller(tmp_path, reference, faulty) -> None:
-    from bootserver.readthrough import ReadThrough
-
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     svc = BootService(make_config(tmp_path, meta))
-    rt = ReadThrough(svc.config, svc.store, svc.catalog, retry=FAST)
+    svc.upstream.retry = FAST
+    rt = svc.artifacts
     rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
     faulty.pause[paths["rootfs"]] = 500_000
-    async with aiohttp.ClientSession() as session:
-        caller = asyncio.create_task(rt.fetch(rel, rel.rootfs, session))
+    async with svc.upstream:
+        caller = asyncio.create_task(rt.fetch(rel, rel.rootfs))
         await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
         caller.cancel()
         with pytest.raises(asyncio.CancelledError):
             await caller
         assert rt.status(rel, rel.rootfs) == "fetching"
-        joined = asyncio.create_task(rt.fetch(rel, rel.rootfs, session))
+        joined = asyncio.create_task(rt.fetch(rel, rel.rootfs))
         faulty.gate.set()
-        path = await asyncio.wait_for(joined, DEADLINE)
+        path = (await asyncio.wait_for(joined, DEADLINE)).path
         await rt.close()
     assert path.read_bytes() == files[paths["rootfs"]] and faulty.gets(paths["rootfs"]) == [None]
     assert rt.status(rel, rel.rootfs) == "cached"

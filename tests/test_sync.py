@@ -79,3 +79,52 @@ async def test_malformed_metadata_is_exit_2_and_keeps_old_copy(tmp_path: Path, r
     assert rc == 2
     assert "legacy pre-stream RHCOS metadata" in err and f"{upstream.url}/rhcos.json" in err
     assert (tmp_path / "cache/streams/rhcos-4.16.json").read_bytes() == good
+
+
+# --- one retry policy for stream metadata and artifacts (issue 16, item 13) --------------------------
+
+def _url_stream_config(tmp_path: Path, reference: Path, faulty, **extra):
+    from bootserver.config import parse_config
+
+    doc, files = rewrite_stream(reference / "rhcos-stream-4.16.json", faulty.url,
+                                {k: payload(k, 100_000) for k in ("kernel", "initramfs", "rootfs")})
+    faulty.files.update(files)
+    faulty.files["/rhcos.json"] = json.dumps(doc).encode()
+    return parse_config({"cache_dir": "cache", "streams": {"rhcos": {"metadata": faulty.url + "/rhcos.json"}},
+                         "profiles": {"live": {"stream": "rhcos", "mode": "live"}}, **extra}, "t.yaml", tmp_path)
+
+
+async def test_stream_metadata_is_retried_like_artifacts(tmp_path: Path, reference: Path, faulty) -> None:
+    from bootserver.service import BootService
+    from test_readthrough import FAST
+
+    config = _url_stream_config(tmp_path, reference, faulty)
+    faulty.fail_first["/rhcos.json"] = [503]
+    faulty.drop["/rhcos.json"] = 1000  # the second answer is cut after 1000 bytes of its Content-Length
+    svc = BootService(config)
+    svc.upstream.retry = FAST
+    try:
+        meta = await svc.catalog.refresh("rhcos")
+    finally:
+        await svc.close()
+    assert "x86_64" in meta.releases
+    assert faulty.gets("/rhcos.json") == [None, None, None]
+
+
+async def test_stream_metadata_404_is_not_retried(tmp_path: Path, reference: Path, faulty) -> None:
+    import pytest
+
+    from bootserver.errors import FetchError
+    from bootserver.service import BootService
+    from test_readthrough import FAST
+
+    config = _url_stream_config(tmp_path, reference, faulty)
+    faulty.fail_first["/rhcos.json"] = [404]
+    svc = BootService(config)
+    svc.upstream.retry = FAST
+    try:
+        with pytest.raises(FetchError, match=rf"{faulty.url}/rhcos.json: HTTP 404"):
+            await svc.catalog.refresh("rhcos")
+    finally:
+        await svc.close()
+    assert faulty.gets("/rhcos.json") == [None]

@@ -242,7 +242,7 @@ async def test_cold_artifact_through_two_workers_is_fetched_once(tmp_path, refer
 # --- followers, in one process: a download "in another process" is a writer holding the lock --------
 
 async def _foreign_writer(app_rt: Any, paths: dict[str, str], kind: str = "rootfs"):
-    found = await app_rt.resolve(tuple(served_path(paths, kind).split("/")[2:]), None)
+    found = await app_rt.resolve(tuple(served_path(paths, kind).split("/")[2:]))
     assert found is not None
     release, artifact = found
     return app_rt.store.writer(release, artifact, resume=True)

@@ -1,0 +1,58 @@
+"""Load and check bootserver's YAML config into typed, immutable objects.
+
+The keys are the user contract (docs/design.md; documented in README.md and docs/config.md):
+``server`` (with ``facility``: the facility this server sits in, whose ``mirrors`` it fetches through),
+``cache_dir``, ``state_dir``, ``read_through`` (default true), ``streams`` (with ``keep_releases``,
+default 2), ``facilities``, ``profiles``, ``nodes``, and the Equinix Metal ``metal`` mappings (top level,
+``profiles.<name>.metal``, ``nodes.<name>.metal``). Every problem becomes one
+:class:`~bootserver.errors.ConfigError` reading ``<file>: <key.path>: <what is wrong>``.
+
+This is the one place that reads config. Values that end up inside an iPXE script are checked here
+(see :func:`bootserver.ipxe.check_script_word`), so a loaded config can always be rendered safely.
+
+Modules, by concern:
+
+* :mod:`~bootserver.config.types`: value types (name, script-safe iPXE word, duration, listen address,
+  MAC, http(s) URL, hostname, CIDR) and :class:`~bootserver.config.types.SettingsModel`;
+* :mod:`~bootserver.config.schema`: the settings models and :class:`Config`;
+* :mod:`~bootserver.config.metal`: the Equinix Metal (``metal:``) settings;
+* :mod:`~bootserver.config.messages`: pydantic errors into our messages;
+* :mod:`~bootserver.config.loader`: reading the file, cross-key checks.
+
+Every name below stays importable from ``bootserver.config``.
+"""
+
+from __future__ import annotations
+
+from .loader import _check_references, check_real_config, load_config, parse_config
+from .messages import describe_error, keypath as _keypath, known_keys
+from .metal import (
+    BILLING_CYCLES, DEFAULT_TAG, FACILITY_TAGS as _FACILITY_TAGS, BillingCycle, Facility, MetalGlobal,
+    MetalSettings, MetalUUID, MetalWord, is_uuid,
+)
+from .schema import (
+    ARCHITECTURES, FCOS_STABLE_URL, IGNITION_VERSIONS, Config, Document, FacilityConfig, Node, Profile,
+    ServerConfig, SigningConfig, StreamConfig, TLSConfig, _Document, default_document,
+)
+from .types import (
+    HOSTNAME_RE, MAC_RE, NAME_RE, UUID_RE, Name, SettingsModel, YamlList, check_http_url, normalize_mac,
+    parse_networks, split_listen,
+)
+
+_Model = SettingsModel
+_check_http_url = check_http_url
+_networks = parse_networks
+
+
+def _known_keys(loc):  # the old private helper, on the config document
+    return known_keys(Document, loc)
+
+
+__all__ = [
+    "ARCHITECTURES", "BILLING_CYCLES", "DEFAULT_TAG", "FCOS_STABLE_URL", "HOSTNAME_RE", "IGNITION_VERSIONS",
+    "MAC_RE", "NAME_RE", "UUID_RE", "BillingCycle", "Config", "Document", "Facility", "FacilityConfig",
+    "MetalGlobal", "MetalSettings", "MetalUUID", "MetalWord", "Name", "Node", "Profile", "ServerConfig",
+    "SettingsModel", "SigningConfig", "StreamConfig", "TLSConfig", "YamlList", "check_http_url",
+    "check_real_config", "default_document", "describe_error", "is_uuid", "load_config", "normalize_mac",
+    "parse_config", "split_listen",
+]

@@ -1,0 +1,170 @@
+"""Reading the config file: YAML into a checked :class:`~bootserver.config.schema.Config`.
+
+Every problem becomes one :class:`~bootserver.errors.ConfigError` reading ``<file>: <key.path>: <what is
+wrong>`` (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from ..butane import ButaneError, is_butane, translate as translate_butane
+from ..errors import ConfigError
+from .messages import describe_error, keypath
+from .schema import Config, Document, default_document
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    """A YAML mapping has the same key twice: ``loc`` is the key path of the duplicate, ``lines`` the
+    1-based lines of its first and second occurrence."""
+
+    def __init__(self, loc: tuple[Any, ...], lines: tuple[int, int]) -> None:
+        self.loc = loc
+        self.lines = lines
+        super().__init__(f"{keypath(loc)}: duplicate key on lines {lines[0]} and {lines[1]}")
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's ``SafeLoader`` that refuses a mapping with the same key twice (YAML 1.2 says keys are
+    unique; PyYAML keeps the last silently). Raises :class:`DuplicateKeyError`. Keys brought in by a
+    merge key (``<<: *anchor``) may be overridden, as YAML's merge key type intends."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_unique_keys(node, (), set())
+        return super().construct_document(node)
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_unique_keys(node: yaml.Node, loc: tuple[Any, ...], seen: set[int]) -> None:
+    if id(node) in seen:  # an alias: checked where its anchor is
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            if key.tag == _MERGE_TAG:
+                _check_unique_keys(value, loc, seen)
+                continue
+            if isinstance(key, yaml.ScalarNode):
+                line = key.start_mark.line + 1
+                if (key.tag, key.value) in first:
+                    raise DuplicateKeyError((*loc, key.value), (first[key.tag, key.value], line))
+                first[key.tag, key.value] = line
+            _check_unique_keys(value, (*loc, key.value if isinstance(key, yaml.ScalarNode) else "?"), seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_unique_keys(item, (*loc, i), seen)
+
+
+def _check_references(doc: Document, cfg: Config) -> None:
+    """Cross-key checks pydantic cannot do: names that must exist, arch and mode requirements."""
+    src = cfg.source
+    if doc.server.facility is not None and doc.server.facility not in doc.facilities:
+        raise ConfigError(src, "server.facility", f"no facility {doc.server.facility!r}")
+    for name, prof in doc.profiles.items():
+        if prof.stream not in doc.streams:
+            raise ConfigError(src, f"profiles.{name}.stream", f"no stream {prof.stream!r}")
+        if prof.arch not in doc.streams[prof.stream].architectures:
+            raise ConfigError(src, f"profiles.{name}.arch",
+                              f"stream {prof.stream!r} does not list architecture {prof.arch!r}")
+        if prof.mode == "live" and prof.boot_once:
+            raise ConfigError(src, f"profiles.{name}.boot_once", "a live-mode node has no disk to boot; "
+                              "boot_once can only be true in install mode")
+        if prof.mode == "install" and not prof.install_dev:
+            raise ConfigError(src, f"profiles.{name}.install_dev", "required when mode is install")
+        if prof.ignition is not None:
+            check_real_config(cfg.resolve_path(prof.ignition), src, f"profiles.{name}.ignition")
+    seen_macs: dict[str, str] = {}
+    for name, node in doc.nodes.items():
+        if node.profile not in doc.profiles:
+            raise ConfigError(src, f"nodes.{name}.profile", f"no profile {node.profile!r}")
+        if node.facility is not None and node.facility not in doc.facilities:
+            raise ConfigError(src, f"nodes.{name}.facility", f"no facility {node.facility!r}")
+        for mac in node.mac:
+            if mac in seen_macs:
+                raise ConfigError(src, f"nodes.{name}.mac", f"{mac} is already the MAC of node {seen_macs[mac]!r}")
+            seen_macs[mac] = name
+    for name, sc in doc.streams.items():
+        if not sc.is_url:
+            path = cfg.resolve_path(sc.metadata)
+            if not path.is_file():
+                raise ConfigError(src, f"streams.{name}.metadata", f"no such file: {path}")
+
+
+def check_real_config(path: Path, source: str, keypath: str) -> bytes:
+    """Check a real Ignition config file (e.g. openshift-install's ``master.ign``) and return its bytes.
+
+    It must be a JSON object whose ``ignition.version`` is a 3.x spec, since a spec 3 stub can merge
+    only spec 3 configs (openshift-install before 4.6 wrote spec 2.2 pointer configs). A Butane config
+    (:mod:`bootserver.butane`) is translated by ``butane`` first (and its translation checked against
+    its spec's official schema); the translation is checked and returned.
+    Raises :class:`ConfigError` naming ``source`` and ``keypath``.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(source, keypath, f"cannot read {path}: {e.strerror}") from None
+    if is_butane(path, data):  # checked as the Ignition config butane translates it into
+        try:
+            data = translate_butane(path, data)
+        except ButaneError as e:
+            raise ConfigError(source, keypath, str(e)) from None
+    try:
+        doc = json.loads(data)
+        version = doc["ignition"]["version"]
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(source, keypath, f"{path} is not an Ignition config (no ignition.version)") from None
+    if not isinstance(version, str) or not version.startswith("3."):
+        raise ConfigError(source, keypath, f"{path} is Ignition spec {version}; only spec 3.x configs can be merged")
+    return data
+
+
+def parse_config(raw: Any, source: str, base_dir: Path) -> Config:
+    """Check a parsed YAML document and build a :class:`Config`. Raises :class:`ConfigError`."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(source, "", f"expected a mapping at the top level, got {type(raw).__name__}")
+    try:
+        doc = Document.model_validate(raw)
+    except ValidationError as e:
+        keypath, message = describe_error(e.errors()[0], Document)
+        raise ConfigError(source, keypath, message) from None
+    cfg = Config.from_document(doc, source, base_dir)
+    _check_references(doc, cfg)
+    return cfg
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Load the config from ``path``, else ``$BOOTSERVER_CONFIG``, else the embedded default.
+
+    Raises :class:`ConfigError` (exit 2) for a missing or unreadable file, YAML syntax errors, unknown
+    keys, wrong types and dangling references, naming the file and the key path.
+    """
+    if path is None:
+        path = os.environ.get("BOOTSERVER_CONFIG") or None
+    if path is None:
+        return parse_config(default_document(), "<default>", Path.cwd())
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(str(p), "", f"cannot read config: {e.strerror}") from None
+    try:
+        raw = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except DuplicateKeyError as e:
+        raise ConfigError(str(p), keypath(e.loc), f"duplicate key on lines {e.lines[0]} and {e.lines[1]}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(str(p), "", f"{where}invalid YAML: {problem}") from None
+    return parse_config(raw, str(p), p.resolve().parent)

@@ -1,0 +1,357 @@
+"""The config schema: one settings model per mapping of the YAML file, and :class:`Config`, the loaded
+whole.
+
+The keys are the user contract (README.md, "Configuration reference", and docs/config.md). A feature or
+provider that owns settings keeps their model in its own module (as :mod:`bootserver.config.metal`
+does), built on :class:`~bootserver.config.types.SettingsModel` and the value types, and adds one field
+here. Components take the narrow model they use (``config.server``, ``config.metal``), not the whole
+:class:`Config`, where they can.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, Mapping
+from urllib.parse import urlsplit
+
+import platformdirs
+from pydantic import BeforeValidator, Field, field_validator
+
+from ..ignition_schema import SPEC_VERSIONS
+from ..ipxe import UnsafeValueError, check_extra_karg
+from .metal import MetalGlobal, MetalSettings
+from .types import (
+    UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, Name, Networks, ScriptWord, SettingsModel, YamlList,
+    normalize_mac, null_as_empty, split_listen,
+)
+
+#: Default stream of the embedded config: Fedora CoreOS ``stable``, from its official stream URL.
+FCOS_STABLE_URL = "https://builds.coreos.fedoraproject.org/streams/stable.json"
+
+#: The Ignition spec versions a stub can be written in (3.1.0 is the oldest with sha512/sha256
+#: verification hashes and httpHeaders; RHCOS 4.7+ accepts 3.2.0, 4.14+ also 3.4.0): those whose
+#: official schema ships with bootserver.
+IGNITION_VERSIONS = SPEC_VERSIONS
+
+#: Architectures with a serial console we know on Equinix Metal (c3/m3/n3 x86_64, Ampere aarch64).
+ARCHITECTURES = ("x86_64", "aarch64")
+
+_MetalSettingsField = Annotated[MetalSettings, BeforeValidator(null_as_empty)]
+
+
+class TLSConfig(SettingsModel):
+    """``server.tls``: the HTTPS listener.
+
+    ``listen`` (``host:port``) serves HTTPS with ``cert``/``key`` (PEM files; default
+    ``<state_dir>/tls/server.crt`` and ``server.key`` as written by ``bootserver tls init``); ``ca`` (PEM,
+    default ``<state_dir>/tls/ca.crt``) is embedded into stubs. ``base_url`` is the https URL Ignition
+    uses for real configs (default ``https://<base_url host>:<listen port>``). Real configs are refused
+    (403) on the plain HTTP listener unless ``allow_plain_configs`` is true.
+    """
+
+    listen: ListenAddress
+    base_url: HttpUrl | None = None
+    cert: str | None = None
+    key: str | None = None
+    ca: str | None = None
+    allow_plain_configs: bool = False
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("https://"):
+            raise ValueError(f"must be an https:// URL, got {value!r}")
+        return value
+
+
+class SigningConfig(SettingsModel):
+    """``server.signing``: lifetimes of signed URLs and of rotated keys, in seconds or ``30m``/``24h``/``7d``.
+
+    ``chain_ttl``: default validity of chain URLs from ``bootserver url`` (7d). ``install_ttl``: validity
+    of the URLs inside a served script or stub, long enough to finish an install (24h). ``key_grace``:
+    how long ``bootserver keys rotate`` keeps accepting the previous key (24h). Expiries are rounded up
+    to the hour.
+    """
+
+    chain_ttl: Duration = 7 * 86400
+    install_ttl: Duration = 86400
+    key_grace: Duration = 86400
+
+
+class ServerConfig(SettingsModel):
+    """``server``: where to listen (``host:port``), the URL devices use to reach us, and security limits."""
+
+    listen: ListenAddress = "127.0.0.1:8080"
+    base_url: HttpUrl | None = None
+    tls: TLSConfig | None = None
+    signing: SigningConfig = Field(default_factory=SigningConfig)
+    trusted_proxies: Networks = ()
+    max_concurrent: int = Field(default=256, ge=1, le=100000)
+    max_queued: int = Field(default=4096, ge=0, le=1000000)
+    request_timeout: Duration = 60
+    keepalive_timeout: Duration = 15
+    #: Worker processes of ``serve`` (``--workers`` overrides); more than 1 shares the ports.
+    workers: int = Field(default=1, ge=1, le=256)
+    #: The facility this server sits in: its ``mirrors`` come first in the upstream chain.
+    facility: str | None = None
+
+    @property
+    def host(self) -> str:
+        """Host part of ``listen`` (IPv6 without brackets)."""
+        return split_listen(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        """TCP port of ``listen``."""
+        return split_listen(self.listen)[1]
+
+    @property
+    def effective_base_url(self) -> str:
+        """``base_url`` if set, else ``http://<listen>`` (``localhost`` for a wildcard address)."""
+        if self.base_url:
+            return self.base_url
+        host = self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "localhost"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    @property
+    def https_base_url(self) -> str | None:
+        """The https base URL of real configs when ``tls`` is set (``tls.base_url``, else the host of
+        :attr:`effective_base_url` with the port of ``tls.listen``), else ``None``."""
+        if self.tls is None:
+            return None
+        if self.tls.base_url:
+            return self.tls.base_url
+        host = urlsplit(self.effective_base_url).hostname or "localhost"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"https://{host}:{split_listen(self.tls.listen)[1]}"
+
+
+class StreamConfig(SettingsModel):
+    """``streams.<name>``: a CoreOS stream metadata URL or file path and the architectures we serve."""
+
+    metadata: str
+    architectures: YamlList[Literal["x86_64", "aarch64"]] = ("x86_64",)
+    #: ``sync-images --prune`` keeps this many newest releases per architecture (at least 1).
+    keep_releases: Annotated[int, Field(ge=1)] = 2
+
+    @property
+    def is_url(self) -> bool:
+        """True when ``metadata`` is an http(s) URL rather than a file path."""
+        return self.metadata.startswith(("http://", "https://"))
+
+
+class FacilityConfig(SettingsModel):
+    """``facilities.<name>``: the facility's own cache server and its upstream mirrors."""
+
+    base_url: HttpUrl | None = None
+    mirrors: YamlList[HttpUrl] = ()
+
+
+class Profile(SettingsModel):
+    """``profiles.<name>``: what a node boots (stream, arch), how (install or live) and with what config."""
+
+    stream: str
+    arch: Literal["x86_64", "aarch64"] = "x86_64"
+    mode: Literal["install", "live"] = "install"
+    install_dev: ScriptWord | None = None
+    ignition: str | None = None
+    ignition_version: Literal["3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"] = "3.2.0"
+    kargs: YamlList[str] = ()
+    console: ScriptWord | None = None
+    metal: _MetalSettingsField = Field(default_factory=MetalSettings)
+    boot_once: bool | None = None
+
+    @property
+    def boots_once(self) -> bool:
+        """Whether an installed node boots its local disk instead of reinstalling (``boot_once``;
+        default true in install mode; never in live mode)."""
+        return self.mode == "install" if self.boot_once is None else self.boot_once and self.mode == "install"
+
+    @field_validator("kargs")
+    @classmethod
+    def _kargs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for i, karg in enumerate(value):
+            try:
+                check_extra_karg(karg)
+            except UnsafeValueError as e:
+                raise ValueError(f"item {i}: {e}") from None
+        return value
+
+
+class Node(SettingsModel):
+    """``nodes.<name>``: one machine: its profile, facility and the selectors of ``/boot.ipxe``.
+
+    ``addresses`` (IPs or CIDRs) restrict who may fetch the node's script and configs; ``selectable``
+    lets ``/boot.ipxe`` hand out its script to any address (otherwise only to a matching address).
+    ``hostname`` is what the node calls itself (``/etc/hostname``, the Equinix device hostname); without
+    it the node's name is its hostname, and must then be a valid one.
+    """
+
+    profile: str
+    facility: str | None = None
+    mac: tuple[str, ...] = ()
+    uuid: str | None = None
+    hostname: Hostname | None = None
+    metal: _MetalSettingsField = Field(default_factory=MetalSettings)
+    addresses: Networks = ()
+    selectable: bool = False
+
+    @field_validator("mac", mode="before")
+    @classmethod
+    def _macs(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, int) or (isinstance(value, list) and any(isinstance(v, int) for v in value)):
+            # YAML 1.1 reads an unquoted 52:54:00:12:34:56 as a base-60 integer
+            raise ValueError("put MAC addresses in quotes: YAML reads an unquoted 52:54:00:12:34:56 as a number")
+        if isinstance(value, list):
+            return tuple(normalize_mac(v) if isinstance(v, str) else v for v in value)
+        return value
+
+    @field_validator("uuid")
+    @classmethod
+    def _uuid(cls, value: str | None) -> str | None:
+        if value is not None and not UUID_RE.match(value):
+            raise ValueError(f"not a UUID: {value!r}")
+        return None if value is None else value.lower()
+
+
+class Document(SettingsModel):
+    """The whole YAML document, as written (paths unresolved); :class:`Config` is what the code uses."""
+
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    cache_dir: str | None = None
+    state_dir: str | None = None
+    read_through: bool = True
+    streams: dict[Name, StreamConfig] = Field(default_factory=dict)
+    facilities: dict[Name, FacilityConfig] = Field(default_factory=dict)
+    profiles: dict[Name, Profile] = Field(default_factory=dict)
+    nodes: dict[Name, Node] = Field(default_factory=dict)
+    metal: Annotated[MetalGlobal, BeforeValidator(null_as_empty)] = Field(
+        default_factory=MetalGlobal)
+
+
+_Document = Document  # the name tests and older callers import
+
+
+@dataclass(frozen=True)
+class Config:
+    """A loaded, checked config. Immutable (a frozen dataclass of frozen models and read-only mappings).
+
+    Attributes: ``source`` (the file name used in error messages, or ``"<default>"``), ``base_dir``
+    (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
+    ``state_dir`` (absolute :class:`~pathlib.Path`), ``read_through`` (bool: a cache miss is fetched
+    from upstream), the mappings ``streams``, ``facilities``, ``profiles``, ``nodes`` (name -> model),
+    and ``metal`` (:class:`MetalGlobal`).
+    """
+
+    source: str
+    base_dir: Path
+    server: ServerConfig
+    cache_dir: Path
+    state_dir: Path
+    read_through: bool
+    streams: Mapping[str, StreamConfig]
+    facilities: Mapping[str, FacilityConfig]
+    profiles: Mapping[str, Profile]
+    nodes: Mapping[str, Node]
+    metal: MetalGlobal
+    _mac_index: Mapping[str, str] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_document(cls, doc: Document, source: str, base_dir: Path) -> Config:
+        """Build the config of a checked :class:`Document` read from ``source`` (relative paths against
+        ``base_dir``; unset ``cache_dir``/``state_dir`` default to the per-user platform folders)."""
+        def path(value: str | None, default: Path) -> Path:
+            return _resolve(base_dir, value) if value else default
+
+        return cls(
+            source=source, base_dir=base_dir, server=doc.server,
+            cache_dir=path(doc.cache_dir, platformdirs.user_cache_path("bootserver")),
+            state_dir=path(doc.state_dir, platformdirs.user_state_path("bootserver")),
+            read_through=doc.read_through,
+            streams=MappingProxyType(dict(doc.streams)),
+            facilities=MappingProxyType(dict(doc.facilities)),
+            profiles=MappingProxyType(dict(doc.profiles)),
+            nodes=MappingProxyType(dict(doc.nodes)),
+            metal=doc.metal,
+            _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
+        )
+
+    def resolve_path(self, value: str) -> Path:
+        """Resolve a path from the config (``~`` expanded) against the config file's folder."""
+        return _resolve(self.base_dir, value)
+
+    def metadata_path(self, stream: str) -> Path | None:
+        """The local file of ``streams.<stream>.metadata`` when it is a path, else ``None``."""
+        sc = self.streams[stream]
+        return None if sc.is_url else self.resolve_path(sc.metadata)
+
+    def ignition_path(self, profile: str) -> Path | None:
+        """The real Ignition config file of a profile, or ``None`` when the profile has none."""
+        p = self.profiles[profile]
+        return None if p.ignition is None else self.resolve_path(p.ignition)
+
+    def tls_files(self) -> tuple[Path, Path, Path]:
+        """``(cert, key, ca)`` of ``server.tls``, defaulting to ``<state_dir>/tls/server.crt``,
+        ``server.key`` and ``ca.crt``. Raises ``ValueError`` when ``server.tls`` is not set."""
+        tls = self.server.tls
+        if tls is None:
+            raise ValueError("server.tls is not set")
+        d = self.state_dir / "tls"
+        return (self.resolve_path(tls.cert) if tls.cert else d / "server.crt",
+                self.resolve_path(tls.key) if tls.key else d / "server.key",
+                self.resolve_path(tls.ca) if tls.ca else d / "ca.crt")
+
+    def mirrors(self, facility: str | None = None) -> tuple[str, ...]:
+        """Mirror base URLs of ``facility`` (default: ``server.facility``), in order; ``()`` for none."""
+        facility = facility if facility is not None else self.server.facility
+        if facility is None or facility not in self.facilities:
+            return ()
+        return self.facilities[facility].mirrors
+
+    def node_by_mac(self, mac: str) -> str | None:
+        """Name of the node with this MAC (any case, ``:`` or ``-``), or ``None``."""
+        try:
+            return self._mac_index.get(normalize_mac(mac))
+        except ValueError:
+            return None
+
+    def node_by_uuid(self, uuid: str) -> str | None:
+        """Name of the node with this SMBIOS UUID (any case), or ``None``."""
+        uuid = uuid.strip().lower()
+        return next((n for n, node in self.nodes.items() if node.uuid == uuid), None)
+
+    def node_by_hostname(self, hostname: str) -> str | None:
+        """Name of the node whose hostname (:meth:`node_hostname`) equals ``hostname`` (any case)."""
+        hostname = hostname.strip().lower()
+        return next((n for n in self.nodes if self.node_hostname(n).lower() == hostname), None)
+
+    def node_hostname(self, node: str) -> str:
+        """The node's hostname, written to its ``/etc/hostname`` and used as the Equinix device hostname:
+        its ``hostname`` or, lacking one, its name (checked at load to be a valid hostname then)."""
+        return self.nodes[node].hostname or node
+
+
+def _resolve(base_dir: Path, value: str) -> Path:
+    return (base_dir / os.path.expanduser(value)).resolve()
+
+
+def default_document() -> dict[str, Any]:
+    """The embedded default config: Fedora CoreOS ``stable`` on 127.0.0.1:8080, per-user dirs."""
+    return {
+        "server": {"listen": "127.0.0.1:8080"},
+        "streams": {"fcos-stable": {"metadata": FCOS_STABLE_URL, "architectures": ["x86_64", "aarch64"]}},
+        "profiles": {
+            "fcos-live": {"stream": "fcos-stable", "arch": "x86_64", "mode": "live"},
+            "fcos-live-aarch64": {"stream": "fcos-stable", "arch": "aarch64", "mode": "live"},
+        },
+    }

@@ -1,0 +1,188 @@
+"""Value types of the config: the checks a single value passes, whatever key it sits under.
+
+Each is a plain function raising ``ValueError`` (usable outside the config, e.g. by the command line)
+and, where a model field uses it, an ``Annotated`` pydantic type. :class:`SettingsModel` is the base of
+every settings model (``extra="forbid"``, ``frozen=True``, ``strict=True``); a feature or provider
+module that owns its own settings builds them on it and on these types.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, StringConstraints
+
+from ..ipxe import UnsafeValueError, check_script_word
+
+__all__ = [
+    "HOSTNAME_RE", "MAC_RE", "MAX_DURATION", "NAME_RE", "UUID_RE", "Duration", "Hostname", "HttpUrl",
+    "Name", "Networks", "ScriptWord", "SettingsModel", "UnsafeValueError", "YamlList", "check_hostname",
+    "check_http_url", "check_name", "null_as_empty", "normalize_mac", "parse_duration", "parse_networks",
+    "split_listen",
+]
+
+#: A name of a node, profile, stream or facility: starts with a letter or digit, then letters, digits,
+#: ``.``, ``_`` or ``-``; 1 to 63 characters. Names appear in URL paths and iPXE scripts.
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+#: The rule of :data:`NAME_RE` in words (the error message of a bad name).
+NAME_RULE = ("names start with a letter or digit and use only letters, digits, '.', '_' and '-', "
+             "at most 63 characters")
+MAC_RE = re.compile(r"^[0-9a-f]{2}([:-][0-9a-f]{2}){5}$", re.IGNORECASE)
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.IGNORECASE)
+#: A host name of RFC 1123 section 2.1 (labels of letters, digits and inner ``-``, at most 63 characters
+#: each, 253 in all), which is also what the Equinix Metal API accepts as a device ``hostname``.
+HOSTNAME_RE = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+#: The rule of :data:`HOSTNAME_RE` in words.
+HOSTNAME_RULE = ("a hostname has labels of letters, digits and '-' (not first or last), at most 63 "
+                 "characters each, separated by '.'")
+#: The longest duration accepted anywhere (100 years, in seconds): an expiry ``now + duration`` then
+#: stays far inside the 12 digits a signed URL's ``exp`` may have.
+MAX_DURATION = 100 * 365 * 86400
+
+_DURATION_RE = re.compile(r"^([0-9]+)([smhd]?)$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class SettingsModel(BaseModel):
+    """Base of every settings model: unknown keys refused, immutable, no type coercion."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def _list_to_tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+class _YamlList:
+    """``YamlList[T]``: a YAML list read into an immutable ``tuple[T, ...]`` (strict models refuse lists
+    for tuple fields otherwise)."""
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        return Annotated[tuple[item, ...], BeforeValidator(_list_to_tuple)]
+
+
+YamlList = _YamlList
+
+
+def null_as_empty(value: Any) -> Any:
+    """An empty mapping key (YAML null, e.g. ``metal:`` alone) means the same as ``{}``."""
+    return {} if value is None else value
+
+
+def check_name(value: str) -> str:
+    """Return ``value`` if it is a name (:data:`NAME_RE`), else raise ``ValueError`` with :data:`NAME_RULE`."""
+    if not re.match(NAME_RE, value) or "\n" in value:
+        raise ValueError(NAME_RULE)
+    return value
+
+
+def check_hostname(value: str) -> str:
+    """Return ``value`` if it is an RFC 1123 host name (:data:`HOSTNAME_RE`), else raise ``ValueError``."""
+    if not HOSTNAME_RE.match(value) or "\n" in value:
+        raise ValueError(f"not a valid hostname: {value!r}")
+    return value
+
+
+def normalize_mac(value: str) -> str:
+    """Return a MAC address as lower-case, colon-separated (``52:54:00:12:34:56``).
+
+    Accepts ``:`` or ``-`` separators in any case. Raises ``ValueError`` for anything else.
+    """
+    value = value.strip()
+    if not MAC_RE.match(value):
+        raise ValueError(f"not a MAC address: {value!r}")
+    return value.lower().replace("-", ":")
+
+
+def check_http_url(value: str) -> str:
+    """Check a base URL: http or https, a host, no query or fragment, safe in an iPXE script.
+
+    Returns it without a trailing ``/``. Raises ``ValueError`` (or its subclass
+    :class:`~bootserver.ipxe.UnsafeValueError`) naming the value. The one http(s) URL check of bootserver.
+    """
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an http:// or https:// URL, got {value!r}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"must not have a query or fragment: {value!r}")
+    check_script_word(value)
+    return value.rstrip("/")
+
+
+def parse_duration(value: str | int) -> int:
+    """Parse a duration: an integer number of seconds or ``<n>s|m|h|d`` (``24h``, ``7d``).
+
+    Returns seconds, from 1 to :data:`MAX_DURATION`. Raises ``ValueError`` naming the value.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int):
+        seconds = value
+    else:
+        m = _DURATION_RE.match(value.strip())
+        if not m:
+            raise ValueError(f"not a duration (use e.g. 3600, 30m, 24h, 7d): {value!r}")
+        seconds = int(m[1]) * _UNITS[m[2]]
+    if seconds <= 0:
+        raise ValueError(f"duration must be positive: {value!r}")
+    return seconds
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` for IPv6) into ``(host, port)``. Raises ``ValueError``."""
+    m = re.match(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\[\]]*)):(?P<port>\d{1,5})$", value)
+    if not m or not 0 < int(m["port"]) < 65536:
+        raise ValueError(f"must be host:port, e.g. 127.0.0.1:8080, got {value!r}")
+    host = m["v6"] or m["host"] or ""
+    if m["v6"]:
+        ipaddress.IPv6Address(m["v6"])
+    return host, int(m["port"])
+
+
+def parse_networks(value: Any) -> Any:
+    """Normalise one or a list of IP addresses or CIDRs into a tuple of CIDR strings
+    (``ipaddress.ip_network``, host bits allowed). Raises ``ValueError`` naming the item."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        return value
+    out = []
+    for i, v in enumerate(value):
+        if not isinstance(v, str):
+            raise ValueError(f"item {i}: expected an IP address or CIDR string, got {v!r}")
+        try:
+            out.append(str(ipaddress.ip_network(v.strip(), strict=False)))
+        except ValueError:
+            raise ValueError(f"item {i}: not an IP address or CIDR: {v!r}") from None
+    return tuple(out)
+
+
+def _duration(value: Any) -> Any:
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return parse_duration(value)
+    return value
+
+
+def _listen(value: str) -> str:
+    split_listen(value)
+    return value
+
+
+#: A name (:data:`NAME_RE`) as a mapping key or value.
+Name = Annotated[str, StringConstraints(pattern=NAME_RE)]
+#: A word iPXE reads literally (:func:`bootserver.ipxe.check_script_word`).
+ScriptWord = Annotated[str, AfterValidator(check_script_word)]
+#: Seconds, written as an integer or ``30m``/``24h``/``7d`` (:func:`parse_duration`).
+Duration = Annotated[int, BeforeValidator(_duration)]
+#: ``host:port`` or ``[v6]:port`` (:func:`split_listen`).
+ListenAddress = Annotated[str, AfterValidator(_listen)]
+#: An http(s) base URL (:func:`check_http_url`), kept without a trailing ``/``.
+HttpUrl = Annotated[str, AfterValidator(check_http_url)]
+#: A host name (:func:`check_hostname`).
+Hostname = Annotated[str, AfterValidator(check_hostname)]
+#: One or a list of IP addresses or CIDRs (:func:`parse_networks`), as a tuple of CIDR strings.
+Networks = Annotated[tuple[str, ...], BeforeValidator(parse_networks)]
