@@ -10,8 +10,7 @@ JSON) whose top level has a ``variant`` key. bootserver never translates Butane 
 (``--raw`` for ``variant: openshift`` only, so the output is an Ignition config, not a MachineConfig),
 takes the JSON on stdout, checks it against the official schema of its spec version
 (:mod:`bootserver.ignition_schema`), and reports butane's own message (stderr, exit status 1) on
-failure. The
-command line is butane's documented one (``butane --help``: input file or stdin, ``-o/--output``,
+failure. The command line is butane's documented one (``butane --help``: input file or stdin, ``-o/--output``,
 ``-s/--strict``, ``-d/--files-dir``, ``-p/--pretty``, ``-r/--raw``).
 """
 

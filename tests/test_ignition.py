@@ -168,3 +168,24 @@ async def test_server_negotiates_the_stub_version(aiohttp_client, reference: Pat
     assert (await r.text()).startswith("no Ignition config version this node can be served (3.1.0 to 3.4.0) ")
     stages = [e.event for e in client.app[SERVICE].timeline.events("master-0")]
     assert stages.count("stub") == 2, stages  # the 406 recorded nothing
+
+
+async def test_render_ignition_version(reference: Path, tmp_path: Path) -> None:
+    from conftest import run_cli, write_config
+
+    (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
+    cfg = write_config(tmp_path / "b.yaml", {
+        "server": {"base_url": "http://boot.example.net:8080"}, "state_dir": str(tmp_path / "state"),
+        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"p": {"stream": "r", "install_dev": "/dev/sda", "ignition": "master.ign",
+                           "ignition_version": "3.4.0"}},
+        "nodes": {"master-0": {"profile": "p"}}})
+    rc, out, err = await run_cli("render", "ignition", "master-0", "--version", "3.3.0", "--config", str(cfg))
+    assert rc == 0, err
+    assert json.loads(out)["ignition"]["version"] == "3.3.0"
+    rc, out, err = await run_cli("render", "ignition", "master-0", "--version", "3.5.0", "--config", str(cfg))
+    assert (rc, out) == (2, "")
+    assert err.strip().endswith("node master-0: Ignition spec 3.5.0 is not one its stub can be written in: "
+                                "profile p allows 3.1.0 to 3.4.0 (profiles.p.ignition_version)")
+    rc, out, err = await run_cli("render", "ipxe", "master-0", "--version", "3.3.0", "--config", str(cfg))
+    assert (rc, out) == (2, "") and "--version applies to render ignition only" in err
