@@ -281,8 +281,9 @@ class Upstream:
 
     @classmethod
     def for_config(cls, config: "Config", facility: str | None = None) -> "Upstream":
-        """The upstream of ``config``: the mirrors of ``facility`` (default ``server.facility``)."""
-        return cls(mirrors=config.mirrors(facility))
+        """The upstream of ``config``: the mirrors of ``facility`` (default ``server.facility``) and
+        ``upstream.read_timeout``."""
+        return cls(mirrors=config.mirrors(facility), read_timeout=config.upstream.read_timeout)
 
     @property
     def session(self) -> aiohttp.ClientSession:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from .config import Config
 from .errors import UnknownNodeError
-from .ipxe import ScriptContext, build_kargs
+from .ipxe import ScriptContext, build_kargs, check_command_line
+from .network import node_kargs
 from .streams import Release
 from .urls import Urls
 
@@ -34,22 +35,68 @@ def find_node(config: Config, *, name: str | None = None, mac: str | None = None
     raise UnknownNodeError("no selector given: use ?mac=, ?uuid= or ?hostname=")
 
 
-def script_context(config: Config, urls: Urls, node: str, release: Release) -> ScriptContext:
+def script_context(config: Config, urls: Urls, node: str, release: Release,
+                   network: tuple[str, ...] | None = None) -> ScriptContext:
     """Build the boot script context of ``node`` for ``release`` (its profile's stream and arch).
 
-    Raises ``KeyError`` for an unknown node (use :func:`find_node` first) and ``ValueError`` if the
-    kernel arguments cannot be built (see :func:`bootserver.ipxe.build_kargs`).
+    ``network`` is the node's network kargs (default: :func:`bootserver.network.node_kargs`).
+    Raises ``KeyError`` for an unknown node (use :func:`find_node` first), ``ValueError`` if the
+    kernel arguments cannot be built (see :func:`bootserver.ipxe.build_kargs`),
+    :class:`~bootserver.ipxe.CommandLineTooLong` when they do not fit the kernel, and
+    :class:`~bootserver.network.DeviceRecordError` (503) for a ``network: provider`` node without a
+    usable device record.
     """
     n = config.nodes[node]
     profile = config.profiles[n.profile]
+    kernel_url = urls.artifact(node, release, release.kernel)
     kargs = build_kargs(
         arch=profile.arch, mode=profile.mode,
         rootfs_url=urls.artifact(node, release, release.rootfs),
         stub_url=urls.stub(node), install_dev=profile.install_dev,
         console=profile.console, extra=profile.kargs,
+        network=node_kargs(config, node) if network is None else network,
     )
+    check_command_line(node, profile.arch, kernel_url, kargs)
     return ScriptContext(
         node=node, profile=n.profile, stream=release.stream, release=release.version, arch=release.arch,
-        mode=profile.mode, kernel_url=urls.artifact(node, release, release.kernel),
+        mode=profile.mode, kernel_url=kernel_url,
         initramfs_url=urls.artifact(node, release, release.initramfs), kargs=kargs,
     )
+
+
+def check_command_lines(config: Config) -> list[str]:
+    """``check-config``'s look at every node's kernel command line, built as the server would build it
+    (with a throwaway signing key: a signature has the same length under every key).
+
+    Needs the release: a node whose stream metadata is not at hand without the network (not synced
+    yet) or whose ``network: provider`` has no device record yet is left to ``render`` and the server,
+    and returned. Raises :class:`~bootserver.ipxe.CommandLineTooLong` (exit 2) naming the config file and
+    the first node whose command line does not fit.
+    """
+    from .catalog import StreamCatalog
+    from .errors import MetadataError
+    from .fetch import Upstream
+    from .ipxe import CommandLineTooLong
+    from .network import DeviceRecordError
+    from .signing import KeyEntry, Keyring, Signer
+    from .store import ArtifactStore
+
+    urls = Urls(config, Signer(Keyring(config.state_dir / "keys.json", [KeyEntry(bytes(32), 0)])))
+    catalog = StreamCatalog(config, ArtifactStore(config.cache_dir), Upstream.for_config(config))  # cached() only
+    later = []
+    for node, spec in config.nodes.items():
+        profile = config.profiles[spec.profile]
+        try:
+            meta = catalog.cached(profile.stream)
+            network = node_kargs(config, node)
+        except (MetadataError, DeviceRecordError):
+            meta = None
+        release = None if meta is None else meta.releases.get(profile.arch)
+        if release is None:
+            later.append(node)
+            continue
+        try:
+            script_context(config, urls, node, release, network)
+        except CommandLineTooLong as e:
+            raise CommandLineTooLong(f"{config.source}: {e}") from None
+    return later

@@ -14,10 +14,12 @@ import functools
 import re
 from dataclasses import dataclass
 from typing import Iterable
+from urllib.parse import unquote, urlsplit
 
 import jinja2
 
 from . import __version__
+from .errors import BootserverError
 from .resources import data_dir
 
 #: Serial console karg per architecture on Equinix Metal.
@@ -28,6 +30,14 @@ RESERVED_KARGS = (
     "initrd", "coreos.live.rootfs_url", "coreos.inst.install_dev", "coreos.inst.ignition_url",
     "coreos.inst.platform_id", "ignition.platform.id", "ignition.config.url", "ignition.firstboot",
 )
+
+#: Kernel arguments of node networking (docs/design.md, rule 10), set from the node's ``network``.
+NETWORK_KARGS = ("ip", "nameserver", "rd.route", "bond", "vlan", "ifname", "rd.neednet", "bootdev", "BOOTIF",
+                 "rd.bootif", "rd.peerdns", "team", "bridge")
+
+#: The kernel's command line buffer in bytes, terminating NUL included (``COMMAND_LINE_SIZE`` of
+#: arch/x86/include/asm/setup.h and arch/arm64/include/uapi/asm/setup.h).
+COMMAND_LINE_SIZE = {"x86_64": 2048, "aarch64": 2048}
 
 _UNSAFE = re.compile(r"[\s\"'\\\x00-\x1f\x7f]|\$\{|&&|\|\|")
 
@@ -64,13 +74,45 @@ def check_extra_karg(value: str) -> str:
     return value
 
 
+class CommandLineTooLong(BootserverError):
+    """A node's kernel command line does not fit the kernel's buffer (exit 2: the config must change;
+    500 from the server). Never truncated: the kernel would boot without the last arguments."""
+
+    exit_code = 2
+
+
+def command_line_bytes(kernel_url: str, kargs: Iterable[str]) -> int:
+    """Bytes the kernel's command line buffer needs for ``kargs``, counted as Linux counts them: the
+    UTF-8 bytes of the command line plus its terminating NUL. The command line is what iPXE hands the
+    kernel under UEFI, the longer of its two forms: the image name (the last segment of the kernel
+    URL's path) then a space then the arguments (iPXE ``efi_image.c``); under BIOS it is the arguments
+    alone.
+    """
+    name = unquote(urlsplit(kernel_url).path.rsplit("/", 1)[-1])
+    return len(f"{name} {' '.join(kargs)}".encode()) + 1
+
+
+def check_command_line(node: str, arch: str, kernel_url: str, kargs: Iterable[str]) -> None:
+    """Raise :class:`CommandLineTooLong` naming ``node`` when ``kargs`` (with the kernel's image name)
+    do not fit the kernel's command line buffer of ``arch`` (:data:`COMMAND_LINE_SIZE`)."""
+    kargs = tuple(kargs)
+    size = command_line_bytes(kernel_url, kargs)
+    limit = COMMAND_LINE_SIZE.get(arch, 2048)
+    if size > limit:
+        network = sum(len(k) + 1 for k in kargs if k.split("=", 1)[0] in NETWORK_KARGS)
+        raise CommandLineTooLong(
+            f"node {node}: the kernel command line needs {size} bytes, more than the {limit} of {arch} "
+            f"({network} of them network arguments); shorten the profile's kargs, the network, or the URLs")
+
+
 def build_kargs(*, arch: str, mode: str, rootfs_url: str, stub_url: str, install_dev: str | None,
-                console: str | None, extra: Iterable[str]) -> tuple[str, ...]:
+                console: str | None, extra: Iterable[str], network: Iterable[str] = ()) -> tuple[str, ...]:
     """Return the kernel arguments of a CoreOS live PXE boot, in order.
 
     ``mode`` is ``install`` (coreos-installer writes the disk and embeds the stub at ``stub_url``) or
     ``live`` (Ignition runs from RAM and fetches ``stub_url``). ``console`` overrides the architecture's
-    serial console; ``extra`` is appended last. Raises :class:`UnsafeValueError` for a value iPXE would
+    serial console; ``network`` (the node's dracut network arguments, see
+    :func:`bootserver.network.dracut_kargs`) follows it, ``extra`` is appended last. Raises :class:`UnsafeValueError` for a value iPXE would
     misread and ``ValueError`` for a non-http(s) URL or an unknown mode/arch.
     """
     for url in (rootfs_url, stub_url):
@@ -89,6 +131,7 @@ def build_kargs(*, arch: str, mode: str, rootfs_url: str, stub_url: str, install
     else:
         raise ValueError(f"unknown mode {mode!r}")
     args.append(console or CONSOLES[arch])
+    args.extend(network)
     args.extend(extra)
     for word in args:
         check_script_word(word)

@@ -36,6 +36,9 @@ ARTIFACT_KIND = web.RequestKey("artifact_kind", str)
 #: Request storage: ``hit`` or ``miss``; a read-through handler sets ``miss`` when it fetched upstream
 #: (default: ``miss`` for a 404, else ``hit``).
 CACHE_RESULT = web.RequestKey("cache_result", str)
+#: Request storage: ``(body bytes sent, complete)`` counted by a handler whose client went away during a
+#: ``sendfile`` (aiohttp does not count those bytes); :func:`sent_body_bytes` prefers it.
+BODY_SENT = web.RequestKey("body_sent", tuple)
 
 
 class Ops:
@@ -113,6 +116,9 @@ def sent_body_bytes(request: web.BaseRequest, response: web.StreamResponse) -> t
     bytes; otherwise the count is what went through the writer, minus the headers (a lower bound for a
     broken ``sendfile`` transfer). ``complete`` is false when the connection broke.
     """
+    counted = request.get(BODY_SENT)
+    if counted is not None:
+        return counted
     transport = request.transport
     broken = transport is None or transport.is_closing()
     if request.method == "HEAD" or response.status in (204, 304):

@@ -150,9 +150,11 @@ class Download(DownloadHooks):
         return any(r.pos > 0 for r in self.readers)
 
     def dup_fd(self) -> int | None:
-        """A new read descriptor on the bytes (temp file while running, published file after)."""
+        """A new read descriptor on the bytes (temp file while running, published file after), with a
+        file position of its own (a new open file description, so a sender may read the position
+        ``sendfile`` left it at, whatever other readers do)."""
         if self._fd is not None:
-            return os.dup(self._fd)
+            return os.open(f"/proc/self/fd/{self._fd}", os.O_RDONLY)
         if self.ok:
             return os.open(self.dest, os.O_RDONLY)
         return None

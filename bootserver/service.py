@@ -20,6 +20,7 @@ from .fetch import Upstream
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .inventory import find_node, script_context
 from .ipxe import render_boot_script, render_localboot_script
+from .network import node_kargs
 from .readthrough import ReadThrough
 from .store import ArtifactStore
 from .timeline import ARTIFACT_KINDS, INSTALLED_STAGES, GroupCommit, Record, Timeline
@@ -49,7 +50,7 @@ class BootService:
         # Rendered answers, reused while what they depend on is unchanged (see _script and stub):
         # node -> (release, signing state, script) and (node, spec version) -> (real config's hash,
         # signing state, CA, stub).
-        self._scripts: dict[str, tuple[Any, tuple[int, bytes], str]] = {}
+        self._scripts: dict[str, tuple[Any, tuple[int, bytes], tuple[str, ...], str]] = {}
         self._stubs: dict[tuple[str, str], tuple[Any, tuple[int, bytes], bytes | None, bytes]] = {}
 
     def find_node(self, **selectors: str | None) -> str:
@@ -87,15 +88,17 @@ class BootService:
         if profile.boots_once and stage in INSTALLED_STAGES:
             return "localboot", render_localboot_script(node, stage), {"stage": stage}
         release = await self.catalog.release(profile.stream, profile.arch)
-        # The script changes only with the release, and with the stub URL's signature (its expiry is
-        # rounded up to the hour, and the key may rotate): render once per change, not per request.
+        # The script changes only with the release, with the stub URL's signature (its expiry is
+        # rounded up to the hour, and the key may rotate) and with the network (a provider's device
+        # record may change): render once per change, not per request.
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
+        network = node_kargs(self.config, node)
         hit = self._scripts.get(node)
-        if hit is not None and hit[0] is release and hit[1] == signing:
-            script = hit[2]
+        if hit is not None and hit[0] is release and hit[1] == signing and hit[2] == network:
+            script = hit[3]
         else:
-            script = render_boot_script(script_context(self.config, self.urls, node, release))
-            self._scripts[node] = (release, signing, script)
+            script = render_boot_script(script_context(self.config, self.urls, node, release, network))
+            self._scripts[node] = (release, signing, network, script)
         return "script", script, {"mode": profile.mode, "release": release.version}
 
     def mode(self, node: str) -> str:

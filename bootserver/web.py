@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 import ssl
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from aiohttp import hdrs, web
 
@@ -34,11 +34,24 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ArtifactResponse(web.FileResponse):
-    """A cached artifact sent with sendfile; its ``ETag`` is the artifact's sha256 (set on prepare)."""
+    """A cached artifact sent with sendfile; its ``ETag`` is the artifact's sha256 (set on prepare).
+
+    When the client goes away mid-body, the bytes the kernel did send are recorded for the access log
+    (asyncio leaves the file position after the last byte ``sendfile`` sent); aiohttp then logs the
+    request as usual, without a traceback."""
 
     def __init__(self, path: object, sha256: str | None, **kwargs: object) -> None:
         super().__init__(path, **kwargs)  # type: ignore[arg-type]
         self.sha256 = sha256
+
+    async def _sendfile(self, request: web.BaseRequest, fobj: Any, offset: int, count: int
+                        ) -> Any:  # aiohttp's FileResponse hook that sends the body
+        fobj.seek(offset)
+        try:
+            return await super()._sendfile(request, fobj, offset, count)  # type: ignore[misc]
+        except ConnectionError:
+            request[ops.BODY_SENT] = (max(0, fobj.tell() - offset), False)
+            raise
 
 
 async def _artifact_etag(request: web.Request, response: web.StreamResponse) -> None:
@@ -170,6 +183,8 @@ async def _send_transfer(request: web.Request, transfer: Transfer) -> web.Stream
                     await resp.write(chunk)
             else:
                 await _sendfile_ranges(request, resp, transfer)
+        except ConnectionError:  # the client went away: the access log says so ("incomplete"), in one line
+            return resp
         except BootserverError as e:
             log.error("%s %s: aborting the transfer: %s", request.method, request.path, e)
             if request.transport is not None:
@@ -191,6 +206,7 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
     short bodies while the server saw them all sent)."""
     loop = asyncio.get_running_loop()
     fobj = None
+    sent = 0  # body bytes sent; with sendfile, asyncio leaves the file position after the last one
     try:
         async for offset, count in transfer.ranges():
             transport = request.transport
@@ -200,11 +216,16 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
                 fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)
                 use_sendfile = transport.get_extra_info("sslcontext") is None
             if use_sendfile:
+                fobj.seek(offset)
                 try:
                     await loop.sendfile(transport, fobj, offset, count)
+                    sent += count
                     continue
                 except NotImplementedError:
                     use_sendfile = False
+                except ConnectionError:
+                    sent += max(0, fobj.tell() - offset)
+                    raise
             end = offset + count
             while offset < end:
                 data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
@@ -212,6 +233,10 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
                     raise FetchError(f"{request.path}: data file shorter than expected")
                 await resp.write(data)
                 offset += len(data)
+                sent += len(data)
+    except ConnectionError:
+        request[ops.BODY_SENT] = (sent, False)
+        raise
     finally:
         if fobj is not None:
             fobj.close()

@@ -128,7 +128,9 @@ async def test_50_concurrent_cold_requests_make_one_upstream_get(tmp_path, refer
     assert faulty.gets(rootfs) == [None]
 
 
-async def test_wrong_bytes_abort_every_client_and_publish_nothing(tmp_path, reference, faulty, aiohttp_client):
+async def test_wrong_bytes_abort_every_client_and_publish_nothing(tmp_path, reference, faulty, aiohttp_client,
+                                                                  caplog):
+    caplog.set_level("INFO", logger="bootserver")
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
     rootfs = paths["rootfs"]
@@ -153,6 +155,10 @@ async def test_wrong_bytes_abort_every_client_and_publish_nothing(tmp_path, refe
     r = await client.get(served_path(paths, "rootfs"))
     with pytest.raises(aiohttp.ClientPayloadError):
         await r.read()
+    # the log says what happened: a sha256 mismatch, for the download and for each aborted transfer
+    aborts = [r.getMessage() for r in caplog.records if "aborting the transfer" in r.getMessage()]
+    assert len(aborts) >= 5 and all("sha256 mismatch" in m for m in aborts), aborts
+    assert "restarted" not in caplog.text
 
 
 def config_cache(tmp_path: Path) -> Path:
@@ -501,6 +507,8 @@ async def test_readyz(tmp_path, reference, faulty, aiohttp_client) -> None:
     ({"server": {"facility": "nope"}}, "server.facility"),
     ({"streams": {"s": {"metadata": "http://x/s.json", "keep_releases": 0}}}, "streams.s.keep_releases"),
     ({"read_through": "yes"}, "read_through"),
+    ({"upstream": {"read_timeout": 0}}, "upstream.read_timeout"),
+    ({"upstream": {"read_timeout": "forever"}}, "upstream.read_timeout"),
 ])
 def test_new_config_keys_are_checked(tmp_path: Path, doc: dict, key: str) -> None:
     from bootserver.errors import ConfigError
@@ -609,3 +617,60 @@ async def test_fetch_is_shielded_from_a_cancelled_caller(tmp_path, reference, fa
         await rt.close()
     assert path.read_bytes() == files[paths["rootfs"]] and faulty.gets(paths["rootfs"]) == [None]
     assert rt.status(rel, rel.rootfs) == "cached"
+
+
+# --- clients that go away mid-body (issue 16, item 8) -------------------------------------------------
+
+async def _abort_after(port: int, path: str, nbytes: int) -> int:
+    """A raw HTTP client that reads ``nbytes`` of the answer, then resets the connection; returns the
+    bytes it received (headers included)."""
+    import socket
+    import struct
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    got = 0
+    while got < nbytes:
+        data = await asyncio.wait_for(reader.read(65536), DEADLINE)
+        if not data:
+            break
+        got += len(data)
+    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+    return got
+
+
+async def test_aborting_clients_log_one_line_each_with_the_bytes_sent(tmp_path, reference, faulty) -> None:
+    import re
+
+    from conftest import ServerProcess, free_port
+
+    size = 40_000_000
+    meta, paths, files = make_stream(tmp_path, reference, faulty, rootfs_size=size)
+    port = free_port()
+    config = write_config(tmp_path / "bootserver.yaml", {
+        "server": {"listen": f"127.0.0.1:{port}"}, "cache_dir": "cache",
+        "streams": {"rhcos": {"metadata": str(meta)}},
+        "profiles": {"live": {"stream": "rhcos", "mode": "live"}}})
+    url_path = served_path(paths, "rootfs")
+    faulty.pause[paths["rootfs"]] = size // 4
+    server = ServerProcess(config, port)
+    async with aiohttp.ClientSession() as session:
+        await server.start(session)
+        try:
+            # 10 clients give up on a read-through transfer, 10 on the cached file (sendfile)
+            cold = [asyncio.create_task(_abort_after(port, url_path, 1_000_000)) for _ in range(10)]
+            received = await asyncio.wait_for(asyncio.gather(*cold), DEADLINE)
+            faulty.gate.set()
+            async with session.get(server.url + url_path) as r:
+                assert r.status == 200 and await r.read() == files[paths["rootfs"]]
+            received += [await _abort_after(port, url_path, 1_000_000) for _ in range(10)]
+        finally:
+            await server.stop()
+    assert all(n >= 1_000_000 for n in received)
+    err = (await server.proc.stderr.read()).decode()  # type: ignore[union-attr]
+    assert "Traceback" not in err and "Error handling request" not in err, err
+    lines = [line for line in err.splitlines() if f"GET {url_path} 200" in line and line.endswith(" incomplete")]
+    assert len(lines) == 20, err
+    sent = [int(re.search(r" bytes=(\d+) ", line)[1]) for line in lines]  # type: ignore[index]
+    assert all(0 < n < size for n in sent), sent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -128,3 +129,138 @@ async def test_stream_metadata_404_is_not_retried(tmp_path: Path, reference: Pat
     finally:
         await svc.close()
     assert faulty.gets("/rhcos.json") == [None]
+
+
+# --- one download per artifact across processes (issue 16, item 10) --------------------------------
+
+async def _lines_until(stream, needle: str, count: int, deadline: float = 20.0) -> str:
+    """Read ``stream`` (a subprocess's stderr) until ``needle`` appeared on ``count`` lines; return
+    what was read. Fails after ``deadline`` seconds."""
+    import asyncio
+
+    seen, text = 0, ""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline
+    while seen < count:
+        line = (await asyncio.wait_for(stream.readline(), max(0.1, end - loop.time()))).decode()
+        assert line, f"stream ended before {count} x {needle!r}: {text}"
+        text += line
+        seen += needle in line
+    return text
+
+
+def _local_stream_config(tmp_path: Path, meta: Path, **server) -> Path:
+    doc = {"cache_dir": "cache", "streams": {"rhcos": {"metadata": str(meta)}},
+           "profiles": {"live": {"stream": "rhcos", "mode": "live"}}}
+    if server:
+        doc["server"] = server
+    return write_config(tmp_path / "bootserver.yaml", doc)
+
+
+async def test_two_sync_images_at_once_download_each_artifact_once(tmp_path: Path, reference: Path,
+                                                                    faulty) -> None:
+    import asyncio
+    import subprocess
+
+    from bootserver.store import ArtifactStore
+    from conftest import BOOTSERVER
+    from test_readthrough import DEADLINE, make_stream, wait_for
+
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    config = _local_stream_config(tmp_path, meta)
+    for path, data in files.items():
+        faulty.pause[path] = len(data) // 2
+    store = ArtifactStore(tmp_path / "cache")
+    parts = [store.tmp / f"{hashlib.sha256(d).hexdigest()}.part" for d in files.values()]
+    first = await asyncio.create_subprocess_exec(*BOOTSERVER, "sync-images", "--config", str(config),
+                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    second = None
+    try:
+        # the first sync holds half of every artifact, its upstream paused
+        await wait_for(lambda: all(p.exists() and p.stat().st_size == len(d) // 2
+                                   for p, d in zip(parts, files.values())), "the first sync's partial files")
+        second = await asyncio.create_subprocess_exec(*BOOTSERVER, "sync-images", "--config", str(config),
+                                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        err2 = await _lines_until(second.stderr, "being downloaded by another process; following it", 3)
+        faulty.gate.set()
+        out1, err1 = await asyncio.wait_for(first.communicate(), DEADLINE)
+        out2, rest2 = await asyncio.wait_for(second.communicate(), DEADLINE)
+    finally:
+        faulty.gate.set()
+        for proc in (first, second):
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert first.returncode == 0, err1.decode()
+    assert second.returncode == 0, err2 + rest2.decode()
+    assert {p: faulty.gets(p) for p in files} == {p: [None] for p in files}
+    assert all(line.endswith("sha256 ok") and "by another process" in line
+               for line in out2.decode().splitlines()), out2.decode()
+    for path, data in files.items():
+        rel = path.rsplit("/", 3)
+        assert (store.root / "rhcos/x86_64" / rel[-3] / rel[-1]).read_bytes() == data
+    assert sorted(p.name for p in store.tmp.iterdir()) == []
+
+
+async def test_sync_images_follows_a_download_that_serve_runs(tmp_path: Path, reference: Path, faulty) -> None:
+    import asyncio
+
+    import aiohttp
+
+    from conftest import BOOTSERVER, ServerProcess, free_port
+    from test_readthrough import DEADLINE, make_stream, served_path
+
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    port = free_port()
+    config = _local_stream_config(tmp_path, meta, listen=f"127.0.0.1:{port}")
+    rootfs, data = paths["rootfs"], files[paths["rootfs"]]
+    faulty.pause[rootfs] = len(data) // 2
+    server = ServerProcess(config, port)
+    async with aiohttp.ClientSession() as session:
+        await server.start(session)
+        sync = None
+        try:
+            r = await session.get(server.url + served_path(paths, "rootfs"))
+            assert r.status == 200
+            await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
+            sync = await asyncio.create_subprocess_exec(*BOOTSERVER, "sync-images", "--config", str(config),
+                                                        stdout=asyncio.subprocess.PIPE,
+                                                        stderr=asyncio.subprocess.PIPE)
+            err = await _lines_until(sync.stderr, "being downloaded by another process; following it", 1)
+            faulty.gate.set()
+            assert await asyncio.wait_for(r.read(), DEADLINE) == data
+            out, rest = await asyncio.wait_for(sync.communicate(), DEADLINE)
+            assert sync.returncode == 0, err + rest.decode()
+        finally:
+            faulty.gate.set()
+            if sync is not None and sync.returncode is None:
+                sync.kill()
+                await sync.wait()
+            await server.stop()
+    assert faulty.gets(rootfs) == [None]
+    assert "rootfs: downloaded" in out.decode() and "by another process" in out.decode()
+
+
+async def test_upstream_read_timeout_bounds_a_hung_artifact_upstream(tmp_path: Path, reference: Path,
+                                                                    faulty) -> None:
+    import asyncio
+
+    import pytest
+
+    from bootserver.errors import FetchError
+    from bootserver.service import BootService
+    from test_readthrough import DEADLINE, FAST
+
+    config = _url_stream_config(tmp_path, reference, faulty, upstream={"read_timeout": "1"})
+    svc = BootService(config)
+    svc.upstream.retry = FAST
+    try:
+        rel = (await svc.catalog.refresh("rhcos")).releases["x86_64"]
+        kernel = rel.kernel.url[len(faulty.url):]
+        faulty.stall.add(kernel)  # answers nothing (until the test ends)
+        with pytest.raises(FetchError, match="Timeout"):
+            await asyncio.wait_for(svc.upstream.download(svc.store, rel, rel.kernel), DEADLINE)
+    finally:
+        await svc.close()
+    assert len(faulty.gets(kernel)) == FAST.attempts
+    assert not svc.store.is_cached(rel, rel.kernel)

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from ..butane import ButaneError, is_butane, translate as translate_butane
 from ..errors import ConfigError
+from ..network import check_network_settings
 from .messages import describe_error, keypath
 from .schema import Config, Document, default_document
 
@@ -92,6 +93,7 @@ def _check_references(doc: Document, cfg: Config) -> None:
             if mac in seen_macs:
                 raise ConfigError(src, f"nodes.{name}.mac", f"{mac} is already the MAC of node {seen_macs[mac]!r}")
             seen_macs[mac] = name
+    check_network_settings(doc, src)
     for name, sc in doc.streams.items():
         if not sc.is_url:
             path = cfg.resolve_path(sc.metadata)

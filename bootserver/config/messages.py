@@ -13,7 +13,6 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from .metal import FACILITY_TAGS
 from .types import NAME_RULE
 
 #: What a ``<kind>_type`` error expected, in words.
@@ -67,8 +66,10 @@ def known_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, ...]:
 
 
 def _is_marker(part: Any) -> bool:
-    """Parts of a pydantic ``loc`` that name a validator or union member, not a key."""
-    return isinstance(part, str) and (part.startswith(("function-", "literal[")) or part in FACILITY_TAGS)
+    """Parts of a pydantic ``loc`` that name a validator or union member, not a key. Union members are
+    tagged ``<...>`` (:data:`~bootserver.config.metal.FACILITY_TAGS`, ``bootserver.network.NetworkSetting``),
+    which no key can be (names are letters, digits, ``.``, ``_``, ``-``)."""
+    return isinstance(part, str) and part.startswith(("function-", "literal[", "<"))
 
 
 def describe_error(err: dict[str, Any], root: type[BaseModel] | None = None) -> tuple[str, str]:

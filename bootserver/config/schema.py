@@ -22,6 +22,7 @@ from pydantic import BeforeValidator, Field, field_validator
 
 from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
+from ..network import NetworkSetting
 from .metal import MetalGlobal, MetalSettings
 from .types import (
     UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, Name, Networks, ScriptWord, SettingsModel, YamlList,
@@ -134,6 +135,14 @@ class ServerConfig(SettingsModel):
         return f"https://{host}:{split_listen(self.tls.listen)[1]}"
 
 
+class UpstreamConfig(SettingsModel):
+    """``upstream``: how patiently stream metadata and artifacts are fetched (server and ``sync-images``)."""
+
+    #: Seconds to wait for the next bytes from an upstream source before the attempt fails (the
+    #: next source is tried, then the whole chain again); not a limit on a whole transfer.
+    read_timeout: Annotated[Duration, Field(ge=1, le=3600)] = 60
+
+
 class StreamConfig(SettingsModel):
     """``streams.<name>``: a CoreOS stream metadata URL or file path and the architectures we serve."""
 
@@ -168,6 +177,8 @@ class Profile(SettingsModel):
     console: ScriptWord | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     boot_once: bool | None = None
+    #: ``dhcp``, ``provider`` or an NMState document: the default of the profile's nodes (bootserver.network).
+    network: NetworkSetting | None = None
 
     @property
     def boots_once(self) -> bool:
@@ -203,6 +214,8 @@ class Node(SettingsModel):
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     addresses: Networks = ()
     selectable: bool = False
+    #: ``dhcp``, ``provider`` or an NMState document (bootserver.network); default the profile's.
+    network: NetworkSetting | None = None
 
     @field_validator("mac", mode="before")
     @classmethod
@@ -231,6 +244,7 @@ class Document(SettingsModel):
     cache_dir: str | None = None
     state_dir: str | None = None
     read_through: bool = True
+    upstream: UpstreamConfig = Field(default_factory=UpstreamConfig)
     streams: dict[Name, StreamConfig] = Field(default_factory=dict)
     facilities: dict[Name, FacilityConfig] = Field(default_factory=dict)
     profiles: dict[Name, Profile] = Field(default_factory=dict)
@@ -249,7 +263,8 @@ class Config:
     Attributes: ``source`` (the file name used in error messages, or ``"<default>"``), ``base_dir``
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
     ``state_dir`` (absolute :class:`~pathlib.Path`), ``read_through`` (bool: a cache miss is fetched
-    from upstream), the mappings ``streams``, ``facilities``, ``profiles``, ``nodes`` (name -> model),
+    from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
+    ``profiles``, ``nodes`` (name -> model),
     and ``metal`` (:class:`MetalGlobal`).
     """
 
@@ -259,6 +274,7 @@ class Config:
     cache_dir: Path
     state_dir: Path
     read_through: bool
+    upstream: UpstreamConfig
     streams: Mapping[str, StreamConfig]
     facilities: Mapping[str, FacilityConfig]
     profiles: Mapping[str, Profile]
@@ -278,6 +294,7 @@ class Config:
             cache_dir=path(doc.cache_dir, platformdirs.user_cache_path("bootserver")),
             state_dir=path(doc.state_dir, platformdirs.user_state_path("bootserver")),
             read_through=doc.read_through,
+            upstream=doc.upstream,
             streams=MappingProxyType(dict(doc.streams)),
             facilities=MappingProxyType(dict(doc.facilities)),
             profiles=MappingProxyType(dict(doc.profiles)),
