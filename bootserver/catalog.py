@@ -16,7 +16,8 @@ from pathlib import Path
 from .config import Config
 from .errors import MetadataError
 from .fetch import Upstream
-from .store import ArtifactStore, write_atomic
+from .files import write_atomic
+from .store import ArtifactStore
 from .streams import Release, StreamMetadata, parse_stream
 
 

@@ -1,6 +1,6 @@
 """The ``bootserver`` command line (argparse).
 
-Every subcommand takes ``--config PATH`` (fallback ``$BOOTSERVER_CONFIG``, then the embedded default).
+Every subcommand takes ``--config PATH``, before or after the subcommand's name (fallback ``$BOOTSERVER_CONFIG``, then the embedded default).
 Exit status: 0 ok, 1 runtime failure, 2 bad usage or bad input; errors are one line on stderr.
 """
 
@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from urllib.parse import urlsplit
 
 from . import __version__
-from .config import Config, load_config
+from .config import Config, check_local_inputs, load_config
 from .errors import BootserverError, InputError, UnknownNodeError
 from .logs import setup_logging
 
@@ -23,6 +23,7 @@ Command = Callable[[argparse.Namespace, Config], int]
 
 
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    check_local_inputs(config)
     workers = config.server.workers if args.workers is None else args.workers
     if workers > 1:
         from .workers import serve_workers
@@ -217,6 +218,7 @@ def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     from .inventory import check_command_lines
 
+    check_local_inputs(config)
     check_command_lines(config)
     print(f"{config.source}: ok: {len(config.streams)} streams, {len(config.profiles)} profiles, "
           f"{len(config.nodes)} nodes")
@@ -263,6 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="log lines as text or as one JSON object per line (default text)")
     parser = argparse.ArgumentParser(prog="bootserver", description="Boot CoreOS on bare metal through iPXE.")
     parser.add_argument("--version", action="version", version=f"bootserver {__version__}")
+    # also before the subcommand (`bootserver --config x.yaml check-config`); one given after it wins
+    parser.add_argument("--config", dest="config_before", metavar="PATH", help="config file, as after COMMAND")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", parents=[common], help="run the HTTP server")
@@ -351,6 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(args.nodes) < wanted[0] or (wanted[1] is not None and len(args.nodes) > wanted[1]):
             parser.error(f"nodes {args.action}: expected "
                          + ("no NODE" if wanted[1] == 0 else "one NODE" if wanted[1] == 1 else "NODE..."))
+    if getattr(args, "config", None) is None:
+        args.config = args.config_before
     setup_logging(args.log_level, args.log_format)
     config = None
     try:

@@ -31,6 +31,9 @@ RESERVED_KARGS = (
     "coreos.inst.platform_id", "ignition.platform.id", "ignition.config.url", "ignition.firstboot",
 )
 
+#: Words iPXE reads as the end of a command (src/core/exec.c, command_terminator).
+_SEPARATORS = frozenset({";", "&&", "||"})
+
 #: Kernel arguments of node networking (docs/design.md, rule 10), set from the node's ``network``.
 NETWORK_KARGS = ("ip", "nameserver", "rd.route", "bond", "vlan", "ifname", "rd.neednet", "bootdev", "BOOTIF",
                  "rd.bootif", "rd.peerdns", "team", "bridge")
@@ -50,10 +53,15 @@ def check_script_word(value: str) -> str:
     """Return ``value`` if iPXE would read it as one literal word, else raise :class:`UnsafeValueError`.
 
     Refused: the empty string, whitespace, quotes, backslashes and control characters, ``${`` (setting
-    expansion), ``&&`` and ``||`` (command chaining) and a leading ``#`` (comment).
+    expansion), ``&&`` and ``||`` (command chaining) anywhere, a lone ``;`` (a command separator) and a
+    leading ``#`` (comment). iPXE splits a script line into words at whitespace and ends a command at a
+    word that is exactly ``||``, ``&&`` or ``;`` and at any word starting with ``#`` (ipxe/ipxe
+    ``src/core/exec.c``, ``command_terminator``).
     """
     if not value:
         raise UnsafeValueError("empty value")
+    if value in _SEPARATORS:
+        raise UnsafeValueError(f"{value!r} is a command separator to iPXE")
     m = _UNSAFE.search(value)
     if m:
         raise UnsafeValueError(f"{value!r} contains {m.group()!r}, which iPXE would not read literally")

@@ -116,7 +116,10 @@ class Address(_Model):
     ip: str
     prefix_length: int = Field(alias="prefix-length", ge=0, le=128)
 
-    _ip = field_validator("ip")(classmethod(lambda cls, v: _ip(v)))
+    @field_validator("ip")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        return _ip(value)
 
     @property
     def interface(self) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:
@@ -204,7 +207,10 @@ class Route(_Model):
         except ValueError:
             raise ValueError(f"not a network in CIDR notation (host bits zero), e.g. 10.0.0.0/8: {value!r}") from None
 
-    _hop = field_validator("next_hop_address")(classmethod(lambda cls, v: None if v is None else _ip(v)))
+    @field_validator("next_hop_address")
+    @classmethod
+    def _next_hop(cls, value: str | None) -> str | None:
+        return None if value is None else _ip(value)
 
     @property
     def network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:

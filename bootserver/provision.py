@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bootserver.errors import BootserverError, InputError
+from bootserver.files import write_atomic
 from bootserver.metal import (
     GONE_STATES,
     TERMINAL_STATES,
@@ -66,28 +66,9 @@ def node_state_path(state_dir: str | os.PathLike[str], node: str) -> Path:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` atomically: a temp file in the same folder, fsync, rename
-    over ``path``, fsync of the folder. Creates the folder. Raises ``OSError`` on disk failures."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Write ``data`` as JSON to ``path`` atomically (:func:`bootserver.files.write_atomic`, owner-only
+    permissions). Creates the folder. Raises ``OSError`` on disk failures."""
+    write_atomic(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), mode=0o600)
 
 
 def read_node_state(state_dir: str | os.PathLike[str], node: str) -> dict[str, Any]:

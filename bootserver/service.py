@@ -23,7 +23,8 @@ from .ipxe import render_boot_script, render_localboot_script
 from .network import node_kargs
 from .readthrough import ReadThrough
 from .store import ArtifactStore
-from .timeline import ARTIFACT_KINDS, INSTALLED_STAGES, GroupCommit, Record, Timeline
+from .streams import ARTIFACT_KINDS
+from .timeline import INSTALLED_STAGES, GroupCommit, Record, Timeline
 from .signing import Signer
 from .urls import Urls
 

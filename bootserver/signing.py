@@ -227,7 +227,7 @@ class Keyring:
         old = [KeyEntry(e.key, e.created, t + grace if e.retires is None else e.retires)
                for e in self.entries]
         entries = [KeyEntry(secrets.token_bytes(KEY_BYTES), t)] + [e for e in old if e.retires > t]
-        from .store import write_atomic
+        from .files import write_atomic
 
         write_atomic(self.path, _dump(entries), mode=0o600)
         return Keyring._read(self.path)

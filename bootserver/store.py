@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable
 
 from .errors import DiskFullError, IntegrityError
+from .files import fsync_dir, write_atomic
 from .streams import SAFE_SEGMENT_RE, Artifact, Release
 
 
@@ -45,34 +46,6 @@ class PartialBusy(Exception):
 
 class AlreadyCached(Exception):
     """An exclusive writer got the lock but the artifact was published meanwhile: nothing to do."""
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never a part.
-
-    Temp file in the same folder, fsync, rename, fsync of the folder. Raises ``OSError``.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
 
 
 class ArtifactStore:
@@ -388,7 +361,7 @@ class ArtifactWriter:
                 raise self._disk_full(0) from None
             raise
         os.replace(self._tmp, self.dest)
-        _fsync_dir(self.dest.parent)
+        fsync_dir(self.dest.parent)
         self._drop_size_file()
         self._file.close()  # releases the lock only after the rename
         self._tmp = None

@@ -52,14 +52,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from .streams import ARTIFACT_KINDS
+
 log = logging.getLogger("bootserver.timeline")
 
 #: Seconds after a node's script was served during which artifact requests from the same client IP are
 #: attributed to that node (an install's rootfs download may start minutes after the script).
 ATTRIBUTION_WINDOW = 3600.0
-
-#: Artifact kinds the timeline follows.
-ARTIFACT_KINDS = ("kernel", "initramfs", "rootfs")
 
 #: Every stage, in the order of a boot.
 STAGES = ("new", "reinstall", "ipxe", "kernel", "initramfs", "rootfs", "installing", "installed",

@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .errors import InputError
-from .store import write_atomic
+from .files import write_atomic
 
 #: Validity of the CA certificate, in days (10 years).
 CA_DAYS = 3650

@@ -54,6 +54,11 @@ CASES = [
      "profiles.master.install_dev: '/dev/sda${x}' contains '${', which iPXE would not read literally"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, kargs: ['a&&b']"), "",
      "profiles.master.kargs: item 0: 'a&&b' contains '&&', which iPXE would not read literally"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, kargs: [nosmt, ';']"), "",
+     "profiles.master.kargs: item 1: ';' is a command separator to iPXE"),
+    (("install_dev: /dev/sda", "install_dev: ';'"), "", "profiles.master.install_dev: ';' is a command separator to iPXE"),
+    (("install_dev: /dev/sda", "install_dev: /dev/sda, console: ';'"), "",
+     "profiles.master.console: ';' is a command separator to iPXE"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, kargs: ['ignition.platform.id=metal']"), "",
      "profiles.master.kargs: item 0: ignition.platform.id is set by bootserver from the profile; do not set it in kargs"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, arch: ppc64le"), "",
@@ -71,7 +76,8 @@ CASES = [
      "server.base_url: 'http://boot/${x}' contains '${', which iPXE would not read literally"),
     (("rhcos-4.16: {metadata: ", "rhcos-4.16: {architectures: x86_64, metadata: "), "",
      "streams.rhcos-4.16.architectures: expected a list, got str 'x86_64'"),
-    (None, "facilities: {'da 11': {}}\n", "facilities.da 11: names may use only letters, digits, '.', '_' and '-'"),
+    (None, "facilities: {'da 11': {}}\n", "facilities.da 11: names start with a letter or digit and use only letters, digits, '.', '_' and '-', "
+     "at most 63 characters"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, ignition: missing.ign"), "",
      "profiles.master.ignition: cannot read {tmp}/missing.ign: No such file or directory"),
 ]
@@ -187,3 +193,179 @@ def test_merge_keys_may_override(tmp_path: Path, reference: Path) -> None:
     """``<<: *anchor`` then a key of the anchor is YAML's way to override, not a duplicate."""
     path = write(tmp_path, reference, "  master-1: &m {profile: master}\n  master-2: {<<: *m, profile: master}\n")
     assert set(load_config(path).nodes) == {"master-0", "master-1", "master-2"}
+
+
+# --- issue 16: one rule for node names and hostnames ----------------------------------------------
+
+
+def test_a_node_name_that_is_not_a_hostname_needs_hostname(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, replace=("master-0: {", "master_0: {"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}: nodes.master_0: 'master_0' is not a valid hostname, and a node "
+                                      "without hostname: uses its name as hostname: set hostname: or rename the node")
+    path = write(tmp_path, reference, replace=("master-0: {", "master_0: {hostname: master-0, "))
+    cfg = load_config(path)
+    assert cfg.node_hostname("master_0") == "master-0"
+    assert cfg.node_by_hostname("MASTER-0") == "master_0"
+
+
+def test_hostname_key_follows_the_same_rule(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, replace=("master-0: {", "master-0: {hostname: master_0, "))
+    with pytest.raises(ConfigError, match=r"nodes\.master-0\.hostname: not a valid hostname: 'master_0' "
+                       r"\(a hostname has labels"):
+        load_config(path)
+
+
+# --- issue 16: error lines ------------------------------------------------------------------------
+
+
+def _bootserver(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bootserver", *argv], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+@pytest.mark.parametrize("name,shown", [("master\\n0", "'master\\n0'"), ("m\\0", "'m\\x00'"),
+                                        ("...", "..."), ("-m", "-m"), ("m" * 64, "m" * 64)])
+def test_a_bad_node_name_gives_one_safe_line_with_the_real_rule(tmp_path: Path, reference: Path, name: str,
+                                                                shown: str) -> None:
+    path = write(tmp_path, reference, replace=("master-0: {", f'"{name}": {{'))
+    proc = _bootserver("check-config", "--config", str(path))
+    assert proc.returncode == 2
+    assert proc.stderr == (f"bootserver: {path}: nodes.{shown}: names start with a letter or digit and use only "
+                           "letters, digits, '.', '_' and '-', at most 63 characters\n")
+
+
+def test_metadata_with_another_scheme_is_an_unsupported_scheme(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, replace=(f"metadata: {reference}/rhcos-stream-4.16.json",
+                                               "metadata: ftp://mirror.example/rhcos.json"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (f"{path}: streams.rhcos-4.16.metadata: unsupported URL scheme 'ftp': use an http(s) "
+                               "URL or a file path, got 'ftp://mirror.example/rhcos.json'")
+
+
+def test_config_option_before_the_subcommand(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference)
+    proc = _bootserver("--config", str(path), "check-config")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == f"{path}: ok: 1 streams, 1 profiles, 1 nodes\n"
+    # given twice, the one after the subcommand wins
+    proc = _bootserver("--config", str(tmp_path / "nope.yaml"), "check-config", "--config", str(path))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_url_expiry_beyond_what_the_server_accepts_is_exit_2(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, f"state_dir: {tmp_path / 'state'}\n")
+    proc = _bootserver("url", "master-0", "--config", str(path), "--expires", "99999999d")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == ("bootserver url: error: argument --expires: duration must be at most "
+                                            "36500d: '99999999d'")
+    assert _bootserver("url", "master-0", "--config", str(path), "--expires", "36500d").returncode == 0
+
+
+# --- issue 16: local inputs that cannot work are refused at check-config and serve ----------------
+
+
+def _stream(reference: Path) -> dict:
+    import json
+
+    return json.loads((reference / "rhcos-stream-4.16.json").read_text())
+
+
+def _metadata_cases(reference: Path) -> list[tuple[str, bytes, str]]:
+    import json
+
+    text = (reference / "rhcos-stream-4.16.json").read_text()
+    no_arch = _stream(reference)
+    del no_arch["architectures"]["x86_64"]
+    no_pxe = _stream(reference)
+    del no_pxe["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"]
+    return [
+        ("html", b"<!DOCTYPE html><html><body>Sign in</body></html>", "not JSON: "),
+        ("truncated", text[: len(text) // 2].encode(), "not JSON: "),
+        ("no-arch", json.dumps(no_arch).encode(), "architectures.x86_64: architecture missing"),
+        ("no-pxe", json.dumps(no_pxe).encode(), "architectures.x86_64.artifacts.metal.formats.pxe: missing"),
+    ]
+
+
+@pytest.mark.parametrize("case", ["html", "truncated", "no-arch", "no-pxe"])
+def test_check_config_refuses_unusable_local_stream_metadata(tmp_path: Path, reference: Path, case: str) -> None:
+    data, problem = next((d, p) for c, d, p in _metadata_cases(reference) if c == case)
+    bad = tmp_path / "rhcos.json"
+    bad.write_bytes(data)
+    path = write(tmp_path, reference, replace=(f"{reference}/rhcos-stream-4.16.json", str(bad)))
+    load_config(path)  # loading alone does not read it: other commands still work
+    for command in ("check-config", "serve"):
+        proc = _bootserver(command, "--config", str(path))
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"bootserver: {path}: streams.rhcos-4.16.metadata: {bad}: not usable stream "
+                                      f"metadata: {problem}")
+        assert proc.stderr.count("\n") == 1 and proc.stdout == ""
+
+
+@pytest.mark.parametrize("ignition,problem", [
+    ({"ignition": {"version": "3.9.0"}},
+     "ignition.version: unknown Ignition spec version '3.9.0' (known: 3.1.0, 3.2.0, 3.3.0, 3.4.0, 3.5.0)"),
+    ({"ignition": {"version": "3.2.0"}, "storage": {"files": "nope"}}, "storage.files: 'nope' is not of type 'array'"),
+    ({"ignition": {"version": "3.2.0"}, "storage": {"files": [{"path": "etc/motd"}]}},
+     "storage.files[0].path: path not absolute: 'etc/motd'"),
+])
+def test_check_config_refuses_an_ignition_file_its_spec_refuses(tmp_path: Path, reference: Path, ignition: dict,
+                                                                problem: str) -> None:
+    import json
+
+    ign = tmp_path / "master.ign"
+    ign.write_text(json.dumps(ignition))
+    path = write(tmp_path, reference, replace=("install_dev: /dev/sda", "install_dev: /dev/sda, ignition: master.ign"))
+    proc = _bootserver("check-config", "--config", str(path))
+    assert proc.returncode == 2
+    assert proc.stderr == (f"bootserver: {path}: profiles.master.ignition: {ign}: not a valid Ignition config: "
+                           f"{problem}\n")
+
+
+def test_check_config_accepts_the_openshift_pointer_config(tmp_path: Path, reference: Path) -> None:
+    ign = reference / "openshift-pointer-master.ign.json"
+    path = write(tmp_path, reference, replace=("install_dev: /dev/sda", f"install_dev: /dev/sda, ignition: {ign}"))
+    proc = _bootserver("check-config", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_check_config_and_serve_refuse_missing_tls_files(tmp_path: Path, reference: Path) -> None:
+    state = tmp_path / "state"
+    path = write(tmp_path, reference, f"state_dir: {state}\nserver: {{tls: {{listen: '127.0.0.1:1'}}}}\n")
+    for command in ("check-config", "serve"):
+        proc = _bootserver(command, "--config", str(path))
+        assert proc.returncode == 2
+        assert proc.stderr == (f"bootserver: {path}: server.tls.cert: cannot read {state}/tls/server.crt: "
+                               "No such file or directory (run `bootserver tls init`?)\n")
+    assert _bootserver("tls", "init", "--config", str(path)).returncode == 0
+    proc = _bootserver("check-config", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+# --- issue 16: every shipped config passes the real check-config ----------------------------------
+
+SHIPPED = ["systemd/bootserver.yaml.example", "container/bootserver.yaml"]
+
+
+@pytest.mark.parametrize("shipped", SHIPPED)
+def test_shipped_configs_pass_check_config(tmp_path: Path, reference: Path, shipped: str) -> None:
+    """Each shipped config, as installed (its Ignition files beside it: a real openshift-install pointer
+    config), passes `bootserver check-config`, the command its unit or image would run."""
+    import shutil
+
+    source = Path(__file__).resolve().parents[1] / shipped
+    path = tmp_path / "bootserver.yaml"
+    shutil.copy(source, path)
+    shutil.copy(reference / "openshift-pointer-master.ign.json", tmp_path / "master.ign")
+    proc = _bootserver("check-config", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith(f"{path}: ok: ")
+
+
+def test_every_shipped_config_is_tested() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    found = {str(p.relative_to(repo)) for pattern in ("systemd/*.yaml*", "container/*.yaml*") for p in repo.glob(pattern)}
+    assert found == set(SHIPPED)

@@ -124,6 +124,16 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                   "ipv4": {"method": "manual", "addresses": ["192.168.50.4/24"], "routes": ["192.168.0.0/16,192.168.50.1"]},
                   "ipv6": {"method": "disabled"}}},
     ),
+    "static-ipv4-slaac-ipv6-one-interface": (
+        {"interfaces": [{"name": "lan0", "type": "ethernet", "mac-address": NIC0,
+                         "ipv4": {"enabled": True, "address": [{"ip": "192.168.60.8", "prefix-length": 24}]},
+                         "ipv6": {"enabled": True, "dhcp": True, "autoconf": True}}],
+         "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "192.168.60.1",
+                                "next-hop-interface": "lan0"}]}},
+        {"lan0": {"type": "ethernet", "interface": "lan0",
+                  "ipv4": {"method": "manual", "addresses": ["192.168.60.8/24"], "gateway": "192.168.60.1"},
+                  "ipv6": {"method": "auto"}}},
+    ),
 }
 
 

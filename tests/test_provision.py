@@ -188,6 +188,7 @@ def test_state_file_keeps_other_members_and_leaves_no_temp_files(api, fake_metal
     clear_device(tmp_path, "n1")
     assert read_node_state(tmp_path, "n1") == {"node": "n1", "timeline": [1, 2]}
     assert sorted(p.name for p in (tmp_path / "nodes").iterdir()) == ["n1.json"]
+    assert path.stat().st_mode & 0o777 == 0o600  # device records stay owner-only
     record_device(tmp_path, "n1", "equinix", PROJECT, result.device)
     assert read_node_state(tmp_path, "n1")["device"]["id"] == result.device.id
 

@@ -24,7 +24,7 @@ Every name below stays importable from ``bootserver.config``.
 
 from __future__ import annotations
 
-from .loader import _check_references, check_real_config, load_config, parse_config
+from .loader import _check_references, check_local_inputs, check_real_config, load_config, parse_config
 from .messages import describe_error, keypath as _keypath, known_keys
 from .metal import (
     BILLING_CYCLES, DEFAULT_TAG, FACILITY_TAGS as _FACILITY_TAGS, BillingCycle, Facility, MetalGlobal,
@@ -53,6 +53,6 @@ __all__ = [
     "MAC_RE", "NAME_RE", "UUID_RE", "BillingCycle", "Config", "Document", "Facility", "FacilityConfig",
     "MetalGlobal", "MetalSettings", "MetalUUID", "MetalWord", "Name", "Node", "Profile", "ServerConfig",
     "SettingsModel", "SigningConfig", "StreamConfig", "TLSConfig", "YamlList", "check_http_url",
-    "check_real_config", "default_document", "describe_error", "is_uuid", "load_config", "normalize_mac",
+    "check_local_inputs", "check_real_config", "default_document", "describe_error", "is_uuid", "load_config", "normalize_mac",
     "parse_config", "split_listen",
 ]

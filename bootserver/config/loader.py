@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..network import check_network_settings
 from .messages import describe_error, keypath
 from .schema import Config, Document, default_document
+from .types import HOSTNAME_RULE, check_hostname
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -85,6 +86,13 @@ def _check_references(doc: Document, cfg: Config) -> None:
             check_real_config(cfg.resolve_path(prof.ignition), src, f"profiles.{name}.ignition")
     seen_macs: dict[str, str] = {}
     for name, node in doc.nodes.items():
+        if node.hostname is None:
+            try:
+                check_hostname(name)
+            except ValueError:
+                raise ConfigError(src, f"nodes.{name}", f"{name!r} is not a valid hostname, and a node without "
+                                  f"hostname: uses its name as hostname: set hostname: or rename the node "
+                                  f"({HOSTNAME_RULE})") from None
         if node.profile not in doc.profiles:
             raise ConfigError(src, f"nodes.{name}.profile", f"no profile {node.profile!r}")
         if node.facility is not None and node.facility not in doc.facilities:
@@ -110,10 +118,7 @@ def check_real_config(path: Path, source: str, keypath: str) -> bytes:
     its spec's official schema); the translation is checked and returned.
     Raises :class:`ConfigError` naming ``source`` and ``keypath``.
     """
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ConfigError(source, keypath, f"cannot read {path}: {e.strerror}") from None
+    data = _read(path, source, keypath)
     if is_butane(path, data):  # checked as the Ignition config butane translates it into
         try:
             data = translate_butane(path, data)
@@ -127,6 +132,60 @@ def check_real_config(path: Path, source: str, keypath: str) -> bytes:
     if not isinstance(version, str) or not version.startswith("3."):
         raise ConfigError(source, keypath, f"{path} is Ignition spec {version}; only spec 3.x configs can be merged")
     return data
+
+
+def check_local_inputs(cfg: Config) -> None:
+    """Check the local files a config names, deeper than loading does (``check-config``, and ``serve``
+    before it listens): what would otherwise fail on every request.
+
+    * ``streams.<name>.metadata`` files: CoreOS stream metadata (:func:`bootserver.streams.parse_stream`)
+      with a ``metal`` PXE release for each architecture of the stream (not HTML, not truncated);
+    * ``profiles.<name>.ignition`` files: valid for the official schema of their spec version
+      (:func:`bootserver.ignition_schema.validate_bytes`);
+    * the ``server.tls`` certificate, key and CA files: present and readable.
+
+    Remote stream metadata is left to run time. Raises :class:`ConfigError` naming the key and the file.
+    """
+    from ..errors import MetadataError
+    from ..ignition_schema import IgnitionSchemaError, validate_bytes
+    from ..streams import parse_stream
+
+    src = cfg.source
+    for name, sc in cfg.streams.items():
+        path = cfg.metadata_path(name)
+        if path is None:
+            continue
+        key = f"streams.{name}.metadata"
+        data = _read(path, src, key)
+        try:
+            parse_stream(data, name=name, source=str(path), architectures=sc.architectures)
+        except MetadataError as e:
+            raise ConfigError(src, key, f"{path}: not usable stream metadata: "
+                              f"{e.jsonpath + ': ' if e.jsonpath else ''}{e.message}") from None
+    for name in cfg.profiles:
+        path = cfg.ignition_path(name)
+        if path is None:
+            continue
+        key = f"profiles.{name}.ignition"
+        try:
+            validate_bytes(_read(path, src, key))
+        except IgnitionSchemaError as e:
+            raise ConfigError(src, key, f"{path}: not a valid Ignition config: {e}") from None
+    if cfg.server.tls is not None:
+        for key, path in zip(("cert", "key", "ca"), cfg.tls_files()):
+            try:
+                with path.open("rb"):
+                    pass
+            except OSError as e:
+                raise ConfigError(src, f"server.tls.{key}", f"cannot read {path}: {e.strerror} "
+                                  "(run `bootserver tls init`?)") from None
+
+
+def _read(path: Path, source: str, keypath: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ConfigError(source, keypath, f"cannot read {path}: {e.strerror}") from None
 
 
 def parse_config(raw: Any, source: str, base_dir: Path) -> Config:

@@ -100,7 +100,7 @@ def describe_error(err: dict[str, Any], root: type[BaseModel] | None = None) -> 
     if kind == "literal_error":
         return path, f"input should be {ctx.get('expected')}, got {value!r}"
     if kind == "string_pattern_mismatch":
-        return path, "names may use only letters, digits, '.', '_' and '-'"
+        return path, NAME_RULE
     if kind in _CONSTRAINTS:
         return path, _CONSTRAINTS[kind].format(**ctx)
     return path, f"invalid value ({kind}): {value!r}"

@@ -151,10 +151,18 @@ class StreamConfig(SettingsModel):
     #: ``sync-images --prune`` keeps this many newest releases per architecture (at least 1).
     keep_releases: Annotated[int, Field(ge=1)] = 2
 
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: str) -> str:
+        scheme, sep, _ = value.partition("://")
+        if sep and scheme.isalnum() and scheme.lower() not in ("http", "https"):
+            raise ValueError(f"unsupported URL scheme {scheme!r}: use an http(s) URL or a file path, got {value!r}")
+        return value
+
     @property
     def is_url(self) -> bool:
         """True when ``metadata`` is an http(s) URL rather than a file path."""
-        return self.metadata.startswith(("http://", "https://"))
+        return self.metadata.lower().startswith(("http://", "https://"))
 
 
 class FacilityConfig(SettingsModel):

@@ -83,7 +83,7 @@ def check_name(value: str) -> str:
 def check_hostname(value: str) -> str:
     """Return ``value`` if it is an RFC 1123 host name (:data:`HOSTNAME_RE`), else raise ``ValueError``."""
     if not HOSTNAME_RE.match(value) or "\n" in value:
-        raise ValueError(f"not a valid hostname: {value!r}")
+        raise ValueError(f"not a valid hostname: {value!r} ({HOSTNAME_RULE})")
     return value
 
 
@@ -129,6 +129,8 @@ def parse_duration(value: str | int) -> int:
         seconds = int(m[1]) * _UNITS[m[2]]
     if seconds <= 0:
         raise ValueError(f"duration must be positive: {value!r}")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"duration must be at most {MAX_DURATION // 86400}d: {value!r}")
     return seconds
 
 
