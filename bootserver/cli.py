@@ -23,8 +23,15 @@ Command = Callable[[argparse.Namespace, Config], int]
 
 
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    from .timeline import Timeline
+
     check_local_inputs(config)
     workers = config.server.workers if args.workers is None else args.workers
+    timeline = Timeline(config.state_dir, config.timeline.keep_events)
+    try:
+        timeline.check()  # a damaged timeline stops the server here, with or without --workers
+    finally:
+        timeline.close()
     if workers > 1:
         from .workers import serve_workers
 
@@ -228,9 +235,9 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
 def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
-    from .timeline import Timeline, format_table
+    from .timeline import Timeline, format_events, format_table
 
-    timeline = Timeline(config.state_dir)
+    timeline = Timeline(config.state_dir, config.timeline.keep_events)
     try:
         if args.action == "reinstall":
             for name in args.nodes:
@@ -242,10 +249,7 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
             return 0
         if args.action == "show":
             node = _node(config, args.nodes[0])
-            for e in timeline.events(node):
-                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
-                detail = " ".join(f"{k}={v}" for k, v in e.detail.items())
-                print(f"{when}  {e.event:<20} {e.ip or '-':<15} {detail}".rstrip())
+            sys.stdout.write(format_events(timeline.events(node), timeline.node(node), timeline.keep_events))
             return 0
         states = timeline.nodes(list(config.nodes))
         profiles = {n: node.profile for n, node in config.nodes.items()}

@@ -3,7 +3,8 @@
 - :func:`ops_middleware` (outermost) attributes artifact GETs to a node by client address (see
   :mod:`bootserver.timeline`) and records ``<kind>-requested`` before the answer starts.
 - :class:`AccessLogger` runs after the last byte of every answer (aiohttp calls it, also when the
-  client went away): one log line, the request metrics, and ``<kind>-completed`` / ``-failed``.
+  client went away): one log line, the request metrics, and ``<kind>-completed``, ``-partial``,
+  ``-unchanged`` or ``-failed`` (:func:`bootserver.timeline.artifact_event`).
   It must be the runner's ``access_log_class``: use :func:`runner_kwargs`.
 - ``GET /nodes`` (every node's stage, JSON), ``GET /nodes/{node}`` (its events), ``GET /metrics``.
 """
@@ -23,6 +24,7 @@ from aiohttp.abc import AbstractAccessLogger
 from .errors import UnavailableError
 from .metrics import Metrics
 from .service import BootService
+from .timeline import artifact_event
 
 log = logging.getLogger("bootserver.ops")
 access_log = logging.getLogger("bootserver.access")
@@ -147,7 +149,7 @@ class AccessLogger(AbstractAccessLogger):
                 ops.metrics.bytes_served.labels(kind).inc(nbytes)
                 ops.metrics.cache.labels(request.get(CACHE_RESULT) or ("miss" if status == 404 else "hit")).inc()
                 if request.get(NODE) and kind != "other":
-                    event = f"{kind}-completed" if complete and status in (200, 206) else f"{kind}-failed"
+                    event = artifact_event(kind, status, complete)
                     detail = {"bytes": nbytes, "status": status}
                     ops.spawn(ops.service.record(request[NODE], event, ip=request.remote, detail=detail,
                                                   at=wallclock()))

@@ -45,7 +45,7 @@ class BootService:
         self.artifacts = ReadThrough(config, self.store, self.catalog, self.upstream)
         self.urls = Urls(config, signer)
         self.real_configs = RealConfigs()
-        self.timeline = Timeline(config.state_dir)
+        self.timeline = Timeline(config.state_dir, config.timeline.keep_events)
         #: Timeline writes of the server (group commit on one writer thread).
         self.writes = GroupCommit(self.timeline)
         # Rendered answers, reused while what they depend on is unchanged (see _script and stub):
@@ -115,7 +115,9 @@ class BootService:
         config served without its event would defeat boot-once, so the client is asked to retry
         (iPXE's script retries, Ignition retries 5xx answers).
         """
-        record = Record(node, event, self.mode(node), time.time() if at is None else at, ip, detail)
+        profile = self.config.profiles[self.config.nodes[node].profile]
+        record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
+                        real_config=profile.ignition is not None)
         try:
             return await self.writes.record(record)
         except (sqlite3.Error, OSError) as e:

@@ -49,7 +49,7 @@ def prepare(config: Config) -> None:
 
     config.state_dir.mkdir(parents=True, exist_ok=True)
     Keyring.load_or_create(config.state_dir)
-    timeline = Timeline(config.state_dir)
+    timeline = Timeline(config.state_dir, config.timeline.keep_events)
     try:
         timeline.nodes([])  # opens the database: creates the schema once
     finally:

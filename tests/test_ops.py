@@ -142,14 +142,43 @@ async def test_artifacts_from_unknown_addresses_are_not_attributed(client, confi
     assert {n["stage"] for n in body["nodes"]} == {"new"}
 
 
-async def test_range_request_is_not_a_completed_download(client, config, reference: Path) -> None:
+async def test_range_and_revalidation_are_neither_completed_nor_failed(client, config, reference: Path) -> None:
+    """A 206 range is part of the artifact (``-partial``), a 304 says the client's copy is current
+    (``-unchanged``): neither is the whole file sent, nor a failure."""
     files = fill_cache(config, reference)
     await client.get("/ipxe/master-1")
     r = await client.get(files["rootfs"][0], headers={"Range": "bytes=0-99"})
     assert r.status == 206 and len(await r.read()) == 100
     events = (await node(client, "master-1"))["events"]
-    assert [e["event"] for e in events][-2:] == ["rootfs-requested", "rootfs-completed"]
+    assert [e["event"] for e in events][-2:] == ["rootfs-requested", "rootfs-partial"]
     assert events[-1]["detail"] == {"bytes": 100, "status": 206}
+    assert (await node(client, "master-1"))["stage"] == "rootfs"
+
+    r = await client.get(files["kernel"][0])
+    validators = {k: v for k, v in (("If-None-Match", r.headers.get("ETag")),
+                                    ("If-Modified-Since", r.headers.get("Last-Modified"))) if v}
+    assert validators and await r.read() == files["kernel"][1]
+    r = await client.get(files["kernel"][0], headers=validators)
+    assert r.status == 304
+    events = (await node(client, "master-1"))["events"]
+    assert [e["event"] for e in events][-2:] == ["kernel-requested", "kernel-unchanged"]
+    assert events[-1]["detail"] == {"bytes": 0, "status": 304}
+
+
+@pytest.mark.parametrize("mode", ["install", "live"])
+async def test_a_profile_without_real_config_ends_unconfirmed(aiohttp_client, reference: Path, tmp_path: Path,
+                                                              mode: str) -> None:
+    """No ``ignition``: the stub is the last request the server sees, so the node must not wait in
+    ``installing``/``ignition`` forever; install mode with boot-once then boots the disk."""
+    config = make_config(reference, tmp_path, ignition=None, mode=mode,
+                         install_dev="/dev/sda" if mode == "install" else None)
+    client = await start(aiohttp_client, config)
+    await client.get("/ipxe/master-1")
+    stub = await client.get("/ignition/master-1")
+    assert stub.status == 200 and "merge" not in (await stub.json())["ignition"].get("config", {})
+    assert (await node(client, "master-1"))["stage"] == "unconfirmed"
+    script = await (await client.get("/ipxe/master-1")).text()
+    assert ("kernel " not in script) == (mode == "install")
 
 
 async def test_live_mode_never_boots_the_disk(client) -> None:

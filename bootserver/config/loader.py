@@ -141,7 +141,8 @@ def check_local_inputs(cfg: Config) -> None:
     * ``streams.<name>.metadata`` files: CoreOS stream metadata (:func:`bootserver.streams.parse_stream`)
       with a ``metal`` PXE release for each architecture of the stream (not HTML, not truncated);
     * ``profiles.<name>.ignition`` files: valid for the official schema of their spec version
-      (:func:`bootserver.ignition_schema.validate_bytes`);
+      (:func:`bootserver.ignition_schema.validate_bytes`; a Butane file's translation is checked so
+      when it is loaded, see :func:`check_real_config`);
     * the ``server.tls`` certificate, key and CA files: present and readable.
 
     Remote stream metadata is left to run time. Raises :class:`ConfigError` naming the key and the file.
@@ -167,8 +168,11 @@ def check_local_inputs(cfg: Config) -> None:
         if path is None:
             continue
         key = f"profiles.{name}.ignition"
+        data = _read(path, src, key)
+        if is_butane(path, data):  # its translation was checked against its schema at load
+            continue
         try:
-            validate_bytes(_read(path, src, key))
+            validate_bytes(data)
         except IgnitionSchemaError as e:
             raise ConfigError(src, key, f"{path}: not a valid Ignition config: {e}") from None
     if cfg.server.tls is not None:

@@ -24,6 +24,7 @@ from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
 from ..network import NetworkSetting
 from .metal import MetalGlobal, MetalSettings
+from .state import TimelineSettings
 from .types import (
     UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, Name, Networks, ScriptWord, SettingsModel, YamlList,
     normalize_mac, null_as_empty, split_listen,
@@ -259,6 +260,8 @@ class Document(SettingsModel):
     nodes: dict[Name, Node] = Field(default_factory=dict)
     metal: Annotated[MetalGlobal, BeforeValidator(null_as_empty)] = Field(
         default_factory=MetalGlobal)
+    timeline: Annotated[TimelineSettings, BeforeValidator(null_as_empty)] = Field(
+        default_factory=TimelineSettings)
 
 
 _Document = Document  # the name tests and older callers import
@@ -272,8 +275,8 @@ class Config:
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
     ``state_dir`` (absolute :class:`~pathlib.Path`), ``read_through`` (bool: a cache miss is fetched
     from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
-    ``profiles``, ``nodes`` (name -> model),
-    and ``metal`` (:class:`MetalGlobal`).
+    ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`) and ``timeline``
+    (:class:`TimelineSettings`).
     """
 
     source: str
@@ -288,6 +291,7 @@ class Config:
     profiles: Mapping[str, Profile]
     nodes: Mapping[str, Node]
     metal: MetalGlobal
+    timeline: TimelineSettings
     _mac_index: Mapping[str, str] = field(repr=False, compare=False)
 
     @classmethod
@@ -308,6 +312,7 @@ class Config:
             profiles=MappingProxyType(dict(doc.profiles)),
             nodes=MappingProxyType(dict(doc.nodes)),
             metal=doc.metal,
+            timeline=doc.timeline,
             _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
         )
 
