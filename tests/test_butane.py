@@ -150,6 +150,14 @@ def test_openshift_variant_is_translated_raw(butane_path: Path, tmp_path: Path) 
     assert doc == {"ignition": {"version": "3.4.0"}}
 
 
+def test_check_config_accepts_a_butane_profile(butane_path: Path, reference: Path, tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "bootserver.yaml", config_doc(reference, butane_config(tmp_path)))
+    p = subprocess.run([*BOOTSERVER, "check-config", "--config", str(cfg)], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"{cfg}: ok")
+
+
 @pytest.mark.parametrize("command", [["check-config"], ["serve"]])
 def test_without_butane_on_path_check_config_and_serve_exit_2(command: list[str], reference: Path,
                                                              tmp_path: Path) -> None:
