@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,22 +22,14 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import aiohttp
-import yaml
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-#: The public reference data (real stream metadata, pointer configs): the tests' copy, see its SOURCES.md.
-REFERENCE = REPO / "tests" / "data"
+sys.path.insert(0, str(HERE.parent / "tests"))
+# the one copy of what the tests use too
+from helpers import BOOTSERVER, REFERENCE, REPO, free_port, run_cli, write_config  # noqa: E402,F401
+
 PY = sys.executable
-BOOTSERVER = [PY, "-m", "bootserver"]
 MB = 1_000_000  # throughput figures are in MB/s = 10^6 bytes per second
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_file(path: Path, size: int) -> str:
@@ -286,12 +277,6 @@ class PeakRss:
 
 # --- bootserver ----------------------------------------------------------------------------------------
 
-def write_yaml(path: Path, doc: dict[str, Any]) -> Path:
-    """Write ``doc`` as YAML (key order kept) to ``path``; return ``path``."""
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
 def serve_args(workers: int) -> list[str]:
     """Extra ``bootserver serve`` arguments for ``workers`` processes: none for 1 (works on every
     version), ``--workers N`` otherwise (needs a bootserver that has the flag)."""
@@ -333,19 +318,6 @@ class Bootserver:
 
     def stop(self) -> None:
         stop(self.proc)
-
-
-async def run_cli(*args: str, timeout: float = 300.0, cwd: Path | None = None) -> tuple[int, str, str]:
-    """Run ``python -m bootserver ARGS`` for at most ``timeout`` seconds; return (rc, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(*BOOTSERVER, *args, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE, cwd=cwd, start_new_session=True)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
-        os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out.decode(), err.decode()
 
 
 class Upstream:

@@ -39,7 +39,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (REFERENCE, Bootserver, PeakRss, Upstream, bench_stream, free_port,  # noqa: E402
-                     make_file, markdown_table, rmtree, run_cli, write_json, write_yaml)
+                     make_file, markdown_table, rmtree, run_cli, write_json, write_config)
 
 STUB_KARGS = ("coreos.inst.ignition_url=", "ignition.config.url=")
 
@@ -148,14 +148,14 @@ async def main() -> None:
         nodes = [f"node-{i:04d}" for i in range(args.nodes)]
         async with Upstream(up_dir, work / "upstream.log") as up:
             write_json(work / "stream.json", bench_stream(up.url, rel, shas))
-            config = write_yaml(work / "bootserver.yaml", {
+            config = write_config(work / "bootserver.yaml", {
                 "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}"},
                 "cache_dir": "cache", "state_dir": "state",
                 "streams": {"bench": {"metadata": str(work / "stream.json")}},
                 "profiles": {"master": {"stream": "bench", "mode": "install", "install_dev": "/dev/sda",
                                         "ignition": "master.ign"}},
                 "nodes": {n: {"profile": "master"} for n in nodes}})
-            rc, out, err = await run_cli("sync-images", "--config", str(config))
+            rc, out, err = await run_cli("sync-images", "--config", str(config), timeout=300)
             if rc != 0:
                 raise RuntimeError(f"sync-images failed ({rc}): {err}")
         from bootserver.config import load_config

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (HERE, PY, REFERENCE, Bootserver, PeakRss, Upstream, curl, free_port,  # noqa: E402
                      markdown_table, median, rewrite_stream_locations, rmtree, start, stop, wait_http,
-                     write_json, write_yaml)
+                     write_json, write_config)
 
 LUA = """\
 local paths = {{{paths}}}
@@ -133,7 +133,7 @@ async def main() -> None:
         up = Upstream(up_dir, work / "upstream.log")
         write_json(up_dir / "streams" / "rhcos-4.16.json", rewrite_stream_locations(doc, up.url))
         async with up:
-            config = write_yaml(work / "bootserver.yaml", {
+            config = write_config(work / "bootserver.yaml", {
                 "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}"},
                 "cache_dir": "cache", "state_dir": "state",
                 "streams": {"rhcos-4.16": {"metadata": f"{up.url}/streams/rhcos-4.16.json"}},

@@ -235,6 +235,7 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
 def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
+    from .inventory import profile_of
     from .timeline import Timeline, format_events, format_table
 
     timeline = Timeline(config.state_dir, config.timeline.keep_events)
@@ -243,8 +244,7 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
             for name in args.nodes:
                 _node(config, name)
             for name in args.nodes:
-                mode = config.profiles[config.nodes[name].profile].mode
-                timeline.record(name, "reinstall", mode=mode)
+                timeline.record(name, "reinstall", mode=profile_of(config, name).mode)
                 print(f"{name}: marked for reinstall; its next boot installs again")
             return 0
         if args.action == "show":

@@ -7,10 +7,14 @@ store, the stream catalog, the URL builder and the real-config reader. Handlers 
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
+import logging
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Generic, Mapping, TypeVar
 
 from .butane import ButaneError
 from .catalog import StreamCatalog
@@ -18,15 +22,76 @@ from .config import IGNITION_VERSIONS, Config
 from .errors import UnavailableError
 from .fetch import Upstream
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
-from .inventory import find_node, script_context
+from .inventory import find_node, profile_of, script_context, select_node
 from .ipxe import render_boot_script, render_localboot_script
 from .network import node_kargs
-from .readthrough import ReadThrough
+from .readthrough import ReadThrough, Transfer
 from .store import ArtifactStore
-from .streams import ARTIFACT_KINDS
-from .timeline import INSTALLED_STAGES, GroupCommit, Record, Timeline
+from .streams import ARTIFACT_KINDS, Release
+from .timeline import INSTALLED_STAGES, GroupCommit, Record, Timeline, artifact_event
 from .signing import Signer
 from .urls import Urls
+
+log = logging.getLogger("bootserver.service")
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class RenderCache(Generic[K, V]):
+    """Rendered answers (scripts, stubs), one per node, reused while their inputs are unchanged.
+
+    The key is ONE value holding every input of the render (a frozen dataclass such as
+    :class:`ScriptInputs`), and the render function receives only that key: an input the key does not
+    hold cannot reach the render, so it cannot be left out of the cache key by mistake.
+    """
+
+    def __init__(self, render: Callable[[K], V]) -> None:
+        self._render = render
+        self._entries: dict[str, tuple[K, V]] = {}
+
+    def get(self, node: str, inputs: K) -> V:
+        """The answer for ``inputs`` (rendered when the node's last answer had other inputs)."""
+        hit = self._entries.get(node)
+        if hit is not None and hit[0] == inputs:
+            return hit[1]
+        value = self._render(inputs)
+        self._entries[node] = (inputs, value)
+        return value
+
+
+@dataclass(frozen=True)
+class ScriptInputs:
+    """Everything a node's boot script depends on besides the (fixed) config: the node, the release
+    (:class:`~bootserver.streams.Release`), the signing state of the stub URL (its expiry is rounded
+    up to the hour, and the key may rotate) and the node's network kargs (a provider's device record
+    may change: :func:`bootserver.network.node_kargs`)."""
+
+    node: str
+    release: Release
+    signing: tuple[int, bytes]
+    network: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StubInputs:
+    """Everything a node's stub depends on besides the config: the node, the spec version it is written
+    in (negotiated per request), the real config's hash (``None``: no real config), the signing state
+    of its URL, and the CA (PEM) we embed."""
+
+    node: str
+    version: str
+    config_hash: str | None
+    signing: tuple[int, bytes]
+    ca_pem: bytes | None
+
+
+@dataclass(frozen=True)
+class CachedArtifact:
+    """A cached artifact file and its sha256 (hex, ``None`` when the cache has no record of it)."""
+
+    path: Path
+    sha256: str | None
 
 
 class BootService:
@@ -48,20 +113,19 @@ class BootService:
         self.timeline = Timeline(config.state_dir, config.timeline.keep_events)
         #: Timeline writes of the server (group commit on one writer thread).
         self.writes = GroupCommit(self.timeline)
-        # Rendered answers, reused while what they depend on is unchanged (see _script and stub):
-        # node -> (release, signing state, script) and (node, spec version) -> (real config's hash,
-        # signing state, CA, stub).
-        self._scripts: dict[str, tuple[Any, tuple[int, bytes], tuple[str, ...], str]] = {}
-        self._stubs: dict[tuple[str, str], tuple[Any, tuple[int, bytes], bytes | None, bytes]] = {}
+        self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
+        self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
+        #: Timeline writes started after an answer went out (see :meth:`artifact_answered`).
+        self._pending: set[asyncio.Task[Any]] = set()
 
     def find_node(self, **selectors: str | None) -> str:
         """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""
         return find_node(self.config, **selectors)
 
-    async def close(self) -> None:
-        """Cancel read-through downloads still running (their partials stay) and close the upstream."""
-        await self.artifacts.close()
-        await self.upstream.close()
+    def select_node(self, addr: ipaddress.IPv4Address | ipaddress.IPv6Address | None, **selectors: str | None
+                    ) -> str:
+        """See :func:`bootserver.inventory.select_node`. Raises ``UnknownNodeError``."""
+        return select_node(self.config, addr, **selectors)
 
     async def boot_script(self, node: str) -> str:
         """The node's iPXE script (text). ``node`` must be a configured node name.
@@ -81,30 +145,26 @@ class BootService:
         try:
             return self.timeline.stage(node)
         except (sqlite3.Error, OSError) as e:
-            raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
+            raise self._timeline_error(e) from None
 
     async def _script(self, node: str, stage: str) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)``: the boot-disk script when boot-once applies, else the boot script."""
-        profile = self.config.profiles[self.config.nodes[node].profile]
+        profile = profile_of(self.config, node)
         if profile.boots_once and stage in INSTALLED_STAGES:
             return "localboot", render_localboot_script(node, stage), {"stage": stage}
         release = await self.catalog.release(profile.stream, profile.arch)
-        # The script changes only with the release, with the stub URL's signature (its expiry is
-        # rounded up to the hour, and the key may rotate) and with the network (a provider's device
-        # record may change): render once per change, not per request.
+        # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        network = node_kargs(self.config, node)
-        hit = self._scripts.get(node)
-        if hit is not None and hit[0] is release and hit[1] == signing and hit[2] == network:
-            script = hit[3]
-        else:
-            script = render_boot_script(script_context(self.config, self.urls, node, release, network))
-            self._scripts[node] = (release, signing, network, script)
+        script = self._scripts.get(node, ScriptInputs(node, release, signing, node_kargs(self.config, node)))
         return "script", script, {"mode": profile.mode, "release": release.version}
+
+    def _render_script(self, inputs: ScriptInputs) -> str:
+        return render_boot_script(script_context(self.config, self.urls, inputs.node, inputs.release,
+                                                 inputs.network))
 
     def mode(self, node: str) -> str:
         """The node's profile mode (``install`` or ``live``)."""
-        return self.config.profiles[self.config.nodes[node].profile].mode
+        return profile_of(self.config, node).mode
 
     async def record(self, node: str, event: str, *, ip: str | None = None,
                      detail: Mapping[str, Any] | None = None, at: float | None = None) -> str:
@@ -115,13 +175,17 @@ class BootService:
         config served without its event would defeat boot-once, so the client is asked to retry
         (iPXE's script retries, Ignition retries 5xx answers).
         """
-        profile = self.config.profiles[self.config.nodes[node].profile]
+        profile = profile_of(self.config, node)
         record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
                         real_config=profile.ignition is not None)
         try:
             return await self.writes.record(record)
         except (sqlite3.Error, OSError) as e:
-            raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
+            raise self._timeline_error(e) from None
+
+    def _timeline_error(self, e: Exception) -> UnavailableError:
+        return UnavailableError(f"node timeline {self.timeline.path}: {e}",
+                                public="node timeline unavailable (the server cannot write its state); retry later")
 
     async def serve_script(self, node: str, client: str | None) -> str:
         """What the server answers a node's script request from address ``client``: the boot script,
@@ -139,8 +203,7 @@ class BootService:
         ``stub`` in the timeline. Raises :class:`~bootserver.ignition.NotAcceptableError` (HTTP 406,
         nothing recorded) when the client accepts no version the profile allows, else as :meth:`stub`.
         """
-        profile = self.config.profiles[self.config.nodes[node].profile]
-        version = negotiate_version(accept, profile.ignition_version, IGNITION_VERSIONS)
+        version = negotiate_version(accept, profile_of(self.config, node).ignition_version, IGNITION_VERSIONS)
         data = self.stub(node, version)
         await self.record(node, "stub", ip=client)
         return data
@@ -151,6 +214,98 @@ class BootService:
         if data is not None:
             await self.record(node, "config", ip=client)
         return data
+
+    async def artifact(self, segments: tuple[str, ...]) -> CachedArtifact | Transfer | None:
+        """The artifact at URL segments ``(stream, arch, release, file)``: the cached file, a
+        :class:`~bootserver.readthrough.Transfer` of it (read-through), or ``None`` (not served: see
+        :meth:`artifact_missing`). Raises as :meth:`ReadThrough.open`."""
+        found = await self.artifacts.open(segments)
+        if found is None or isinstance(found, Transfer):
+            return found
+        return CachedArtifact(found, self.store.recorded_sha256(found))
+
+    def artifact_missing(self) -> str:
+        """Why :meth:`artifact` found nothing, in public words."""
+        return "not a known artifact" if self.artifacts.enabled else "not in cache"
+
+    async def artifact_requested(self, segments: tuple[str, ...], client: str | None) -> tuple[str, str | None]:
+        """``(kind, node)`` of an artifact request from address ``client``: its kind (see
+        :meth:`artifact_kind`) and the node it is attributed to (docs/design.md; ``None`` when none),
+        after recording ``<kind>-requested`` for it. Never raises: artifacts are served whatever
+        happens to the timeline (a failure is logged)."""
+        kind = self.artifact_kind(segments)
+        if not client:
+            return kind, None
+        try:
+            node = self.timeline.attribute(client)  # one indexed row, on the loop
+            if node is None or node not in self.config.nodes:
+                return kind, None
+            if kind != "other":
+                await self.record(node, f"{kind}-requested", ip=client)
+            return kind, node
+        except (UnavailableError, OSError, sqlite3.Error) as e:
+            log.error("artifact %s: not recorded in the node timeline: %s", "/".join(segments), e)
+            return kind, None
+
+    def artifact_answered(self, node: str, kind: str, client: str | None, *, status: int, nbytes: int,
+                          complete: bool) -> None:
+        """Record how an attributed artifact answer ended, once its last byte went out (or the
+        connection broke): :func:`~bootserver.timeline.artifact_event` (``<kind>-completed``,
+        ``-partial``, ``-unchanged`` or ``-failed``) with the body ``nbytes`` sent and the ``status``.
+        The write runs in the background (see :meth:`drain`); call on the event loop."""
+        if kind not in ARTIFACT_KINDS:
+            return
+        event = artifact_event(kind, status, complete)
+        self._spawn(self.record(node, event, ip=client, detail={"bytes": nbytes, "status": status},
+                                at=time.time()))
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("timeline write failed: %s", task.exception())
+
+    async def drain(self) -> None:
+        """Wait for the background timeline writes started so far."""
+        if self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        """Every configured node (and any other with events), as ``GET /nodes`` shows them: stage,
+        since when, last event, profile (ages in seconds, see :meth:`NodeState.as_dict`)."""
+        await self.drain()
+        states = await asyncio.to_thread(self.timeline.nodes, list(self.config.nodes))
+        now = time.time()
+        return [{**st.as_dict(now), "profile": self.config.nodes[st.node].profile if st.node in self.config.nodes
+                 else None} for st in states]
+
+    async def node_report(self, node: str, limit: int | None = None) -> dict[str, Any]:
+        """Configured node ``node``'s stage and events, oldest first (``limit``: the last N), as
+        ``GET /nodes/{node}`` shows them."""
+        await self.drain()
+        events = await asyncio.to_thread(self.timeline.events, node, limit=limit)
+        states = await asyncio.to_thread(self.timeline.nodes, [node])
+        state = next(s for s in states if s.node == node)
+        return {**state.as_dict(time.time()), "profile": self.config.nodes[node].profile,
+                "events": [e.as_dict() for e in events]}
+
+    def node_stages(self) -> list[str]:
+        """The stage of every configured node (blocking: reads the timeline; for metrics scrapes)."""
+        nodes = self.config.nodes
+        return [s.stage for s in self.timeline.nodes(list(nodes)) if s.node in nodes]
+
+    async def close(self) -> None:
+        """Finish the background timeline writes, cancel read-through downloads still running (their
+        partials stay), close the upstream, then the timeline."""
+        await self.drain()
+        await self.artifacts.close()
+        await self.upstream.close()
+        await asyncio.to_thread(self.writes.close)
+        await asyncio.to_thread(self.timeline.close)
 
     def artifact_kind(self, segments: tuple[str, ...]) -> str:
         """``kernel``, ``initramfs`` or ``rootfs`` when the artifact URL segments ``(stream, arch,
@@ -185,9 +340,11 @@ class BootService:
         try:
             return self.real_configs.read_pinned(path)
         except OSError as e:
-            raise UnavailableError(f"node {node}: cannot read Ignition config {path}: {e.strerror}") from None
+            raise UnavailableError(f"node {node}: cannot read Ignition config {path}: {e.strerror}",
+                                   public=f"node {node}: its Ignition config cannot be read now") from None
         except ButaneError as e:  # the Butane file was edited into one butane refuses: 503 until fixed
-            raise UnavailableError(f"node {node}: {e}") from None
+            raise UnavailableError(f"node {node}: {e}",
+                                   public=f"node {node}: its Butane config cannot be translated now") from None
 
     def ca_pem(self) -> bytes | None:
         """The CA certificate (PEM) embedded into stubs when ``server.tls`` is set, else ``None``.
@@ -200,7 +357,8 @@ class BootService:
         try:
             return ca.read_bytes()
         except OSError as e:
-            raise UnavailableError(f"server.tls.ca: cannot read {ca}: {e.strerror}") from None
+            raise UnavailableError(f"server.tls.ca: cannot read {ca}: {e.strerror}",
+                                   public="the server's CA certificate cannot be read now") from None
 
     def stub(self, node: str, version: str | None = None) -> bytes:
         """The node's merge-style Ignition stub in spec ``version`` (default: the profile's
@@ -213,27 +371,26 @@ class BootService:
         (3.1.0 or newer) up to the profile's ``ignition_version``;
         :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
         """
-        profile = self.config.profiles[self.config.nodes[node].profile]
+        name = self.config.nodes[node].profile
+        maximum = profile_of(self.config, node).ignition_version
         if version is None:
-            version = profile.ignition_version
-        elif version not in stub_versions(profile.ignition_version, IGNITION_VERSIONS):
+            version = maximum
+        elif version not in stub_versions(maximum, IGNITION_VERSIONS):
             raise NotAcceptableError(
                 f"node {node}: Ignition spec {version} is not one its stub can be written in: profile "
-                f"{self.config.nodes[node].profile} allows 3.1.0 to {profile.ignition_version} "
-                f"(profiles.{self.config.nodes[node].profile}.ignition_version)")
+                f"{name} allows 3.1.0 to {maximum} (profiles.{name}.ignition_version)")
         pinned = self._real_config_pinned(node)
-        ca_pem = self.ca_pem()
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        config_hash = None if pinned is None else pinned[1]
-        hit = self._stubs.get((node, version))
-        if hit is not None and hit[0] == config_hash and hit[1] == signing and hit[2] == ca_pem:
-            return hit[3]
-        stub = encode(build_stub(
-            version=version,
+        # One cache slot per node and version, so clients of different versions do not evict each other.
+        return self._stubs.get(f"{node} {version}", StubInputs(node, version, None if pinned is None else pinned[1],
+                                                               signing, self.ca_pem()))
+
+    def _render_stub(self, inputs: StubInputs) -> bytes:
+        node = inputs.node
+        return encode(build_stub(
+            version=inputs.version,
             hostname=self.config.node_hostname(node),
-            config_url=None if pinned is None else self.urls.real_config(node),
-            config_hash=config_hash,
-            ca_pem=ca_pem,
+            config_url=None if inputs.config_hash is None else self.urls.real_config(node),
+            config_hash=inputs.config_hash,
+            ca_pem=inputs.ca_pem,
         ))
-        self._stubs[(node, version)] = (config_hash, signing, ca_pem, stub)
-        return stub

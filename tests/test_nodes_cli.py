@@ -69,9 +69,9 @@ async def test_boot_once_across_restart_then_reinstall(tmp_path: Path, reference
             assert rc == 0, err
             assert "master-0: marked for reinstall" in out
             assert await _get(http, chain) == install
-            nodes = json.loads(await _get(http, f"{server.url}/nodes"))
+            nodes = json.loads(await _get(http, f"{server.admin_url}/nodes"))
             assert {n["node"]: n["stage"] for n in nodes["nodes"]} == {"master-0": "ipxe", "master-1": "new"}
-            events = json.loads(await _get(http, f"{server.url}/nodes/master-0"))["events"]
+            events = json.loads(await _get(http, f"{server.admin_url}/nodes/master-0"))["events"]
             assert [e["event"] for e in events] == ["script", "stub", "config", "localboot", "reinstall", "script"]
         finally:
             await server.stop()

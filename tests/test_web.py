@@ -13,7 +13,7 @@ from bootserver.config import parse_config
 from bootserver.web import create_app
 
 from bootserver.signing import sign
-from bootserver.urls import chain_path, real_config_path, stub_path
+from bootserver.urls import CHAIN, REAL_CONFIG, STUB
 
 from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative
 
@@ -68,17 +68,18 @@ async def test_generic_entry_selects_the_node(client, query: str) -> None:
 
 
 @pytest.mark.parametrize("path,reason", [
-    (signed(chain_path("nobody"), "nobody"), "no node 'nobody'"),
-    ("/boot.ipxe?mac=52:54:00:00:00:99", "no node with mac 52:54:00:00:00:99"),
+    (signed(CHAIN.path(node="nobody"), "nobody"), "no node 'nobody'"),
+    ("/boot.ipxe?mac=52:54:00:00:00:99", "no node to boot for mac 52:54:00:00:00:99"),
     ("/boot.ipxe", "no selector given"),
-    (signed(stub_path("nobody"), "nobody"), "no node 'nobody'"),
-    (signed(real_config_path("nobody"), "nobody"), "no node 'nobody'"),
+    (signed(STUB.path(node="nobody"), "nobody"), "no node 'nobody'"),
+    (signed(REAL_CONFIG.path(node="nobody"), "nobody"), "no node 'nobody'"),
 ])
 async def test_unknown_node_is_404_with_reason(client, path: str, reason: str) -> None:
     r = await client.get(path)
     assert r.status == 404
     assert r.content_type == "text/plain"
-    assert reason in await r.text()
+    text = await r.text()
+    assert reason in text and "t.yaml" not in text  # no config file name in a public body
 
 
 async def test_stub_and_real_config(client, config) -> None:
@@ -143,3 +144,40 @@ async def test_symlink_out_of_cache_is_not_served(client, cached, config, tmp_pa
 async def test_healthz(client) -> None:
     r = await client.get("/healthz")
     assert r.status == 200
+
+
+async def test_disk_full_read_through_body_names_no_path_or_size(aiohttp_client, boot_setup, tmp_path: Path,
+                                                                 monkeypatch, caplog) -> None:
+    """A read-through miss on a full disk: the device operator learns the cache is full; the cache path
+    and the byte counts go to the log only."""
+    import shutil as real_shutil
+
+    from bootserver import fetch
+    from bootserver.config import load_config
+
+    setup = boot_setup(200_000, {"m0": {"profile": "master"}})
+    pxe = setup.doc["architectures"]["x86_64"]["artifacts"]["metal"]
+    release, location = pxe["release"], pxe["formats"]["pxe"]["kernel"]["location"]
+    disk_usage = real_shutil.disk_usage
+    monkeypatch.setattr(fetch.shutil, "disk_usage", lambda p: disk_usage(p)._replace(free=1000))
+    client = await aiohttp_client(create_app(load_config(setup.config), fixed_signer()))
+    r = await client.get(f"/artifacts/rhcos-4.16/x86_64/{release}/{location.rsplit('/', 1)[1]}")
+    text = await r.text()
+    assert r.status == 500 and text == "the server's artifact cache is full; the server log has the details\n"
+    assert "more bytes needed, 1000 free" in caplog.text and str(tmp_path / "cache") in caplog.text
+
+
+async def test_unusable_local_metadata_is_not_called_upstream_nor_named(aiohttp_client, reference: Path,
+                                                                        tmp_path: Path, caplog) -> None:
+    """Stream metadata from a local file that is not JSON: 502 without the file's path in the body."""
+    (tmp_path / "stream.json").write_text("<html>not found</html>")
+    config = parse_config({
+        "server": {"base_url": "http://boot.example.net:8080"}, "cache_dir": "cache", "state_dir": "state",
+        "streams": {"s": {"metadata": "stream.json"}},
+        "profiles": {"p": {"stream": "s", "mode": "live"}}, "nodes": {"n0": {"profile": "p"}},
+    }, "t.yaml", tmp_path)
+    client = await aiohttp_client(create_app(config, fixed_signer()))
+    r = await client.get(signed("/ipxe/n0", "n0"))
+    text = await r.text()
+    assert r.status == 502 and text == "stream metadata unusable; the server log has the details\n"
+    assert str(tmp_path) not in text and str(tmp_path / "stream.json") in caplog.text

@@ -26,7 +26,8 @@ from ..network import NetworkSetting
 from .metal import MetalGlobal, MetalSettings
 from .state import TimelineSettings
 from .types import (
-    UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, Name, Networks, ScriptWord, SettingsModel, YamlList,
+    UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, ListenAddressOrSocket, Name, Networks, ScriptWord,
+    SettingsModel, YamlList,
     normalize_mac, null_as_empty, split_listen,
 )
 
@@ -83,6 +84,14 @@ class SigningConfig(SettingsModel):
     key_grace: Duration = 86400
 
 
+class AdminConfig(SettingsModel):
+    """``server.admin``: the admin listener (``/nodes``, ``/nodes/{node}``, ``/metrics``, also
+    ``/healthz`` and ``/readyz``), kept off the device network. ``listen`` is ``host:port`` or the
+    absolute path of a Unix socket; default ``127.0.0.1:<server.listen port + 1>``."""
+
+    listen: ListenAddressOrSocket | None = None
+
+
 class ServerConfig(SettingsModel):
     """``server``: where to listen (``host:port``), the URL devices use to reach us, and security limits."""
 
@@ -99,6 +108,21 @@ class ServerConfig(SettingsModel):
     workers: int = Field(default=1, ge=1, le=256)
     #: The facility this server sits in: its ``mirrors`` come first in the upstream chain.
     facility: str | None = None
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+
+    @property
+    def admin_listen(self) -> str:
+        """Where the admin listener listens: ``server.admin.listen`` (a Unix socket when it is an
+        absolute path), else ``127.0.0.1:<port + 1>``, or the next port after it that ``tls.listen``
+        does not take (counting down from ``port - 1`` at the top of the range)."""
+        if self.admin.listen:
+            return self.admin.listen
+        taken = {self.port} | ({split_listen(self.tls.listen)[1]} if self.tls is not None else set())
+        step = 1 if self.port < 65534 else -1
+        port = self.port + step
+        while port in taken:
+            port += step
+        return f"127.0.0.1:{port}"
 
     @property
     def host(self) -> str:
