@@ -70,26 +70,37 @@ def select_node(config: Config, addr: Address | None, *, mac: str | None = None,
                 hostname: str | None = None) -> str:
     """The node the generic entry (``/boot.ipxe?mac=|uuid=|hostname=``) may hand out to a client at
     ``addr``: the node matching the first selector given, when ``addr`` is in its ``addresses``, or it
-    has none and is ``selectable``.
+    has none and is ``selectable``; otherwise the ``default`` node (matchbox's default group), when
+    there is one and ``addr`` is in its ``addresses`` (if any).
 
-    Raises :class:`UnknownNodeError` with the same text whether no node matches or a node matches but
-    may not be handed out to ``addr`` as its ``public`` text (docs/design.md, "Identity and trust": the
-    answer must not tell which MACs are registered); ``str(err)`` says which, for the server's log.
+    Raises :class:`UnknownNodeError` with the same ``public`` text whether no node matches or a node
+    matches but may not be handed out to ``addr`` (docs/design.md, "Identity and trust": the answer must
+    not tell which MACs are registered); ``str(err)`` says which, for the server's log.
     """
     given = [(k, v) for k, v in (("mac", mac), ("uuid", uuid), ("hostname", hostname)) if v]
-    if not given:
-        raise UnknownNodeError("no selector given: use ?mac=, ?uuid= or ?hostname=",
-                               public="no selector given: use ?mac=, ?uuid= or ?hostname=")
-    key, value = given[0]
-    public = f"no node to boot for {key} {value} from this address"
-    try:
-        node = find_node(config, **{key: value})
-    except UnknownNodeError as e:
-        raise UnknownNodeError(str(e), public=public) from None
-    n = config.nodes[node]
-    if not (address_allowed(config, node, addr) if n.addresses else n.selectable):
-        raise UnknownNodeError(f"node {node} ({key} {value}) is not selectable from {addr}", public=public)
-    return node
+    if given:
+        key, value = given[0]
+        public = f"no node to boot for {key} {value} from this address"
+        try:
+            node = find_node(config, **{key: value})
+        except UnknownNodeError as e:
+            reason = str(e)
+        else:
+            n = config.nodes[node]
+            if address_allowed(config, node, addr) if n.addresses else n.selectable:
+                return node
+            reason = f"node {node} ({key} {value}) is not selectable from {addr}"
+    else:
+        public = reason = "no selector given: use ?mac=, ?uuid= or ?hostname="
+    fallback = default_node(config)
+    if fallback is not None and address_allowed(config, fallback, addr):
+        return fallback
+    raise UnknownNodeError(reason, public=public)
+
+
+def default_node(config: Config) -> str | None:
+    """The node with ``default: true`` (at most one; see :func:`select_node`), or ``None``."""
+    return next((name for name, n in config.nodes.items() if n.default), None)
 
 
 def script_context(config: Config, urls: Urls, node: str, release: Release,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any, Awaitable, Callable, Generic, Mapping, TypeVar
 from .butane import ButaneError
 from .catalog import StreamCatalog
 from .config import IGNITION_VERSIONS, Config
-from .errors import UnavailableError
+from .errors import BootserverError, UnavailableError
 from .fetch import Upstream
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .inventory import find_node, profile_of, script_context, select_node
@@ -28,11 +27,16 @@ from .network import node_kargs
 from .readthrough import ReadThrough, Transfer
 from .store import ArtifactStore
 from .streams import ARTIFACT_KINDS, Release
-from .timeline import INSTALLED_STAGES, GroupCommit, Record, Timeline, artifact_event
+from .state import open_store
+from .timeline import INSTALLED_STAGES, Record, artifact_event
 from .signing import Signer
 from .urls import Urls
 
 log = logging.getLogger("bootserver.service")
+
+#: Seconds between background loads of a stream's metadata after one failed (see
+#: :meth:`BootService.load_metadata_soon`).
+METADATA_RETRY = 30.0
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -108,15 +112,22 @@ class BootService:
         self.catalog = StreamCatalog(config, self.store, self.upstream)
         #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
         self.artifacts = ReadThrough(config, self.store, self.catalog, self.upstream)
-        self.urls = Urls(config, signer)
+        #: The node timeline and the signing keys (sqlite in ``state_dir``, or ``state_store``).
+        self.state = open_store(config)
+        #: The sqlite timeline when the state is in ``state_dir`` (``None`` with PostgreSQL).
+        self.timeline = getattr(self.state, "timeline", None)
+        self.urls = Urls(config, signer, keys=self.state.keyring)
         self.real_configs = RealConfigs()
-        self.timeline = Timeline(config.state_dir, config.timeline.keep_events)
-        #: Timeline writes of the server (group commit on one writer thread).
-        self.writes = GroupCommit(self.timeline)
+        #: The configured nodes' stages as last read (see :meth:`read_stages`), for metrics scrapes.
+        self._stages: list[str] = []
         self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
         #: Timeline writes started after an answer went out (see :meth:`artifact_answered`).
         self._pending: set[asyncio.Task[Any]] = set()
+        #: Background stream metadata loads (see :meth:`load_metadata_soon`) and the monotonic time of
+        #: each stream's last failed one.
+        self._metadata_loads: dict[str, asyncio.Future[None]] = {}
+        self._metadata_failed: dict[str, float] = {}
 
     def find_node(self, **selectors: str | None) -> str:
         """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""
@@ -142,10 +153,7 @@ class BootService:
         Raises :class:`UnavailableError` (HTTP 503) when the timeline cannot be read: without it the
         server cannot tell an installed node from a new one, and guessing could reinstall a node.
         """
-        try:
-            return self.timeline.stage(node)
-        except (sqlite3.Error, OSError) as e:
-            raise self._timeline_error(e) from None
+        return await self.state.stage(node)
 
     async def _script(self, node: str, stage: str) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)``: the boot-disk script when boot-once applies, else the boot script."""
@@ -178,14 +186,7 @@ class BootService:
         profile = profile_of(self.config, node)
         record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
                         real_config=profile.ignition is not None)
-        try:
-            return await self.writes.record(record)
-        except (sqlite3.Error, OSError) as e:
-            raise self._timeline_error(e) from None
-
-    def _timeline_error(self, e: Exception) -> UnavailableError:
-        return UnavailableError(f"node timeline {self.timeline.path}: {e}",
-                                public="node timeline unavailable (the server cannot write its state); retry later")
+        return await self.state.record(record)
 
     async def serve_script(self, node: str, client: str | None) -> str:
         """What the server answers a node's script request from address ``client``: the boot script,
@@ -237,13 +238,13 @@ class BootService:
         if not client:
             return kind, None
         try:
-            node = self.timeline.attribute(client)  # one indexed row, on the loop
+            node = await self.state.attribute(client)  # one indexed row
             if node is None or node not in self.config.nodes:
                 return kind, None
             if kind != "other":
                 await self.record(node, f"{kind}-requested", ip=client)
             return kind, node
-        except (UnavailableError, OSError, sqlite3.Error) as e:
+        except (UnavailableError, OSError) as e:
             log.error("artifact %s: not recorded in the node timeline: %s", "/".join(segments), e)
             return kind, None
 
@@ -278,7 +279,7 @@ class BootService:
         """Every configured node (and any other with events), as ``GET /nodes`` shows them: stage,
         since when, last event, profile (ages in seconds, see :meth:`NodeState.as_dict`)."""
         await self.drain()
-        states = await asyncio.to_thread(self.timeline.nodes, list(self.config.nodes))
+        states = await self.state.nodes(list(self.config.nodes))
         now = time.time()
         return [{**st.as_dict(now), "profile": self.config.nodes[st.node].profile if st.node in self.config.nodes
                  else None} for st in states]
@@ -287,25 +288,78 @@ class BootService:
         """Configured node ``node``'s stage and events, oldest first (``limit``: the last N), as
         ``GET /nodes/{node}`` shows them."""
         await self.drain()
-        events = await asyncio.to_thread(self.timeline.events, node, limit=limit)
-        states = await asyncio.to_thread(self.timeline.nodes, [node])
-        state = next(s for s in states if s.node == node)
+        events = await self.state.events(node, limit=limit)
+        state = await self.state.node(node)
         return {**state.as_dict(time.time()), "profile": self.config.nodes[node].profile,
                 "events": [e.as_dict() for e in events]}
 
-    def node_stages(self) -> list[str]:
-        """The stage of every configured node (blocking: reads the timeline; for metrics scrapes)."""
+    async def read_stages(self) -> None:
+        """Read every configured node's stage for :meth:`node_stages` (before a metrics scrape; none
+        when the state store cannot answer: the scrape still answers)."""
         nodes = self.config.nodes
-        return [s.stage for s in self.timeline.nodes(list(nodes)) if s.node in nodes]
+        try:
+            self._stages = [s.stage for s in await self.state.nodes(list(nodes)) if s.node in nodes]
+        except UnavailableError as e:
+            log.warning("metrics: node stages not read: %s", e)
+            self._stages = []
+
+    def node_stages(self) -> list[str]:
+        """The stage of every configured node as last read by :meth:`read_stages` (for metrics)."""
+        return self._stages
+
+    async def start(self) -> None:
+        """Open the state store (see :meth:`bootserver.state.StateStore.start`). Raises
+        :class:`~bootserver.state.StateStoreError`."""
+        await self.state.start()
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """``(ready, report)`` of ``GET /readyz``: ready when every profile's stream metadata is loaded
+        (scripts can be answered) and every artifact it names is cached or read-through is on (see
+        :meth:`ReadThrough.readiness` for the report). A stream whose metadata is missing gets a
+        background load (:meth:`load_metadata_soon`), so a probe that keeps asking sees the server
+        become ready as soon as the metadata can be had. Never blocks on the network."""
+        ready, report = self.artifacts.readiness()
+        waiting = sorted({i["stream"] for i in report["artifacts"] if i["release"] is None})
+        for item in report["artifacts"]:
+            if item["release"] is None and item["stream"] in self._metadata_failed:
+                item["reason"] = "stream metadata could not be loaded; the server log has the details"
+        for stream in waiting:
+            self.load_metadata_soon(stream)
+        if waiting:
+            ready = False
+            report = {**report, "ready": False}
+        return ready, report
+
+    def load_metadata_soon(self, stream: str) -> None:
+        """Start loading ``stream``'s metadata in the background unless a load is running or the last
+        one failed less than :data:`METADATA_RETRY` seconds ago (a failure is logged once per try).
+        Call on the event loop."""
+        now = time.monotonic()
+        if stream in self._metadata_loads or now - self._metadata_failed.get(stream, -METADATA_RETRY) < METADATA_RETRY:
+            return
+
+        async def load() -> None:
+            try:
+                await self.catalog.get(stream)
+                self._metadata_failed.pop(stream, None)
+            except BootserverError as e:
+                self._metadata_failed[stream] = time.monotonic()
+                log.warning("stream %s: metadata not loaded: %s", stream, e)
+            finally:
+                self._metadata_loads.pop(stream, None)
+
+        self._metadata_loads[stream] = asyncio.ensure_future(load())
 
     async def close(self) -> None:
-        """Finish the background timeline writes, cancel read-through downloads still running (their
-        partials stay), close the upstream, then the timeline."""
+        """Finish the background timeline writes, stop metadata loads, cancel read-through downloads
+        still running (their partials stay), close the upstream, then the state store."""
         await self.drain()
+        for task in list(self._metadata_loads.values()):
+            task.cancel()
+        await asyncio.gather(*self._metadata_loads.values(), return_exceptions=True)
         await self.artifacts.close()
         await self.upstream.close()
-        await asyncio.to_thread(self.writes.close)
-        await asyncio.to_thread(self.timeline.close)
+        await self.state.close()
 
     def artifact_kind(self, segments: tuple[str, ...]) -> str:
         """``kernel``, ``initramfs`` or ``rootfs`` when the artifact URL segments ``(stream, arch,

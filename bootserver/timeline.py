@@ -69,9 +69,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 
-from .errors import InputError
+from .errors import BootserverError, InputError
 from .streams import ARTIFACT_KINDS
 
 log = logging.getLogger("bootserver.timeline")
@@ -270,6 +270,66 @@ class Record:
             raise ValueError(f"unknown timeline event {self.event!r}")
 
 
+#: One SQL statement of a :func:`append_steps` program: ``(sql with ? placeholders, parameters, want)``,
+#: ``want`` being ``"row"`` (the first row or ``None``) or ``"rowcount"``.
+Step = tuple[str, tuple[Any, ...], str]
+
+
+def append_steps(r: Record, keep_events: int) -> Generator[Step, Any, str]:
+    """The statements that append ``r`` inside an open write transaction, as a generator: it yields each
+    :data:`Step` and is sent its result; it returns the node's stage after ``r``. The one definition
+    of how an event changes the tables (stage, coalescing, ``keep_events``), run by the sqlite
+    :class:`Timeline` (:func:`run_steps`) and the PostgreSQL store alike (the SQL is common to both).
+    """
+    row = yield ("SELECT stage, stage_at, last_event, last_at, last_id, events, dropped FROM nodes "
+                 "WHERE node = ?", (r.node,), "row")
+    stage, stage_at, last_event, last_at, last_id, held, dropped = \
+        row if row else ("new", r.at, r.event, r.at, None, 0, 0)
+    new = next_stage(stage, r.event, r.mode, real_config=r.real_config) if r.at >= stage_at else stage
+    detail = json.dumps(dict(r.detail), sort_keys=True) if r.detail else None
+    if new != stage:
+        stage_at = r.at
+    coalesced = False
+    if last_id is not None and new == stage and r.at >= last_at:
+        prev = yield ("SELECT event, ip, detail, stage FROM events WHERE id = ?", (last_id,), "row")
+        if prev is not None and tuple(prev) == (r.event, r.ip, detail, new):
+            yield ("UPDATE events SET count = count + 1, last_at = ? WHERE id = ?", (r.at, last_id), "rowcount")
+            coalesced = True
+    if not coalesced:
+        (last_id,) = yield ("INSERT INTO events (node, at, event, ip, detail, last_at, stage) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                            (r.node, r.at, r.event, r.ip, detail, r.at, new), "row")
+        if held < 0:  # migrated from schema 1: count once
+            (held,) = yield ("SELECT count(*) FROM events WHERE node = ?", (r.node,), "row")
+        else:
+            held += 1
+        if held > keep_events:
+            gone = yield ("DELETE FROM events WHERE id IN (SELECT id FROM events WHERE node = ? "
+                          "ORDER BY at, id LIMIT ?)", (r.node, held - keep_events), "rowcount")
+            held -= gone
+            dropped += gone
+    if r.at >= last_at:  # a completion recorded late must not hide a newer event
+        last_event, last_at = r.event, r.at
+    yield ("INSERT INTO nodes (node, stage, stage_at, last_event, last_at, last_id, events, dropped) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node) DO UPDATE SET stage = excluded.stage, "
+           "stage_at = excluded.stage_at, last_event = excluded.last_event, "
+           "last_at = excluded.last_at, last_id = excluded.last_id, events = excluded.events, "
+           "dropped = excluded.dropped",
+           (r.node, new, stage_at, last_event, last_at, last_id, held, dropped), "rowcount")
+    return new
+
+
+def run_steps(db: sqlite3.Connection, steps: Generator[Step, Any, str]) -> str:
+    """Run an :func:`append_steps` program on a sqlite connection; returns what the program returns."""
+    try:
+        sql, params, want = next(steps)
+        while True:
+            cur = db.execute(sql, params)
+            sql, params, want = steps.send(cur.fetchone() if want == "row" else cur.rowcount)
+    except StopIteration as done:
+        return done.value
+
+
 class Timeline:
     """The timeline database ``<state_dir>/timeline.sqlite3``.
 
@@ -313,13 +373,15 @@ class Timeline:
         """Open the database (creating or migrating it) and check its integrity (``PRAGMA quick_check``:
         reads every page once), so a damaged file stops a server at start instead of answering 503 to
         every script. Raises :class:`TimelineDamagedError` (exit 2) naming the file and what to do,
-        ``OSError`` when ``state_dir`` cannot be created."""
+        :class:`~bootserver.errors.BootserverError` (exit 1) when it cannot be opened at all (``state_dir``
+        not creatable, permissions, locked): one line naming the file."""
         try:
             with self._lock:
                 problems = [r[0] for r in self._db().execute("PRAGMA quick_check").fetchall()]
-        except sqlite3.OperationalError:  # cannot open, locked, read-only: not damage
+        except (sqlite3.OperationalError, OSError) as e:  # cannot open, locked, read-only: not damage
             self.close()
-            raise
+            raise BootserverError(f"{self.path}: cannot open the node timeline: "
+                                  f"{getattr(e, 'strerror', None) or e}") from None
         except sqlite3.DatabaseError as e:  # not a database, malformed
             problems = [str(e)]
         if problems != ["ok"]:
@@ -396,42 +458,7 @@ class Timeline:
 
     def _append(self, db: sqlite3.Connection, r: Record) -> str:
         """One record inside the open transaction; returns the node's stage after it."""
-        row = db.execute("SELECT stage, stage_at, last_event, last_at, last_id, events, dropped FROM nodes "
-                         "WHERE node = ?", (r.node,)).fetchone()
-        stage, stage_at, last_event, last_at, last_id, held, dropped = \
-            row if row else ("new", r.at, r.event, r.at, None, 0, 0)
-        new = next_stage(stage, r.event, r.mode, real_config=r.real_config) if r.at >= stage_at else stage
-        detail = json.dumps(dict(r.detail), sort_keys=True) if r.detail else None
-        if new != stage:
-            stage_at = r.at
-        coalesced = False
-        if last_id is not None and new == stage and r.at >= last_at:
-            prev = db.execute("SELECT event, ip, detail, stage FROM events WHERE id = ?", (last_id,)).fetchone()
-            if prev is not None and prev == (r.event, r.ip, detail, new):
-                db.execute("UPDATE events SET count = count + 1, last_at = ? WHERE id = ?", (r.at, last_id))
-                coalesced = True
-        if not coalesced:
-            last_id = db.execute("INSERT INTO events (node, at, event, ip, detail, last_at, stage) "
-                                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                 (r.node, r.at, r.event, r.ip, detail, r.at, new)).lastrowid
-            if held < 0:  # migrated from schema 1: count once
-                held = db.execute("SELECT count(*) FROM events WHERE node = ?", (r.node,)).fetchone()[0]
-            else:
-                held += 1
-            if held > self.keep_events:
-                gone = db.execute("DELETE FROM events WHERE id IN (SELECT id FROM events WHERE node = ? "
-                                  "ORDER BY at, id LIMIT ?)", (r.node, held - self.keep_events)).rowcount
-                held -= gone
-                dropped += gone
-        if r.at >= last_at:  # a completion recorded late must not hide a newer event
-            last_event, last_at = r.event, r.at
-        db.execute("INSERT INTO nodes (node, stage, stage_at, last_event, last_at, last_id, events, dropped) "
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node) DO UPDATE SET stage = excluded.stage, "
-                   "stage_at = excluded.stage_at, last_event = excluded.last_event, "
-                   "last_at = excluded.last_at, last_id = excluded.last_id, events = excluded.events, "
-                   "dropped = excluded.dropped",
-                   (r.node, new, stage_at, last_event, last_at, last_id, held, dropped))
-        return new
+        return run_steps(db, append_steps(r, self.keep_events))
 
     #: Seconds a writer waits for another process's write transaction before giving up.
     WRITE_WAIT = 5.0
@@ -500,53 +527,36 @@ class Timeline:
         return [states[n] for n in sorted(states)]
 
 
-class GroupCommit:
-    """Asynchronous writes to a :class:`Timeline` with group commit, for one event loop.
+class Batches:
+    """Group commit on one event loop: :meth:`record` queues a record and waits for its commit; one
+    drain task hands everything queued to ``commit`` (one transaction: all or nothing), what arrives
+    meanwhile forms the next batch. Records commit in the order they were queued. Under a boot storm
+    this is one commit per batch instead of one per request. Used by :class:`GroupCommit` (sqlite, on a
+    writer thread) and the PostgreSQL store."""
 
-    :meth:`record` queues an event and waits for its commit. One writer thread (its own, so timeline
-    writes never wait behind other blocking work) commits everything queued in one transaction; what
-    arrives meanwhile forms the next batch. Events commit in the order they were queued. Under a boot
-    storm this is one commit and one thread hand-off per batch instead of per request.
-
-    Commits do not checkpoint the WAL: after every :attr:`CHECKPOINT_EVERY` records a second thread
-    does, so its fsync never holds up a batch (it did: p99 latency of the script endpoint went from
-    about 25 ms to 80-450 ms on a VM disk).
-    """
-
-    #: Records committed between two WAL checkpoints (a record is about 4 KiB of WAL at most).
-    CHECKPOINT_EVERY = 1000
-
-    def __init__(self, timeline: Timeline) -> None:
-        self.timeline = timeline
-        timeline.auto_checkpoint = False
+    def __init__(self, commit: Callable[[list[Record]], Awaitable[list[str]]]) -> None:
+        self._commit = commit
         self._queue: list[tuple[Record, asyncio.Future[str]]] = []
-        self._draining = False
-        self._executor: ThreadPoolExecutor | None = None
-        self._checkpointer: ThreadPoolExecutor | None = None
-        self._checkpointing: asyncio.Future[None] | None = None
-        self._since_checkpoint = 0
+        self._draining: asyncio.Task[None] | None = None
 
     async def record(self, record: Record) -> str:
-        """Commit ``record``; return the node's stage after it. Raises ``sqlite3.Error`` or ``OSError``
-        when its batch could not be committed (nothing of that batch was written)."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[str] = loop.create_future()
+        """Commit ``record``; return the node's stage after it. Raises what ``commit`` raised for its
+        batch (then nothing of that batch was written)."""
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._queue.append((record, fut))
-        if not self._draining:
-            self._draining = True
-            loop.create_task(self._drain())
+        if self._draining is None:
+            self._draining = asyncio.create_task(self._drain())
         return await fut
 
+    def committed(self, count: int) -> None:
+        """Called on the loop after each committed batch of ``count`` records (a hook)."""
+
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="timeline-writer")
         try:
             while self._queue:
                 batch, self._queue = self._queue, []
                 try:
-                    stages = await loop.run_in_executor(self._executor, self.timeline.record_many,
-                                                        [r for r, _ in batch])
+                    stages = await self._commit([r for r, _ in batch])
                 except asyncio.CancelledError:
                     for _, fut in batch + self._queue:
                         fut.cancel()
@@ -559,12 +569,48 @@ class GroupCommit:
                 for (_, fut), stage in zip(batch, stages):
                     if not fut.done():
                         fut.set_result(stage)
-                self._since_checkpoint += len(batch)
-                if self._since_checkpoint >= self.CHECKPOINT_EVERY and self._checkpointing is None:
-                    self._since_checkpoint = 0
-                    self._start_checkpoint(loop)
+                self.committed(len(batch))
         finally:
-            self._draining = False
+            self._draining = None
+
+    async def drained(self) -> None:
+        """Wait until the records queued so far are committed (or failed)."""
+        if self._draining is not None:
+            await asyncio.gather(self._draining, return_exceptions=True)
+
+
+class GroupCommit(Batches):
+    """Asynchronous writes to a sqlite :class:`Timeline` with group commit (:class:`Batches`) on one
+    writer thread of its own, so timeline writes never wait behind other blocking work.
+
+    Commits do not checkpoint the WAL: after every :attr:`CHECKPOINT_EVERY` records a second thread
+    does, so its fsync never holds up a batch (it did: p99 latency of the script endpoint went from
+    about 25 ms to 80-450 ms on a VM disk). :meth:`record` raises ``sqlite3.Error`` or ``OSError``.
+    """
+
+    #: Records committed between two WAL checkpoints (a record is about 4 KiB of WAL at most).
+    CHECKPOINT_EVERY = 1000
+
+    def __init__(self, timeline: Timeline) -> None:
+        super().__init__(self._in_thread)
+        self.timeline = timeline
+        timeline.auto_checkpoint = False
+        self._executor: ThreadPoolExecutor | None = None
+        self._checkpointer: ThreadPoolExecutor | None = None
+        self._checkpointing: asyncio.Future[None] | None = None
+        self._since_checkpoint = 0
+
+    async def _in_thread(self, records: list[Record]) -> list[str]:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="timeline-writer")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.timeline.record_many,
+                                                                records)
+
+    def committed(self, count: int) -> None:
+        self._since_checkpoint += count
+        if self._since_checkpoint >= self.CHECKPOINT_EVERY and self._checkpointing is None:
+            self._since_checkpoint = 0
+            self._start_checkpoint(asyncio.get_running_loop())
 
     def _start_checkpoint(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._checkpointer is None:

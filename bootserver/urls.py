@@ -17,6 +17,7 @@ never signed (public images).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 from urllib.parse import quote
 
 from .config import Config
@@ -75,21 +76,23 @@ ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, STUB, REAL_CONFIG, ARTIFACT, HEALTH
 class Urls:
     """Build absolute URLs for a config. Node and stream names are checked plain names already.
 
-    ``signer`` signs per-node URLs; by default one over ``<state_dir>/keys.json`` (created on first use)
-    and the wall clock.
+    ``signer`` signs per-node URLs; by default one over ``keys()`` (default: ``<state_dir>/keys.json``,
+    created on first use; a server passes its state store's keys) and the wall clock.
     """
 
-    def __init__(self, config: Config, signer: Signer | None = None) -> None:
+    def __init__(self, config: Config, signer: Signer | None = None,
+                 keys: Callable[[], Keyring] | None = None) -> None:
         self.config = config
         self.base = config.server.effective_base_url
         self.https_base = config.server.https_base_url
         self._signer = signer
+        self._keys = keys or (lambda: Keyring.load_or_create(config.state_dir))
 
     @property
     def signer(self) -> Signer:
-        """The :class:`Signer` (loading or creating the keys file on first use)."""
+        """The :class:`Signer` (loading or creating the keys on first use)."""
         if self._signer is None:
-            self._signer = Signer(Keyring.load_or_create(self.config.state_dir))
+            self._signer = Signer(self._keys())
         return self._signer
 
     def _signed(self, base: str, node: str, path: str, ttl: int) -> str:

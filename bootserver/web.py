@@ -19,6 +19,7 @@ import socket
 import ssl
 from pathlib import Path
 from typing import Any, Awaitable, Callable
+from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 
@@ -32,6 +33,7 @@ from .metrics import Metrics
 from .ops import NODE, ROUTE
 from .security import Gate, Limits, forbidden
 from .readthrough import Transfer
+from .inventory import default_node, profile_of
 from .service import BootService
 from .signing import Signer
 from .urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
@@ -86,7 +88,8 @@ ERROR_ANSWERS: tuple[tuple[type[BootserverError], int, str], ...] = (
     (UnknownNodeError, 404, "no such node"),
     (UnavailableError, 503, "not available now, retry later"),
     (DiskFullError, 500, "the server's artifact cache is full; the server log has the details"),
-    (FetchError, 502, "upstream problem: a download failed; the server log has the details"),
+    (FetchError, 502, "upstream problem: stream metadata or an artifact could not be downloaded; "
+                      "the server log has the details"),
     (InputError, 502, "stream metadata unusable; the server log has the details"),
     (BootserverError, 500, "internal error; the server log has the details"),
 )
@@ -295,14 +298,27 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """``GET /readyz``: every referenced artifact as cached, fetching or missing (JSON); 200 when ready."""
-    ready, report = _service(request).artifacts.readiness()
+    """``GET /readyz``: every referenced artifact as cached, fetching or missing (:meth:`BootService.readiness`),
+    and whether the state store answers (``state_store``: ``{"backend": "sqlite"|"postgresql", "ready":
+    bool}``; why not goes to the log) (JSON); 200 when both are ready."""
+    svc = _service(request)
+    ready, report = svc.readiness()
+    problem = await svc.state.ready()
+    if problem is not None:
+        log.warning("readyz: %s", problem)
+    report = {**report, "state_store": {"backend": svc.state.backend, "ready": problem is None}}
+    ready = ready and problem is None
+    report["ready"] = ready
     return web.json_response(report, status=200 if ready else 503)
 
 
 async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: liveness."""
     return web.Response(text="ok\n", content_type="text/plain")
+
+
+async def _start_service(app: web.Application) -> None:
+    await app[SERVICE].start()
 
 
 async def nodes(request: web.Request) -> web.Response:
@@ -325,6 +341,7 @@ async def node_report(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     """``GET /metrics`` (admin): Prometheus text exposition format."""
     await _service(request).drain()
+    await _service(request).read_stages()
     body = await asyncio.to_thread(request.app[ops.METRICS].render)
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
@@ -373,6 +390,7 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     gate = Gate(config, svc.urls.signer.check)
     limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
     app = _app(svc, metrics, DEVICE, gate, limits)
+    app.on_startup.append(_start_service)
     app.on_cleanup.append(_close_service)
     app.on_response_prepare.append(_artifact_etag)
     app[ADMIN_APP] = _app(svc, metrics, ADMIN, gate, limits)
@@ -415,6 +433,23 @@ async def _start_site(config: Config, key: str, site: web.BaseSite, where: str) 
         await site.start()
     except OSError as e:
         raise _listen_error(config, key, where, e) from None
+
+
+def chain_hint(config: Config) -> str | None:
+    """The one line that tells how to boot a machine from this server: the ``chain`` command for the
+    ``default`` node's generic entry, and whether the base URL is reachable from another machine at all;
+    ``None`` without a default node."""
+    fallback = default_node(config)
+    if fallback is None:
+        return None
+    base = config.server.effective_base_url
+    line = (f"to boot any machine into node {fallback} ({profile_of(config, fallback).mode} mode): "
+            f"at its iPXE prompt, chain {base}/boot.ipxe")
+    host = urlsplit(base).hostname or ""
+    if host in ("localhost", "127.0.0.1", "::1"):
+        line += (" -- that URL reaches this machine only: set server.listen and server.base_url to an address "
+                 "the machine can reach (a QEMU guest with user networking reaches this host at 10.0.2.2)")
+    return line
 
 
 def bind_unix_socket(config: Config, path: str) -> socket.socket:
@@ -490,6 +525,9 @@ async def serve(config: Config, stop: "asyncio.Event", *, reuse_port: bool = Fal
             site = web.TCPSite(admin_runner, ahost or None, aport, reuse_port=reuse)
         await _start_site(config, "server.admin.listen", site, where)
         log.info("admin endpoints (/nodes, /metrics) on %s", where)
+        hint = None if reuse_port else chain_hint(config)  # with --workers the parent says it once
+        if hint is not None:
+            log.info("%s", hint)
         if ready is not None:
             ready()
         await stop.wait()

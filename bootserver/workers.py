@@ -17,6 +17,13 @@ The parent process:
    and the parent exits 1 (systemd's ``Restart=on-failure`` starts the service again): no half-alive
    server keeps running with fewer workers than configured. Workers get SIGTERM if the parent dies.
 
+Why not gunicorn with ``aiohttp.GunicornWebWorker`` (compared in 2026-11): it serves one app on every
+bound socket with one TLS setting, while bootserver serves plain HTTP and HTTPS with different rules
+(real configs only over HTTPS) and a separate admin listener; a port in use is its two log lines and
+exit 1 after retries, not one line naming ``server.listen`` and exit 2; it respawns a killed worker
+where we stop and let systemd restart the unit; and prometheus multiprocess mode would still need
+hooks. What it would replace is this module's fork/pipe/wait loop (about 150 lines).
+
 Cross-worker behaviour lives elsewhere: metrics in :mod:`bootserver.metrics` (multiprocess mode), one
 upstream download per artifact in :mod:`bootserver.readthrough` (followers of a locked partial).
 """
@@ -50,12 +57,13 @@ def prepare(config: Config) -> None:
     from .web import server_ssl_context
 
     config.state_dir.mkdir(parents=True, exist_ok=True)
-    Keyring.load_or_create(config.state_dir)
-    timeline = Timeline(config.state_dir, config.timeline.keep_events)
-    try:
-        timeline.nodes([])  # opens the database: creates the schema once
-    finally:
-        timeline.close()
+    if config.state_store is None:  # else the database was checked by bootserver.state.prepare_store
+        Keyring.load_or_create(config.state_dir)
+        timeline = Timeline(config.state_dir, config.timeline.keep_events)
+        try:
+            timeline.nodes([])  # opens the database: creates the schema once
+        finally:
+            timeline.close()
     if config.server.tls is not None:
         server_ssl_context(config)
         check_listen(config, "server.tls.listen", config.server.tls.listen)
@@ -165,6 +173,11 @@ class _Supervisor:
             self._stop()
         if error is None and not self.stopping:
             log.info("%d workers serving (pids %s)", len(self.children), " ".join(map(str, self.children)))
+            from .web import chain_hint
+
+            hint = chain_hint(self.config)
+            if hint is not None:
+                log.info("%s", hint)
         while self.children:
             try:
                 pid, wait_status = os.waitpid(-1, 0)

@@ -35,7 +35,7 @@ CASES = [
     (("profile: master,", "profile: mastr,"), "", "nodes.master-0.profile: no profile 'mastr'"),
     (("stream: rhcos-4.16,", "stream: rhcos-4.9,"), "", "profiles.master.stream: no stream 'rhcos-4.9'"),
     (None, "colour: blue\n", "colour: unknown key (known: server, cache_dir, state_dir, read_through, upstream, "
-     "streams, facilities, profiles, nodes, metal, timeline)"),
+     "streams, facilities, profiles, nodes, metal, timeline, state_store)"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, colour: red"), "", "profiles.master.colour: unknown key "
      "(known: stream, arch, mode, install_dev, ignition, ignition_version, kargs, console, metal, boot_once, network)"),
     (None, "server: {tls: {listen: ':8443', lisen: ':1'}}\n", "server.tls.lisen: unknown key "

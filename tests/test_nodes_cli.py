@@ -129,3 +129,11 @@ async def test_nodes_show_reports_coalesced_repeats(tmp_path: Path, reference: P
     rc, out, err = await run_cli("nodes", "show", "master-0", "--config", str(config))
     (line,) = out.splitlines()
     assert rc == 0 and line.split()[2] == "reinstall" and re.search(r"\(3 times, last at [0-9: -]+\)$", line)
+
+
+async def test_an_unusable_state_dir_stops_serve_with_one_line(tmp_path: Path, reference: Path) -> None:
+    config = _config(tmp_path, reference, free_port())
+    (tmp_path / "state").write_text("a file where state_dir should be")
+    rc, out, err = await run_cli("serve", "--config", str(config), timeout=30)
+    assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"bootserver: {tmp_path / 'state' / 'timeline.sqlite3'}: cannot open the node timeline: ")

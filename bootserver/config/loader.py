@@ -101,6 +101,14 @@ def _check_references(doc: Document, cfg: Config) -> None:
             if mac in seen_macs:
                 raise ConfigError(src, f"nodes.{name}.mac", f"{mac} is already the MAC of node {seen_macs[mac]!r}")
             seen_macs[mac] = name
+    defaults = [name for name, node in doc.nodes.items() if node.default]
+    if len(defaults) > 1:
+        raise ConfigError(src, f"nodes.{defaults[1]}.default", f"node {defaults[0]!r} is the default already; "
+                          "at most one node may be")
+    for name in defaults:
+        if doc.profiles[doc.nodes[name].profile].mode != "live":
+            raise ConfigError(src, f"nodes.{name}.default", "the default node must use a live-mode profile: "
+                              "any machine that chains /boot.ipxe boots it, and an install would wipe its disk")
     check_network_settings(doc, src)
     for name, sc in doc.streams.items():
         if not sc.is_url:

@@ -24,7 +24,7 @@ from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
 from ..network import NetworkSetting
 from .metal import MetalGlobal, MetalSettings
-from .state import TimelineSettings
+from .state import StateStoreField, StateStoreSettings, TimelineSettings
 from .types import (
     UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, ListenAddressOrSocket, Name, Networks, ScriptWord,
     SettingsModel, YamlList,
@@ -236,7 +236,8 @@ class Node(SettingsModel):
     ``addresses`` (IPs or CIDRs) restrict who may fetch the node's script and configs; ``selectable``
     lets ``/boot.ipxe`` hand out its script to any address (otherwise only to a matching address).
     ``hostname`` is what the node calls itself (``/etc/hostname``, the Equinix device hostname); without
-    it the node's name is its hostname, and must then be a valid one.
+    it the node's name is its hostname, and must then be a valid one. ``default``: the generic entry's
+    fallback (matchbox's default group), e.g. a live system any machine can boot.
     """
 
     profile: str
@@ -247,6 +248,9 @@ class Node(SettingsModel):
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     addresses: Networks = ()
     selectable: bool = False
+    #: ``/boot.ipxe`` hands this node's script to a machine no other node is selected for (no selector,
+    #: an unknown one, or a node that may not be handed out there); at most one, live mode only.
+    default: bool = False
     #: ``dhcp``, ``provider`` or an NMState document (bootserver.network); default the profile's.
     network: NetworkSetting | None = None
 
@@ -286,6 +290,7 @@ class Document(SettingsModel):
         default_factory=MetalGlobal)
     timeline: Annotated[TimelineSettings, BeforeValidator(null_as_empty)] = Field(
         default_factory=TimelineSettings)
+    state_store: StateStoreField = None
 
 
 _Document = Document  # the name tests and older callers import
@@ -299,8 +304,9 @@ class Config:
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
     ``state_dir`` (absolute :class:`~pathlib.Path`), ``read_through`` (bool: a cache miss is fetched
     from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
-    ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`) and ``timeline``
-    (:class:`TimelineSettings`).
+    ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`), ``timeline``
+    (:class:`TimelineSettings`) and ``state_store`` (:class:`StateStoreSettings`, or ``None`` for sqlite
+    in ``state_dir``).
     """
 
     source: str
@@ -316,6 +322,7 @@ class Config:
     nodes: Mapping[str, Node]
     metal: MetalGlobal
     timeline: TimelineSettings
+    state_store: StateStoreSettings | None
     _mac_index: Mapping[str, str] = field(repr=False, compare=False)
 
     @classmethod
@@ -337,6 +344,7 @@ class Config:
             nodes=MappingProxyType(dict(doc.nodes)),
             metal=doc.metal,
             timeline=doc.timeline,
+            state_store=doc.state_store,
             _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
         )
 
@@ -400,7 +408,8 @@ def _resolve(base_dir: Path, value: str) -> Path:
 
 
 def default_document() -> dict[str, Any]:
-    """The embedded default config: Fedora CoreOS ``stable`` on 127.0.0.1:8080, per-user dirs."""
+    """The embedded default config: Fedora CoreOS ``stable`` on 127.0.0.1:8080, per-user dirs, and a
+    default node ``fcos-live`` (live FCOS x86_64) that ``/boot.ipxe`` hands to any machine."""
     return {
         "server": {"listen": "127.0.0.1:8080"},
         "streams": {"fcos-stable": {"metadata": FCOS_STABLE_URL, "architectures": ["x86_64", "aarch64"]}},
@@ -408,4 +417,6 @@ def default_document() -> dict[str, Any]:
             "fcos-live": {"stream": "fcos-stable", "arch": "x86_64", "mode": "live"},
             "fcos-live-aarch64": {"stream": "fcos-stable", "arch": "aarch64", "mode": "live"},
         },
+        # something a newcomer can boot: any x86_64 machine that chains /boot.ipxe gets live FCOS
+        "nodes": {"fcos-live": {"profile": "fcos-live", "default": True}},
     }
