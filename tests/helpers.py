@@ -23,10 +23,20 @@ BOOTSERVER = [sys.executable, "-m", "bootserver"]
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago, and the port after it too (``serve``'s
+    default admin listener, ``server.admin.listen``, is the next port)."""
+    for _ in range(100):
+        with socket.socket() as s, socket.socket() as after:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            if port >= 65535:
+                continue
+            try:
+                after.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise OSError("no two free consecutive ports on 127.0.0.1")
 
 
 def write_config(path: Path, doc: dict[str, Any]) -> Path:
