@@ -70,6 +70,8 @@ def _node(config: Config, name: str) -> str:
 def _cmd_render(args: argparse.Namespace, config: Config) -> int:
     from .service import BootService
 
+    if args.what != "ignition" and args.ignition_version is not None:
+        raise InputError(f"render {args.what}: --version applies to render ignition only")
     svc = BootService(config)
     node = _node(config, args.node)
 
@@ -78,7 +80,7 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
         try:
             if args.what == "ipxe":
                 return (await svc.boot_script(node)).encode()
-            return svc.stub(node)
+            return svc.stub(node, args.ignition_version)
         finally:
             await svc.close()
 
@@ -321,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("render", parents=[common], help="print what the server sends a node")
     p.add_argument("what", choices=["ipxe", "ignition"])
     p.add_argument("node")
+    p.add_argument("--version", dest="ignition_version", metavar="X.Y.Z",
+                   help="ignition: the stub in this Ignition spec version (3.1.0 up to the profile's "
+                   "ignition_version, the default), as a client accepting at most X.Y.Z gets it")
     p.set_defaults(func=_cmd_render)
     p = sub.add_parser("url", parents=[common], help="print a node's chain URL and #!ipxe userdata")
     p.add_argument("node")

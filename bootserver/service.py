@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Generic, Mapping, TypeVar
 
+from .butane import ButaneError
 from .catalog import StreamCatalog
-from .config import Config
+from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, UnavailableError
 from .fetch import Upstream
-from .ignition import RealConfigs, build_stub, encode
+from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .inventory import find_node, profile_of, script_context, select_node
 from .ipxe import render_boot_script, render_localboot_script
 from .network import node_kargs
@@ -78,10 +79,12 @@ class ScriptInputs:
 
 @dataclass(frozen=True)
 class StubInputs:
-    """Everything a node's stub depends on besides the config: the node, the real config's hash
-    (``None``: no real config), the signing state of its URL, and the CA (PEM) we embed."""
+    """Everything a node's stub depends on besides the config: the node, the spec version it is written
+    in (negotiated per request), the real config's hash (``None``: no real config), the signing state
+    of its URL, and the CA (PEM) we embed."""
 
     node: str
+    version: str
     config_hash: str | None
     signing: tuple[int, bytes]
     ca_pem: bytes | None
@@ -195,9 +198,14 @@ class BootService:
         await self.record(node, event, ip=client, detail=detail)
         return script
 
-    async def serve_stub(self, node: str, client: str | None) -> bytes:
-        """:meth:`stub`, recording ``stub`` in the timeline. Raises as :meth:`stub`."""
-        data = self.stub(node)
+    async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:
+        """:meth:`stub` in the spec version negotiated with the client's ``Accept`` header (see
+        :func:`~bootserver.ignition.negotiate_version`; ``None``: the profile's version), recording
+        ``stub`` in the timeline. Raises :class:`~bootserver.ignition.NotAcceptableError` (HTTP 406,
+        nothing recorded) when the client accepts no version the profile allows, else as :meth:`stub`.
+        """
+        version = negotiate_version(accept, profile_of(self.config, node).ignition_version, IGNITION_VERSIONS)
+        data = self.stub(node, version)
         await self.record(node, "stub", ip=client)
         return data
 
@@ -372,7 +380,8 @@ class BootService:
     def real_config(self, node: str) -> bytes | None:
         """The node's real Ignition config bytes, or ``None`` when its profile has none.
 
-        Raises :class:`~bootserver.errors.UnavailableError` when the file cannot be read now.
+        Raises :class:`~bootserver.errors.UnavailableError` when the file cannot be read (or, for a
+        Butane config, translated) now.
         """
         pinned = self._real_config_pinned(node)
         return None if pinned is None else pinned[0]
@@ -387,6 +396,9 @@ class BootService:
         except OSError as e:
             raise UnavailableError(f"node {node}: cannot read Ignition config {path}: {e.strerror}",
                                    public=f"node {node}: its Ignition config cannot be read now") from None
+        except ButaneError as e:  # the Butane file was edited into one butane refuses: 503 until fixed
+            raise UnavailableError(f"node {node}: {e}",
+                                   public=f"node {node}: its Butane config cannot be translated now") from None
 
     def ca_pem(self) -> bytes | None:
         """The CA certificate (PEM) embedded into stubs when ``server.tls`` is set, else ``None``.
@@ -402,23 +414,35 @@ class BootService:
             raise UnavailableError(f"server.tls.ca: cannot read {ca}: {e.strerror}",
                                    public="the server's CA certificate cannot be read now") from None
 
-    def stub(self, node: str) -> bytes:
-        """The node's merge-style Ignition stub, as the exact bytes served.
+    def stub(self, node: str, version: str | None = None) -> bytes:
+        """The node's merge-style Ignition stub in spec ``version`` (default: the profile's
+        ``ignition_version``), as the exact bytes served.
 
         Its merge URL is signed with an expiry rounded up to the hour, so ``render ignition`` and the
         server print the same bytes within the same hour (same clock, same code path).
 
-        Raises :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
+        Raises :class:`~bootserver.ignition.NotAcceptableError` when ``version`` is not a stub version
+        (3.1.0 or newer) up to the profile's ``ignition_version``;
+        :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
         """
+        name = self.config.nodes[node].profile
+        maximum = profile_of(self.config, node).ignition_version
+        if version is None:
+            version = maximum
+        elif version not in stub_versions(maximum, IGNITION_VERSIONS):
+            raise NotAcceptableError(
+                f"node {node}: Ignition spec {version} is not one its stub can be written in: profile "
+                f"{name} allows 3.1.0 to {maximum} (profiles.{name}.ignition_version)")
         pinned = self._real_config_pinned(node)
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        return self._stubs.get(node, StubInputs(node, None if pinned is None else pinned[1], signing,
-                                                self.ca_pem()))
+        # One cache slot per node and version, so clients of different versions do not evict each other.
+        return self._stubs.get(f"{node} {version}", StubInputs(node, version, None if pinned is None else pinned[1],
+                                                               signing, self.ca_pem()))
 
     def _render_stub(self, inputs: StubInputs) -> bytes:
         node = inputs.node
         return encode(build_stub(
-            version=profile_of(self.config, node).ignition_version,
+            version=inputs.version,
             hostname=self.config.node_hostname(node),
             config_url=None if inputs.config_hash is None else self.urls.real_config(node),
             config_hash=inputs.config_hash,

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from . import __version__
 from .config import Config
 from .errors import (BootserverError, ConfigError, DiskFullError, FetchError, InputError, UnavailableError,
                      UnknownNodeError)
-from .ignition import MEDIA_TYPE
+from .ignition import MEDIA_TYPE, NotAcceptableError
 from . import ops
 from .metrics import Metrics
 from .ops import NODE, ROUTE
@@ -158,9 +158,17 @@ async def ipxe_script(request: web.Request) -> web.Response:
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
-    """``GET /ignition/{node}``: the node's merge-style stub."""
-    return web.Response(body=await _service(request).serve_stub(request[NODE], request.remote),
-                        content_type=MEDIA_TYPE)
+    """``GET /ignition/{node}``: the node's merge-style stub, in the spec version negotiated with the
+    ``Accept`` header (406 when none fits); ``Vary: Accept`` either way."""
+    try:
+        body = await _service(request).serve_stub(request[NODE], request.remote, request.headers.get(hdrs.ACCEPT))
+    except NotAcceptableError as e:
+        log.warning("%s %s: 406 %s", request.method, request.path, e)
+        response = _text(406, str(e))
+    else:
+        response = web.Response(body=body, content_type=MEDIA_TYPE)
+    response.headers[hdrs.VARY] = hdrs.ACCEPT
+    return response
 
 
 async def ignition_config(request: web.Request) -> web.Response:
