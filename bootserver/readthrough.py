@@ -313,7 +313,8 @@ class ReadThrough:
     turns off the fallback of :meth:`open` (never :meth:`fetch`, which ``sync-images`` uses).
     """
 
-    def __init__(self, config: Config, store: ArtifactStore, catalog: StreamCatalog, upstream: Upstream) -> None:
+    def __init__(self, config: Config, store: ArtifactStore, catalog: StreamCatalog,
+                 upstream: Upstream) -> None:
         self.config = config
         self.store = store
         self.catalog = catalog
@@ -372,8 +373,8 @@ class ReadThrough:
         try:
             while True:
                 try:
-                    size, dl.source = await self.upstream.download(self.store, dl.release, dl.artifact, hooks=dl,
-                                                                   observer=self.observer, exclusive=True)
+                    size, dl.source = await self.upstream.download(
+                        self.store, dl.release, dl.artifact, hooks=dl, observer=self.observer, exclusive=True)
                     log.log(logging.INFO if dl.for_clients else logging.DEBUG, "%s: cached %d bytes from %s",
                             rel, size, dl.source)
                     break
@@ -451,7 +452,8 @@ class ReadThrough:
                 return False
             await asyncio.sleep(FOLLOW_POLL)
 
-    async def fetch(self, release: Release, artifact: Artifact, hooks: DownloadHooks | None = None) -> Fetched:
+    async def fetch(self, release: Release, artifact: Artifact,
+                    hooks: DownloadHooks | None = None) -> Fetched:
         """Have the artifact in the cache, downloading it once: joining a download in flight in this
         process, or following one another process runs (a ``serve`` worker, another ``sync-images``);
         ``hooks`` hear its progress and restarts from now on. The download is shielded: cancelling this
