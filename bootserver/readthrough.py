@@ -89,7 +89,8 @@ class Download(DownloadHooks):
         self.error: BaseException | None = None
         self.task: asyncio.Task[Any] | None = None
         self.source: str | None = None
-        self.for_clients = False  # a client's request started or joined it (else a fetch() caller reports it)
+        #: A client's request started or joined it (else the fetch() caller reports how it ended).
+        self.for_clients = False
         self.readers: set[Transfer] = set()
         self.listeners: list[DownloadHooks] = []
         self._restart_reason = "download restarted"
@@ -357,7 +358,8 @@ class ReadThrough:
             if self.store.is_cached(release, artifact):
                 return dest
             dl = self._start(release, artifact, dest)
-            log.info("%s: not cached; fetching it for waiting clients", self.store.relpath(release, artifact))
+            log.info("%s: not cached; fetching it for waiting clients",
+                     self.store.relpath(release, artifact))
         dl.for_clients = True
         return Transfer(dl)
 
