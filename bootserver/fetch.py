@@ -314,8 +314,9 @@ class Upstream:
             wait=wait_exponential(multiplier=retry.initial, max=retry.maximum) + wait_random(0, retry.jitter),
             retry=retry_if_exception_type(TransientFetchError),
             reraise=True,
-            before_sleep=lambda rs: log.warning("%s: attempt %d failed (%s); retrying", what,
-                                                rs.attempt_number, rs.outcome.exception() if rs.outcome else ""),
+            before_sleep=lambda rs: log.warning(
+                "%s: attempt %d failed (%s); retrying", what, rs.attempt_number,
+                rs.outcome.exception() if rs.outcome else ""),
         )
 
     async def document(self, url: str, *, limit: int = 16 << 20) -> bytes:

@@ -14,9 +14,10 @@ Guarantees:
   (``None``, a 404 in the server). With ``read_through: false`` a miss is always unknown.
 * The sha256 is checked before the file is published, and a transfer never sends the last byte of an
   artifact before the check passed (it may send it while the verified file is being fsynced and
-  renamed into place: the bytes are right even if publishing then fails). When it fails (or the download fails or throws bytes away that a
-  client already received), the transfer raises, and the server aborts the connection, so a client
-  sees an incomplete body (short of ``Content-Length``), never a complete-looking wrong one.
+  renamed into place: the bytes are right even if publishing then fails). When it fails (or the
+  download fails or throws bytes away that a client already received), the transfer raises with the
+  reason (a sha256 mismatch says so), and the server aborts the connection, so a client sees an
+  incomplete body (short of ``Content-Length``), never a complete-looking wrong one.
 * **Across processes** (``serve --workers N``): the download takes the lock on
   ``tmp/<sha256>.part`` (see :mod:`bootserver.store`) before any upstream request. A process that
   finds it locked by another process does not download: it *follows* that download, polling the
