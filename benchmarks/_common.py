@@ -8,6 +8,7 @@ bytes unless a name says otherwise (``*_kb`` is KiB as the kernel reports it), t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import aiohttp
 
@@ -394,3 +395,21 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 def rmtree(path: Path) -> None:
     """Remove a folder, ignoring errors."""
     shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def throwaway_state_store(kind: str) -> Iterator[dict[str, str]]:
+    """The config keys of ``--state-store KIND``: ``{}`` for ``sqlite`` (the default, in ``state_dir``);
+    for ``postgresql`` ``{"state_store": URL}`` of a database in a throwaway cluster
+    (tests/pgcluster.py, Debian's ``postgresql``), destroyed on exit."""
+    if kind != "postgresql":
+        yield {}
+        return
+    from pgcluster import PgCluster  # tests/ is on sys.path (above)
+
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        yield {"state_store": cluster.create_database("bootserver")}
+    finally:
+        cluster.destroy()

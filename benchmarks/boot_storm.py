@@ -46,8 +46,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (HERE, REFERENCE, Bootserver, PeakRss, Upstream, bench_stream, free_port,  # noqa: E402
-                     make_file, markdown_table, rmtree, run_cli, write_json, write_config)
+from _common import (REFERENCE, Bootserver, PeakRss, Upstream, bench_stream, free_port,  # noqa: E402
+                     make_file, markdown_table, rmtree, run_cli, throwaway_state_store, write_json,
+                     write_config)
 
 STUB_KARGS = ("coreos.inst.ignition_url=", "ignition.config.url=")
 
@@ -151,16 +152,9 @@ async def main() -> None:
         sys.exit("boot_storm.py: --replicas > 1 needs --state-store postgresql")
 
     work = Path(tempfile.mkdtemp(prefix="bootserver-bench-storm-"))
-    cluster = None
+    cleanup = contextlib.ExitStack()
     try:
-        state_store = {}
-        if args.state_store == "postgresql":
-            sys.path.insert(0, str(HERE.parent / "tests"))
-            from pgcluster import PgCluster
-
-            cluster = PgCluster()
-            cluster.start()
-            state_store = {"state_store": cluster.create_database("bootserver")}
+        state_store = cleanup.enter_context(throwaway_state_store(args.state_store))
         rel = "prod/builds/1.0/x86_64"
         up_dir = work / "upstream"
         (up_dir / rel).mkdir(parents=True)
@@ -239,8 +233,7 @@ async def main() -> None:
             (step, len(v), f"{pct(v, 50):.3f}", f"{pct(v, 99):.3f}", f"{max(v):.3f}")
             for step, v in storm.step_times.items()]))
     finally:
-        if cluster is not None:
-            cluster.destroy()
+        cleanup.close()
         rmtree(work)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -39,8 +40,8 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (HERE, PY, REFERENCE, Bootserver, PeakRss, Upstream, curl, free_port,  # noqa: E402
-                     markdown_table, median, rewrite_stream_locations, rmtree, start, stop, wait_http,
-                     write_json, write_config)
+                     markdown_table, median, rewrite_stream_locations, rmtree, start, stop,
+                     throwaway_state_store, wait_http, write_json, write_config)
 
 LUA = """\
 local paths = {{{paths}}}
@@ -130,16 +131,9 @@ async def main() -> None:
         sys.exit("scripts.py: wrk not found (make bench-deps)")
 
     work = Path(tempfile.mkdtemp(prefix="bootserver-bench-scripts-"))
-    cluster = None
+    cleanup = contextlib.ExitStack()
     try:
-        state_store = {}
-        if args.state_store == "postgresql":
-            sys.path.insert(0, str(HERE.parent / "tests"))
-            from pgcluster import PgCluster
-
-            cluster = PgCluster()
-            cluster.start()
-            state_store = {"state_store": cluster.create_database("bootserver")}
+        state_store = cleanup.enter_context(throwaway_state_store(args.state_store))
         up_dir = work / "upstream"
         doc = json.loads((REFERENCE / "rhcos-stream-4.16.json").read_text())
         shutil.copy(REFERENCE / "openshift-pointer-master.ign.json", work / "master.ign")
@@ -211,8 +205,7 @@ async def main() -> None:
             ("stream metadata GETs from the upstream", "", str(up_gets), ""),
         ]))
     finally:
-        if cluster is not None:
-            cluster.destroy()
+        cleanup.close()
         rmtree(work)
 
 

@@ -23,19 +23,20 @@ BOOTSERVER = [sys.executable, "-m", "bootserver"]
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago, and so was the next one: a server's default
-    admin listener is ``server.listen``'s port + 1, and in the ephemeral range an odd port is often
-    some client connection's local port."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, and the port after it too (``serve``'s
+    default admin listener, ``server.admin.listen``, is the next port)."""
     for _ in range(100):
-        with socket.socket() as s, socket.socket() as t:
+        with socket.socket() as s, socket.socket() as after:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
+            if port >= 65535:
+                continue
             try:
-                t.bind(("127.0.0.1", port + 1))
+                after.bind(("127.0.0.1", port + 1))
             except OSError:
                 continue
             return port
-    raise RuntimeError("no two free adjacent ports on 127.0.0.1")
+    raise OSError("no two free consecutive ports on 127.0.0.1")
 
 
 def write_config(path: Path, doc: dict[str, Any]) -> Path:
