@@ -613,7 +613,7 @@ def effective_network(config: Any, node: str) -> str | NetworkState:
     spec = config.nodes[node]
     if spec.network is not None:
         return spec.network
-    profile = config.profiles[spec.profile]
+    profile = config.node_profile(node)
     return profile.network if profile.network is not None else "dhcp"
 
 
