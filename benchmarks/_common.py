@@ -8,37 +8,29 @@ bytes unless a name says otherwise (``*_kb`` is KiB as the kernel reports it), t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import aiohttp
-import yaml
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-#: The public reference data (real stream metadata, pointer configs): the tests' copy, see its SOURCES.md.
-REFERENCE = REPO / "tests" / "data"
+sys.path.insert(0, str(HERE.parent / "tests"))
+# the one copy of what the tests use too
+from helpers import BOOTSERVER, REFERENCE, REPO, free_port, run_cli, write_config  # noqa: E402,F401
+
 PY = sys.executable
-BOOTSERVER = [PY, "-m", "bootserver"]
 MB = 1_000_000  # throughput figures are in MB/s = 10^6 bytes per second
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_file(path: Path, size: int) -> str:
@@ -286,12 +278,6 @@ class PeakRss:
 
 # --- bootserver ----------------------------------------------------------------------------------------
 
-def write_yaml(path: Path, doc: dict[str, Any]) -> Path:
-    """Write ``doc`` as YAML (key order kept) to ``path``; return ``path``."""
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
 def serve_args(workers: int) -> list[str]:
     """Extra ``bootserver serve`` arguments for ``workers`` processes: none for 1 (works on every
     version), ``--workers N`` otherwise (needs a bootserver that has the flag)."""
@@ -333,19 +319,6 @@ class Bootserver:
 
     def stop(self) -> None:
         stop(self.proc)
-
-
-async def run_cli(*args: str, timeout: float = 300.0, cwd: Path | None = None) -> tuple[int, str, str]:
-    """Run ``python -m bootserver ARGS`` for at most ``timeout`` seconds; return (rc, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(*BOOTSERVER, *args, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE, cwd=cwd, start_new_session=True)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
-        os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out.decode(), err.decode()
 
 
 class Upstream:
@@ -422,3 +395,21 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 def rmtree(path: Path) -> None:
     """Remove a folder, ignoring errors."""
     shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def throwaway_state_store(kind: str) -> Iterator[dict[str, str]]:
+    """The config keys of ``--state-store KIND``: ``{}`` for ``sqlite`` (the default, in ``state_dir``);
+    for ``postgresql`` ``{"state_store": URL}`` of a database in a throwaway cluster
+    (tests/pgcluster.py, Debian's ``postgresql``), destroyed on exit."""
+    if kind != "postgresql":
+        yield {}
+        return
+    from pgcluster import PgCluster  # tests/ is on sys.path (above)
+
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        yield {"state_store": cluster.create_database("bootserver")}
+    finally:
+        cluster.destroy()

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (MB, Bootserver, PeakRss, Upstream, bench_stream, curl_many, free_port,  # noqa: E402
                      make_file, markdown_table, median, read_through_page_cache, rmtree, run_cli, start,
-                     stop, wait_http, write_json, write_yaml)
+                     stop, wait_http, write_json, write_config)
 
 NGINX_CONF = """\
 daemon off;
@@ -109,12 +109,12 @@ async def main() -> None:
         srv_port = free_port()
         async with Upstream(up_dir, work / "upstream.log") as up:
             write_json(work / "stream.json", bench_stream(up.url, rel, shas))
-            config = write_yaml(work / "bootserver.yaml", {
+            config = write_config(work / "bootserver.yaml", {
                 "server": {"listen": f"127.0.0.1:{srv_port}"},
                 "cache_dir": "cache", "state_dir": "state",
                 "streams": {"bench": {"metadata": str(work / "stream.json")}},
                 "profiles": {"live": {"stream": "bench", "mode": "live"}}})
-            rc, out, err = await run_cli("sync-images", "--config", str(config))
+            rc, out, err = await run_cli("sync-images", "--config", str(config), timeout=300)
             if rc != 0:
                 raise RuntimeError(f"sync-images failed ({rc}): {err}")
         rmtree(up_dir)  # only the cache copy is served (and kept in the page cache)

@@ -18,7 +18,14 @@ nothing is retried, so every ``503`` is an error; with ``--retries N`` a ``503``
 Reports wall time (s) from the first request to the last answer, errors by kind, nodes that completed,
 requests/s, and the server's peak RSS (``VmHWM``, sum over its process tree and largest process).
 
-Usage: ``.venv/bin/python benchmarks/boot_storm.py [--nodes 1000] [--workers 1] [--artifact-kb 64]``
+``--state-store postgresql --replicas 2`` (issue 17): the timeline and keys live in a throwaway
+PostgreSQL cluster (tests/pgcluster.py, ``fsync=off``) and ``--replicas`` ``serve`` processes share it,
+each with its own port, cache (its own ``sync-images``) and ``state_dir``; node i boots through replica
+i mod N (a load balancer keeping a node on one replica), with URLs signed by the shared key. Peak RSS is
+then summed over every replica.
+
+Usage: ``.venv/bin/python benchmarks/boot_storm.py [--nodes 1000] [--workers 1] [--artifact-kb 64]
+[--state-store sqlite|postgresql] [--replicas 1]``
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import hashlib
 import json
 import shutil
@@ -39,7 +47,8 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (REFERENCE, Bootserver, PeakRss, Upstream, bench_stream, free_port,  # noqa: E402
-                     make_file, markdown_table, rmtree, run_cli, write_json, write_yaml)
+                     make_file, markdown_table, rmtree, run_cli, throwaway_state_store, write_json,
+                     write_config)
 
 STUB_KARGS = ("coreos.inst.ignition_url=", "ignition.config.url=")
 
@@ -134,38 +143,59 @@ async def main() -> None:
     ap.add_argument("--retries", type=int, default=0,
                     help="retry a 503 after its Retry-After up to N times (default 0: a 503 is an error)")
     ap.add_argument("--timeout", type=float, default=300.0, help="bound of the whole storm, seconds (default 300)")
+    ap.add_argument("--state-store", choices=["sqlite", "postgresql"], default="sqlite",
+                    help="where the timeline and keys live (default sqlite in state_dir)")
+    ap.add_argument("--replicas", type=int, default=1, help="serve processes sharing the state store "
+                    "(more than 1 needs --state-store postgresql; default 1)")
     args = ap.parse_args()
+    if args.replicas > 1 and args.state_store != "postgresql":
+        sys.exit("boot_storm.py: --replicas > 1 needs --state-store postgresql")
 
     work = Path(tempfile.mkdtemp(prefix="bootserver-bench-storm-"))
+    cleanup = contextlib.ExitStack()
     try:
+        state_store = cleanup.enter_context(throwaway_state_store(args.state_store))
         rel = "prod/builds/1.0/x86_64"
         up_dir = work / "upstream"
         (up_dir / rel).mkdir(parents=True)
         shas = {k: make_file(up_dir / rel / f"live-{k}.x86_64", args.artifact_kb << 10)
                 for k in ("kernel", "initramfs", "rootfs")}
         shutil.copy(REFERENCE / "openshift-pointer-master.ign.json", work / "master.ign")
-        port = free_port()
+        ports = [free_port() for _ in range(args.replicas)]
         nodes = [f"node-{i:04d}" for i in range(args.nodes)]
+        configs = []
         async with Upstream(up_dir, work / "upstream.log") as up:
             write_json(work / "stream.json", bench_stream(up.url, rel, shas))
-            config = write_yaml(work / "bootserver.yaml", {
-                "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}"},
-                "cache_dir": "cache", "state_dir": "state",
-                "streams": {"bench": {"metadata": str(work / "stream.json")}},
-                "profiles": {"master": {"stream": "bench", "mode": "install", "install_dev": "/dev/sda",
-                                        "ignition": "master.ign"}},
-                "nodes": {n: {"profile": "master"} for n in nodes}})
-            rc, out, err = await run_cli("sync-images", "--config", str(config))
-            if rc != 0:
-                raise RuntimeError(f"sync-images failed ({rc}): {err}")
+            for r, port in enumerate(ports):
+                suffix = "" if args.replicas == 1 else f"-{r}"
+                configs.append(write_config(work / f"bootserver{suffix}.yaml", {
+                    "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}",
+                               "admin": {"listen": f"127.0.0.1:{free_port()}"}},
+                    "cache_dir": f"cache{suffix}", "state_dir": f"state{suffix}", **state_store,
+                    "streams": {"bench": {"metadata": str(work / "stream.json")}},
+                    "profiles": {"master": {"stream": "bench", "mode": "install", "install_dev": "/dev/sda",
+                                            "ignition": "master.ign"}},
+                    "nodes": {n: {"profile": "master"} for n in nodes}}))
+                rc, out, err = await run_cli("sync-images", "--config", str(configs[-1]), timeout=300)
+                if rc != 0:
+                    raise RuntimeError(f"sync-images failed ({rc}): {err}")
         from bootserver.config import load_config
+        from bootserver.state import open_store
         from bootserver.urls import Urls
 
-        urls = Urls(load_config(config))
-        chain = [urls.chain(n) for n in nodes]
+        cfgs = [load_config(str(c)) for c in configs]
+        store = open_store(cfgs[0])
+        await store.start()  # creates the schema and the first (shared) signing key
+        keys = store.keyring()
+        await store.close()
+        chain = [Urls(cfgs[i % len(cfgs)], keys=lambda: keys).chain(n) for i, n in enumerate(nodes)]
         by_name = {f"live-{k}.x86_64": sha for k, sha in shas.items()}
-        async with Bootserver(config, port, workers=args.workers, log=work / "serve.log") as bs:
-            with PeakRss(bs.proc.pid) as rss:  # type: ignore[union-attr]
+        async with contextlib.AsyncExitStack() as servers:
+            replicas = [await servers.enter_async_context(
+                Bootserver(c, p, workers=args.workers, log=work / f"serve-{r}.log"))
+                for r, (c, p) in enumerate(zip(configs, ports))]
+            with contextlib.ExitStack() as peaks:
+                rsss = [peaks.enter_context(PeakRss(bs.proc.pid)) for bs in replicas]  # type: ignore[union-attr]
                 conn = aiohttp.TCPConnector(limit=0, force_close=False)
                 timeout = aiohttp.ClientTimeout(total=120, sock_connect=30)
                 async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
@@ -175,11 +205,15 @@ async def main() -> None:
                     await asyncio.wait_for(asyncio.gather(*(storm.boot(u) for u in chain)), args.timeout)
                     wall = time.monotonic() - t0
                     client_cpu = time.process_time() - cpu0
-                rss.sample()
+                for rss in rsss:
+                    rss.sample()
         errors = sum(storm.errors.values())
+        total_kb = sum(r.total_kb for r in rsss)
+        max_kb = max(r.max_kb for r in rsss)
+        processes = sum(r.processes for r in rsss)
         print(f"## Boot storm ({args.nodes} nodes at once, {args.artifact_kb} KiB artifacts, "
-              f"workers: {args.workers}, retries of a 503: {args.retries}, "
-              "server.max_concurrent: default 256)\n")
+              f"workers: {args.workers}, replicas: {args.replicas}, state store: {args.state_store}, "
+              f"retries of a 503: {args.retries}, server.max_concurrent: default 256)\n")
         print(markdown_table(["measurement", "result"], [
             ("wall time, first request to last answer", f"{wall:.2f} s"),
             ("nodes that completed all 5 steps", f"{storm.done} of {args.nodes}"),
@@ -188,8 +222,8 @@ async def main() -> None:
             ("503 answers retried (by step)", ", ".join(f"{k} {v}" for k, v in storm.retried.items()) or "0"),
             ("requests/s", f"{storm.requests / wall:.0f}"),
             ("client CPU time (load generator, one process)", f"{client_cpu:.2f} s"),
-            ("bootserver peak RSS, sum over the process tree", f"{rss.total_kb / 1024:.0f} MiB ({rss.processes} processes)"),
-            ("bootserver peak RSS, largest process", f"{rss.max_kb / 1024:.0f} MiB"),
+            ("bootserver peak RSS, sum over the process tree(s)", f"{total_kb / 1024:.0f} MiB ({processes} processes)"),
+            ("bootserver peak RSS, largest process", f"{max_kb / 1024:.0f} MiB"),
         ]))
         print()
         if storm.errors:
@@ -199,6 +233,7 @@ async def main() -> None:
             (step, len(v), f"{pct(v, 50):.3f}", f"{pct(v, 99):.3f}", f"{max(v):.3f}")
             for step, v in storm.step_times.items()]))
     finally:
+        cleanup.close()
         rmtree(work)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (PY, Bootserver, Upstream, bench_stream, cpu_seconds, curl, free_port,  # noqa: E402
-                     make_file, rmtree, sha256_file, time_v, write_json, write_yaml)
+                     make_file, rmtree, sha256_file, time_v, write_json, write_config)
 
 
 async def main() -> None:
@@ -42,7 +42,7 @@ async def main() -> None:
         async with Upstream(up_dir, work / "upstream.log") as up:
             up_url = up.url
             write_json(work / "stream.json", bench_stream(up_url, rel, shas))
-            config = write_yaml(work / "bootserver.yaml", {
+            config = write_config(work / "bootserver.yaml", {
                 "server": {"listen": f"127.0.0.1:{srv_port}"}, "cache_dir": "cache",
                 "streams": {"bench": {"metadata": str(work / "stream.json")}},
                 "profiles": {"live": {"stream": "bench", "mode": "live"}}})

@@ -15,14 +15,19 @@ the node URLs; rounds alternate (bare, bootserver, ...) after a 2 s warm-up each
 latency p50/p99 (ms), non-2xx answers and socket errors per round, and the ratio of the medians
 (target: bootserver >= 0.8 x bare, p99 < 20 ms).
 
+With ``--state-store postgresql`` the timeline and the keys live in a throwaway PostgreSQL cluster
+(tests/pgcluster.py: Debian's ``postgresql``, 127.0.0.1, ``fsync=off``) instead of sqlite in
+``state_dir``: the per-replica figure of a ``state_store`` deployment (issue 17).
+
 Usage: ``.venv/bin/python benchmarks/scripts.py [--nodes 200] [--workers 1] [--rounds 2]
-[--duration 10] [--connections 50] [--threads 2]``
+[--duration 10] [--connections 50] [--threads 2] [--state-store sqlite|postgresql]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -35,8 +40,8 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (HERE, PY, REFERENCE, Bootserver, PeakRss, Upstream, curl, free_port,  # noqa: E402
-                     markdown_table, median, rewrite_stream_locations, rmtree, start, stop, wait_http,
-                     write_json, write_yaml)
+                     markdown_table, median, rewrite_stream_locations, rmtree, start, stop,
+                     throwaway_state_store, wait_http, write_json, write_config)
 
 LUA = """\
 local paths = {{{paths}}}
@@ -119,12 +124,16 @@ async def main() -> None:
     ap.add_argument("--duration", type=int, default=10, help="seconds per wrk run (default 10)")
     ap.add_argument("--connections", type=int, default=50, help="wrk connections (default 50)")
     ap.add_argument("--threads", type=int, default=2, help="wrk threads (default 2)")
+    ap.add_argument("--state-store", choices=["sqlite", "postgresql"], default="sqlite",
+                    help="where the timeline and keys live (default sqlite in state_dir)")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("scripts.py: wrk not found (make bench-deps)")
 
     work = Path(tempfile.mkdtemp(prefix="bootserver-bench-scripts-"))
+    cleanup = contextlib.ExitStack()
     try:
+        state_store = cleanup.enter_context(throwaway_state_store(args.state_store))
         up_dir = work / "upstream"
         doc = json.loads((REFERENCE / "rhcos-stream-4.16.json").read_text())
         shutil.copy(REFERENCE / "openshift-pointer-master.ign.json", work / "master.ign")
@@ -133,18 +142,24 @@ async def main() -> None:
         up = Upstream(up_dir, work / "upstream.log")
         write_json(up_dir / "streams" / "rhcos-4.16.json", rewrite_stream_locations(doc, up.url))
         async with up:
-            config = write_yaml(work / "bootserver.yaml", {
+            config = write_config(work / "bootserver.yaml", {
                 "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}"},
-                "cache_dir": "cache", "state_dir": "state",
+                "cache_dir": "cache", "state_dir": "state", **state_store,
                 "streams": {"rhcos-4.16": {"metadata": f"{up.url}/streams/rhcos-4.16.json"}},
                 "profiles": {"master": {"stream": "rhcos-4.16", "mode": "install", "install_dev": "/dev/sda",
                                         "ignition": "master.ign"}},
                 "nodes": {n: {"profile": "master"} for n in nodes}})
-            # bootserver's own URL builder (as `bootserver url NODE`); creates state/keys.json
+            # bootserver's own URL builder (as `bootserver url NODE`); creates the first signing key
             from bootserver.config import load_config
+            from bootserver.state import open_store
             from bootserver.urls import Urls
 
-            urls = Urls(load_config(config))
+            cfg = load_config(config)
+            store = open_store(cfg)
+            await store.start()
+            keys = store.keyring()
+            await store.close()
+            urls = Urls(cfg, keys=lambda: keys)
             chain = [urls.chain(n) for n in nodes]
             paths = [urlsplit(u).path + "?" + urlsplit(u).query for u in chain]
             lua = work / "paths.lua"
@@ -172,7 +187,8 @@ async def main() -> None:
                                       f"non-2xx {int(w['non2xx'])}", file=sys.stderr, flush=True)
             up_gets = up.gets("/streams/")
         print(f"## iPXE script endpoint ({args.nodes} nodes, wrk -t{args.threads} -c{args.connections} "
-              f"-d{args.duration}s, workers: {args.workers}, script {size} bytes)\n")
+              f"-d{args.duration}s, workers: {args.workers}, state store: {args.state_store}, "
+              f"script {size} bytes)\n")
         print(markdown_table(["round", "server", "req/s", "p50 (ms)", "p99 (ms)", "non-2xx", "socket errors"],
                              rows))
         print()
@@ -189,6 +205,7 @@ async def main() -> None:
             ("stream metadata GETs from the upstream", "", str(up_gets), ""),
         ]))
     finally:
+        cleanup.close()
         rmtree(work)
 
 

@@ -11,7 +11,7 @@ import asyncio
 import os
 import sqlite3
 import sys
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 from urllib.parse import urlsplit
 
 from . import __version__
@@ -19,12 +19,20 @@ from .config import Config, check_local_inputs, load_config
 from .errors import BootserverError, InputError, UnknownNodeError
 from .logs import setup_logging
 
+if TYPE_CHECKING:
+    from .signing import Keyring
+    from .state import StateStore
+
 Command = Callable[[argparse.Namespace, Config], int]
 
 
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
+    from .state import prepare_store
+
     check_local_inputs(config)
     workers = config.server.workers if args.workers is None else args.workers
+    # a damaged timeline or an unreachable database stops the server here, with or without --workers
+    prepare_store(config)
     if workers > 1:
         from .workers import serve_workers
 
@@ -62,18 +70,21 @@ def _node(config: Config, name: str) -> str:
 def _cmd_render(args: argparse.Namespace, config: Config) -> int:
     from .service import BootService
 
+    if args.what != "ignition" and args.ignition_version is not None:
+        raise InputError(f"render {args.what}: --version applies to render ignition only")
     svc = BootService(config)
     node = _node(config, args.node)
-    if args.what == "ipxe":
-        async def script() -> str:
-            try:
-                return await svc.boot_script(node)
-            finally:
-                await svc.close()
 
-        sys.stdout.write(asyncio.run(script()))
-    else:
-        sys.stdout.buffer.write(svc.stub(node))
+    async def render() -> bytes:
+        await svc.start()
+        try:
+            if args.what == "ipxe":
+                return (await svc.boot_script(node)).encode()
+            return svc.stub(node, args.ignition_version)
+        finally:
+            await svc.close()
+
+    sys.stdout.buffer.write(asyncio.run(render()))
     sys.stdout.flush()
     return 0
 
@@ -87,11 +98,28 @@ def _duration_arg(value: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+async def _started_store(config: Config) -> "StateStore":
+    from .state import open_store
+
+    store = open_store(config)
+    await store.start()
+    return store
+
+
 def _cmd_url(args: argparse.Namespace, config: Config) -> int:
     from .urls import Urls
 
-    urls = Urls(config)
     node = _node(config, args.node)
+
+    async def keys() -> "Keyring":
+        store = await _started_store(config)
+        try:
+            return store.keyring()
+        finally:
+            await store.close()
+
+    ring = asyncio.run(keys())
+    urls = Urls(config, keys=lambda: ring)
     print(urls.chain(node, args.expires))
     print()
     sys.stdout.write(urls.userdata(node, args.expires))
@@ -99,11 +127,26 @@ def _cmd_url(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_keys_rotate(args: argparse.Namespace, config: Config) -> int:
-    from .signing import Keyring
-
     grace = config.server.signing.key_grace if args.grace is None else args.grace
-    ring = Keyring.load_or_create(config.state_dir).rotate(grace)
-    print(f"{ring.path}: new signing key; the previous key is accepted for {grace} more seconds")
+
+    async def rotate() -> str:
+        store = await _started_store(config)
+        try:
+            ring = await store.rotate_keys(grace)
+            return str(ring.path) if ring.path is not None else store.name
+        finally:
+            await store.close()
+
+    where = asyncio.run(rotate())
+    print(f"{where}: new signing key; the previous key is accepted for {grace} more seconds")
+    return 0
+
+
+def _cmd_db_migrate(args: argparse.Namespace, config: Config) -> int:
+    from .state import migrate_store
+
+    name, before, after = asyncio.run(migrate_store(config))
+    print(f"{name}: schema at version {after}" + (f" (was {before})" if before != after else " (up to date)"))
     return 0
 
 
@@ -226,31 +269,31 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
 def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
-    from .timeline import Timeline, format_table
+    from .inventory import profile_of
+    from .timeline import Record, format_events, format_table
 
-    timeline = Timeline(config.state_dir)
-    try:
-        if args.action == "reinstall":
-            for name in args.nodes:
-                _node(config, name)
-            for name in args.nodes:
-                mode = config.profiles[config.nodes[name].profile].mode
-                timeline.record(name, "reinstall", mode=mode)
-                print(f"{name}: marked for reinstall; its next boot installs again")
-            return 0
-        if args.action == "show":
-            node = _node(config, args.nodes[0])
-            for e in timeline.events(node):
-                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at))
-                detail = " ".join(f"{k}={v}" for k, v in e.detail.items())
-                print(f"{when}  {e.event:<20} {e.ip or '-':<15} {detail}".rstrip())
-            return 0
-        states = timeline.nodes(list(config.nodes))
-        profiles = {n: node.profile for n, node in config.nodes.items()}
-        sys.stdout.write(format_table(states, time.time(), profiles))
-        return 0
-    finally:
-        timeline.close()
+    nodes = [_node(config, name) for name in args.nodes]
+
+    async def run() -> str:
+        store = await _started_store(config)
+        try:
+            if args.action == "reinstall":
+                out = []
+                for name in nodes:
+                    profile = profile_of(config, name)
+                    await store.record(Record(name, "reinstall", profile.mode, time.time(),
+                                              real_config=profile.ignition is not None))
+                    out.append(f"{name}: marked for reinstall; its next boot installs again\n")
+                return "".join(out)
+            if args.action == "show":
+                return format_events(await store.events(nodes[0]), await store.node(nodes[0]), store.keep_events)
+            profiles = {n: node.profile for n, node in config.nodes.items()}
+            return format_table(await store.nodes(list(config.nodes)), time.time(), profiles)
+        finally:
+            await store.close()
+
+    sys.stdout.write(asyncio.run(run()))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -280,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("render", parents=[common], help="print what the server sends a node")
     p.add_argument("what", choices=["ipxe", "ignition"])
     p.add_argument("node")
+    p.add_argument("--version", dest="ignition_version", metavar="X.Y.Z",
+                   help="ignition: the stub in this Ignition spec version (3.1.0 up to the profile's "
+                   "ignition_version, the default), as a client accepting at most X.Y.Z gets it")
     p.set_defaults(func=_cmd_render)
     p = sub.add_parser("url", parents=[common], help="print a node's chain URL and #!ipxe userdata")
     p.add_argument("node")
@@ -338,6 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", nargs="?", choices=["list", "show", "reinstall"], default="list")
     p.add_argument("nodes", nargs="*", metavar="NODE")
     p.set_defaults(func=_cmd_nodes)
+    p = sub.add_parser("db", help="manage the state store's schema")
+    dsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    d = dsub.add_parser("migrate", parents=[common], help="create or upgrade the state store's schema (the "
+                        "sqlite timeline in state_dir, or the state_store database) and exit")
+    d.set_defaults(func=_cmd_db_migrate)
     return parser
 
 

@@ -9,9 +9,21 @@ from __future__ import annotations
 
 
 class BootserverError(Exception):
-    """Base of every error bootserver reports to a user. ``exit_code`` is the CLI exit status."""
+    """Base of every error bootserver reports to a user. ``exit_code`` is the CLI exit status.
+
+    ``str(err)`` is for the person running bootserver (the CLI's line, the server's log) and may name
+    local paths and sizes. ``public`` is what an HTTP answer may say instead: words a device operator
+    can act on, never a local path, size or key (``None``: the server says only what failed, by the
+    error's class; see :func:`bootserver.web.error_answer`).
+    """
 
     exit_code: int = 1
+    public: str | None = None
+
+    def __init__(self, *args: object, public: str | None = None) -> None:
+        super().__init__(*args)
+        if public is not None:
+            self.public = public
 
 
 class InputError(BootserverError):

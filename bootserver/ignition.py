@@ -9,6 +9,10 @@ the fragments in the repository's ``ignition/`` folder as JSON objects, never pa
 
 Stubs are serialised one way only (:func:`encode`), so the bytes ``render ignition`` prints are the
 bytes the server sends.
+
+Version negotiation (:func:`negotiate_version`): Ignition's fetch names the newest spec it reads in its
+``Accept`` header (``application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1`` from Ignition 2.14),
+and the server writes the stub in the newest spec both that client and the profile allow.
 """
 
 from __future__ import annotations
@@ -23,10 +27,121 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from .butane import is_butane, translate
+from .errors import InputError
 from .resources import data_dir
 
 #: Media type of an Ignition config (Ignition's ``Accept`` asks for it, with ``;version=X``).
 MEDIA_TYPE = "application/vnd.coreos.ignition+json"
+
+#: The oldest spec a stub can be written in: it needs ``verification.hash`` on the merge entry and
+#: ``httpHeaders``, both new in spec 3.1.0.
+MIN_STUB_VERSION = "3.1.0"
+
+
+class NotAcceptableError(InputError):
+    """No Ignition spec version the profile allows is one the client accepts (HTTP 406; exit 2 for
+    ``render ignition --version``). The message is one plain-text line fit for a response body."""
+
+
+def _version_key(version: str) -> tuple[int, ...] | None:
+    """``"3.4.0"`` -> ``(3, 4, 0)``; ``None`` for anything that is not three dot-separated integers
+    (e.g. ``3.6.0-experimental``, which no stub is written in)."""
+    parts = version.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def parse_accept(header: str) -> list[tuple[str, dict[str, str], float]]:
+    """Parse an HTTP ``Accept`` header (RFC 9110 section 12.5.1) into ``[(media range, params, q)]``.
+
+    A small parser (neither aiohttp nor our other dependencies offer one): the header is split into
+    media ranges at commas, each range into ``type/subtype`` and ``;name=value`` parameters at
+    semicolons; names and the range are lower-cased, double quotes around a value are dropped. ``q``
+    (0 to 1, default 1) is taken out of the parameters; a malformed ``q`` counts as 1 and a range without
+    a ``/`` is skipped, as lenient servers do. Quoted commas or semicolons inside parameter values are
+    not supported (no Ignition or browser sends them).
+    """
+    ranges: list[tuple[str, dict[str, str], float]] = []
+    for item in header.split(","):
+        media, *raw_params = (part.strip() for part in item.split(";"))
+        media = media.lower()
+        if "/" not in media:
+            continue
+        params: dict[str, str] = {}
+        for raw in raw_params:
+            name, sep, value = raw.partition("=")
+            if sep:
+                params[name.strip().lower()] = value.strip().strip('"')
+        q = 1.0
+        if "q" in params:
+            try:
+                q = min(1.0, max(0.0, float(params.pop("q"))))
+            except ValueError:
+                q = 1.0
+        ranges.append((media, params, q))
+    return ranges
+
+
+def _quality(version: str, ranges: list[tuple[str, dict[str, str], float]]) -> float:
+    """The q the client gives a stub of spec ``version``: that of the most specific range that matches
+    (RFC 9110: ``type/subtype;params`` over ``type/subtype`` over ``type/*`` over ``*/*``), 0 if none.
+
+    ``MEDIA_TYPE;version=X`` matches every spec of X's major version up to X: Ignition reads every
+    older spec of its major version (it translates them up), and names only its newest in ``Accept``.
+    """
+    want = _version_key(version)
+    main_type = MEDIA_TYPE.split("/")[0]
+    best: tuple[int, float] | None = None  # (specificity, q)
+    for media, params, q in ranges:
+        if media == MEDIA_TYPE and "version" in params:
+            top = _version_key(params["version"])
+            if top is None or want is None or top[0] != want[0] or want > top:
+                continue
+            specificity = 3
+        elif media == MEDIA_TYPE:
+            specificity = 2
+        elif media == f"{main_type}/*":
+            specificity = 1
+        elif media == "*/*":
+            specificity = 0
+        else:
+            continue
+        if best is None or specificity > best[0] or (specificity == best[0] and q > best[1]):
+            best = (specificity, q)
+    return 0.0 if best is None else best[1]
+
+
+def stub_versions(maximum: str, versions: tuple[str, ...]) -> list[str]:
+    """The ``versions`` a stub can be written in for a profile whose ``ignition_version`` is
+    ``maximum``: from :data:`MIN_STUB_VERSION` up to ``maximum``, in the order given."""
+    low, top = _version_key(MIN_STUB_VERSION), _version_key(maximum)
+    return [v for v in versions if (k := _version_key(v)) is not None and top is not None and low <= k <= top]
+
+
+def negotiate_version(accept: str | None, maximum: str, versions: tuple[str, ...]) -> str:
+    """The spec version to write a stub in for a client that sent ``accept`` (the ``Accept`` header,
+    ``None`` when absent).
+
+    Candidates are the ``versions`` (e.g. ``bootserver.config.IGNITION_VERSIONS``) from
+    :data:`MIN_STUB_VERSION` up to ``maximum`` (the profile's ``ignition_version``). Without an
+    ``Accept`` header the answer is ``maximum``; otherwise the candidate with the highest q (see
+    :func:`parse_accept`), the newer on a tie, so ``*/*`` alone gives ``maximum`` and Ignition 2.14's
+    ``...;version=3.3.0, */*;q=0.1`` gives 3.3.0 from a 3.4.0 profile. Raises
+    :class:`NotAcceptableError` when every candidate has q 0.
+    """
+    if accept is None or not accept.strip():
+        return maximum
+    candidates = stub_versions(maximum, versions)
+    ranges = parse_accept(accept)
+    scored = [(_quality(v, ranges), _version_key(v), v) for v in candidates]
+    acceptable = [s for s in scored if s[0] > 0]
+    if not acceptable:
+        raise NotAcceptableError(
+            f"no Ignition config version this node can be served ({MIN_STUB_VERSION} to {maximum}) "
+            f"is acceptable to the client (Accept: {accept.strip()[:200]})")
+    return max(acceptable)[2]
 
 
 @functools.lru_cache(maxsize=None)
@@ -76,21 +191,27 @@ def encode(config: dict[str, Any]) -> bytes:
 class RealConfigs:
     """Read real Ignition config files, re-reading a file only when its mtime, size or inode changes.
 
-    The stub's hash and the served bytes come from the same read, so they always agree; the sha512 is
-    computed once per read of the file, not once per stub served.
+    A Butane config (:func:`bootserver.butane.is_butane`) is translated by the ``butane`` binary on
+    each such change, and its translation is what is served and pinned. The stub's hash and the served
+    bytes come from the same read, so they always agree; the sha512 is computed once per read of the
+    file, not once per stub served.
     """
 
     def __init__(self) -> None:
         self._cache: dict[Path, tuple[tuple[int, int, int], bytes, str]] = {}
 
     def read_pinned(self, path: Path) -> tuple[bytes, str]:
-        """The file's current bytes and their :func:`sha512_hash`. Raises ``OSError``."""
+        """The file's current bytes (a Butane config's translation) and their :func:`sha512_hash`.
+        Raises ``OSError``, or :class:`~bootserver.butane.ButaneError` for a Butane config that
+        cannot be translated now."""
         st = os.stat(path)
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         hit = self._cache.get(path)
         if hit and hit[0] == key:
             return hit[1], hit[2]
         data = path.read_bytes()
+        if is_butane(path, data):
+            data = translate(path, data)
         digest = sha512_hash(data)
         self._cache[path] = (key, data, digest)
         return data, digest

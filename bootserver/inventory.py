@@ -1,4 +1,4 @@
-"""From a node (by name or by selector) to what it boots: its boot script's context.
+"""From a node (by name or by selector) to what it boots: its profile and its boot script's context.
 
 Pure domain code: no aiohttp web layer. The server and ``bootserver render`` both come through here,
 so ``render`` prints exactly what the server sends.
@@ -6,7 +6,10 @@ so ``render`` prints exactly what the server sends.
 
 from __future__ import annotations
 
-from .config import Config
+import functools
+import ipaddress
+
+from .config import Config, Profile
 from .errors import UnknownNodeError
 from .ipxe import ScriptContext, build_kargs, check_command_line
 from .network import node_kargs
@@ -24,7 +27,7 @@ def find_node(config: Config, *, name: str | None = None, mac: str | None = None
     if name is not None:
         if name in config.nodes:
             return name
-        raise UnknownNodeError(f"no node {name!r} in {config.source}")
+        raise UnknownNodeError(f"no node {name!r} in {config.source}", public=f"no node {name!r}")
     for key, value, finder in (("mac", mac, config.node_by_mac), ("uuid", uuid, config.node_by_uuid),
                                ("hostname", hostname, config.node_by_hostname)):
         if value:
@@ -33,6 +36,71 @@ def find_node(config: Config, *, name: str | None = None, mac: str | None = None
                 raise UnknownNodeError(f"no node with {key} {value} in {config.source}")
             return found
     raise UnknownNodeError("no selector given: use ?mac=, ?uuid= or ?hostname=")
+
+
+def profile_of(config: Config, node: str) -> Profile:
+    """The profile settings of configured node ``node`` (the one node -> profile lookup).
+    Raises ``KeyError`` for an unknown node (use :func:`find_node` first)."""
+    return config.profiles[config.nodes[node].profile]
+
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@functools.lru_cache(maxsize=4096)
+def cidr_network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """``ip_network(cidr)``, parsed once per distinct string (configs hold validated CIDRs)."""
+    return ipaddress.ip_network(cidr)
+
+
+def address_allowed(config: Config, node: str, addr: Address | None) -> bool:
+    """True when ``node`` has no ``addresses`` binding or ``addr`` lies in one of them (an IPv4-mapped
+    IPv6 address counts as its IPv4 address; ``None``, an address that cannot be told, never matches)."""
+    bound = config.nodes[node].addresses
+    if not bound:
+        return True
+    if addr is None:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped:
+        addr = addr.ipv4_mapped
+    return any(addr in cidr_network(n) for n in bound)
+
+
+def select_node(config: Config, addr: Address | None, *, mac: str | None = None, uuid: str | None = None,
+                hostname: str | None = None) -> str:
+    """The node the generic entry (``/boot.ipxe?mac=|uuid=|hostname=``) may hand out to a client at
+    ``addr``: the node matching the first selector given, when ``addr`` is in its ``addresses``, or it
+    has none and is ``selectable``; otherwise the ``default`` node (matchbox's default group), when
+    there is one and ``addr`` is in its ``addresses`` (if any).
+
+    Raises :class:`UnknownNodeError` with the same ``public`` text whether no node matches or a node
+    matches but may not be handed out to ``addr`` (docs/design.md, "Identity and trust": the answer must
+    not tell which MACs are registered); ``str(err)`` says which, for the server's log.
+    """
+    given = [(k, v) for k, v in (("mac", mac), ("uuid", uuid), ("hostname", hostname)) if v]
+    if given:
+        key, value = given[0]
+        public = f"no node to boot for {key} {value} from this address"
+        try:
+            node = find_node(config, **{key: value})
+        except UnknownNodeError as e:
+            reason = str(e)
+        else:
+            n = config.nodes[node]
+            if address_allowed(config, node, addr) if n.addresses else n.selectable:
+                return node
+            reason = f"node {node} ({key} {value}) is not selectable from {addr}"
+    else:
+        public = reason = "no selector given: use ?mac=, ?uuid= or ?hostname="
+    fallback = default_node(config)
+    if fallback is not None and address_allowed(config, fallback, addr):
+        return fallback
+    raise UnknownNodeError(reason, public=public)
+
+
+def default_node(config: Config) -> str | None:
+    """The node with ``default: true`` (at most one; see :func:`select_node`), or ``None``."""
+    return next((name for name, n in config.nodes.items() if n.default), None)
 
 
 def script_context(config: Config, urls: Urls, node: str, release: Release,
@@ -47,7 +115,7 @@ def script_context(config: Config, urls: Urls, node: str, release: Release,
     usable device record.
     """
     n = config.nodes[node]
-    profile = config.profiles[n.profile]
+    profile = profile_of(config, node)
     kernel_url = urls.artifact(node, release, release.kernel)
     kargs = build_kargs(
         arch=profile.arch, mode=profile.mode,

@@ -503,6 +503,9 @@ class DeviceRecordError(UnavailableError):
     """A node's device record cannot give its network now (no record, an old record, a network type
     we do not configure): 503 to the device, exit 1 from ``render``. The message says what to do."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(message, public=message)  # written for the operator, with no local path
+
 
 def equinix_network(device: Mapping[str, Any], node: str = "") -> NetworkState:
     """The network of an Equinix Metal device, from the record ``bootserver provision`` stores (the

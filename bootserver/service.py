@@ -7,25 +7,95 @@ store, the stream catalog, the URL builder and the real-config reader. Handlers 
 
 from __future__ import annotations
 
-import sqlite3
+import asyncio
+import ipaddress
+import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Generic, Mapping, TypeVar
 
+from .butane import ButaneError
 from .catalog import StreamCatalog
-from .config import Config
-from .errors import UnavailableError
+from .config import IGNITION_VERSIONS, Config
+from .errors import BootserverError, UnavailableError
 from .fetch import Upstream
-from .ignition import RealConfigs, build_stub, encode
-from .inventory import find_node, script_context
+from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
+from .inventory import find_node, profile_of, script_context, select_node
 from .ipxe import render_boot_script, render_localboot_script
 from .network import node_kargs
-from .readthrough import ReadThrough
+from .readthrough import ReadThrough, Transfer
 from .store import ArtifactStore
-from .streams import ARTIFACT_KINDS
-from .timeline import INSTALLED_STAGES, GroupCommit, Record, Timeline
+from .streams import ARTIFACT_KINDS, Release
+from .state import open_store
+from .timeline import INSTALLED_STAGES, Record, artifact_event
 from .signing import Signer
 from .urls import Urls
+
+log = logging.getLogger("bootserver.service")
+
+#: Seconds between background loads of a stream's metadata after one failed (see
+#: :meth:`BootService.load_metadata_soon`).
+METADATA_RETRY = 30.0
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class RenderCache(Generic[K, V]):
+    """Rendered answers (scripts, stubs), one per node, reused while their inputs are unchanged.
+
+    The key is ONE value holding every input of the render (a frozen dataclass such as
+    :class:`ScriptInputs`), and the render function receives only that key: an input the key does not
+    hold cannot reach the render, so it cannot be left out of the cache key by mistake.
+    """
+
+    def __init__(self, render: Callable[[K], V]) -> None:
+        self._render = render
+        self._entries: dict[str, tuple[K, V]] = {}
+
+    def get(self, node: str, inputs: K) -> V:
+        """The answer for ``inputs`` (rendered when the node's last answer had other inputs)."""
+        hit = self._entries.get(node)
+        if hit is not None and hit[0] == inputs:
+            return hit[1]
+        value = self._render(inputs)
+        self._entries[node] = (inputs, value)
+        return value
+
+
+@dataclass(frozen=True)
+class ScriptInputs:
+    """Everything a node's boot script depends on besides the (fixed) config: the node, the release
+    (:class:`~bootserver.streams.Release`), the signing state of the stub URL (its expiry is rounded
+    up to the hour, and the key may rotate) and the node's network kargs (a provider's device record
+    may change: :func:`bootserver.network.node_kargs`)."""
+
+    node: str
+    release: Release
+    signing: tuple[int, bytes]
+    network: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StubInputs:
+    """Everything a node's stub depends on besides the config: the node, the spec version it is written
+    in (negotiated per request), the real config's hash (``None``: no real config), the signing state
+    of its URL, and the CA (PEM) we embed."""
+
+    node: str
+    version: str
+    config_hash: str | None
+    signing: tuple[int, bytes]
+    ca_pem: bytes | None
+
+
+@dataclass(frozen=True)
+class CachedArtifact:
+    """A cached artifact file and its sha256 (hex, ``None`` when the cache has no record of it)."""
+
+    path: Path
+    sha256: str | None
 
 
 class BootService:
@@ -42,24 +112,31 @@ class BootService:
         self.catalog = StreamCatalog(config, self.store, self.upstream)
         #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
         self.artifacts = ReadThrough(config, self.store, self.catalog, self.upstream)
-        self.urls = Urls(config, signer)
+        #: The node timeline and the signing keys (sqlite in ``state_dir``, or ``state_store``).
+        self.state = open_store(config)
+        #: The sqlite timeline when the state is in ``state_dir`` (``None`` with PostgreSQL).
+        self.timeline = getattr(self.state, "timeline", None)
+        self.urls = Urls(config, signer, keys=self.state.keyring)
         self.real_configs = RealConfigs()
-        self.timeline = Timeline(config.state_dir)
-        #: Timeline writes of the server (group commit on one writer thread).
-        self.writes = GroupCommit(self.timeline)
-        # Rendered answers, reused while what they depend on is unchanged (see _script and stub):
-        # node -> (release, signing state, script) and node -> (real config's hash, signing state, CA, stub).
-        self._scripts: dict[str, tuple[Any, tuple[int, bytes], tuple[str, ...], str]] = {}
-        self._stubs: dict[str, tuple[Any, tuple[int, bytes], bytes | None, bytes]] = {}
+        #: The configured nodes' stages as last read (see :meth:`read_stages`), for metrics scrapes.
+        self._stages: list[str] = []
+        self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
+        self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
+        #: Timeline writes started after an answer went out (see :meth:`artifact_answered`).
+        self._pending: set[asyncio.Task[Any]] = set()
+        #: Background stream metadata loads (see :meth:`load_metadata_soon`) and the monotonic time of
+        #: each stream's last failed one.
+        self._metadata_loads: dict[str, asyncio.Future[None]] = {}
+        self._metadata_failed: dict[str, float] = {}
 
     def find_node(self, **selectors: str | None) -> str:
         """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""
         return find_node(self.config, **selectors)
 
-    async def close(self) -> None:
-        """Cancel read-through downloads still running (their partials stay) and close the upstream."""
-        await self.artifacts.close()
-        await self.upstream.close()
+    def select_node(self, addr: ipaddress.IPv4Address | ipaddress.IPv6Address | None, **selectors: str | None
+                    ) -> str:
+        """See :func:`bootserver.inventory.select_node`. Raises ``UnknownNodeError``."""
+        return select_node(self.config, addr, **selectors)
 
     async def boot_script(self, node: str) -> str:
         """The node's iPXE script (text). ``node`` must be a configured node name.
@@ -76,33 +153,26 @@ class BootService:
         Raises :class:`UnavailableError` (HTTP 503) when the timeline cannot be read: without it the
         server cannot tell an installed node from a new one, and guessing could reinstall a node.
         """
-        try:
-            return self.timeline.stage(node)
-        except (sqlite3.Error, OSError) as e:
-            raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
+        return await self.state.stage(node)
 
     async def _script(self, node: str, stage: str) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)``: the boot-disk script when boot-once applies, else the boot script."""
-        profile = self.config.profiles[self.config.nodes[node].profile]
+        profile = profile_of(self.config, node)
         if profile.boots_once and stage in INSTALLED_STAGES:
             return "localboot", render_localboot_script(node, stage), {"stage": stage}
         release = await self.catalog.release(profile.stream, profile.arch)
-        # The script changes only with the release, with the stub URL's signature (its expiry is
-        # rounded up to the hour, and the key may rotate) and with the network (a provider's device
-        # record may change): render once per change, not per request.
+        # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        network = node_kargs(self.config, node)
-        hit = self._scripts.get(node)
-        if hit is not None and hit[0] is release and hit[1] == signing and hit[2] == network:
-            script = hit[3]
-        else:
-            script = render_boot_script(script_context(self.config, self.urls, node, release, network))
-            self._scripts[node] = (release, signing, network, script)
+        script = self._scripts.get(node, ScriptInputs(node, release, signing, node_kargs(self.config, node)))
         return "script", script, {"mode": profile.mode, "release": release.version}
+
+    def _render_script(self, inputs: ScriptInputs) -> str:
+        return render_boot_script(script_context(self.config, self.urls, inputs.node, inputs.release,
+                                                 inputs.network))
 
     def mode(self, node: str) -> str:
         """The node's profile mode (``install`` or ``live``)."""
-        return self.config.profiles[self.config.nodes[node].profile].mode
+        return profile_of(self.config, node).mode
 
     async def record(self, node: str, event: str, *, ip: str | None = None,
                      detail: Mapping[str, Any] | None = None, at: float | None = None) -> str:
@@ -113,11 +183,10 @@ class BootService:
         config served without its event would defeat boot-once, so the client is asked to retry
         (iPXE's script retries, Ignition retries 5xx answers).
         """
-        record = Record(node, event, self.mode(node), time.time() if at is None else at, ip, detail)
-        try:
-            return await self.writes.record(record)
-        except (sqlite3.Error, OSError) as e:
-            raise UnavailableError(f"node timeline {self.timeline.path}: {e}") from None
+        profile = profile_of(self.config, node)
+        record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
+                        real_config=profile.ignition is not None)
+        return await self.state.record(record)
 
     async def serve_script(self, node: str, client: str | None) -> str:
         """What the server answers a node's script request from address ``client``: the boot script,
@@ -129,9 +198,14 @@ class BootService:
         await self.record(node, event, ip=client, detail=detail)
         return script
 
-    async def serve_stub(self, node: str, client: str | None) -> bytes:
-        """:meth:`stub`, recording ``stub`` in the timeline. Raises as :meth:`stub`."""
-        data = self.stub(node)
+    async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:
+        """:meth:`stub` in the spec version negotiated with the client's ``Accept`` header (see
+        :func:`~bootserver.ignition.negotiate_version`; ``None``: the profile's version), recording
+        ``stub`` in the timeline. Raises :class:`~bootserver.ignition.NotAcceptableError` (HTTP 406,
+        nothing recorded) when the client accepts no version the profile allows, else as :meth:`stub`.
+        """
+        version = negotiate_version(accept, profile_of(self.config, node).ignition_version, IGNITION_VERSIONS)
+        data = self.stub(node, version)
         await self.record(node, "stub", ip=client)
         return data
 
@@ -141,6 +215,151 @@ class BootService:
         if data is not None:
             await self.record(node, "config", ip=client)
         return data
+
+    async def artifact(self, segments: tuple[str, ...]) -> CachedArtifact | Transfer | None:
+        """The artifact at URL segments ``(stream, arch, release, file)``: the cached file, a
+        :class:`~bootserver.readthrough.Transfer` of it (read-through), or ``None`` (not served: see
+        :meth:`artifact_missing`). Raises as :meth:`ReadThrough.open`."""
+        found = await self.artifacts.open(segments)
+        if found is None or isinstance(found, Transfer):
+            return found
+        return CachedArtifact(found, self.store.recorded_sha256(found))
+
+    def artifact_missing(self) -> str:
+        """Why :meth:`artifact` found nothing, in public words."""
+        return "not a known artifact" if self.artifacts.enabled else "not in cache"
+
+    async def artifact_requested(self, segments: tuple[str, ...], client: str | None) -> tuple[str, str | None]:
+        """``(kind, node)`` of an artifact request from address ``client``: its kind (see
+        :meth:`artifact_kind`) and the node it is attributed to (docs/design.md; ``None`` when none),
+        after recording ``<kind>-requested`` for it. Never raises: artifacts are served whatever
+        happens to the timeline (a failure is logged)."""
+        kind = self.artifact_kind(segments)
+        if not client:
+            return kind, None
+        try:
+            node = await self.state.attribute(client)  # one indexed row
+            if node is None or node not in self.config.nodes:
+                return kind, None
+            if kind != "other":
+                await self.record(node, f"{kind}-requested", ip=client)
+            return kind, node
+        except (UnavailableError, OSError) as e:
+            log.error("artifact %s: not recorded in the node timeline: %s", "/".join(segments), e)
+            return kind, None
+
+    def artifact_answered(self, node: str, kind: str, client: str | None, *, status: int, nbytes: int,
+                          complete: bool) -> None:
+        """Record how an attributed artifact answer ended, once its last byte went out (or the
+        connection broke): :func:`~bootserver.timeline.artifact_event` (``<kind>-completed``,
+        ``-partial``, ``-unchanged`` or ``-failed``) with the body ``nbytes`` sent and the ``status``.
+        The write runs in the background (see :meth:`drain`); call on the event loop."""
+        if kind not in ARTIFACT_KINDS:
+            return
+        event = artifact_event(kind, status, complete)
+        self._spawn(self.record(node, event, ip=client, detail={"bytes": nbytes, "status": status},
+                                at=time.time()))
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("timeline write failed: %s", task.exception())
+
+    async def drain(self) -> None:
+        """Wait for the background timeline writes started so far."""
+        if self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        """Every configured node (and any other with events), as ``GET /nodes`` shows them: stage,
+        since when, last event, profile (ages in seconds, see :meth:`NodeState.as_dict`)."""
+        await self.drain()
+        states = await self.state.nodes(list(self.config.nodes))
+        now = time.time()
+        return [{**st.as_dict(now), "profile": self.config.nodes[st.node].profile if st.node in self.config.nodes
+                 else None} for st in states]
+
+    async def node_report(self, node: str, limit: int | None = None) -> dict[str, Any]:
+        """Configured node ``node``'s stage and events, oldest first (``limit``: the last N), as
+        ``GET /nodes/{node}`` shows them."""
+        await self.drain()
+        events = await self.state.events(node, limit=limit)
+        state = await self.state.node(node)
+        return {**state.as_dict(time.time()), "profile": self.config.nodes[node].profile,
+                "events": [e.as_dict() for e in events]}
+
+    async def read_stages(self) -> None:
+        """Read every configured node's stage for :meth:`node_stages` (before a metrics scrape; none
+        when the state store cannot answer: the scrape still answers)."""
+        nodes = self.config.nodes
+        try:
+            self._stages = [s.stage for s in await self.state.nodes(list(nodes)) if s.node in nodes]
+        except UnavailableError as e:
+            log.warning("metrics: node stages not read: %s", e)
+            self._stages = []
+
+    def node_stages(self) -> list[str]:
+        """The stage of every configured node as last read by :meth:`read_stages` (for metrics)."""
+        return self._stages
+
+    async def start(self) -> None:
+        """Open the state store (see :meth:`bootserver.state.StateStore.start`). Raises
+        :class:`~bootserver.state.StateStoreError`."""
+        await self.state.start()
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """``(ready, report)`` of ``GET /readyz``: ready when every profile's stream metadata is loaded
+        (scripts can be answered) and every artifact it names is cached or read-through is on (see
+        :meth:`ReadThrough.readiness` for the report). A stream whose metadata is missing gets a
+        background load (:meth:`load_metadata_soon`), so a probe that keeps asking sees the server
+        become ready as soon as the metadata can be had. Never blocks on the network."""
+        ready, report = self.artifacts.readiness()
+        waiting = sorted({i["stream"] for i in report["artifacts"] if i["release"] is None})
+        for item in report["artifacts"]:
+            if item["release"] is None and item["stream"] in self._metadata_failed:
+                item["reason"] = "stream metadata could not be loaded; the server log has the details"
+        for stream in waiting:
+            self.load_metadata_soon(stream)
+        if waiting:
+            ready = False
+            report = {**report, "ready": False}
+        return ready, report
+
+    def load_metadata_soon(self, stream: str) -> None:
+        """Start loading ``stream``'s metadata in the background unless a load is running or the last
+        one failed less than :data:`METADATA_RETRY` seconds ago (a failure is logged once per try).
+        Call on the event loop."""
+        now = time.monotonic()
+        if stream in self._metadata_loads or now - self._metadata_failed.get(stream, -METADATA_RETRY) < METADATA_RETRY:
+            return
+
+        async def load() -> None:
+            try:
+                await self.catalog.get(stream)
+                self._metadata_failed.pop(stream, None)
+            except BootserverError as e:
+                self._metadata_failed[stream] = time.monotonic()
+                log.warning("stream %s: metadata not loaded: %s", stream, e)
+            finally:
+                self._metadata_loads.pop(stream, None)
+
+        self._metadata_loads[stream] = asyncio.ensure_future(load())
+
+    async def close(self) -> None:
+        """Finish the background timeline writes, stop metadata loads, cancel read-through downloads
+        still running (their partials stay), close the upstream, then the state store."""
+        await self.drain()
+        for task in list(self._metadata_loads.values()):
+            task.cancel()
+        await asyncio.gather(*self._metadata_loads.values(), return_exceptions=True)
+        await self.artifacts.close()
+        await self.upstream.close()
+        await self.state.close()
 
     def artifact_kind(self, segments: tuple[str, ...]) -> str:
         """``kernel``, ``initramfs`` or ``rootfs`` when the artifact URL segments ``(stream, arch,
@@ -161,7 +380,8 @@ class BootService:
     def real_config(self, node: str) -> bytes | None:
         """The node's real Ignition config bytes, or ``None`` when its profile has none.
 
-        Raises :class:`~bootserver.errors.UnavailableError` when the file cannot be read now.
+        Raises :class:`~bootserver.errors.UnavailableError` when the file cannot be read (or, for a
+        Butane config, translated) now.
         """
         pinned = self._real_config_pinned(node)
         return None if pinned is None else pinned[0]
@@ -174,7 +394,11 @@ class BootService:
         try:
             return self.real_configs.read_pinned(path)
         except OSError as e:
-            raise UnavailableError(f"node {node}: cannot read Ignition config {path}: {e.strerror}") from None
+            raise UnavailableError(f"node {node}: cannot read Ignition config {path}: {e.strerror}",
+                                   public=f"node {node}: its Ignition config cannot be read now") from None
+        except ButaneError as e:  # the Butane file was edited into one butane refuses: 503 until fixed
+            raise UnavailableError(f"node {node}: {e}",
+                                   public=f"node {node}: its Butane config cannot be translated now") from None
 
     def ca_pem(self) -> bytes | None:
         """The CA certificate (PEM) embedded into stubs when ``server.tls`` is set, else ``None``.
@@ -187,30 +411,40 @@ class BootService:
         try:
             return ca.read_bytes()
         except OSError as e:
-            raise UnavailableError(f"server.tls.ca: cannot read {ca}: {e.strerror}") from None
+            raise UnavailableError(f"server.tls.ca: cannot read {ca}: {e.strerror}",
+                                   public="the server's CA certificate cannot be read now") from None
 
-    def stub(self, node: str) -> bytes:
-        """The node's merge-style Ignition stub, as the exact bytes served.
+    def stub(self, node: str, version: str | None = None) -> bytes:
+        """The node's merge-style Ignition stub in spec ``version`` (default: the profile's
+        ``ignition_version``), as the exact bytes served.
 
         Its merge URL is signed with an expiry rounded up to the hour, so ``render ignition`` and the
         server print the same bytes within the same hour (same clock, same code path).
 
-        Raises :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
+        Raises :class:`~bootserver.ignition.NotAcceptableError` when ``version`` is not a stub version
+        (3.1.0 or newer) up to the profile's ``ignition_version``;
+        :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
         """
-        profile = self.config.profiles[self.config.nodes[node].profile]
+        name = self.config.nodes[node].profile
+        maximum = profile_of(self.config, node).ignition_version
+        if version is None:
+            version = maximum
+        elif version not in stub_versions(maximum, IGNITION_VERSIONS):
+            raise NotAcceptableError(
+                f"node {node}: Ignition spec {version} is not one its stub can be written in: profile "
+                f"{name} allows 3.1.0 to {maximum} (profiles.{name}.ignition_version)")
         pinned = self._real_config_pinned(node)
-        ca_pem = self.ca_pem()
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        config_hash = None if pinned is None else pinned[1]
-        hit = self._stubs.get(node)
-        if hit is not None and hit[0] == config_hash and hit[1] == signing and hit[2] == ca_pem:
-            return hit[3]
-        stub = encode(build_stub(
-            version=profile.ignition_version,
+        # One cache slot per node and version, so clients of different versions do not evict each other.
+        return self._stubs.get(f"{node} {version}", StubInputs(node, version, None if pinned is None else pinned[1],
+                                                               signing, self.ca_pem()))
+
+    def _render_stub(self, inputs: StubInputs) -> bytes:
+        node = inputs.node
+        return encode(build_stub(
+            version=inputs.version,
             hostname=self.config.node_hostname(node),
-            config_url=None if pinned is None else self.urls.real_config(node),
-            config_hash=config_hash,
-            ca_pem=ca_pem,
+            config_url=None if inputs.config_hash is None else self.urls.real_config(node),
+            config_hash=inputs.config_hash,
+            ca_pem=inputs.ca_pem,
         ))
-        self._stubs[node] = (config_hash, signing, ca_pem, stub)
-        return stub

@@ -12,8 +12,10 @@ Expiries are rounded *up* to a whole hour (:func:`expiry`), so ``bootserver rend
 running the same code within the same hour, produce byte-identical URLs (and so identical stubs).
 
 Keys live in ``<state_dir>/keys.json`` (mode 0600), created atomically with ``O_EXCL`` on first use so
-two processes starting at once agree on one key. ``bootserver keys rotate`` makes a new current key and
-keeps the old ones, each with a retirement time (unix seconds), until then still accepted.
+two processes starting at once agree on one key; with ``state_store: postgresql://...`` they live in the
+shared database instead (:mod:`bootserver.state.postgresql`, :meth:`Keyring.held`). ``bootserver keys
+rotate`` makes a new current key and keeps the old ones, each with a retirement time (unix seconds),
+until then still accepted.
 """
 
 from __future__ import annotations
@@ -126,12 +128,22 @@ class Keyring:
     The first entry is the current key (``retires`` null). Raises :class:`KeyFileError` for a bad file.
     """
 
-    def __init__(self, path: Path, entries: Sequence[KeyEntry],
+    def __init__(self, path: Path | None, entries: Sequence[KeyEntry],
                  stamp: tuple[int, int, int] | None = None) -> None:
         self.path = path
         self.entries = tuple(entries)
         #: (mtime_ns, size, inode) of the file the entries were read from; None: not read from a file
         self.stamp = stamp
+        #: For keys held by a shared state store: returns the store's newest keyring (see :meth:`held`).
+        self._latest: Callable[[], "Keyring"] | None = None
+
+    @classmethod
+    def held(cls, entries: Sequence[KeyEntry], latest: Callable[[], "Keyring"]) -> "Keyring":
+        """Keys held by a state store rather than a file (the PostgreSQL store): :meth:`refreshed`
+        returns ``latest()``, the newest keys the store has read."""
+        ring = cls(None, entries)
+        ring._latest = latest
+        return ring
 
     @classmethod
     def _read(cls, path: Path) -> "Keyring":
@@ -146,7 +158,9 @@ class Keyring:
         One ``stat`` per call. A file that vanished or no longer parses keeps the keys in hand (and is
         logged), so a bad edit cannot lock every node out.
         """
-        if self.stamp is None:
+        if self._latest is not None:
+            return self._latest()
+        if self.stamp is None or self.path is None:
             return self
         try:
             st = os.stat(self.path)
@@ -223,6 +237,8 @@ class Keyring:
     def rotate(self, grace: int, now: Callable[[], float] = time.time) -> "Keyring":
         """Write a new current key; the old current key retires ``grace`` seconds from now, and keys
         already retired are dropped. Atomic replace, mode 0600. Returns the new keyring."""
+        if self.path is None:
+            raise KeyStoreError("these keys are held by the state store: rotate them through it")
         t = int(now())
         old = [KeyEntry(e.key, e.created, t + grace if e.retires is None else e.retires)
                for e in self.entries]

@@ -16,46 +16,83 @@ never signed (public images).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
 from urllib.parse import quote
 
 from .config import Config
 from .signing import Keyring, Signer
 from .streams import Artifact, Release
 
-
-def chain_path(node: str) -> str:
-    """Route path of a node's iPXE script (what its chain URL's signature covers)."""
-    return f"/ipxe/{quote(node)}"
-
-
-def stub_path(node: str) -> str:
-    """Route path of a node's Ignition stub."""
-    return f"/ignition/{quote(node)}"
+#: The listener a route is served on: ``device`` (``server.listen`` and ``server.tls.listen``, what
+#: machines reach) or ``admin`` (``server.admin.listen``, loopback or a Unix socket by default).
+DEVICE = "device"
+ADMIN = "admin"
 
 
-def real_config_path(node: str) -> str:
-    """Route path of a node's real Ignition config."""
-    return f"/ignition/{quote(node)}/config"
+@dataclass(frozen=True)
+class Route:
+    """One route of ``bootserver serve``, declared once in :data:`ROUTES`; the URL builder below, the
+    web app (:mod:`bootserver.web`: routing, signature check, concurrency cap, handler timeout) and the
+    access log and metrics (the ``route`` label is :attr:`pattern`) all read it.
+
+    ``name`` names the handler (``bootserver.web.HANDLERS``); ``pattern`` is aiohttp's (``{node}`` is a
+    configured node name); ``signed``: refused (403) without a valid signature over the node and
+    :meth:`path`; ``real_config``: refused over plain HTTP when ``server.tls`` is set (unless
+    ``allow_plain_configs``); ``timed``: cut at ``server.request_timeout``; ``capped``: counted in
+    ``server.max_concurrent``; ``listeners``: where it is served (:data:`DEVICE`, :data:`ADMIN`).
+    aiohttp answers ``HEAD`` for every ``GET`` route.
+    """
+
+    name: str
+    pattern: str
+    signed: bool = False
+    real_config: bool = False
+    timed: bool = True
+    capped: bool = True
+    listeners: tuple[str, ...] = (DEVICE,)
+
+    def path(self, **params: str) -> str:
+        """The route path with ``params`` filled in, percent-encoded (``/ipxe/master-0``): what a
+        signature covers."""
+        return self.pattern.format(**{k: quote(v) for k, v in params.items()})
+
+
+CHAIN = Route("chain", "/ipxe/{node}", signed=True)
+GENERIC = Route("generic", "/boot.ipxe")
+STUB = Route("stub", "/ignition/{node}", signed=True)
+REAL_CONFIG = Route("real_config", "/ignition/{node}/config", signed=True, real_config=True)
+ARTIFACT = Route("artifact", "/artifacts/{stream}/{arch}/{release}/{file}", timed=False)
+HEALTHZ = Route("healthz", "/healthz", capped=False, listeners=(DEVICE, ADMIN))
+READYZ = Route("readyz", "/readyz", listeners=(DEVICE, ADMIN))
+NODES = Route("nodes", "/nodes", listeners=(ADMIN,))
+NODE = Route("node", "/nodes/{node}", listeners=(ADMIN,))
+METRICS = Route("metrics", "/metrics", listeners=(ADMIN,))
+
+#: Every route of the server, in routing order.
+ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, STUB, REAL_CONFIG, ARTIFACT, HEALTHZ, READYZ, NODES, NODE, METRICS)
 
 
 class Urls:
     """Build absolute URLs for a config. Node and stream names are checked plain names already.
 
-    ``signer`` signs per-node URLs; by default one over ``<state_dir>/keys.json`` (created on first use)
-    and the wall clock.
+    ``signer`` signs per-node URLs; by default one over ``keys()`` (default: ``<state_dir>/keys.json``,
+    created on first use; a server passes its state store's keys) and the wall clock.
     """
 
-    def __init__(self, config: Config, signer: Signer | None = None) -> None:
+    def __init__(self, config: Config, signer: Signer | None = None,
+                 keys: Callable[[], Keyring] | None = None) -> None:
         self.config = config
         self.base = config.server.effective_base_url
         self.https_base = config.server.https_base_url
         self._signer = signer
+        self._keys = keys or (lambda: Keyring.load_or_create(config.state_dir))
 
     @property
     def signer(self) -> Signer:
-        """The :class:`Signer` (loading or creating the keys file on first use)."""
+        """The :class:`Signer` (loading or creating the keys on first use)."""
         if self._signer is None:
-            self._signer = Signer(Keyring.load_or_create(self.config.state_dir))
+            self._signer = Signer(self._keys())
         return self._signer
 
     def _signed(self, base: str, node: str, path: str, ttl: int) -> str:
@@ -65,7 +102,7 @@ class Urls:
         """The node's signed chain URL: what Equinix's iPXE fetches (``ipxe_script_url``), valid for
         ``ttl`` seconds (default ``server.signing.chain_ttl``), rounded up to the hour."""
         ttl = self.config.server.signing.chain_ttl if ttl is None else ttl
-        return self._signed(self.base, node, chain_path(node), ttl)
+        return self._signed(self.base, node, CHAIN.path(node=node), ttl)
 
     def userdata(self, node: str, ttl: int | None = None) -> str:
         """The ``#!ipxe`` userdata that chains to the node's script (for ``userdata`` instead of a URL)."""
@@ -76,11 +113,11 @@ class Urls:
 
         Always on the plain base URL: the stub carries the CA that makes our HTTPS trusted.
         """
-        return self._signed(self.base, node, stub_path(node), self.config.server.signing.install_ttl)
+        return self._signed(self.base, node, STUB.path(node=node), self.config.server.signing.install_ttl)
 
     def real_config(self, node: str) -> str:
         """The node's signed real Ignition config URL, which the stub merges (https when TLS is set)."""
-        return self._signed(self.https_base or self.base, node, real_config_path(node),
+        return self._signed(self.https_base or self.base, node, REAL_CONFIG.path(node=node),
                             self.config.server.signing.install_ttl)
 
     def artifact_base(self, node: str) -> str:
@@ -94,5 +131,6 @@ class Urls:
 
     def artifact(self, node: str, release: Release, artifact: Artifact) -> str:
         """Where the node fetches one artifact of ``release``."""
-        path = "/".join(quote(s) for s in (release.stream, release.arch, release.version, artifact.filename))
-        return f"{self.artifact_base(node)}/artifacts/{path}"
+        path = ARTIFACT.path(stream=release.stream, arch=release.arch, release=release.version,
+                             file=artifact.filename)
+        return f"{self.artifact_base(node)}{path}"

@@ -1,8 +1,13 @@
-"""The aiohttp application of ``bootserver serve``.
+"""The aiohttp applications of ``bootserver serve``: the device listener and the admin listener.
 
-Handlers stay thin: parse the request, call one :class:`~bootserver.service.BootService` method, shape
-the response. Errors map to statuses in one middleware: unknown node 404, not available yet 503, bad
-upstream 502; every refusal is a plain-text reason and one log line, never a bare 500.
+Routes come from :data:`bootserver.urls.ROUTES` (each declared once: pattern, signed, timed, capped,
+listener); :data:`HANDLERS` names the handler of each. One middleware (:func:`front_middleware`) does
+what every request needs before its handler: concurrency cap and timeout, signature check, and the
+node it concerns resolved once (``request[NODE]``, matchbox's select -> context -> handler). Handlers
+stay thin: read the resolved node, call one :class:`~bootserver.service.BootService` method, shape the
+response. Errors map to statuses in one place (:func:`error_answer`): unknown node 404, not available
+yet 503, bad upstream 502; every refusal is a plain-text reason for a device operator and one log line
+with the details, never a bare 500 and never a local path in a public body.
 """
 
 from __future__ import annotations
@@ -10,27 +15,39 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import ssl
+from pathlib import Path
 from typing import Any, Awaitable, Callable
+from urllib.parse import urlsplit
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from . import __version__
 from .config import Config
-from .errors import (BootserverError, ConfigError, FetchError, InputError, UnavailableError,
+from .errors import (BootserverError, ConfigError, DiskFullError, FetchError, InputError, UnavailableError,
                      UnknownNodeError)
-from .ignition import MEDIA_TYPE
+from .ignition import MEDIA_TYPE, NotAcceptableError
 from . import ops
-from .security import limits_middleware, selectable_check, signed_route_middleware
+from .metrics import Metrics
+from .ops import NODE, ROUTE
+from .security import Gate, Limits, forbidden
 from .readthrough import Transfer
+from .inventory import default_node, profile_of
 from .service import BootService
 from .signing import Signer
+from .urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
 
 log = logging.getLogger("bootserver.web")
 
 SERVICE = web.AppKey("service", BootService)
+#: The admin application (``/nodes``, ``/metrics``) sharing the device application's service.
+ADMIN_APP = web.AppKey("admin_app", web.Application)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: The route of requests no route matched (404/405): keeps metric labels bounded.
+UNMATCHED = Route("unmatched", "unmatched")
 
 
 class ArtifactResponse(web.FileResponse):
@@ -65,61 +82,99 @@ def _text(status: int, reason: str) -> web.Response:
     return web.Response(status=status, text=reason + "\n", content_type="text/plain")
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Map domain errors to statuses with a plain-text reason and a log line."""
-    try:
-        return await handler(request)
-    except web.HTTPException:
-        raise
-    except UnknownNodeError as e:
-        log.warning("%s %s: 404 %s", request.method, request.path, e)
-        return _text(404, str(e))
-    except UnavailableError as e:
-        log.warning("%s %s: 503 %s", request.method, request.path, e)
-        return _text(503, str(e))
-    except (FetchError, InputError) as e:
-        log.error("%s %s: 502 %s", request.method, request.path, e)
-        return _text(502, f"upstream problem: {e}")
-    except BootserverError as e:
-        log.error("%s %s: 500 %s", request.method, request.path, e)
-        return _text(500, str(e))
+#: ``(error class, status, public text when the error has none)``, first match wins. Public texts say
+#: what failed in a device operator's words; the details (paths, sizes, URLs) go to the log.
+ERROR_ANSWERS: tuple[tuple[type[BootserverError], int, str], ...] = (
+    (UnknownNodeError, 404, "no such node"),
+    (UnavailableError, 503, "not available now, retry later"),
+    (DiskFullError, 500, "the server's artifact cache is full; the server log has the details"),
+    (FetchError, 502, "upstream problem: stream metadata or an artifact could not be downloaded; "
+                      "the server log has the details"),
+    (InputError, 502, "stream metadata unusable; the server log has the details"),
+    (BootserverError, 500, "internal error; the server log has the details"),
+)
+
+
+def error_answer(request: web.Request, e: BootserverError) -> web.Response:
+    """The answer to a request whose handling raised ``e``: its status and public text
+    (:data:`ERROR_ANSWERS`), and one log line with ``str(e)``."""
+    for cls, status, public in ERROR_ANSWERS:
+        if isinstance(e, cls):
+            break
+    log.log(logging.WARNING if status < 500 or status == 503 else logging.ERROR, "%s %s: %d %s",
+            request.method, request.path, status, e)
+    return _text(status, e.public or public)
 
 
 def _service(request: web.Request) -> BootService:
     return request.app[SERVICE]
 
 
+def front_middleware(svc: BootService, gate: Gate, limits: Limits, routes: dict[str, Route]):
+    """The one middleware: finds the request's :class:`~bootserver.urls.Route` (``request[ROUTE]``),
+    runs the handler under :class:`~bootserver.security.Limits`, refuses signed routes that fail
+    :meth:`Gate.refusal` (the one 403), resolves the node (``request[NODE]``: by name from the path,
+    or for the generic entry by selector and source address) and maps domain errors with
+    :func:`error_answer`."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        route = request.match_info.route
+        spec = routes.get(route.name) if route.name else None  # type: ignore[arg-type]
+        if spec is None:  # not ours: 404/405, or a route added outside the table
+            resource = route.resource
+            spec = UNMATCHED if resource is None else Route("", resource.canonical)
+        request[ROUTE] = spec
+
+        async def answer() -> web.StreamResponse:
+            try:
+                if spec.signed or "{node}" in spec.pattern:
+                    name = request[NODE] = request.match_info["node"]
+                    if spec.signed:
+                        reason = gate.refusal(request, spec, name)
+                        if reason is not None:
+                            log.warning("%s %s: 403 %s", request.method, request.rel_url.raw_path, reason)
+                            return forbidden()
+                    request[NODE] = svc.find_node(name=name)
+                elif spec is GENERIC:
+                    q = request.query
+                    request[NODE] = svc.select_node(gate.address(request), mac=q.get("mac"),
+                                                    uuid=q.get("uuid"), hostname=q.get("hostname"))
+                return await handler(request)
+            except web.HTTPException:
+                raise
+            except BootserverError as e:
+                return error_answer(request, e)
+
+        return await limits.run(request, spec, answer)
+
+    return middleware
+
+
 async def ipxe_script(request: web.Request) -> web.Response:
-    """``GET /ipxe/{node}``: the node's iPXE script."""
-    svc = _service(request)
-    node = request[ops.NODE] = svc.find_node(name=request.match_info["node"])
-    script = await svc.serve_script(node, request.remote)
-    return web.Response(text=script, content_type="text/plain")
-
-
-async def generic_entry(request: web.Request) -> web.Response:
-    """``GET /boot.ipxe?mac=|uuid=|hostname=``: the script of the node the selector matches."""
-    svc = _service(request)
-    q = request.query
-    node = request[ops.NODE] = svc.find_node(mac=q.get("mac"), uuid=q.get("uuid"), hostname=q.get("hostname"))
-    selectable_check(request, svc.config, node)
-    script = await svc.serve_script(node, request.remote)
+    """``GET /ipxe/{node}`` and ``GET /boot.ipxe?mac=|uuid=|hostname=``: the node's iPXE script."""
+    script = await _service(request).serve_script(request[NODE], request.remote)
     return web.Response(text=script, content_type="text/plain")
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
-    """``GET /ignition/{node}``: the node's merge-style stub."""
-    svc = _service(request)
-    node = request[ops.NODE] = svc.find_node(name=request.match_info["node"])
-    return web.Response(body=await svc.serve_stub(node, request.remote), content_type=MEDIA_TYPE)
+    """``GET /ignition/{node}``: the node's merge-style stub, in the spec version negotiated with the
+    ``Accept`` header (406 when none fits); ``Vary: Accept`` either way."""
+    try:
+        body = await _service(request).serve_stub(request[NODE], request.remote, request.headers.get(hdrs.ACCEPT))
+    except NotAcceptableError as e:
+        log.warning("%s %s: 406 %s", request.method, request.path, e)
+        response = _text(406, str(e))
+    else:
+        response = web.Response(body=body, content_type=MEDIA_TYPE)
+    response.headers[hdrs.VARY] = hdrs.ACCEPT
+    return response
 
 
 async def ignition_config(request: web.Request) -> web.Response:
     """``GET /ignition/{node}/config``: the node's real config, byte for byte."""
-    svc = _service(request)
-    node = request[ops.NODE] = svc.find_node(name=request.match_info["node"])
-    data = await svc.serve_real_config(node, request.remote)
+    node = request[NODE]
+    data = await _service(request).serve_real_config(node, request.remote)
     if data is None:
         return _text(404, f"node {node}: its profile has no ignition config")
     return web.Response(body=data, content_type=MEDIA_TYPE)
@@ -129,26 +184,35 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     """``GET``/``HEAD /artifacts/{stream}/{arch}/{release}/{file}``: a cached artifact.
 
     Range (206), HEAD, Last-Modified and If-Modified-Since come from aiohttp's FileResponse (sendfile);
-    the ETag is the sha256 and ``If-None-Match`` with it answers 304.
+    the ETag is the sha256 and ``If-None-Match`` with it answers 304. A GET is attributed to a node
+    (:meth:`BootService.artifact_requested`), and how its answer ended is reported once the last byte
+    went out (:data:`bootserver.ops.ON_SENT`).
     """
     svc = _service(request)
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
-    path = await svc.artifacts.open(segments)
-    if path is None:
-        what = "not a known artifact" if svc.artifacts.enabled else "not in cache"
+    if request.method == "GET":
+        kind, node = await svc.artifact_requested(segments, request.remote)
+        request[ops.ARTIFACT_KIND] = kind
+        if node is not None:
+            request[NODE] = node
+            request[ops.ON_SENT] = lambda status, nbytes, complete: svc.artifact_answered(
+                node, kind, request.remote, status=status, nbytes=nbytes, complete=complete)
+    found = await svc.artifact(segments)
+    if found is None:
+        what = svc.artifact_missing()
         log.warning("%s %s: 404 %s", request.method, request.path, what)
         return _text(404, f"{what}: {'/'.join(segments)}")
-    if isinstance(path, Transfer):
-        return await _send_transfer(request, path)
-    sha = svc.store.recorded_sha256(path)
+    if isinstance(found, Transfer):
+        return await _send_transfer(request, found)
+    sha = found.sha256
     inm = request.if_none_match
     if sha and inm and any(tag.value in (sha, "*") for tag in inm):
         resp = web.Response(status=304)
         resp.etag = sha
         return resp
-    return ArtifactResponse(path, sha, headers={"Content-Type": "application/octet-stream",
-                                                 "Cache-Control": "public, max-age=31536000, immutable"})
+    return ArtifactResponse(found.path, sha, headers={"Content-Type": "application/octet-stream",
+                                                       "Cache-Control": "public, max-age=31536000, immutable"})
 
 
 async def _send_transfer(request: web.Request, transfer: Transfer) -> web.StreamResponse:
@@ -234,14 +298,60 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """``GET /readyz``: every referenced artifact as cached, fetching or missing (JSON); 200 when ready."""
-    ready, report = _service(request).artifacts.readiness()
+    """``GET /readyz``: every referenced artifact as cached, fetching or missing (:meth:`BootService.readiness`),
+    and whether the state store answers (``state_store``: ``{"backend": "sqlite"|"postgresql", "ready":
+    bool}``; why not goes to the log) (JSON); 200 when both are ready."""
+    svc = _service(request)
+    ready, report = svc.readiness()
+    problem = await svc.state.ready()
+    if problem is not None:
+        log.warning("readyz: %s", problem)
+    report = {**report, "state_store": {"backend": svc.state.backend, "ready": problem is None}}
+    ready = ready and problem is None
+    report["ready"] = ready
     return web.json_response(report, status=200 if ready else 503)
 
 
 async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: liveness."""
     return web.Response(text="ok\n", content_type="text/plain")
+
+
+async def _start_service(app: web.Application) -> None:
+    await app[SERVICE].start()
+
+
+async def nodes(request: web.Request) -> web.Response:
+    """``GET /nodes`` (admin): every configured node (and any other with events): stage, since when,
+    last event (JSON)."""
+    import time
+
+    return web.json_response({"now": time.time(), "nodes": await _service(request).nodes()})
+
+
+async def node_report(request: web.Request) -> web.Response:
+    """``GET /nodes/{node}`` (admin): the node's stage and events, oldest first (``?limit=N``: the last N)."""
+    try:
+        limit = int(request.query["limit"]) if "limit" in request.query else None
+    except ValueError:
+        raise web.HTTPBadRequest(text="limit must be an integer\n") from None
+    return web.json_response(await _service(request).node_report(request[NODE], limit))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """``GET /metrics`` (admin): Prometheus text exposition format."""
+    await _service(request).drain()
+    await _service(request).read_stages()
+    body = await asyncio.to_thread(request.app[ops.METRICS].render)
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+#: The handler of each route of :data:`bootserver.urls.ROUTES`, by route name.
+HANDLERS: dict[str, Handler] = {
+    "chain": ipxe_script, "generic": ipxe_script, "stub": ignition_stub, "real_config": ignition_config,
+    "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,
+    "metrics": metrics,
+}
 
 
 async def _close_service(app: web.Application) -> None:
@@ -256,38 +366,45 @@ MAX_FIELD_SIZE = 8190
 MAX_HEADERS = 64
 
 
+def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: Limits) -> web.Application:
+    routes = {r.name: r for r in ROUTES if listener in r.listeners}
+    app = web.Application(client_max_size=CLIENT_MAX_SIZE,
+                          middlewares=[front_middleware(svc, gate, limits, routes)])
+    app[SERVICE] = svc
+    app[ops.METRICS] = metrics
+    for route in routes.values():
+        app.router.add_get(route.pattern, HANDLERS[route.name], name=route.name)
+    return app
+
+
 def create_app(config: Config, signer: Signer | None = None) -> web.Application:
-    """Build the aiohttp application for ``config`` (routes as in :mod:`bootserver.urls`).
+    """Build the device application for ``config`` (the routes of :data:`~bootserver.urls.ROUTES` on
+    the device listener); ``app[ADMIN_APP]`` is the admin application (``/nodes``, ``/metrics``, ...),
+    which shares its service, metrics and concurrency cap. Run both with :func:`runner_kwargs`.
 
     ``signer`` signs and verifies per-node URLs (default: the keys file in ``state_dir``, wall clock).
     """
     svc = BootService(config, signer)
-    app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=[
-        ops.ops_middleware,
-        limits_middleware(config.server.max_concurrent, config.server.request_timeout,
-                          config.server.max_queued),
-        signed_route_middleware(config, svc.urls.signer.check),
-        error_middleware])
-    app[SERVICE] = svc
-    svc.artifacts.observer = ops.setup(app, svc).metrics
+    metrics = Metrics(svc.node_stages)
+    svc.artifacts.observer = metrics
+    gate = Gate(config, svc.urls.signer.check)
+    limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
+    app = _app(svc, metrics, DEVICE, gate, limits)
+    app.on_startup.append(_start_service)
     app.on_cleanup.append(_close_service)
     app.on_response_prepare.append(_artifact_etag)
-    app.router.add_get("/ipxe/{node}", ipxe_script)
-    app.router.add_get("/boot.ipxe", generic_entry)
-    app.router.add_get("/ignition/{node}", ignition_stub)
-    app.router.add_get("/ignition/{node}/config", ignition_config)
-    app.router.add_get("/artifacts/{stream}/{arch}/{release}/{file}", artifact)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    app[ADMIN_APP] = _app(svc, metrics, ADMIN, gate, limits)
     return app
 
 
-def runner_kwargs(config: Config) -> dict[str, object]:
-    """Keyword arguments of :class:`aiohttp.web.AppRunner`: our access log (no query strings), the request
-    line/header limits (bytes) and the keep-alive timeout (seconds)."""
-    return {**ops.runner_kwargs(), "max_line_size": MAX_LINE_SIZE,
+def runner_kwargs(app: web.Application) -> dict[str, object]:
+    """Keyword arguments of :class:`aiohttp.web.AppRunner` (or ``TestServer.start_server``) for ``app``
+    (either listener's): our access log (no query strings, counted in the app's metrics, also for
+    requests too malformed to reach the app), the request line/header limits (bytes) and the keep-alive
+    timeout (seconds)."""
+    return {**ops.runner_kwargs(app[ops.METRICS]), "max_line_size": MAX_LINE_SIZE,
             "max_field_size": MAX_FIELD_SIZE, "max_headers": MAX_HEADERS,
-            "keepalive_timeout": config.server.keepalive_timeout}
+            "keepalive_timeout": app[SERVICE].config.server.keepalive_timeout}
 
 
 def server_ssl_context(config: Config) -> "ssl.SSLContext":
@@ -311,26 +428,81 @@ def _listen_error(config: Config, key: str, where: str, e: OSError) -> ConfigErr
     return ConfigError(config.source, key, f"cannot listen on {where}: {e.strerror or e}")
 
 
-async def _start_site(config: Config, key: str, site: web.TCPSite, where: str) -> None:
+async def _start_site(config: Config, key: str, site: web.BaseSite, where: str) -> None:
     try:
         await site.start()
     except OSError as e:
         raise _listen_error(config, key, where, e) from None
 
 
+def chain_hint(config: Config) -> str | None:
+    """The one line that tells how to boot a machine from this server: the ``chain`` command for the
+    ``default`` node's generic entry, and whether the base URL is reachable from another machine at all;
+    ``None`` without a default node."""
+    fallback = default_node(config)
+    if fallback is None:
+        return None
+    base = config.server.effective_base_url
+    line = (f"to boot any machine into node {fallback} ({profile_of(config, fallback).mode} mode): "
+            f"at its iPXE prompt, chain {base}/boot.ipxe")
+    host = urlsplit(base).hostname or ""
+    if host in ("localhost", "127.0.0.1", "::1"):
+        line += (" -- that URL reaches this machine only: set server.listen and server.base_url to an address "
+                 "the machine can reach (a QEMU guest with user networking reaches this host at 10.0.2.2)")
+    return line
+
+
+def bind_unix_socket(config: Config, path: str) -> socket.socket:
+    """A listening Unix stream socket at ``path`` (mode 0660), replacing a stale socket file that no
+    server answers on. Raises :class:`~bootserver.errors.ConfigError` naming ``server.admin.listen``
+    when the path is in use (a live server, or not a socket) or cannot be bound."""
+    key = "server.admin.listen"
+    p = Path(path)
+    if p.is_socket():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            p.unlink()  # left behind by a server that is gone
+        except OSError:
+            pass
+        else:
+            raise ConfigError(config.source, key, f"cannot listen on {path}: another server answers there")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o660)
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise _listen_error(config, key, path, e) from None
+    return sock
+
+
 async def serve(config: Config, stop: "asyncio.Event", *, reuse_port: bool = False,
-                ready: Callable[[], None] | None = None) -> None:
-    """Serve ``config`` on ``server.listen`` (HTTP) and ``server.tls.listen`` (HTTPS) until ``stop``.
+                ready: Callable[[], None] | None = None, admin_socket: socket.socket | None = None) -> None:
+    """Serve ``config`` until ``stop``: the device routes on ``server.listen`` (HTTP) and
+    ``server.tls.listen`` (HTTPS), the admin routes on ``server.admin.listen`` (TCP, or a Unix socket:
+    ``admin_socket`` when the caller bound it already, as ``serve --workers`` does).
 
     ``reuse_port`` binds with ``SO_REUSEPORT`` (several worker processes share the ports);
     ``ready()`` is called once every socket listens. Raises :class:`~bootserver.errors.ConfigError`
-    naming ``server.listen`` or ``server.tls.listen`` when a socket cannot be bound (port in use).
+    naming ``server.listen``, ``server.tls.listen`` or ``server.admin.listen`` when a socket cannot be
+    bound (port in use).
     """
+    from .config import split_listen
+
     ssl_ctx = server_ssl_context(config) if config.server.tls else None
     app = create_app(config)
-    runner = web.AppRunner(app, **runner_kwargs(config))  # type: ignore[arg-type]
+    admin = app[ADMIN_APP]
+    runner = web.AppRunner(app, **runner_kwargs(app))  # type: ignore[arg-type]
+    admin_runner = web.AppRunner(admin, **runner_kwargs(admin))  # type: ignore[arg-type]
     await runner.setup()
+    await admin_runner.setup()
     reuse = True if reuse_port else None
+    own_socket = None
     try:
         host, port = config.server.host, config.server.port
         await _start_site(config, "server.listen", web.TCPSite(runner, host or None, port, reuse_port=reuse),
@@ -338,21 +510,37 @@ async def serve(config: Config, stop: "asyncio.Event", *, reuse_port: bool = Fal
         log.info("bootserver %s listening on %s:%d, base URL %s, cache %s", __version__, host, port,
                  config.server.effective_base_url, config.cache_dir)
         if config.server.tls is not None and ssl_ctx is not None:
-            from .config import split_listen
-
             thost, tport = split_listen(config.server.tls.listen)
             await _start_site(config, "server.tls.listen",
                               web.TCPSite(runner, thost or None, tport, ssl_context=ssl_ctx, reuse_port=reuse),
                               config.server.tls.listen)
             log.info("HTTPS on %s:%d, base URL %s", thost, tport, config.server.https_base_url)
+        where = config.server.admin_listen
+        if where.startswith("/"):
+            if admin_socket is None:
+                admin_socket = own_socket = bind_unix_socket(config, where)
+            site: web.BaseSite = web.SockSite(admin_runner, admin_socket)
+        else:
+            ahost, aport = split_listen(where)
+            site = web.TCPSite(admin_runner, ahost or None, aport, reuse_port=reuse)
+        await _start_site(config, "server.admin.listen", site, where)
+        log.info("admin endpoints (/nodes, /metrics) on %s", where)
+        hint = None if reuse_port else chain_hint(config)  # with --workers the parent says it once
+        if hint is not None:
+            log.info("%s", hint)
         if ready is not None:
             ready()
         await stop.wait()
     finally:
+        await admin_runner.cleanup()
         await runner.cleanup()
+        if own_socket is not None:
+            own_socket.close()
+            Path(where).unlink(missing_ok=True)
 
 
-def run(config: Config, *, reuse_port: bool = False, ready: Callable[[], None] | None = None) -> None:
+def run(config: Config, *, reuse_port: bool = False, ready: Callable[[], None] | None = None,
+        admin_socket: socket.socket | None = None) -> None:
     """Serve ``config`` until SIGINT/SIGTERM (see :func:`serve`)."""
     import signal
 
@@ -361,6 +549,6 @@ def run(config: Config, *, reuse_port: bool = False, ready: Callable[[], None] |
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(config, stop, reuse_port=reuse_port, ready=ready)
+        await serve(config, stop, reuse_port=reuse_port, ready=ready, admin_socket=admin_socket)
 
     asyncio.run(main())

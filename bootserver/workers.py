@@ -3,8 +3,10 @@
 The parent process:
 
 1. does the one-time set-up that must not race, once: ``state_dir``, the signing keys file, the node
-   timeline's schema, the TLS files (loaded once as a check), and a bind test of ``server.listen`` and
-   ``server.tls.listen`` (a port in use is one error line, exit 2, before any worker starts);
+   timeline's schema, the TLS files (loaded once as a check), and a bind test of ``server.listen``,
+   ``server.tls.listen`` and a TCP ``server.admin.listen`` (a port in use is one error line, exit 2,
+   before any worker starts); a Unix-socket ``server.admin.listen`` is bound here and inherited by
+   every worker (``SO_REUSEPORT`` cannot share one), and removed when the parent exits;
 2. creates a fresh prometheus multiprocess directory (a temp directory, removed when it exits);
 3. forks N workers. It has no event loop and no thread at that point, so ``os.fork`` is safe and the
    workers inherit the loaded :class:`~bootserver.config.Config` (no pickling, no re-reading). Each
@@ -14,6 +16,13 @@ The parent process:
    that exits on its own (crash, ``kill -9``) is logged with its exit status, the others are stopped,
    and the parent exits 1 (systemd's ``Restart=on-failure`` starts the service again): no half-alive
    server keeps running with fewer workers than configured. Workers get SIGTERM if the parent dies.
+
+Why not gunicorn with ``aiohttp.GunicornWebWorker`` (compared in 2026-11): it serves one app on every
+bound socket with one TLS setting, while bootserver serves plain HTTP and HTTPS with different rules
+(real configs only over HTTPS) and a separate admin listener; a port in use is its two log lines and
+exit 1 after retries, not one line naming ``server.listen`` and exit 2; it respawns a killed worker
+where we stop and let systemd restart the unit; and prometheus multiprocess mode would still need
+hooks. What it would replace is this module's fork/pipe/wait loop (about 150 lines).
 
 Cross-worker behaviour lives elsewhere: metrics in :mod:`bootserver.metrics` (multiprocess mode), one
 upstream download per artifact in :mod:`bootserver.readthrough` (followers of a locked partial).
@@ -48,16 +57,19 @@ def prepare(config: Config) -> None:
     from .web import server_ssl_context
 
     config.state_dir.mkdir(parents=True, exist_ok=True)
-    Keyring.load_or_create(config.state_dir)
-    timeline = Timeline(config.state_dir)
-    try:
-        timeline.nodes([])  # opens the database: creates the schema once
-    finally:
-        timeline.close()
+    if config.state_store is None:  # else the database was checked by bootserver.state.prepare_store
+        Keyring.load_or_create(config.state_dir)
+        timeline = Timeline(config.state_dir, config.timeline.keep_events)
+        try:
+            timeline.nodes([])  # opens the database: creates the schema once
+        finally:
+            timeline.close()
     if config.server.tls is not None:
         server_ssl_context(config)
         check_listen(config, "server.tls.listen", config.server.tls.listen)
     check_listen(config, "server.listen", config.server.listen)
+    if not config.server.admin_listen.startswith("/"):
+        check_listen(config, "server.admin.listen", config.server.admin_listen)
 
 
 def check_listen(config: Config, key: str, listen: str) -> None:
@@ -91,18 +103,28 @@ def serve_workers(config: Config, workers: int) -> int:
     """Run ``workers`` (>= 2) worker processes until SIGTERM/SIGINT; returns the exit status (0 after a
     clean stop, 1 when a worker died, the error's status when a worker could not start)."""
     prepare(config)
+    admin = config.server.admin_listen
+    admin_socket = None
+    if admin.startswith("/"):  # a Unix socket cannot be shared with SO_REUSEPORT: the workers inherit it
+        from .web import bind_unix_socket
+
+        admin_socket = bind_unix_socket(config, admin)
     mp_dir = tempfile.mkdtemp(prefix="bootserver-metrics-")
     try:
-        return _Supervisor(config, workers, mp_dir).run()
+        return _Supervisor(config, workers, mp_dir, admin_socket).run()
     finally:
         shutil.rmtree(mp_dir, ignore_errors=True)
+        if admin_socket is not None:
+            admin_socket.close()
+            os.unlink(admin)
 
 
 class _Supervisor:
-    def __init__(self, config: Config, workers: int, mp_dir: str) -> None:
+    def __init__(self, config: Config, workers: int, mp_dir: str, admin_socket: socket.socket | None) -> None:
         self.config = config
         self.workers = workers
         self.mp_dir = mp_dir
+        self.admin_socket = admin_socket
         self.children: dict[int, int] = {}  # pid -> read end of its readiness pipe
         self.stopping = False
 
@@ -151,6 +173,11 @@ class _Supervisor:
             self._stop()
         if error is None and not self.stopping:
             log.info("%d workers serving (pids %s)", len(self.children), " ".join(map(str, self.children)))
+            from .web import chain_hint
+
+            hint = chain_hint(self.config)
+            if hint is not None:
+                log.info("%s", hint)
         while self.children:
             try:
                 pid, wait_status = os.waitpid(-1, 0)
@@ -184,7 +211,7 @@ class _Supervisor:
             for s in _SIGNALS:
                 signal.signal(s, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-            _worker(self.config, self.mp_dir, write_fd, parent)
+            _worker(self.config, self.mp_dir, write_fd, parent, self.admin_socket)
         self.children[pid] = read_fd
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(write_fd)
@@ -223,7 +250,8 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _worker(config: Config, mp_dir: str, ready_fd: int, parent: int) -> NoReturn:
+def _worker(config: Config, mp_dir: str, ready_fd: int, parent: int, admin_socket: socket.socket | None
+            ) -> NoReturn:
     """A worker process: serve until SIGTERM/SIGINT, then ``os._exit`` (never returns to the caller)."""
     code = 0
     reported = False
@@ -244,7 +272,7 @@ def _worker(config: Config, mp_dir: str, ready_fd: int, parent: int) -> NoReturn
         from .web import run
 
         enable_multiprocess(mp_dir)
-        run(config, reuse_port=True, ready=lambda: report("ok"))
+        run(config, reuse_port=True, ready=lambda: report("ok"), admin_socket=admin_socket)
     except BootserverError as e:
         code = e.exit_code
         if reported:

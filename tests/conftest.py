@@ -8,22 +8,18 @@ import hashlib
 import json
 import re
 import shutil
-import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
 from aiohttp import web
 
-REPO = Path(__file__).resolve().parents[1]
-REFERENCE = REPO / "tests" / "data"
+from helpers import BOOTSERVER, REFERENCE, REPO, free_port, run_cli, write_config  # noqa: F401 (shared)
+
 SCHEMAS = REPO / "ignition" / "schema"
-BOOTSERVER = [sys.executable, "-m", "bootserver"]
 
 
 @pytest.fixture(autouse=True)
@@ -39,13 +35,6 @@ def reference() -> Path:
     """The folder of public reference data (stream metadata, pointer configs, the Equinix Metal OpenAPI spec),
     copied unmodified into ``tests/data`` with its provenance in ``tests/data/SOURCES.md``."""
     return REFERENCE
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def payload(kind: str, size: int = 64 * 1024) -> bytes:
@@ -184,32 +173,18 @@ async def faulty(aiohttp_server: Callable[..., Any]) -> FaultyUpstream:
     up.gate.set()  # never leave a handler waiting
 
 
-def write_config(path: Path, doc: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
-async def run_cli(*args: str, timeout: float = 60) -> tuple[int, str, str]:
-    """Run ``python -m bootserver ARGS`` without blocking the event loop; returns (rc, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(*BOOTSERVER, *args, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    return proc.returncode, out.decode(), err.decode()
-
-
 class ServerProcess:
-    """A ``bootserver serve`` subprocess; ``url`` is its base URL once ``/healthz`` answers."""
+    """A ``bootserver serve`` subprocess; ``url`` is its base URL once ``/healthz`` answers, ``admin_url``
+    its admin listener's (``/nodes``, ``/metrics``: ``server.admin.listen``, when that is host:port)."""
 
     def __init__(self, config: Path, port: int, *extra_args: str) -> None:
         self.config = config
         self.extra_args = extra_args
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        from bootserver.config import load_config
+
+        self.admin_url = "http://" + load_config(config).server.admin_listen
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self, session: Any, deadline: float = 20.0) -> None:

@@ -35,7 +35,7 @@ CASES = [
     (("profile: master,", "profile: mastr,"), "", "nodes.master-0.profile: no profile 'mastr'"),
     (("stream: rhcos-4.16,", "stream: rhcos-4.9,"), "", "profiles.master.stream: no stream 'rhcos-4.9'"),
     (None, "colour: blue\n", "colour: unknown key (known: server, cache_dir, state_dir, read_through, upstream, "
-     "streams, facilities, profiles, nodes, metal)"),
+     "streams, facilities, profiles, nodes, metal, timeline, state_store)"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, colour: red"), "", "profiles.master.colour: unknown key "
      "(known: stream, arch, mode, install_dev, ignition, ignition_version, kargs, console, metal, boot_once, network)"),
     (None, "server: {tls: {listen: ':8443', lisen: ':1'}}\n", "server.tls.lisen: unknown key "
@@ -182,7 +182,7 @@ def test_duplicate_node_is_refused_naming_the_key(tmp_path: Path, reference: Pat
     assert str(info.value) == f"{path}: nodes.master-0: duplicate key on lines 7 and 8"
 
 
-def test_duplicate_key_inside_a_list_item_names_its_path(tmp_path: Path) -> None:
+def test_duplicate_nested_key_names_its_path(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("server:\n  listen: ':1'\n  trusted_proxies: [10.0.0.1]\n  listen: ':2'\n")
     with pytest.raises(ConfigError, match=r"c\.yaml: server\.listen: duplicate key on lines 2 and 4$"):

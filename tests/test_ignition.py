@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from bootserver.config import IGNITION_VERSIONS, parse_config
-from bootserver.ignition import build_stub, encode, fragment
+from bootserver.ignition import NotAcceptableError, build_stub, encode, fragment, negotiate_version, parse_accept
 from bootserver.resources import data_dir
 from bootserver.service import BootService
 from bootserver.signing import sign
@@ -84,3 +84,108 @@ def test_encoding_is_stable() -> None:
     stub = build_stub(version="3.2.0", hostname="h")
     assert encode(stub) == encode(json.loads(encode(stub)))
     assert fragment("stub")["ignition"]["config"]["merge"] == []
+
+
+# --- version negotiation (Accept) -----------------------------------------------------------------
+
+IGNITION_214_ACCEPT = "application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1"  # Debian's Ignition 2.14
+
+
+@pytest.mark.parametrize("accept,maximum,expected", [
+    (None, "3.4.0", "3.4.0"),
+    ("", "3.4.0", "3.4.0"),
+    ("*/*", "3.4.0", "3.4.0"),
+    (IGNITION_214_ACCEPT, "3.4.0", "3.3.0"),  # the client's newest beats */*'s q=0.1
+    (IGNITION_214_ACCEPT, "3.5.0", "3.3.0"),
+    (IGNITION_214_ACCEPT, "3.2.0", "3.2.0"),  # Ignition reads every older 3.x spec
+    ("application/vnd.coreos.ignition+json;version=3.2.0", "3.4.0", "3.2.0"),
+    ("application/vnd.coreos.ignition+json; version=\"3.4.0\"", "3.5.0", "3.4.0"),
+    ("application/vnd.coreos.ignition+json", "3.5.0", "3.5.0"),
+    ("application/*;q=0.5, text/html", "3.3.0", "3.3.0"),
+    ("application/vnd.coreos.ignition+json;version=3.3.0;q=0.2, "
+     "application/vnd.coreos.ignition+json;version=3.1.0", "3.4.0", "3.1.0"),  # q first, then the newer
+    ("application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0", "3.4.0", "3.3.0"),
+])
+def test_negotiated_version(accept: str | None, maximum: str, expected: str) -> None:
+    assert negotiate_version(accept, maximum, IGNITION_VERSIONS) == expected
+
+
+@pytest.mark.parametrize("accept", [
+    "text/html",
+    "application/json",
+    "application/vnd.coreos.ignition+json;version=3.0.0",  # the stub needs 3.1.0's verification.hash
+    "application/vnd.coreos.ignition+json;version=2.2.0, text/plain",
+    "application/vnd.coreos.ignition+json;q=0, */*;q=0",
+])
+def test_nothing_acceptable(accept: str) -> None:
+    with pytest.raises(NotAcceptableError, match=r"no Ignition config version .*3\.1\.0 to 3\.4\.0"):
+        negotiate_version(accept, "3.4.0", IGNITION_VERSIONS)
+
+
+def test_parse_accept() -> None:
+    assert parse_accept('Application/JSON; Q=0.5 ; charset="utf-8", text/*, nonsense, */*;q=x') == [
+        ("application/json", {"charset": "utf-8"}, 0.5), ("text/*", {}, 1.0), ("*/*", {}, 1.0)]
+
+
+def test_stub_per_version_pins_and_signs_the_same_real_config(reference: Path, tmp_path: Path) -> None:
+    svc, ign = service(reference, tmp_path, "3.4.0")
+    newest, older = json.loads(svc.stub("master-0")), json.loads(svc.stub("master-0", "3.2.0"))
+    assert (newest["ignition"]["version"], older["ignition"]["version"]) == ("3.4.0", "3.2.0")
+    jsonschema.validate(older, schema(reference, "3.2.0"))
+    assert newest["ignition"]["config"] == older["ignition"]["config"]  # same signed URL, same sha512
+    assert svc.stub("master-0") == encode(newest)  # the cache keeps one stub per version
+    assert svc.stub("master-0", "3.2.0") == encode(older)
+    ign.write_bytes((reference / "openshift-pointer-master-v3.1.ign.json").read_bytes())
+    pin = "sha512-" + hashlib.sha512(ign.read_bytes()).hexdigest()
+    for version in ("3.2.0", "3.4.0"):  # a regenerated real config re-pins every version's stub
+        assert json.loads(svc.stub("master-0", version))["ignition"]["config"]["merge"][0]["verification"] == \
+            {"hash": pin}
+
+
+@pytest.mark.parametrize("version", ["3.0.0", "3.5.0", "banana"])
+def test_stub_refuses_a_version_outside_the_profile(reference: Path, tmp_path: Path, version: str) -> None:
+    svc, _ = service(reference, tmp_path, "3.4.0")
+    with pytest.raises(NotAcceptableError, match=rf"node master-0: Ignition spec {version} .* 3\.1\.0 to 3\.4\.0"):
+        svc.stub("master-0", version)
+
+
+async def test_server_negotiates_the_stub_version(aiohttp_client, reference: Path, tmp_path: Path) -> None:
+    from bootserver.web import SERVICE, create_app
+
+    from conftest import SigningClient
+
+    svc, _ = service(reference, tmp_path, "3.4.0")
+    client = SigningClient(await aiohttp_client(create_app(svc.config, fixed_signer())))
+    r = await client.get("/ignition/master-0", headers={"Accept": IGNITION_214_ACCEPT})
+    assert r.status == 200 and r.headers["Vary"] == "Accept"
+    body = await r.read()
+    assert json.loads(body)["ignition"]["version"] == "3.3.0"
+    assert body == client.app[SERVICE].stub("master-0", "3.3.0")
+    r = await client.get("/ignition/master-0", headers={"Accept": "*/*"})
+    assert json.loads(await r.read())["ignition"]["version"] == "3.4.0"
+    r = await client.get("/ignition/master-0", headers={"Accept": "text/html"})
+    assert r.status == 406 and r.content_type == "text/plain" and r.headers["Vary"] == "Accept"
+    assert (await r.text()).startswith("no Ignition config version this node can be served (3.1.0 to 3.4.0) ")
+    events = client.app[SERVICE].timeline.events("master-0")
+    assert sum(e.count for e in events if e.event == "stub") == 2, events  # the 406 recorded nothing
+
+
+async def test_render_ignition_version(reference: Path, tmp_path: Path) -> None:
+    from conftest import run_cli, write_config
+
+    (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
+    cfg = write_config(tmp_path / "b.yaml", {
+        "server": {"base_url": "http://boot.example.net:8080"}, "state_dir": str(tmp_path / "state"),
+        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"p": {"stream": "r", "install_dev": "/dev/sda", "ignition": "master.ign",
+                           "ignition_version": "3.4.0"}},
+        "nodes": {"master-0": {"profile": "p"}}})
+    rc, out, err = await run_cli("render", "ignition", "master-0", "--version", "3.3.0", "--config", str(cfg))
+    assert rc == 0, err
+    assert json.loads(out)["ignition"]["version"] == "3.3.0"
+    rc, out, err = await run_cli("render", "ignition", "master-0", "--version", "3.5.0", "--config", str(cfg))
+    assert (rc, out) == (2, "")
+    assert err.strip().endswith("node master-0: Ignition spec 3.5.0 is not one its stub can be written in: "
+                                "profile p allows 3.1.0 to 3.4.0 (profiles.p.ignition_version)")
+    rc, out, err = await run_cli("render", "ipxe", "master-0", "--version", "3.3.0", "--config", str(cfg))
+    assert (rc, out) == (2, "") and "--version applies to render ignition only" in err

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 from conftest import ServerProcess, free_port, run_cli, write_config
 
 
@@ -68,9 +69,9 @@ async def test_boot_once_across_restart_then_reinstall(tmp_path: Path, reference
             assert rc == 0, err
             assert "master-0: marked for reinstall" in out
             assert await _get(http, chain) == install
-            nodes = json.loads(await _get(http, f"{server.url}/nodes"))
+            nodes = json.loads(await _get(http, f"{server.admin_url}/nodes"))
             assert {n["node"]: n["stage"] for n in nodes["nodes"]} == {"master-0": "ipxe", "master-1": "new"}
-            events = json.loads(await _get(http, f"{server.url}/nodes/master-0"))["events"]
+            events = json.loads(await _get(http, f"{server.admin_url}/nodes/master-0"))["events"]
             assert [e["event"] for e in events] == ["script", "stub", "config", "localboot", "reinstall", "script"]
         finally:
             await server.stop()
@@ -103,3 +104,36 @@ def test_output_cut_short_by_a_closed_pipe_is_not_a_traceback(tmp_path: Path, re
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=30) == 141
     assert err == ""
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+async def test_a_damaged_timeline_stops_serve_with_one_line(tmp_path: Path, reference: Path, workers: str) -> None:
+    """Same behaviour with and without --workers: no server that answers 503 to every script."""
+    port = free_port()
+    config = _config(tmp_path, reference, port)
+    (tmp_path / "state").mkdir()
+    damaged = tmp_path / "state" / "timeline.sqlite3"
+    damaged.write_bytes(b"not sqlite\n" * 1000)
+    rc, out, err = await run_cli("serve", "--workers", workers, "--config", str(config), timeout=30)
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith(f"bootserver: {damaged}: the node timeline is damaged")
+    assert "move it aside" in err and "Traceback" not in err
+    assert damaged.read_bytes() == b"not sqlite\n" * 1000  # left as found, for the operator
+
+
+async def test_nodes_show_reports_coalesced_repeats(tmp_path: Path, reference: Path) -> None:
+    config = _config(tmp_path, reference, free_port())
+    for _ in range(3):
+        rc, out, err = await run_cli("nodes", "reinstall", "master-0", "--config", str(config))
+        assert rc == 0, err
+    rc, out, err = await run_cli("nodes", "show", "master-0", "--config", str(config))
+    (line,) = out.splitlines()
+    assert rc == 0 and line.split()[2] == "reinstall" and re.search(r"\(3 times, last at [0-9: -]+\)$", line)
+
+
+async def test_an_unusable_state_dir_stops_serve_with_one_line(tmp_path: Path, reference: Path) -> None:
+    config = _config(tmp_path, reference, free_port())
+    (tmp_path / "state").write_text("a file where state_dir should be")
+    rc, out, err = await run_cli("serve", "--config", str(config), timeout=30)
+    assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"bootserver: {tmp_path / 'state' / 'timeline.sqlite3'}: cannot open the node timeline: ")

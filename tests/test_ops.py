@@ -3,6 +3,7 @@ and the access log."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import re
@@ -15,11 +16,10 @@ from aiohttp.test_utils import TestServer
 
 from bootserver.config import parse_config
 from bootserver.ignition import sha512_hash
-from bootserver.ops import runner_kwargs
 from bootserver.signing import Keyring, Signer, sign
 from bootserver.store import ArtifactStore
 from bootserver.streams import parse_stream
-from bootserver.web import SERVICE, create_app
+from bootserver.web import ADMIN_APP, SERVICE, create_app, runner_kwargs
 
 from conftest import SigningClient, fixed_signer, payload
 
@@ -67,10 +67,16 @@ def config(reference: Path, tmp_path: Path):
 
 async def start(aiohttp_client, config, signer=None):
     """A test client of ``create_app(config)`` whose runner uses our access logger, as ``serve`` does
-    (TestServer ignores constructor kwargs: they must go to start_server)."""
-    server = TestServer(create_app(config, signer))
-    await server.start_server(**runner_kwargs())
-    return SigningClient(await aiohttp_client(server))
+    (TestServer ignores constructor kwargs: they must go to start_server); its ``admin`` is a client of
+    the admin listener's app."""
+    app = create_app(config, signer)
+    server = TestServer(app)
+    await server.start_server(**runner_kwargs(app))
+    admin = TestServer(app[ADMIN_APP])
+    await admin.start_server(**runner_kwargs(app[ADMIN_APP]))
+    client = SigningClient(await aiohttp_client(server))
+    client.admin = await aiohttp_client(admin)
+    return client
 
 
 @pytest.fixture
@@ -79,14 +85,14 @@ async def client(aiohttp_client, config):
 
 
 async def node(client, name: str) -> dict:
-    r = await client.get(f"/nodes/{name}")
+    r = await client.admin.get(f"/nodes/{name}")
     assert r.status == 200
     return await r.json()
 
 
 async def test_timeline_of_an_install_and_boot_once(client, config, reference: Path) -> None:
     files = fill_cache(config, reference)
-    r = await client.get("/nodes")
+    r = await client.admin.get("/nodes")
     assert r.status == 200
     listed = {n["node"]: n for n in (await r.json())["nodes"]}
     assert set(listed) == {"master-0", "master-1", "live-0"}
@@ -138,18 +144,47 @@ async def test_artifacts_from_unknown_addresses_are_not_attributed(client, confi
     files = fill_cache(config, reference)
     r = await client.get(files["kernel"][0])
     assert r.status == 200
-    body = await (await client.get("/nodes")).json()
+    body = await (await client.admin.get("/nodes")).json()
     assert {n["stage"] for n in body["nodes"]} == {"new"}
 
 
-async def test_range_request_is_not_a_completed_download(client, config, reference: Path) -> None:
+async def test_range_and_revalidation_are_neither_completed_nor_failed(client, config, reference: Path) -> None:
+    """A 206 range is part of the artifact (``-partial``), a 304 says the client's copy is current
+    (``-unchanged``): neither is the whole file sent, nor a failure."""
     files = fill_cache(config, reference)
     await client.get("/ipxe/master-1")
     r = await client.get(files["rootfs"][0], headers={"Range": "bytes=0-99"})
     assert r.status == 206 and len(await r.read()) == 100
     events = (await node(client, "master-1"))["events"]
-    assert [e["event"] for e in events][-2:] == ["rootfs-requested", "rootfs-completed"]
+    assert [e["event"] for e in events][-2:] == ["rootfs-requested", "rootfs-partial"]
     assert events[-1]["detail"] == {"bytes": 100, "status": 206}
+    assert (await node(client, "master-1"))["stage"] == "rootfs"
+
+    r = await client.get(files["kernel"][0])
+    validators = {k: v for k, v in (("If-None-Match", r.headers.get("ETag")),
+                                    ("If-Modified-Since", r.headers.get("Last-Modified"))) if v}
+    assert validators and await r.read() == files["kernel"][1]
+    r = await client.get(files["kernel"][0], headers=validators)
+    assert r.status == 304
+    events = (await node(client, "master-1"))["events"]
+    assert [e["event"] for e in events][-2:] == ["kernel-requested", "kernel-unchanged"]
+    assert events[-1]["detail"] == {"bytes": 0, "status": 304}
+
+
+@pytest.mark.parametrize("mode", ["install", "live"])
+async def test_a_profile_without_real_config_ends_unconfirmed(aiohttp_client, reference: Path, tmp_path: Path,
+                                                              mode: str) -> None:
+    """No ``ignition``: the stub is the last request the server sees, so the node must not wait in
+    ``installing``/``ignition`` forever; install mode with boot-once then boots the disk."""
+    config = make_config(reference, tmp_path, ignition=None, mode=mode,
+                         install_dev="/dev/sda" if mode == "install" else None)
+    client = await start(aiohttp_client, config)
+    await client.get("/ipxe/master-1")
+    stub = await client.get("/ignition/master-1")
+    assert stub.status == 200 and "merge" not in (await stub.json())["ignition"].get("config", {})
+    assert (await node(client, "master-1"))["stage"] == "unconfirmed"
+    script = await (await client.get("/ipxe/master-1")).text()
+    assert ("kernel " not in script) == (mode == "install")
 
 
 async def test_live_mode_never_boots_the_disk(client) -> None:
@@ -181,7 +216,7 @@ def test_boot_once_is_refused_for_live_mode(reference: Path, tmp_path: Path) -> 
 
 
 async def test_unknown_node_in_nodes_endpoint_is_404(client) -> None:
-    r = await client.get("/nodes/nobody")
+    r = await client.admin.get("/nodes/nobody")
     assert r.status == 404 and "no node 'nobody'" in await r.text()
 
 
@@ -191,7 +226,7 @@ async def test_metrics(client, config, reference: Path) -> None:
     await client.get(files["kernel"][0])
     await client.get(files["kernel"][0].replace("kernel", "nothing"))
     await client.get("/ipxe/nobody")
-    r = await client.get("/metrics")
+    r = await client.admin.get("/metrics")
     assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
     text = await r.text()
     lines = set(text.splitlines())
@@ -320,3 +355,64 @@ async def test_scripts_and_stubs_follow_keys_clock_release_and_config(aiohttp_cl
     assert (await stub_url())[2] not in (release, "")
     (tmp_path / "master.ign").write_bytes(b'{"ignition": {"version": "3.2.0"}}')
     assert (await merge())[1] == sha512_hash(b'{"ignition": {"version": "3.2.0"}}')
+
+
+#: The first bytes of a TLS 1.2 ClientHello, as a browser or scanner sends to an https:// URL.
+CLIENT_HELLO = bytes.fromhex("16030100c4010000c00303") + bytes(32) + b"\x00\x00\x02\x13\x01\x01\x00"
+
+
+async def raw_exchange(port: int, data: bytes) -> bytes:
+    """Send ``data`` to 127.0.0.1:``port`` as is and return everything the server answers until it closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+async def test_malformed_requests_get_400_an_access_line_and_a_count(aiohttp_server, config, caplog) -> None:
+    """A TLS ClientHello on the plain port, an unknown method and a 12 KB header: each gets its 400, one
+    access line and a count in the metrics, and no traceback in the log (a port scanner must not flood
+    the journal)."""
+    caplog.set_level(logging.INFO)
+    app = create_app(config, fixed_signer())
+    server = await aiohttp_server(app, host="127.0.0.1", **runner_kwargs(app))
+    admin = await aiohttp_server(app[ADMIN_APP], host="127.0.0.1", **runner_kwargs(app[ADMIN_APP]))
+    bad = [CLIENT_HELLO,
+           b"BR\x01EW / HTTP/1.1\r\nHost: x\r\n\r\n",
+           b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 12 * 1024 + b"\r\n\r\n"]
+    for data in bad:
+        answer = await raw_exchange(server.port, data)
+        assert answer.split(b"\r\n")[0].split(b" ")[1] == b"400", (data[:20], answer[:100])
+    assert not [r for r in caplog.records if r.exc_info or "Unhandled exception" in r.getMessage()]
+    access = [r for r in caplog.records if r.name == "bootserver.access"]
+    assert [(r.status, r.route) for r in access] == [(400, "unmatched")] * 3
+    text = (await raw_exchange(admin.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")).decode()
+    assert 'bootserver_http_requests_total{method="UNKNOWN",route="unmatched",status="400"} 3.0' in text.splitlines()
+
+
+async def test_nodes_and_metrics_are_on_the_admin_listener_only(client) -> None:
+    """Node names, stages and client addresses are not for the device network: /nodes, /nodes/{node}
+    and /metrics answer 404 there, like any unknown path; /healthz and /readyz answer on both."""
+    for path in ("/nodes", "/nodes/master-0", "/metrics"):
+        r = await client.get(path)
+        assert r.status == 404, path
+        assert (await client.admin.get(path)).status == 200, path
+    for path in ("/healthz", "/readyz"):
+        assert (await client.get(path)).status == (await client.admin.get(path)).status, path
+    assert (await client.admin.get("/ipxe/master-0")).status == 404
+
+
+def test_default_admin_listener_is_the_next_port_tls_does_not_take(tmp_path: Path) -> None:
+    def admin(server: dict) -> str:
+        return parse_config({"server": server}, "t.yaml", tmp_path).server.admin_listen
+
+    assert admin({"listen": "0.0.0.0:8080"}) == "127.0.0.1:8081"
+    assert admin({"listen": "0.0.0.0:8080", "tls": {"listen": "0.0.0.0:8081"}}) == "127.0.0.1:8082"
+    assert admin({"listen": "0.0.0.0:65535"}) == "127.0.0.1:65534"
+    assert admin({"listen": "0.0.0.0:8080", "admin": {"listen": "/run/bootserver/admin.sock"}}) == \
+        "/run/bootserver/admin.sock"
+    with pytest.raises(Exception, match="server.admin.listen"):
+        admin({"listen": "0.0.0.0:8080", "admin": {"listen": "admin.sock"}})

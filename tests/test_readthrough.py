@@ -81,6 +81,14 @@ async def wait_for(cond: Callable[[], bool], what: str, deadline: float = DEADLI
         await asyncio.sleep(0.01)  # polling interval, bounded by the deadline
 
 
+async def settled(rt, paths: dict[str, str], kind: str):
+    """Wait (at most DEADLINE) until the artifact ``kind`` is published, joining its download if one is
+    running (``ReadThrough.fetch``); return what fetch returned."""
+    found = await rt.resolve(tuple(served_path(paths, kind).split("/")[2:]))
+    assert found is not None
+    return await asyncio.wait_for(rt.fetch(*found), DEADLINE)
+
+
 async def app_client(aiohttp_client, config, retry: RetryPolicy = FAST):
     app = create_app(config)
     client = await aiohttp_client(app)
@@ -105,23 +113,18 @@ async def test_50_concurrent_cold_requests_make_one_upstream_get(tmp_path, refer
     assert head == data[:100_000]
     await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
 
-    async def one() -> bytes:
-        async with client.get(served_path(paths, "rootfs")) as r:
-            assert r.status == 200
-            return await r.read()
-
-    others = [asyncio.create_task(one()) for _ in range(49)]
-    dl = next(iter(rt._inflight.values()))
-    await wait_for(lambda: len(dl.readers) == 50, "50 clients on the one download")
+    # 49 more clients get their headers while upstream is still paused: all on the one download
+    others = await asyncio.wait_for(asyncio.gather(*(client.get(served_path(paths, "rootfs"))
+                                                     for _ in range(49))), DEADLINE)
+    assert all(r.status == 200 and r.headers["Content-Length"] == str(len(data)) for r in others)
     ready, report = rt.readiness()
     assert ready and {i["kind"]: i["status"] for i in report["artifacts"]}["rootfs"] == "fetching"
     faulty.gate.set()
-    bodies = await asyncio.wait_for(asyncio.gather(*others), DEADLINE)
+    bodies = await asyncio.wait_for(asyncio.gather(*(r.read() for r in others)), DEADLINE)
     assert head + await first.read() == data
     assert all(b == data for b in bodies)
     assert faulty.gets(rootfs) == [None]
-    await wait_for(lambda: not rt._inflight, "the download to be published")
-    assert rt.store.is_cached(*(await rt.resolve(tuple(served_path(paths, "rootfs").split("/")[2:]))))
+    assert (await settled(rt, paths, "rootfs")).path.read_bytes() == data
     # a warm request is a plain file response with Range support
     r = await client.get(served_path(paths, "rootfs"), headers={"Range": "bytes=10-19"})
     assert r.status == 206 and await r.read() == data[10:20]
@@ -137,17 +140,14 @@ async def test_wrong_bytes_abort_every_client_and_publish_nothing(tmp_path, refe
     faulty.wrong.add(rootfs)
     faulty.pause[rootfs] = ROOTFS_SIZE - 1000
 
-    async def one() -> None:
-        async with client.get(served_path(paths, "rootfs")) as r:
-            assert r.status == 200 and r.headers["Content-Length"] == str(len(files[rootfs]))
-            await r.read()
-
-    tasks = [asyncio.create_task(one()) for _ in range(5)]
+    # 5 clients have their headers (and most of the bytes) before the last bytes turn out wrong
+    responses = await asyncio.wait_for(asyncio.gather(*(client.get(served_path(paths, "rootfs"))
+                                                        for _ in range(5))), DEADLINE)
+    assert all(r.status == 200 and r.headers["Content-Length"] == str(len(files[rootfs])) for r in responses)
     await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
-    await wait_for(lambda: bool(rt._inflight) and len(next(iter(rt._inflight.values())).readers) == 5,
-                   "5 clients")
     faulty.gate.set()
-    results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), DEADLINE)
+    results = await asyncio.wait_for(asyncio.gather(*(r.read() for r in responses), return_exceptions=True),
+                                     DEADLINE)
     assert all(isinstance(r, aiohttp.ClientPayloadError) for r in results), results
     assert published(config_cache(tmp_path)) == []
     assert tmp_files(config_cache(tmp_path)) == []
@@ -166,21 +166,34 @@ def config_cache(tmp_path: Path) -> Path:
 
 
 async def test_client_disconnect_does_not_cancel_the_download(tmp_path, reference, faulty, aiohttp_client):
+    from aiohttp import web
+
     meta, paths, files = make_stream(tmp_path, reference, faulty)
-    client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
+    app = create_app(make_config(tmp_path, meta))
+    app[SERVICE].upstream.retry = FAST
+    ended = asyncio.Event()
+
+    @web.middleware
+    async def note_the_end(request, handler):  # the test's own view of the request's life
+        try:
+            return await handler(request)
+        finally:
+            ended.set()
+
+    app.middlewares.insert(0, note_the_end)
+    client, rt = await aiohttp_client(app), app[SERVICE].artifacts
     rootfs = paths["rootfs"]
     faulty.pause[rootfs] = ROOTFS_SIZE // 2
     r = await client.get(served_path(paths, "rootfs"))
     await r.content.readexactly(1000)
     await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
     r.close()  # the only client goes away
-    dl = next(iter(rt._inflight.values()))
-    await wait_for(lambda: not dl.readers, "the server to notice the disconnect")
+    await asyncio.wait_for(ended.wait(), DEADLINE)  # the server noticed: the client's handler is over
+    assert faulty.gets(rootfs) == [None] and rt.status(*(await rt.resolve(
+        tuple(served_path(paths, "rootfs").split("/")[2:])))) == "fetching"  # type: ignore[misc]
     faulty.gate.set()
-    assert dl.task is not None
-    await asyncio.wait_for(asyncio.shield(dl.task), DEADLINE)
-    assert dl.ok and (rt.store.root / served_path(paths, "rootfs").removeprefix("/artifacts/")).read_bytes() \
-        == files[rootfs]
+    assert (await settled(rt, paths, "rootfs")).path.read_bytes() == files[rootfs]
+    assert faulty.gets(rootfs) == [None]
 
 
 async def test_unknown_file_is_404_and_read_through_can_be_off(tmp_path, reference, faulty, aiohttp_client):
@@ -215,7 +228,7 @@ async def test_mirror_chain_falls_through_in_order(tmp_path, reference, faulty, 
     assert r.status == 200 and await r.read() == files[paths["kernel"]]
     k = paths["kernel"]
     assert [p for p, _ in faulty.log] == ["/m404" + k, "/m503" + k, k]
-    await wait_for(lambda: not rt._inflight, "the download to finish")
+    await settled(rt, paths, "kernel")
     assert f"from {faulty.url}{k}" in caplog.text
 
 
@@ -560,7 +573,8 @@ async def test_sigkill_of_serve_mid_read_through_then_restart_resumes(tmp_path, 
     assert tmp_files(tmp_path / "cache") == []
 
 
-async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, faulty, aiohttp_client) -> None:
+async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, faulty, aiohttp_client,
+                                                      caplog) -> None:
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
     r = await client.head(served_path(paths, "initramfs"))
@@ -568,7 +582,8 @@ async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, fault
     del faulty.files[paths["kernel"]]
     r = await client.get(served_path(paths, "kernel"))
     assert r.status == 502
-    assert f"{faulty.url}{paths['kernel']}: HTTP 404" in await r.text()
+    assert (await r.text()).startswith("upstream problem: ")
+    assert f"{faulty.url}{paths['kernel']}: HTTP 404" in caplog.text  # the details go to the log
 
 
 async def test_mirror_that_times_out_falls_through(tmp_path, reference, faulty) -> None:

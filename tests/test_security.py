@@ -113,7 +113,7 @@ async def test_source_address_binding(aiohttp_client, reference: Path, tmp_path:
     assert (await client.get(signed("/ipxe/n1", "n1"))).status == 200
     # /boot.ipxe follows the binding
     assert (await client.get("/boot.ipxe?mac=52:54:00:12:34:57")).status == 200
-    assert (await client.get("/boot.ipxe?mac=52:54:00:12:34:56")).status == 403
+    assert (await client.get("/boot.ipxe?mac=52:54:00:12:34:56")).status == 404
     r = await client.get("/boot.ipxe?mac=52:54:00:12:34:56", headers={"X-Forwarded-For": "10.9.9.9"})
     assert r.status == 200
 
@@ -126,12 +126,18 @@ async def test_forwarded_for_is_ignored_from_untrusted_peers(aiohttp_client, ref
 
 
 async def test_generic_entry_needs_binding_or_selectable(aiohttp_client, reference, tmp_path) -> None:
+    """A registered node that may not be handed out gets exactly the answer of an unknown MAC, so the
+    generic entry does not tell which MACs are registered."""
     config = make_config(reference, tmp_path, nodes={
         "n0": {"profile": "p", "mac": "52:54:00:12:34:56"},
-        "n1": {"profile": "p", "mac": "52:54:00:12:34:57", "selectable": True}})
+        "n1": {"profile": "p", "mac": "52:54:00:12:34:57", "selectable": True},
+        "n2": {"profile": "p", "mac": "52:54:00:12:34:58", "addresses": ["10.0.0.0/8"]}})
     client = await client_for(aiohttp_client, config)
-    r = await client.get("/boot.ipxe?mac=52:54:00:12:34:56")
-    assert r.status == 403 and await r.text() == FORBIDDEN_BODY
+    answers = []
+    for mac in ("52:54:00:12:34:56", "52:54:00:12:34:58", "52:54:00:99:99:99"):
+        r = await client.get(f"/boot.ipxe?mac={mac}")
+        answers.append((r.status, (await r.text()).replace(mac, "MAC"), r.headers["Content-Type"]))
+    assert answers == [(404, "no node to boot for mac MAC from this address\n", "text/plain; charset=utf-8")] * 3
     r = await client.get("/boot.ipxe?mac=52:54:00:12:34:57")
     assert r.status == 200
     assert "/ignition/n1?exp=" in await r.text()
@@ -247,8 +253,8 @@ async def raw_get(host: str, port: int, target: bytes, headers: bytes = b"") -> 
 
 async def test_request_line_and_header_limits(aiohttp_server, reference, tmp_path) -> None:
     config = make_config(reference, tmp_path)
-    server = await aiohttp_server(create_app(config, fixed_signer()), host="127.0.0.1",
-                                  **runner_kwargs(config))
+    app = create_app(config, fixed_signer())
+    server = await aiohttp_server(app, host="127.0.0.1", **runner_kwargs(app))
     status, _ = await raw_get("127.0.0.1", server.port, b"/healthz?" + b"a" * 9000)
     assert status in (400, 414)
     status, _ = await raw_get("127.0.0.1", server.port, b"/healthz", b"X-Big: " + b"b" * 9000 + b"\r\n")
@@ -312,8 +318,8 @@ async def test_logs_never_show_signatures_or_config_contents(aiohttp_server, aio
                                                              tmp_path, caplog) -> None:
     config = make_config(reference, tmp_path)
     caplog.set_level(logging.DEBUG)
-    server = await aiohttp_server(create_app(config, fixed_signer()), host="127.0.0.1",
-                                  **runner_kwargs(config))
+    app = create_app(config, fixed_signer())
+    server = await aiohttp_server(app, host="127.0.0.1", **runner_kwargs(app))
     client = await aiohttp_client(server)
     sigs = []
     for path, node in [("/ipxe/n0", "n0"), ("/ignition/n0", "n0"), ("/ignition/n0/config", "n0"),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
-from bootserver.timeline import ATTRIBUTION_WINDOW, GroupCommit, Record, Timeline, format_table, next_stage
+from bootserver.timeline import (ATTRIBUTION_WINDOW, INSTALLED_STAGES, SCHEMA_VERSION, GroupCommit, Record, Timeline,
+                                 TimelineDamagedError, artifact_event, format_events, format_table, next_stage)
 
 INSTALL = ["script", "kernel-requested", "kernel-completed", "initramfs-requested", "initramfs-completed",
            "rootfs-requested", "rootfs-completed", "stub", "localboot", "config"]
@@ -176,3 +178,134 @@ def test_a_write_waits_for_another_process_write_then_gives_up(tmp_path: Path,
     assert tl.stage("m0") == "installing"
     other.close()
     tl.close()
+
+
+def test_repeats_that_change_nothing_share_one_row(tmp_path: Path) -> None:
+    """iPXE retrying its script, or a probe of a signed URL: one row with a count and the last time."""
+    tl = Timeline(tmp_path)
+    for at in (100.0, 101.0, 102.5):
+        assert tl.record("m0", "script", mode="install", ip="10.0.0.5", detail={"release": "1"}, at=at) == "ipxe"
+    tl.record("m0", "script", mode="install", ip="10.0.0.6", detail={"release": "1"}, at=103.0)  # another client
+    tl.record("m0", "script", mode="install", ip="10.0.0.6", detail={"release": "2"}, at=104.0)  # another release
+    tl.record("m0", "kernel-requested", mode="install", ip="10.0.0.6", at=105.0)
+    tl.record("m0", "kernel-requested", mode="install", ip="10.0.0.6", at=106.0)  # same stage: coalesced
+    tl.record("m0", "reinstall", mode="install", at=107.0)
+    tl.record("m0", "reinstall", mode="install", at=108.0)
+    tl.record("m0", "script", mode="install", ip="10.0.0.6", detail={"release": "2"}, at=109.0)  # a new boot
+    rows = [(e.event, e.ip, e.count, e.at, e.last_at) for e in tl.events("m0")]
+    assert rows == [("script", "10.0.0.5", 3, 100.0, 102.5), ("script", "10.0.0.6", 1, 103.0, 103.0),
+                    ("script", "10.0.0.6", 1, 104.0, 104.0), ("kernel-requested", "10.0.0.6", 2, 105.0, 106.0),
+                    ("reinstall", None, 2, 107.0, 108.0), ("script", "10.0.0.6", 1, 109.0, 109.0)]
+    (state,) = tl.nodes()
+    assert (state.stage, state.stage_at, state.last_event, state.last_at) == ("ipxe", 109.0, "script", 109.0)
+    # attribution follows the last of the coalesced scripts, not the first
+    tl.record("m1", "script", mode="install", ip="10.0.0.5", at=200.0)
+    tl.record("m0", "script", mode="install", ip="10.0.0.5", detail={"release": "1"}, at=300.0)
+    assert tl.attribute("10.0.0.5", now=301.0) == "m0"
+    assert tl.events("m0")[0].as_dict()["count"] == 3
+
+
+def test_a_stage_change_is_never_coalesced(tmp_path: Path) -> None:
+    tl = Timeline(tmp_path)
+    tl.record("m0", "stub", mode="install", at=1.0)
+    tl.record("m0", "reinstall", mode="install", at=2.0)
+    tl.record("m0", "stub", mode="install", at=3.0)  # installing again: a new row
+    tl.record("m0", "stub", mode="install", at=4.0)  # the same again: coalesced
+    assert [(e.event, e.count) for e in tl.events("m0")] == [("stub", 1), ("reinstall", 1), ("stub", 2)]
+
+
+def test_history_is_bounded_per_node_and_says_what_it_dropped(tmp_path: Path) -> None:
+    tl = Timeline(tmp_path, keep_events=10)
+    for i in range(25):  # a boot loop: script, kernel, script, kernel, ... never coalesced
+        tl.record("m0", "script" if i % 2 == 0 else "kernel-requested", mode="install", ip="10.0.0.5", at=float(i))
+    tl.record("m1", "script", mode="install", at=0.5)
+    events = tl.events("m0")
+    assert [e.at for e in events] == [float(i) for i in range(15, 25)]
+    assert tl.node("m0").dropped == 15 and tl.node("m1").dropped == 0
+    assert len(tl.events("m1")) == 1
+    text = format_events(events, tl.node("m0"), tl.keep_events)
+    assert text.splitlines()[0] == "(15 older events dropped: timeline.keep_events keeps 10 per node)"
+    assert len(text.splitlines()) == 11
+    tl.close()
+    assert Timeline(tmp_path, keep_events=10).node("m0").as_dict(30.0)["dropped_events"] == 15
+
+
+def test_nodes_show_text_marks_coalesced_rows(tmp_path: Path) -> None:
+    tl = Timeline(tmp_path)
+    tl.record("m0", "localboot", mode="install", ip="10.0.0.5", detail={"stage": "installed"}, at=1000.0)
+    tl.record("m0", "localboot", mode="install", ip="10.0.0.5", detail={"stage": "installed"}, at=4600.0)
+    (line,) = format_events(tl.events("m0"), tl.node("m0"), tl.keep_events).splitlines()
+    assert line.split()[2:5] == ["localboot", "10.0.0.5", "stage=installed"]
+    last = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(4600.0))
+    assert line.endswith(f"(2 times, last at {last})")
+
+
+def test_a_schema_1_timeline_is_migrated_in_place(tmp_path: Path) -> None:
+    """A state_dir written before coalescing keeps its history, stages and boot-once marks."""
+    old = sqlite3.connect(tmp_path / Timeline.FILENAME)
+    old.executescript("""
+        CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, node TEXT NOT NULL, at REAL NOT NULL,
+                             event TEXT NOT NULL, ip TEXT, detail TEXT);
+        CREATE INDEX events_node ON events (node, at, id);
+        CREATE INDEX events_script_ip ON events (ip, at) WHERE event = 'script';
+        CREATE TABLE nodes (node TEXT PRIMARY KEY, stage TEXT NOT NULL, stage_at REAL NOT NULL,
+                            last_event TEXT NOT NULL, last_at REAL NOT NULL);
+        INSERT INTO events (node, at, event, ip, detail) VALUES
+            ('m0', 1.0, 'script', '10.0.0.5', '{"release": "1"}'), ('m0', 2.0, 'stub', '10.0.0.5', NULL);
+        INSERT INTO nodes VALUES ('m0', 'installing', 2.0, 'stub', 2.0);
+    """)
+    old.close()
+    tl = Timeline(tmp_path, keep_events=10)
+    assert tl.stage("m0") == "installing"
+    assert tl.attribute("10.0.0.5", now=3.0) == "m0"
+    assert [(e.event, e.count, e.last_at) for e in tl.events("m0")] == [("script", 1, 1.0), ("stub", 1, 2.0)]
+    tl.record("m0", "stub", mode="install", ip="10.0.0.5", at=3.0)  # coalesces with the migrated row
+    assert [(e.event, e.count) for e in tl.events("m0")] == [("script", 1), ("stub", 2)]
+    for i in range(12):
+        tl.record("m0", "script" if i % 2 else "reinstall", mode="install", at=10.0 + i)
+    assert len(tl.events("m0")) == 10 and tl.node("m0").dropped == 4
+    assert tl._db().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize("damage", [b"this is not a database at all" * 200, None])
+def test_a_damaged_timeline_is_refused_naming_the_file(tmp_path: Path, damage: bytes | None) -> None:
+    tl = Timeline(tmp_path)
+    for i in range(300):
+        tl.record(f"m{i}", "script", mode="install", ip="10.0.0.5", detail={"pad": "x" * 200}, at=float(i))
+    tl.close()
+    Timeline(tmp_path).checkpoint()
+    if damage is None:  # a torn write in the middle of the file: valid header, broken pages
+        data = bytearray(tl.path.read_bytes())
+        data[8192:16384] = b"\xff" * 8192
+        tl.path.write_bytes(bytes(data))
+    else:
+        tl.path.write_bytes(damage)
+    with pytest.raises(TimelineDamagedError) as e:
+        Timeline(tmp_path).check()
+    assert str(e.value).startswith(f"{tl.path}: the node timeline is damaged (")
+    assert "move it aside" in str(e.value) and "\n" not in str(e.value)
+    assert e.value.exit_code == 2
+
+
+def test_a_sound_timeline_passes_the_check(tmp_path: Path) -> None:
+    tl = Timeline(tmp_path / "new")
+    tl.check()  # creates it
+    tl.record("m0", "script", mode="install", at=1.0)
+    tl.check()
+    assert tl.stage("m0") == "ipxe"
+
+
+@pytest.mark.parametrize("status,complete,event", [
+    (200, True, "kernel-completed"), (200, False, "kernel-failed"), (206, True, "kernel-partial"),
+    (206, False, "kernel-failed"), (304, True, "kernel-unchanged"), (404, True, "kernel-failed"),
+    (503, True, "kernel-failed")])
+def test_artifact_event_from_status(status: int, complete: bool, event: str) -> None:
+    assert artifact_event("kernel", status, complete) == event
+
+
+@pytest.mark.parametrize("mode", ["install", "live"])
+def test_a_stub_without_real_config_is_unconfirmed_and_stays(mode: str) -> None:
+    stage = next_stage("rootfs", "stub", mode, real_config=False)
+    assert stage == "unconfirmed" and stage in INSTALLED_STAGES
+    assert next_stage(stage, "rootfs-requested", mode) == "unconfirmed"
+    assert next_stage(stage, "script", mode) == "ipxe"

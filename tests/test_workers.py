@@ -22,7 +22,7 @@ from bootserver.store import ArtifactStore
 
 from conftest import ServerProcess, free_port, run_cli, write_config
 from test_readthrough import (DEADLINE, ROOTFS_SIZE, app_client, make_config, make_stream, published,
-                              served_path, wait_for)
+                              served_path, settled, wait_for)
 
 HEALTHZ = 'bootserver_http_requests_total{method="GET",route="/healthz",status="200"}'
 
@@ -127,7 +127,7 @@ async def test_two_workers_share_the_port_and_metrics_count_every_worker(tmp_pat
             for _ in range(k):  # one connection each; with SO_REUSEPORT the kernel spreads them
                 async with session.get(server.url + "/healthz") as r:
                     assert r.status == 200
-            before = await wait_metric(session, server.url, HEALTHZ, k + 1)  # + the start-up probe
+            before = await wait_metric(session, server.admin_url, HEALTHZ, k + 1)  # + the start-up probe
             assert metric(before, HEALTHZ) == k + 1
             per_worker = worker_pids(before)
             assert set(per_worker) == workers and all(v > 0 for v in per_worker.values()), per_worker
@@ -229,7 +229,7 @@ async def test_cold_artifact_through_two_workers_is_fetched_once(tmp_path, refer
             faulty.gate.set()
             bodies = await asyncio.wait_for(asyncio.gather(*clients), DEADLINE)
             assert all(b == data for b in bodies)
-            text = await wait_metric(session, server.url, 'bootserver_upstream_fetches_total{result="ok"}', 1)
+            text = await wait_metric(session, server.admin_url, 'bootserver_upstream_fetches_total{result="ok"}', 1)
             assert metric(text, 'bootserver_upstream_fetches_total{result="ok"}') == 1
             assert metric(text, 'bootserver_upstream_fetches_total{result="error"}') == 0
         finally:
@@ -265,11 +265,10 @@ async def test_follower_streams_a_foreign_download_and_ends_after_it_is_publishe
         assert {i["kind"]: i["status"] for i in report["artifacts"]}["rootfs"] == "fetching"
         writer.write(data[1_000_000:])
         # every byte is in the file, but the last one waits for the publish
-        dl = next(iter(rt._inflight.values()))
-        await wait_for(lambda: dl.available == len(data), "the follower to see every byte")
-        assert dl.sendable() == len(data) - 1 and not dl.finished
+        rest = await asyncio.wait_for(r.content.readexactly(len(data) - 1 - 999_999), DEADLINE)
+        assert rest == data[999_999:-1] and r.content.read_nowait() == b""
         writer.commit("test://foreign")
-    assert data[:999_999] + await asyncio.wait_for(r.read(), DEADLINE) == data
+    assert await asyncio.wait_for(r.read(), DEADLINE) == data[-1:]
     assert faulty.gets(paths["rootfs"]) == []
 
 
@@ -298,7 +297,9 @@ async def test_follower_aborts_when_the_foreign_download_stops_unpublished(
     assert faulty.gets(paths["rootfs"]) == ["bytes=500000-"]
 
 
-async def test_follower_takes_over_when_no_byte_was_sent(tmp_path, reference, faulty, aiohttp_client) -> None:
+async def test_follower_takes_over_when_no_byte_was_sent(tmp_path, reference, faulty, aiohttp_client,
+                                                        caplog) -> None:
+    caplog.set_level("INFO", logger="bootserver.readthrough")
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
     data = files[paths["rootfs"]]
@@ -306,12 +307,13 @@ async def test_follower_takes_over_when_no_byte_was_sent(tmp_path, reference, fa
     writer = await _foreign_writer(rt, paths)
     writer.__enter__()  # locked, no size known yet: the client waits for its headers
     task = asyncio.create_task(client.get(served_path(paths, "rootfs")))
-    await wait_for(lambda: bool(rt._inflight), "the follower")
+    await wait_for(lambda: "being downloaded by another process; following it" in caplog.text, "the follower")
     writer.__exit__(ConnectionResetError, ConnectionResetError(), None)
     r = await asyncio.wait_for(task, DEADLINE)
     assert r.status == 200 and await r.read() == data
     assert faulty.gets(paths["rootfs"]) == [None]
-    await wait_for(lambda: not rt._inflight, "the download to be published")
+    assert "the download in another process stopped; fetching it here" in caplog.text
+    await settled(rt, paths, "rootfs")
     assert store.expected_size(writer.artifact) is None  # the size file went with the download
 
 
@@ -388,3 +390,35 @@ async def test_a_second_workers_server_on_the_same_port_is_refused(tmp_path: Pat
 
     lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert lines and all(isinstance(line["pid"], int) for line in lines)  # --log-format json names the worker
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+async def test_admin_listener_on_a_unix_socket(tmp_path: Path, workers: str) -> None:
+    """``server.admin.listen`` as a Unix socket path: /nodes and /metrics answer there (from any worker),
+    not on the device port; a stale socket file is replaced; the socket is removed on exit."""
+    port = free_port()
+    sock = tmp_path / "admin.sock"
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(sock))  # a file left by a server that is gone: nobody listens on it
+    stale.close()
+    config = server_config(tmp_path, port, server={"listen": f"127.0.0.1:{port}", "admin": {"listen": str(sock)}},
+                           nodes={})
+    server = ServerProcess(config, port, "--workers", workers)
+    async with fresh_session() as session:
+        await server.start(session)
+        try:
+            if workers != "1":
+                await all_serving(server)  # a scrape while a worker creates its metric files can fail
+            async with session.get(server.url + "/metrics") as r:
+                assert r.status == 404
+            async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock))) as admin:
+                for _ in range(4):  # new connections: with 2 workers either may answer
+                    async with admin.get("http://admin/metrics", headers={"Connection": "close"}) as r:
+                        assert r.status == 200 and "bootserver_http_requests_total" in await r.text()
+                async with admin.get("http://admin/nodes") as r:
+                    assert r.status == 200 and (await r.json())["nodes"] == []
+            assert sock.stat().st_mode & 0o777 == 0o660
+        finally:
+            await server.stop()
+    assert server.proc is not None and server.proc.returncode == 0
+    assert not sock.exists()

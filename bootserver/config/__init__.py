@@ -3,8 +3,8 @@
 The keys are the user contract (docs/design.md; documented in README.md and docs/config.md):
 ``server`` (with ``facility``: the facility this server sits in, whose ``mirrors`` it fetches through),
 ``cache_dir``, ``state_dir``, ``read_through`` (default true), ``streams`` (with ``keep_releases``,
-default 2), ``facilities``, ``profiles``, ``nodes``, and the Equinix Metal ``metal`` mappings (top level,
-``profiles.<name>.metal``, ``nodes.<name>.metal``). Every problem becomes one
+default 2), ``facilities``, ``profiles``, ``nodes``, ``timeline`` (``keep_events``), and the Equinix Metal
+``metal`` mappings (top level, ``profiles.<name>.metal``, ``nodes.<name>.metal``). Every problem becomes one
 :class:`~bootserver.errors.ConfigError` reading ``<file>: <key.path>: <what is wrong>``.
 
 This is the one place that reads config. Values that end up inside an iPXE script are checked here
@@ -16,6 +16,7 @@ Modules, by concern:
   MAC, http(s) URL, hostname, CIDR) and :class:`~bootserver.config.types.SettingsModel`;
 * :mod:`~bootserver.config.schema`: the settings models and :class:`Config`;
 * :mod:`~bootserver.config.metal`: the Equinix Metal (``metal:``) settings;
+* :mod:`~bootserver.config.state`: the node state settings (``timeline:``);
 * :mod:`~bootserver.config.messages`: pydantic errors into our messages;
 * :mod:`~bootserver.config.loader`: reading the file, cross-key checks.
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ..butane import ButaneError, is_butane, translate as translate_butane
 from ..errors import ConfigError
 from ..network import check_network_settings
 from .messages import describe_error, keypath
@@ -100,6 +101,14 @@ def _check_references(doc: Document, cfg: Config) -> None:
             if mac in seen_macs:
                 raise ConfigError(src, f"nodes.{name}.mac", f"{mac} is already the MAC of node {seen_macs[mac]!r}")
             seen_macs[mac] = name
+    defaults = [name for name, node in doc.nodes.items() if node.default]
+    if len(defaults) > 1:
+        raise ConfigError(src, f"nodes.{defaults[1]}.default", f"node {defaults[0]!r} is the default already; "
+                          "at most one node may be")
+    for name in defaults:
+        if doc.profiles[doc.nodes[name].profile].mode != "live":
+            raise ConfigError(src, f"nodes.{name}.default", "the default node must use a live-mode profile: "
+                              "any machine that chains /boot.ipxe boots it, and an install would wipe its disk")
     check_network_settings(doc, src)
     for name, sc in doc.streams.items():
         if not sc.is_url:
@@ -112,10 +121,17 @@ def check_real_config(path: Path, source: str, keypath: str) -> bytes:
     """Check a real Ignition config file (e.g. openshift-install's ``master.ign``) and return its bytes.
 
     It must be a JSON object whose ``ignition.version`` is a 3.x spec, since a spec 3 stub can merge
-    only spec 3 configs (openshift-install before 4.6 wrote spec 2.2 pointer configs).
+    only spec 3 configs (openshift-install before 4.6 wrote spec 2.2 pointer configs). A Butane config
+    (:mod:`bootserver.butane`) is translated by ``butane`` first (and its translation checked against
+    its spec's official schema); the translation is checked and returned.
     Raises :class:`ConfigError` naming ``source`` and ``keypath``.
     """
     data = _read(path, source, keypath)
+    if is_butane(path, data):  # checked as the Ignition config butane translates it into
+        try:
+            data = translate_butane(path, data)
+        except ButaneError as e:
+            raise ConfigError(source, keypath, str(e)) from None
     try:
         doc = json.loads(data)
         version = doc["ignition"]["version"]
@@ -133,7 +149,8 @@ def check_local_inputs(cfg: Config) -> None:
     * ``streams.<name>.metadata`` files: CoreOS stream metadata (:func:`bootserver.streams.parse_stream`)
       with a ``metal`` PXE release for each architecture of the stream (not HTML, not truncated);
     * ``profiles.<name>.ignition`` files: valid for the official schema of their spec version
-      (:func:`bootserver.ignition_schema.validate_bytes`);
+      (:func:`bootserver.ignition_schema.validate_bytes`; a Butane file's translation is checked so
+      when it is loaded, see :func:`check_real_config`);
     * the ``server.tls`` certificate, key and CA files: present and readable.
 
     Remote stream metadata is left to run time. Raises :class:`ConfigError` naming the key and the file.
@@ -159,8 +176,11 @@ def check_local_inputs(cfg: Config) -> None:
         if path is None:
             continue
         key = f"profiles.{name}.ignition"
+        data = _read(path, src, key)
+        if is_butane(path, data):  # its translation was checked against its schema at load
+            continue
         try:
-            validate_bytes(_read(path, src, key))
+            validate_bytes(data)
         except IgnitionSchemaError as e:
             raise ConfigError(src, key, f"{path}: not a valid Ignition config: {e}") from None
     if cfg.server.tls is not None:

@@ -24,8 +24,10 @@ from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
 from ..network import NetworkSetting
 from .metal import MetalGlobal, MetalSettings
+from .state import StateStoreField, StateStoreSettings, TimelineSettings
 from .types import (
-    UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, Name, Networks, ScriptWord, SettingsModel, YamlList,
+    UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, ListenAddressOrSocket, Name, Networks, ScriptWord,
+    SettingsModel, YamlList,
     normalize_mac, null_as_empty, split_listen,
 )
 
@@ -82,6 +84,14 @@ class SigningConfig(SettingsModel):
     key_grace: Duration = 86400
 
 
+class AdminConfig(SettingsModel):
+    """``server.admin``: the admin listener (``/nodes``, ``/nodes/{node}``, ``/metrics``, also
+    ``/healthz`` and ``/readyz``), kept off the device network. ``listen`` is ``host:port`` or the
+    absolute path of a Unix socket; default ``127.0.0.1:<server.listen port + 1>``."""
+
+    listen: ListenAddressOrSocket | None = None
+
+
 class ServerConfig(SettingsModel):
     """``server``: where to listen (``host:port``), the URL devices use to reach us, and security limits."""
 
@@ -98,6 +108,21 @@ class ServerConfig(SettingsModel):
     workers: int = Field(default=1, ge=1, le=256)
     #: The facility this server sits in: its ``mirrors`` come first in the upstream chain.
     facility: str | None = None
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+
+    @property
+    def admin_listen(self) -> str:
+        """Where the admin listener listens: ``server.admin.listen`` (a Unix socket when it is an
+        absolute path), else ``127.0.0.1:<port + 1>``, or the next port after it that ``tls.listen``
+        does not take (counting down from ``port - 1`` at the top of the range)."""
+        if self.admin.listen:
+            return self.admin.listen
+        taken = {self.port} | ({split_listen(self.tls.listen)[1]} if self.tls is not None else set())
+        step = 1 if self.port < 65534 else -1
+        port = self.port + step
+        while port in taken:
+            port += step
+        return f"127.0.0.1:{port}"
 
     @property
     def host(self) -> str:
@@ -211,7 +236,8 @@ class Node(SettingsModel):
     ``addresses`` (IPs or CIDRs) restrict who may fetch the node's script and configs; ``selectable``
     lets ``/boot.ipxe`` hand out its script to any address (otherwise only to a matching address).
     ``hostname`` is what the node calls itself (``/etc/hostname``, the Equinix device hostname); without
-    it the node's name is its hostname, and must then be a valid one.
+    it the node's name is its hostname, and must then be a valid one. ``default``: the generic entry's
+    fallback (matchbox's default group), e.g. a live system any machine can boot.
     """
 
     profile: str
@@ -222,6 +248,9 @@ class Node(SettingsModel):
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     addresses: Networks = ()
     selectable: bool = False
+    #: ``/boot.ipxe`` hands this node's script to a machine no other node is selected for (no selector,
+    #: an unknown one, or a node that may not be handed out there); at most one, live mode only.
+    default: bool = False
     #: ``dhcp``, ``provider`` or an NMState document (bootserver.network); default the profile's.
     network: NetworkSetting | None = None
 
@@ -259,6 +288,9 @@ class Document(SettingsModel):
     nodes: dict[Name, Node] = Field(default_factory=dict)
     metal: Annotated[MetalGlobal, BeforeValidator(null_as_empty)] = Field(
         default_factory=MetalGlobal)
+    timeline: Annotated[TimelineSettings, BeforeValidator(null_as_empty)] = Field(
+        default_factory=TimelineSettings)
+    state_store: StateStoreField = None
 
 
 _Document = Document  # the name tests and older callers import
@@ -272,8 +304,9 @@ class Config:
     (folder relative paths resolve against), ``server`` (:class:`ServerConfig`), ``cache_dir`` and
     ``state_dir`` (absolute :class:`~pathlib.Path`), ``read_through`` (bool: a cache miss is fetched
     from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
-    ``profiles``, ``nodes`` (name -> model),
-    and ``metal`` (:class:`MetalGlobal`).
+    ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`), ``timeline``
+    (:class:`TimelineSettings`) and ``state_store`` (:class:`StateStoreSettings`, or ``None`` for sqlite
+    in ``state_dir``).
     """
 
     source: str
@@ -288,6 +321,8 @@ class Config:
     profiles: Mapping[str, Profile]
     nodes: Mapping[str, Node]
     metal: MetalGlobal
+    timeline: TimelineSettings
+    state_store: StateStoreSettings | None
     _mac_index: Mapping[str, str] = field(repr=False, compare=False)
 
     @classmethod
@@ -308,6 +343,8 @@ class Config:
             profiles=MappingProxyType(dict(doc.profiles)),
             nodes=MappingProxyType(dict(doc.nodes)),
             metal=doc.metal,
+            timeline=doc.timeline,
+            state_store=doc.state_store,
             _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
         )
 
@@ -371,7 +408,8 @@ def _resolve(base_dir: Path, value: str) -> Path:
 
 
 def default_document() -> dict[str, Any]:
-    """The embedded default config: Fedora CoreOS ``stable`` on 127.0.0.1:8080, per-user dirs."""
+    """The embedded default config: Fedora CoreOS ``stable`` on 127.0.0.1:8080, per-user dirs, and a
+    default node ``fcos-live`` (live FCOS x86_64) that ``/boot.ipxe`` hands to any machine."""
     return {
         "server": {"listen": "127.0.0.1:8080"},
         "streams": {"fcos-stable": {"metadata": FCOS_STABLE_URL, "architectures": ["x86_64", "aarch64"]}},
@@ -379,4 +417,6 @@ def default_document() -> dict[str, Any]:
             "fcos-live": {"stream": "fcos-stable", "arch": "x86_64", "mode": "live"},
             "fcos-live-aarch64": {"stream": "fcos-stable", "arch": "aarch64", "mode": "live"},
         },
+        # something a newcomer can boot: any x86_64 machine that chains /boot.ipxe gets live FCOS
+        "nodes": {"fcos-live": {"profile": "fcos-live", "default": True}},
     }

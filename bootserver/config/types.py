@@ -182,6 +182,14 @@ ScriptWord = Annotated[str, AfterValidator(check_script_word)]
 Duration = Annotated[int, BeforeValidator(_duration)]
 #: ``host:port`` or ``[v6]:port`` (:func:`split_listen`).
 ListenAddress = Annotated[str, AfterValidator(_listen)]
+
+
+def _listen_or_socket(value: str) -> str:
+    return value if value.startswith("/") else _listen(value)
+
+
+#: A :data:`ListenAddress`, or the absolute path of a Unix socket.
+ListenAddressOrSocket = Annotated[str, AfterValidator(_listen_or_socket)]
 #: An http(s) base URL (:func:`check_http_url`), kept without a trailing ``/``.
 HttpUrl = Annotated[str, AfterValidator(check_http_url)]
 #: A host name (:func:`check_hostname`).

@@ -99,6 +99,11 @@ NODES = {
     "live-0": Node("live-0", "52:54:00:e2:e0:02", "live"),
 }
 
+#: A node whose profile allows Ignition spec 3.4.0 (``ignition_version``), newer than the 3.3.0 that
+#: Debian's Ignition 2.14 reads: it gets a stub it can read only through version negotiation (Accept).
+NEWER_SPEC_NODE = Node("live-34", "52:54:00:e2:e0:03", "live")
+NEWER_SPEC = "3.4.0"
+
 
 @dataclasses.dataclass
 class Stack:
@@ -128,6 +133,10 @@ class Stack:
         assert p.returncode == 0, f"bootserver url {node} exited {p.returncode}: {p.stderr}"
         parts = urllib.parse.urlsplit(p.stdout.splitlines()[0])
         return f"{parts.path}?{parts.query}"
+
+    def stub_url(self, node: str) -> str:
+        """The node's signed stub URL, as its script's kargs carry it."""
+        return self.base_url + self.stub_path(node)
 
     def stub_path(self, node: str) -> str:
         """Path and query of the node's signed stub URL, taken from the kargs of its script."""
@@ -224,11 +233,14 @@ def write_stack_config(work: Path, name: str, port: int, base_url: str, state_di
             "e2e-install": {"stream": "fcos-e2e", "mode": "install", "install_dev": "/dev/vda",
                             "ignition": "real.ign"},
             "e2e-live": {"stream": "fcos-e2e", "mode": "live", "ignition": "real.ign"},
+            "e2e-live-newer-spec": {"stream": "fcos-e2e", "mode": "live", "ignition": "real.ign",
+                                    "ignition_version": NEWER_SPEC},
         },
         # selectable: /boot.ipxe?mac= may hand out the script (the guest reaches us through a forwarder
         # on 127.0.0.1, so a source-address binding would prove nothing here)
         "nodes": {n.name: {"profile": f"e2e-{n.mode}", "mac": n.mac, "selectable": True} for n in NODES.values()},
     }
+    doc["nodes"][NEWER_SPEC_NODE.name] = {"profile": "e2e-live-newer-spec", "mac": NEWER_SPEC_NODE.mac}
     path = work / name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

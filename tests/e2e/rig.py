@@ -8,8 +8,10 @@ The pieces, each usable on its own:
   binary) holding busybox, the virtio-net driver with its dependencies, and an ``/init`` that prints
   ``/proc/cmdline``, gets an address with ``udhcpc``, fetches ``coreos.live.rootfs_url`` with ``wget``,
   prints its sha256 and powers off.
-* :func:`boot_ipxe` boots Debian's ``ipxe.lkrn`` in QEMU (TCG, user-mode network, both serial ports
-  into one log file), runs ``dhcp && chain URL`` and returns the parsed serial log.
+* :func:`boot_ipxe` boots iPXE in QEMU (TCG, user-mode network, both serial ports into one log file) and
+  returns the parsed serial log. Two firmwares: ``bios`` (SeaBIOS runs Debian's ``ipxe.lkrn`` with the
+  command line ``dhcp && chain URL``) and ``uefi`` (Debian's OVMF runs the NIC's iPXE EFI option ROM,
+  ``efi-virtio.rom``, which takes the chain URL from the DHCP ``bootfile``).
 
 The guest is isolated (QEMU user networking with ``restrict=on``): it reaches exactly one host port, as
 ``GUEST_HOST:<port>``, forwarded to ``127.0.0.1:<port>``; nothing else, not even the rest of the host.
@@ -26,6 +28,7 @@ import shutil
 import stat
 import subprocess
 import time
+import urllib.parse
 from pathlib import Path
 
 #: Where ``.ci/prepare.d/e2e-kernel.sh`` unpacks the Debian kernel package (``dpkg -x``).
@@ -38,6 +41,14 @@ MARK_ROOTFS = "E2E-ROOTFS-SHA256:"
 MARK_FAIL = "E2E-FAIL:"
 MARK_REACH = "E2E-REACH:"
 MARK_DONE = "E2E-INIT-DONE"
+
+#: Debian's UEFI firmware for QEMU (package ``ovmf``): code and variable store in one image.
+OVMF = "/usr/share/ovmf/OVMF.fd"
+#: iPXE's EFI build as a PCI option ROM for QEMU's ``virtio-net-pci`` (package ``ipxe-qemu``).
+IPXE_EFI_ROM = "/usr/lib/ipxe/qemu/efi-virtio.rom"
+
+#: The firmwares :func:`boot_ipxe` can boot iPXE under.
+FIRMWARES = ("bios", "uefi")
 
 #: Kernel modules the guest needs for its NIC (QEMU ``virtio-net-pci``); dependencies are added.
 GUEST_MODULES = ("virtio_pci", "virtio_net")
@@ -63,6 +74,8 @@ class Tools:
     modules_dir: str | None
     ignition: str | None
     ignition_validate: str | None
+    ovmf: str | None = None
+    ipxe_efi_rom: str | None = None
 
     def missing(self, *names: str) -> list[str]:
         """Return a human-readable description of each named field that is ``None``."""
@@ -75,6 +88,8 @@ class Tools:
             "modules_dir": "the kernel's lib/modules folder (run .ci/prepare.d/e2e-kernel.sh)",
             "ignition": "the ignition binary (Debian package ignition)",
             "ignition_validate": "ignition-validate (Debian package ignition)",
+            "ovmf": f"UEFI firmware {OVMF} (Debian package ovmf)",
+            "ipxe_efi_rom": f"iPXE's EFI option ROM {IPXE_EFI_ROM} (Debian package ipxe-qemu)",
         }
         return [hints[n] for n in names if getattr(self, n) is None]
 
@@ -97,7 +112,8 @@ def find_tools() -> Tools:
     """Locate QEMU, ``ipxe.lkrn``, static busybox, the unpacked kernel and Ignition on this host.
 
     Environment overrides: ``BOOTSERVER_E2E_KERNEL_DIR`` (the folder ``dpkg -x`` unpacked a
-    ``linux-image-*`` package into), ``BOOTSERVER_E2E_IPXE`` (an ``ipxe.lkrn``). Never raises; a missing
+    ``linux-image-*`` package into), ``BOOTSERVER_E2E_IPXE`` (an ``ipxe.lkrn``), ``BOOTSERVER_E2E_OVMF`` (a UEFI firmware image),
+    ``BOOTSERVER_E2E_IPXE_EFI_ROM`` (an iPXE EFI option ROM for virtio-net). Never raises; a missing
     piece is ``None``.
     """
     qemu = shutil.which("qemu-system-x86_64")
@@ -120,7 +136,9 @@ def find_tools() -> Tools:
                 break
     ignition = _first_existing(*_IGNITION_CANDIDATES, shutil.which("ignition"))
     return Tools(qemu=qemu, ipxe_lkrn=ipxe, busybox=busybox, vmlinuz=vmlinuz, modules_dir=modules_dir,
-                 ignition=ignition, ignition_validate=shutil.which("ignition-validate"))
+                 ignition=ignition, ignition_validate=shutil.which("ignition-validate"),
+                 ovmf=_first_existing(os.environ.get("BOOTSERVER_E2E_OVMF"), OVMF),
+                 ipxe_efi_rom=_first_existing(os.environ.get("BOOTSERVER_E2E_IPXE_EFI_ROM"), IPXE_EFI_ROM))
 
 
 # --- kernel modules -------------------------------------------------------------------------------
@@ -337,6 +355,13 @@ GUEST_HOST = "10.0.2.100"
 #: SeaBIOS's last words when iPXE returned without booting (e.g. a failed ``chain``): nothing more
 #: will happen, so :func:`boot_ipxe` stops waiting.
 MARK_BIOS_GAVE_UP = "No bootable device"
+#: OVMF's last words when no boot option booted (iPXE exited, e.g. to the local disk)
+MARK_UEFI_GAVE_UP = "BdsDxe: failed to load Boot"
+#: Per firmware, the serial-log lines after which nothing more will boot (:func:`boot_ipxe` stops there).
+FIRMWARE_GAVE_UP = {"bios": (MARK_BIOS_GAVE_UP,), "uefi": (MARK_UEFI_GAVE_UP,)}
+#: The kernel's last words when it cannot go on (e.g. no initramfs: ``VFS: Unable to mount root fs``);
+#: the guest then hangs (``-no-reboot``), so :func:`boot_ipxe` stops there too.
+MARK_KERNEL_PANIC = "Kernel panic - not syncing"
 
 _ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[A-Za-z]|c)")
 
@@ -346,51 +371,85 @@ def guest_url(port: int, path: str = "/") -> str:
     return f"http://{GUEST_HOST}:{port}{path}"
 
 
-def qemu_command(tools: Tools, script: str, log_path: str | Path, port: int, mac: str = "52:54:00:12:34:56",
-                 memory_mb: int = 512) -> list[str]:
-    """Return the QEMU argv that boots ``ipxe.lkrn`` running the iPXE command line ``script``.
+def second_serial_log(log_path: str | Path) -> Path:
+    """Where a UEFI guest's second serial port (ttyS1) is logged: ``<log_path>.ttyS1``."""
+    return Path(f"{log_path}.ttyS1")
 
-    TCG only (nested KVM breaks iPXE here); ``graphics=off`` so SeaBIOS and iPXE print to the serial
-    port too; two serial ports (ttyS0, ttyS1: the CoreOS console karg is ``console=ttyS1``) multiplexed
-    into the file ``log_path``; user-mode network with ``restrict=on`` where the only reachable endpoint
-    is ``GUEST_HOST:port``, forwarded to ``127.0.0.1:port`` on the host through a ``busybox nc`` per
-    connection; the NIC has an empty ``romfile`` so a failed chain cannot fall through into a second
-    iPXE; ``-no-reboot`` so a guest reboot ends QEMU. ``memory_mb`` is in MiB. Raises
-    :class:`RigError` when QEMU, ``ipxe.lkrn`` or busybox is missing.
+
+def qemu_command(tools: Tools, chain_url: str, log_path: str | Path, port: int, mac: str = "52:54:00:12:34:56",
+                 memory_mb: int = 512, firmware: str = "bios") -> list[str]:
+    """Return the QEMU argv that boots iPXE, which runs ``dhcp`` and chains ``chain_url``.
+
+    Common to both firmwares: TCG only (nested KVM breaks iPXE here); two serial ports (ttyS0, ttyS1:
+    the CoreOS console karg is ``console=ttyS1``), multiplexed into the file ``log_path`` under BIOS,
+    into ``log_path`` and :func:`second_serial_log` under UEFI (OVMF prints to both ports); user-mode
+    network with ``restrict=on`` where the only reachable endpoint is ``GUEST_HOST:port``, forwarded to
+    ``127.0.0.1:port`` on the host through a ``busybox nc`` per connection; ``-no-reboot`` so a guest
+    reboot ends QEMU. ``memory_mb`` is in MiB.
+
+    ``firmware="bios"``: SeaBIOS (``graphics=off`` so it and iPXE print to the serial port) runs
+    Debian's ``ipxe.lkrn`` as the kernel with the command line ``dhcp && chain <chain_url>``; the NIC has
+    an empty ``romfile`` so a failed chain cannot fall through into a second iPXE.
+
+    ``firmware="uefi"``: Debian's OVMF with iPXE's EFI build as the NIC's option ROM (``romfile=``),
+    ``-boot n``; slirp's DHCP hands out ``chain_url`` as the ``bootfile``, which iPXE chains, as a
+    real PXE network's DHCP server hands out a chain URL. The kernel's EFI stub loads the initrd that
+    the script named ``main`` (``initrd=main``).
+
+    Raises :class:`RigError` when a needed binary or firmware file is missing, or ``firmware`` is unknown.
     """
-    missing = tools.missing("qemu", "ipxe_lkrn", "busybox")
+    if firmware not in FIRMWARES:
+        raise RigError(f"unknown firmware {firmware!r}; expected one of {', '.join(FIRMWARES)}")
+    missing = tools.missing("qemu", "busybox", *(("ipxe_lkrn",) if firmware == "bios" else ("ovmf", "ipxe_efi_rom")))
     if missing:
         raise RigError("missing: " + "; ".join(missing))
     netdev = f"user,id=n0,restrict=on,guestfwd=tcp:{GUEST_HOST}:{port}-cmd:{tools.busybox} nc 127.0.0.1 {port}"
-    return [
-        tools.qemu,
+    argv = [
+        tools.qemu or "",
         "-machine", "pc,accel=tcg,graphics=off",
         "-m", str(memory_mb),
         "-smp", "1",
         "-nodefaults", "-display", "none", "-no-reboot",
-        "-chardev", f"file,id=s0,path={log_path},mux=on",
-        "-serial", "chardev:s0", "-serial", "chardev:s0",
-        "-netdev", netdev,
-        "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=",
-        "-kernel", tools.ipxe_lkrn,
-        "-append", script,
+    ]
+    if firmware == "uefi":  # OVMF writes its console to every port: one file each, or the log reads "bboooott"
+        argv += ["-chardev", f"file,id=s0,path={log_path}", "-serial", "chardev:s0",
+                 "-chardev", f"file,id=s1,path={second_serial_log(log_path)}", "-serial", "chardev:s1"]
+    else:
+        argv += ["-chardev", f"file,id=s0,path={log_path},mux=on", "-serial", "chardev:s0", "-serial", "chardev:s0"]
+    if firmware == "bios":
+        return argv + [
+            "-netdev", netdev,
+            "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=",
+            "-kernel", tools.ipxe_lkrn or "",
+            "-append", f"dhcp && chain {chain_url}",
+        ]
+    return argv + [
+        "-bios", tools.ovmf or "",
+        "-boot", "n",
+        "-netdev", f"{netdev},bootfile={chain_url}",
+        "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile={tools.ipxe_efi_rom}",
     ]
 
 
 def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, timeout: float = 90.0,
-              mac: str = "52:54:00:12:34:56") -> BootResult:
-    """Boot iPXE in QEMU, run ``dhcp && chain <chain_url>``, and return the parsed serial log.
+              mac: str = "52:54:00:12:34:56", firmware: str = "bios") -> BootResult:
+    """Boot iPXE in QEMU under ``firmware`` (see :func:`qemu_command`), let it chain ``chain_url``, and
+    return the parsed serial log.
 
     ``port`` is the host port on 127.0.0.1 the guest may reach, as ``GUEST_HOST:port`` (see
-    :func:`guest_url`). Waits until ``/init`` prints its done marker, SeaBIOS gives up, QEMU exits, or
-    ``timeout`` seconds pass; QEMU is always killed and reaped before returning. ``chain_url`` must
-    contain no whitespace. Raises :class:`RigError` if QEMU, ``ipxe.lkrn`` or busybox is missing.
+    :func:`guest_url`). Waits until ``/init`` prints its done marker, the firmware gives up (no more
+    boot options), the kernel panics, QEMU exits, or ``timeout`` seconds pass; QEMU is always killed and reaped before
+    returning. ``chain_url`` must contain no whitespace (nor a comma under UEFI: QEMU's option syntax).
+    Raises :class:`RigError` if QEMU, iPXE, the firmware or busybox is missing.
     """
-    if any(ch.isspace() for ch in chain_url):
-        raise RigError(f"chain URL must not contain whitespace: {chain_url!r}")
+    if any(ch.isspace() for ch in chain_url) or (firmware == "uefi" and "," in chain_url):
+        raise RigError(f"chain URL must not contain whitespace (or a comma under UEFI): {chain_url!r}")
     log_path = Path(log_path)
-    log_path.write_bytes(b"")
-    argv = qemu_command(tools, f"dhcp && chain {chain_url}", log_path, port=port, mac=mac)
+    logs = [log_path] + ([second_serial_log(log_path)] if firmware == "uefi" else [])
+    for p in logs:
+        p.write_bytes(b"")
+    argv = qemu_command(tools, chain_url, log_path, port=port, mac=mac, firmware=firmware)
+    gave_up = tuple(m.encode() for m in (*FIRMWARE_GAVE_UP[firmware], MARK_KERNEL_PANIC))
     start = time.monotonic()
     deadline = start + timeout
     timed_out = False
@@ -402,7 +461,7 @@ def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, tim
                 break
             except subprocess.TimeoutExpired:
                 pass
-            seen = log_path.read_bytes()
+            seen = b"".join(p.read_bytes() for p in logs if p.exists())
             if MARK_DONE.encode() in seen:
                 # /init is powering off; give QEMU a moment to exit by itself, bounded.
                 try:
@@ -410,7 +469,7 @@ def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, tim
                 except subprocess.TimeoutExpired:
                     pass
                 break
-            if MARK_BIOS_GAVE_UP.encode() in seen:
+            if any(m in seen for m in gave_up):
                 break
             if time.monotonic() >= deadline:
                 timed_out = True
@@ -419,7 +478,7 @@ def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, tim
         if proc.poll() is None:
             proc.kill()
         qemu_out = proc.communicate(timeout=30)[0].decode(errors="replace")
-    log = _ANSI.sub("", log_path.read_bytes().decode(errors="replace"))
+    log = "\n".join(_ANSI.sub("", p.read_bytes().decode(errors="replace")) for p in logs)
     if qemu_out.strip():
         log += "\n--- qemu stdout/stderr ---\n" + qemu_out
     parsed = parse_serial_log(log)
@@ -427,13 +486,8 @@ def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, tim
                       timed_out=timed_out, seconds=time.monotonic() - start, **parsed)
 
 
-def kernel_args_from_script(script: str) -> str:
-    """Return the words after the kernel URL on an iPXE script's ``kernel`` line, space-joined.
-
-    That is exactly what the guest's ``/proc/cmdline`` shows. A trailing ``|| ...`` or ``&& ...`` (iPXE
-    control flow) is not part of it. Raises ``ValueError`` when the script has no ``kernel`` line or
-    more than one.
-    """
+def _kernel_line_words(script: str) -> tuple[str, list[str]]:
+    """``(image name, words after the kernel URL)`` of an iPXE script's one ``kernel`` line."""
     lines = [ln.strip() for ln in script.splitlines() if re.match(r"\s*(kernel|linux|chain)\s", ln)]
     if len(lines) != 1:
         raise ValueError(f"expected exactly one kernel line in the iPXE script, found {len(lines)}")
@@ -441,9 +495,37 @@ def kernel_args_from_script(script: str) -> str:
     for op in ("||", "&&"):
         if op in words:
             words = words[:words.index(op)]
+    name = None
     while words and words[0].startswith("-"):  # options: kernel --name foo --autofree URL ...
+        if words[0] in ("--name", "-n") and len(words) > 1:
+            name = words[1]
         words = words[2:] if words[0] in ("--name", "-n", "--timeout", "-t") else words[1:]
-    return " ".join(words[1:])
+    if not words:
+        raise ValueError("the kernel line names no image")
+    if name is None:  # iPXE names an image after the last segment of its URL's path
+        name = urllib.parse.urlsplit(words[0]).path.rsplit("/", 1)[-1]
+    return name, words[1:]
+
+
+def kernel_args_from_script(script: str) -> str:
+    """Return the words after the kernel URL on an iPXE script's ``kernel`` line, space-joined.
+
+    That is exactly what the guest's ``/proc/cmdline`` shows under BIOS. A trailing ``|| ...`` or
+    ``&& ...`` (iPXE control flow) is not part of it. Raises ``ValueError`` when the script has no
+    ``kernel`` line or more than one.
+    """
+    return " ".join(_kernel_line_words(script)[1])
+
+
+def expected_cmdline(script: str, firmware: str) -> str:
+    """Return the ``/proc/cmdline`` a guest booted by ``script`` under ``firmware`` shows.
+
+    BIOS: :func:`kernel_args_from_script`. UEFI: iPXE hands the kernel's EFI stub the image name first
+    (``--name``, else the last segment of the kernel URL's path), then the arguments, e.g.
+    ``vmlinuz initrd=main ...``. Raises ``ValueError`` as :func:`kernel_args_from_script`.
+    """
+    name, args = _kernel_line_words(script)
+    return " ".join(([name] if firmware == "uefi" else []) + args)
 
 
 # --- a static HTTP server on 127.0.0.1 (upstream for artifacts, and the rig's self-test) -------------

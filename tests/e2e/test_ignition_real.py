@@ -14,7 +14,7 @@ import pytest
 from bootserver.resources import data_dir
 
 from . import rig
-from .conftest import NODES, REAL_IGNITION, Stack, need
+from .conftest import NEWER_SPEC, NEWER_SPEC_NODE, NODES, REAL_IGNITION, Stack, need
 
 pytestmark = pytest.mark.e2e
 
@@ -31,6 +31,18 @@ def files_by_path(config: dict) -> dict[str, dict]:
     return {f["path"]: f for f in config.get("storage", {}).get("files", [])}
 
 
+def assert_merged_real_config(run: rig.IgnitionRun, node: str) -> None:
+    """The config Ignition ended with holds the real config's file and user and the node's hostname."""
+    merged = run.config
+    assert merged is not None, "Ignition wrote no merged config:\n" + run.output()
+    files = files_by_path(merged)
+    want = REAL_IGNITION["storage"]["files"][0]
+    assert files[want["path"]]["contents"]["source"] == want["contents"]["source"], files
+    assert files["/etc/hostname"]["contents"]["source"] == f"data:,{node}%0A"
+    users = {u["name"]: u for u in merged["passwd"]["users"]}
+    assert users["core"]["sshAuthorizedKeys"] == REAL_IGNITION["passwd"]["users"][0]["sshAuthorizedKeys"]
+
+
 @pytest.mark.parametrize("node", sorted(NODES))
 def test_ignition_fetches_and_merges_the_real_config(tools: rig.Tools, host_stack: Stack, node: str,
                                                      tmp_path: Path) -> None:
@@ -44,14 +56,28 @@ def test_ignition_fetches_and_merges_the_real_config(tools: rig.Tools, host_stac
     # fetch-offline saw the http merge source and asked for the network.
     assert (tmp_path / "d" / "run" / "ignition" / "neednet").exists(), run.output()
     assert f"GET {host_stack.base_url}/ignition/{node}/config" in run.output()
-    merged = run.config
-    assert merged is not None, "Ignition wrote no merged config:\n" + run.output()
-    files = files_by_path(merged)
-    want = REAL_IGNITION["storage"]["files"][0]
-    assert files[want["path"]]["contents"]["source"] == want["contents"]["source"], files
-    assert files["/etc/hostname"]["contents"]["source"] == f"data:,{node}%0A"
-    users = {u["name"]: u for u in merged["passwd"]["users"]}
-    assert users["core"]["sshAuthorizedKeys"] == REAL_IGNITION["passwd"]["users"][0]["sshAuthorizedKeys"]
+    assert_merged_real_config(run, node)
+
+
+def test_ignition_asks_for_a_spec_it_reads_and_merges_a_newer_profiles_stub(tools: rig.Tools, host_stack: Stack,
+                                                                           tmp_path: Path) -> None:
+    need(tools, "ignition")
+    node = NEWER_SPEC_NODE.name
+    # Without Accept the server writes the profile's spec, newer than this Ignition reads.
+    stub = json.loads(fetch_stub(host_stack, node))
+    assert stub["ignition"]["version"] == NEWER_SPEC
+    (tmp_path / "newest.ign").write_text(json.dumps(stub))
+    refused = rig.run_ignition(tools.ignition or "", tmp_path / "newest.ign", tmp_path / "refused", timeout=60)
+    assert not refused.ok and "unsupported config version" in refused.output(), refused.output()
+    # Ignition fetching the stub itself sends its Accept header (version=3.3.0 for 2.14): a local config
+    # whose ignition.config.replace is the stub URL, as coreos.inst.ignition_url/ignition.config.url are.
+    pointer = {"ignition": {"version": "3.1.0", "config": {"replace": {"source": host_stack.stub_url(node)}}}}
+    (tmp_path / "pointer.ign").write_text(json.dumps(pointer))
+    run = rig.run_ignition(tools.ignition or "", tmp_path / "pointer.ign", tmp_path / "d", timeout=60)
+    assert run.ok, run.output()
+    assert f"GET {host_stack.base_url}/ignition/{node}?exp=" in run.output()
+    assert f"GET {host_stack.base_url}/ignition/{node}/config" in run.output()
+    assert_merged_real_config(run, node)
 
 
 def test_ignition_refuses_a_real_config_changed_after_the_stub(tools: rig.Tools, host_stack: Stack,

@@ -44,3 +44,24 @@ def test_kernel_args_from_script() -> None:
     assert rig.kernel_args_from_script("kernel --name k http://h/k x=1\n") == "x=1"
     with pytest.raises(ValueError):
         rig.kernel_args_from_script("#!ipxe\nboot\n")
+
+
+def test_expected_cmdline_puts_the_image_name_first_under_uefi() -> None:
+    script = "#!ipxe\nkernel http://h/a/fcos-live-kernel.x86_64?x=1 initrd=main a=b || goto retry\n"
+    assert rig.expected_cmdline(script, "bios") == "initrd=main a=b"
+    assert rig.expected_cmdline(script, "uefi") == "fcos-live-kernel.x86_64 initrd=main a=b"
+    assert rig.expected_cmdline("kernel --name vmlinuz http://h/k x=1\n", "uefi") == "vmlinuz x=1"
+
+
+def test_uefi_command_line_uses_ovmf_and_the_efi_rom_with_the_chain_url_as_bootfile(tmp_path: Path) -> None:
+    tools = rig.Tools(qemu="/q", ipxe_lkrn=None, busybox="/bb", vmlinuz=None, modules_dir=None, ignition=None,
+                      ignition_validate=None, ovmf="/ovmf.fd", ipxe_efi_rom="/efi-virtio.rom")
+    argv = rig.qemu_command(tools, "http://10.0.2.100:8/boot.ipxe?mac=${net0/mac}", tmp_path / "s.log", port=8,
+                            mac="52:54:00:00:00:01", firmware="uefi")
+    assert argv[argv.index("-bios") + 1] == "/ovmf.fd"
+    assert argv[argv.index("-boot") + 1] == "n"
+    assert argv[argv.index("-netdev") + 1].endswith(",bootfile=http://10.0.2.100:8/boot.ipxe?mac=${net0/mac}")
+    assert argv[argv.index("-device") + 1] == "virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01,romfile=/efi-virtio.rom"
+    assert "-kernel" not in argv
+    with pytest.raises(rig.RigError, match="ipxe.lkrn"):
+        rig.qemu_command(tools, "http://h/", tmp_path / "s.log", port=8, firmware="bios")

@@ -1,0 +1,54 @@
+"""Settings of the node state: the ``timeline:`` mapping (history kept per node) and ``state_store``
+(where the timeline and the signing keys live: sqlite in ``state_dir``, or a shared PostgreSQL).
+
+The model follows :mod:`bootserver.config.types` (:class:`SettingsModel`: strict, frozen, no unknown
+keys); :mod:`bootserver.config.schema` adds it as one field of the document.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from .types import SettingsModel
+
+
+class TimelineSettings(SettingsModel):
+    """The top-level ``timeline:`` mapping. ``keep_events``: history rows kept per node (the oldest go
+    first; repeats that change nothing share one row, see :mod:`bootserver.timeline`); default
+    :data:`bootserver.timeline.KEEP_EVENTS`."""
+
+    keep_events: int = Field(default=1000, ge=10, le=10_000_000)
+
+
+def _url_as_mapping(value: Any) -> Any:
+    """``state_store: postgresql://...`` is short for ``state_store: {url: postgresql://...}``."""
+    return {"url": value} if isinstance(value, str) else value
+
+
+class StateStoreSettings(SettingsModel):
+    """The top-level ``state_store:`` (absent: sqlite and files in ``state_dir``). ``url``: a libpq
+    connection URI ``postgresql://user@host:5432/db`` (``?sslmode=...`` and other libpq parameters
+    allowed); ``password_file``: a file whose first line is the password (relative to the config file;
+    without it libpq reads ``PGPASSWORD`` or ``~/.pgpass``). See :mod:`bootserver.state.postgresql`."""
+
+    url: str
+    password_file: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        from psycopg import conninfo
+
+        if urlsplit(value).scheme not in ("postgresql", "postgres"):
+            raise ValueError(f"not a postgresql:// URL: {value.split('@')[-1]!r}")
+        try:
+            conninfo.conninfo_to_dict(value)
+        except Exception as e:  # psycopg.ProgrammingError: libpq's own message
+            raise ValueError(f"not a PostgreSQL connection URL: {' '.join(str(e).split())}") from None
+        return value
+
+
+StateStoreField = Annotated[StateStoreSettings | None, BeforeValidator(_url_as_mapping)]

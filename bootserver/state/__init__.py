@@ -1,0 +1,152 @@
+"""The state store: where a server keeps the node timeline (events, stages, boot-once and reinstall
+marks) and the URL signing keys. One interface, two backends:
+
+* :class:`~bootserver.state.sqlite.SqliteStore` (the default, no ``state_store`` key): the sqlite
+  :class:`~bootserver.timeline.Timeline` and ``keys.json`` in ``state_dir``. One machine: shared by the
+  ``serve --workers`` processes and the CLI of that machine.
+* :class:`~bootserver.state.postgresql.PostgresStore` (``state_store: postgresql://...``): one
+  PostgreSQL database shared by every replica, so a stub served by one replica makes the node installed
+  for all, a URL signed by one verifies on all, and ``keys rotate`` / ``nodes reinstall`` through any
+  replica's config reach all of them (docs/design.md, "Replicas").
+
+Every method is a coroutine (the PostgreSQL store talks over the network; the sqlite store answers
+reads on the loop, as one indexed row, and writes through its group-commit thread). When the store
+cannot be reached or written, methods raise :class:`~bootserver.errors.UnavailableError` (HTTP 503):
+without it a server cannot tell an installed node from a new one, and must not guess.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Iterable
+
+from ..errors import BootserverError
+from ..timeline import Event, NodeState, Record
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..signing import Keyring
+
+
+#: What a 503 answer says when the store cannot answer (no path, no URL: see :class:`BootserverError`).
+PUBLIC_UNAVAILABLE = "node timeline unavailable (the server cannot write its state); retry later"
+
+
+class StateStoreError(BootserverError):
+    """The state store cannot be used at start (unreachable, refused, a newer schema, no keys): exit 1,
+    one line naming the store (a PostgreSQL URL without its password)."""
+
+
+class StateStore(ABC):
+    """The node timeline and the signing keys of a server (see the module docstring)."""
+
+    #: What the store is, for messages: a file path, or a PostgreSQL URL without its password.
+    name: str
+    #: ``sqlite`` or ``postgresql`` (what ``/readyz`` shows).
+    backend: str
+    #: History rows kept per node (``timeline.keep_events``).
+    keep_events: int
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Open the store: create or migrate its schema, check it, load (or create) the signing keys.
+        Raises :class:`~bootserver.errors.BootserverError` subclasses naming the store."""
+
+    @abstractmethod
+    async def migrate(self) -> tuple[int, int]:
+        """Create or upgrade the schema (without loading keys); returns ``(version before, after)``."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Finish pending writes and release connections and threads."""
+
+    @abstractmethod
+    async def stage(self, node: str) -> str:
+        """The node's current stage (``new`` without events). Raises ``UnavailableError``."""
+
+    @abstractmethod
+    async def attribute(self, ip: str, now: float | None = None) -> str | None:
+        """The node whose script was last served to ``ip`` within the attribution window (see
+        :mod:`bootserver.timeline`), or ``None``. Raises ``UnavailableError``."""
+
+    @abstractmethod
+    async def record(self, record: Record) -> str:
+        """Commit ``record`` (group commit: one transaction per batch); returns the node's stage after it.
+        Raises ``UnavailableError`` when it could not be committed (then nothing of its batch was)."""
+
+    @abstractmethod
+    async def events(self, node: str, limit: int | None = None) -> list[Event]:
+        """The node's history rows, oldest first (the last ``limit``). Raises ``UnavailableError``."""
+
+    @abstractmethod
+    async def node(self, node: str) -> NodeState:
+        """One node's state. Raises ``UnavailableError``."""
+
+    @abstractmethod
+    async def nodes(self, names: Iterable[str] = ()) -> list[NodeState]:
+        """Every node with events plus every name in ``names``, by name. Raises ``UnavailableError``."""
+
+    @abstractmethod
+    def keyring(self) -> "Keyring":
+        """The signing keys in hand (current first), kept fresh: its ``refreshed()`` returns the newest
+        keys any process wrote. Call after :meth:`start`."""
+
+    @abstractmethod
+    async def rotate_keys(self, grace: int) -> "Keyring":
+        """Make a new current key; the previous one stays accepted ``grace`` seconds. Returns the keys."""
+
+    @abstractmethod
+    async def ready(self) -> str | None:
+        """``None`` when the store answers now, else why not (one line, no secret)."""
+
+
+def prepare_store(config: "Config") -> None:
+    """What ``serve`` checks before it listens (and before ``--workers`` forks): the sqlite timeline's
+    integrity (:meth:`~bootserver.timeline.Timeline.check`), or that the database answers, its schema
+    is migrated and the signing keys exist. Raises ``TimelineDamagedError`` (exit 2) or
+    :class:`StateStoreError` (exit 1), one line each."""
+    import asyncio
+
+    if config.state_store is None:
+        from ..timeline import Timeline
+
+        timeline = Timeline(config.state_dir, config.timeline.keep_events)
+        try:
+            timeline.check()
+        finally:
+            timeline.close()
+        return
+
+    async def check() -> None:
+        store = open_store(config)
+        try:
+            await store.start()
+        finally:
+            await store.close()
+
+    asyncio.run(check())
+
+
+async def migrate_store(config: "Config") -> tuple[str, int, int]:
+    """``bootserver db migrate``: bring the store's schema to this version; returns ``(store name,
+    version before, version after)``. Raises as :func:`prepare_store`."""
+    store = open_store(config)
+    try:
+        before, after = await store.migrate()
+    finally:
+        await store.close()
+    return store.name, before, after
+
+
+def open_store(config: "Config") -> StateStore:
+    """The state store ``config`` selects: PostgreSQL for ``state_store``, else sqlite in ``state_dir``.
+    Nothing is opened until :meth:`StateStore.start`."""
+    if config.state_store is not None:
+        from .postgresql import PostgresStore
+
+        pf = config.state_store.password_file
+        return PostgresStore(config.state_store.url, keep_events=config.timeline.keep_events,
+                             password_file=None if pf is None else config.resolve_path(pf), source=config.source)
+    from .sqlite import SqliteStore
+
+    return SqliteStore(config.state_dir, keep_events=config.timeline.keep_events)

@@ -1,0 +1,338 @@
+"""The shared state store: one PostgreSQL database for every replica (``state_store: postgresql://...``).
+
+Driver: psycopg 3 (async) with a psycopg_pool :class:`~psycopg_pool.AsyncConnectionPool`. What is shared,
+and how fast another replica sees it:
+
+* the node timeline (tables ``events`` and ``nodes``, the same rows and rules as the sqlite timeline:
+  :func:`bootserver.timeline.append_steps` runs on both). Every script and stub request reads the node's
+  stage from the database, so boot-once and ``nodes reinstall`` hold on every replica at once. Writes
+  are batched (group commit: one transaction per batch); a batch locks its nodes' rows in name order,
+  so two replicas writing the same nodes never deadlock;
+* the signing keys (table ``signing_keys``): loaded at start and polled every :data:`KEYS_POLL`
+  seconds, so ``keys rotate`` through any replica's config reaches every replica within that time.
+
+The schema is versioned (table ``bootserver_schema``) and migrated at start under a transaction-level
+advisory lock (:data:`MIGRATION_LOCK`), so replicas starting at once migrate once; ``bootserver db
+migrate`` does the same by hand.
+
+Losing the database: reads and writes fail within :data:`WAIT` seconds with
+:class:`~bootserver.errors.UnavailableError` (HTTP 503 for scripts and stubs: never a guessed
+boot-once), artifacts keep flowing, the signing keys in hand stay in use, and the pool reconnects by
+itself when the database is back. A batch that fails on a broken connection is retried once on a new
+one (nothing of a failed transaction was written, so a retry cannot double an event).
+
+The password comes from ``state_store.password_file``, else libpq's own ``PGPASSWORD``/``PGPASSFILE``
+(``~/.pgpass``); a password inside the URL works but is discouraged (it ends up in the config file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from pathlib import Path
+from typing import Any, Generator, Iterable
+
+import psycopg
+from psycopg import conninfo
+from psycopg_pool import AsyncConnectionPool
+
+from ..errors import UnavailableError
+from ..signing import KEY_BYTES, KeyEntry, Keyring
+from ..timeline import ATTRIBUTION_WINDOW, Batches, Event, NodeState, Record, Step, append_steps
+from . import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
+
+log = logging.getLogger("bootserver.state")
+
+#: Seconds between two reads of the signing keys (how soon a rotation reaches every replica).
+KEYS_POLL = 2.0
+#: Seconds a request waits for a database connection, and to connect, before it is refused (503).
+WAIT = 3.0
+#: Connections per replica process.
+POOL_MAX = 8
+#: Key of the advisory lock held while migrating (``pg_advisory_xact_lock``), ASCII "bootsrv1".
+MIGRATION_LOCK = 0x626F6F7473727631
+
+#: The schema, one entry per version (version N is ``MIGRATIONS[N - 1]``); never edit a released entry.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE events (
+        id      BIGSERIAL PRIMARY KEY,
+        node    TEXT NOT NULL,
+        at      DOUBLE PRECISION NOT NULL,       -- unix seconds, the first of a coalesced row
+        event   TEXT NOT NULL,
+        ip      TEXT,
+        detail  TEXT,                            -- JSON object or NULL
+        count   INTEGER NOT NULL DEFAULT 1,      -- coalesced repeats
+        last_at DOUBLE PRECISION NOT NULL,       -- unix seconds, the last of them
+        stage   TEXT                             -- the node's stage after the event
+    );
+    CREATE INDEX events_node ON events (node, at, id);
+    CREATE INDEX events_script_ip ON events (ip, last_at) WHERE event = 'script';
+    CREATE TABLE nodes (
+        node       TEXT PRIMARY KEY,
+        stage      TEXT NOT NULL,
+        stage_at   DOUBLE PRECISION NOT NULL,
+        last_event TEXT NOT NULL,
+        last_at    DOUBLE PRECISION NOT NULL,
+        last_id    BIGINT,
+        events     INTEGER NOT NULL DEFAULT 0,
+        dropped    INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE signing_keys (
+        key     BYTEA PRIMARY KEY,
+        created BIGINT NOT NULL,                 -- unix seconds
+        retires BIGINT                           -- unix seconds; NULL: the current key
+    );
+    """,
+)
+
+
+def public_name(url: str) -> str:
+    """``url`` without its password (for messages and logs). Raises ``psycopg.ProgrammingError`` for a
+    malformed URL."""
+    params = conninfo.conninfo_to_dict(url)
+    user = f"{params['user']}@" if params.get("user") else ""
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"postgresql://{user}{params.get('host', '')}{port}/{params.get('dbname', '')}"
+
+
+async def _run_steps(conn: psycopg.AsyncConnection[Any], steps: Generator[Step, Any, str]) -> str:
+    """Run an :func:`~bootserver.timeline.append_steps` program on a psycopg connection."""
+    try:
+        sql, params, want = next(steps)
+        while True:
+            cur = await conn.execute(sql.replace("?", "%s"), params)
+            sql, params, want = steps.send(await cur.fetchone() if want == "row" else cur.rowcount)
+    except StopIteration as done:
+        return done.value
+
+
+class PostgresStore(StateStore):
+    """The state of every replica in one PostgreSQL database (see the module docstring).
+
+    ``url`` is a libpq connection URI (``postgresql://user@host:5432/db``); ``password_file`` a file
+    whose first line is the password; ``source`` the config file, for messages.
+    """
+
+    backend = "postgresql"
+
+    def __init__(self, url: str, *, password_file: Path | None = None, keep_events: int,
+                 source: str = "config") -> None:
+        self.url = url
+        self.password_file = password_file
+        self.keep_events = keep_events
+        self.source = source
+        self.name = public_name(url)
+        self._pool: AsyncConnectionPool | None = None
+        self._batches = Batches(self._commit)
+        self._keys: Keyring | None = None
+        self._poller: asyncio.Task[None] | None = None
+        self._keys_failing = False
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, int(WAIT)),
+                                  "application_name": "bootserver"}
+        if self.password_file is not None:
+            try:
+                kwargs["password"] = self.password_file.read_text().splitlines()[0]
+            except (OSError, IndexError) as e:
+                raise StateStoreError(f"{self.source}: state_store.password_file: cannot read "
+                                      f"{self.password_file}: {getattr(e, 'strerror', None) or 'empty'}") from None
+        return kwargs
+
+    async def _open_pool(self) -> AsyncConnectionPool:
+        if self._pool is None:
+            pool = AsyncConnectionPool(self.url, kwargs=self._connect_kwargs(), min_size=1, max_size=POOL_MAX,
+                                       timeout=WAIT, open=False, name="bootserver-state")
+            try:
+                await pool.open(wait=True, timeout=WAIT + 2)
+            except Exception as e:
+                await pool.close()
+                raise StateStoreError(f"{self.name}: cannot connect to the state store: "
+                                      f"{_one_line(e)}") from None
+            self._pool = pool
+        return self._pool
+
+    async def migrate(self) -> tuple[int, int]:
+        """Bring the schema to the newest version under the migration advisory lock; returns
+        ``(version before, version after)``. Raises :class:`StateStoreError`."""
+        pool = await self._open_pool()
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                await conn.execute("CREATE TABLE IF NOT EXISTS bootserver_schema (version INTEGER NOT NULL)")
+                row = await (await conn.execute("SELECT max(version) FROM bootserver_schema")).fetchone()
+                before = (row[0] if row else None) or 0
+                if before > len(MIGRATIONS):
+                    raise StateStoreError(f"{self.name}: schema version {before} is newer than this bootserver "
+                                          f"knows ({len(MIGRATIONS)}): upgrade bootserver on this replica")
+                for version in range(before + 1, len(MIGRATIONS) + 1):
+                    await conn.execute(MIGRATIONS[version - 1].encode())
+                    await conn.execute("INSERT INTO bootserver_schema (version) VALUES (%s)", (version,))
+                    log.info("%s: state store schema migrated to version %d", self.name, version)
+        except psycopg.Error as e:
+            raise StateStoreError(f"{self.name}: cannot migrate the state store: {_one_line(e)}") from None
+        return before, len(MIGRATIONS)
+
+    async def start(self) -> None:
+        await self.migrate()
+        self._keys = await self._load_keys(create=True)
+        self._poller = asyncio.create_task(self._poll_keys())
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+        await self._batches.drained()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    def _unavailable(self, e: Exception) -> UnavailableError:
+        return UnavailableError(f"state store {self.name}: {_one_line(e)}", public=PUBLIC_UNAVAILABLE)
+
+    async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        pool = await self._open_pool()
+        try:
+            async with pool.connection() as conn:
+                return await (await conn.execute(sql, params)).fetchall()
+        except psycopg.Error as e:
+            raise self._unavailable(e) from None
+
+    async def stage(self, node: str) -> str:
+        rows = await self._fetch("SELECT stage FROM nodes WHERE node = %s", (node,))
+        return rows[0][0] if rows else "new"
+
+    async def attribute(self, ip: str, now: float | None = None) -> str | None:
+        now = time.time() if now is None else now
+        rows = await self._fetch("SELECT node FROM events WHERE event = 'script' AND ip = %s AND last_at >= %s "
+                                 "ORDER BY last_at DESC, id DESC LIMIT 1", (ip, now - ATTRIBUTION_WINDOW))
+        return rows[0][0] if rows else None
+
+    async def record(self, record: Record) -> str:
+        return await self._batches.record(record)
+
+    async def _commit(self, records: list[Record]) -> list[str]:
+        """One transaction for ``records``: lock their nodes' rows in name order, then append each."""
+        pool = await self._open_pool()
+        first: dict[str, Record] = {}
+        for r in records:
+            first.setdefault(r.node, r)
+        for attempt in (1, 2):
+            try:
+                async with pool.connection() as conn, conn.transaction():
+                    async with conn.cursor() as cur:
+                        # a new node gets the row append_steps would assume for it, so it can be locked
+                        await cur.executemany(
+                            "INSERT INTO nodes (node, stage, stage_at, last_event, last_at) "
+                            "VALUES (%s, 'new', %s, %s, %s) ON CONFLICT (node) DO NOTHING",
+                            [(n, first[n].at, first[n].event, first[n].at) for n in sorted(first)])
+                    await conn.execute("SELECT node FROM nodes WHERE node = ANY(%s) ORDER BY node FOR UPDATE",
+                                       (sorted(first),))
+                    return [await _run_steps(conn, append_steps(r, self.keep_events)) for r in records]
+            except psycopg.OperationalError as e:
+                if attempt == 2 or isinstance(e, psycopg.errors.QueryCanceled):
+                    raise self._unavailable(e) from None
+                log.warning("%s: timeline batch of %d failed, retrying on a new connection: %s",
+                            self.name, len(records), _one_line(e))
+            except psycopg.Error as e:
+                raise self._unavailable(e) from None
+        raise AssertionError("unreachable")
+
+    async def events(self, node: str, limit: int | None = None) -> list[Event]:
+        rows = await self._fetch("SELECT node, at, event, ip, detail, count, last_at FROM events WHERE node = %s "
+                                 "ORDER BY at DESC, id DESC LIMIT %s", (node, limit))
+        return [Event(n, at, ev, ip, json.loads(d) if d else {}, count, last)
+                for n, at, ev, ip, d, count, last in reversed(rows)]
+
+    async def node(self, node: str) -> NodeState:
+        rows = await self._fetch("SELECT node, stage, stage_at, last_event, last_at, dropped FROM nodes "
+                                 "WHERE node = %s", (node,))
+        return NodeState(*rows[0]) if rows else NodeState(node, "new", None, None, None)
+
+    async def nodes(self, names: Iterable[str] = ()) -> list[NodeState]:
+        rows = await self._fetch("SELECT node, stage, stage_at, last_event, last_at, dropped FROM nodes", ())
+        states = {r[0]: NodeState(*r) for r in rows}
+        for name in names:
+            states.setdefault(name, NodeState(name, "new", None, None, None))
+        return [states[n] for n in sorted(states)]
+
+    # -- signing keys ------------------------------------------------------------------------------
+
+    async def _load_keys(self, create: bool = False) -> Keyring:
+        """The keys in the database (current first); with ``create``, a first key when there is none
+        (under the migration lock, so replicas starting at once agree on one)."""
+        pool = await self._open_pool()
+        select = "SELECT key, created, retires FROM signing_keys ORDER BY retires IS NOT NULL, created DESC"
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                rows = await (await conn.execute(select)).fetchall()
+                if not rows and create:
+                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+                    rows = await (await conn.execute(select)).fetchall()
+                    if not rows:
+                        await conn.execute("INSERT INTO signing_keys (key, created) VALUES (%s, %s)",
+                                           (secrets.token_bytes(KEY_BYTES), int(time.time())))
+                        rows = await (await conn.execute(select)).fetchall()
+        except psycopg.Error as e:
+            raise StateStoreError(f"{self.name}: cannot read the signing keys: {_one_line(e)}") from None
+        return self._keyring_of(rows)
+
+    def _keyring_of(self, rows: list[tuple[Any, ...]]) -> Keyring:
+        entries = [KeyEntry(bytes(k), int(c), None if r is None else int(r)) for k, c, r in rows]
+        if not entries or entries[0].retires is not None:
+            raise StateStoreError(f"{self.name}: signing_keys: no current key (run `bootserver keys rotate`)")
+        return Keyring.held(entries, self.keyring)
+
+    async def _poll_keys(self) -> None:
+        """Re-read the keys every :data:`KEYS_POLL` seconds; keep the keys in hand when that fails."""
+        while True:
+            await asyncio.sleep(KEYS_POLL)
+            try:
+                keys = await self._load_keys()
+            except (StateStoreError, UnavailableError) as e:
+                if not self._keys_failing:
+                    log.warning("%s: keeping the signing keys in hand: %s", self.name, e)
+                self._keys_failing = True
+                continue
+            if self._keys_failing:
+                log.info("%s: signing keys read again", self.name)
+            self._keys_failing = False
+            if self._keys is None or keys.entries != self._keys.entries:
+                self._keys = keys
+
+    def keyring(self) -> Keyring:
+        """The keys read at :meth:`start` and kept fresh by polling (before start: none, so nothing
+        verifies and nothing can be signed)."""
+        return self._keys if self._keys is not None else Keyring.held((), self.keyring)
+
+    async def rotate_keys(self, grace: int) -> Keyring:
+        pool = await self._open_pool()
+        t = int(time.time())
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("LOCK TABLE signing_keys IN EXCLUSIVE MODE")
+                await conn.execute("UPDATE signing_keys SET retires = %s WHERE retires IS NULL", (t + grace,))
+                await conn.execute("DELETE FROM signing_keys WHERE retires <= %s", (t,))
+                await conn.execute("INSERT INTO signing_keys (key, created) VALUES (%s, %s)",
+                                   (secrets.token_bytes(KEY_BYTES), t))
+        except psycopg.Error as e:
+            raise StateStoreError(f"{self.name}: cannot rotate the signing keys: {_one_line(e)}") from None
+        self._keys = await self._load_keys()
+        return self._keys
+
+    async def ready(self) -> str | None:
+        try:
+            await self._fetch("SELECT 1", ())
+        except (UnavailableError, StateStoreError) as e:
+            return str(e)
+        return None
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception's message on one line (libpq messages span several)."""
+    return " ".join(str(e).split()) or type(e).__name__
+

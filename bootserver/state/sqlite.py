@@ -1,0 +1,117 @@
+"""The default state store: the sqlite node timeline (:class:`~bootserver.timeline.Timeline`, WAL) and
+the keys file, both in ``state_dir``. Zero set-up; shared by the processes of one machine only.
+
+Reads (:meth:`SqliteStore.stage`, :meth:`SqliteStore.attribute`: one indexed row) run on the event loop
+over the timeline's read connection; writes go through :class:`~bootserver.timeline.GroupCommit`'s
+writer thread; listings run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Iterable, NoReturn
+
+from ..errors import UnavailableError
+from ..signing import Keyring
+from ..timeline import SCHEMA_VERSION, Event, GroupCommit, NodeState, Record, Timeline
+from . import PUBLIC_UNAVAILABLE, StateStore
+
+
+class SqliteStore(StateStore):
+    """The sqlite timeline ``<state_dir>/timeline.sqlite3`` and ``<state_dir>/keys.json``.
+
+    Opened lazily (as before ``state_store`` existed): :meth:`start` does nothing, so a server whose
+    ``state_dir`` is unusable still serves artifacts and answers 503 to scripts and stubs.
+    """
+
+    backend = "sqlite"
+
+    def __init__(self, state_dir: Path, keep_events: int) -> None:
+        self.state_dir = Path(state_dir)
+        self.keep_events = keep_events
+        #: The sqlite timeline (blocking API, for the CLI and tests on this machine).
+        self.timeline = Timeline(state_dir, keep_events)
+        self.writes = GroupCommit(self.timeline)
+        self.name = str(self.timeline.path)
+        self._keyring: Keyring | None = None
+
+    def _unavailable(self, e: Exception) -> NoReturn:
+        raise UnavailableError(f"node timeline {self.timeline.path}: {e}", public=PUBLIC_UNAVAILABLE) from None
+
+    async def start(self) -> None:
+        """Nothing: the timeline opens on first use, the keys file on first signature."""
+
+    async def migrate(self) -> tuple[int, int]:
+        """Open (create or migrate) the timeline and check it; ``(version before, after)``."""
+        def run() -> tuple[int, int]:
+            before = 0
+            if self.timeline.path.exists():
+                with sqlite3.connect(self.timeline.path) as db:
+                    before = db.execute("PRAGMA user_version").fetchone()[0]
+                    if before == 0 and db.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone():
+                        before = 1
+            self.timeline.check()
+            return before, SCHEMA_VERSION
+
+        return await asyncio.to_thread(run)
+
+    async def close(self) -> None:
+        await self.writes.drained()
+        await asyncio.to_thread(self.writes.close)
+        await asyncio.to_thread(self.timeline.close)
+
+    async def stage(self, node: str) -> str:
+        try:
+            return self.timeline.stage(node)
+        except (sqlite3.Error, OSError) as e:
+            self._unavailable(e)
+
+    async def attribute(self, ip: str, now: float | None = None) -> str | None:
+        try:
+            return self.timeline.attribute(ip, now=now)
+        except (sqlite3.Error, OSError) as e:
+            self._unavailable(e)
+
+    async def record(self, record: Record) -> str:
+        try:
+            return await self.writes.record(record)
+        except (sqlite3.Error, OSError) as e:
+            self._unavailable(e)
+
+    async def events(self, node: str, limit: int | None = None) -> list[Event]:
+        try:
+            return await asyncio.to_thread(self.timeline.events, node, limit=limit)
+        except (sqlite3.Error, OSError) as e:
+            self._unavailable(e)
+
+    async def node(self, node: str) -> NodeState:
+        try:
+            return await asyncio.to_thread(self.timeline.node, node)
+        except (sqlite3.Error, OSError) as e:
+            self._unavailable(e)
+
+    async def nodes(self, names: Iterable[str] = ()) -> list[NodeState]:
+        try:
+            return await asyncio.to_thread(self.timeline.nodes, list(names))
+        except (sqlite3.Error, OSError) as e:
+            self._unavailable(e)
+
+    def keyring(self) -> Keyring:
+        """The keys file (created on first use; ``refreshed()`` re-reads it when another process
+        rotated it). Raises ``KeyFileError``/``KeyStoreError``."""
+        if self._keyring is None:
+            self._keyring = Keyring.load_or_create(self.state_dir)
+        return self._keyring
+
+    async def rotate_keys(self, grace: int) -> Keyring:
+        self._keyring = await asyncio.to_thread(lambda: Keyring.load_or_create(self.state_dir).rotate(grace))
+        return self._keyring
+
+    async def ready(self) -> str | None:
+        try:
+            await asyncio.to_thread(self.timeline.stage, "")
+        except (sqlite3.Error, OSError) as e:
+            return f"node timeline {self.timeline.path}: {e}"
+        return None

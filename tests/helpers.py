@@ -1,0 +1,61 @@
+"""Helpers shared by the tests (through ``conftest``) and the benchmark scripts in ``benchmarks/``: the
+one copy of each. Not part of bootserver. Everything here talks to 127.0.0.1 only; units are bytes and
+seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+#: The public reference data (stream metadata, pointer configs, the Equinix Metal OpenAPI spec), copied
+#: unmodified, with its provenance in ``tests/data/SOURCES.md``.
+REFERENCE = REPO / "tests" / "data"
+BOOTSERVER = [sys.executable, "-m", "bootserver"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago, and the port after it too (``serve``'s
+    default admin listener, ``server.admin.listen``, is the next port)."""
+    for _ in range(100):
+        with socket.socket() as s, socket.socket() as after:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            if port >= 65535:
+                continue
+            try:
+                after.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise OSError("no two free consecutive ports on 127.0.0.1")
+
+
+def write_config(path: Path, doc: dict[str, Any]) -> Path:
+    """Write ``doc`` as YAML (key order kept) to ``path``; return ``path``."""
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+async def run_cli(*args: str, timeout: float = 60, cwd: Path | None = None) -> tuple[int, str, str]:
+    """Run ``python -m bootserver ARGS`` (in its own process group, in ``cwd``) without blocking the
+    event loop; returns ``(rc, stdout, stderr)``. After ``timeout`` seconds the group is killed and
+    ``asyncio.TimeoutError`` raised."""
+    proc = await asyncio.create_subprocess_exec(*BOOTSERVER, *args, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE, cwd=cwd, start_new_session=True)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

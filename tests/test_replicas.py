@@ -1,0 +1,168 @@
+"""Two ``bootserver serve`` replicas on one PostgreSQL state store behave as one server: boot-once,
+signatures, key rotation and reinstall across replicas; a database restart in the middle of a run
+refuses (503) rather than guesses, loses no event, and both replicas recover by themselves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import aiohttp
+import pytest
+from conftest import ServerProcess, free_port, run_cli, write_config
+
+from bootserver.config import load_config
+
+from pgcluster import BINDIR, PgCluster
+
+pytestmark = pytest.mark.skipif(BINDIR is None, reason="PostgreSQL is not installed (Debian package postgresql)")
+
+
+class Replica:
+    def __init__(self, root: Path, reference: Path, url: str, publish_kernel: Any) -> None:
+        root.mkdir()
+        self.port = free_port()
+        shutil.copy(reference / "openshift-pointer-master.ign.json", root / "master.ign")
+        self.config = write_config(root / "bootserver.yaml", {
+            "server": {"listen": f"127.0.0.1:{self.port}", "admin": {"listen": f"127.0.0.1:{free_port()}"}},
+            "cache_dir": "cache", "state_dir": "state", "read_through": False,
+            "state_store": url,
+            "streams": {"rhcos-4.16": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+            "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign"}},
+            "nodes": {"master-0": {"profile": "master"}, "master-1": {"profile": "master"}},
+        })
+        self.kernel = publish_kernel(load_config(str(self.config)), 4096)
+        self.server = ServerProcess(self.config, self.port)
+        self.url = self.server.url
+        self.admin_url = self.server.admin_url
+
+    def on_me(self, url: str) -> str:
+        """The same signed path and query on this replica."""
+        return re.sub(r"^http://127\.0\.0\.1:[0-9]+", self.url, url)
+
+
+@pytest.fixture
+async def two(tmp_path: Path, reference: Path, publish_kernel: Any) -> AsyncIterator[tuple[PgCluster, Replica, Replica]]:
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        url = cluster.create_database("bootserver")
+        a = Replica(tmp_path / "a", reference, url, publish_kernel)
+        b = Replica(tmp_path / "b", reference, url, publish_kernel)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+            await asyncio.gather(a.server.start(http), b.server.start(http))  # both migrate at once
+        try:
+            yield cluster, a, b
+        finally:
+            await asyncio.gather(a.server.stop(), b.server.stop())
+    finally:
+        cluster.destroy()
+
+
+async def _get(http: aiohttp.ClientSession, url: str, status: int = 200) -> str:
+    async with http.get(url) as r:
+        body = await r.text()
+        assert r.status == status, (url, r.status, body)
+        return body
+
+
+async def _until(check: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not await check():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.1)  # poll interval, bounded by the deadline
+
+
+async def test_two_replicas_behave_as_one_server(two: tuple[PgCluster, Replica, Replica]) -> None:
+    cluster, a, b = two
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        rc, out, err = await run_cli("url", "master-0", "--config", str(a.config))
+        assert rc == 0, err
+        chain = out.splitlines()[0]
+        install = await _get(http, b.on_me(chain))                  # signed by A's config, verified by B
+        assert "coreos.inst.install_dev=/dev/sda" in install
+        stub_url = re.search(r"coreos\.inst\.ignition_url=(\S+)", install).group(1)
+        stub = json.loads(await _get(http, a.on_me(stub_url)))     # the installer reaches replica A
+        localboot = await _get(http, b.on_me(chain))                # boot-once holds on B at once
+        assert "kernel " not in localboot and localboot.rstrip().endswith("exit")
+        assert "kernel " not in await _get(http, a.on_me(chain))
+        await _get(http, b.on_me(stub["ignition"]["config"]["merge"][0]["source"]))
+
+        rc, out, err = await run_cli("nodes", "reinstall", "master-0", "--config", str(b.config))
+        assert rc == 0, err
+        again = await _get(http, a.on_me(chain))                    # reinstall reaches A at once
+        assert "coreos.inst.install_dev=/dev/sda" in again and again == install.replace(b.url, a.url)
+
+        rc, out, err = await run_cli("keys", "rotate", "--grace", "1h", "--config", str(b.config))
+        assert rc == 0 and out.startswith("postgresql://bootserver@127.0.0.1:"), err
+        rc, out, err = await run_cli("url", "master-1", "--config", str(b.config))
+        new_chain = out.splitlines()[0]
+
+        async def both_verify() -> bool:
+            statuses = []
+            for replica in (a, b):
+                async with http.get(replica.on_me(new_chain)) as r:
+                    statuses.append(r.status)
+            return statuses == [200, 200]
+
+        await _until(both_verify, 15, "a URL signed with the rotated key is not accepted by both replicas")
+        assert "coreos.inst.install_dev" in await _get(http, a.on_me(chain))  # the old key, within its grace
+
+        nodes = json.loads(await _get(http, f"{a.admin_url}/nodes/master-0"))
+        assert [(e["event"], e["count"]) for e in nodes["events"]] == [
+            ("script", 1), ("stub", 1), ("localboot", 2), ("config", 1), ("reinstall", 1), ("script", 2)]
+        # a localboot on each replica for the same client is one row of two, as are the two scripts after
+
+
+async def test_a_database_restart_mid_run_refuses_then_recovers_and_loses_nothing(
+        two: tuple[PgCluster, Replica, Replica]) -> None:
+    cluster, a, b = two
+    rc, out, err = await run_cli("url", "master-1", "--config", str(a.config))
+    chain = out.splitlines()[0]
+    answered = {200: 0, 503: 0}
+    stop = asyncio.Event()
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        async def boot_loop() -> None:
+            i = 0
+            while not stop.is_set():
+                replica = (a, b)[i % 2]
+                i += 1
+                async with http.get(replica.on_me(chain)) as r:
+                    await r.read()
+                    assert r.status in answered, r.status
+                    answered[r.status] += 1
+
+        async def served(n: int) -> bool:
+            return answered[200] >= n
+
+        loop_task = asyncio.create_task(boot_loop())
+        try:
+            await _until(lambda: served(20), 30, "scripts not served before the restart")
+            await asyncio.to_thread(cluster.stop)
+            # while the database is down: scripts are refused, artifacts flow, /readyz says which
+            for replica in (a, b):
+                assert (await _get(http, replica.on_me(chain), 503)).strip()
+                async with http.get(replica.url + replica.kernel.path) as r:
+                    assert r.status == 200 and await r.read() == replica.kernel.data
+                async with http.get(replica.url + "/readyz") as r:
+                    report = await r.json()
+                    assert r.status == 503 and report["state_store"] == {"backend": "postgresql", "ready": False}
+            await asyncio.to_thread(cluster.start)
+            before = answered[200]
+            await _until(lambda: served(before + 20), 60, "the replicas did not recover by themselves")
+        finally:
+            stop.set()
+            await loop_task
+        for replica in (a, b):
+            async with http.get(replica.url + "/readyz") as r:
+                assert (await r.json())["state_store"]["ready"] is True
+        events = json.loads(await _get(http, f"{b.admin_url}/nodes/master-1"))["events"]
+    scripts = [e for e in events if e["event"] == "script"]
+    assert sum(e["count"] for e in scripts) == answered[200]  # every script served has its event
+    assert answered[503] >= 2

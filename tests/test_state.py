@@ -1,0 +1,244 @@
+"""The state store interface against both backends: sqlite in state_dir (the default) and a real
+PostgreSQL server (a throwaway cluster, tests/pgcluster.py). Timeline rules, signing keys and boot-once
+must behave the same on both; the PostgreSQL-only parts (schema migration under a lock, losing and
+regaining the database) follow."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator
+
+import pytest
+
+from bootserver.config import parse_config
+from bootserver.errors import UnavailableError
+from bootserver.service import BootService
+from bootserver.signing import Signer
+from bootserver.state import StateStore, StateStoreError, open_store
+from bootserver.state import postgresql as pgstate
+from bootserver.timeline import Record
+
+from pgcluster import BINDIR, PgCluster
+
+STREAM = "rhcos-stream-4.16.json"
+_db_names = itertools.count()
+
+needs_pg = pytest.mark.skipif(BINDIR is None, reason="PostgreSQL is not installed (Debian package postgresql)")
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[PgCluster]:
+    cluster = PgCluster()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+def make_config(tmp_path: Path, reference: Path, state_store: str | dict[str, str] | None, **top: Any):
+    (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
+    doc: dict[str, Any] = {
+        "server": {"base_url": "http://127.0.0.1:8080"},
+        "cache_dir": "cache", "state_dir": "state",
+        "streams": {"rhcos-4.16": {"metadata": str(reference / STREAM)}},
+        "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign"}},
+        "nodes": {"master-0": {"profile": "master"}, "master-1": {"profile": "master"}},
+        **top,
+    }
+    if state_store is not None:
+        doc["state_store"] = state_store
+    return parse_config(doc, "t.yaml", tmp_path)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=needs_pg)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path, reference: Path):
+    """A function making configs of one backend that share one store (one state_dir, or one database)."""
+    url = None
+    if request.param == "postgresql":
+        url = request.getfixturevalue("pg").create_database(f"t{next(_db_names)}")
+
+    def config(**top: Any):
+        return make_config(tmp_path, reference, url, **top)
+
+    config.name = request.param  # type: ignore[attr-defined]
+    return config
+
+
+@pytest.fixture
+async def stores(backend) -> AsyncIterator[list[StateStore]]:
+    """Two started stores over the same state (two replicas, or two processes of one machine)."""
+    made = [open_store(backend(timeline={"keep_events": 10})) for _ in range(2)]
+    for s in made:
+        await s.start()
+    try:
+        yield made
+    finally:
+        for s in made:
+            await s.close()
+
+
+def rec(node: str, event: str, at: float, ip: str | None = None, **detail: Any) -> Record:
+    return Record(node, event, "install", at, ip, detail or None)
+
+
+async def test_stage_coalescing_retention_and_attribution(stores: list[StateStore]) -> None:
+    a, b = stores
+    assert await a.stage("master-0") == "new"
+    assert await a.record(rec("master-0", "script", 100.0, "10.0.0.5", release="1")) == "ipxe"
+    assert await a.record(rec("master-0", "script", 101.0, "10.0.0.5", release="1")) == "ipxe"
+    assert await b.record(rec("master-0", "kernel-requested", 102.0, "10.0.0.5")) == "kernel"
+    assert await b.record(rec("master-0", "stub", 103.0, "10.0.0.5")) == "installing"
+    assert await a.record(rec("master-0", "script", 99.0, "10.0.0.5")) == "installing"  # late: no undo
+    assert await a.stage("master-0") == await b.stage("master-0") == "installing"
+    rows = [(e.event, e.count, e.at, e.last_at) for e in await b.events("master-0")]
+    assert rows == [("script", 1, 99.0, 99.0), ("script", 2, 100.0, 101.0), ("kernel-requested", 1, 102.0, 102.0),
+                    ("stub", 1, 103.0, 103.0)]
+    assert [e.event for e in await a.events("master-0", limit=1)] == ["stub"]
+    assert await b.attribute("10.0.0.5", now=200.0) == "master-0"
+    assert await b.attribute("10.0.0.9", now=200.0) is None
+
+    for i in range(20):  # a boot loop: never coalesced, bounded at keep_events rows
+        await a.record(rec("master-1", "script" if i % 2 else "reinstall", 1000.0 + i))
+    assert len(await b.events("master-1")) == 10
+    state = await b.node("master-1")
+    assert (state.stage, state.dropped, state.last_at) == ("ipxe", 10, 1019.0)
+    listed = {s.node: s.stage for s in await a.nodes(["master-0", "master-1", "w-9"])}
+    assert listed == {"master-0": "installing", "master-1": "ipxe", "w-9": "new"}
+
+
+async def test_batches_from_two_writers_interleave_without_losing_events(stores: list[StateStore]) -> None:
+    """Group commit on both sides at once (two replicas, or two workers): every event is kept."""
+    a, b = stores
+    records = [rec(f"n{i % 7}", "kernel-requested" if i % 2 else "script", 10.0 + i, f"10.0.1.{i}")
+               for i in range(120)]
+    await asyncio.gather(*(s.record(r) for s, r in zip(itertools.cycle((a, b)), records)))
+    for n in range(7):
+        sent = sum(1 for r in records if r.node == f"n{n}")
+        kept, state = await b.events(f"n{n}"), await b.node(f"n{n}")
+        assert len(kept) == min(sent, 10) and len(kept) + state.dropped == sent
+
+
+async def test_signing_keys_are_shared_and_rotation_reaches_the_other(stores: list[StateStore],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = stores
+    sa, sb = Signer(a.keyring()), Signer(b.keyring())
+    query = dict(p.split("=") for p in sa.query("master-0", "/ipxe/master-0", 3600).split("&"))
+    assert sb.check("master-0", "/ipxe/master-0", query["exp"], query["sig"])
+    before = b.keyring().current
+    await a.rotate_keys(600)
+    deadline = time.monotonic() + 4 * pgstate.KEYS_POLL + 5
+    while sb.state(3600)[1] == before:  # the other replica picks the new key up by itself
+        assert time.monotonic() < deadline, "rotation did not reach the other store"
+        await asyncio.sleep(0.1)  # poll interval, bounded by the deadline above
+    assert sb.state(3600)[1] == sa.state(3600)[1] != before
+    # the old key is still accepted during the grace period, by both
+    assert sb.check("master-0", "/ipxe/master-0", query["exp"], query["sig"])
+    assert sa.check("master-0", "/ipxe/master-0", query["exp"], query["sig"])
+
+
+async def test_boot_once_and_reinstall_hold_whichever_service_answers(backend) -> None:
+    """Replica B serves the stub; replica A's next script boots the disk; a reinstall through either
+    store makes both install again."""
+    a, b = BootService(backend()), BootService(backend())
+    await a.start()
+    await b.start()
+    try:
+        install = await a.serve_script("master-0", "10.0.0.5")
+        assert "coreos.inst.install_dev=/dev/sda" in install
+        await b.serve_stub("master-0", "10.0.0.5")
+        localboot = await a.serve_script("master-0", "10.0.0.5")
+        assert "kernel " not in localboot and localboot.rstrip().endswith("exit")
+        await b.record("master-0", "reinstall")
+        assert await a.serve_script("master-0", "10.0.0.5") == install
+        assert await b.stage("master-0") == "ipxe"
+    finally:
+        await a.close()
+        await b.close()
+
+
+# -- PostgreSQL only -------------------------------------------------------------------------------
+
+
+@needs_pg
+async def test_replicas_starting_at_once_migrate_once(pg: PgCluster, tmp_path: Path, reference: Path) -> None:
+    url = pg.create_database(f"t{next(_db_names)}")
+    stores = [open_store(make_config(tmp_path, reference, url)) for _ in range(4)]
+    try:
+        results = await asyncio.gather(*(s.migrate() for s in stores))
+        assert sorted(results) == [(0, 1), (1, 1), (1, 1), (1, 1)]
+        await asyncio.gather(*(s.start() for s in stores))
+        assert len({s.keyring().current for s in stores}) == 1  # one first key, not four
+    finally:
+        for s in stores:
+            await s.close()
+
+
+@needs_pg
+async def test_a_newer_schema_is_refused(pg: PgCluster, tmp_path: Path, reference: Path) -> None:
+    import psycopg
+
+    url = pg.create_database(f"t{next(_db_names)}")
+    store = open_store(make_config(tmp_path, reference, url))
+    await store.migrate()
+    await store.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO bootserver_schema (version) VALUES (99)")
+    store = open_store(make_config(tmp_path, reference, url))
+    with pytest.raises(StateStoreError, match=r"schema version 99 is newer than this bootserver knows \(1\)"):
+        await store.start()
+    await store.close()
+
+
+@needs_pg
+async def test_an_unreachable_database_is_one_line_without_password(tmp_path: Path, reference: Path) -> None:
+    from conftest import free_port
+
+    (tmp_path / "pw").write_text("s3cr3t\n")
+    config = make_config(tmp_path, reference,
+                         {"url": f"postgresql://bs@127.0.0.1:{free_port()}/bs", "password_file": "pw"})
+    store = open_store(config)
+    with pytest.raises(StateStoreError) as e:
+        await store.start()
+    await store.close()
+    assert str(e.value).startswith("postgresql://bs@127.0.0.1:") and "cannot connect" in str(e.value)
+    assert "\n" not in str(e.value) and "s3cr3t" not in str(e.value)
+
+
+@needs_pg
+async def test_losing_the_database_refuses_then_recovers_by_itself(tmp_path: Path, reference: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = PgCluster()
+    cluster.start()
+    try:
+        url = cluster.create_database("bs")
+        svc = BootService(make_config(tmp_path, reference, url))
+        await svc.start()
+        try:
+            await svc.serve_stub("master-0", "10.0.0.5")
+            cluster.stop()
+            with pytest.raises(UnavailableError, match="state store postgresql://"):
+                await svc.serve_script("master-0", "10.0.0.5")  # never a guess: not the install script
+            with pytest.raises(UnavailableError):
+                await svc.serve_stub("master-1", "10.0.0.6")
+            assert await svc.state.ready() is not None
+            key = svc.state.keyring().current  # the keys in hand stay
+            cluster.start()
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    script = await svc.serve_script("master-0", "10.0.0.5")
+                    break
+                except UnavailableError:
+                    assert time.monotonic() < deadline, "did not recover"
+                    await asyncio.sleep(0.2)  # retry interval of a client, bounded by the deadline
+            assert "kernel " not in script  # boot-once survived the restart
+            assert await svc.state.ready() is None and svc.state.keyring().current == key
+            assert [e.event for e in await svc.state.events("master-0")] == ["stub", "localboot"]
+        finally:
+            await svc.close()
+    finally:
+        cluster.destroy()
