@@ -135,7 +135,8 @@ async def _fetch_from(session: aiohttp.ClientSession, writer: ArtifactWriter, ur
             if resp.status == 206 and offset:
                 m = _CONTENT_RANGE_RE.match(resp.headers.get("Content-Range", ""))
                 if not m or int(m[1]) != offset:
-                    reason = f"{url}: unusable Content-Range {resp.headers.get('Content-Range')!r}; starting over"
+                    reason = (f"{url}: unusable Content-Range {resp.headers.get('Content-Range')!r}; "
+                              "starting over")
                     _restart(writer, hooks, reason)
                     raise TransientFetchError(reason)
                 total: int | None = None if m[3] == "*" else int(m[3])
@@ -289,7 +290,8 @@ class Upstream:
     def session(self) -> aiohttp.ClientSession:
         """The client session (opened now if needed; call from a coroutine)."""
         if self._session is None or self._session.closed:
-            self._session = client_session(connect_timeout=self.connect_timeout, read_timeout=self.read_timeout)
+            self._session = client_session(connect_timeout=self.connect_timeout,
+                                           read_timeout=self.read_timeout)
         return self._session
 
     async def close(self) -> None:
@@ -312,8 +314,9 @@ class Upstream:
             wait=wait_exponential(multiplier=retry.initial, max=retry.maximum) + wait_random(0, retry.jitter),
             retry=retry_if_exception_type(TransientFetchError),
             reraise=True,
-            before_sleep=lambda rs: log.warning("%s: attempt %d failed (%s); retrying", what, rs.attempt_number,
-                                                rs.outcome.exception() if rs.outcome else ""),
+            before_sleep=lambda rs: log.warning(
+                "%s: attempt %d failed (%s); retrying", what, rs.attempt_number,
+                rs.outcome.exception() if rs.outcome else ""),
         )
 
     async def document(self, url: str, *, limit: int = 16 << 20) -> bytes:
@@ -370,8 +373,8 @@ class Upstream:
         sources = source_urls(artifact.url, self.mirrors)
         try:
             if writer.bytes_written:
-                log.debug("%s: found %d bytes of an earlier download in %s", artifact.url, writer.bytes_written,
-                          writer.path)
+                log.debug("%s: found %d bytes of an earlier download in %s", artifact.url,
+                          writer.bytes_written, writer.path)
             hooks.opened(writer.path)
             async for attempt in self._retrying(artifact.url):
                 with attempt:

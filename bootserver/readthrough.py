@@ -14,9 +14,10 @@ Guarantees:
   (``None``, a 404 in the server). With ``read_through: false`` a miss is always unknown.
 * The sha256 is checked before the file is published, and a transfer never sends the last byte of an
   artifact before the check passed (it may send it while the verified file is being fsynced and
-  renamed into place: the bytes are right even if publishing then fails). When it fails (or the download fails or throws bytes away that a
-  client already received), the transfer raises, and the server aborts the connection, so a client
-  sees an incomplete body (short of ``Content-Length``), never a complete-looking wrong one.
+  renamed into place: the bytes are right even if publishing then fails). When it fails (or the
+  download fails or throws bytes away that a client already received), the transfer raises with the
+  reason (a sha256 mismatch says so), and the server aborts the connection, so a client sees an
+  incomplete body (short of ``Content-Length``), never a complete-looking wrong one.
 * **Across processes** (``serve --workers N``): the download takes the lock on
   ``tmp/<sha256>.part`` (see :mod:`bootserver.store`) before any upstream request. A process that
   finds it locked by another process does not download: it *follows* that download, polling the
@@ -89,7 +90,8 @@ class Download(DownloadHooks):
         self.error: BaseException | None = None
         self.task: asyncio.Task[Any] | None = None
         self.source: str | None = None
-        self.for_clients = False  # a client's request started or joined it (else a fetch() caller reports it)
+        #: A client's request started or joined it (else the fetch() caller reports how it ended).
+        self.for_clients = False
         self.readers: set[Transfer] = set()
         self.listeners: list[DownloadHooks] = []
         self._restart_reason = "download restarted"
@@ -313,7 +315,8 @@ class ReadThrough:
     turns off the fallback of :meth:`open` (never :meth:`fetch`, which ``sync-images`` uses).
     """
 
-    def __init__(self, config: Config, store: ArtifactStore, catalog: StreamCatalog, upstream: Upstream) -> None:
+    def __init__(self, config: Config, store: ArtifactStore, catalog: StreamCatalog,
+                 upstream: Upstream) -> None:
         self.config = config
         self.store = store
         self.catalog = catalog
@@ -356,7 +359,8 @@ class ReadThrough:
             if self.store.is_cached(release, artifact):
                 return dest
             dl = self._start(release, artifact, dest)
-            log.info("%s: not cached; fetching it for waiting clients", self.store.relpath(release, artifact))
+            log.info("%s: not cached; fetching it for waiting clients",
+                     self.store.relpath(release, artifact))
         dl.for_clients = True
         return Transfer(dl)
 
@@ -372,8 +376,8 @@ class ReadThrough:
         try:
             while True:
                 try:
-                    size, dl.source = await self.upstream.download(self.store, dl.release, dl.artifact, hooks=dl,
-                                                                   observer=self.observer, exclusive=True)
+                    size, dl.source = await self.upstream.download(
+                        self.store, dl.release, dl.artifact, hooks=dl, observer=self.observer, exclusive=True)
                     log.log(logging.INFO if dl.for_clients else logging.DEBUG, "%s: cached %d bytes from %s",
                             rel, size, dl.source)
                     break
@@ -451,7 +455,8 @@ class ReadThrough:
                 return False
             await asyncio.sleep(FOLLOW_POLL)
 
-    async def fetch(self, release: Release, artifact: Artifact, hooks: DownloadHooks | None = None) -> Fetched:
+    async def fetch(self, release: Release, artifact: Artifact,
+                    hooks: DownloadHooks | None = None) -> Fetched:
         """Have the artifact in the cache, downloading it once: joining a download in flight in this
         process, or following one another process runs (a ``serve`` worker, another ``sync-images``);
         ``hooks`` hear its progress and restarts from now on. The download is shielded: cancelling this

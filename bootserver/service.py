@@ -1,8 +1,8 @@
 """The boot service: the domain operations behind every endpoint and every ``render`` command.
 
 One :class:`BootService` per config holds the upstream (session, mirrors, retry policy), the artifact
-store, the stream catalog, the URL builder and the real-config reader. Handlers and CLI commands call one method each, so the server and
-``bootserver render`` can never disagree.
+store, the stream catalog, the URL builder and the real-config reader. Handlers and CLI commands call
+one method each, so the server and ``bootserver render`` can never disagree.
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ class CachedArtifact:
 class BootService:
     """Domain operations for one loaded :class:`~bootserver.config.Config`."""
 
-    def __init__(self, config: Config, signer: Signer | None = None, upstream: Upstream | None = None) -> None:
+    def __init__(self, config: Config, signer: Signer | None = None,
+                 upstream: Upstream | None = None) -> None:
         """``signer`` signs per-node URLs (default: the keys file in ``state_dir`` and the wall clock);
         ``upstream`` is where metadata and artifacts come from (default: :meth:`Upstream.for_config`,
         the mirrors of ``server.facility``). Call :meth:`close` when done (it closes the upstream)."""

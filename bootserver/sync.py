@@ -7,7 +7,8 @@ stream-metadata location; see :mod:`bootserver.fetch`), resuming a partial downl
 run, hashed while it streams and published only when its sha256 matches (see :mod:`bootserver.store`).
 Artifacts already cached with the same sha256 are skipped. An artifact another process is downloading
 right now (another ``sync-images``, a ``serve`` read-through) is not downloaded again: the sync follows
-that download to its end (:meth:`bootserver.readthrough.ReadThrough.fetch`), and takes over if it stops. ``--prune`` then applies
+that download to its end (:meth:`bootserver.readthrough.ReadThrough.fetch`), and takes over if it
+stops. ``--prune`` then applies
 :mod:`bootserver.retention`.
 """
 
@@ -125,8 +126,8 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
                     print(f"{label}: already cached ({art.filename})", file=out, flush=True)
                     return False
                 if got.source is None:
-                    print(f"{label}: downloaded {_human(got.size)} by another process (followed it), sha256 ok",
-                          file=out, flush=True)
+                    print(f"{label}: downloaded {_human(got.size)} by another process (followed it), "
+                          "sha256 ok", file=out, flush=True)
                     return True
                 print(f"{label}: downloaded {_human(got.size)} in {secs:.1f}s ({_human(got.size / secs)}/s) "
                       f"from {urlsplit(got.source).netloc}, sha256 ok", file=out, flush=True)

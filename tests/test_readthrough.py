@@ -685,7 +685,8 @@ async def test_aborting_clients_log_one_line_each_with_the_bytes_sent(tmp_path, 
     assert all(n >= 1_000_000 for n in received)
     err = (await server.proc.stderr.read()).decode()  # type: ignore[union-attr]
     assert "Traceback" not in err and "Error handling request" not in err, err
-    lines = [line for line in err.splitlines() if f"GET {url_path} 200" in line and line.endswith(" incomplete")]
+    lines = [line for line in err.splitlines()
+             if f"GET {url_path} 200" in line and line.endswith(" incomplete")]
     assert len(lines) == 20, err
     sent = [int(re.search(r" bytes=(\d+) ", line)[1]) for line in lines]  # type: ignore[index]
     assert all(0 < n < size for n in sent), sent

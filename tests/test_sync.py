@@ -92,7 +92,8 @@ def _url_stream_config(tmp_path: Path, reference: Path, faulty, **extra):
     faulty.files.update(files)
     faulty.files["/rhcos.json"] = json.dumps(doc).encode()
     return parse_config({"cache_dir": "cache", "streams": {"rhcos": {"metadata": faulty.url + "/rhcos.json"}},
-                         "profiles": {"live": {"stream": "rhcos", "mode": "live"}}, **extra}, "t.yaml", tmp_path)
+                         "profiles": {"live": {"stream": "rhcos", "mode": "live"}}, **extra},
+                        "t.yaml", tmp_path)
 
 
 async def test_stream_metadata_is_retried_like_artifacts(tmp_path: Path, reference: Path, faulty) -> None:
@@ -202,7 +203,8 @@ async def test_two_sync_images_at_once_download_each_artifact_once(tmp_path: Pat
     assert sorted(p.name for p in store.tmp.iterdir()) == []
 
 
-async def test_sync_images_follows_a_download_that_serve_runs(tmp_path: Path, reference: Path, faulty) -> None:
+async def test_sync_images_follows_a_download_that_serve_runs(tmp_path: Path, reference: Path,
+                                                              faulty) -> None:
     import asyncio
 
     import aiohttp
