@@ -281,20 +281,21 @@ def append_steps(r: Record, keep_events: int) -> Generator[Step, Any, str]:
     of how an event changes the tables (stage, coalescing, ``keep_events``), run by the sqlite
     :class:`Timeline` (:func:`run_steps`) and the PostgreSQL store alike (the SQL is common to both).
     """
-    row = yield ("SELECT stage, stage_at, last_event, last_at, last_id, events, dropped FROM nodes "
-                 "WHERE node = ?", (r.node,), "row")
+    # the node's row and its newest events row, in one statement (one round trip to PostgreSQL)
+    row = yield ("SELECT n.stage, n.stage_at, n.last_event, n.last_at, n.last_id, n.events, n.dropped, "
+                 "e.event, e.ip, e.detail, e.stage FROM nodes n LEFT JOIN events e ON e.id = n.last_id "
+                 "WHERE n.node = ?", (r.node,), "row")
     stage, stage_at, last_event, last_at, last_id, held, dropped = \
-        row if row else ("new", r.at, r.event, r.at, None, 0, 0)
+        tuple(row[:7]) if row else ("new", r.at, r.event, r.at, None, 0, 0)
+    prev = tuple(row[7:]) if row and row[7] is not None else None
     new = next_stage(stage, r.event, r.mode, real_config=r.real_config) if r.at >= stage_at else stage
     detail = json.dumps(dict(r.detail), sort_keys=True) if r.detail else None
     if new != stage:
         stage_at = r.at
     coalesced = False
-    if last_id is not None and new == stage and r.at >= last_at:
-        prev = yield ("SELECT event, ip, detail, stage FROM events WHERE id = ?", (last_id,), "row")
-        if prev is not None and tuple(prev) == (r.event, r.ip, detail, new):
-            yield ("UPDATE events SET count = count + 1, last_at = ? WHERE id = ?", (r.at, last_id), "rowcount")
-            coalesced = True
+    if prev == (r.event, r.ip, detail, new) and new == stage and r.at >= last_at:
+        yield ("UPDATE events SET count = count + 1, last_at = ? WHERE id = ?", (r.at, last_id), "rowcount")
+        coalesced = True
     if not coalesced:
         (last_id,) = yield ("INSERT INTO events (node, at, event, ip, detail, last_at, stage) "
                             "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
