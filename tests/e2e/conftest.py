@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,8 @@ from typing import Iterator
 
 import pytest
 import yaml
+
+from helpers import free_port
 
 from . import rig
 
@@ -60,13 +61,6 @@ def guest_initramfs(tools: rig.Tools, tmp_path_factory: pytest.TempPathFactory) 
     assert tools.modules_dir and tools.busybox
     rig.build_initramfs(path, tools.busybox, tools.modules_dir)
     return path
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it, close)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bootserver_command() -> list[str]:
