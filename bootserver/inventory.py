@@ -40,9 +40,9 @@ def find_node(config: Config, *, name: str | None = None, mac: str | None = None
 
 
 def profile_of(config: Config, node: str) -> Profile:
-    """The profile settings of configured node ``node`` (the one node -> profile lookup).
+    """The profile settings of configured node ``node`` (:meth:`Config.node_profile`).
     Raises ``KeyError`` for an unknown node (use :func:`find_node` first)."""
-    return config.profiles[config.nodes[node].profile]
+    return config.node_profile(node)
 
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -153,8 +153,8 @@ def check_command_lines(config: Config) -> list[str]:
     urls = Urls(config, Signer(Keyring(config.state_dir / "keys.json", [KeyEntry(bytes(32), 0)])))
     catalog = StreamCatalog(config, ArtifactStore(config.cache_dir), Upstream.for_config(config))  # cached() only
     later = []
-    for node, spec in config.nodes.items():
-        profile = config.profiles[spec.profile]
+    for node in config.nodes:
+        profile = config.node_profile(node)
         try:
             meta = catalog.cached(profile.stream)
             network = node_kargs(config, node)

@@ -613,7 +613,7 @@ def effective_network(config: Any, node: str) -> str | NetworkState:
     spec = config.nodes[node]
     if spec.network is not None:
         return spec.network
-    profile = config.profiles[spec.profile]
+    profile = config.node_profile(node)
     return profile.network if profile.network is not None else "dhcp"
 
 
@@ -666,8 +666,9 @@ def node_kargs(config: Any, node: str) -> tuple[str, ...]:
 def check_network_settings(doc: Any, source: str) -> None:
     """The cross-key checks of every ``network`` key of a config document (``profiles``, ``nodes``):
     :func:`check_network` on each NMState document, the node's kargs built once (every word checked),
-    and no network argument (``ip=``, ``bond=``...) also in the profile's ``kargs`` of a node whose
-    network is not ``dhcp``.
+    ``network: provider`` only on nodes of the Equinix provider (the one device record with addresses;
+    a node that names no ``provider`` counts as Equinix's), and no network argument (``ip=``, ``bond=``...)
+    also in the profile's ``kargs`` of a node whose network is not ``dhcp``.
 
     Raises :class:`~bootserver.errors.ConfigError` naming ``source`` and the key:
     ``nodes.master-0.network.interfaces[2].link-aggregation.port[1]: no interface named ens9``.
@@ -694,6 +695,12 @@ def check_network_settings(doc: Any, source: str) -> None:
         network = node.network if node.network is not None else profile.network
         if network is None or network == "dhcp":
             continue
+        # A node without a provider of its own is Equinix's, as before providers could be named.
+        provider = getattr(node, "provider", None) or getattr(profile, "provider", None)
+        if network == "provider" and provider not in (None, "equinix"):
+            where = f"nodes.{name}.network" if node.network is not None else f"profiles.{node.profile}.network"
+            raise ConfigError(source, where, f"network: provider reads the addresses of an Equinix Metal device "
+                              f"record, and node {name}'s provider is {provider}; give it an NMState network or dhcp")
         for i, karg in enumerate(profile.kargs):
             if karg.split("=", 1)[0] in NETWORK_KARGS:
                 raise ConfigError(source, f"profiles.{node.profile}.kargs[{i}]",

@@ -241,7 +241,7 @@ def wait_for_nodes(
     stages = {s.node: s for s in store.nodes(pending) if s.node in watched}
     last_stage = {}
     for node in list(pending):
-        profile = config.profiles[config.nodes[node].profile]
+        profile = config.node_profile(node)
         stage = stages[node].stage
         last_stage[node] = stage
         if profile.boots_once and stage in INSTALLED_STAGES:
@@ -275,7 +275,7 @@ def wait_for_nodes(
             if state.stage != last_stage[node]:
                 last_stage[node] = state.stage
                 say(node, f"stage {state.stage}")
-            mode = config.profiles[config.nodes[node].profile].mode
+            mode = config.node_profile(node).mode
             if state.stage in (DONE_STAGES[mode], "unconfirmed") and (state.stage_at or 0) >= since:
                 pending.remove(node)
         if failed:

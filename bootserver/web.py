@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import ssl
+import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
@@ -324,8 +325,6 @@ async def _start_service(app: web.Application) -> None:
 async def nodes(request: web.Request) -> web.Response:
     """``GET /nodes`` (admin): every configured node (and any other with events): stage, since when,
     last event (JSON)."""
-    import time
-
     return web.json_response({"now": time.time(), "nodes": await _service(request).nodes()})
 
 

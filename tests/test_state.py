@@ -242,3 +242,22 @@ async def test_losing_the_database_refuses_then_recovers_by_itself(tmp_path: Pat
             await svc.close()
     finally:
         cluster.destroy()
+
+
+async def test_db_migrate_command(backend, tmp_path: Path) -> None:
+    """``bootserver db migrate`` creates the schema, then finds it up to date; a second store opens it."""
+    from conftest import run_cli, write_config
+
+    config = backend()
+    doc: dict[str, Any] = {"state_dir": str(config.state_dir), "cache_dir": str(config.cache_dir)}
+    if config.state_store is not None:
+        doc["state_store"] = config.state_store.url
+    path = write_config(tmp_path / "db.yaml", doc)
+    rc, out, err = await run_cli("db", "migrate", "--config", str(path))
+    assert rc == 0, err
+    name = str(config.state_dir / "timeline.sqlite3") if config.state_store is None else \
+        config.state_store.url
+    version = 2 if config.state_store is None else len(pgstate.MIGRATIONS)
+    assert out == f"{name}: schema at version {version} (was 0)\n"
+    rc, out, err = await run_cli("db", "migrate", "--config", str(path))
+    assert rc == 0 and out == f"{name}: schema at version {version} (up to date)\n"

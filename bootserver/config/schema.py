@@ -409,6 +409,11 @@ class Config:
         hostname = hostname.strip().lower()
         return next((n for n in self.nodes if self.node_hostname(n).lower() == hostname), None)
 
+    def node_profile(self, node: str) -> Profile:
+        """The profile settings of configured node ``node``: the one node -> profile lookup. Raises
+        ``KeyError`` for an unknown node."""
+        return self.profiles[self.nodes[node].profile]
+
     def node_hostname(self, node: str) -> str:
         """The node's hostname, written to its ``/etc/hostname`` and used as the Equinix device hostname:
         its ``hostname`` or, lacking one, its name (checked at load to be a valid hostname then)."""

@@ -266,7 +266,7 @@ def provider_of(config: Any, node: str) -> str | None:
     """The provider a node names (``nodes.<n>.provider``, else ``profiles.<p>.provider``), else the one
     whose settings it has (a non-empty ``metal:`` implies ``equinix``), else ``None``."""
     spec = config.nodes[node]
-    profile = config.profiles[spec.profile]
+    profile = config.node_profile(node)
     named = spec.provider or profile.provider
     if named:
         return named
@@ -281,7 +281,7 @@ def provider_of(config: Any, node: str) -> str | None:
 def node_settings(config: Any, node: str, provider: type[Provider]) -> Any:
     """The provider's settings of ``node``: its mapping merged over its profile's (node wins)."""
     spec = config.nodes[node]
-    profile = config.profiles[spec.profile]
+    profile = config.node_profile(node)
     return getattr(spec, provider.settings_key).merged_over(getattr(profile, provider.settings_key))
 
 
@@ -290,7 +290,7 @@ def boot_platform(config: Any, node: str) -> str:
     its profile's ``platform_id`` if set, else its provider's (``packet`` for Equinix, ``metal`` for
     Redfish), else ``packet`` (a node with no provider, as before providers existed). The console
     follows the platform (:func:`bootserver.ipxe.build_kargs`)."""
-    profile = config.profiles[config.nodes[node].profile]
+    profile = config.node_profile(node)
     if profile.platform_id:
         return profile.platform_id
     return provider_class(provider_of(config, node) or DEFAULT_PROVIDER).platform_id

@@ -652,7 +652,7 @@ def node_settings(config: Any, node: str) -> MetalSettings:
     when the profile boots once (an installed node then gets the boot-disk script on every PXE boot,
     and ``bootserver nodes reinstall`` reinstalls it without touching the device)."""
     spec = config.nodes[node]
-    profile = config.profiles[spec.profile]
+    profile = config.node_profile(node)
     merged = spec.metal.merged_over(profile.metal)
     if merged.always_pxe is None and profile.boots_once:
         merged = merged.model_copy(update={"always_pxe": True})
