@@ -8,20 +8,20 @@ without it these tests skip, except under CI=true, where they fail.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_metal import PROJECT, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
+from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 from nm_generator import connections
 
-from bootserver.config import parse_config
-from bootserver.providers.equinix import DeviceSpec, EquinixMetal, device_state
-from bootserver.provision import record_device
+from bootserver.cli import main
+from bootserver.config import load_config, parse_config
 from bootserver.service import BootService
 
-from conftest import fixed_signer
+from conftest import fixed_signer, write_config
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -137,16 +137,21 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
-def network_config(reference: Path, tmp_path: Path, nodes: dict[str, Any], **profile: Any):
-    """A config with the FCOS stream from tests/data, an install profile and ``nodes``."""
-    return parse_config({
+def network_doc(reference: Path, tmp_path: Path, nodes: dict[str, Any], **profile: Any) -> dict[str, Any]:
+    """A config document with the FCOS stream from tests/data, an install profile and ``nodes``."""
+    return {
         "server": {"listen": "0.0.0.0:8080", "base_url": "http://boot.example.net:8080"},
         "cache_dir": str(tmp_path / "cache"),
         "state_dir": str(tmp_path / "state"),
         "streams": {"fcos-stable": {"metadata": str(reference / "fcos-stream-stable.json")}},
         "profiles": {"metal": {"stream": "fcos-stable", "mode": "install", "install_dev": "/dev/sda", **profile}},
         "nodes": nodes,
-    }, "network.yaml", tmp_path)
+    }
+
+
+def network_config(reference: Path, tmp_path: Path, nodes: dict[str, Any], **profile: Any):
+    """:func:`network_doc`, loaded."""
+    return parse_config(network_doc(reference, tmp_path, nodes, **profile), "network.yaml", tmp_path)
 
 
 async def rendered_kargs(config, node: str) -> tuple[str, list[str]]:
@@ -185,12 +190,13 @@ def _compare_golden(script: str, golden: str) -> None:
     assert script == path.read_text(), f"script differs from {path}; UPDATE_GOLDEN=1 rewrites it"
 
 
-def provision(fake_metal, tmp_path: Path, hostname: str) -> None:
-    """Create the device on the fake and store its record in the state dir, as ``provision`` does."""
-    spec = DeviceSpec(hostname=hostname, plan="c3.small.x86", metro="da", billing_cycle="hourly",
-                      ipxe_script_url="http://boot.example.net:8080/ipxe/m0", tags=("bootserver",))
-    with EquinixMetal(fake_metal.token, fake_metal.url, backoff_factor=0, timeout=(5, 10)) as api:
-        record_device(tmp_path / "state", "m0", device_state(PROJECT, api.create(PROJECT, spec)))
+@pytest.fixture
+def metal_env(fake_metal, monkeypatch):
+    """The fake Equinix API as ``bootserver provision`` finds it (token and URL in the environment)."""
+    fake_metal.instant = True
+    monkeypatch.setenv("METAL_AUTH_TOKEN", TOKEN)
+    monkeypatch.setenv("METAL_API_URL", fake_metal.url)
+    return fake_metal
 
 
 EQUINIX_EXPECTED = {
@@ -203,11 +209,13 @@ EQUINIX_EXPECTED = {
               "ipv6": {"method": "manual", "addresses": ["2604:1380::a/127"], "gateway": "2604:1380::b"}}}
 
 
-async def test_equinix_provider_network_from_the_provisioned_device(fake_metal, reference: Path, tmp_path: Path) -> None:
-    provision(fake_metal, tmp_path, "m0.example.net")
-    config = network_config(reference, tmp_path, {"m0": {"profile": "metal", "hostname": "m0.example.net"}},
-                            network="provider")
-    script, kargs = await rendered_kargs(config, "m0")
+def test_equinix_provider_network_from_the_provisioned_device(metal_env, reference: Path, tmp_path: Path) -> None:
+    doc = network_doc(reference, tmp_path, {"m0": {"profile": "metal", "hostname": "m0.example.net"}},
+                      network="provider", metal={"plan": "c3.small.x86", "metro": "da"})
+    path = write_config(tmp_path / "bootserver.yaml", {**doc, "metal": {"project": PROJECT}})
+    assert main(["render", "ipxe", "m0", "--config", str(path)]) == 1  # no device record yet
+    assert main(["provision", "m0", "--no-wait", "--config", str(path)]) == 0  # writes the device record
+    script, kargs = asyncio.run(rendered_kargs(load_config(path), "m0"))
     made = connections(kargs)
     assert made["connections"] == EQUINIX_EXPECTED
     assert made["hostname"] == "m0.example.net"
