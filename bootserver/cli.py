@@ -11,6 +11,7 @@ import asyncio
 import os
 import sqlite3
 import sys
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Callable, Sequence
 from urllib.parse import urlsplit
 
@@ -98,6 +99,12 @@ def _duration_arg(value: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _grace_arg(value: str) -> int:
+    """A ``keys rotate --grace``: a duration, or ``0`` (the previous key stops at once: every URL it
+    signed, device chain URLs included, is revoked)."""
+    return 0 if value.strip() in ("0", "0s", "0m", "0h", "0d") else _duration_arg(value)
+
+
 async def _started_store(config: Config) -> "StateStore":
     from .state import open_store
 
@@ -120,9 +127,13 @@ def _cmd_url(args: argparse.Namespace, config: Config) -> int:
 
     ring = asyncio.run(keys())
     urls = Urls(config, keys=lambda: ring)
-    print(urls.chain(node, args.expires))
+    chain = urls.chain(node, args.expires)
+    print(chain)
     print()
     sys.stdout.write(urls.userdata(node, args.expires))
+    expires = datetime.fromtimestamp(urls.expiry_of(chain), UTC)
+    print(f"bootserver: {node}: these URLs expire {expires:%Y-%m-%d %H:%M} UTC; `bootserver keys rotate` "
+          "revokes them sooner (once its grace ends)", file=sys.stderr)
     return 0
 
 
@@ -159,100 +170,46 @@ def _cmd_tls_init(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _metal_project(args: argparse.Namespace, config: Config, required: bool = True) -> str | None:
-    from .metal import check_project_id
-
-    project = args.project or config.metal.project
-    if project is None:
-        if required:
-            raise InputError("no Equinix Metal project: pass --project ID or set metal.project in the config")
-        return None
-    return check_project_id(project)
-
-
-def _metal_client(config: Config):  # -> bootserver.metal.EquinixMetal
-    from .metal import EquinixMetal
-
-    return EquinixMetal.from_env(config.metal.api_url)
-
-
 def _say(node: str, message: str) -> None:
     print(f"bootserver: {node}: {message}", file=sys.stderr, flush=True)
 
 
 def _cmd_provision(args: argparse.Namespace, config: Config) -> int:
-    from .metal import build_device_spec, node_settings, settings_from_options
-    from .provision import DeviceFailed, NodeRequest, WaitPolicy, format_device, provision_nodes
+    from .provision import DeviceFailed, WaitPolicy, provision
     from .urls import Urls
 
     nodes = [_node(config, n) for n in dict.fromkeys(args.nodes)]
-    project = _metal_project(args, config)
-    assert project is not None
     if not args.timeout > 0:
         raise InputError(f"--timeout: must be a positive number of seconds, got {args.timeout:g}")
-    if args.spot_price_max is not None and not args.spot_price_max >= 0:
-        raise InputError(f"--spot-price-max: must not be negative, got {args.spot_price_max:g}")
-    overrides = settings_from_options(
-        plan=args.plan,
-        metro=args.metro,
-        facility=args.facility,
-        billing_cycle=args.billing_cycle,
-        spot_instance=True if args.spot_price_max is not None else None,
-        spot_price_max=args.spot_price_max,
-        hardware_reservation_id=args.hardware_reservation_id,
-        always_pxe=args.always_pxe,
-    )
-    urls = Urls(config)
-    host = urlsplit(urls.chain(nodes[0])).hostname or ""
+    base = Urls(config).base
+    host = urlsplit(base).hostname or ""
     if host == "localhost" or host.startswith("127.") or host == "::1":
-        print(f"bootserver: warning: devices cannot reach the chain URL {urls.chain(nodes[0]).split('?')[0]}: "
+        print(f"bootserver: warning: devices cannot reach the chain URL {base}/ipxe/{nodes[0]}: "
               f"set server.base_url in {config.source}", file=sys.stderr)
-    requests = []
-    for node in nodes:
-        settings = overrides.merged_over(node_settings(config, node))
-        if args.tag:
-            settings = settings.model_copy(update={"tags": (*(settings.tags or ()), *args.tag)})
-        spec = build_device_spec(config.node_hostname(node), settings, urls.chain(node), via=args.via,
-                                 managed_tag=config.metal.tag, node=node)
-        requests.append(NodeRequest(node=node, project=project, spec=spec))
-    with _metal_client(config) as provider:
-        try:
-            results = provision_nodes(provider, requests, config.state_dir, tag=config.metal.tag,
-                                      wait=not args.no_wait, policy=WaitPolicy(timeout=args.timeout),
-                                      on_event=_say)
-        except DeviceFailed as e:
-            results = e.results
-            for r in results:
-                print(format_device(r.device, r.node))
-            raise
-    for r in results:
-        print(format_device(r.device, r.node))
+    try:
+        lines = provision(config, args, nodes, wait=not args.no_wait, policy=WaitPolicy(timeout=args.timeout),
+                          say=_say)
+    except DeviceFailed as e:
+        print("\n".join(e.lines))
+        raise
+    print("\n".join(lines))
     return 0
 
 
 def _cmd_deprovision(args: argparse.Namespace, config: Config) -> int:
-    from .provision import deprovision_nodes
+    from .provision import deprovision
 
     nodes = [_node(config, n) for n in dict.fromkeys(args.nodes)]
-    project = _metal_project(args, config, required=False)
-    with _metal_client(config) as provider:
-        results = deprovision_nodes(provider, [(n, config.node_hostname(n), project) for n in nodes],
-                                    config.state_dir, tag=config.metal.tag, on_event=_say)
-    for r in results:
-        print(f"{r.node} {r.device_id or '-'} {'deleted' if r.deleted else 'absent'}")
+    print("\n".join(deprovision(config, args, nodes, say=_say)))
     return 0
 
 
 def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
-    from .provision import format_device
+    from .provision import devices
 
-    project = _metal_project(args, config)
-    assert project is not None
-    by_hostname = {config.node_hostname(n): n for n in config.nodes}
-    with _metal_client(config) as provider:
-        devices = provider.list(project, tag=config.metal.tag)
-    for d in sorted(devices, key=lambda d: (d.hostname, d.id)):
-        print(f"{format_device(d, d.hostname)} {by_hostname.get(d.hostname, '-')}")
+    lines = devices(config, args)
+    if lines:
+        print("\n".join(lines))
     return 0
 
 
@@ -330,14 +287,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("url", parents=[common], help="print a node's chain URL and #!ipxe userdata")
     p.add_argument("node")
     p.add_argument("--expires", type=_duration_arg, metavar="DURATION",
-                   help="validity, e.g. 24h or 7d (default server.signing.chain_ttl, 7d); rounded up to the hour")
+                   help="validity, e.g. 24h or 7d (default server.signing.chain_ttl, 3650d); rounded up to the hour")
     p.set_defaults(func=_cmd_url)
     p = sub.add_parser("keys", help="manage the URL signing keys in state_dir")
     ksub = p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     k = ksub.add_parser("rotate", parents=[common], help="make a new signing key; the old one stays "
                         "valid for a grace period")
-    k.add_argument("--grace", type=_duration_arg, metavar="DURATION",
-                   help="how long the previous key is still accepted (default server.signing.key_grace, 24h)")
+    k.add_argument("--grace", type=_grace_arg, metavar="DURATION",
+                   help="how long the previous key is still accepted (default server.signing.key_grace, 24h); "
+                   "0 revokes every URL it signed at once")
     k.set_defaults(func=_cmd_keys_rotate)
     p = sub.add_parser("tls", help="manage the HTTPS certificate")
     tsub = p.add_subparsers(dest="tls_command", required=True, metavar="ACTION")
@@ -349,35 +307,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check-config", parents=[common], help="check the config and exit")
     p.set_defaults(func=_cmd_check)
 
-    project = argparse.ArgumentParser(add_help=False)
-    project.add_argument("--project", metavar="ID", help="Equinix Metal project UUID (default: metal.project)")
-    p = sub.add_parser("provision", parents=[common, project],
-                       help="create an Equinix Metal device per node that boots from this server, and wait")
+    from .providers.base import provider_classes
+
+    p = sub.add_parser("provision", parents=[common],
+                       help="make each node boot from this server with its provider, and follow its install",
+                       description="Each node's provider (profiles.<p>.provider / nodes.<n>.provider: equinix, "
+                       "redfish) makes it boot from this server; then the node timeline is followed until "
+                       "the node is installed (install mode) or running (live mode).")
     p.add_argument("nodes", nargs="+", metavar="NODE")
-    p.add_argument("--via", choices=["ipxe_script_url", "userdata"], default="ipxe_script_url",
-                   help="hand the device its chain URL as ipxe_script_url (default) or as #!ipxe userdata")
-    p.add_argument("--plan", help="device plan, e.g. c3.small.x86 (overrides metal.plan)")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--metro", help="metro code, e.g. da (overrides metal.metro)")
-    where.add_argument("--facility", help="Equinix facility code (deprecated by Equinix; prefer --metro)")
-    p.add_argument("--billing-cycle", choices=["hourly", "daily", "monthly", "yearly"])
-    p.add_argument("--tag", action="append", default=[], metavar="TAG", help="extra device tag (repeatable)")
-    p.add_argument("--spot-price-max", type=float, metavar="USD", help="make a spot instance bidding at most "
-                   "USD per hour")
-    p.add_argument("--hardware-reservation-id", metavar="ID", help="a reservation UUID or next-available")
-    pxe = p.add_mutually_exclusive_group()
-    pxe.add_argument("--always-pxe", dest="always_pxe", action="store_true", default=None,
-                     help="boot iPXE on every boot, not only the first")
-    pxe.add_argument("--no-always-pxe", dest="always_pxe", action="store_false")
-    p.add_argument("--no-wait", action="store_true", help="return once the devices are created")
+    p.add_argument("--no-wait", action="store_true", help="return once the devices are set up")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
-                   help="give up waiting for active after SECONDS (default 1800)")
+                   help="give up waiting for installed/running after SECONDS (default 1800)")
     p.set_defaults(func=_cmd_provision)
-    p = sub.add_parser("deprovision", parents=[common, project], help="delete the nodes' devices")
+    for cls in provider_classes():
+        cls.add_arguments("provision", p)
+    p = sub.add_parser("deprovision", parents=[common], help="undo provision: delete the device or power it off")
     p.add_argument("nodes", nargs="+", metavar="NODE")
     p.set_defaults(func=_cmd_deprovision)
-    p = sub.add_parser("devices", parents=[common, project], help="list the devices bootserver manages")
+    for cls in provider_classes():
+        cls.add_arguments("deprovision", p)
+    p = sub.add_parser("devices", parents=[common], help="list the devices bootserver manages, with their stage")
     p.set_defaults(func=_cmd_devices)
+    for cls in provider_classes():
+        cls.add_arguments("devices", p)
     p = sub.add_parser("nodes", parents=[common], help="show each node's boot stage; mark nodes for reinstall",
                        description="Without an action: a table of every node's stage and how long ago. "
                        "'show NODE': the node's events. 'reinstall NODE...': the next boot installs again.")

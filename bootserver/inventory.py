@@ -13,6 +13,7 @@ from .config import Config, Profile
 from .errors import UnknownNodeError
 from .ipxe import ScriptContext, build_kargs, check_command_line
 from .network import node_kargs
+from .providers.base import boot_platform
 from .streams import Release
 from .urls import Urls
 
@@ -121,7 +122,7 @@ def script_context(config: Config, urls: Urls, node: str, release: Release,
         arch=profile.arch, mode=profile.mode,
         rootfs_url=urls.artifact(node, release, release.rootfs),
         stub_url=urls.stub(node), install_dev=profile.install_dev,
-        console=profile.console, extra=profile.kargs,
+        console=profile.console, extra=profile.kargs, platform=boot_platform(config, node),
         network=node_kargs(config, node) if network is None else network,
     )
     check_command_line(node, profile.arch, kernel_url, kargs)

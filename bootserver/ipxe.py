@@ -22,7 +22,10 @@ from . import __version__
 from .errors import BootserverError
 from .resources import data_dir
 
-#: Serial console karg per architecture on Equinix Metal.
+#: Platforms a node's kargs may name (``ignition.platform.id``, ``coreos.inst.platform_id``).
+PLATFORMS = ("packet", "metal")
+
+#: Serial console karg per architecture on Equinix Metal (platform ``packet``).
 CONSOLES = {"x86_64": "console=ttyS1,115200n8", "aarch64": "console=ttyAMA0,115200"}
 
 #: Kernel arguments bootserver sets itself; a profile's ``kargs`` may not set them again.
@@ -114,31 +117,38 @@ def check_command_line(node: str, arch: str, kernel_url: str, kargs: Iterable[st
 
 
 def build_kargs(*, arch: str, mode: str, rootfs_url: str, stub_url: str, install_dev: str | None,
-                console: str | None, extra: Iterable[str], network: Iterable[str] = ()) -> tuple[str, ...]:
+                console: str | None, extra: Iterable[str], network: Iterable[str] = (),
+                platform: str = "packet") -> tuple[str, ...]:
     """Return the kernel arguments of a CoreOS live PXE boot, in order.
 
     ``mode`` is ``install`` (coreos-installer writes the disk and embeds the stub at ``stub_url``) or
-    ``live`` (Ignition runs from RAM and fetches ``stub_url``). ``console`` overrides the architecture's
-    serial console; ``network`` (the node's dracut network arguments, see
-    :func:`bootserver.network.dracut_kargs`) follows it, ``extra`` is appended last. Raises :class:`UnsafeValueError` for a value iPXE would
-    misread and ``ValueError`` for a non-http(s) URL or an unknown mode/arch.
+    ``live`` (Ignition runs from RAM and fetches ``stub_url``). ``platform`` is the Ignition/Afterburn
+    platform (``packet``: Equinix Metal; ``metal``: any other bare metal). ``console`` is the console
+    karg; ``None`` means Equinix's serial console of the architecture on ``packet`` and none on
+    ``metal``. ``network`` (the node's dracut network arguments, see
+    :func:`bootserver.network.dracut_kargs`) follows it, ``extra`` is appended last. Raises
+    :class:`UnsafeValueError` for a value iPXE would misread and ``ValueError`` for a non-http(s) URL or
+    an unknown mode/arch/platform.
     """
     for url in (rootfs_url, stub_url):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"coreos.live.rootfs_url and Ignition URLs must be http or https: {url!r}")
     if arch not in CONSOLES:
         raise ValueError(f"no serial console known for architecture {arch!r}")
+    if platform not in PLATFORMS:
+        raise ValueError(f"unknown platform {platform!r}")
     args = ["initrd=main", f"coreos.live.rootfs_url={rootfs_url}"]
     if mode == "install":
         if not install_dev:
             raise ValueError("install mode needs install_dev")
         args += [f"coreos.inst.install_dev={install_dev}", f"coreos.inst.ignition_url={stub_url}",
-                 "coreos.inst.platform_id=packet"]
+                 f"coreos.inst.platform_id={platform}"]
     elif mode == "live":
-        args += ["ignition.firstboot", "ignition.platform.id=packet", f"ignition.config.url={stub_url}"]
+        args += ["ignition.firstboot", f"ignition.platform.id={platform}", f"ignition.config.url={stub_url}"]
     else:
         raise ValueError(f"unknown mode {mode!r}")
-    args.append(console or CONSOLES[arch])
+    if console or platform == "packet":
+        args.append(console or CONSOLES[arch])
     args.extend(network)
     args.extend(extra)
     for word in args:

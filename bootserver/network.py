@@ -663,19 +663,21 @@ def node_kargs(config: Any, node: str) -> tuple[str, ...]:
 # ------------------------------------------------------------------------------------------ config
 
 
-def check_network_settings(doc: Any, source: str) -> None:
-    """The cross-key checks of every ``network`` key of a config document (``profiles``, ``nodes``):
+def check_network_settings(config: Any, source: str) -> None:
+    """The cross-key checks of every ``network`` key of a loaded :class:`~bootserver.config.Config`
+    (``profiles``, ``nodes``):
     :func:`check_network` on each NMState document, the node's kargs built once (every word checked),
     ``network: provider`` only on nodes of the Equinix provider (the one device record with addresses;
-    a node that names no ``provider`` counts as Equinix's), and no network argument (``ip=``, ``bond=``...)
+    :func:`bootserver.providers.base.provider_of`, a node without any provider counts as Equinix's), and no network argument (``ip=``, ``bond=``...)
     also in the profile's ``kargs`` of a node whose network is not ``dhcp``.
 
     Raises :class:`~bootserver.errors.ConfigError` naming ``source`` and the key:
     ``nodes.master-0.network.interfaces[2].link-aggregation.port[1]: no interface named ens9``.
     """
     from .ipxe import NETWORK_KARGS
+    from .providers.base import provider_of
 
-    for kind, items in (("profiles", doc.profiles), ("nodes", doc.nodes)):
+    for kind, items in (("profiles", config.profiles), ("nodes", config.nodes)):
         for name, item in items.items():
             if not isinstance(item.network, NetworkState):
                 continue
@@ -688,15 +690,15 @@ def check_network_settings(doc: Any, source: str) -> None:
                 raise ConfigError(source, f"{kind}.{name}.network.{e.path}".rstrip("."), e.message) from None
             except ValueError as e:  # UnsafeValueError: a word iPXE would not read literally
                 raise ConfigError(source, f"{kind}.{name}.network", str(e)) from None
-    for name, node in doc.nodes.items():
-        profile = doc.profiles.get(node.profile)
+    for name, node in config.nodes.items():
+        profile = config.profiles.get(node.profile)
         if profile is None:
             continue
         network = node.network if node.network is not None else profile.network
         if network is None or network == "dhcp":
             continue
-        # A node without a provider of its own is Equinix's, as before providers could be named.
-        provider = getattr(node, "provider", None) or getattr(profile, "provider", None)
+        # A node without a provider (none named, no provider's settings) is Equinix's, as before providers.
+        provider = provider_of(config, name)
         if network == "provider" and provider not in (None, "equinix"):
             where = f"nodes.{name}.network" if node.network is not None else f"profiles.{node.profile}.network"
             raise ConfigError(source, where, f"network: provider reads the addresses of an Equinix Metal device "

@@ -1,57 +1,66 @@
-"""Provisioning orchestration on top of a ``bootserver.metal.Provider``.
+"""``provision``, ``deprovision`` and ``devices`` on top of any provider (:mod:`bootserver.providers`).
 
-* ``provision_nodes``: for each node, reuse the device of the project that has the node's hostname and
-  bootserver's tag, or create one; record it in the node's state file; wait (bounded poll with
-  backoff, injectable clock and sleep) until every device is ``active`` or ``failed``.
-* ``deprovision_nodes``: delete each node's device and clear the device from its state file.
-* Node state: ``<state_dir>/nodes/<node>.json``, a JSON object whose ``device`` member holds
-  ``{"provider", "project", "id", "hostname", "state", "ip_addresses": [{"address", "address_family",
-  "cidr", "gateway", "public"}], "network_ports": [{"type", "name", "data": {"mac"}, "bond": {"name"},
-  "network_type"}], "updated_at"}`` (addresses and ports in the Equinix Metal OpenAPI spec's names,
-  ``IPAssignment`` and ``Port``); written atomically (temp file, fsync, rename, fsync of the folder).
-  Other members of the file are kept as they are, so other parts of bootserver may share it (the
-  server can bind a node to its device's source addresses from ``device.ip_addresses``).
+* :func:`provision`: group the nodes by provider, have each provider make its nodes boot from
+  bootserver, record each node's device in its state file, then (``wait``) follow the node timeline
+  until every node is ``installed`` (install mode) or ``running`` (live mode), a line per stage change.
+  The provider's own status (Equinix's ``active``, a BMC's power state) says nothing about whether the
+  install worked (docs/design.md, boot flow step 6); a provider that reports a failure (Equinix's
+  ``failed``) still ends the wait with an error.
+* :func:`deprovision`: have each provider undo it, and clear the node's device.
+* :func:`devices`: every provider's view of its devices, with bootserver's stage of each node.
+* Node state: ``<state_dir>/nodes/<node>.json``, a JSON object whose ``device`` member is what the
+  node's provider recorded (at least ``{"provider", "id", "state"}``; Equinix adds ``project``,
+  ``hostname``, ``ip_addresses``..., Redfish ``address``, ``system``, ``macs``...); written atomically
+  and owner-only (:func:`bootserver.files.write_atomic`). Other members of the file are kept as they are, so
+  other parts of bootserver may share it.
 
 No aiohttp, no server imports.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bootserver.errors import BootserverError, InputError
 from bootserver.files import write_atomic
-from bootserver.metal import (
-    GONE_STATES,
-    TERMINAL_STATES,
-    Device,
-    DeviceSpec,
-    MetalError,
-    MetalNotFound,
+from bootserver.providers.base import (
+    DEFAULT_PROVIDER,
+    Outcome,
     Provider,
+    ProviderError,
+    provider_class,
+    provider_classes,
+    provider_of,
 )
 
 log = logging.getLogger(__name__)
 
+#: The timeline stage that ends ``provision --wait``, per profile mode.
+DONE_STAGES = {"install": "installed", "live": "running"}
 
-class ProvisionTimeout(MetalError):
-    """Devices did not reach ``active`` or ``failed`` within the wait timeout (exit 1)."""
+Say = Callable[[str, str], None]
 
 
-class DeviceFailed(MetalError):
-    """At least one device ended ``failed`` (exit 1). ``results`` holds every node's outcome."""
+class ProvisionTimeout(ProviderError):
+    """Nodes did not reach their final stage within the wait timeout (exit 1)."""
 
-    def __init__(self, message: str, results: Sequence[NodeResult]) -> None:
+
+class DeviceFailed(ProviderError):
+    """A provider reported a node's device failed (exit 1). ``lines`` is every node's last line."""
+
+    def __init__(self, message: str, lines: Sequence[str]) -> None:
         super().__init__(message)
-        self.results = list(results)
+        self.lines = list(lines)
 
 
 # ------------------------------------------------------------------------------------------ state
@@ -93,27 +102,12 @@ def read_node_state(state_dir: str | os.PathLike[str], node: str) -> dict[str, A
     return data
 
 
-def device_state(provider: str, project: str, device: Device) -> dict[str, Any]:
-    """The ``device`` member of a node's state for ``device``."""
-    return {
-        "provider": provider,
-        "project": project,
-        "id": device.id,
-        "hostname": device.hostname,
-        "state": device.state,
-        "ip_addresses": [a.to_json() for a in device.ip_addresses],
-        "network_ports": [p.to_json() for p in device.network_ports],
-        "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-
-
-def record_device(state_dir: str | os.PathLike[str], node: str, provider: str, project: str, device: Device) -> None:
-    """Store ``device`` as the node's device in its state file, keeping the file's other members.
-
-    Raises ``BootserverError`` (exit 1) naming the file when it cannot be written."""
+def record_device(state_dir: str | os.PathLike[str], node: str, device: dict[str, Any]) -> None:
+    """Store ``device`` (a provider's record) as the node's device in its state file, keeping the
+    file's other members. Raises ``BootserverError`` (exit 1) naming the file when it cannot be written."""
     data = read_node_state(state_dir, node)
     data["node"] = node
-    data["device"] = device_state(provider, project, device)
+    data["device"] = device
     path = node_state_path(state_dir, node)
     try:
         write_json_atomic(path, data)
@@ -137,6 +131,66 @@ def clear_device(state_dir: str | os.PathLike[str], node: str) -> None:
         raise BootserverError(f"{path}: cannot write node state: {exc.strerror or exc}") from None
 
 
+def recorded_devices(state_dir: str | os.PathLike[str], nodes: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``{node: its recorded device member, or {}}``."""
+    return {n: read_node_state(state_dir, n).get("device") or {} for n in nodes}
+
+
+# ----------------------------------------------------------------------------------------- grouping
+
+
+def by_provider(config: Any, nodes: Sequence[str]) -> dict[str, list[str]]:
+    """``{provider name: its nodes, in the given order}``; a node that names no provider goes to
+    :data:`~bootserver.providers.base.DEFAULT_PROVIDER` (``equinix``, as before providers existed)."""
+    groups: dict[str, list[str]] = {}
+    for node in dict.fromkeys(nodes):
+        groups.setdefault(provider_of(config, node) or DEFAULT_PROVIDER, []).append(node)
+    return groups
+
+
+# ----------------------------------------------------------------------------------------- the store
+
+
+class StoreSession:
+    """The config's state store (:func:`bootserver.state.open_store`: sqlite in ``state_dir``, or the
+    ``state_store`` database), started on an event loop of its own for these synchronous commands: the
+    signing keys (:meth:`keyring`) and the node timeline's stages (:meth:`nodes`). Close it (or use it
+    as a context manager). Raises what :meth:`~bootserver.state.StateStore.start` raises."""
+
+    def __init__(self, config: Any) -> None:
+        from bootserver.state import open_store
+
+        self._loop = asyncio.new_event_loop()
+        self.store = open_store(config)
+        try:
+            self._loop.run_until_complete(self.store.start())
+        except BaseException:
+            self.close()
+            raise
+
+    def keyring(self) -> Any:
+        """The store's signing keys (a :class:`~bootserver.signing.Keyring`, kept fresh)."""
+        return self.store.keyring()
+
+    def nodes(self, names: Sequence[str]) -> list[Any]:
+        """The timeline's :class:`~bootserver.timeline.NodeState` of every node in ``names`` (and others)."""
+        return self._loop.run_until_complete(self.store.nodes(list(names)))
+
+    def close(self) -> None:
+        """Close the store and its event loop."""
+        if not self._loop.is_closed():
+            try:
+                self._loop.run_until_complete(self.store.close())
+            finally:
+                self._loop.close()
+
+    def __enter__(self) -> StoreSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 # ----------------------------------------------------------------------------------------- waiting
 
 
@@ -151,219 +205,182 @@ class WaitPolicy:
     factor: float = 1.5
 
 
-def wait_for_devices(
-    provider: Provider,
-    device_ids: Sequence[str],
+def wait_for_nodes(
+    config: Any,
+    watched: dict[str, tuple[Provider, dict[str, Any]]],
+    store: StoreSession,
     *,
+    since: float,
     policy: WaitPolicy = WaitPolicy(),
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    on_change: Callable[[Device], None] | None = None,
-) -> dict[str, Device]:
-    """Poll ``provider.get`` for every device until each is ``active`` or ``failed``.
+    say: Say = lambda node, message: None,
+) -> dict[str, dict[str, Any]]:
+    """Follow the node timeline (in ``store``) until each node of ``watched`` (node -> its provider and recorded
+    device) entered its final stage (:data:`DONE_STAGES`; ``unconfirmed`` for a profile without a real
+    Ignition config, whose stub is the last thing the server sees) at or after ``since`` (unix seconds).
 
-    Returns ``{device_id: Device}`` in the terminal state. ``clock`` (seconds, monotonic) and
-    ``sleep`` (seconds) are injectable; ``on_change`` is called with a device whenever its state
-    differs from the previous poll (and at the first poll). A poll that fails without an HTTP answer
-    (network error) is retried at the next round until the deadline. Raises ``ProvisionTimeout``
-    when ``policy.timeout`` seconds pass first, ``MetalError`` when a device disappears (404) or the
-    API answers with an error.
+    Each round reads every pending node's stage (``say(node, "stage <stage>")`` when it changed) and
+    asks its provider for the device (``say(node, "device <id> is <state>")`` when that changed; the
+    new record is stored). A node whose install-mode profile boots once and that is already
+    ``installing``/``installed`` when the wait starts is done at once (its network boot boots the
+    local disk until ``bootserver nodes reinstall``). A provider poll that fails without an answer
+    (network) is retried next round. ``clock`` (monotonic seconds) and ``sleep`` are injectable.
+
+    Returns ``{node: last device record}``. Raises :class:`DeviceFailed` when a provider reports a
+    failed device, :class:`ProvisionTimeout` when ``policy.timeout`` seconds pass first,
+    ``ProviderError`` when the far end answers with an error.
     """
+    from bootserver.timeline import INSTALLED_STAGES
+
+    devices = {node: device for node, (_, device) in watched.items()}
+    provider_state = {node: device.get("state") for node, device in devices.items()}
     deadline = clock() + policy.timeout
     interval = policy.interval
-    pending = list(dict.fromkeys(device_ids))
-    last: dict[str, Device] = {}
-    done: dict[str, Device] = {}
-    while True:
-        for device_id in list(pending):
+    pending = list(watched)
+    stages = {s.node: s for s in store.nodes(pending) if s.node in watched}
+    last_stage = {}
+    for node in list(pending):
+        profile = config.node_profile(node)
+        stage = stages[node].stage
+        last_stage[node] = stage
+        if profile.boots_once and stage in INSTALLED_STAGES:
+            say(node, f"already {stage}; it boots its disk until `bootserver nodes reinstall {node}`")
+            pending.remove(node)
+        else:
+            say(node, f"waiting for stage {DONE_STAGES[profile.mode]} (now {stage})")
+    while pending:
+        failed = []
+        states = {s.node: s for s in store.nodes(pending)}
+        for node in list(pending):
+            provider, _ = watched[node]
             try:
-                device = provider.get(device_id)
-            except MetalNotFound:
-                raise MetalError(f"device {device_id} disappeared while waiting for it") from None
-            except MetalError as exc:
+                poll = provider.poll(node, devices[node])
+            except ProviderError as exc:
                 if exc.status is not None:
                     raise
-                log.warning("polling device %s: %s", device_id, exc)
-                continue
-            previous = last.get(device_id)
-            last[device_id] = device
-            if on_change is not None and (previous is None or previous.state != device.state):
-                on_change(device)
-            if device.state in TERMINAL_STATES:
-                done[device_id] = device
-                pending.remove(device_id)
+                log.warning("node %s: polling its device: %s", node, exc)
+                poll = None
+            if poll is not None:
+                if poll.device is not None:
+                    devices[node] = poll.device
+                if poll.state != provider_state[node]:
+                    provider_state[node] = poll.state
+                    say(node, f"device {devices[node].get('id')} is {poll.state}")
+                    record_device(config.state_dir, node, devices[node])
+                if poll.failed:
+                    failed.append(node)
+                    continue
+            state = states[node]
+            if state.stage != last_stage[node]:
+                last_stage[node] = state.stage
+                say(node, f"stage {state.stage}")
+            mode = config.node_profile(node).mode
+            if state.stage in (DONE_STAGES[mode], "unconfirmed") and (state.stage_at or 0) >= since:
+                pending.remove(node)
+        if failed:
+            lines = [watched[n][0].line(n, devices[n]) for n in watched]
+            names = ", ".join(f"{n} ({devices[n].get('id')})" for n in failed)
+            raise DeviceFailed(f"device provisioning failed: {names}; run `bootserver deprovision` "
+                               "and try again", lines)
         if not pending:
-            return done
+            break
         remaining = deadline - clock()
         if remaining <= 0:
-            states = ", ".join(
-                f"{i} ({last[i].hostname}) {last[i].state}" if i in last else f"{i} (never answered)"
-                for i in pending
-            )
-            raise ProvisionTimeout(f"gave up waiting after {policy.timeout:g} s: still not active: {states}")
+            where = ", ".join(f"{n} at stage {last_stage[n]}" for n in pending)
+            raise ProvisionTimeout(f"gave up waiting after {policy.timeout:g} s: {where}")
         sleep(min(interval, remaining))
         interval = min(interval * policy.factor, policy.max_interval)
+    return devices
 
 
-# ------------------------------------------------------------------------------------ provisioning
+# ------------------------------------------------------------------------------------------ commands
 
 
-@dataclass(frozen=True)
-class NodeRequest:
-    """One node to provision: its name, the project (UUID) and the device to create."""
-
-    node: str
-    project: str
-    spec: DeviceSpec
-
-
-@dataclass(frozen=True)
-class NodeResult:
-    """Outcome for one node: its device (last known), and whether this run created it."""
-
-    node: str
-    device: Device
-    created: bool
-
-
-def find_managed_device(devices: Iterable[Device], hostname: str, tag: str) -> Device | None:
-    """Return the device among ``devices`` named ``hostname`` and tagged ``tag`` (ignoring devices
-    being deleted), or ``None``. Raises ``MetalError`` when more than one matches, naming their ids."""
-    matches = [d for d in devices if d.hostname == hostname and tag in d.tags and d.state not in GONE_STATES]
-    if len(matches) > 1:
-        ids = ", ".join(d.id for d in matches)
-        raise MetalError(f"{len(matches)} devices named {hostname!r} with tag {tag!r}: {ids}; delete the extras")
-    return matches[0] if matches else None
-
-
-def provision_nodes(
-    provider: Provider,
-    requests: Sequence[NodeRequest],
-    state_dir: str | os.PathLike[str],
+def provision(
+    config: Any,
+    args: argparse.Namespace,
+    nodes: Sequence[str],
     *,
-    tag: str,
     wait: bool = True,
     policy: WaitPolicy = WaitPolicy(),
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    on_event: Callable[[str, str], None] | None = None,
-) -> list[NodeResult]:
-    """Create (or reuse) one device per node, record it, and wait for all of them.
+    now: Callable[[], float] = time.time,
+    say: Say = lambda node, message: None,
+) -> list[str]:
+    """Provision ``nodes`` with their providers (options in ``args``), then (``wait``) follow their
+    installs (:func:`wait_for_nodes`). Returns one output line per node, in order.
 
-    Idempotent: a device of the project with the node's hostname and ``tag`` is reused, not
-    duplicated (one ``list`` call per project). Every request's ``spec.tags`` must contain ``tag``.
-    The device is recorded in ``state_dir`` right after creation and again after the wait.
-    ``on_event(node, message)`` reports progress (``created device ...``, ``reusing device ...``,
-    state changes). With ``wait=False`` the devices are returned as first seen.
-
-    Raises ``MetalError`` on API failures, ``ProvisionTimeout`` when the wait runs out (devices
-    recorded as last seen), ``DeviceFailed`` after recording when any device ended ``failed``.
+    Raises ``InputError`` (exit 2) for bad settings before any call, ``ProviderError`` (exit 1) for
+    a failure of a provider, :class:`DeviceFailed` / :class:`ProvisionTimeout` from the wait.
     """
-    say = on_event or (lambda node, message: None)
-    existing: dict[str, list[Device]] = {}
-    results: dict[str, NodeResult] = {}
-    by_device: dict[str, NodeRequest] = {}
-    for req in requests:
-        if tag not in req.spec.tags:
-            raise ValueError(f"DeviceSpec of node {req.node} lacks the managed tag {tag!r}")
-        if req.project not in existing:
-            existing[req.project] = provider.list(req.project, tag=tag)
-        device = find_managed_device(existing[req.project], req.spec.hostname, tag)
-        created = device is None
-        if device is None:
-            device = provider.create(req.project, req.spec)
-            existing[req.project].append(device)
-            say(req.node, f"created device {device.id} ({device.state})")
+    from bootserver.urls import Urls
+
+    since = now()
+    watched: dict[str, tuple[Provider, dict[str, Any]]] = {}
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(StoreSession(config))
+        urls = Urls(config, keys=store.keyring)
+        opened = [(stack.enter_context(provider_class(name).open(config, args, urls)), group)
+                  for name, group in by_provider(config, nodes).items()]
+        for provider, group in opened:
+            recorded = recorded_devices(config.state_dir, group)
+            outcomes = provider.provision(
+                group, recorded, lambda node, device: record_device(config.state_dir, node, device), say)
+            for outcome in outcomes:
+                assert outcome.device is not None
+                watched[outcome.node] = (provider, outcome.device)
+        if wait:
+            devices = wait_for_nodes(config, watched, store, since=since, policy=policy, clock=clock,
+                                     sleep=sleep, say=say)
         else:
-            say(req.node, f"reusing device {device.id} ({device.state})")
-        record_device(state_dir, req.node, provider.name, req.project, device)
-        results[req.node] = NodeResult(req.node, device, created)
-        by_device[device.id] = req
-
-    if wait:
-        def changed(device: Device) -> None:
-            req = by_device[device.id]
-            say(req.node, f"device {device.id} is {device.state}")
-            record_device(state_dir, req.node, provider.name, req.project, device)
-
-        final = wait_for_devices(
-            provider,
-            [r.device.id for r in results.values()],
-            policy=policy,
-            clock=clock,
-            sleep=sleep,
-            on_change=changed,
-        )
-        for node, result in list(results.items()):
-            device = final[result.device.id]
-            results[node] = NodeResult(node, device, result.created)
-            req = by_device[device.id]
-            record_device(state_dir, node, provider.name, req.project, device)
-    out = [results[r.node] for r in requests]
-    failed = [r for r in out if r.device.state == "failed"]
-    if wait and failed:
-        names = ", ".join(f"{r.node} ({r.device.id})" for r in failed)
-        raise DeviceFailed(
-            f"device provisioning failed: {names}; run `bootserver deprovision` and try again", out
-        )
-    return out
+            devices = {node: device for node, (_, device) in watched.items()}
+        return [watched[n][0].line(n, devices[n]) for n in dict.fromkeys(nodes)]
 
 
-@dataclass(frozen=True)
-class DeprovisionResult:
-    """Outcome for one node: the device id deleted (``None`` when there was none) and whether the
-    API still had it (``False``: it was already gone)."""
-
-    node: str
-    device_id: str | None
-    deleted: bool
-
-
-def deprovision_nodes(
-    provider: Provider,
-    nodes: Sequence[tuple[str, str, str | None]],
-    state_dir: str | os.PathLike[str],
-    *,
-    tag: str,
-    on_event: Callable[[str, str], None] | None = None,
-) -> list[DeprovisionResult]:
-    """Delete the device of each ``(node, hostname, project)`` and clear it from the node's state.
-
-    The device is the project's device with that hostname and ``tag``; when none is listed, the
-    device id recorded in the node's state. ``project`` ``None`` means the one recorded in the
-    state (``InputError`` if there is none). A device the API no longer knows (404) counts as gone.
-    Raises ``MetalError`` on API failures (state left untouched for that node).
-    """
-    say = on_event or (lambda node, message: None)
-    listed: dict[str, list[Device]] = {}
-    out = []
-    for node, hostname, project in nodes:
-        recorded = read_node_state(state_dir, node).get("device") or {}
-        project = project or recorded.get("project")
-        if not project:
-            raise InputError(f"node {node}: no project: pass --project or set metal.project")
-        if project not in listed:
-            listed[project] = provider.list(project, tag=tag)
-        device = find_managed_device(listed[project], hostname, tag)
-        device_id = device.id if device else recorded.get("id")
-        deleted = False
-        if device_id:
-            try:
-                provider.delete(device_id)
-                deleted = True
-                say(node, f"deleted device {device_id}")
-            except MetalNotFound:
-                say(node, f"device {device_id} was already gone")
-        else:
-            say(node, "no device")
-        clear_device(state_dir, node)
-        out.append(DeprovisionResult(node, device_id, deleted))
-    return out
+def deprovision(config: Any, args: argparse.Namespace, nodes: Sequence[str], *, say: Say = lambda n, m: None
+                ) -> list[str]:
+    """Undo ``provision`` for ``nodes`` with their providers and clear their recorded devices.
+    Returns one output line per node. A node whose provider fails keeps its recorded device."""
+    lines: dict[str, str] = {}
+    for name, group in by_provider(config, nodes).items():
+        with provider_class(name).open(config, args, None) as provider:
+            for outcome in provider.deprovision(group, recorded_devices(config.state_dir, group), say):
+                clear_device(config.state_dir, outcome.node)
+                lines[outcome.node] = outcome.line
+    return [lines[n] for n in dict.fromkeys(nodes)]
 
 
-def format_device(device: Device, node: str | None = None) -> str:
-    """One line per device: ``[node ]id state addr,addr,...`` (``-`` when it has no address yet)."""
-    addresses = ",".join(a.address for a in device.ip_addresses) or "-"
-    head = f"{node} " if node else ""
-    return f"{head}{device.id} {device.state} {addresses}"
+def devices(config: Any, args: argparse.Namespace) -> list[str]:
+    """The lines of ``bootserver devices``: each provider in use (nodes of its own, or options naming
+    it; Equinix when none is) lists its devices with bootserver's stage of each node."""
+    with StoreSession(config) as store:
+        stages = {s.node: s.stage for s in store.nodes(list(config.nodes))}
+    classes = [cls for cls in provider_classes() if cls.used_by(config, args)] or [provider_class(DEFAULT_PROVIDER)]
+    lines: list[str] = []
+    for cls in classes:
+        with cls.open(config, args, None) as provider:
+            lines += provider.devices(stages)
+    return lines
 
+
+__all__ = [
+    "DONE_STAGES",
+    "DeviceFailed",
+    "Outcome",
+    "ProvisionTimeout",
+    "StoreSession",
+    "WaitPolicy",
+    "by_provider",
+    "clear_device",
+    "deprovision",
+    "devices",
+    "node_state_path",
+    "provision",
+    "read_node_state",
+    "record_device",
+    "recorded_devices",
+    "wait_for_nodes",
+    "write_json_atomic",
+]

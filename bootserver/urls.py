@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from .config import Config
-from .signing import Keyring, Signer
+from .signing import Keyring, Signer, verify
 from .streams import Artifact, Release
 
 #: The listener a route is served on: ``device`` (``server.listen`` and ``server.tls.listen``, what
@@ -99,10 +99,29 @@ class Urls:
         return f"{base}{path}?{self.signer.query(node, path, ttl)}"
 
     def chain(self, node: str, ttl: int | None = None) -> str:
-        """The node's signed chain URL: what Equinix's iPXE fetches (``ipxe_script_url``), valid for
-        ``ttl`` seconds (default ``server.signing.chain_ttl``), rounded up to the hour."""
+        """The node's signed chain URL: what a device's iPXE fetches on every network boot
+        (``ipxe_script_url``), valid for ``ttl`` seconds (default ``server.signing.chain_ttl``, ten
+        years: a device keeps it; ``keys rotate`` revokes it), rounded up to the hour."""
         ttl = self.config.server.signing.chain_ttl if ttl is None else ttl
         return self._signed(self.base, node, CHAIN.path(node=node), ttl)
+
+    @staticmethod
+    def expiry_of(url: str) -> int:
+        """The ``exp`` (unix seconds) of a signed URL; ``0`` when it has none."""
+        exp = parse_qs(urlsplit(url).query).get("exp", ["0"])[0]
+        return int(exp) if exp.isdigit() else 0
+
+    def chain_is_current(self, node: str, url: str) -> bool:
+        """Whether ``url`` is the node's chain URL as handed out now: same scheme, host and path as
+        :meth:`chain`, signed with the current key (not one ``keys rotate`` retired), and valid for at
+        least half of ``server.signing.chain_ttl`` more. ``provision`` re-points a device otherwise."""
+        have, want = urlsplit(url), urlsplit(self.chain(node))
+        if (have.scheme, have.netloc, have.path) != (want.scheme, want.netloc, want.path):
+            return False
+        query = parse_qs(have.query)
+        later = self.signer.now() + self.config.server.signing.chain_ttl / 2
+        return verify([self.signer.keyring.current], node, CHAIN.path(node=node), query.get("exp", [None])[0],
+                      query.get("sig", [None])[0], later)
 
     def userdata(self, node: str, ttl: int | None = None) -> str:
         """The ``#!ipxe`` userdata that chains to the node's script (for ``userdata`` instead of a URL)."""

@@ -3,14 +3,14 @@
 A real aiohttp server on 127.0.0.1 (a free port), run in its own thread with its own event loop so the
 synchronous ``requests`` client under test can talk to it. It implements the four calls bootserver
 uses: ``POST /projects/{id}/devices`` (createDevice), ``GET /projects/{id}/devices``
-(findProjectDevices, paginated), ``GET /devices/{id}`` (findDeviceById), ``DELETE /devices/{id}``
-(deleteDevice, 204).
+(findProjectDevices, paginated), ``GET /devices/{id}`` (findDeviceById), ``PUT /devices/{id}``
+(updateDevice), ``DELETE /devices/{id}`` (deleteDevice, 204).
 
 * Every createDevice body is validated with jsonschema against the spec's request schema (the oneOf of
   DeviceCreateInMetroInput / DeviceCreateInFacilityInput, ``$ref``s resolved in the spec document),
   plus a strict check that every key is a property the spec defines (the spec itself allows extra
-  keys, which would hide a typo). A bad body is a 422 ``{"errors": [...]}`` and is recorded in
-  ``invalid_bodies``.
+  keys, which would hide a typo). Every updateDevice body likewise against ``DeviceUpdateInput``. A bad
+  body is a 422 ``{"errors": [...]}`` and is recorded in ``invalid_bodies``.
 * Every answer is checked against the spec's response schema (Device, DeviceList, Error); a mismatch is
   recorded in ``problems`` (the fixture fails the test when it is not empty).
 * A wrong or missing ``X-Auth-Token`` is a 401 ``{"error": ...}``; an unknown project or device a 404.
@@ -51,6 +51,7 @@ REFERENCE_DIR = Path(__file__).resolve().parent / "data"
 SPEC_PATH = REFERENCE_DIR / "equinix-metal-oas3.yaml"
 SPEC_URI = "urn:equinix-metal-oas3"
 CREATE_BODY_POINTER = "#/paths/~1projects~1{id}~1devices/post/requestBody/content/application~1json/schema"
+UPDATE_BODY_POINTER = "#/paths/~1devices~1{id}/put/requestBody/content/application~1json/schema"
 
 _JSON_KEY: Any = web.RequestKey("json", object) if hasattr(web, "RequestKey") else "json"
 
@@ -109,6 +110,16 @@ def create_body_errors(body: Any) -> list[str]:
     if isinstance(body, dict):
         for key in sorted(set(body) - create_body_keys()):
             errors.append(f"{key}: not a createDevice property")
+    return errors
+
+
+def update_body_errors(body: Any) -> list[str]:
+    """Why ``body`` is not a valid updateDevice request (empty when it is), unknown keys included."""
+    errors = [f"{'/'.join(str(p) for p in e.absolute_path) or '(body)'}: {e.message}"
+              for e in validator(UPDATE_BODY_POINTER).iter_errors(body)]
+    if isinstance(body, dict):
+        known = load_spec()["components"]["schemas"]["DeviceUpdateInput"]["properties"]
+        errors += [f"{key}: not an updateDevice property" for key in sorted(set(body) - set(known))]
     return errors
 
 
@@ -255,6 +266,7 @@ class FakeMetal:
         app.router.add_post("/metal/v1/projects/{project}/devices", self._create)
         app.router.add_get("/metal/v1/projects/{project}/devices", self._list)
         app.router.add_get("/metal/v1/devices/{id}", self._get)
+        app.router.add_put("/metal/v1/devices/{id}", self._update)
         app.router.add_delete("/metal/v1/devices/{id}", self._delete)
         return app
 
@@ -337,6 +349,22 @@ class FakeMetal:
             elif device["state"] == "provisioning":
                 device["state"] = "failed" if device["hostname"] in self.fail_hostnames else "active"
         return self._answer(200, answer, "Device")
+
+    async def _update(self, request: web.Request) -> web.Response:
+        device = self.devices.get(request.match_info["id"])
+        if device is None:
+            return self._error(404, "Not found")
+        body = request[_JSON_KEY]
+        errors = update_body_errors(body)
+        if errors:
+            self.invalid_bodies.append((body, errors))
+            return self._answer(422, {"errors": errors}, "Error")
+        for key, value in body.items():
+            if key in ("ipxe_script_url", "userdata") and value == "":
+                device.pop(key, None)  # "" clears it, as the API does
+            else:
+                device[key] = value
+        return self._answer(200, self._public(device), "Device")
 
     async def _delete(self, request: web.Request) -> web.Response:
         device = self.devices.pop(request.match_info["id"], None)

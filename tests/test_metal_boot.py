@@ -60,16 +60,18 @@ async def test_provision_then_boot_like_the_devices(tmp_path: Path, boot_setup, 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         try:
             await server.start(http)
-            rc, out0, err0 = await run_cli("provision", "master-0", "--config", str(config), "--log-level", "debug")
+            rc, out0, err0 = await run_cli("provision", "master-0", "--no-wait", "--config", str(config),
+                                           "--log-level", "debug")
             assert rc == 0, err0
-            rc, out1, err1 = await run_cli("provision", "master-1", "--via", "userdata", "--config", str(config))
+            rc, out1, err1 = await run_cli("provision", "master-1", "--no-wait", "--via", "userdata",
+                                           "--config", str(config))
             assert rc == 0, err1
             for text in (out0, err0, out1, err1):
                 assert TOKEN not in text
             assert fake_metal.invalid_bodies == []
 
             devices = {d["hostname"]: d for d in fake_metal.devices.values()}
-            assert out0 == f"master-0 {devices['master-0']['id']} active 147.75.0.10,2604:1380::a,10.70.0.10\n"
+            assert out0 == f"master-0 {devices['master-0']['id']} queued 147.75.0.10,2604:1380::a,10.70.0.10\n"
             state = json.loads((tmp_path / "state" / "nodes" / "master-0.json").read_text())
             assert state["device"]["id"] == devices["master-0"]["id"]
             assert [a["address"] for a in state["device"]["ip_addresses"]] == ["147.75.0.10", "2604:1380::a", "10.70.0.10"]
@@ -85,6 +87,21 @@ async def test_provision_then_boot_like_the_devices(tmp_path: Path, boot_setup, 
             assert (verb, flag) == ("chain", "--autofree")
             assert chain_url.startswith(f"{server.url}/ipxe/master-1?exp=") and "&sig=" in chain_url
             await play_device(http, chain_url, expected, master_ign.read_bytes())
+
+            # keys rotate revokes every chain URL (no grace); provision re-points the device
+            old_url = devices["master-0"]["ipxe_script_url"]
+            rc, _, err = await run_cli("keys", "rotate", "--grace", "0", "--config", str(config))
+            assert rc == 0, err
+            async with http.get(old_url) as r:
+                assert r.status == 403
+            rc, _, err = await run_cli("provision", "master-0", "--no-wait", "--config", str(config))
+            assert rc == 0, err
+            assert [c.path for c in fake_metal.calls("PUT")] == [f"/devices/{devices['master-0']['id']}"]
+            assert fake_metal.invalid_bodies == []
+            new_url = fake_metal.devices[devices["master-0"]["id"]]["ipxe_script_url"]
+            assert new_url != old_url
+            async with http.get(new_url) as r:
+                assert r.status == 200 and (await r.text()).startswith("#!ipxe\n")
 
             rc, _out, err = await run_cli("deprovision", "master-0", "master-1", "--config", str(config))
             assert rc == 0, err

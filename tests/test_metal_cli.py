@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import write_config
+from helpers import write_config
 from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 
 from bootserver.cli import main
@@ -51,13 +53,13 @@ def cli(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_provision_prints_devices_and_records_state(env, tmp_path, capsys):
     config = make_config(tmp_path)
-    rc, out, err = cli(capsys, "provision", "master-0", "master-1", "--config", str(config))
+    rc, out, err = cli(capsys, "provision", "master-0", "master-1", "--no-wait", "--config", str(config))
     assert rc == 0, err
     lines = out.splitlines()
     assert len(lines) == 2
     ids = {d["hostname"]: d["id"] for d in env.devices.values()}
-    assert lines[0] == f"master-0 {ids['master-0']} active 147.75.0.10,2604:1380::a,10.70.0.10"
-    assert lines[1].startswith(f"master-1 {ids['m1']} active ")
+    assert lines[0] == f"master-0 {ids['master-0']} queued 147.75.0.10,2604:1380::a,10.70.0.10"
+    assert lines[1].startswith(f"master-1 {ids['m1']} queued ")
     assert f"bootserver: master-0: created device {ids['master-0']} (queued)" in err
     bodies = {c.body["hostname"]: c.body for c in env.calls("POST")}
     assert re.fullmatch(r"http://boot\.example:8080/ipxe/master-0\?exp=\d+&sig=[\w-]{43}",
@@ -67,18 +69,19 @@ def test_provision_prints_devices_and_records_state(env, tmp_path, capsys):
     assert bodies["master-0"]["operating_system"] == "custom_ipxe"
     assert env.invalid_bodies == []
     state = json.loads((tmp_path / "state" / "nodes" / "master-1.json").read_text())
-    assert state["device"]["id"] == ids["m1"] and state["device"]["state"] == "active"
+    assert state["device"]["id"] == ids["m1"] and state["device"]["state"] == "queued"
 
-    # idempotent: a second run reuses both devices
-    rc, out2, err = cli(capsys, "provision", "master-0", "master-1", "--config", str(config))
+    # idempotent: a second run reuses both devices (and their chain URLs, still current)
+    rc, out2, err = cli(capsys, "provision", "master-0", "master-1", "--no-wait", "--config", str(config))
     assert rc == 0 and out2 == out
+    assert env.calls("PUT") == []
     assert len(env.calls("POST")) == 2
     assert "reusing device" in err
 
 
 def test_userdata_and_cli_overrides(env, tmp_path, capsys):
     config = make_config(tmp_path, always_pxe=True, billing_cycle="monthly")
-    rc, _out, err = cli(capsys, "provision", "master-0", "--config", str(config), "--via", "userdata",
+    rc, _out, err = cli(capsys, "provision", "master-0", "--no-wait", "--config", str(config), "--via", "userdata",
                        "--plan", "m3.large.x86", "--facility", "sv15", "--tag", "extra",
                        "--spot-price-max", "0.75", "--hardware-reservation-id", "next-available")
     assert rc == 0, err
@@ -99,8 +102,14 @@ def test_userdata_and_cli_overrides(env, tmp_path, capsys):
     }
     assert env.invalid_bodies == []
     # the userdata is exactly what `bootserver url` prints
-    rc, url_out, _ = cli(capsys, "url", "master-0", "--config", str(config))
+    rc, url_out, url_err = cli(capsys, "url", "master-0", "--config", str(config))
     assert url_out.endswith(call.body["userdata"])
+    # ... and says (on stderr, out of the way of `| head -1`) when it expires: in ten years, by default
+    exp = int(re.search(r"exp=(\d+)", url_out)[1])
+    when = datetime.fromtimestamp(exp, UTC).strftime("%Y-%m-%d %H:%M")
+    assert url_err == (f"bootserver: master-0: these URLs expire {when} UTC; `bootserver keys rotate` revokes "
+                       "them sooner (once its grace ends)\n")
+    assert 3649 * 86400 < exp - time.time() <= 3650 * 86400 + 3600
 
 
 def test_failed_device_is_exit_1_after_printing(env, tmp_path, capsys):
@@ -184,7 +193,7 @@ def test_devices_lists_ours_across_pages_and_deprovision_deletes(env, tmp_path, 
     for i in range(120):  # more than one page of 100
         env.add_device(f"extra-{i:03}", ["bs-test"])
     env.add_device("foreign", ["other"])
-    rc, out, err = cli(capsys, "provision", "master-0", "--config", str(config))
+    rc, out, err = cli(capsys, "provision", "master-0", "--no-wait", "--config", str(config))
     assert rc == 0, err
     rc, out, err = cli(capsys, "devices", "--config", str(config))
     assert rc == 0, err
@@ -210,7 +219,7 @@ def test_token_is_never_printed_or_logged(env, tmp_path, capsys, caplog):
     config = make_config(tmp_path)
     env.inject("GET", "/projects/", 429, headers={"Retry-After": "0"})
     outputs = []
-    for args in (["provision", "master-0", "--log-level", "debug"], ["devices", "--log-level", "debug"],
+    for args in (["provision", "master-0", "--no-wait", "--log-level", "debug"], ["devices", "--log-level", "debug"],
                  ["deprovision", "master-0", "--log-level", "debug"]):
         rc, out, err = cli(capsys, *args, "--config", str(config))
         assert rc == 0, err
@@ -241,7 +250,7 @@ def test_loopback_chain_url_is_warned_about(env, tmp_path, capsys):
     doc = yaml.safe_load(config.read_text())
     del doc["server"]["base_url"]
     write_config(config, doc)
-    rc, _, err = cli(capsys, "provision", "master-0", "--config", str(config))
+    rc, _, err = cli(capsys, "provision", "master-0", "--no-wait", "--config", str(config))
     assert rc == 0, err
     assert err.splitlines()[0] == (
         "bootserver: warning: devices cannot reach the chain URL http://127.0.0.1:8080/ipxe/master-0: "

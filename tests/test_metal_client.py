@@ -6,19 +6,26 @@ import logging
 import socket
 
 import pytest
-from fake_metal import PROJECT, TOKEN, create_body_errors, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
-from urllib3.response import HTTPResponse
+import requests
+from fake_metal import (  # noqa: F401 - the fake_metal fixture
+    PROJECT,
+    TOKEN,
+    create_body_errors,
+    fake_metal_fixture,
+    update_body_errors,
+)
 
 import bootserver
 from bootserver.errors import InputError
-from bootserver.metal import (
+from bootserver.providers.base import ProviderError as MetalError
+from bootserver.providers.base import ProviderNotFound as MetalNotFound
+from bootserver.providers.base import provider_class
+from bootserver.providers.equinix import (
+    Equinix,
     DeviceSpec,
     EquinixMetal,
-    MetalError,
-    MetalNotFound,
-    MetalRetry,
     MissingTokenError,
-    Provider,
+    _asked_wait,
     device_create_body,
 )
 
@@ -42,8 +49,24 @@ def spec(**kw) -> DeviceSpec:
     return DeviceSpec(**kw)
 
 
-def test_equinix_metal_is_a_provider():
-    assert isinstance(EquinixMetal("t"), Provider)
+def test_equinix_is_the_registered_provider():
+    assert provider_class("equinix") is Equinix
+    assert Equinix.platform_id == "packet"
+
+
+def test_update_re_points_a_device_with_a_valid_body(fake_metal):
+    userdata = f"#!ipxe\nchain --autofree {URL}\n"
+    with client(fake_metal) as api:
+        device = api.create(PROJECT, spec())
+        assert device.ipxe_script_url == URL
+        device = api.update(device.id, userdata=userdata)
+    assert (device.ipxe_script_url, device.userdata) == (None, userdata)
+    [call] = fake_metal.calls("PUT")
+    assert call.path == f"/devices/{device.id}"
+    assert call.body == {"ipxe_script_url": "", "userdata": userdata}
+    assert fake_metal.invalid_bodies == []
+    assert update_body_errors({"ipxe_url": URL})  # a typo the spec alone would let through
+    assert update_body_errors({"userdata": 1})
 
 
 def test_create_sends_a_valid_metro_body_with_auth_and_user_agent(fake_metal):
@@ -194,11 +217,13 @@ def test_429_for_too_long_gives_the_api_error(fake_metal):
     assert len(fake_metal.calls("GET")) == 3
 
 
-def test_5xx_on_get_is_retried(fake_metal):
-    fake_metal.inject("GET", "/projects/", 503, times=2)
-    with client(fake_metal) as api:
+def test_5xx_on_get_is_retried_with_exponential_backoff(fake_metal):
+    waits = []
+    fake_metal.inject("GET", "/projects/", 503, times=3)
+    with client(fake_metal, backoff_factor=0.5, retry_sleep=waits.append) as api:
         assert api.list(PROJECT) == []
-    assert len(fake_metal.calls("GET")) == 3
+    assert len(fake_metal.calls("GET")) == 4
+    assert waits == [0.5, 1.0, 2.0]
 
 
 def test_5xx_on_create_is_not_retried(fake_metal):
@@ -225,29 +250,41 @@ def test_connection_refused_is_a_runtime_error():
     assert "secret-xyz" not in str(info.value)
 
 
+def answer(status: int, headers: dict[str, str]) -> requests.Response:
+    response = requests.Response()
+    response.status_code = status
+    response.headers.update(headers)
+    return response
+
+
 @pytest.mark.parametrize(
     ("headers", "expected"),
     [
         ({"Retry-After": "7"}, 7.0),
         ({"X-RateLimit-Reset": "4"}, 4.0),
         ({"Retry-After": "2", "X-RateLimit-Reset": "9"}, 2.0),
-        ({"Retry-After": "100000"}, 120.0),  # capped
+        ({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # an HTTP date in the past
         ({"X-RateLimit-Reset": "garbage"}, None),
         ({}, None),
     ],
 )
 def test_retry_after_sources(headers, expected):
-    retry = MetalRetry(total=1)
-    retry.max_retry_after = 120.0
-    assert retry.get_retry_after(HTTPResponse(status=429, headers=headers)) == expected
+    assert _asked_wait(answer(429, headers)) == expected
 
 
 def test_x_ratelimit_reset_as_unix_time():
     import time
 
-    retry = MetalRetry(total=1)
-    waited = retry.get_retry_after(HTTPResponse(status=429, headers={"X-RateLimit-Reset": str(int(time.time()) + 30)}))
+    waited = _asked_wait(answer(429, {"X-RateLimit-Reset": str(int(time.time()) + 30)}))
     assert 25 <= waited <= 31
+
+
+def test_server_asked_waits_are_capped(fake_metal):
+    waits = []
+    fake_metal.inject("GET", "/projects/", 429, headers={"Retry-After": "100000"})
+    with client(fake_metal, retry_sleep=waits.append, max_retry_after=120) as api:
+        api.list(PROJECT)
+    assert waits == [120.0]
 
 
 def test_missing_token_is_exit_2_naming_the_variable():
@@ -268,7 +305,8 @@ def test_api_url_env_wins_over_config_key():
 
 def test_token_never_appears_in_logs_or_errors(fake_metal, caplog):
     caplog.set_level(logging.DEBUG)
-    logging.getLogger("urllib3").setLevel(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="urllib3")
+    caplog.set_level(logging.DEBUG, logger="bootserver")
     messages = []
     with client(fake_metal) as api:
         fake_metal.inject("GET", "/projects/", 429, headers={"Retry-After": "0"})

@@ -10,7 +10,7 @@ import pytest
 
 from bootserver.config import Config, parse_config
 from bootserver.errors import ConfigError, InputError
-from bootserver.metal import (
+from bootserver.providers.equinix import (
     MetalGlobal,
     MetalSettings,
     build_device_spec,
@@ -174,7 +174,7 @@ def test_userdata_refuses_unsafe_urls(url):
 
 def test_always_pxe_follows_boot_once_unless_set(tmp_path, reference) -> None:
     from bootserver.config import parse_config
-    from bootserver.metal import node_settings
+    from bootserver.providers.equinix import node_settings
 
     cfg = parse_config({
         "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},

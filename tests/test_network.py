@@ -215,10 +215,9 @@ def equinix_record(network_type: str = "layer3") -> dict[str, Any]:
         ],
     }
     assert list(validator("#/components/schemas/Device").iter_errors(device)) == []
-    from bootserver.metal import _device_from_json
-    from bootserver.provision import device_state
+    from bootserver.providers.equinix import _device_from_json, device_state
 
-    return json.loads(json.dumps(device_state("equinix", "p", _device_from_json(device))))
+    return json.loads(json.dumps(device_state("p", _device_from_json(device))))
 
 
 @pytest.mark.parametrize("network_type", ["layer3", "hybrid-bonded"])
@@ -290,22 +289,21 @@ async def test_provider_without_a_device_record_is_503_to_the_device(aiohttp_cli
     assert "ip=139.178.70.33::139.178.70.32:31:master-0:bond0:none" in await r.text()
 
 
-def test_provider_network_on_a_non_equinix_provider_is_refused_naming_the_node() -> None:
-    # The config's provider key arrives with the providers work; the check reads node and profile as they are.
-    from types import SimpleNamespace
-
-    from bootserver.network import check_network_settings
-
-    profile = SimpleNamespace(network="provider", kargs=(), provider=None)
-    nodes = {"bmc-0": SimpleNamespace(profile="metal", network=None, provider="redfish"),
-             "m0": SimpleNamespace(profile="metal", network=None, provider=None)}
+@pytest.mark.parametrize("node,where", [
+    ({"provider": "redfish", "redfish": {"address": "https://bmc-0.example"}}, "profiles.metal.network"),
+    ({"redfish": {"address": "https://bmc-0.example"}, "network": "provider"}, "nodes.bmc-0.network"),
+])
+def test_provider_network_on_a_non_equinix_provider_is_refused_naming_the_node(
+        node: dict[str, Any], where: str, reference: Path, tmp_path: Path) -> None:
+    d = doc(reference, tmp_path, None, network="provider")
+    d["nodes"]["bmc-0"] = {"profile": "metal", **node}
     with pytest.raises(ConfigError) as info:
-        check_network_settings(SimpleNamespace(profiles={"metal": profile}, nodes=nodes), "b.yaml")
-    assert str(info.value) == ("b.yaml: profiles.metal.network: network: provider reads the addresses of an Equinix "
-                               "Metal device record, and node bmc-0's provider is redfish; give it an NMState "
-                               "network or dhcp")
-    del nodes["bmc-0"]
-    check_network_settings(SimpleNamespace(profiles={"metal": profile}, nodes=nodes), "b.yaml")
+        parse_config(d, "b.yaml", tmp_path)
+    assert str(info.value) == (f"b.yaml: {where}: network: provider reads the addresses of an Equinix Metal device "
+                               "record, and node bmc-0's provider is redfish; give it an NMState network or dhcp")
+    d["nodes"]["bmc-0"]["network"] = "dhcp"
+    d["nodes"]["m0"] = {"profile": "metal", "provider": "equinix"}
+    parse_config(d, "b.yaml", tmp_path)  # master-0 (no provider) and m0 (equinix) keep network: provider
 
 
 def test_profile_network_is_the_default_of_its_nodes(reference: Path, tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from fake_metal import PROJECT, fake_metal_fixture  # noqa: F401 - the fake_meta
 from nm_generator import connections
 
 from bootserver.config import parse_config
-from bootserver.metal import DeviceSpec, EquinixMetal
-from bootserver.provision import NodeRequest, provision_nodes
+from bootserver.providers.equinix import DeviceSpec, EquinixMetal, device_state
+from bootserver.provision import record_device
 from bootserver.service import BootService
 
 from conftest import fixed_signer
@@ -186,12 +186,11 @@ def _compare_golden(script: str, golden: str) -> None:
 
 
 def provision(fake_metal, tmp_path: Path, hostname: str) -> None:
-    """Run ``provision_nodes`` against the fake, which stores the device record in the state dir."""
+    """Create the device on the fake and store its record in the state dir, as ``provision`` does."""
     spec = DeviceSpec(hostname=hostname, plan="c3.small.x86", metro="da", billing_cycle="hourly",
                       ipxe_script_url="http://boot.example.net:8080/ipxe/m0", tags=("bootserver",))
     with EquinixMetal(fake_metal.token, fake_metal.url, backoff_factor=0, timeout=(5, 10)) as api:
-        provision_nodes(api, [NodeRequest("m0", PROJECT, spec)], tmp_path / "state", tag="bootserver",
-                        clock=lambda: 0.0, sleep=lambda s: None)
+        record_device(tmp_path / "state", "m0", device_state(PROJECT, api.create(PROJECT, spec)))
 
 
 EQUINIX_EXPECTED = {

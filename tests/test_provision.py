@@ -1,38 +1,43 @@
-"""Provisioning orchestration against the local fake API: create or reuse, wait, record, delete."""
+"""Provider-neutral provisioning with the Equinix provider against the local fake API: create or reuse
+(and re-point), record, follow the node timeline, delete."""
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
+from typing import Any
 
 import pytest
-from fake_metal import PROJECT, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
+from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 
+from bootserver.cli import build_parser
+from bootserver.config import parse_config
 from bootserver.errors import BootserverError, InputError
-from bootserver.metal import DeviceSpec, EquinixMetal, MetalError
+from bootserver.providers.base import ProviderError
 from bootserver.provision import (
     DeviceFailed,
-    NodeRequest,
     ProvisionTimeout,
     WaitPolicy,
     clear_device,
-    deprovision_nodes,
-    format_device,
+    deprovision,
     node_state_path,
-    provision_nodes,
+    provision,
     read_node_state,
     record_device,
     write_json_atomic,
 )
-
-URL = "http://boot.example:8080/ipxe/{}"
+from bootserver.signing import Keyring, verify
+from bootserver.timeline import Timeline
+from bootserver.urls import CHAIN, Urls
 
 
 class FakeClock:
-    """A monotonic clock whose sleep advances it (no real waiting)."""
+    """A monotonic clock whose sleep advances it (no real waiting); ``during_sleep`` runs at each pause
+    (what the node does while ``provision`` waits)."""
 
-    def __init__(self) -> None:
+    def __init__(self, during_sleep: list[Any] | None = None) -> None:
         self.now = 1000.0
         self.sleeps: list[float] = []
+        self.during_sleep = list(during_sleep or ())
 
     def __call__(self) -> float:
         return self.now
@@ -40,157 +45,240 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
-
-
-def req(node: str) -> NodeRequest:
-    spec = DeviceSpec(hostname=node, plan="c3.small.x86", metro="da", ipxe_script_url=URL.format(node),
-                      billing_cycle="hourly", tags=("bootserver",))
-    return NodeRequest(node=node, project=PROJECT, spec=spec)
+        if self.during_sleep:
+            self.during_sleep.pop(0)()
 
 
 @pytest.fixture
-def api(fake_metal):
-    with EquinixMetal(fake_metal.token, fake_metal.url, backoff_factor=0, timeout=(5, 10)) as client:
-        yield client
+def env(fake_metal, monkeypatch):
+    monkeypatch.setenv("METAL_AUTH_TOKEN", TOKEN)
+    monkeypatch.setenv("METAL_API_URL", fake_metal.url)
+    return fake_metal
 
 
-def run(api, nodes, state_dir, clock=None, **kw):
+def make_config(tmp_path: Path, reference: Path, mode: str = "install", **profile: Any):
+    doc = {
+        "server": {"base_url": "http://boot.example:8080"},
+        "state_dir": str(tmp_path / "state"),
+        "metal": {"project": PROJECT},
+        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"p": {"stream": "r", "mode": mode, "install_dev": "/dev/sda",
+                           "metal": {"plan": "c3.small.x86", "metro": "da"}, **profile}},
+        "nodes": {n: {"profile": "p"} for n in ("master-0", "master-1", "master-2")},
+    }
+    return parse_config(doc, str(tmp_path / "c.yaml"), tmp_path)
+
+
+def args(*argv: str):
+    return build_parser().parse_args(["provision", "master-0", *argv])
+
+
+def run(config, nodes, clock=None, *argv: str, **kw):
     clock = clock or FakeClock()
-    events = []
-    results = provision_nodes(api, [req(n) for n in nodes], state_dir, tag="bootserver", clock=clock,
-                              sleep=clock.sleep, on_event=lambda n, m: events.append(f"{n}: {m}"), **kw)
-    return results, events
+    said: list[str] = []
+    lines = provision(config, args(*argv), nodes, clock=clock, sleep=clock.sleep,
+                      say=lambda n, m: said.append(f"{n}: {m}"), **kw)
+    return lines, said
 
 
-def test_provision_waits_for_active_with_backoff_and_records_state(api, fake_metal, tmp_path):
-    clock = FakeClock()
-    [result], events = run(api, ["master-0"], tmp_path, clock)
-    device = result.device
-    assert result.created
-    assert device.state == "active"
-    assert events == [
-        f"master-0: created device {device.id} (queued)",
-        f"master-0: device {device.id} is queued",
-        f"master-0: device {device.id} is provisioning",
-        f"master-0: device {device.id} is active",
-    ]
-    assert clock.sleeps == [5.0, 7.5]  # bounded poll with backoff, no real sleep
-    state = json.loads((tmp_path / "nodes" / "master-0.json").read_text())
-    assert state["node"] == "master-0"
-    assert state["device"]["id"] == device.id
-    assert state["device"]["state"] == "active"
-    assert state["device"]["project"] == PROJECT
-    assert state["device"]["provider"] == "equinix"
-    assert state["device"]["ip_addresses"] == [
+def test_no_wait_creates_records_and_prints_the_devices(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)
+    lines, said = run(config, ["master-0"], wait=False)
+    [device] = env.devices.values()
+    assert lines == [f"master-0 {device['id']} queued 147.75.0.10,2604:1380::a,10.70.0.10"]
+    assert said == [f"master-0: created device {device['id']} (queued)"]
+    assert env.calls("GET", "/devices/") == []
+    state = read_node_state(config.state_dir, "master-0")["device"]
+    assert (state["provider"], state["project"], state["id"]) == ("equinix", PROJECT, device["id"])
+    assert state["ip_addresses"] == [
         {"address": "147.75.0.10", "address_family": 4, "cidr": 31, "gateway": "147.75.0.11", "public": True},
         {"address": "2604:1380::a", "address_family": 6, "cidr": 127, "gateway": "2604:1380::b", "public": True},
         {"address": "10.70.0.10", "address_family": 4, "cidr": 31, "gateway": "10.70.0.11", "public": False},
     ]
-    assert state["device"]["network_ports"] == [
+    assert state["network_ports"] == [
         {"type": "NetworkBondPort", "name": "bond0", "network_type": "layer3"},
         {"type": "NetworkPort", "name": "eth0", "data": {"mac": "b8:ce:f6:00:0a:00"}, "bond": {"name": "bond0"}},
         {"type": "NetworkPort", "name": "eth1", "data": {"mac": "b8:ce:f6:00:0a:01"}, "bond": {"name": "bond0"}},
     ]
-    assert format_device(device, "master-0") == f"master-0 {device.id} active 147.75.0.10,2604:1380::a,10.70.0.10"
-    assert fake_metal.invalid_bodies == []
+    assert env.invalid_bodies == []
 
 
-def test_provision_is_idempotent(api, fake_metal, tmp_path):
-    [first], _ = run(api, ["master-0"], tmp_path)
-    [second], events = run(api, ["master-0"], tmp_path)
-    assert not second.created
-    assert second.device.id == first.device.id
-    assert events[0] == f"master-0: reusing device {first.device.id} (active)"
-    assert len(fake_metal.calls("POST")) == 1
-    assert len(fake_metal.devices) == 1
+def test_wait_follows_the_timeline_to_installed_with_a_line_per_stage(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)
+    timeline = Timeline(config.state_dir)
+    boot = [lambda: timeline.record("master-0", "script", mode="install"),
+            lambda: timeline.record("master-0", "stub", mode="install"),
+            lambda: timeline.record("master-0", "config", mode="install")]
+    clock = FakeClock(boot)
+    lines, said = run(config, ["master-0"], clock)
+    timeline.close()
+    device_id = next(iter(env.devices))
+    assert said == [
+        f"master-0: created device {device_id} (queued)",
+        "master-0: waiting for stage installed (now new)",
+        # the fake answers queued first, then moves one state per GET
+        f"master-0: device {device_id} is provisioning",
+        "master-0: stage ipxe",
+        f"master-0: device {device_id} is active",
+        "master-0: stage installing",
+        "master-0: stage installed",
+    ]
+    assert clock.sleeps == [5.0, 7.5, 11.25]  # today's polling backoff
+    assert lines[0].startswith(f"master-0 {device_id} active ")
+    assert read_node_state(config.state_dir, "master-0")["device"]["state"] == "active"
 
 
-def test_same_hostname_without_our_tag_is_not_reused(api, fake_metal, tmp_path):
-    foreign = fake_metal.add_device("master-0", ["someone-else"])
-    [result], _ = run(api, ["master-0"], tmp_path)
-    assert result.created and result.device.id != foreign
+def test_live_mode_waits_for_running(env, tmp_path, reference):
+    config = make_config(tmp_path, reference, mode="live")
+    timeline = Timeline(config.state_dir)
+    clock = FakeClock([lambda: timeline.record("master-0", "stub", mode="live"),
+                       lambda: timeline.record("master-0", "config", mode="live")])
+    _, said = run(config, ["master-0"], clock)
+    timeline.close()
+    assert said[1] == "master-0: waiting for stage running (now new)"
+    assert [m for m in said if ": stage " in m] == ["master-0: stage ignition", "master-0: stage running"]
 
 
-def test_two_managed_devices_with_one_hostname_is_an_error(api, fake_metal, tmp_path):
-    a = fake_metal.add_device("master-0", ["bootserver"])
-    b = fake_metal.add_device("master-0", ["bootserver"])
-    with pytest.raises(MetalError, match=f"2 devices named 'master-0' with tag 'bootserver': {a}, {b}"):
-        run(api, ["master-0"], tmp_path)
-    assert fake_metal.calls("POST") == []
+def test_a_profile_without_a_real_config_is_done_at_unconfirmed(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)  # no ignition: the stub is the last request the server sees
+    timeline = Timeline(config.state_dir)
+    clock = FakeClock([lambda: timeline.record("master-0", "script", mode="install", real_config=False),
+                       lambda: timeline.record("master-0", "stub", mode="install", real_config=False)])
+    _, said = run(config, ["master-0"], clock)
+    timeline.close()
+    assert [m for m in said if ": stage " in m] == ["master-0: stage ipxe", "master-0: stage unconfirmed"]
+    assert len(clock.sleeps) == 2
 
 
-def test_several_nodes_are_created_then_waited_for_together(api, fake_metal, tmp_path):
-    results, _ = run(api, ["master-0", "master-1", "master-2"], tmp_path)
-    assert [r.node for r in results] == ["master-0", "master-1", "master-2"]
-    assert all(r.device.state == "active" for r in results)
-    assert len({r.device.id for r in results}) == 3
-    assert len(fake_metal.calls("GET", "/projects/")) == 1  # one lookup for the project
-
-
-def test_failed_device_is_recorded_and_raised(api, fake_metal, tmp_path):
-    fake_metal.fail_hostnames.add("master-1")
-    with pytest.raises(DeviceFailed, match=r"device provisioning failed: master-1 \(") as info:
-        run(api, ["master-0", "master-1"], tmp_path)
-    assert info.value.exit_code == 1
-    assert read_node_state(tmp_path, "master-1")["device"]["state"] == "failed"
-    assert read_node_state(tmp_path, "master-0")["device"]["state"] == "active"
-
-
-def test_wait_gives_up_after_the_timeout(api, fake_metal, tmp_path):
-    fake_metal.stuck_hostnames.add("master-0")
+def test_an_installed_node_that_boots_once_is_done_at_once(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)
+    timeline = Timeline(config.state_dir)
+    timeline.record("master-0", "stub", mode="install")
+    timeline.record("master-0", "config", mode="install")
+    timeline.close()
     clock = FakeClock()
-    with pytest.raises(ProvisionTimeout, match=r"gave up waiting after 60 s: still not active: .* \(master-0\) provisioning"):
-        run(api, ["master-0"], tmp_path, clock, policy=WaitPolicy(timeout=60, interval=5, max_interval=20, factor=2))
+    _, said = run(config, ["master-0"], clock)
+    assert said[1] == "master-0: already installed; it boots its disk until `bootserver nodes reinstall master-0`"
+    assert clock.sleeps == []
+
+
+def test_failed_device_ends_the_wait_with_every_line(env, tmp_path, reference):
+    env.fail_hostnames.add("master-1")
+    env.instant = True
+    config = make_config(tmp_path, reference)
+    with pytest.raises(DeviceFailed, match=r"device provisioning failed: master-1 \(") as info:
+        run(config, ["master-0", "master-1"])
+    assert info.value.exit_code == 1
+    assert [line.split()[2] for line in info.value.lines] == ["active", "failed"]
+    assert read_node_state(config.state_dir, "master-1")["device"]["state"] == "failed"
+
+
+def test_wait_gives_up_after_the_timeout_naming_the_stage(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)
+    timeline = Timeline(config.state_dir)
+    clock = FakeClock([lambda: timeline.record("master-0", "script", mode="install")])
+    with pytest.raises(ProvisionTimeout, match=r"gave up waiting after 60 s: master-0 at stage ipxe"):
+        run(config, ["master-0"], clock, policy=WaitPolicy(timeout=60, interval=5, max_interval=20, factor=2))
+    timeline.close()
     assert clock.sleeps == [5, 10, 20, 20, 5]
-    assert sum(clock.sleeps) == 60
-    assert read_node_state(tmp_path, "master-0")["device"]["state"] == "provisioning"
 
 
-def test_no_wait_returns_the_created_device(api, fake_metal, tmp_path):
-    [result], _ = run(api, ["master-0"], tmp_path, wait=False)
-    assert result.device.state == "queued"
-    assert fake_metal.calls("GET", "/devices/") == []
-    assert read_node_state(tmp_path, "master-0")["device"]["id"] == result.device.id
+def test_provision_is_idempotent_and_leaves_a_current_url_alone(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)
+    run(config, ["master-0"], wait=False)
+    _, said = run(config, ["master-0"], wait=False)
+    [device] = env.devices.values()
+    assert said == [f"master-0: reusing device {device['id']} (queued)"]
+    assert len(env.calls("POST")) == 1 and env.calls("PUT") == []
 
 
-def test_deprovision_deletes_and_clears_state(api, fake_metal, tmp_path):
-    [result], _ = run(api, ["master-0"], tmp_path)
-    events = []
-    [out] = deprovision_nodes(api, [("master-0", "master-0", None)], tmp_path, tag="bootserver",
-                              on_event=lambda n, m: events.append(m))
-    assert out.deleted and out.device_id == result.device.id
-    assert events == [f"deleted device {result.device.id}"]
-    assert fake_metal.devices == {}
-    assert not node_state_path(tmp_path, "master-0").exists()
-    # again: nothing left to delete, no error
-    [again] = deprovision_nodes(api, [("master-0", "master-0", PROJECT)], tmp_path, tag="bootserver")
-    assert again.device_id is None and not again.deleted
+def test_a_reused_device_is_re_pointed_after_keys_rotate(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)
+    run(config, ["master-0"], wait=False)
+    [device] = env.devices.values()
+    old = device["ipxe_script_url"]
+    Keyring.load_or_create(config.state_dir).rotate(grace=0)
+    run(config, ["master-0"], wait=False)
+    [put] = env.calls("PUT")
+    new = put.body["ipxe_script_url"]
+    assert put.path == f"/devices/{device['id']}" and put.body["userdata"] == ""
+    assert env.invalid_bodies == []
+    assert device["ipxe_script_url"] == new != old
+    urls = Urls(config)
+    assert urls.chain_is_current("master-0", new) and not urls.chain_is_current("master-0", old)
+    query = dict(p.split("=", 1) for p in new.split("?", 1)[1].split("&"))
+    ring = Keyring.load_or_create(config.state_dir)
+    assert verify([ring.current], "master-0", CHAIN.path(node="master-0"), query["exp"], query["sig"], 0)
+    # a second run finds it current again: no more PUT
+    run(config, ["master-0"], wait=False)
+    assert len(env.calls("PUT")) == 1
 
 
-def test_deprovision_of_a_device_deleted_elsewhere_clears_state(api, fake_metal, tmp_path):
-    [result], _ = run(api, ["master-0"], tmp_path)
-    fake_metal.devices.clear()
-    [out] = deprovision_nodes(api, [("master-0", "master-0", None)], tmp_path, tag="bootserver")
-    assert out.device_id == result.device.id and not out.deleted
-    assert read_node_state(tmp_path, "master-0") == {}
+def test_switching_to_userdata_re_points_the_device(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)
+    run(config, ["master-0"], wait=False)
+    run(config, ["master-0"], None, "--via", "userdata", wait=False)
+    [device] = env.devices.values()
+    assert "ipxe_script_url" not in device
+    assert device["userdata"] == Urls(config).userdata("master-0")
+    assert env.invalid_bodies == []
 
 
-def test_deprovision_without_a_project_is_bad_input(api, tmp_path):
-    with pytest.raises(InputError, match="no project"):
-        deprovision_nodes(api, [("master-0", "master-0", None)], tmp_path, tag="bootserver")
+def test_same_hostname_without_our_tag_is_not_reused(env, tmp_path, reference):
+    foreign = env.add_device("master-0", ["someone-else"])
+    run(make_config(tmp_path, reference), ["master-0"], wait=False)
+    assert len(env.devices) == 2 and len(env.calls("POST")) == 1 and foreign in env.devices
 
 
-def test_state_file_keeps_other_members_and_leaves_no_temp_files(api, fake_metal, tmp_path):
-    path = node_state_path(tmp_path, "n1")
-    write_json_atomic(path, {"node": "n1", "timeline": [1, 2]})
-    [result], _ = run(api, ["n1"], tmp_path)
-    assert read_node_state(tmp_path, "n1")["timeline"] == [1, 2]
-    clear_device(tmp_path, "n1")
-    assert read_node_state(tmp_path, "n1") == {"node": "n1", "timeline": [1, 2]}
-    assert sorted(p.name for p in (tmp_path / "nodes").iterdir()) == ["n1.json"]
+def test_two_managed_devices_with_one_hostname_is_an_error(env, tmp_path, reference):
+    a = env.add_device("master-0", ["bootserver"])
+    b = env.add_device("master-0", ["bootserver"])
+    with pytest.raises(ProviderError, match=f"2 devices named 'master-0' with tag 'bootserver': {a}, {b}"):
+        run(make_config(tmp_path, reference), ["master-0"], wait=False)
+    assert env.calls("POST") == []
+
+
+def test_several_nodes_share_one_lookup(env, tmp_path, reference):
+    lines, _ = run(make_config(tmp_path, reference), ["master-0", "master-1", "master-2"], wait=False)
+    assert [line.split()[0] for line in lines] == ["master-0", "master-1", "master-2"]
+    assert len(env.calls("GET", "/projects/")) == 1
+
+
+def test_deprovision_deletes_and_clears_state(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)
+    run(config, ["master-0"], wait=False)
+    [device_id] = env.devices
+    said: list[str] = []
+    dargs = build_parser().parse_args(["deprovision", "master-0"])
+    assert deprovision(config, dargs, ["master-0"], say=lambda n, m: said.append(m)) == [
+        f"master-0 {device_id} deleted"]
+    assert said == [f"deleted device {device_id}"]
+    assert env.devices == {} and not node_state_path(config.state_dir, "master-0").exists()
+    assert deprovision(config, dargs, ["master-0"]) == ["master-0 - absent"]
+
+
+def test_deprovision_of_a_device_deleted_elsewhere_clears_state(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)
+    run(config, ["master-0"], wait=False)
+    [device_id] = env.devices
+    env.devices.clear()
+    dargs = build_parser().parse_args(["deprovision", "master-0"])
+    assert deprovision(config, dargs, ["master-0"]) == [f"master-0 {device_id} absent"]
+    assert read_node_state(config.state_dir, "master-0") == {}
+
+
+def test_state_file_keeps_other_members_and_leaves_no_temp_files(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)
+    path = node_state_path(config.state_dir, "master-0")
+    write_json_atomic(path, {"node": "master-0", "timeline": [1, 2]})
+    run(config, ["master-0"], wait=False)
+    assert read_node_state(config.state_dir, "master-0")["timeline"] == [1, 2]
+    clear_device(config.state_dir, "master-0")
+    assert read_node_state(config.state_dir, "master-0") == {"node": "master-0", "timeline": [1, 2]}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["master-0.json"]
     assert path.stat().st_mode & 0o777 == 0o600  # device records stay owner-only
-    record_device(tmp_path, "n1", "equinix", PROJECT, result.device)
-    assert read_node_state(tmp_path, "n1")["device"]["id"] == result.device.id
+    record_device(config.state_dir, "master-0", {"provider": "x", "id": "1", "state": "On"})
+    assert read_node_state(config.state_dir, "master-0")["device"]["id"] == "1"
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a/b", "a\\b"])
@@ -207,12 +295,11 @@ def test_corrupt_state_file_names_the_file(tmp_path):
         read_node_state(tmp_path, "n1")
 
 
-def test_unwritable_state_dir_is_a_runtime_error_naming_the_file(api, fake_metal, tmp_path):
-    (tmp_path / "nodes").write_text("a file where the folder should be")
+def test_unwritable_state_dir_is_a_runtime_error_naming_the_file(env, tmp_path, reference):
+    config = make_config(tmp_path, reference)
+    config.state_dir.mkdir(parents=True)
+    (config.state_dir / "nodes").write_text("a file where the folder should be")
     with pytest.raises(BootserverError, match=r"nodes/master-0\.json: cannot (read|write) node state") as info:
-        run(api, ["master-0"], tmp_path)
+        run(config, ["master-0"], wait=False)
     assert info.value.exit_code == 1
-    # the device exists; the next run (with a writable state_dir) reuses it
-    (tmp_path / "nodes").unlink()
-    [result], _ = run(api, ["master-0"], tmp_path)
-    assert not result.created
+    assert env.calls("POST") == []  # the state is read before anything is created

@@ -152,7 +152,7 @@ def test_urls_sign_every_per_node_url_and_no_artifact(reference: Path, tmp_path:
     signer = fixed_signer()
     urls = Urls(config, signer)
     for url, base, path, ttl in [
-            (urls.chain("n0"), "http://boot.example.net:8080", "/ipxe/n0", 7 * 86400),
+            (urls.chain("n0"), "http://boot.example.net:8080", "/ipxe/n0", 3650 * 86400),
             (urls.chain("n0", 3600), "http://boot.example.net:8080", "/ipxe/n0", 3600),
             (urls.stub("n0"), "http://boot.example.net:8080", "/ignition/n0", 86400),
             (urls.real_config("n0"), "https://boot.example.net:8443", "/ignition/n0/config", 86400)]:

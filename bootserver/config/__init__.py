@@ -15,7 +15,8 @@ Modules, by concern:
 * :mod:`~bootserver.config.types`: value types (name, script-safe iPXE word, duration, listen address,
   MAC, http(s) URL, hostname, CIDR) and :class:`~bootserver.config.types.SettingsModel`;
 * :mod:`~bootserver.config.schema`: the settings models and :class:`Config`;
-* :mod:`~bootserver.config.metal`: the Equinix Metal (``metal:``) settings;
+* the providers' settings live with their providers: :mod:`bootserver.providers.equinix` (``metal:``),
+  :mod:`bootserver.providers.redfish` (``redfish:``);
 * :mod:`~bootserver.config.state`: the node state settings (``timeline:``);
 * :mod:`~bootserver.config.messages`: pydantic errors into our messages;
 * :mod:`~bootserver.config.loader`: reading the file, cross-key checks.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from .loader import _check_references, check_local_inputs, check_real_config, load_config, parse_config
 from .messages import describe_error, keypath as _keypath, known_keys
-from .metal import (
+from ..providers.equinix import (
     BILLING_CYCLES, DEFAULT_TAG, FACILITY_TAGS as _FACILITY_TAGS, BillingCycle, Facility, MetalGlobal,
     MetalSettings, MetalUUID, MetalWord, is_uuid,
 )

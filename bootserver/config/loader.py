@@ -109,7 +109,7 @@ def _check_references(doc: Document, cfg: Config) -> None:
         if doc.profiles[doc.nodes[name].profile].mode != "live":
             raise ConfigError(src, f"nodes.{name}.default", "the default node must use a live-mode profile: "
                               "any machine that chains /boot.ipxe boots it, and an install would wipe its disk")
-    check_network_settings(doc, src)
+    check_network_settings(cfg, src)
     for name, sc in doc.streams.items():
         if not sc.is_url:
             path = cfg.resolve_path(sc.metadata)

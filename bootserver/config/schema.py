@@ -2,8 +2,8 @@
 whole.
 
 The keys are the user contract (README.md, "Configuration reference", and docs/config.md). A feature or
-provider that owns settings keeps their model in its own module (as :mod:`bootserver.config.metal`
-does), built on :class:`~bootserver.config.types.SettingsModel` and the value types, and adds one field
+provider that owns settings keeps their model in its own module (as :mod:`bootserver.providers.equinix`
+and :mod:`bootserver.providers.redfish` do), built on :class:`~bootserver.config.types.SettingsModel` and the value types, and adds one field
 here. Components take the narrow model they use (``config.server``, ``config.metal``), not the whole
 :class:`Config`, where they can.
 """
@@ -22,8 +22,10 @@ from pydantic import BeforeValidator, Field, field_validator
 
 from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
+from ..providers.base import REGISTRY
+from ..providers.equinix import MetalGlobal, MetalSettings
+from ..providers.redfish import RedfishField, RedfishSettings
 from ..network import NetworkSetting
-from .metal import MetalGlobal, MetalSettings
 from .state import StateStoreField, StateStoreSettings, TimelineSettings
 from .types import (
     UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, ListenAddressOrSocket, Name, Networks, ScriptWord,
@@ -43,6 +45,9 @@ IGNITION_VERSIONS = SPEC_VERSIONS
 ARCHITECTURES = ("x86_64", "aarch64")
 
 _MetalSettingsField = Annotated[MetalSettings, BeforeValidator(null_as_empty)]
+
+#: A provider name (``profiles.<p>.provider``, ``nodes.<n>.provider``): a key of the providers' registry.
+ProviderName = Literal[tuple(REGISTRY)]  # type: ignore[valid-type]
 
 
 class TLSConfig(SettingsModel):
@@ -73,13 +78,14 @@ class TLSConfig(SettingsModel):
 class SigningConfig(SettingsModel):
     """``server.signing``: lifetimes of signed URLs and of rotated keys, in seconds or ``30m``/``24h``/``7d``.
 
-    ``chain_ttl``: default validity of chain URLs from ``bootserver url`` (7d). ``install_ttl``: validity
+    ``chain_ttl``: validity of the chain URLs a device keeps (``provision``, ``bootserver url``): 3650d,
+    so that it never dies on a clock the operator does not see; ``keys rotate`` revokes them. ``install_ttl``: validity
     of the URLs inside a served script or stub, long enough to finish an install (24h). ``key_grace``:
     how long ``bootserver keys rotate`` keeps accepting the previous key (24h). Expiries are rounded up
     to the hour.
     """
 
-    chain_ttl: Duration = 7 * 86400
+    chain_ttl: Duration = 3650 * 86400
     install_ttl: Duration = 86400
     key_grace: Duration = 86400
 
@@ -208,7 +214,11 @@ class Profile(SettingsModel):
     ignition_version: Literal["3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"] = "3.2.0"
     kargs: YamlList[str] = ()
     console: ScriptWord | None = None
+    #: ``ignition.platform.id`` / ``coreos.inst.platform_id``; unset: the provider's (docs/design.md, rule 4).
+    platform_id: Literal["packet", "metal"] | None = None
+    provider: ProviderName | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
+    redfish: RedfishField = Field(default_factory=RedfishSettings)
     boot_once: bool | None = None
     #: ``dhcp``, ``provider`` or an NMState document: the default of the profile's nodes (bootserver.network).
     network: NetworkSetting | None = None
@@ -245,7 +255,9 @@ class Node(SettingsModel):
     mac: tuple[str, ...] = ()
     uuid: str | None = None
     hostname: Hostname | None = None
+    provider: ProviderName | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
+    redfish: RedfishField = Field(default_factory=RedfishSettings)
     addresses: Networks = ()
     selectable: bool = False
     #: ``/boot.ipxe`` hands this node's script to a machine no other node is selected for (no selector,

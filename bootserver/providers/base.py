@@ -1,0 +1,296 @@
+"""The provider interface, its registry, its errors and the one HTTP retry policy.
+
+A *provider* is what ``bootserver provision``, ``deprovision`` and ``devices`` drive to make a machine
+boot from bootserver: Equinix Metal's API (``equinix``: create a ``custom_ipxe`` device that chains to
+the node's signed URL) or a BMC over Redfish (``redfish``: boot from the network once, power on). Each
+provider is one module of this package with one :class:`Provider` subclass that owns
+
+* its settings: the key it reads in ``profiles.<p>`` / ``nodes.<n>`` (:attr:`Provider.settings_key`,
+  a pydantic model, :attr:`Provider.settings_model`) and optionally a top-level mapping
+  (:attr:`Provider.global_key`, :attr:`Provider.global_model`), checked at config load;
+* its command-line options (:meth:`Provider.add_arguments`);
+* its client and its requests (:meth:`Provider.open`, :meth:`Provider.provision`, ...);
+* the platform its nodes' kernel arguments name (:attr:`Provider.platform_id`; docs/design.md, domain
+  rules 4 and 5).
+
+The commands themselves (:mod:`bootserver.provision`) are provider-neutral: the node state file, the
+wait on the node timeline and the output. Adding a provider is its module plus one line in
+:data:`REGISTRY`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.utils
+import importlib
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+import tenacity
+from pydantic import BaseModel
+
+from bootserver.errors import BootserverError, InputError
+
+log = logging.getLogger("bootserver.providers")
+
+#: Provider name -> module that defines it (the module's ``PROVIDER`` is its :class:`Provider` class).
+#: Adding a provider: write its module, add one line here.
+REGISTRY: dict[str, str] = {
+    "equinix": "bootserver.providers.equinix",
+    "redfish": "bootserver.providers.redfish",
+}
+
+#: The provider ``provision`` uses for a node whose profile and node name none (today's behaviour:
+#: the ``metal:`` settings and the ``packet`` platform).
+DEFAULT_PROVIDER = "equinix"
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------------------------- errors
+
+
+class ProviderError(BootserverError):
+    """A provider call failed at run time (exit 1): an API or BMC error status, a network error, a bad
+    answer. ``status`` is the HTTP status when the far end answered, else ``None``."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class ProviderNotFound(ProviderError):
+    """The far end answered 404 for a device, a project or a system."""
+
+
+class MissingCredentials(InputError):
+    """No credentials where the config says to find them (exit 2); the message names the variable or file."""
+
+
+# --------------------------------------------------------------------------------------------- retries
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from an HTTP ``Retry-After`` header (RFC 9110, section 10.2.3: delay-seconds or
+    an HTTP-date); ``None`` when absent or unreadable. Never negative."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The one retry policy of every HTTP client bootserver's providers use (tenacity).
+
+    A call is tried up to ``retries + 1`` times. Before a retry it waits what the far end asked for
+    (``Retry-After`` and the like, read by the caller's ``asked_wait``), capped at ``max_retry_after``
+    seconds, else ``backoff * 2**(n - 1)`` seconds before the n-th retry, at most ``backoff_max``.
+    ``sleep`` (seconds -> None) does the waiting; tests pass a recorder.
+    """
+
+    retries: int = 5
+    backoff: float = 1.0
+    backoff_max: float = 60.0
+    max_retry_after: float = 120.0
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+
+    def run(
+        self,
+        call: Callable[[], T],
+        *,
+        what: str,
+        retry_on_result: Callable[[T], bool] = lambda result: False,
+        retry_on_exception: Callable[[BaseException], bool] = lambda exc: False,
+        asked_wait: Callable[[T], float | None] = lambda result: None,
+    ) -> T:
+        """Call ``call()`` until it returns a result ``retry_on_result`` does not want retried, raises
+        an exception ``retry_on_exception`` does not want retried, or the tries run out. Returns the
+        last result, or raises the last exception. ``what`` names the call in the log."""
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            outcome = state.outcome
+            if outcome is not None and not outcome.failed:
+                asked = asked_wait(outcome.result())
+                if asked is not None:
+                    return min(asked, self.max_retry_after)
+            return min(self.backoff * 2 ** (state.attempt_number - 1), self.backoff_max)
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            outcome = state.outcome
+            why = (type(outcome.exception()).__name__ if outcome is not None and outcome.failed
+                   else "answer asks for a retry")
+            seconds = state.next_action.sleep if state.next_action is not None else 0
+            log.debug("%s: %s; try %d of %d in %.1f s", what, why, state.attempt_number + 1,
+                     self.retries + 1, seconds)
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.retries + 1),
+            wait=wait,
+            retry=tenacity.retry_if_exception(retry_on_exception) | tenacity.retry_if_result(retry_on_result),
+            sleep=self.sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+            # out of tries: hand back the last answer (or raise the last error) as it is
+            retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+        )
+        return retrying(call)
+
+
+# ----------------------------------------------------------------------------------------- interface
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a provider did to one node.
+
+    ``device`` is the node state's ``device`` member to record (a JSON object with at least
+    ``provider``, ``id`` and ``state``), or ``None`` to clear it. ``line`` is the line ``provision`` /
+    ``deprovision`` prints for the node on standard output.
+    """
+
+    node: str
+    device: dict[str, Any] | None
+    line: str
+
+
+@dataclass(frozen=True)
+class Poll:
+    """One look at a node's device while ``provision`` waits: its provider state word (``active``,
+    ``On``, ...), the ``device`` member to record when it changed, and whether the provider says the
+    device failed (the wait stops with an error)."""
+
+    state: str
+    device: dict[str, Any] | None = None
+    failed: bool = False
+
+
+class Provider:
+    """Base class of a provider; one subclass per module of this package, named in :data:`REGISTRY`.
+
+    Class attributes:
+      ``name``: the value of ``provider:`` in the config.
+      ``settings_key``: the key of its settings in ``profiles.<p>`` and ``nodes.<n>``, read into
+      ``settings_model`` (a frozen pydantic model with a ``merged_over(base)`` method).
+      ``global_key`` / ``global_model``: its top-level config mapping, if it has one.
+      ``platform_id``: the ``ignition.platform.id`` / ``coreos.inst.platform_id`` of its nodes.
+
+    An instance is an open client (``open``), closed by ``close``; every method raises
+    :class:`ProviderError` (exit 1) for a failure of the far end and ``InputError`` (exit 2) for bad
+    settings, each one line.
+    """
+
+    name: ClassVar[str]
+    settings_key: ClassVar[str]
+    settings_model: ClassVar[type[BaseModel]]
+    global_key: ClassVar[str | None] = None
+    global_model: ClassVar[type[BaseModel] | None] = None
+    platform_id: ClassVar[str] = "metal"
+
+    @classmethod
+    def add_arguments(cls, command: str, parser: argparse.ArgumentParser) -> None:
+        """Add this provider's options of ``command`` (``provision``, ``deprovision``, ``devices``)."""
+
+    @classmethod
+    def used_by(cls, config: Any, args: argparse.Namespace) -> bool:
+        """Whether ``devices`` should ask this provider (it has nodes, or options name it)."""
+        return any(provider_of(config, n) == cls.name for n in config.nodes)
+
+    @classmethod
+    def open(cls, config: Any, args: argparse.Namespace, urls: Any = None) -> Provider:
+        """An open client for ``config`` and the command's options; ``urls`` is the command's
+        :class:`~bootserver.urls.Urls` (signed with the state store's keys), ``None`` when it signs
+        nothing. Raises ``InputError``."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the client's connections."""
+
+    def __enter__(self) -> Provider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def provision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+                  record: Callable[[str, dict[str, Any]], None],
+                  say: Callable[[str, str], None]) -> list[Outcome]:
+        """Make each node boot from bootserver now. ``recorded`` is each node's recorded ``device``
+        (``{}`` if none); ``record(node, device)`` stores a device as soon as it exists (before a later
+        node may fail); ``say(node, message)`` reports progress."""
+        raise NotImplementedError
+
+    def poll(self, node: str, device: Mapping[str, Any]) -> Poll:
+        """The node's device as it is now (``device`` is what was recorded), while ``provision`` waits."""
+        raise NotImplementedError
+
+    def line(self, node: str, device: Mapping[str, Any]) -> str:
+        """The output line of ``provision`` for a node and its recorded device."""
+        raise NotImplementedError
+
+    def deprovision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+                    say: Callable[[str, str], None]) -> list[Outcome]:
+        """Undo ``provision`` for each node; each outcome's ``device`` is ``None`` (state cleared)."""
+        raise NotImplementedError
+
+    def devices(self, stages: Mapping[str, str]) -> list[str]:
+        """The lines of ``bootserver devices`` for this provider; ``stages`` maps node -> timeline stage."""
+        raise NotImplementedError
+
+
+def provider_class(name: str) -> type[Provider]:
+    """The :class:`Provider` subclass registered as ``name``. Raises ``KeyError`` for an unknown name."""
+    module = importlib.import_module(REGISTRY[name])
+    cls: type[Provider] = module.PROVIDER
+    return cls
+
+
+def provider_classes() -> list[type[Provider]]:
+    """Every registered provider class, in registry order."""
+    return [provider_class(name) for name in REGISTRY]
+
+
+def provider_of(config: Any, node: str) -> str | None:
+    """The provider a node names (``nodes.<n>.provider``, else ``profiles.<p>.provider``), else the one
+    whose settings it has (a non-empty ``metal:`` implies ``equinix``), else ``None``."""
+    spec = config.nodes[node]
+    profile = config.node_profile(node)
+    named = spec.provider or profile.provider
+    if named:
+        return named
+    for cls in provider_classes():
+        for holder in (spec, profile):
+            settings = getattr(holder, cls.settings_key, None)
+            if settings is not None and settings.model_fields_set:
+                return cls.name
+    return None
+
+
+def node_settings(config: Any, node: str, provider: type[Provider]) -> Any:
+    """The provider's settings of ``node``: its mapping merged over its profile's (node wins)."""
+    spec = config.nodes[node]
+    profile = config.node_profile(node)
+    return getattr(spec, provider.settings_key).merged_over(getattr(profile, provider.settings_key))
+
+
+def boot_platform(config: Any, node: str) -> str:
+    """The ``ignition.platform.id`` / ``coreos.inst.platform_id`` of a node (docs/design.md, rules 4-5):
+    its profile's ``platform_id`` if set, else its provider's (``packet`` for Equinix, ``metal`` for
+    Redfish), else ``packet`` (a node with no provider, as before providers existed). The console
+    follows the platform (:func:`bootserver.ipxe.build_kargs`)."""
+    profile = config.node_profile(node)
+    if profile.platform_id:
+        return profile.platform_id
+    return provider_class(provider_of(config, node) or DEFAULT_PROVIDER).platform_id

@@ -1,0 +1,485 @@
+"""The Redfish provider: a BMC boots its machine from the network once, with OpenStack's ``sushy``.
+
+On premises a DHCP server hands the machine's iPXE ``/boot.ipxe?mac=${net0/mac}`` (docs/on-premises.md);
+what is left for ``bootserver provision`` is what Ironic and Metal3 do through a BMC: set the next boot
+to the network, once, and power the machine on. Redfish (DMTF DSP0266; resources ``ComputerSystem``
+and ``EthernetInterface`` of DSP8010) is the standard BMC API; ``sushy`` is the client Ironic uses.
+
+* ``provision``: ``PATCH`` the system's ``Boot`` with ``BootSourceOverrideTarget: Pxe`` and
+  ``BootSourceOverrideEnabled: Once`` (and ``BootSourceOverrideMode`` when ``boot_mode`` is set), then
+  ``ComputerSystem.Reset`` ``On`` (``ForceRestart`` when it is on). The node's device record holds the
+  BMC address, the system, its power state and the MAC addresses of its ethernet interfaces.
+* ``deprovision``: ``GracefulShutdown``, then ``ForceOff`` when it is still on after ``--grace``
+  seconds; then the override is cleared (``BootSourceOverrideEnabled: Disabled``).
+* ``devices``: each Redfish node's system, power state and bootserver's stage.
+
+Credentials come from ``password_file`` or ``password_env`` and go to sushy only: never printed,
+logged or recorded. A BMC's error is one line carrying its own words (``@Message.ExtendedInfo``); a BMC
+that is down or does not answer within ``timeout`` seconds is one line too (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self, TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from bootserver.config.types import SettingsModel, null_as_empty
+from bootserver.errors import InputError
+from bootserver.providers.base import (
+    MissingCredentials,
+    Outcome,
+    Poll,
+    Provider,
+    ProviderError,
+    ProviderNotFound,
+    RetryPolicy,
+    node_settings,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Seconds to wait for a BMC's answer, when ``redfish.timeout`` is not set.
+DEFAULT_TIMEOUT = 30.0
+
+#: Seconds ``deprovision`` waits after ``GracefulShutdown`` before ``ForceOff`` (``--grace``).
+DEFAULT_GRACE = 60.0
+
+#: Seconds ``deprovision`` waits for ``Off`` after ``ForceOff`` before it gives up.
+FORCE_OFF_TIMEOUT = 60.0
+
+SYSTEMS = "/redfish/v1/Systems/"
+
+
+def _check_address(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(f"must be an http(s) URL of the BMC, e.g. https://bmc.example, got {value!r}")
+    if parts.username or parts.password:
+        raise ValueError("must not hold credentials: use username and password_file or password_env")
+    return value.rstrip("/")
+
+
+class RedfishSettings(SettingsModel):
+    """``nodes.<n>.redfish`` / ``profiles.<p>.redfish``: how to reach a node's BMC (node keys win).
+
+    * ``address``: the BMC's base URL (``https://bmc.example``; the service root is ``/redfish/v1/``).
+    * ``system``: the ``ComputerSystem`` to drive: its member path (``/redfish/v1/Systems/1``) or id
+      (``1``); optional when the BMC has exactly one.
+    * ``username``; ``password_file`` (a file holding the password, relative to the config file) or
+      ``password_env`` (an environment variable holding it): one of the two; setting one here drops
+      the other from the profile.
+    * ``verify_tls``: ``true`` (default: the system's CAs), ``false``, or a CA file (PEM).
+    * ``boot_mode``: ``uefi`` or ``legacy``; unset leaves the BMC's boot mode as it is.
+    * ``timeout``: seconds to wait for each BMC answer (default 30).
+    """
+
+    address: str | None = None
+    system: str | None = None
+    username: str | None = None
+    password_file: str | None = None
+    password_env: str | None = None
+    verify_tls: bool | str | None = None
+    boot_mode: Literal["uefi", "legacy"] | None = None
+    timeout: Annotated[float, Field(gt=0, le=3600)] | None = None
+
+    _address = field_validator("address")(classmethod(lambda cls, v: _check_address(v)))
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _timeout(cls, value: Any) -> Any:
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("system", "username", "password_file", "password_env")
+    @classmethod
+    def _word(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or any(c.isspace() for c in value)):
+            raise ValueError(f"must be a non-empty string without whitespace: {value!r}")
+        return value
+
+    @field_validator("password_env")
+    @classmethod
+    def _one_password(cls, value: str | None, info: Any) -> str | None:
+        if value is not None and info.data.get("password_file") is not None:
+            raise ValueError("set password_file or password_env, not both")
+        return value
+
+    def merged_over(self, base: RedfishSettings) -> Self:
+        """``base`` with every key set here taking precedence; the password source is one unit."""
+        values = {name: getattr(base, name) for name in type(self).model_fields}
+        values.update({name: value for name, value in self if value is not None})
+        if self.password_file is not None:
+            values["password_env"] = None
+        if self.password_env is not None:
+            values["password_file"] = None
+        return self.model_construct(**values)
+
+
+RedfishField = Annotated[RedfishSettings, BeforeValidator(null_as_empty)]
+
+
+def _detail(exc: Exception) -> str:
+    """The BMC's own words from a sushy ``HTTPError``: every ``Message`` of ``@Message.ExtendedInfo``,
+    else the error's ``message``, else its code."""
+    info = getattr(exc, "extended_info", None) or []
+    if isinstance(info, Mapping):
+        info = [info]
+    messages = [str(m["Message"]) for m in info if isinstance(m, Mapping) and m.get("Message")]
+    body = getattr(exc, "body", None) or {}
+    if not messages and isinstance(body, Mapping) and body.get("message"):
+        messages = [str(body["message"])]
+    text = "; ".join(messages) or str(getattr(exc, "code", "") or "no message")
+    return " ".join(text.split())[:400]
+
+
+def _connection_reason(exc: Exception, timeout: float) -> tuple[str, bool]:
+    """``(one-line reason, whether it is a failure to connect)`` for a sushy ``ConnectionError``."""
+    import requests
+
+    cause = exc.__context__
+    if isinstance(cause, requests.ConnectTimeout):
+        return f"no connection within {timeout:g} s", True
+    if isinstance(cause, requests.Timeout):
+        return f"no answer within {timeout:g} s", False
+    if isinstance(cause, requests.exceptions.SSLError):
+        return "TLS error (check redfish.verify_tls)", False
+    text = str(cause or exc)
+    if "Connection refused" in text:
+        return "cannot connect: connection refused", True
+    if "NewConnectionError" in text or "Name or service not known" in text:
+        return "cannot connect", True
+    return "connection failed: " + " ".join(text.split())[:200], False
+
+
+class Bmc:
+    """One BMC's Redfish service, opened with sushy on first use, its failures turned into one line.
+
+    ``address`` is the BMC base URL; ``username``/``password`` go to sushy only (``repr`` shows
+    neither); ``verify`` is sushy's (bool or CA file); ``timeout`` seconds bound each answer.
+    Retries follow :class:`RetryPolicy`: a failure to connect and a 5xx are retried (sushy's own
+    retries are turned down to its minimum); a timeout is not.
+    """
+
+    def __init__(self, address: str, username: str, password: str, *, verify: bool | str = True,
+                 timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy | None = None) -> None:
+        self.address = address
+        self._username = username
+        self._password = password
+        self.verify = verify
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy(retries=2, backoff=0.5, backoff_max=5.0)
+        self._root: Any = None
+
+    def __repr__(self) -> str:
+        return f"Bmc(address={self.address!r})"
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run ``fn`` (sushy calls) with the retries; raise ``ProviderError`` (``ProviderNotFound`` for
+        404) as ``BMC <address>: <what>: <reason>``."""
+        import sushy.exceptions as sx
+
+        def retryable(exc: BaseException) -> bool:
+            if isinstance(exc, sx.ServerSideError):
+                return True
+            return isinstance(exc, sx.ConnectionError) and _connection_reason(exc, self.timeout)[1]
+
+        where = f"BMC {self.address}: {what}"
+        try:
+            return self.retry.run(fn, what=where, retry_on_exception=retryable)
+        except sx.AccessError as exc:
+            raise ProviderError(f"{where}: {exc.status_code} access denied: {_detail(exc)} "
+                                "(check redfish.username and the password)", status=exc.status_code) from None
+        except sx.ResourceNotFoundError as exc:
+            raise ProviderNotFound(f"{where}: 404 not found: {_detail(exc)}", status=404) from None
+        except sx.HTTPError as exc:
+            raise ProviderError(f"{where}: {exc.status_code}: {_detail(exc)}", status=exc.status_code) from None
+        except sx.ConnectionError as exc:
+            raise ProviderError(f"{where}: {_connection_reason(exc, self.timeout)[0]}") from None
+        except sx.SushyError as exc:
+            raise ProviderError(f"{where}: {' '.join(str(exc).split())[:300]}") from None
+
+    @property
+    def root(self) -> Any:
+        """The ``sushy.Sushy`` service root (connects on first use)."""
+        if self._root is None:
+            import sushy
+
+            self._root = self.call("service root", lambda: sushy.Sushy(
+                self.address, username=self._username, password=self._password, verify=self.verify,
+                server_side_retries=1, server_side_retries_delay=0, read_timeout=self.timeout,
+                connect_timeout=self.timeout))
+        return self._root
+
+    def system(self, path: str | None, node: str) -> Any:
+        """The ``ComputerSystem`` at ``path`` (a member path or id), or the BMC's only one."""
+        root = self.root
+        if path is None:
+            members = self.call("GET Systems", lambda: root.get_system_collection().members_identities)
+            if len(members) != 1:
+                listed = ", ".join(members) or "none"
+                raise InputError(f"node {node}: the BMC at {self.address} has {len(members)} systems "
+                                 f"({listed}): set redfish.system")
+            path = members[0]
+        elif not path.startswith("/"):
+            path = SYSTEMS + path
+        return self.call(f"GET {path}", lambda: root.get_system(path))
+
+    def close(self) -> None:
+        """Log out of the BMC's session, if sushy opened one."""
+        root, self._root = self._root, None
+        auth = getattr(root, "_auth", None)
+        if auth is not None:
+            try:
+                auth.close()
+            except Exception as exc:  # noqa: BLE001 - closing must not hide the command's outcome
+                log.debug("BMC %s: closing the session: %s", self.address, type(exc).__name__)
+
+
+def _power(system: Any) -> str:
+    state = system.power_state
+    return str(getattr(state, "value", state) or "unknown")
+
+
+def _value(v: Any) -> str | None:
+    return None if v is None else str(getattr(v, "value", v))
+
+
+class Redfish(Provider):
+    """The ``redfish`` provider: one BMC ``ComputerSystem`` per node (see the module docstring)."""
+
+    name = "redfish"
+    settings_key = "redfish"
+    settings_model = RedfishSettings
+    platform_id = "metal"
+
+    def __init__(self, config: Any, args: argparse.Namespace, *, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, poll_interval: float = 1.0) -> None:
+        self.config = config
+        self.args = args
+        self.sleep = sleep
+        self.clock = clock
+        self.poll_interval = poll_interval
+        self._bmcs: dict[tuple[str, str | None], Bmc] = {}
+
+    @classmethod
+    def add_arguments(cls, command: str, parser: argparse.ArgumentParser) -> None:
+        """``deprovision --grace SECONDS``."""
+        if command == "deprovision":
+            group = parser.add_argument_group("Redfish (provider redfish)")
+            group.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
+                               help=f"wait this long after a graceful shutdown before ForceOff "
+                                    f"(default {DEFAULT_GRACE:g})")
+
+    @classmethod
+    def open(cls, config: Any, args: argparse.Namespace, urls: Any = None) -> Redfish:
+        """No connection yet: each node's BMC is opened when first used."""
+        grace = getattr(args, "grace", None)
+        if grace is not None and not grace >= 0:
+            raise InputError(f"--grace: must not be negative, got {grace:g}")
+        # sushy logs its own view of every failure; ours is the one line the command prints
+        logging.getLogger("sushy").setLevel(logging.NOTSET if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL)
+        return cls(config, args)
+
+    def close(self) -> None:
+        """Log out of every BMC session."""
+        for bmc in self._bmcs.values():
+            bmc.close()
+        self._bmcs.clear()
+
+    # -- settings
+
+    def settings(self, node: str) -> RedfishSettings:
+        """The node's merged settings, with ``address`` and ``username`` present (else ``InputError``)."""
+        s = node_settings(self.config, node, type(self))
+        for key in ("address", "username"):
+            if getattr(s, key) is None:
+                raise InputError(f"node {node}: no redfish.{key}: set it on the node or its profile")
+        return s
+
+    def _password(self, node: str, s: RedfishSettings) -> str:
+        if s.password_env is not None:
+            value = os.environ.get(s.password_env)
+            if not value:
+                raise MissingCredentials(f"node {node}: redfish.password_env: ${s.password_env} is not set")
+            return value
+        if s.password_file is not None:
+            path = self.config.resolve_path(s.password_file)
+            try:
+                value = Path(path).read_text(encoding="utf-8").strip("\r\n")
+            except OSError as exc:
+                raise MissingCredentials(f"node {node}: redfish.password_file: {path}: "
+                                         f"{exc.strerror or exc}") from None
+            if not value:
+                raise MissingCredentials(f"node {node}: redfish.password_file: {path} is empty")
+            return value
+        raise MissingCredentials(f"node {node}: no BMC password: set redfish.password_file or redfish.password_env")
+
+    def _verify(self, node: str, s: RedfishSettings) -> bool | str:
+        if s.verify_tls is None or isinstance(s.verify_tls, bool):
+            return s.verify_tls is not False
+        path = self.config.resolve_path(s.verify_tls)
+        if not Path(path).is_file():
+            raise InputError(f"node {node}: redfish.verify_tls: no CA file {path}")
+        return str(path)
+
+    def bmc(self, node: str) -> tuple[Bmc, RedfishSettings]:
+        """The node's BMC client (shared by the nodes of one BMC and user) and its settings."""
+        s = self.settings(node)
+        key = (s.address, s.username)
+        if key not in self._bmcs:
+            self._bmcs[key] = Bmc(s.address, s.username, self._password(node, s), verify=self._verify(node, s),
+                                  timeout=s.timeout or DEFAULT_TIMEOUT)
+        return self._bmcs[key], s
+
+    # -- records
+
+    def record(self, bmc: Bmc, system: Any) -> dict[str, Any]:
+        """The node state's ``device`` member: ``{"provider": "redfish", "id": <system path>,
+        "address", "system", "uuid", "state": <power state>, "boot": {"target", "enabled", "mode"},
+        "macs": [..], "updated_at"}``."""
+        members = bmc.call(f"GET {system.path}/EthernetInterfaces",
+                           lambda: system.ethernet_interfaces.get_members())
+        macs = sorted({str(e.mac_address).lower() for e in members if e.mac_address})
+        boot = system.boot
+        return {
+            "provider": self.name,
+            "id": system.path,
+            "address": bmc.address,
+            "system": system.path,
+            "uuid": system.uuid,
+            "state": _power(system),
+            "boot": {"target": _value(boot.target), "enabled": _value(boot.enabled), "mode": _value(boot.mode)},
+            "macs": macs,
+            "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+
+    def line(self, node: str, device: Mapping[str, Any]) -> str:
+        """``node system power-state mac,mac,...``."""
+        return f"{node} {device['id']} {device['state']} {','.join(device.get('macs') or ()) or '-'}"
+
+    # -- commands
+
+    def provision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+                  record: Callable[[str, dict[str, Any]], None],
+                  say: Callable[[str, str], None]) -> list[Outcome]:
+        """Boot each node's system from the network once: override ``Pxe``/``Once``, then power on or
+        ``ForceRestart``. Settings of every node are checked before any BMC is asked."""
+        import sushy
+
+        for node in nodes:
+            self.settings(node)
+        out = []
+        for node in nodes:
+            bmc, s = self.bmc(node)
+            system = bmc.system(s.system, node)
+            mode = {"uefi": sushy.BOOT_SOURCE_MODE_UEFI, "legacy": sushy.BOOT_SOURCE_MODE_BIOS}.get(s.boot_mode or "")
+            bmc.call(f"PATCH {system.path} Boot", lambda: system.set_system_boot_options(
+                sushy.BOOT_SOURCE_TARGET_PXE, enabled=sushy.BOOT_SOURCE_ENABLED_ONCE, mode=mode))
+            power = _power(system)
+            reset = sushy.RESET_FORCE_RESTART if power == "On" else sushy.RESET_ON
+            bmc.call(f"POST {system.path} Reset {reset.value}", lambda: system.reset_system(reset))
+            say(node, f"{system.path}: next boot from the network (once); {reset.value} (was {power})")
+            bmc.call(f"GET {system.path}", lambda: system.refresh(force=True))
+            device = self.record(bmc, system)
+            self._check_macs(node, device)
+            record(node, device)
+            out.append(Outcome(node, device, self.line(node, device)))
+        return out
+
+    def _check_macs(self, node: str, device: Mapping[str, Any]) -> None:
+        macs = self.config.nodes[node].mac
+        if macs and device["macs"] and not set(macs) & set(device["macs"]):
+            log.warning("node %s: none of the system's MACs (%s) is in nodes.%s.mac: /boot.ipxe?mac= will "
+                        "not find it", node, ", ".join(device["macs"]), node)
+
+    def poll(self, node: str, device: Mapping[str, Any]) -> Poll:
+        """The system's power state (a BMC reports no failure of an install)."""
+        bmc, _ = self.bmc(node)
+        system = bmc.system(device["id"], node)
+        current = dict(device, state=_power(system), updated_at=datetime.now(UTC).isoformat(timespec="seconds"))
+        return Poll(current["state"], current)
+
+    def _wait_off(self, bmc: Bmc, system: Any, seconds: float) -> bool:
+        deadline = self.clock() + seconds
+        while True:
+            bmc.call(f"GET {system.path}", lambda: system.refresh(force=True))
+            if _power(system) == "Off":
+                return True
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                return False
+            self.sleep(min(self.poll_interval, remaining))
+
+    def deprovision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+                    say: Callable[[str, str], None]) -> list[Outcome]:
+        """Power each node's system off (graceful, then ``ForceOff`` after ``--grace`` seconds) and
+        clear the boot override."""
+        import sushy
+
+        grace = getattr(self.args, "grace", None)
+        grace = DEFAULT_GRACE if grace is None else grace
+        out = []
+        for node in nodes:
+            bmc, s = self.bmc(node)
+            system = bmc.system((recorded.get(node) or {}).get("id") or s.system, node)
+            power = _power(system)
+            if power != "Off":
+                allowed = bmc.call(f"GET {system.path} reset values", system.get_allowed_reset_system_values)
+                off = False
+                if sushy.RESET_GRACEFUL_SHUTDOWN in allowed and grace > 0:
+                    bmc.call(f"POST {system.path} Reset GracefulShutdown",
+                             lambda: system.reset_system(sushy.RESET_GRACEFUL_SHUTDOWN))
+                    off = self._wait_off(bmc, system, grace)
+                if not off:
+                    bmc.call(f"POST {system.path} Reset ForceOff", lambda: system.reset_system(sushy.RESET_FORCE_OFF))
+                    if not self._wait_off(bmc, system, FORCE_OFF_TIMEOUT):
+                        raise ProviderError(f"BMC {bmc.address}: {system.path} is still {_power(system)} "
+                                            f"{FORCE_OFF_TIMEOUT:g} s after ForceOff")
+                    say(node, f"{system.path}: forced off" + (f" after {grace:g} s of graceful shutdown"
+                                                              if grace > 0 else ""))
+                else:
+                    say(node, f"{system.path}: shut down")
+            allowed_targets = bmc.call(f"GET {system.path}", system.get_allowed_system_boot_source_values)
+            target = sushy.BOOT_SOURCE_TARGET_NONE if sushy.BOOT_SOURCE_TARGET_NONE in allowed_targets \
+                else sushy.BOOT_SOURCE_TARGET_HDD
+            bmc.call(f"PATCH {system.path} Boot", lambda: system.set_system_boot_options(
+                target, enabled=sushy.BOOT_SOURCE_ENABLED_DISABLED))
+            out.append(Outcome(node, None, f"{node} {system.path} Off"))
+        return out
+
+    def devices(self, stages: Mapping[str, str]) -> list[str]:
+        """``node system power-state stage`` for every Redfish node of the config; a BMC that fails
+        gives ``error`` as the power state and its one line in the log."""
+        from bootserver.providers.base import provider_of
+
+        lines = []
+        for node in self.config.nodes:
+            if provider_of(self.config, node) != self.name:
+                continue
+            s = self.settings(node)
+            try:
+                bmc, _ = self.bmc(node)
+                system = bmc.system(s.system, node)
+                path, power = system.path, _power(system)
+            except ProviderError as exc:
+                log.error("%s", exc)
+                path, power = s.system or "-", "error"
+            lines.append(f"{node} {path} {power} {stages.get(node, 'new')}")
+        return lines
+
+
+PROVIDER = Redfish
+
+__all__ = ["Bmc", "Redfish", "RedfishField", "RedfishSettings"]

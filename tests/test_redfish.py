@@ -1,0 +1,243 @@
+"""``bootserver provision / deprovision / devices`` with the Redfish provider against the real
+``sushy-emulator`` (tests/sushy_emulator.py): boot override, power, errors as one line, and
+``--wait`` following a node through script, stub and real config on a running server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import requests
+import yaml
+from conftest import ServerProcess
+from helpers import free_port, run_cli, write_config
+from sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
+
+from bootserver.cli import build_parser, main
+from bootserver.config import load_config
+from bootserver.provision import WaitPolicy, provision
+
+
+def make_config(tmp_path: Path, reference: Path, address: str, **profile_redfish: Any) -> Path:
+    redfish = {"address": address, "username": USERNAME, "password_env": "BMC_PASSWORD", "timeout": 5,
+               **profile_redfish}
+    doc = {
+        "server": {"listen": "127.0.0.1:8080", "base_url": "http://boot.example:8080"},
+        "cache_dir": "cache",
+        "state_dir": "state",
+        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"onprem": {"stream": "r", "install_dev": "/dev/sda", "provider": "redfish",
+                                "redfish": redfish}},
+        "nodes": {
+            "rf-0": {"profile": "onprem", "mac": ["52:54:00:00:00:01"],
+                     "redfish": {"system": "/redfish/v1/Systems/8a1e7c52-3c2b-4f1e-9c0a-000000000001"}},
+            "rf-1": {"profile": "onprem", "redfish": {"system": "8a1e7c52-3c2b-4f1e-9c0a-000000000002"}},
+        },
+    }
+    return write_config(tmp_path / "bootserver.yaml", doc)
+
+
+@pytest.fixture
+def bmc_password(monkeypatch):
+    monkeypatch.setenv("BMC_PASSWORD", PASSWORD)
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_provision_sets_pxe_once_powers_on_and_records_the_system(emulator, bmc_password, tmp_path, reference,
+                                                                  capsys):
+    config = make_config(tmp_path, reference, emulator.url)
+    rc, out, err = cli(capsys, "provision", "rf-0", "--no-wait", "--config", str(config), "--log-level", "debug")
+    assert rc == 0, err
+    path = emulator.path(0)
+    assert out == f"rf-0 {path} Off 52:54:00:00:00:01\n"  # the power-on is still pending
+    assert f"bootserver: rf-0: {path}: next boot from the network (once); On (was Off)" in err
+    # what was sent (sushy's debug log, credentials masked): Pxe, once
+    [patch] = [line for line in err.splitlines() if f"HTTP request: PATCH {emulator.url}{path};" in line]
+    assert "'BootSourceOverrideTarget': 'Pxe'" in patch and "'BootSourceOverrideEnabled': 'Once'" in patch
+    assert PASSWORD not in out + err
+    system = emulator.system(0)
+    assert system["Boot"]["BootSourceOverrideTarget"] == "Pxe"
+    assert emulator.wait_power(0, "On") == "On"
+    state = json.loads((tmp_path / "state" / "nodes" / "rf-0.json").read_text())["device"]
+    assert {k: state[k] for k in ("provider", "id", "address", "system", "uuid", "macs")} == {
+        "provider": "redfish", "id": path, "address": emulator.url, "system": path,
+        "uuid": emulator.systems[0]["uuid"], "macs": ["52:54:00:00:00:01"]}
+    assert state["boot"]["target"] == "Pxe"
+    assert PASSWORD not in json.dumps(state)
+
+
+def test_a_system_that_is_on_is_force_restarted(emulator, bmc_password, tmp_path, reference, capsys):
+    config = make_config(tmp_path, reference, emulator.url)
+    rc, out, err = cli(capsys, "provision", "rf-1", "--no-wait", "--config", str(config))
+    assert rc == 0, err
+    assert f"{emulator.path(1)}: next boot from the network (once); ForceRestart (was On)" in err
+    assert emulator.system(1)["Boot"]["BootSourceOverrideTarget"] == "Pxe"
+    assert emulator.wait_power(1, "On") == "On"
+
+
+def test_devices_then_deprovision_powers_off_and_clears_the_override(emulator, bmc_password, tmp_path,
+                                                                     reference, capsys):
+    config = make_config(tmp_path, reference, emulator.url)
+    rc, out, err = cli(capsys, "devices", "--config", str(config))
+    assert rc == 0, err
+    assert out == f"rf-0 {emulator.path(0)} Off new\nrf-1 {emulator.path(1)} On new\n"
+    rc, out, err = cli(capsys, "provision", "rf-1", "--no-wait", "--config", str(config))
+    assert rc == 0, err
+    assert (tmp_path / "state" / "nodes" / "rf-1.json").exists()
+    emulator.wait_power(1, "On")
+    rc, out, err = cli(capsys, "deprovision", "rf-1", "--grace", "1", "--config", str(config))
+    assert rc == 0, err
+    assert out == f"rf-1 {emulator.path(1)} Off\n"
+    assert emulator.system(1)["PowerState"] == "Off"
+    assert emulator.system(1)["Boot"]["BootSourceOverrideTarget"] == "Hdd"  # no "None" on this BMC
+    assert not (tmp_path / "state" / "nodes" / "rf-1.json").exists()
+
+
+def one_line_error(capsys, config: Path, *args: str) -> str:
+    rc, out, err = cli(capsys, "provision", "rf-0", "--no-wait", "--config", str(config), *args)
+    assert rc == 1, err
+    assert out == "" and len(err.splitlines()) == 1, err
+    assert PASSWORD not in err
+    return err
+
+
+def test_wrong_credentials_are_one_line(emulator, tmp_path, reference, capsys, monkeypatch, caplog):
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("BMC_PASSWORD", "not-the-password")
+    err = one_line_error(capsys, make_config(tmp_path, reference, emulator.url))
+    assert err.startswith(f"bootserver: BMC {emulator.url}: GET {emulator.path(0)}: 401 access denied: ")
+    assert err.rstrip().endswith("(check redfish.username and the password)")
+    assert "not-the-password" not in err + caplog.text
+
+
+def test_an_unknown_system_is_one_line_with_the_bmc_message(emulator, bmc_password, tmp_path, reference, capsys):
+    config = make_config(tmp_path, reference, emulator.url)
+    doc = yaml.safe_load(config.read_text())
+    doc["nodes"]["rf-0"]["redfish"]["system"] = "nope"
+    write_config(config, doc)
+    err = one_line_error(capsys, config)
+    assert err == (f"bootserver: BMC {emulator.url}: GET /redfish/v1/Systems/nope: 404 not found: "
+                   "Fake system nope was not found\n")
+
+
+def test_a_bmc_that_is_down_is_one_line(bmc_password, tmp_path, reference, capsys):
+    address = f"http://127.0.0.1:{free_port()}"
+    err = one_line_error(capsys, make_config(tmp_path, reference, address))
+    assert err == f"bootserver: BMC {address}: service root: cannot connect: connection refused\n"
+
+
+def test_a_bmc_that_hangs_is_one_line_after_its_timeout(bmc_password, tmp_path, reference, capsys):
+    with socket.socket() as hung:  # accepts connections (the kernel's backlog) and never answers
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)
+        address = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        err = one_line_error(capsys, make_config(tmp_path, reference, address, timeout=1))
+    assert err == f"bootserver: BMC {address}: service root: no answer within 1 s\n"
+
+
+def test_a_missing_password_is_bad_input_before_any_call(tmp_path, reference, capsys, monkeypatch):
+    monkeypatch.delenv("BMC_PASSWORD", raising=False)
+    rc, out, err = cli(capsys, "provision", "rf-0", "--config",
+                       str(make_config(tmp_path, reference, "http://127.0.0.1:9")))
+    assert rc == 2
+    assert err == "bootserver: node rf-0: redfish.password_env: $BMC_PASSWORD is not set\n"
+
+
+def test_bad_redfish_settings_name_the_key(tmp_path, reference, capsys):
+    config = make_config(tmp_path, reference, "ftp://bmc.example")
+    rc, _, err = cli(capsys, "check-config", "--config", str(config))
+    assert rc == 2
+    assert err.startswith(f"bootserver: {config}: profiles.onprem.redfish.address: must be an http(s) URL")
+    config = make_config(tmp_path, reference, "https://bmc.example", password_file="pw")
+    rc, _, err = cli(capsys, "check-config", "--config", str(config))
+    assert rc == 2 and "set password_file or password_env, not both" in err
+
+
+def test_password_file_relative_to_the_config(emulator, tmp_path, reference, capsys, monkeypatch):
+    monkeypatch.delenv("BMC_PASSWORD", raising=False)
+    (tmp_path / "bmc.pw").write_text(PASSWORD + "\n")
+    config = make_config(tmp_path, reference, emulator.url)
+    doc = yaml.safe_load(config.read_text())
+    del doc["profiles"]["onprem"]["redfish"]["password_env"]
+    doc["nodes"]["rf-0"]["redfish"]["password_file"] = "bmc.pw"
+    write_config(config, doc)
+    rc, out, err = cli(capsys, "provision", "rf-0", "--no-wait", "--config", str(config))
+    assert rc == 0, err
+
+
+def test_redfish_nodes_boot_the_metal_platform_without_a_console(tmp_path, reference, capsys, monkeypatch):
+    config = make_config(tmp_path, reference, "https://bmc.example")
+    rc, out, err = cli(capsys, "render", "ipxe", "rf-0", "--config", str(config))
+    assert rc == 0, err
+    kernel = next(line for line in out.splitlines() if line.startswith("kernel "))
+    assert "coreos.inst.platform_id=metal" in kernel.split()
+    assert not any(w.startswith("console=") for w in kernel.split())
+
+
+async def test_wait_follows_the_node_through_script_stub_and_config(emulator, bmc_password, tmp_path,
+                                                                    boot_setup, monkeypatch):
+    """``provision`` (with the emulator) waits while the node boots from a running server: its
+    script through ``/boot.ipxe?mac=``, the stub, then (its installed system's first boot) the real
+    config. Each poll pause of the wait plays the next step, so every stage is seen."""
+    setup = boot_setup(100_000, {"rf-0": {"profile": "master", "mac": ["52:54:00:00:00:01"],
+                                          "addresses": ["127.0.0.1"]}})
+    doc = yaml.safe_load(setup.config.read_text())
+    doc["server"]["admin"] = {"listen": f"127.0.0.1:{free_port()}"}  # not listen's port + 1, which may be taken
+    doc["profiles"]["master"] |= {"provider": "redfish", "redfish": {
+        "address": emulator.url, "system": emulator.path(0), "username": USERNAME,
+        "password_env": "BMC_PASSWORD", "timeout": 5}}
+    write_config(setup.config, doc)
+    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
+    assert rc == 0, err
+    config = load_config(str(setup.config))
+    server = ServerProcess(setup.config, setup.port)
+    seen: dict[str, Any] = {}
+
+    def step_script() -> None:
+        r = requests.get(f"{server.url}/boot.ipxe?mac=52:54:00:00:00:01", timeout=10)
+        assert r.status_code == 200, r.text
+        seen["kargs"] = next(line for line in r.text.splitlines() if line.startswith("kernel ")).split()[2:]
+
+    def step_stub() -> None:
+        url = next(w.split("=", 1)[1] for w in seen["kargs"] if w.startswith("coreos.inst.ignition_url="))
+        r = requests.get(url, timeout=10)
+        assert r.status_code == 200
+        seen["merge"] = r.json()["ignition"]["config"]["merge"][0]["source"]
+
+    def step_config() -> None:
+        r = requests.get(seen["merge"], timeout=10)
+        assert r.status_code == 200 and r.content == setup.master_ign.read_bytes()
+
+    steps = [step_script, step_stub, step_config]
+    said: list[str] = []
+
+    def pause(seconds: float) -> None:
+        if steps:
+            steps.pop(0)()
+
+    args = build_parser().parse_args(["provision", "rf-0"])
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        try:
+            await server.start(http)
+            lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
+                config, args, ["rf-0"], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
+                say=lambda node, message: said.append(message)))
+        finally:
+            await server.stop()
+    assert [m for m in said if m.startswith(("stage", "waiting"))] == [
+        "waiting for stage installed (now new)", "stage ipxe", "stage installing", "stage installed"]
+    assert lines[0].startswith(f"rf-0 {emulator.path(0)} ")
+    assert "coreos.inst.platform_id=metal" in seen["kargs"]
+    assert not any(w.startswith("console=") for w in seen["kargs"])
+    assert emulator.system(0)["Boot"]["BootSourceOverrideTarget"] == "Pxe"
