@@ -417,3 +417,13 @@ def fake_metal_fixture():
     finally:
         server.stop()
     assert fake.problems == [], fake.problems
+
+
+@pytest.fixture(name="metal_env")
+def metal_env_fixture(fake_metal, monkeypatch):
+    """The running fake as the command line finds it: ``METAL_AUTH_TOKEN`` and ``METAL_API_URL`` set, and
+    devices in their final state at the first GET (a command cannot be handed a fake clock)."""
+    fake_metal.instant = True
+    monkeypatch.setenv("METAL_AUTH_TOKEN", TOKEN)
+    monkeypatch.setenv("METAL_API_URL", fake_metal.url)
+    return fake_metal

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import write_config
-from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
+from fake_metal import PROJECT, TOKEN, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
 
 from bootserver.cli import main
 
@@ -38,11 +38,8 @@ def make_config(tmp_path: Path, metal: dict | None = None, **node_metal) -> Path
 
 
 @pytest.fixture
-def env(fake_metal, monkeypatch):
-    fake_metal.instant = True
-    monkeypatch.setenv("METAL_AUTH_TOKEN", TOKEN)
-    monkeypatch.setenv("METAL_API_URL", fake_metal.url)
-    return fake_metal
+def env(metal_env):
+    return metal_env
 
 
 def cli(capsys, *args: str) -> tuple[int, str, str]:

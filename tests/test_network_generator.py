@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
+from fake_metal import PROJECT, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
 from nm_generator import connections
 
 from bootserver.cli import main
@@ -188,15 +188,6 @@ def _compare_golden(script: str, golden: str) -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(script)
     assert script == path.read_text(), f"script differs from {path}; UPDATE_GOLDEN=1 rewrites it"
-
-
-@pytest.fixture
-def metal_env(fake_metal, monkeypatch):
-    """The fake Equinix API as ``bootserver provision`` finds it (token and URL in the environment)."""
-    fake_metal.instant = True
-    monkeypatch.setenv("METAL_AUTH_TOKEN", TOKEN)
-    monkeypatch.setenv("METAL_API_URL", fake_metal.url)
-    return fake_metal
 
 
 EQUINIX_EXPECTED = {
