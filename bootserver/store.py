@@ -263,8 +263,10 @@ class ArtifactWriter:
         self._expected_size = value
 
     def _drop_size_file(self) -> None:
-        if self._size_file is not None:
-            self._size_file.unlink(missing_ok=True)
+        # The holder of the resumable partial's lock is the only writer of its size file, so it also
+        # removes one left by a process killed mid-download, not only the one it wrote itself.
+        if self._size_file is not None or self.resumable:
+            self.store.size_path(self.artifact).unlink(missing_ok=True)
             self._size_file = None
 
     @property
@@ -360,9 +362,11 @@ class ArtifactWriter:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise self._disk_full(0) from None
             raise
+        # The size file goes before the publish: a process killed in between leaves a complete partial
+        # (resumed next time), never a published artifact with a stale size file beside it.
+        self._drop_size_file()
         os.replace(self._tmp, self.dest)
         fsync_dir(self.dest.parent)
-        self._drop_size_file()
         self._file.close()  # releases the lock only after the rename
         self._tmp = None
         return self.dest
