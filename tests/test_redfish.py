@@ -241,3 +241,25 @@ async def test_wait_follows_the_node_through_script_stub_and_config(emulator, bm
     assert "coreos.inst.platform_id=metal" in seen["kargs"]
     assert not any(w.startswith("console=") for w in seen["kargs"])
     assert emulator.system(0)["Boot"]["BootSourceOverrideTarget"] == "Pxe"
+
+
+def test_a_bmc_error_line_carries_every_extended_info_message():
+    """What a real BMC says in ``@Message.ExtendedInfo`` (the emulator's errors carry only ``message``)."""
+    import sushy.exceptions
+
+    from bootserver.providers.redfish import _detail
+
+    response = requests.Response()
+    response.status_code = 400
+    response._content = json.dumps({"error": {
+        "code": "Base.1.8.GeneralError", "message": "A general error has occurred.",
+        "@Message.ExtendedInfo": [
+            {"MessageId": "Base.1.8.PropertyValueNotInList", "Severity": "Warning",
+             "Message": "The value Pxe for the property BootSourceOverrideTarget is not in the list of "
+                        "acceptable values."},
+            {"MessageId": "Base.1.8.Success", "Message": "Successfully Completed Request"}]}}).encode()
+    error = sushy.exceptions.BadRequestError("PATCH", "https://bmc.example/redfish/v1/Systems/1", response)
+    assert _detail(error) == ("The value Pxe for the property BootSourceOverrideTarget is not in the list of "
+                              "acceptable values.; Successfully Completed Request")
+    response._content = json.dumps({"error": {"code": "Base.1.8.GeneralError", "message": "Busy"}}).encode()
+    assert _detail(sushy.exceptions.ServerSideError("GET", "https://bmc.example/", response)) == "Busy"
