@@ -35,16 +35,8 @@ from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError,
 from bootserver import __version__
 from bootserver.config.types import SettingsModel, YamlList, check_http_url
 from bootserver.errors import InputError
-from bootserver.providers.base import (
-    MissingCredentials,
-    Outcome,
-    Poll,
-    Provider,
-    ProviderError,
-    ProviderNotFound,
-    RetryPolicy,
-    retry_after_seconds,
-)
+from bootserver.providers.base import (MissingCredentials, Outcome, Poll, Provider, ProviderError,
+                                       ProviderNotFound, RetryPolicy, retry_after_seconds)
 
 log = logging.getLogger(__name__)
 
