@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from bootserver.config import _Document
+from bootserver.config import Document
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -48,7 +48,7 @@ def documented_paths() -> set[str]:
 
 
 def test_config_reference_documents_every_key_and_only_real_keys() -> None:
-    model = key_paths(_Document)
+    model = key_paths(Document)
     assert "profiles.<name>.boot_once" in model and "server.tls.cert" in model
     assert {"metal.tag", "profiles.<name>.metal.plan", "nodes.<name>.metal.always_pxe"} <= model
     documented = documented_paths()

@@ -26,35 +26,26 @@ Every name below stays importable from ``bootserver.config``.
 
 from __future__ import annotations
 
-from .loader import _check_references, check_local_inputs, check_real_config, load_config, parse_config
-from .messages import describe_error, keypath as _keypath, known_keys
+from .loader import check_local_inputs, check_real_config, load_config, parse_config
+from .messages import describe_error, known_keys
 from ..providers.equinix import (
-    BILLING_CYCLES, DEFAULT_TAG, FACILITY_TAGS as _FACILITY_TAGS, BillingCycle, Facility, MetalGlobal,
+    BILLING_CYCLES, DEFAULT_TAG, BillingCycle, Facility, MetalGlobal,
     MetalSettings, MetalUUID, MetalWord, is_uuid,
 )
 from .schema import (
     ARCHITECTURES, FCOS_STABLE_URL, IGNITION_VERSIONS, Config, Document, FacilityConfig, Node, Profile,
-    ServerConfig, SigningConfig, StreamConfig, TLSConfig, _Document, default_document,
+    ServerConfig, SigningConfig, StreamConfig, TLSConfig, default_document,
 )
 from .types import (
     HOSTNAME_RE, MAC_RE, NAME_RE, UUID_RE, Name, SettingsModel, YamlList, check_http_url, normalize_mac,
     parse_networks, split_listen,
 )
 
-_Model = SettingsModel
-_check_http_url = check_http_url
-_networks = parse_networks
-
-
-def _known_keys(loc):  # the old private helper, on the config document
-    return known_keys(Document, loc)
-
-
 __all__ = [
     "ARCHITECTURES", "BILLING_CYCLES", "DEFAULT_TAG", "FCOS_STABLE_URL", "HOSTNAME_RE", "IGNITION_VERSIONS",
     "MAC_RE", "NAME_RE", "UUID_RE", "BillingCycle", "Config", "Document", "Facility", "FacilityConfig",
     "MetalGlobal", "MetalSettings", "MetalUUID", "MetalWord", "Name", "Node", "Profile", "ServerConfig",
     "SettingsModel", "SigningConfig", "StreamConfig", "TLSConfig", "YamlList", "check_http_url",
-    "check_local_inputs", "check_real_config", "default_document", "describe_error", "is_uuid", "load_config", "normalize_mac",
-    "parse_config", "split_listen",
+    "check_local_inputs", "check_real_config", "default_document", "describe_error", "is_uuid", "known_keys", "load_config", "normalize_mac",
+    "parse_config", "parse_networks", "split_listen",
 ]

@@ -305,7 +305,6 @@ class Document(SettingsModel):
     state_store: StateStoreField = None
 
 
-_Document = Document  # the name tests and older callers import
 
 
 @dataclass(frozen=True)
