@@ -19,8 +19,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import aiohttp
 
@@ -78,7 +79,7 @@ async def wait_http(url: str, deadline: float = 30.0, proc: subprocess.Popen | N
                 async with s.get(url) as r:
                     if r.status < 500:
                         return
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 pass
             await asyncio.sleep(0.05)
     raise TimeoutError(url)
@@ -249,7 +250,7 @@ class PeakRss:
             self.sample()
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> PeakRss:
         self._thread.start()
         return self
 
@@ -302,7 +303,7 @@ class Bootserver:
         self.workers = workers
         self.proc: subprocess.Popen | None = None
 
-    async def __aenter__(self) -> "Bootserver":
+    async def __aenter__(self) -> Bootserver:
         self.proc = start(self.cmd, self.log, cwd=self.config.parent)
         try:
             await wait_http(self.url + "/healthz", proc=self.proc)
@@ -332,7 +333,7 @@ class Upstream:
         self.log = log
         self.proc: subprocess.Popen | None = None
 
-    async def __aenter__(self) -> "Upstream":
+    async def __aenter__(self) -> Upstream:
         self.proc = start([PY, str(HERE / "upstream.py"), str(self.root), str(self.port)], self.log)
         try:
             await wait_http(self.url + "/none", proc=self.proc)

@@ -29,9 +29,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (MB, Bootserver, PeakRss, Upstream, bench_stream, curl_many, free_port,  # noqa: E402
-                     make_file, markdown_table, median, read_through_page_cache, rmtree, run_cli, start,
-                     stop, wait_http, write_json, write_config)
+from _common import (  # noqa: E402
+    MB,
+    Bootserver,
+    PeakRss,
+    Upstream,
+    bench_stream,
+    curl_many,
+    free_port,
+    make_file,
+    markdown_table,
+    median,
+    read_through_page_cache,
+    rmtree,
+    run_cli,
+    start,
+    stop,
+    wait_http,
+    write_config,
+    write_json,
+)
 
 NGINX_CONF = """\
 daemon off;
@@ -70,7 +87,7 @@ class Nginx:
         self.conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, root=root))
         self.proc = None
 
-    async def __aenter__(self) -> "Nginx":
+    async def __aenter__(self) -> Nginx:
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         self.proc = start([nginx, "-p", f"{self.tmp}/", "-e", f"{self.tmp}/nginx-error.log", "-c", str(self.conf)],
                           self.tmp / "nginx.out")

@@ -46,9 +46,21 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (REFERENCE, Bootserver, PeakRss, Upstream, bench_stream, free_port,  # noqa: E402
-                     make_file, markdown_table, rmtree, run_cli, throwaway_state_store, write_json,
-                     write_config)
+from _common import (  # noqa: E402
+    REFERENCE,
+    Bootserver,
+    PeakRss,
+    Upstream,
+    bench_stream,
+    free_port,
+    make_file,
+    markdown_table,
+    rmtree,
+    run_cli,
+    throwaway_state_store,
+    write_config,
+    write_json,
+)
 
 STUB_KARGS = ("coreos.inst.ignition_url=", "ignition.config.url=")
 
@@ -94,7 +106,7 @@ class Storm:
                     break
         except aiohttp.ClientError as e:
             raise NodeError(f"connection {step} ({type(e).__name__})") from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise NodeError(f"timeout {step}") from None
         self.step_times[step].append(time.monotonic() - t0)
         return body

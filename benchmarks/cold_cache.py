@@ -19,8 +19,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (PY, Bootserver, Upstream, bench_stream, cpu_seconds, curl, free_port,  # noqa: E402
-                     make_file, rmtree, sha256_file, time_v, write_json, write_config)
+from _common import (  # noqa: E402
+    PY,
+    Bootserver,
+    Upstream,
+    bench_stream,
+    cpu_seconds,
+    curl,
+    free_port,
+    make_file,
+    rmtree,
+    sha256_file,
+    time_v,
+    write_config,
+    write_json,
+)
 
 
 async def main() -> None:

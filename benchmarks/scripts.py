@@ -39,9 +39,26 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (HERE, PY, REFERENCE, Bootserver, PeakRss, Upstream, curl, free_port,  # noqa: E402
-                     markdown_table, median, rewrite_stream_locations, rmtree, start, stop,
-                     throwaway_state_store, wait_http, write_json, write_config)
+from _common import (  # noqa: E402
+    HERE,
+    PY,
+    REFERENCE,
+    Bootserver,
+    PeakRss,
+    Upstream,
+    curl,
+    free_port,
+    markdown_table,
+    median,
+    rewrite_stream_locations,
+    rmtree,
+    start,
+    stop,
+    throwaway_state_store,
+    wait_http,
+    write_config,
+    write_json,
+)
 
 LUA = """\
 local paths = {{{paths}}}
@@ -95,7 +112,7 @@ class BareApp:
         self.url = f"http://127.0.0.1:{port}"
         self.procs: list[subprocess.Popen] = []
 
-    async def __aenter__(self) -> "BareApp":
+    async def __aenter__(self) -> BareApp:
         try:
             for _ in range(self.workers):
                 self.procs.append(start([PY, str(HERE / "bare_ipxe.py"), str(self.port), str(self.size),

@@ -11,8 +11,9 @@ import asyncio
 import os
 import sqlite3
 import sys
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from . import __version__
@@ -105,7 +106,7 @@ def _grace_arg(value: str) -> int:
     return 0 if value.strip() in ("0", "0s", "0m", "0h", "0d") else _duration_arg(value)
 
 
-async def _started_store(config: Config) -> "StateStore":
+async def _started_store(config: Config) -> StateStore:
     from .state import open_store
 
     store = open_store(config)
@@ -118,7 +119,7 @@ def _cmd_url(args: argparse.Namespace, config: Config) -> int:
 
     node = _node(config, args.node)
 
-    async def keys() -> "Keyring":
+    async def keys() -> Keyring:
         store = await _started_store(config)
         try:
             return store.keyring()

@@ -35,9 +35,10 @@ import logging
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -81,7 +82,7 @@ async def _get_document(session: aiohttp.ClientSession, url: str, limit: int) ->
                 if len(data) > limit:
                     raise FetchError(f"{url}: larger than {limit} bytes")
             return bytes(data)
-    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
+    except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
         raise TransientFetchError(f"{url}: {type(e).__name__}: {e}") from None
 
 
@@ -126,7 +127,7 @@ def _status_error(url: str, resp: aiohttp.ClientResponse) -> FetchError:
 
 
 async def _fetch_from(session: aiohttp.ClientSession, writer: ArtifactWriter, url: str,
-                      hooks: "DownloadHooks") -> None:
+                      hooks: DownloadHooks) -> None:
     """One GET of ``url`` into ``writer``, resuming with ``Range`` when it already holds bytes."""
     offset = writer.bytes_written
     headers = {"Range": f"bytes={offset}-"} if offset else {}
@@ -164,7 +165,7 @@ async def _fetch_from(session: aiohttp.ClientSession, writer: ArtifactWriter, ur
                 hooks.progress(writer.bytes_written, total)
             if total is not None and writer.bytes_written != total:
                 raise TransientFetchError(f"{url}: short body: {writer.bytes_written} of {total} bytes")
-    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as e:
+    except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
         raise TransientFetchError(f"{url}: {type(e).__name__}: {e}") from None
 
 
@@ -281,7 +282,7 @@ class Upstream:
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
-    def for_config(cls, config: "Config", facility: str | None = None) -> "Upstream":
+    def for_config(cls, config: Config, facility: str | None = None) -> Upstream:
         """The upstream of ``config``: the mirrors of ``facility`` (default ``server.facility``) and
         ``upstream.read_timeout``."""
         return cls(mirrors=config.mirrors(facility), read_timeout=config.upstream.read_timeout)
@@ -300,7 +301,7 @@ class Upstream:
             await self._session.close()
             self._session = None
 
-    async def __aenter__(self) -> "Upstream":
+    async def __aenter__(self) -> Upstream:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -144,7 +144,7 @@ def negotiate_version(accept: str | None, maximum: str, versions: tuple[str, ...
     return max(acceptable)[2]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fragment(name: str) -> dict[str, Any]:
     """Load ``ignition/<name>.ign`` (a complete spec 3.1.0 config). Callers get a deep copy to edit."""
     return json.loads((data_dir("ignition") / f"{name}.ign").read_text())

@@ -34,7 +34,7 @@ class IgnitionSchemaError(ValueError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validator(version: str) -> jsonschema.Draft4Validator:
     major, minor, _ = version.split(".")
     schema = json.loads((data_dir("ignition") / "schema" / f"ignition-schema-v{major}.{minor}.json").read_text())

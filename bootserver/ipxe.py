@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 from urllib.parse import unquote, urlsplit
 
 import jinja2
@@ -186,7 +186,7 @@ def _environment() -> jinja2.Environment:
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _template(name: str) -> jinja2.Template:
     return _environment().get_template(name)
 

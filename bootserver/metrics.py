@@ -24,7 +24,7 @@ Plain domain code: no aiohttp import.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily

@@ -31,7 +31,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
@@ -265,8 +265,7 @@ def _mode(value: str) -> str:
 #: The type of the ``network`` key: ``"dhcp"``, ``"provider"`` or a :class:`NetworkState`. The union
 #: tags are written ``<...>``, which config error messages leave out of key paths.
 NetworkSetting = Annotated[
-    Union[Annotated[Annotated[str, BeforeValidator(lambda v: _mode(v) if isinstance(v, str) else v)], Tag("<mode>")],
-          Annotated[NetworkState, Tag("<NMState>")]],
+    Annotated[Annotated[str, BeforeValidator(lambda v: _mode(v) if isinstance(v, str) else v)], Tag("<mode>")] | Annotated[NetworkState, Tag("<NMState>")],
     Discriminator(lambda v: "<mode>" if isinstance(v, str) else "<NMState>"),
 ]
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger

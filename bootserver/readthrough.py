@@ -40,8 +40,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator, NamedTuple
+from typing import Any, NamedTuple
 
 from .catalog import StreamCatalog
 from .config import Config

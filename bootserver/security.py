@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 

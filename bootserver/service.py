@@ -11,9 +11,10 @@ import asyncio
 import ipaddress
 import logging
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Generic, Mapping, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .butane import ButaneError
 from .catalog import StreamCatalog
@@ -25,11 +26,11 @@ from .inventory import find_node, profile_of, script_context, select_node
 from .ipxe import render_boot_script, render_localboot_script
 from .network import node_kargs
 from .readthrough import ReadThrough, Transfer
+from .signing import Signer
+from .state import open_store
 from .store import ArtifactStore
 from .streams import ARTIFACT_KINDS, Release
-from .state import open_store
 from .timeline import INSTALLED_STAGES, Record, artifact_event
-from .signing import Signer
 from .urls import Urls
 
 log = logging.getLogger("bootserver.service")

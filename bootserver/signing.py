@@ -31,9 +31,9 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .config.types import parse_duration  # noqa: F401  (re-exported: the one duration parser)
@@ -135,10 +135,10 @@ class Keyring:
         #: (mtime_ns, size, inode) of the file the entries were read from; None: not read from a file
         self.stamp = stamp
         #: For keys held by a shared state store: returns the store's newest keyring (see :meth:`held`).
-        self._latest: Callable[[], "Keyring"] | None = None
+        self._latest: Callable[[], Keyring] | None = None
 
     @classmethod
-    def held(cls, entries: Sequence[KeyEntry], latest: Callable[[], "Keyring"]) -> "Keyring":
+    def held(cls, entries: Sequence[KeyEntry], latest: Callable[[], Keyring]) -> Keyring:
         """Keys held by a state store rather than a file (the PostgreSQL store): :meth:`refreshed`
         returns ``latest()``, the newest keys the store has read."""
         ring = cls(None, entries)
@@ -146,13 +146,13 @@ class Keyring:
         return ring
 
     @classmethod
-    def _read(cls, path: Path) -> "Keyring":
+    def _read(cls, path: Path) -> Keyring:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             data = f.read()
         return cls(path, cls._parse(path, data), (st.st_mtime_ns, st.st_size, st.st_ino))
 
-    def refreshed(self) -> "Keyring":
+    def refreshed(self) -> Keyring:
         """This keyring, or the file's new contents when ``keys rotate`` (any process) replaced it.
 
         One ``stat`` per call. A file that vanished or no longer parses keeps the keys in hand (and is
@@ -194,7 +194,7 @@ class Keyring:
         return entries
 
     @classmethod
-    def load_or_create(cls, state_dir: Path, now: Callable[[], float] = time.time) -> "Keyring":
+    def load_or_create(cls, state_dir: Path, now: Callable[[], float] = time.time) -> Keyring:
         """Load ``<state_dir>/keys.json``, creating it (mode 0600, ``O_EXCL``) with a fresh key if absent.
 
         Two processes racing both end up with the key of whichever created the file first.
@@ -209,7 +209,7 @@ class Keyring:
                                 f"{e.strerror or e}") from None
 
     @classmethod
-    def _load_or_create(cls, path: Path, now: Callable[[], float]) -> "Keyring":
+    def _load_or_create(cls, path: Path, now: Callable[[], float]) -> Keyring:
         state_dir = path.parent
         try:
             return cls._read(path)
@@ -234,7 +234,7 @@ class Keyring:
             tmp.unlink(missing_ok=True)
         return cls._read(path)
 
-    def rotate(self, grace: int, now: Callable[[], float] = time.time) -> "Keyring":
+    def rotate(self, grace: int, now: Callable[[], float] = time.time) -> Keyring:
         """Write a new current key; the old current key retires ``grace`` seconds from now, and keys
         already retired are dropped. Atomic replace, mode 0600. Returns the new keyring."""
         if self.path is None:

@@ -32,8 +32,9 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO, Iterable
+from typing import BinaryIO
 
 from .errors import DiskFullError, IntegrityError
 from .files import fsync_dir, write_atomic
@@ -101,7 +102,7 @@ class ArtifactStore:
         return path.is_file() and self.recorded_sha256(path) == artifact.sha256
 
     def writer(self, release: Release, artifact: Artifact, *, resume: bool = False,
-               exclusive: bool = False) -> "ArtifactWriter":
+               exclusive: bool = False) -> ArtifactWriter:
         """A writer that downloads into ``tmp/`` and publishes on :meth:`ArtifactWriter.commit`.
 
         With ``resume`` it continues ``tmp/<sha256>.part`` when one is left from an earlier run. With
@@ -275,7 +276,7 @@ class ArtifactWriter:
         assert self._tmp is not None
         return self._tmp
 
-    def __enter__(self) -> "ArtifactWriter":
+    def __enter__(self) -> ArtifactWriter:
         self.store.tmp.mkdir(parents=True, exist_ok=True)
         fd = None
         if self.resume:

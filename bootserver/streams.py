@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .errors import MetadataError

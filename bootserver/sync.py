@@ -19,10 +19,9 @@ import sys
 import time
 from dataclasses import dataclass
 from typing import TextIO
+from urllib.parse import urlsplit
 
 from tqdm import tqdm
-
-from urllib.parse import urlsplit
 
 from .config import Config
 from .errors import BootserverError, InputError

@@ -66,10 +66,11 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any
 
 from .errors import BootserverError, InputError
 from .streams import ARTIFACT_KINDS

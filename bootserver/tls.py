@@ -18,8 +18,8 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 from urllib.parse import urlsplit
 
 from cryptography import x509
@@ -79,7 +79,7 @@ def init_tls(directory: Path, names: list[str], *, force: bool = False,
     existing = [str(p) for p in paths.values() if p.exists()]
     if existing and not force:
         raise TLSExistsError(f"{existing[0]}: already exists; use --force to replace the CA and certificate")
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bootserver CA"),
                          x509.NameAttribute(NameOID.ORGANIZATION_NAME, "bootserver")])

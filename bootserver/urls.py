@@ -16,8 +16,8 @@ never signed (public images).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 from urllib.parse import parse_qs, quote, urlsplit
 
 from .config import Config

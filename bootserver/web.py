@@ -18,23 +18,30 @@ import os
 import socket
 import ssl
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 
-from . import __version__
+from . import __version__, ops
 from .config import Config
-from .errors import (BootserverError, ConfigError, DiskFullError, FetchError, InputError, UnavailableError,
-                     UnknownNodeError)
+from .errors import (
+    BootserverError,
+    ConfigError,
+    DiskFullError,
+    FetchError,
+    InputError,
+    UnavailableError,
+    UnknownNodeError,
+)
 from .ignition import MEDIA_TYPE, NotAcceptableError
-from . import ops
+from .inventory import default_node, profile_of
 from .metrics import Metrics
 from .ops import NODE, ROUTE
-from .security import Gate, Limits, forbidden
 from .readthrough import Transfer
-from .inventory import default_node, profile_of
+from .security import Gate, Limits, forbidden
 from .service import BootService
 from .signing import Signer
 from .urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
@@ -406,7 +413,7 @@ def runner_kwargs(app: web.Application) -> dict[str, object]:
             "keepalive_timeout": app[SERVICE].config.server.keepalive_timeout}
 
 
-def server_ssl_context(config: Config) -> "ssl.SSLContext":
+def server_ssl_context(config: Config) -> ssl.SSLContext:
     """The server's TLS context (TLS 1.2+) from ``server.tls`` cert and key (PEM).
 
     Raises :class:`~bootserver.errors.ConfigError` naming ``server.tls`` when the files cannot be loaded.
@@ -480,7 +487,7 @@ def bind_unix_socket(config: Config, path: str) -> socket.socket:
     return sock
 
 
-async def serve(config: Config, stop: "asyncio.Event", *, reuse_port: bool = False,
+async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False,
                 ready: Callable[[], None] | None = None, admin_socket: socket.socket | None = None) -> None:
     """Serve ``config`` until ``stop``: the device routes on ``server.listen`` (HTTP) and
     ``server.tls.listen`` (HTTPS), the admin routes on ``server.admin.listen`` (TCP, or a Unix socket:

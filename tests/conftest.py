@@ -9,14 +9,14 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import pytest
 from aiohttp import web
-
 from helpers import BOOTSERVER, REFERENCE, REPO, free_port, run_cli, write_config  # noqa: F401 (shared)
 
 SCHEMAS = REPO / "ignition" / "schema"
@@ -213,7 +213,7 @@ class ServerProcess:
             self.proc.terminate()
             try:
                 await asyncio.wait_for(self.proc.wait(), 10)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()
 

@@ -53,7 +53,7 @@ async def run_cli(*args: str, timeout: float = 60, cwd: Path | None = None) -> t
                                                 stderr=subprocess.PIPE, cwd=cwd, start_new_session=True)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         os.killpg(proc.pid, signal.SIGKILL)
         await proc.wait()
         raise

@@ -10,7 +10,6 @@ import json
 import re
 
 import aiohttp
-
 from conftest import ServerProcess, run_cli
 
 

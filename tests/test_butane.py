@@ -17,13 +17,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import BOOTSERVER, SCHEMAS, fixed_signer, write_config
 
 from bootserver.butane import ButaneError, is_butane, translate
 from bootserver.config import parse_config
 from bootserver.errors import ConfigError, UnavailableError
 from bootserver.service import BootService
-
-from conftest import BOOTSERVER, SCHEMAS, fixed_signer, write_config
 
 STANDIN = Path(__file__).with_name("butane_standin.py")
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-
 from conftest import ServerProcess, free_port, run_cli, write_config
 
 SECRET = "PULL-SECRET-e2e-77c1d0"

@@ -8,14 +8,20 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import FIXED_KEY, FIXED_NOW, SCHEMAS, fixed_signer
 
 from bootserver.config import IGNITION_VERSIONS, parse_config
-from bootserver.ignition import NotAcceptableError, build_stub, encode, fragment, negotiate_version, parse_accept
+from bootserver.ignition import (
+    NotAcceptableError,
+    build_stub,
+    encode,
+    fragment,
+    negotiate_version,
+    parse_accept,
+)
 from bootserver.resources import data_dir
 from bootserver.service import BootService
 from bootserver.signing import sign
-
-from conftest import FIXED_KEY, FIXED_NOW, SCHEMAS, fixed_signer
 
 
 def schema(reference: Path, version: str) -> dict:
@@ -150,9 +156,9 @@ def test_stub_refuses_a_version_outside_the_profile(reference: Path, tmp_path: P
 
 
 async def test_server_negotiates_the_stub_version(aiohttp_client, reference: Path, tmp_path: Path) -> None:
-    from bootserver.web import SERVICE, create_app
-
     from conftest import SigningClient
+
+    from bootserver.web import SERVICE, create_app
 
     svc, _ = service(reference, tmp_path, "3.4.0")
     client = SigningClient(await aiohttp_client(create_app(svc.config, fixed_signer())))

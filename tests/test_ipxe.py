@@ -6,12 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import fixed_signer
 
 from bootserver.config import parse_config
 from bootserver.ipxe import UnsafeValueError, build_kargs, check_extra_karg, check_script_word
 from bootserver.service import BootService
-
-from conftest import fixed_signer
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import write_config
 from fake_metal import PROJECT, TOKEN, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
+from helpers import write_config
 
 from bootserver.cli import main
 

@@ -21,8 +21,8 @@ from bootserver.providers.base import ProviderError as MetalError
 from bootserver.providers.base import ProviderNotFound as MetalNotFound
 from bootserver.providers.base import provider_class
 from bootserver.providers.equinix import (
-    Equinix,
     DeviceSpec,
+    Equinix,
     EquinixMetal,
     MissingTokenError,
     _asked_wait,

@@ -10,16 +10,15 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, run_cli, write_config
 from fake_metal import validator
 
 from bootserver.config import parse_config
 from bootserver.errors import ConfigError
 from bootserver.ipxe import CommandLineTooLong, command_line_bytes
 from bootserver.network import DeviceRecordError, NetworkState, dracut_kargs, equinix_network
-from bootserver.web import create_app
-
-from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, run_cli, write_config
 from bootserver.signing import sign
+from bootserver.web import create_app
 
 BOND = {
     "interfaces": [

@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import fixed_signer, write_config
 from fake_metal import PROJECT, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
 from nm_generator import connections
 
 from bootserver.cli import main
 from bootserver.config import load_config, parse_config
 from bootserver.service import BootService
-
-from conftest import fixed_signer, write_config
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from aiohttp.test_utils import TestServer
+from conftest import SigningClient, fixed_signer, payload
 
 from bootserver.config import parse_config
 from bootserver.ignition import sha512_hash
@@ -20,8 +21,6 @@ from bootserver.signing import Keyring, Signer, sign
 from bootserver.store import ArtifactStore
 from bootserver.streams import parse_stream
 from bootserver.web import ADMIN_APP, SERVICE, create_app, runner_kwargs
-
-from conftest import SigningClient, fixed_signer, payload
 
 STREAM = "rhcos-stream-4.16.json"
 

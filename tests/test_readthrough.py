@@ -10,11 +10,13 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 import pytest
+from conftest import BOOTSERVER, FaultyUpstream, payload, rewrite_stream, run_cli, write_config
 
 from bootserver.config import parse_config
 from bootserver.errors import DiskFullError, FetchError, IntegrityError
@@ -22,8 +24,6 @@ from bootserver.fetch import RetryPolicy, Upstream, source_urls
 from bootserver.service import BootService
 from bootserver.store import ArtifactStore
 from bootserver.web import SERVICE, create_app
-
-from conftest import BOOTSERVER, FaultyUpstream, payload, rewrite_stream, run_cli, write_config
 
 FAST = RetryPolicy(attempts=5, initial=0.01, maximum=0.05, jitter=0.01)
 DEADLINE = 20.0

@@ -9,16 +9,16 @@ import json
 import re
 import shutil
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
 from conftest import ServerProcess, free_port, run_cli, write_config
+from pgcluster import BINDIR, PgCluster
 
 from bootserver.config import load_config
-
-from pgcluster import BINDIR, PgCluster
 
 pytestmark = pytest.mark.skipif(BINDIR is None, reason="PostgreSQL is not installed (Debian package postgresql)")
 

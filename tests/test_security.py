@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative
 
 from bootserver.config import parse_config
 from bootserver.security import FORBIDDEN_BODY
 from bootserver.signing import sign
 from bootserver.tls import init_tls
 from bootserver.web import create_app, runner_kwargs
-
-from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative
 
 SECRET = "TOP-SECRET-PULL-SECRET-4f9c2a"
 

@@ -9,15 +9,13 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from conftest import FIXED_NOW, fixed_signer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bootserver.config import parse_config
-from bootserver.signing import (KeyFileError, Keyring, Signer, expiry, parse_duration, redact, sign,
-                                verify)
+from bootserver.signing import KeyFileError, Keyring, Signer, expiry, parse_duration, redact, sign, verify
 from bootserver.urls import Urls
-
-from conftest import FIXED_NOW, fixed_signer
 
 KEYS = (b"k" * 32, b"K" * 32, bytes(16))
 keys = st.sampled_from(KEYS)

@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
 
 import pytest
+from pgcluster import BINDIR, PgCluster
 
 from bootserver.config import parse_config
 from bootserver.errors import UnavailableError
@@ -20,8 +22,6 @@ from bootserver.signing import Signer
 from bootserver.state import StateStore, StateStoreError, open_store
 from bootserver.state import postgresql as pgstate
 from bootserver.timeline import Record
-
-from pgcluster import BINDIR, PgCluster
 
 STREAM = "rhcos-stream-4.16.json"
 _db_names = itertools.count()

@@ -97,8 +97,9 @@ def _url_stream_config(tmp_path: Path, reference: Path, faulty, **extra):
 
 
 async def test_stream_metadata_is_retried_like_artifacts(tmp_path: Path, reference: Path, faulty) -> None:
-    from bootserver.service import BootService
     from test_readthrough import FAST
+
+    from bootserver.service import BootService
 
     config = _url_stream_config(tmp_path, reference, faulty)
     faulty.fail_first["/rhcos.json"] = [503]
@@ -115,10 +116,10 @@ async def test_stream_metadata_is_retried_like_artifacts(tmp_path: Path, referen
 
 async def test_stream_metadata_404_is_not_retried(tmp_path: Path, reference: Path, faulty) -> None:
     import pytest
+    from test_readthrough import FAST
 
     from bootserver.errors import FetchError
     from bootserver.service import BootService
-    from test_readthrough import FAST
 
     config = _url_stream_config(tmp_path, reference, faulty)
     faulty.fail_first["/rhcos.json"] = [404]
@@ -163,9 +164,10 @@ async def test_two_sync_images_at_once_download_each_artifact_once(tmp_path: Pat
     import asyncio
     import subprocess
 
-    from bootserver.store import ArtifactStore
     from conftest import BOOTSERVER
     from test_readthrough import DEADLINE, make_stream, wait_for
+
+    from bootserver.store import ArtifactStore
 
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     config = _local_stream_config(tmp_path, meta)
@@ -208,7 +210,6 @@ async def test_sync_images_follows_a_download_that_serve_runs(tmp_path: Path, re
     import asyncio
 
     import aiohttp
-
     from conftest import BOOTSERVER, ServerProcess, free_port
     from test_readthrough import DEADLINE, make_stream, served_path
 
@@ -248,10 +249,10 @@ async def test_upstream_read_timeout_bounds_a_hung_artifact_upstream(tmp_path: P
     import asyncio
 
     import pytest
+    from test_readthrough import DEADLINE, FAST
 
     from bootserver.errors import FetchError
     from bootserver.service import BootService
-    from test_readthrough import DEADLINE, FAST
 
     config = _url_stream_config(tmp_path, reference, faulty, upstream={"read_timeout": "1"})
     svc = BootService(config)

@@ -9,8 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from bootserver.timeline import (ATTRIBUTION_WINDOW, INSTALLED_STAGES, SCHEMA_VERSION, GroupCommit, Record, Timeline,
-                                 TimelineDamagedError, artifact_event, format_events, format_table, next_stage)
+from bootserver.timeline import (
+    ATTRIBUTION_WINDOW,
+    INSTALLED_STAGES,
+    SCHEMA_VERSION,
+    GroupCommit,
+    Record,
+    Timeline,
+    TimelineDamagedError,
+    artifact_event,
+    format_events,
+    format_table,
+    next_stage,
+)
 
 INSTALL = ["script", "kernel-requested", "kernel-completed", "initramfs-requested", "initramfs-completed",
            "rootfs-requested", "rootfs-completed", "stub", "localboot", "config"]
@@ -148,6 +159,7 @@ def test_a_write_waits_for_another_process_write_then_gives_up(tmp_path: Path,
     """``serve --workers`` processes and ``nodes reinstall`` share the database: a writer waits in short
     steps while another holds the write lock, and fails after ``WRITE_WAIT`` seconds."""
     import threading
+
     import bootserver.timeline as timeline_mod
 
     tl = Timeline(tmp_path)

@@ -8,14 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative
 
 from bootserver.config import parse_config
-from bootserver.web import create_app
-
 from bootserver.signing import sign
 from bootserver.urls import CHAIN, REAL_CONFIG, STUB
-
-from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative
+from bootserver.web import create_app
 
 
 @pytest.fixture
@@ -264,8 +262,8 @@ async def test_readyz_is_not_ready_without_stream_metadata_and_loads_it(aiohttp_
 
 async def test_serve_prints_the_line_that_chains_the_default_node(reference: Path, tmp_path: Path) -> None:
     import aiohttp
-
     from conftest import ServerProcess, free_port, write_config
+
     from bootserver.config import default_document
 
     port = free_port()

@@ -17,12 +17,20 @@ from typing import Any
 
 import aiohttp
 import pytest
+from conftest import ServerProcess, free_port, run_cli, write_config
+from test_readthrough import (
+    DEADLINE,
+    ROOTFS_SIZE,
+    app_client,
+    make_config,
+    make_stream,
+    published,
+    served_path,
+    settled,
+    wait_for,
+)
 
 from bootserver.store import ArtifactStore
-
-from conftest import ServerProcess, free_port, run_cli, write_config
-from test_readthrough import (DEADLINE, ROOTFS_SIZE, app_client, make_config, make_stream, published,
-                              served_path, settled, wait_for)
 
 HEALTHZ = 'bootserver_http_requests_total{method="GET",route="/healthz",status="200"}'
 

@@ -26,19 +26,46 @@ Every name below stays importable from ``bootserver.config``.
 
 from __future__ import annotations
 
+from ..providers.equinix import (
+    BILLING_CYCLES,
+    DEFAULT_TAG,
+    BillingCycle,
+    Facility,
+    MetalGlobal,
+    MetalSettings,
+    MetalUUID,
+    MetalWord,
+    is_uuid,
+)
 from .loader import check_local_inputs, check_real_config, load_config, parse_config
 from .messages import describe_error, known_keys
-from ..providers.equinix import (
-    BILLING_CYCLES, DEFAULT_TAG, BillingCycle, Facility, MetalGlobal,
-    MetalSettings, MetalUUID, MetalWord, is_uuid,
-)
 from .schema import (
-    ARCHITECTURES, FCOS_STABLE_URL, IGNITION_VERSIONS, Config, Document, FacilityConfig, Node, Profile,
-    ServerConfig, SigningConfig, StreamConfig, TLSConfig, default_document,
+    ARCHITECTURES,
+    FCOS_STABLE_URL,
+    IGNITION_VERSIONS,
+    Config,
+    Document,
+    FacilityConfig,
+    Node,
+    Profile,
+    ServerConfig,
+    SigningConfig,
+    StreamConfig,
+    TLSConfig,
+    default_document,
 )
 from .types import (
-    HOSTNAME_RE, MAC_RE, NAME_RE, UUID_RE, Name, SettingsModel, YamlList, check_http_url, normalize_mac,
-    parse_networks, split_listen,
+    HOSTNAME_RE,
+    MAC_RE,
+    NAME_RE,
+    UUID_RE,
+    Name,
+    SettingsModel,
+    YamlList,
+    check_http_url,
+    normalize_mac,
+    parse_networks,
+    split_listen,
 )
 
 __all__ = [

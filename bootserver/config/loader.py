@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..butane import ButaneError, is_butane, translate as translate_butane
+from ..butane import ButaneError, is_butane
+from ..butane import translate as translate_butane
 from ..errors import ConfigError
 from ..network import check_network_settings
 from .messages import describe_error, keypath

@@ -11,10 +11,11 @@ here. Components take the narrow model they use (``config.server``, ``config.met
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
@@ -22,15 +23,26 @@ from pydantic import BeforeValidator, Field, field_validator
 
 from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
+from ..network import NetworkSetting
 from ..providers.base import REGISTRY
 from ..providers.equinix import MetalGlobal, MetalSettings
 from ..providers.redfish import RedfishField, RedfishSettings
-from ..network import NetworkSetting
 from .state import StateStoreField, StateStoreSettings, TimelineSettings
 from .types import (
-    UUID_RE, Duration, Hostname, HttpUrl, ListenAddress, ListenAddressOrSocket, Name, Networks, ScriptWord,
-    SettingsModel, YamlList,
-    normalize_mac, null_as_empty, split_listen,
+    UUID_RE,
+    Duration,
+    Hostname,
+    HttpUrl,
+    ListenAddress,
+    ListenAddressOrSocket,
+    Name,
+    Networks,
+    ScriptWord,
+    SettingsModel,
+    YamlList,
+    normalize_mac,
+    null_as_empty,
+    split_listen,
 )
 
 #: Default stream of the embedded config: Fedora CoreOS ``stable``, from its official stream URL.

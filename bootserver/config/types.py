@@ -18,9 +18,27 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Str
 from ..ipxe import UnsafeValueError, check_script_word
 
 __all__ = [
-    "HOSTNAME_RE", "MAC_RE", "MAX_DURATION", "NAME_RE", "UUID_RE", "Duration", "Hostname", "HttpUrl",
-    "Name", "Networks", "ScriptWord", "SettingsModel", "UnsafeValueError", "YamlList", "check_hostname",
-    "check_http_url", "check_name", "null_as_empty", "normalize_mac", "parse_duration", "parse_networks",
+    "HOSTNAME_RE",
+    "MAC_RE",
+    "MAX_DURATION",
+    "NAME_RE",
+    "UUID_RE",
+    "Duration",
+    "Hostname",
+    "HttpUrl",
+    "Name",
+    "Networks",
+    "ScriptWord",
+    "SettingsModel",
+    "UnsafeValueError",
+    "YamlList",
+    "check_hostname",
+    "check_http_url",
+    "check_name",
+    "normalize_mac",
+    "null_as_empty",
+    "parse_duration",
+    "parse_networks",
     "split_listen",
 ]
 

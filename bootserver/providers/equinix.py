@@ -22,21 +22,37 @@ import argparse
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-import uuid
-from typing import Annotated, Any, Literal, Self, Union, get_args
+from typing import Annotated, Any, Literal, Self, get_args
 from urllib.parse import urlsplit
 
 import requests
-from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from bootserver import __version__
 from bootserver.config.types import SettingsModel, YamlList, check_http_url
 from bootserver.errors import InputError
-from bootserver.providers.base import (MissingCredentials, Outcome, Poll, Provider, ProviderError,
-                                       ProviderNotFound, RetryPolicy, retry_after_seconds)
+from bootserver.providers.base import (
+    MissingCredentials,
+    Outcome,
+    Poll,
+    Provider,
+    ProviderError,
+    ProviderNotFound,
+    RetryPolicy,
+    retry_after_seconds,
+)
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +116,7 @@ MetalUUID = Annotated[str, AfterValidator(_metal_word), AfterValidator(_metal_uu
 FACILITY_TAGS = ("<one facility>", "<facility list>")
 
 Facility = Annotated[
-    Union[Annotated[MetalWord, Tag(FACILITY_TAGS[0])], Annotated[YamlList[MetalWord], Tag(FACILITY_TAGS[1])]],
+    Annotated[MetalWord, Tag(FACILITY_TAGS[0])] | Annotated[YamlList[MetalWord], Tag(FACILITY_TAGS[1])],
     Discriminator(lambda v: FACILITY_TAGS[1] if isinstance(v, (list, tuple)) else FACILITY_TAGS[0]),
 ]
 
@@ -954,30 +970,30 @@ class Equinix(Provider):
 PROVIDER = Equinix
 
 __all__ = [
-    "FACILITY_TAGS",
     "API_URL_ENV",
     "BILLING_CYCLES",
     "DEFAULT_API_URL",
     "DEFAULT_TAG",
+    "FACILITY_TAGS",
     "TOKEN_ENV",
+    "BillingCycle",
     "Device",
     "DeviceSpec",
     "Equinix",
     "EquinixMetal",
-    "IPAddress",
-    "BillingCycle",
     "Facility",
+    "IPAddress",
     "MetalGlobal",
     "MetalSettings",
     "MetalUUID",
     "MetalWord",
-    "is_uuid",
     "MissingTokenError",
     "NetworkPort",
     "build_device_spec",
     "check_project_id",
     "device_create_body",
     "ipxe_userdata",
+    "is_uuid",
     "node_settings",
     "settings_from_options",
 ]

@@ -34,8 +34,16 @@ from pydantic import BeforeValidator, Field, field_validator
 
 from bootserver.config.types import SettingsModel, null_as_empty
 from bootserver.errors import InputError
-from bootserver.providers.base import (MissingCredentials, Outcome, Poll, Provider, ProviderError,
-                                       ProviderNotFound, RetryPolicy, node_settings)
+from bootserver.providers.base import (
+    MissingCredentials,
+    Outcome,
+    Poll,
+    Provider,
+    ProviderError,
+    ProviderNotFound,
+    RetryPolicy,
+    node_settings,
+)
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ without it a server cannot tell an installed node from a new one, and must not g
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ..errors import BootserverError
 from ..timeline import Event, NodeState, Record
@@ -87,12 +88,12 @@ class StateStore(ABC):
         """Every node with events plus every name in ``names``, by name. Raises ``UnavailableError``."""
 
     @abstractmethod
-    def keyring(self) -> "Keyring":
+    def keyring(self) -> Keyring:
         """The signing keys in hand (current first), kept fresh: its ``refreshed()`` returns the newest
         keys any process wrote. Call after :meth:`start`."""
 
     @abstractmethod
-    async def rotate_keys(self, grace: int) -> "Keyring":
+    async def rotate_keys(self, grace: int) -> Keyring:
         """Make a new current key; the previous one stays accepted ``grace`` seconds. Returns the keys."""
 
     @abstractmethod
@@ -100,7 +101,7 @@ class StateStore(ABC):
         """``None`` when the store answers now, else why not (one line, no secret)."""
 
 
-def prepare_store(config: "Config") -> None:
+def prepare_store(config: Config) -> None:
     """What ``serve`` checks before it listens (and before ``--workers`` forks): the sqlite timeline's
     integrity (:meth:`~bootserver.timeline.Timeline.check`), or that the database answers, its schema
     is migrated and the signing keys exist. Raises ``TimelineDamagedError`` (exit 2) or
@@ -127,7 +128,7 @@ def prepare_store(config: "Config") -> None:
     asyncio.run(check())
 
 
-async def migrate_store(config: "Config") -> tuple[str, int, int]:
+async def migrate_store(config: Config) -> tuple[str, int, int]:
     """``bootserver db migrate``: bring the store's schema to this version; returns ``(store name,
     version before, version after)``. Raises as :func:`prepare_store`."""
     store = open_store(config)
@@ -138,7 +139,7 @@ async def migrate_store(config: "Config") -> tuple[str, int, int]:
     return store.name, before, after
 
 
-def open_store(config: "Config") -> StateStore:
+def open_store(config: Config) -> StateStore:
     """The state store ``config`` selects: PostgreSQL for ``state_store``, else sqlite in ``state_dir``.
     Nothing is opened until :meth:`StateStore.start`."""
     if config.state_store is not None:

@@ -32,8 +32,9 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Generator, Iterable
 from pathlib import Path
-from typing import Any, Generator, Iterable
+from typing import Any
 
 import psycopg
 from psycopg import conninfo

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, NoReturn
+from typing import NoReturn
 
 from ..errors import UnavailableError
 from ..signing import Keyring

@@ -550,7 +550,7 @@ class StaticServer:
         """Return ``http://127.0.0.1:<port><path>``."""
         return f"http://127.0.0.1:{self.port}{path}"
 
-    def __enter__(self) -> "StaticServer":
+    def __enter__(self) -> StaticServer:
         import asyncio
         import threading
 
