@@ -247,18 +247,26 @@ class PostgresStore(StateStore):
         names = sorted(first)
         for attempt in (1, 2):
             try:
-                async with pool.connection() as conn, conn.pipeline(), conn.transaction():
-                    async with conn.cursor() as cur:
-                        await cur.executemany(_NEW_NODE, [(n, first[n].at, first[n].event, first[n].at)
-                                                          for n in names])
-                    read = await conn.execute(_BATCH_ROWS, (names,))
-                    ids = await conn.execute(_IDS, (len(records),))
-                    rows = {r[0]: r[1:] for r in await read.fetchall()}  # the first round trip
-                    writes = plan_batch(records, rows, (i for (i,) in await ids.fetchall()), self.keep_events)
-                    async with conn.cursor() as cur:
-                        for sql, params in writes.statements():
-                            await cur.executemany(_pg(sql), params)
-                return writes.stages  # the second: the writes and COMMIT, sent together
+                async with pool.connection() as conn:
+                    try:
+                        # BEGIN and COMMIT as plain statements: psycopg's transaction() syncs at each
+                        async with conn.pipeline(), conn.cursor() as cur:
+                            await cur.execute("BEGIN")
+                            await cur.executemany(_NEW_NODE, [(n, first[n].at, first[n].event, first[n].at)
+                                                              for n in names])
+                            read = await conn.execute(_BATCH_ROWS, (names,))
+                            ids = await conn.execute(_IDS, (len(records),))
+                            rows = {r[0]: r[1:] for r in await read.fetchall()}  # the first round trip
+                            writes = plan_batch(records, rows, (i for (i,) in await ids.fetchall()),
+                                                self.keep_events)
+                            for sql, params in writes.statements():
+                                await cur.executemany(_pg(sql), params)
+                            await cur.execute("COMMIT")
+                        return writes.stages  # the second: the writes and COMMIT, sent together
+                    except BaseException:
+                        if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
+                            await conn.rollback()
+                        raise
             except psycopg.OperationalError as e:
                 if attempt == 2 or isinstance(e, psycopg.errors.QueryCanceled):
                     raise self._unavailable(e) from None

@@ -1,9 +1,10 @@
 """The default state store: the sqlite node timeline (:class:`~bootserver.timeline.Timeline`, WAL) and
 the keys file, both in ``state_dir``. Zero set-up; shared by the processes of one machine only.
 
-Reads (:meth:`SqliteStore.stage`, :meth:`SqliteStore.attribute`: one indexed row) run on the event loop
-over the timeline's read connection; writes go through :class:`~bootserver.timeline.GroupCommit`'s
-writer thread; listings run in a worker thread.
+Reads (:meth:`SqliteStore.current`, :meth:`SqliteStore.attribute`: one indexed row) run on the event
+loop over the timeline's read connection; :meth:`SqliteStore.current` keeps what it read while the
+timeline's generation (:meth:`~bootserver.timeline.Timeline.generation`) is unchanged. Writes go
+through :class:`~bootserver.timeline.GroupCommit`'s writer thread; listings run in a worker thread.
 """
 
 from __future__ import annotations
