@@ -22,6 +22,7 @@ iPXE script for a release older than the newest ``keep_releases`` ones can find 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -101,7 +102,5 @@ def _remove(store: ArtifactStore, path: Path) -> None:
 
 def _rmdir_if_empty(path: Path) -> None:
     """Remove a folder of a stream or architecture no profile uses, when nothing is left in it."""
-    try:
+    with contextlib.suppress(OSError):
         path.rmdir()
-    except OSError:
-        pass

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from bootserver.config import FCOS_STABLE_URL, load_config
 from bootserver.errors import ConfigError
@@ -147,7 +148,7 @@ def test_config_is_immutable_and_paths_are_relative_to_the_file(tmp_path: Path, 
         cfg.cache_dir = Path("/")  # type: ignore[misc]
     with pytest.raises(TypeError):
         cfg.nodes["x"] = cfg.nodes["master-0"]  # type: ignore[index]
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         cfg.profiles["master"].install_dev = "/dev/sdb"  # type: ignore[misc]
 
 
