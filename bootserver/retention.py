@@ -8,7 +8,8 @@ Per stream and architecture under ``cache_dir/artifacts/``, prune keeps
   mtime of the release's ``.<file>.sha256`` records, written when an artifact is published),
 
 and removes every other release folder. A stream or architecture no profile uses any more is removed
-whole (with its then empty folders); one whose metadata cannot be read locally is left alone (prune never guesses). Files left in
+whole (with its then empty folders); one whose metadata cannot be read locally is left alone (prune
+never guesses). Files left in
 ``tmp/`` by interrupted downloads are removed unless they are the resumable partial of a currently
 referenced artifact, or some process is still writing them (it holds their lock).
 

@@ -47,7 +47,9 @@ class Replica:
 
 
 @pytest.fixture
-async def two(tmp_path: Path, reference: Path, publish_kernel: Any) -> AsyncIterator[tuple[PgCluster, Replica, Replica]]:
+async def two(
+    tmp_path: Path, reference: Path, publish_kernel: Any
+) -> AsyncIterator[tuple[PgCluster, Replica, Replica]]:
     cluster = PgCluster()
     try:
         cluster.start()

@@ -180,8 +180,13 @@ async def test_two_sync_images_at_once_download_each_artifact_once(tmp_path: Pat
     second = None
     try:
         # the first sync holds half of every artifact, its upstream paused
-        await wait_for(lambda: all(p.exists() and p.stat().st_size == len(d) // 2
-                                   for p, d in zip(parts, files.values(), strict=False)), "the first sync's partial files")
+        await wait_for(
+            lambda: all(
+                p.exists() and p.stat().st_size == len(d) // 2
+                for p, d in zip(parts, files.values(), strict=False)
+            ),
+            "the first sync's partial files",
+        )
         second = await asyncio.create_subprocess_exec(*BOOTSERVER, "sync-images", "--config", str(config),
                                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         err2 = await _lines_until(second.stderr, "being downloaded by another process; following it", 3)

@@ -113,7 +113,8 @@ def find_tools() -> Tools:
     """Locate QEMU, ``ipxe.lkrn``, static busybox, the unpacked kernel and Ignition on this host.
 
     Environment overrides: ``BOOTSERVER_E2E_KERNEL_DIR`` (the folder ``dpkg -x`` unpacked a
-    ``linux-image-*`` package into), ``BOOTSERVER_E2E_IPXE`` (an ``ipxe.lkrn``), ``BOOTSERVER_E2E_OVMF`` (a UEFI firmware image),
+    ``linux-image-*`` package into), ``BOOTSERVER_E2E_IPXE`` (an ``ipxe.lkrn``), ``BOOTSERVER_E2E_OVMF``
+    (a UEFI firmware image),
     ``BOOTSERVER_E2E_IPXE_EFI_ROM`` (an iPXE EFI option ROM for virtio-net). Never raises; a missing
     piece is ``None``.
     """
@@ -418,8 +419,10 @@ def qemu_command(tools: Tools, chain_url: str, log_path: str | Path, port: int, 
     else:
         argv += ["-chardev", f"file,id=s0,path={log_path},mux=on", "-serial", "chardev:s0", "-serial", "chardev:s0"]
     if firmware == "bios":
-        return [*argv, "-netdev", netdev, "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=", "-kernel", tools.ipxe_lkrn or "", "-append", f"dhcp && chain {chain_url}"]
-    return [*argv, "-bios", tools.ovmf or "", "-boot", "n", "-netdev", f"{netdev},bootfile={chain_url}", "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile={tools.ipxe_efi_rom}"]
+        return [*argv, "-netdev", netdev, "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=",
+                "-kernel", tools.ipxe_lkrn or "", "-append", f"dhcp && chain {chain_url}"]
+    return [*argv, "-bios", tools.ovmf or "", "-boot", "n", "-netdev", f"{netdev},bootfile={chain_url}",
+            "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile={tools.ipxe_efi_rom}"]
 
 
 def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, timeout: float = 90.0,
