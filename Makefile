@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: serve test venv clean bench bench-deps
+.PHONY: serve test lint venv clean bench bench-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,12 @@ venv: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/bootserver serve $(ARGS)
 
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Static checks, before the tests: ruff's rule set ([tool.ruff] in pyproject.toml).
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # Benchmarks (docs/benchmarks.md): all four issue-8 runs, one after the other, on 127.0.0.1.
 # BENCH_ARGS goes to artifacts.py, scripts.py and boot_storm.py (e.g. BENCH_ARGS='--workers 2').

@@ -133,7 +133,7 @@ def time_v(cmd: list[str]) -> tuple[float, int, int]:
 def start(cmd: Sequence[str], log: Path | None = None, **kwargs: Any) -> subprocess.Popen:
     """Start ``cmd`` in a new session (its own process group), stdout and stderr to ``log`` (or
     /dev/null)."""
-    out = open(log, "ab") if log is not None else subprocess.DEVNULL
+    out = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - closed in finally
     try:
         return subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 **kwargs)
@@ -148,19 +148,15 @@ def stop(proc: subprocess.Popen | None, grace: float = 10.0) -> None:
     if proc is None:
         return
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
         try:
             proc.wait(wait)
         except subprocess.TimeoutExpired:
             continue
         # the leader is gone; make sure no child of the group survives it
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         return
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
+from _common import (
     MB,
     Bootserver,
     PeakRss,
@@ -131,7 +131,7 @@ async def main() -> None:
                 "cache_dir": "cache", "state_dir": "state",
                 "streams": {"bench": {"metadata": str(work / "stream.json")}},
                 "profiles": {"live": {"stream": "bench", "mode": "live"}}})
-            rc, out, err = await run_cli("sync-images", "--config", str(config), timeout=300)
+            rc, _out, err = await run_cli("sync-images", "--config", str(config), timeout=300)
             if rc != 0:
                 raise RuntimeError(f"sync-images failed ({rc}): {err}")
         rmtree(up_dir)  # only the cache copy is served (and kept in the page cache)

@@ -46,7 +46,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
+from _common import (
     REFERENCE,
     Bootserver,
     PeakRss,
@@ -144,7 +144,7 @@ def pct(values: list[float], p: float) -> float:
     if not values:
         return 0.0
     s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 async def main() -> None:
@@ -188,7 +188,7 @@ async def main() -> None:
                     "profiles": {"master": {"stream": "bench", "mode": "install", "install_dev": "/dev/sda",
                                             "ignition": "master.ign"}},
                     "nodes": {n: {"profile": "master"} for n in nodes}}))
-                rc, out, err = await run_cli("sync-images", "--config", str(configs[-1]), timeout=300)
+                rc, _out, err = await run_cli("sync-images", "--config", str(configs[-1]), timeout=300)
                 if rc != 0:
                     raise RuntimeError(f"sync-images failed ({rc}): {err}")
         from bootserver.config import load_config
@@ -205,7 +205,7 @@ async def main() -> None:
         async with contextlib.AsyncExitStack() as servers:
             replicas = [await servers.enter_async_context(
                 Bootserver(c, p, workers=args.workers, log=work / f"serve-{r}.log"))
-                for r, (c, p) in enumerate(zip(configs, ports))]
+                for r, (c, p) in enumerate(zip(configs, ports, strict=False))]
             with contextlib.ExitStack() as peaks:
                 rsss = [peaks.enter_context(PeakRss(bs.proc.pid)) for bs in replicas]  # type: ignore[union-attr]
                 conn = aiohttp.TCPConnector(limit=0, force_close=False)

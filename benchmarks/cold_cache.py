@@ -4,7 +4,8 @@
 Everything runs on 127.0.0.1: a local upstream (benchmarks/upstream.py, sendfile), a
 ``bootserver serve`` subprocess, and ``curl`` clients (one process each, so the clients are not the
 bottleneck): every client must receive exactly the artifact's size (curl fails on a short body), and
-the first client's bytes are hashed against the sha256. Prints a Markdown table. Usage: ``.venv/bin/python benchmarks/cold_cache.py [--size-mb 1024] [--clients 50]``.
+the first client's bytes are hashed against the sha256. Prints a Markdown table. Usage:
+``.venv/bin/python benchmarks/cold_cache.py [--size-mb 1024] [--clients 50]``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
+from _common import (
     PY,
     Bootserver,
     Upstream,

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
+from _common import (
     HERE,
     PY,
     REFERENCE,
@@ -242,7 +242,7 @@ async def main() -> None:
                 rows, res = [], {"bare": [], "bootserver": []}  # type: ignore[var-annotated]
                 with PeakRss(bs.proc.pid) as rss:  # type: ignore[union-attr]
                     async with BareApp(bare_port, size, args.workers, work / "bare.log") as bare:
-                        for name, base in (("bare", bare.url), ("bootserver", bs.url)):
+                        for _name, base in (("bare", bare.url), ("bootserver", bs.url)):
                             wrk(base, lua, 2, args.connections, args.threads)  # warm-up
                         pids = {"bare": [p.pid for p in bare.procs], "bootserver": [bs.proc.pid]}  # type: ignore[union-attr]
                         for r in range(1, args.rounds + 1):

@@ -1,6 +1,7 @@
 """The ``bootserver`` command line (argparse).
 
-Every subcommand takes ``--config PATH``, before or after the subcommand's name (fallback ``$BOOTSERVER_CONFIG``, then the embedded default).
+Every subcommand takes ``--config PATH``, before or after the subcommand's name (fallback
+``$BOOTSERVER_CONFIG``, then the embedded default).
 Exit status: 0 ok, 1 runtime failure, 2 bad usage or bad input; errors are one line on stderr.
 """
 

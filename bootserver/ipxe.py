@@ -2,7 +2,8 @@
 
 Everything put into a script is either built here from checked parts or checked by
 :func:`check_script_word`, because iPXE expands ``${...}`` and treats ``&&``, ``||`` and a leading ``#``
-specially. Kernel-argument rules (docs/design.md, domain rules 3-7): ``initrd=main`` with ``initrd --name main`` (needed on
+specially. Kernel-argument rules (docs/design.md, domain rules 3-7): ``initrd=main`` with
+``initrd --name main`` (needed on
 UEFI, harmless on BIOS); serial console by architecture; ``ignition.platform.id=packet`` only together
 with a config source that outranks the platform (``ignition.config.url`` in live mode, the installer's
 embedded ``coreos.inst.ignition_url`` in install mode).

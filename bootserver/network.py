@@ -265,7 +265,8 @@ def _mode(value: str) -> str:
 #: The type of the ``network`` key: ``"dhcp"``, ``"provider"`` or a :class:`NetworkState`. The union
 #: tags are written ``<...>``, which config error messages leave out of key paths.
 NetworkSetting = Annotated[
-    Annotated[Annotated[str, BeforeValidator(lambda v: _mode(v) if isinstance(v, str) else v)], Tag("<mode>")] | Annotated[NetworkState, Tag("<NMState>")],
+    Annotated[Annotated[str, BeforeValidator(lambda v: _mode(v) if isinstance(v, str) else v)], Tag("<mode>")]
+    | Annotated[NetworkState, Tag("<NMState>")],
     Discriminator(lambda v: "<mode>" if isinstance(v, str) else "<NMState>"),
 ]
 
@@ -475,7 +476,9 @@ def dracut_kargs(state: NetworkState, hostname: str) -> tuple[str, ...]:
             gw_index, gw = plan.gateways.get((i.name, family), (None, ""))
             for j, a in enumerate(_section(i, family).address):
                 gateway = _bracket(gw) if j == gw_index else ""
-                args.append(f"ip={_bracket(a.ip)}::{gateway}:{a.prefix_length}:{hostname if first else ''}:{i.name}:none")
+                args.append(
+                    f"ip={_bracket(a.ip)}::{gateway}:{a.prefix_length}:{hostname if first else ''}:{i.name}:none"
+                )
                 first = False
         methods = []
         if i.ipv4.dhcp:
@@ -667,7 +670,8 @@ def check_network_settings(config: Any, source: str) -> None:
     (``profiles``, ``nodes``):
     :func:`check_network` on each NMState document, the node's kargs built once (every word checked),
     ``network: provider`` only on nodes of the Equinix provider (the one device record with addresses;
-    :func:`bootserver.providers.base.provider_of`, a node without any provider counts as Equinix's), and no network argument (``ip=``, ``bond=``...)
+    :func:`bootserver.providers.base.provider_of`, a node without any provider counts as Equinix's), and no
+    network argument (``ip=``, ``bond=``...)
     also in the profile's ``kargs`` of a node whose network is not ``dhcp``.
 
     Raises :class:`~bootserver.errors.ConfigError` naming ``source`` and the key:

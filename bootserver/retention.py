@@ -8,7 +8,8 @@ Per stream and architecture under ``cache_dir/artifacts/``, prune keeps
   mtime of the release's ``.<file>.sha256`` records, written when an artifact is published),
 
 and removes every other release folder. A stream or architecture no profile uses any more is removed
-whole (with its then empty folders); one whose metadata cannot be read locally is left alone (prune never guesses). Files left in
+whole (with its then empty folders); one whose metadata cannot be read locally is left alone (prune
+never guesses). Files left in
 ``tmp/`` by interrupted downloads are removed unless they are the resumable partial of a currently
 referenced artifact, or some process is still writing them (it holds their lock).
 
@@ -22,6 +23,7 @@ iPXE script for a release older than the newest ``keep_releases`` ones can find 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -101,7 +103,5 @@ def _remove(store: ArtifactStore, path: Path) -> None:
 
 def _rmdir_if_empty(path: Path) -> None:
     """Remove a folder of a stream or architecture no profile uses, when nothing is left in it."""
-    try:
+    with contextlib.suppress(OSError):
         path.rmdir()
-    except OSError:
-        pass

@@ -777,7 +777,7 @@ class Batches:
                     if self._closing:
                         break
                 else:
-                    for (_, fut), stage in zip(batch, stages):
+                    for (_, fut), stage in zip(batch, stages, strict=True):
                         if fut is not None and not fut.done():
                             fut.set_result(stage)
                     self.committed(len(batch))
@@ -906,4 +906,4 @@ def format_table(states: list[NodeState], now: float, profiles: Mapping[str, str
                      format_age(None if st.stage_at is None else now - st.stage_at),
                      st.last_event or "-", format_age(None if st.last_at is None else now - st.last_at)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)
+    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)

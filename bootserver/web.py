@@ -106,9 +106,7 @@ ERROR_ANSWERS: tuple[tuple[type[BootserverError], int, str], ...] = (
 def error_answer(request: web.Request, e: BootserverError) -> web.Response:
     """The answer to a request whose handling raised ``e``: its status and public text
     (:data:`ERROR_ANSWERS`), and one log line with ``str(e)``."""
-    for cls, status, public in ERROR_ANSWERS:
-        if isinstance(e, cls):
-            break
+    status, public = next((status, public) for cls, status, public in ERROR_ANSWERS if isinstance(e, cls))
     log.log(logging.WARNING if status < 500 or status == 503 else logging.ERROR, "%s %s: %d %s",
             request.method, request.path, status, e)
     return _text(status, e.public or public)
@@ -276,7 +274,7 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
             if transport is None or transport.is_closing():
                 raise ConnectionResetError("Connection lost")
             if fobj is None:
-                fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)
+                fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115 - closed in finally
                 use_sendfile = transport.get_extra_info("sslcontext") is None
             if use_sendfile:
                 fobj.seek(offset)

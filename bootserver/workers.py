@@ -30,6 +30,7 @@ upstream download per artifact in :mod:`bootserver.readthrough` (followers of a 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -134,10 +135,8 @@ class _Supervisor:
 
     def _signal_all(self, signum: int) -> None:
         for pid in list(self.children):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
 
     def _stop(self) -> None:
         if not self.stopping:
@@ -231,10 +230,8 @@ def _read_line(fd: int) -> str:
 def _mark_dead(pid: int, mp_dir: str) -> None:
     from .metrics import mark_process_dead
 
-    try:
+    with contextlib.suppress(OSError):
         mark_process_dead(pid, mp_dir)
-    except OSError:
-        pass
 
 
 def _die_with_parent(parent: int) -> None:
@@ -260,10 +257,8 @@ def _worker(config: Config, mp_dir: str, ready_fd: int, parent: int, admin_socke
         nonlocal reported
         if not reported:
             reported = True
-            try:
+            with contextlib.suppress(OSError):
                 os.write(ready_fd, (line + "\n").encode())
-            except OSError:
-                pass
             os.close(ready_fd)
 
     try:
@@ -282,12 +277,10 @@ def _worker(config: Config, mp_dir: str, ready_fd: int, parent: int, admin_socke
         code = 0
     except BaseException as e:  # a crash: one line in the log, exit 1 (the parent stops the others)
         code = 1
-        log.error("worker crashed: %s: %s", type(e).__name__, e, exc_info=True)
+        log.exception("worker crashed: %s: %s", type(e).__name__, e)
         report(f"1 worker {os.getpid()}: {type(e).__name__}: {e}")
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 stream.flush()
-            except (OSError, ValueError):
-                pass
         os._exit(code)

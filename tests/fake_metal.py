@@ -249,7 +249,9 @@ class FakeMetal:
     def _public(self, device: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in device.items() if not k.startswith("_")}
 
-    def _answer(self, status: int, body: Any, schema: str | None, headers: dict[str, str] | None = None) -> web.Response:
+    def _answer(
+        self, status: int, body: Any, schema: str | None, headers: dict[str, str] | None = None
+    ) -> web.Response:
         if schema is not None:
             for err in validator(f"#/components/schemas/{schema}").iter_errors(body):
                 self.problems.append(f"{schema} answer: {err.message}")

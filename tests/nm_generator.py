@@ -56,7 +56,7 @@ def _parse(text: str) -> tuple[str | None, dict[str, configparser.ConfigParser]]
     hostname = None
     connections: dict[str, configparser.ConfigParser] = {}
     blocks = re.split(r"^\*\*\* (Connection|Configuration|Hostname) '([^']*)' \*\*\*$", text, flags=re.M)
-    for kind, name, body in zip(blocks[1::3], blocks[2::3], blocks[3::3]):
+    for kind, name, body in zip(blocks[1::3], blocks[2::3], blocks[3::3], strict=False):
         if kind == "Hostname":
             hostname = name
         elif kind == "Connection":

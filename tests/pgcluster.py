@@ -9,6 +9,7 @@ Every wait is bounded (``pg_ctl -w -t``).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -85,8 +86,6 @@ class PgCluster:
         return self.url(name)
 
     def destroy(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError):
             self.stop("immediate")
-        except RuntimeError:
-            pass
         shutil.rmtree(self.root, ignore_errors=True)

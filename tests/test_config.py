@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from bootserver.config import FCOS_STABLE_URL, load_config
 from bootserver.errors import ConfigError
@@ -37,7 +38,8 @@ CASES = [
     (None, "colour: blue\n", "colour: unknown key (known: server, cache_dir, state_dir, read_through, upstream, "
      "streams, facilities, profiles, nodes, metal, timeline, state_store)"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, colour: red"), "", "profiles.master.colour: unknown key "
-     "(known: stream, arch, mode, install_dev, ignition, ignition_version, kargs, console, platform_id, provider, metal, redfish, boot_once, network)"),
+     "(known: stream, arch, mode, install_dev, ignition, ignition_version, kargs, console, platform_id, "
+     "provider, metal, redfish, boot_once, network)"),
     (None, "server: {tls: {listen: ':8443', lisen: ':1'}}\n", "server.tls.lisen: unknown key "
      "(known: listen, base_url, cert, key, ca, allow_plain_configs)"),
     (None, "metal: {plan: c3.small.x86}\n", "metal.plan: unknown key (known: api_url, project, tag)"),
@@ -56,11 +58,13 @@ CASES = [
      "profiles.master.kargs: item 0: 'a&&b' contains '&&', which iPXE would not read literally"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, kargs: [nosmt, ';']"), "",
      "profiles.master.kargs: item 1: ';' is a command separator to iPXE"),
-    (("install_dev: /dev/sda", "install_dev: ';'"), "", "profiles.master.install_dev: ';' is a command separator to iPXE"),
+    (("install_dev: /dev/sda", "install_dev: ';'"), "",
+     "profiles.master.install_dev: ';' is a command separator to iPXE"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, console: ';'"), "",
      "profiles.master.console: ';' is a command separator to iPXE"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, kargs: ['ignition.platform.id=metal']"), "",
-     "profiles.master.kargs: item 0: ignition.platform.id is set by bootserver from the profile; do not set it in kargs"),
+     "profiles.master.kargs: item 0: ignition.platform.id is set by bootserver from the profile; "
+     "do not set it in kargs"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, arch: ppc64le"), "",
      "profiles.master.arch: input should be 'x86_64' or 'aarch64', got 'ppc64le'"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, arch: aarch64"), "",
@@ -76,8 +80,8 @@ CASES = [
      "server.base_url: 'http://boot/${x}' contains '${', which iPXE would not read literally"),
     (("rhcos-4.16: {metadata: ", "rhcos-4.16: {architectures: x86_64, metadata: "), "",
      "streams.rhcos-4.16.architectures: expected a list, got str 'x86_64'"),
-    (None, "facilities: {'da 11': {}}\n", "facilities.da 11: names start with a letter or digit and use only letters, digits, '.', '_' and '-', "
-     "at most 63 characters"),
+    (None, "facilities: {'da 11': {}}\n", "facilities.da 11: names start with a letter or digit and use "
+     "only letters, digits, '.', '_' and '-', at most 63 characters"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, ignition: missing.ign"), "",
      "profiles.master.ignition: cannot read {tmp}/missing.ign: No such file or directory"),
 ]
@@ -147,12 +151,16 @@ def test_config_is_immutable_and_paths_are_relative_to_the_file(tmp_path: Path, 
         cfg.cache_dir = Path("/")  # type: ignore[misc]
     with pytest.raises(TypeError):
         cfg.nodes["x"] = cfg.nodes["master-0"]  # type: ignore[index]
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         cfg.profiles["master"].install_dev = "/dev/sdb"  # type: ignore[misc]
 
 
 def test_mac_selectors_are_normalised(tmp_path: Path, reference: Path) -> None:
-    path = write(tmp_path, reference, replace=('mac: "52:54:00:12:34:56"', "mac: [52-54-00-AB-CD-EF, '52:54:00:00:00:01']"))
+    path = write(
+        tmp_path,
+        reference,
+        replace=('mac: "52:54:00:12:34:56"', "mac: [52-54-00-AB-CD-EF, '52:54:00:00:00:01']"),
+    )
     cfg = load_config(path)
     assert cfg.node_by_mac("52:54:00:ab:cd:ef") == "master-0"
     assert cfg.node_by_mac("52-54-00-00-00-01") == "master-0"
@@ -367,5 +375,9 @@ def test_shipped_configs_pass_check_config(tmp_path: Path, reference: Path, ship
 
 def test_every_shipped_config_is_tested() -> None:
     repo = Path(__file__).resolve().parents[1]
-    found = {str(p.relative_to(repo)) for pattern in ("systemd/*.yaml*", "container/*.yaml*") for p in repo.glob(pattern)}
+    found = {
+        str(p.relative_to(repo))
+        for pattern in ("systemd/*.yaml*", "container/*.yaml*")
+        for p in repo.glob(pattern)
+    }
     assert found == set(SHIPPED)

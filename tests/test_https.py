@@ -17,9 +17,9 @@ SECRET = "PULL-SECRET-e2e-77c1d0"
 
 
 async def test_https_end_to_end_with_the_generated_ca(reference: Path, tmp_path: Path) -> None:
+    pull = {"path": "/etc/pull", "contents": {"source": "data:," + SECRET}}
     (tmp_path / "bootstrap.ign").write_text(json.dumps({"ignition": {"version": "3.2.0"},
-                                                        "storage": {"files": [{"path": "/etc/pull",
-                                                                               "contents": {"source": "data:," + SECRET}}]}}))
+                                                        "storage": {"files": [pull]}}))
     port, tport = free_port(), free_port()
     config = write_config(tmp_path / "bootserver.yaml", {
         "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}",

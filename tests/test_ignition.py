@@ -45,7 +45,7 @@ def service(reference: Path, tmp_path: Path, version: str, pointer: str = "opens
 
 @pytest.mark.parametrize("version", IGNITION_VERSIONS)
 def test_stub_validates_against_official_schema(version: str, reference: Path, tmp_path: Path) -> None:
-    svc, ign = service(reference, tmp_path, version)
+    svc, _ign = service(reference, tmp_path, version)
     for node in ("master-0", "live-0"):
         stub = json.loads(svc.stub(node))
         jsonschema.validate(stub, schema(reference, version))

@@ -74,7 +74,11 @@ async def test_provision_then_boot_like_the_devices(tmp_path: Path, boot_setup, 
             assert out0 == f"master-0 {devices['master-0']['id']} queued 147.75.0.10,2604:1380::a,10.70.0.10\n"
             state = json.loads((tmp_path / "state" / "nodes" / "master-0.json").read_text())
             assert state["device"]["id"] == devices["master-0"]["id"]
-            assert [a["address"] for a in state["device"]["ip_addresses"]] == ["147.75.0.10", "2604:1380::a", "10.70.0.10"]
+            assert [a["address"] for a in state["device"]["ip_addresses"]] == [
+                "147.75.0.10",
+                "2604:1380::a",
+                "10.70.0.10",
+            ]
 
             # device 0 got an ipxe_script_url: its iPXE fetches that URL as its script
             assert "userdata" not in devices["master-0"]

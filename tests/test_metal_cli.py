@@ -118,7 +118,9 @@ def test_failed_device_is_exit_1_after_printing(env, tmp_path, capsys):
 
 
 def test_api_error_is_exit_1_with_the_api_message(env, tmp_path, capsys):
-    rc, _out, err = cli(capsys, "provision", "master-0", "--config", str(make_config(tmp_path, {"project": OTHER_PROJECT})))
+    rc, _out, err = cli(
+        capsys, "provision", "master-0", "--config", str(make_config(tmp_path, {"project": OTHER_PROJECT}))
+    )
     assert rc == 1
     assert err.splitlines()[-1] == (
         f"bootserver: Equinix Metal API: GET /projects/{OTHER_PROJECT}/devices: 404 Not Found: Not found"

@@ -314,7 +314,10 @@ def test_token_never_appears_in_logs_or_errors(fake_metal, caplog):
         api.list(PROJECT)
         api.get(device.id)
         fake_metal.inject("GET", "/devices/", 500, times=10)
-        for call in (lambda: api.get(device.id), lambda: api._request("POST", f"/projects/{PROJECT}/devices", json={"hostname": "x"})):
+        for call in (
+            lambda: api.get(device.id),
+            lambda: api._request("POST", f"/projects/{PROJECT}/devices", json={"hostname": "x"}),
+        ):
             try:
                 call()
             except MetalError as exc:

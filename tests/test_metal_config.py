@@ -137,7 +137,7 @@ def test_command_line_settings_are_checked_and_name_the_option():
     with pytest.raises(InputError) as info:
         settings_from_options(plan="c3 small")
     assert str(info.value) == "--plan: must not contain whitespace: 'c3 small'"
-    with pytest.raises(InputError, match="^--hardware-reservation-id: must be a non-empty string$"):
+    with pytest.raises(InputError, match=r"^--hardware-reservation-id: must be a non-empty string$"):
         settings_from_options(hardware_reservation_id="")
 
 

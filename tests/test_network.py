@@ -128,7 +128,10 @@ def test_profile_network_is_checked_too(reference: Path, tmp_path: Path) -> None
     bad = edit(lambda n: n["interfaces"][2]["link-aggregation"]["port"].__setitem__(1, "ens9"))
     with pytest.raises(ConfigError) as info:
         parse_config(doc(reference, tmp_path, None, network=bad), "b.yaml", tmp_path)
-    assert str(info.value) == "b.yaml: profiles.metal.network.interfaces[2].link-aggregation.port[1]: no interface named ens9"
+    assert (
+        str(info.value)
+        == "b.yaml: profiles.metal.network.interfaces[2].link-aggregation.port[1]: no interface named ens9"
+    )
 
 
 def test_network_kargs_in_profile_kargs_are_refused_with_a_network(reference: Path, tmp_path: Path) -> None:
@@ -158,7 +161,9 @@ def long_network(addresses: int) -> dict[str, Any]:
                                 for i in range(addresses)]}}]}
 
 
-async def test_a_command_line_over_2048_bytes_is_an_error_at_check_config_and_render(reference: Path, tmp_path: Path) -> None:
+async def test_a_command_line_over_2048_bytes_is_an_error_at_check_config_and_render(
+    reference: Path, tmp_path: Path
+) -> None:
     path = write_config(tmp_path / "bootserver.yaml", doc(reference, tmp_path, long_network(40)))
     rc, out, err = await run_cli("check-config", "--config", str(path))
     assert (rc, out) == (2, "")
@@ -269,7 +274,9 @@ async def test_provider_without_a_device_record_is_exit_1_from_render(reference:
     assert "bond=bond0:nic0,nic1:mode=802.3ad,lacp_rate=fast,xmit_hash_policy=layer3+4,miimon=100" in out
 
 
-async def test_provider_without_a_device_record_is_503_to_the_device(aiohttp_client, reference: Path, tmp_path: Path) -> None:
+async def test_provider_without_a_device_record_is_503_to_the_device(
+    aiohttp_client, reference: Path, tmp_path: Path
+) -> None:
     config = parse_config(doc(reference, tmp_path, "provider"), "b.yaml", tmp_path)
     client = await aiohttp_client(create_app(config, fixed_signer()))
     exp = FIXED_NOW + 3600

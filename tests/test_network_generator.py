@@ -96,7 +96,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
          "bond0": {"type": "bond", "interface": "bond0", "bond": {"mode": "active-backup", "miimon": "100"},
                    "ipv4": {"method": "auto"}, "ipv6": {"method": "auto"}},
          "vlan200": {"type": "vlan", "interface": "vlan200", "vlan": {"id": "200", "parent": "bond0"},
-                     "ipv4": {"method": "manual", "addresses": ["172.20.0.9/22"], "routes": ["172.21.0.0/16,172.20.0.1"]},
+                     "ipv4": {"method": "manual", "addresses": ["172.20.0.9/22"],
+                              "routes": ["172.21.0.0/16,172.20.0.1"]},
                      "ipv6": {"method": "disabled"}}},
     ),
     "ipv6-only": (
@@ -120,7 +121,8 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                                 "next-hop-interface": "nic1"}]}},
         {"nic0": {"type": "ethernet", "interface": "nic0", "ipv4": {"method": "auto"}, "ipv6": {"method": "auto"}},
          "nic1": {"type": "ethernet", "interface": "nic1",
-                  "ipv4": {"method": "manual", "addresses": ["192.168.50.4/24"], "routes": ["192.168.0.0/16,192.168.50.1"]},
+                  "ipv4": {"method": "manual", "addresses": ["192.168.50.4/24"],
+                           "routes": ["192.168.0.0/16,192.168.50.1"]},
                   "ipv6": {"method": "disabled"}}},
     ),
     "static-ipv4-slaac-ipv6-one-interface": (

@@ -89,9 +89,9 @@ async def test_boot_once_across_restart_then_reinstall(tmp_path: Path, reference
 
 async def test_nodes_command_refuses_unknown_nodes_and_bad_usage(tmp_path: Path, reference: Path) -> None:
     config = _config(tmp_path, reference, free_port())
-    rc, out, err = await run_cli("nodes", "reinstall", "nobody", "--config", str(config))
+    rc, _out, err = await run_cli("nodes", "reinstall", "nobody", "--config", str(config))
     assert rc == 2 and "no node 'nobody'" in err and err.count("\n") == 1
-    rc, out, err = await run_cli("nodes", "reinstall", "--config", str(config))
+    rc, _out, err = await run_cli("nodes", "reinstall", "--config", str(config))
     assert rc == 2 and "expected NODE" in err
 
 
@@ -114,7 +114,7 @@ async def test_a_damaged_timeline_stops_serve_with_one_line(tmp_path: Path, refe
     (tmp_path / "state").mkdir()
     damaged = tmp_path / "state" / "timeline.sqlite3"
     damaged.write_bytes(b"not sqlite\n" * 1000)
-    rc, out, err = await run_cli("serve", "--workers", workers, "--config", str(config), timeout=30)
+    rc, _out, err = await run_cli("serve", "--workers", workers, "--config", str(config), timeout=30)
     assert rc == 2
     assert err.count("\n") == 1 and err.startswith(f"bootserver: {damaged}: the node timeline is damaged")
     assert "move it aside" in err and "Traceback" not in err
@@ -134,6 +134,6 @@ async def test_nodes_show_reports_coalesced_repeats(tmp_path: Path, reference: P
 async def test_an_unusable_state_dir_stops_serve_with_one_line(tmp_path: Path, reference: Path) -> None:
     config = _config(tmp_path, reference, free_port())
     (tmp_path / "state").write_text("a file where state_dir should be")
-    rc, out, err = await run_cli("serve", "--config", str(config), timeout=30)
+    rc, _out, err = await run_cli("serve", "--config", str(config), timeout=30)
     assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith(f"bootserver: {tmp_path / 'state' / 'timeline.sqlite3'}: cannot open the node timeline: ")

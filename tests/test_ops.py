@@ -341,7 +341,7 @@ async def test_scripts_and_stubs_follow_keys_clock_release_and_config(aiohttp_cl
     assert mhash == sha512_hash((tmp_path / "master.ign").read_bytes())
 
     rotated = Keyring.load_or_create(config.state_dir).rotate(grace=3600)
-    url2, q2, _ = await stub_url()
+    _url2, q2, _ = await stub_url()
     assert q2["sig"] == sign(rotated.current, "n0", "/ignition/n0", int(q2["exp"])) != q["sig"]
     mq2, _ = await merge()
     assert mq2["sig"] == sign(rotated.current, "n0", "/ignition/n0/config", int(mq2["exp"])) != mq["sig"]
@@ -413,5 +413,5 @@ def test_default_admin_listener_is_the_next_port_tls_does_not_take(tmp_path: Pat
     assert admin({"listen": "0.0.0.0:65535"}) == "127.0.0.1:65534"
     assert admin({"listen": "0.0.0.0:8080", "admin": {"listen": "/run/bootserver/admin.sock"}}) == \
         "/run/bootserver/admin.sock"
-    with pytest.raises(Exception, match="server.admin.listen"):
+    with pytest.raises(Exception, match=r"server\.admin\.listen"):
         admin({"listen": "0.0.0.0:8080", "admin": {"listen": "admin.sock"}})

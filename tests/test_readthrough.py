@@ -135,7 +135,7 @@ async def test_wrong_bytes_abort_every_client_and_publish_nothing(tmp_path, refe
                                                                   caplog):
     caplog.set_level("INFO", logger="bootserver")
     meta, paths, files = make_stream(tmp_path, reference, faulty)
-    client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
+    client, _rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
     rootfs = paths["rootfs"]
     faulty.wrong.add(rootfs)
     faulty.pause[rootfs] = ROOTFS_SIZE - 1000
@@ -198,7 +198,7 @@ async def test_client_disconnect_does_not_cancel_the_download(tmp_path, referenc
 
 async def test_unknown_file_is_404_and_read_through_can_be_off(tmp_path, reference, faulty, aiohttp_client):
     meta, paths, files = make_stream(tmp_path, reference, faulty)
-    client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
+    client, _rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
     good = served_path(paths, "kernel")
     for bad in (good.rsplit("/", 1)[0] + "/other-file", good.replace("/x86_64/", "/aarch64/"),
                 good.replace("416.94", "415.94"), "/artifacts/nostream/x86_64/1/f"):
@@ -209,7 +209,7 @@ async def test_unknown_file_is_404_and_read_through_can_be_off(tmp_path, referen
     r = await client.get(good)
     assert r.status == 200 and await r.read() == files[paths["kernel"]]
 
-    client2, rt2 = await app_client(aiohttp_client, make_config(tmp_path / "off", meta, read_through=False))
+    client2, _rt2 = await app_client(aiohttp_client, make_config(tmp_path / "off", meta, read_through=False))
     r = await client2.get(served_path(paths, "initramfs"))
     assert r.status == 404 and "not in cache" in await r.text()
     assert faulty.gets(paths["initramfs"]) == []
@@ -248,7 +248,7 @@ async def test_mirror_with_wrong_bytes_falls_through_to_origin(tmp_path, referen
     svc = BootService(config)
     rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
     async with Upstream(mirrors=[faulty.url + "/bad"], retry=FAST) as up:
-        size, used = await up.download(svc.store, rel, rel.kernel)
+        _size, used = await up.download(svc.store, rel, rel.kernel)
     assert used == faulty.url + k and svc.store.is_cached(rel, rel.kernel)
 
 
@@ -267,7 +267,7 @@ async def test_dropped_connection_resumes_with_range(tmp_path, reference, faulty
     store, rel, art, path, data = await _download(tmp_path, reference, faulty)
     faulty.drop[path] = 1_234_567
     async with Upstream(retry=FAST) as up:
-        size, used = await up.download(store, rel, art)
+        size, _used = await up.download(store, rel, art)
     assert size == len(data) and store.path(rel, art).read_bytes() == data
     assert faulty.gets(path) == [None, "bytes=1234567-"]
     assert tmp_files(store.cache_dir) == []
@@ -295,7 +295,7 @@ async def test_resumed_bytes_failing_the_hash_start_over(tmp_path, reference, fa
 
 
 async def test_503_is_retried_with_backoff_then_succeeds(tmp_path, reference, faulty) -> None:
-    store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
+    store, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [503, 429, 502]
     async with Upstream(retry=FAST) as up:
         await up.download(store, rel, art)
@@ -303,7 +303,7 @@ async def test_503_is_retried_with_backoff_then_succeeds(tmp_path, reference, fa
 
 
 async def test_retries_are_bounded(tmp_path, reference, faulty) -> None:
-    store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
+    store, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [503] * 10
     async with Upstream(retry=FAST) as up:
         with pytest.raises(FetchError, match=r"HTTP 503"):
@@ -313,7 +313,7 @@ async def test_retries_are_bounded(tmp_path, reference, faulty) -> None:
 
 @pytest.mark.parametrize("status", [403, 404, 410])
 async def test_4xx_is_not_retried(tmp_path, reference, faulty, status: int) -> None:
-    store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
+    store, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [status] * 3
     async with Upstream(retry=FAST) as up:
         with pytest.raises(FetchError, match=rf"{faulty.url}{path}: HTTP {status}"):
@@ -322,7 +322,7 @@ async def test_4xx_is_not_retried(tmp_path, reference, faulty, status: int) -> N
 
 
 async def test_hash_mismatch_from_the_only_source_raises_and_cleans(tmp_path, reference, faulty) -> None:
-    store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
+    store, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.wrong.add(path)
     async with Upstream(retry=FAST) as up:
         with pytest.raises(IntegrityError):
@@ -358,7 +358,7 @@ async def test_sigkill_mid_download_leaves_nothing_servable_and_rerun_resumes(tm
     assert store.lookup(tuple(rootfs_url_path.split("/"))) is None
     assert part.stat().st_size == half
 
-    rc, out, err = await run_cli("sync-images", "--config", str(config))
+    rc, _out, err = await run_cli("sync-images", "--config", str(config))
     assert rc == 0, err
     assert faulty.gets(rootfs) == [None, f"bytes={half}-"]
     assert (store.root / rootfs_url_path).read_bytes() == data
@@ -384,7 +384,7 @@ async def test_stale_temp_files_are_cleaned_but_locked_ones_kept(tmp_path: Path)
 # --- 5. retention -----------------------------------------------------------------------------------
 
 async def test_prune_keeps_current_and_newest_releases(tmp_path, reference, faulty) -> None:
-    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    meta, paths, _files = make_stream(tmp_path, reference, faulty)
     cache = tmp_path / "cache"
     arch_dir = cache / "artifacts/rhcos/x86_64"
     for i, name in enumerate(["old-1", "old-2", "old-3"]):
@@ -442,7 +442,7 @@ async def test_disk_full_on_real_tmpfs(tmp_path, reference, faulty) -> None:
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
     try:
-        meta, paths, files = make_stream(tmp_path, reference, faulty)
+        meta, _paths, _files = make_stream(tmp_path, reference, faulty)
         svc = BootService(parse_config({"cache_dir": str(mnt), "streams": {"rhcos": {"metadata": str(meta)}}},
                                        "t.yaml", tmp_path))
         rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
@@ -461,7 +461,7 @@ async def test_disk_full_while_writing_names_path_and_size(tmp_path, reference, 
 
     from bootserver import store as store_mod
 
-    store, rel, art, path, data = await _download(tmp_path, reference, faulty)
+    store, rel, art, path, _data = await _download(tmp_path, reference, faulty)
     real_fdopen = os.fdopen
 
     class FillingFile:
@@ -492,8 +492,8 @@ async def test_disk_full_while_writing_names_path_and_size(tmp_path, reference, 
 # --- 7. readiness -----------------------------------------------------------------------------------
 
 async def test_readyz(tmp_path, reference, faulty, aiohttp_client) -> None:
-    meta, paths, files = make_stream(tmp_path, reference, faulty)
-    client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta, read_through=False))
+    meta, _paths, _files = make_stream(tmp_path, reference, faulty)
+    client, _rt = await app_client(aiohttp_client, make_config(tmp_path, meta, read_through=False))
     r = await client.get("/readyz")
     assert r.status == 503
     report = await r.json()
@@ -501,7 +501,7 @@ async def test_readyz(tmp_path, reference, faulty, aiohttp_client) -> None:
     assert sorted((i["kind"], i["status"]) for i in report["artifacts"]) == [
         ("initramfs", "missing"), ("kernel", "missing"), ("rootfs", "missing")]
     assert all(i["profiles"] == ["live"] for i in report["artifacts"])
-    rc, out, err = await run_cli("sync-images", "--config", str(write_config(tmp_path / "c.yaml", {
+    rc, _out, err = await run_cli("sync-images", "--config", str(write_config(tmp_path / "c.yaml", {
         "cache_dir": "cache", "streams": {"rhcos": {"metadata": str(meta)}},
         "profiles": {"live": {"stream": "rhcos", "mode": "live"}}})))
     assert rc == 0, err
@@ -576,7 +576,7 @@ async def test_sigkill_of_serve_mid_read_through_then_restart_resumes(tmp_path, 
 async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, faulty, aiohttp_client,
                                                       caplog) -> None:
     meta, paths, files = make_stream(tmp_path, reference, faulty)
-    client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
+    client, _rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
     r = await client.head(served_path(paths, "initramfs"))
     assert r.status == 200 and r.headers["Content-Length"] == str(len(files[paths["initramfs"]]))
     del faulty.files[paths["kernel"]]
@@ -590,13 +590,13 @@ async def test_mirror_that_times_out_falls_through(tmp_path, reference, faulty) 
     store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.stall.add("/slow/")
     async with Upstream(mirrors=[faulty.url + "/slow"], retry=FAST, read_timeout=0.3) as up:
-        size, used = await up.download(store, rel, art)
+        _size, used = await up.download(store, rel, art)
     assert used == faulty.url + path and store.path(rel, art).read_bytes() == data
     assert [p for p, _ in faulty.log] == ["/slow" + path, path]
 
 
 async def test_sync_images_uses_the_facility_mirrors(tmp_path, reference, faulty) -> None:
-    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    meta, _paths, files = make_stream(tmp_path, reference, faulty)
     for p, d in files.items():
         faulty.files["/good" + p] = d
     faulty.status_for = {"/m404/": 404}

@@ -79,7 +79,7 @@ def test_provision_sets_pxe_once_powers_on_and_records_the_system(emulator, bmc_
 
 def test_a_system_that_is_on_is_force_restarted(emulator, bmc_password, tmp_path, reference, capsys):
     config = make_config(tmp_path, reference, emulator.url)
-    rc, out, err = cli(capsys, "provision", "rf-1", "--no-wait", "--config", str(config))
+    rc, _out, err = cli(capsys, "provision", "rf-1", "--no-wait", "--config", str(config))
     assert rc == 0, err
     assert f"{emulator.path(1)}: next boot from the network (once); ForceRestart (was On)" in err
     assert emulator.system(1)["Boot"]["BootSourceOverrideTarget"] == "Pxe"
@@ -148,7 +148,7 @@ def test_a_bmc_that_hangs_is_one_line_after_its_timeout(bmc_password, tmp_path, 
 
 def test_a_missing_password_is_bad_input_before_any_call(tmp_path, reference, capsys, monkeypatch):
     monkeypatch.delenv("BMC_PASSWORD", raising=False)
-    rc, out, err = cli(capsys, "provision", "rf-0", "--config",
+    rc, _out, err = cli(capsys, "provision", "rf-0", "--config",
                        str(make_config(tmp_path, reference, "http://127.0.0.1:9")))
     assert rc == 2
     assert err == "bootserver: node rf-0: redfish.password_env: $BMC_PASSWORD is not set\n"
@@ -172,7 +172,7 @@ def test_password_file_relative_to_the_config(emulator, tmp_path, reference, cap
     del doc["profiles"]["onprem"]["redfish"]["password_env"]
     doc["nodes"]["rf-0"]["redfish"]["password_file"] = "bmc.pw"
     write_config(config, doc)
-    rc, out, err = cli(capsys, "provision", "rf-0", "--no-wait", "--config", str(config))
+    rc, _out, err = cli(capsys, "provision", "rf-0", "--no-wait", "--config", str(config))
     assert rc == 0, err
 
 

@@ -47,7 +47,9 @@ class Replica:
 
 
 @pytest.fixture
-async def two(tmp_path: Path, reference: Path, publish_kernel: Any) -> AsyncIterator[tuple[PgCluster, Replica, Replica]]:
+async def two(
+    tmp_path: Path, reference: Path, publish_kernel: Any
+) -> AsyncIterator[tuple[PgCluster, Replica, Replica]]:
     cluster = PgCluster()
     try:
         cluster.start()
@@ -79,7 +81,7 @@ async def _until(check: Any, seconds: float, what: str) -> None:
 
 
 async def test_two_replicas_behave_as_one_server(two: tuple[PgCluster, Replica, Replica]) -> None:
-    cluster, a, b = two
+    _cluster, a, b = two
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         rc, out, err = await run_cli("url", "master-0", "--config", str(a.config))
         assert rc == 0, err
@@ -122,7 +124,7 @@ async def test_two_replicas_behave_as_one_server(two: tuple[PgCluster, Replica, 
 async def test_a_database_restart_mid_run_refuses_then_recovers_and_loses_nothing(
         two: tuple[PgCluster, Replica, Replica]) -> None:
     cluster, a, b = two
-    rc, out, err = await run_cli("url", "master-1", "--config", str(a.config))
+    _rc, out, _err = await run_cli("url", "master-1", "--config", str(a.config))
     chain = out.splitlines()[0]
     answered = {200: 0, 503: 0}
     stop = asyncio.Event()

@@ -136,7 +136,7 @@ def test_running_signer_follows_a_rotation_by_another_process(tmp_path: Path) ->
 
 def test_malformed_keys_file_is_an_input_error(tmp_path: Path) -> None:
     (tmp_path / "keys.json").write_text(json.dumps({"keys": []}))
-    with pytest.raises(KeyFileError, match="keys.json"):
+    with pytest.raises(KeyFileError, match=r"keys\.json"):
         Keyring.load_or_create(tmp_path)
 
 

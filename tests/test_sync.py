@@ -35,7 +35,7 @@ def cache_files(tmp_path: Path) -> list[str]:
 
 
 async def test_facility_filter_and_summary_lines(tmp_path: Path, reference: Path, upstream) -> None:
-    config, doc = setup(tmp_path, reference, upstream)
+    config, _doc = setup(tmp_path, reference, upstream)
     rc, out, err = await run_cli("sync-images", "--config", str(config), "--facility", "sv15")
     assert rc == 0, err
     lines = out.splitlines()
@@ -46,7 +46,7 @@ async def test_facility_filter_and_summary_lines(tmp_path: Path, reference: Path
 
 async def test_hash_mismatch_publishes_nothing_and_exits_1(tmp_path: Path, reference: Path, upstream) -> None:
     config, doc = setup(tmp_path, reference, upstream, corrupt="rootfs.x86_64.img")
-    rc, out, err = await run_cli("sync-images", "--config", str(config), "--stream", "rhcos-4.16")
+    rc, _out, err = await run_cli("sync-images", "--config", str(config), "--stream", "rhcos-4.16")
     assert rc == 1
     rootfs = doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"]["rootfs"]
     assert err.startswith(f"bootserver: {rootfs['location']}: sha256 mismatch: expected {rootfs['sha256']}, got ")
@@ -58,14 +58,14 @@ async def test_hash_mismatch_publishes_nothing_and_exits_1(tmp_path: Path, refer
 
 async def test_unknown_stream_is_usage_error(tmp_path: Path, reference: Path, upstream) -> None:
     config, _ = setup(tmp_path, reference, upstream)
-    rc, out, err = await run_cli("sync-images", "--config", str(config), "--stream", "nope")
+    rc, _out, err = await run_cli("sync-images", "--config", str(config), "--stream", "nope")
     assert rc == 2 and "no stream 'nope'" in err
 
 
 async def test_metadata_404_names_the_url(tmp_path: Path, reference: Path, upstream) -> None:
     config, _ = setup(tmp_path, reference, upstream)
     del upstream.files["/rhcos.json"]
-    rc, out, err = await run_cli("sync-images", "--config", str(config), "--stream", "rhcos-4.16")
+    rc, _out, err = await run_cli("sync-images", "--config", str(config), "--stream", "rhcos-4.16")
     assert rc == 1
     assert err.strip() == f"bootserver: {upstream.url}/rhcos.json: HTTP 404 Not Found"
 
@@ -169,7 +169,7 @@ async def test_two_sync_images_at_once_download_each_artifact_once(tmp_path: Pat
 
     from bootserver.store import ArtifactStore
 
-    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    meta, _paths, files = make_stream(tmp_path, reference, faulty)
     config = _local_stream_config(tmp_path, meta)
     for path, data in files.items():
         faulty.pause[path] = len(data) // 2
@@ -180,13 +180,18 @@ async def test_two_sync_images_at_once_download_each_artifact_once(tmp_path: Pat
     second = None
     try:
         # the first sync holds half of every artifact, its upstream paused
-        await wait_for(lambda: all(p.exists() and p.stat().st_size == len(d) // 2
-                                   for p, d in zip(parts, files.values())), "the first sync's partial files")
+        await wait_for(
+            lambda: all(
+                p.exists() and p.stat().st_size == len(d) // 2
+                for p, d in zip(parts, files.values(), strict=False)
+            ),
+            "the first sync's partial files",
+        )
         second = await asyncio.create_subprocess_exec(*BOOTSERVER, "sync-images", "--config", str(config),
                                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         err2 = await _lines_until(second.stderr, "being downloaded by another process; following it", 3)
         faulty.gate.set()
-        out1, err1 = await asyncio.wait_for(first.communicate(), DEADLINE)
+        _out1, err1 = await asyncio.wait_for(first.communicate(), DEADLINE)
         out2, rest2 = await asyncio.wait_for(second.communicate(), DEADLINE)
     finally:
         faulty.gate.set()

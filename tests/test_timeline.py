@@ -30,7 +30,7 @@ INSTALL = ["script", "kernel-requested", "kernel-completed", "initramfs-requeste
 @pytest.mark.parametrize("mode,events,stages", [
     ("install", INSTALL, ["ipxe", "kernel", "kernel", "initramfs", "initramfs", "rootfs", "rootfs",
                           "installing", "installing", "installed"]),
-    ("live", INSTALL[:8] + ["config"], ["ipxe", "kernel", "kernel", "initramfs", "initramfs", "rootfs",
+    ("live", [*INSTALL[:8], "config"], ["ipxe", "kernel", "kernel", "initramfs", "initramfs", "rootfs",
                                         "rootfs", "ignition", "running"]),
     ("install", ["stub", "config", "rootfs-requested", "reinstall", "script"],
      ["installing", "installed", "installed", "reinstall", "ipxe"]),

@@ -56,7 +56,8 @@ async def test_node_script(client) -> None:
 
 
 @pytest.mark.parametrize("query", ["mac=52%3A54%3A00%3A12%3A34%3A56", "mac=52:54:00:12:34:56",
-                                   "mac=52-54-00-12-34-56", "mac=52%3a54%3a00%3A12%3A34%3A56".upper().replace("MAC", "mac"),
+                                   "mac=52-54-00-12-34-56",
+                                   "mac=52%3a54%3a00%3A12%3A34%3A56".upper().replace("MAC", "mac"),
                                    "uuid=0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "hostname=M0.example.net"])
 async def test_generic_entry_selects_the_node(client, query: str) -> None:
     direct = await (await client.get(signed("/ipxe/master-0", "master-0"))).text()

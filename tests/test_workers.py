@@ -192,7 +192,7 @@ async def test_port_in_use_is_one_line_and_exit_2(tmp_path: Path, workers: str) 
         busy.listen()
         port = busy.getsockname()[1]
         config = server_config(tmp_path, port)
-        rc, out, err = await run_cli("serve", "--config", str(config), "--workers", workers)
+        rc, _out, err = await run_cli("serve", "--config", str(config), "--workers", workers)
     assert rc == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -269,7 +269,7 @@ async def test_follower_streams_a_foreign_download_and_ends_after_it_is_publishe
         assert r.status == 200 and r.headers["Content-Length"] == str(len(data))
         assert r.headers["ETag"] == f'"{hashlib.sha256(data).hexdigest()}"'
         assert await r.content.readexactly(999_999) == data[:999_999]
-        ready, report = rt.readiness()
+        _ready, report = rt.readiness()
         assert {i["kind"]: i["status"] for i in report["artifacts"]}["rootfs"] == "fetching"
         writer.write(data[1_000_000:])
         # every byte is in the file, but the last one waits for the publish

@@ -75,7 +75,7 @@ async def two(tmp_path: Path, reference: Path) -> Any:
 
 
 async def test_a_stub_served_by_one_process_makes_the_other_boot_the_disk(two: Any) -> None:
-    a, b, state, http = two
+    a, b, _, http = two
     chain = await chain_url(a)
     install = await get(http, chain)  # served by A (the URL signed by `url` names A)
     stub = stub_url(install).replace(a.url, b.url)

@@ -73,6 +73,7 @@ __all__ = [
     "MAC_RE", "NAME_RE", "UUID_RE", "BillingCycle", "Config", "Document", "Facility", "FacilityConfig",
     "MetalGlobal", "MetalSettings", "MetalUUID", "MetalWord", "Name", "Node", "Profile", "ServerConfig",
     "SettingsModel", "SigningConfig", "StreamConfig", "TLSConfig", "YamlList", "check_http_url",
-    "check_local_inputs", "check_real_config", "default_document", "describe_error", "is_uuid", "known_keys", "load_config", "normalize_mac",
+    "check_local_inputs", "check_real_config", "default_document", "describe_error", "is_uuid", "known_keys",
+    "load_config", "normalize_mac",
     "parse_config", "parse_networks", "split_listen",
 ]

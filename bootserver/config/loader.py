@@ -185,7 +185,7 @@ def check_local_inputs(cfg: Config) -> None:
         except IgnitionSchemaError as e:
             raise ConfigError(src, key, f"{path}: not a valid Ignition config: {e}") from None
     if cfg.server.tls is not None:
-        for key, path in zip(("cert", "key", "ca"), cfg.tls_files()):
+        for key, path in zip(("cert", "key", "ca"), cfg.tls_files(), strict=True):
             try:
                 with path.open("rb"):
                     pass
@@ -233,7 +233,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     except OSError as e:
         raise ConfigError(str(p), "", f"cannot read config: {e.strerror}") from None
     try:
-        raw = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        raw = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except DuplicateKeyError as e:
         raise ConfigError(str(p), keypath(e.loc), f"duplicate key on lines {e.lines[0]} and {e.lines[1]}") from None
     except yaml.YAMLError as e:

@@ -80,7 +80,7 @@ def describe_error(err: dict[str, Any], root: type[BaseModel] | None = None) -> 
     key. Only the error's ``type``, ``loc``, ``ctx`` and ``input`` are read.
     """
     if root is None:
-        from .schema import Document as root  # noqa: N813
+        from .schema import Document as root
     loc = tuple(p for p in err["loc"] if not _is_marker(p))
     kind = err["type"]
     ctx = err.get("ctx") or {}

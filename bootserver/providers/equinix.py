@@ -65,7 +65,8 @@ TOKEN_ENV = "METAL_AUTH_TOKEN"
 API_URL_ENV = "METAL_API_URL"
 """Environment variable overriding the API base URL (wins over the config key ``metal.api_url``)."""
 
-USER_AGENT = f"bootserver/{__version__} (+https://github.com/bootserver/bootserver) python-requests/{requests.__version__}"
+USER_AGENT = (f"bootserver/{__version__} (+https://github.com/bootserver/bootserver) "
+              f"python-requests/{requests.__version__}")
 
 FAILED_STATES = frozenset({"failed"})
 """Device states that end ``provision --wait`` with an error."""

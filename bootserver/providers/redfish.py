@@ -26,6 +26,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self, TypeVar
 from urllib.parse import urlsplit
@@ -243,7 +244,7 @@ class Bmc:
         if auth is not None:
             try:
                 auth.close()
-            except Exception as exc:  # noqa: BLE001 - closing must not hide the command's outcome
+            except Exception as exc:  # any error: closing must not hide the command's outcome
                 log.debug("BMC %s: closing the session: %s", self.address, type(exc).__name__)
 
 
@@ -385,13 +386,14 @@ class Redfish(Provider):
             bmc, s = self.bmc(node)
             system = bmc.system(s.system, node)
             mode = {"uefi": sushy.BOOT_SOURCE_MODE_UEFI, "legacy": sushy.BOOT_SOURCE_MODE_BIOS}.get(s.boot_mode or "")
-            bmc.call(f"PATCH {system.path} Boot", lambda: system.set_system_boot_options(
-                sushy.BOOT_SOURCE_TARGET_PXE, enabled=sushy.BOOT_SOURCE_ENABLED_ONCE, mode=mode))
+            bmc.call(f"PATCH {system.path} Boot", partial(
+                system.set_system_boot_options, sushy.BOOT_SOURCE_TARGET_PXE,
+                enabled=sushy.BOOT_SOURCE_ENABLED_ONCE, mode=mode))
             power = _power(system)
             reset = sushy.RESET_FORCE_RESTART if power == "On" else sushy.RESET_ON
-            bmc.call(f"POST {system.path} Reset {reset.value}", lambda: system.reset_system(reset))
+            bmc.call(f"POST {system.path} Reset {reset.value}", partial(system.reset_system, reset))
             say(node, f"{system.path}: next boot from the network (once); {reset.value} (was {power})")
-            bmc.call(f"GET {system.path}", lambda: system.refresh(force=True))
+            bmc.call(f"GET {system.path}", partial(system.refresh, force=True))
             device = self.record(bmc, system)
             self._check_macs(node, device)
             record(node, device)
@@ -414,7 +416,7 @@ class Redfish(Provider):
     def _wait_off(self, bmc: Bmc, system: Any, seconds: float) -> bool:
         deadline = self.clock() + seconds
         while True:
-            bmc.call(f"GET {system.path}", lambda: system.refresh(force=True))
+            bmc.call(f"GET {system.path}", partial(system.refresh, force=True))
             if _power(system) == "Off":
                 return True
             remaining = deadline - self.clock()
@@ -440,10 +442,10 @@ class Redfish(Provider):
                 off = False
                 if sushy.RESET_GRACEFUL_SHUTDOWN in allowed and grace > 0:
                     bmc.call(f"POST {system.path} Reset GracefulShutdown",
-                             lambda: system.reset_system(sushy.RESET_GRACEFUL_SHUTDOWN))
+                             partial(system.reset_system, sushy.RESET_GRACEFUL_SHUTDOWN))
                     off = self._wait_off(bmc, system, grace)
                 if not off:
-                    bmc.call(f"POST {system.path} Reset ForceOff", lambda: system.reset_system(sushy.RESET_FORCE_OFF))
+                    bmc.call(f"POST {system.path} Reset ForceOff", partial(system.reset_system, sushy.RESET_FORCE_OFF))
                     if not self._wait_off(bmc, system, FORCE_OFF_TIMEOUT):
                         raise ProviderError(f"BMC {bmc.address}: {system.path} is still {_power(system)} "
                                             f"{FORCE_OFF_TIMEOUT:g} s after ForceOff")
@@ -454,8 +456,8 @@ class Redfish(Provider):
             allowed_targets = bmc.call(f"GET {system.path}", system.get_allowed_system_boot_source_values)
             target = sushy.BOOT_SOURCE_TARGET_NONE if sushy.BOOT_SOURCE_TARGET_NONE in allowed_targets \
                 else sushy.BOOT_SOURCE_TARGET_HDD
-            bmc.call(f"PATCH {system.path} Boot", lambda: system.set_system_boot_options(
-                target, enabled=sushy.BOOT_SOURCE_ENABLED_DISABLED))
+            bmc.call(f"PATCH {system.path} Boot", partial(
+                system.set_system_boot_options, target, enabled=sushy.BOOT_SOURCE_ENABLED_DISABLED))
             out.append(Outcome(node, None, f"{node} {system.path} Off"))
         return out
 

@@ -7,6 +7,7 @@ value but ``0``/``false``): there they fail, so CI can never skip them silently.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -181,10 +182,9 @@ def _wait_healthy(proc: subprocess.Popen, url: str, log: Path, deadline_s: float
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         proc_wait = min(0.1, max(0.0, end - time.monotonic()))
-        try:  # wait on the process, not a bare sleep: an exit ends the wait at once
+        # wait on the process, not a bare sleep: an exit ends the wait at once
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=proc_wait)
-        except subprocess.TimeoutExpired:
-            pass
     raise TimeoutError(f"bootserver serve did not answer {url} within {deadline_s} s:\n{log.read_text()[-3000:]}")
 
 

@@ -19,6 +19,7 @@ The guest is isolated (QEMU user networking with ``restrict=on``): it reaches ex
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import io
@@ -112,7 +113,8 @@ def find_tools() -> Tools:
     """Locate QEMU, ``ipxe.lkrn``, static busybox, the unpacked kernel and Ignition on this host.
 
     Environment overrides: ``BOOTSERVER_E2E_KERNEL_DIR`` (the folder ``dpkg -x`` unpacked a
-    ``linux-image-*`` package into), ``BOOTSERVER_E2E_IPXE`` (an ``ipxe.lkrn``), ``BOOTSERVER_E2E_OVMF`` (a UEFI firmware image),
+    ``linux-image-*`` package into), ``BOOTSERVER_E2E_IPXE`` (an ``ipxe.lkrn``), ``BOOTSERVER_E2E_OVMF``
+    (a UEFI firmware image),
     ``BOOTSERVER_E2E_IPXE_EFI_ROM`` (an iPXE EFI option ROM for virtio-net). Never raises; a missing
     piece is ``None``.
     """
@@ -186,12 +188,12 @@ def resolve_modules(modules_dir: str | Path, names: tuple[str, ...] = GUEST_MODU
         if key in seen:
             return
         if key in chain:
-            raise RigError(f"module dependency cycle: {' -> '.join(chain + (key,))}")
+            raise RigError(f"module dependency cycle: {' -> '.join((*chain, key))}")
         if key not in index:
             raise RigError(f"kernel module {key!r} not found under {modules_dir} (built in? then drop it)")
         data = _read_module(index[key])
         for dep in _modinfo_depends(data):
-            visit(dep, chain + (key,))
+            visit(dep, (*chain, key))
         seen.add(key)
         order.append((key, data))
 
@@ -417,18 +419,10 @@ def qemu_command(tools: Tools, chain_url: str, log_path: str | Path, port: int, 
     else:
         argv += ["-chardev", f"file,id=s0,path={log_path},mux=on", "-serial", "chardev:s0", "-serial", "chardev:s0"]
     if firmware == "bios":
-        return argv + [
-            "-netdev", netdev,
-            "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=",
-            "-kernel", tools.ipxe_lkrn or "",
-            "-append", f"dhcp && chain {chain_url}",
-        ]
-    return argv + [
-        "-bios", tools.ovmf or "",
-        "-boot", "n",
-        "-netdev", f"{netdev},bootfile={chain_url}",
-        "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile={tools.ipxe_efi_rom}",
-    ]
+        return [*argv, "-netdev", netdev, "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=",
+                "-kernel", tools.ipxe_lkrn or "", "-append", f"dhcp && chain {chain_url}"]
+    return [*argv, "-bios", tools.ovmf or "", "-boot", "n", "-netdev", f"{netdev},bootfile={chain_url}",
+            "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile={tools.ipxe_efi_rom}"]
 
 
 def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, timeout: float = 90.0,
@@ -464,10 +458,8 @@ def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, tim
             seen = b"".join(p.read_bytes() for p in logs if p.exists())
             if MARK_DONE.encode() in seen:
                 # /init is powering off; give QEMU a moment to exit by itself, bounded.
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=min(5.0, max(0.1, deadline - time.monotonic())))
-                except subprocess.TimeoutExpired:
-                    pass
                 break
             if any(m in seen for m in gave_up):
                 break

@@ -63,5 +63,5 @@ def test_uefi_command_line_uses_ovmf_and_the_efi_rom_with_the_chain_url_as_bootf
     assert argv[argv.index("-netdev") + 1].endswith(",bootfile=http://10.0.2.100:8/boot.ipxe?mac=${net0/mac}")
     assert argv[argv.index("-device") + 1] == "virtio-net-pci,netdev=n0,mac=52:54:00:00:00:01,romfile=/efi-virtio.rom"
     assert "-kernel" not in argv
-    with pytest.raises(rig.RigError, match="ipxe.lkrn"):
+    with pytest.raises(rig.RigError, match=r"ipxe\.lkrn"):
         rig.qemu_command(tools, "http://h/", tmp_path / "s.log", port=8, firmware="bios")
