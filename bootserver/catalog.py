@@ -103,6 +103,7 @@ class StreamCatalog:
 
     async def release(self, stream: str, arch: str) -> Release:
         """The current release of ``stream`` for ``arch``. Raises as :meth:`get`."""
-        return (await self.get(stream)).releases[arch]
+        meta = self.cached(stream)  # the hot path: no coroutine below this one when the copy is local
+        return (meta if meta is not None else await self.get(stream)).releases[arch]
 
 

@@ -110,6 +110,8 @@ class Metrics:
         self.in_flight = Gauge("bootserver_downloads_in_flight", "Upstream downloads running now.", registry=r,
                                multiprocess_mode="livesum")
         self.worker_requests: Gauge | None = None
+        #: (route, method, status) -> the request counter and duration histogram of those labels
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         if mp_dir is not None:
             self.worker_requests = Gauge("bootserver_worker_requests", "HTTP requests answered by each "
                                          "worker process.", registry=r, multiprocess_mode="all")
@@ -134,8 +136,12 @@ class Metrics:
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         """One answered request (``seconds`` until the last byte)."""
-        self.requests.labels(route, method, str(status)).inc()
-        self.duration.labels(route).observe(seconds)
+        children = self._children.get((route, method, status))
+        if children is None:  # labels() validates and locks on every call: once per distinct label set
+            children = self._children[(route, method, status)] = (
+                self.requests.labels(route, method, str(status)), self.duration.labels(route))
+        children[0].inc()
+        children[1].observe(seconds)
         if self.worker_requests is not None:
             self.worker_requests.inc()
 

@@ -65,11 +65,11 @@ def sent_body_bytes(request: web.BaseRequest, response: web.StreamResponse) -> t
     broken = transport is None or transport.is_closing()
     if request.method == "HEAD" or response.status in (204, 304):
         return 0, not broken
-    written = max(0, response.body_length - _header_size(response))
-    if broken:
-        return written, False
     length = response.content_length
-    return (length if length is not None else written), True
+    if length is not None and not broken:
+        return length, True
+    written = max(0, response.body_length - _header_size(response))
+    return written, not broken
 
 
 class AccessLogger(AbstractAccessLogger):

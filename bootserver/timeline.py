@@ -95,6 +95,8 @@ ARTIFACT_OUTCOMES = ("requested", "completed", "partial", "unchanged", "failed")
 EVENTS = ("script", "localboot", "stub", "config", "reinstall",
           *(f"{k}-{s}" for k in ARTIFACT_KINDS for s in ARTIFACT_OUTCOMES))
 
+_EVENT_NAMES = frozenset(EVENTS)
+
 #: Stages after which an install-mode node with boot-once boots its local disk.
 INSTALLED_STAGES = frozenset({"installing", "installed", "unconfirmed"})
 
@@ -281,7 +283,7 @@ class Record:
     into: int | None = None
 
     def __post_init__(self) -> None:
-        if self.event not in EVENTS:
+        if self.event not in _EVENT_NAMES:
             raise ValueError(f"unknown timeline event {self.event!r}")
 
     @property
@@ -294,25 +296,26 @@ class Record:
         """Unix time of the last event this record stands for."""
         return self.at if self.last_at is None else self.last_at
 
-    def repeats(self, other: Record) -> bool:
+    def repeats(self, other: Record, since: float) -> bool:
         """Whether ``other`` is the same event as this one (node, event, client address, detail, mode),
-        at or after it: merged in memory, the two count as one record of ``count`` events."""
-        return (other.node == self.node and other.event == self.event and other.ip == self.ip
-                and other.mode == self.mode and other.real_config == self.real_config and other.into == self.into
-                and (other.detail or None) == (self.detail or None) and other.at >= self.last)
+        at or after ``since``: merged in memory, the two count as one record of ``count`` events."""
+        return (other.event == self.event and other.ip == self.ip and other.node == self.node
+                and other.mode == self.mode and other.real_config == self.real_config
+                and (other.detail or None) == (self.detail or None) and other.at >= since)
 
 
 @dataclass(frozen=True, slots=True)
 class Current:
     """What a node's next event is checked against, as one statement reads it (:data:`CURRENT_SQL`):
     its ``stage`` (entered at ``stage_at``), the unix time of its last event (``last_at``), its newest
-    history row (``last_id``) and that row's key (``(event, ip, detail JSON, stage)``, ``None`` without one)."""
+    history row (``last_id``) and that row's key (``(event, ip, detail, stage)``, the detail a mapping or
+    ``None``; ``None`` without a row)."""
 
     stage: str
     stage_at: float | None = None
     last_at: float | None = None
     last_id: int | None = None
-    last_row: tuple[str, str | None, str | None, str] | None = None
+    last_row: tuple[str, str | None, Mapping[str, Any] | None, str] | None = None
 
     def coalesces(self, r: Record) -> bool:
         """Whether ``r`` repeats the node's newest row with nothing changed (same event, client address,
@@ -321,7 +324,8 @@ class Current:
             return False
         new = next_stage(self.stage, r.event, r.mode, real_config=r.real_config) if r.at >= self.stage_at \
             else self.stage
-        return new == self.stage and r.at >= self.last_at and self.last_row == (r.event, r.ip, r.detail_json, new)
+        return (new == self.stage and r.at >= self.last_at
+                and self.last_row == (r.event, r.ip, r.detail or None, new))
 
 
 #: The node's row and its newest history row in one statement (``?`` placeholders; one round trip to
@@ -335,7 +339,8 @@ def current_of(row: Sequence[Any] | None) -> Current:
     if row is None:
         return Current("new")
     stage, stage_at, last_at, last_id, event, ip, detail, row_stage = row
-    return Current(stage, stage_at, last_at, last_id, None if event is None else (event, ip, detail, row_stage))
+    return Current(stage, stage_at, last_at, last_id,
+                   None if event is None else (event, ip, json.loads(detail) if detail else None, row_stage))
 
 
 #: The rows a batch of records starts from, one per node (``{nodes}``: the backend's list of the
@@ -699,8 +704,9 @@ class Batches:
     def __init__(self, commit: Callable[[list[Record]], Awaitable[list[str]]]) -> None:
         self._commit = commit
         self._queue: list[tuple[Record, asyncio.Future[str] | None]] = []
-        #: node -> index in ``_queue`` of its newest entry, when that entry is a write-behind record
-        self._behind: dict[str, int] = {}
+        #: node -> ``[index in _queue, count, last_at, into]`` of its newest entry when that entry is a
+        #: write-behind record (merged repeats are counted here, not copied per request)
+        self._behind: dict[str, list[Any]] = {}
         self._urgent = False
         self._draining: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -710,23 +716,45 @@ class Batches:
         """Commit ``record``; return the node's stage after it. Raises what ``commit`` raised for its
         batch (then nothing of that batch was written)."""
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        held = self._behind.pop(record.node, None)
+        if held is not None:  # later repeats must not merge across this record
+            self._seal(held)
         self._queue.append((record, fut))
-        self._behind.pop(record.node, None)
         self._kick(urgent=True)
         return await fut
 
-    def record_behind(self, record: Record) -> None:
-        """Queue ``record`` without waiting for its commit (call on the loop). When its batch fails
-        (nothing of it was written) it waits for the next one; see :meth:`drained` for shutdown."""
-        i = self._behind.get(record.node)
-        if i is not None:
-            queued = self._queue[i][0]
-            if queued.repeats(record):
-                self._queue[i] = (replace(queued, count=queued.count + record.count, last_at=record.last), None)
-                return
-        self._behind[record.node] = len(self._queue)
+    def record_behind(self, record: Record, into: int | None = None) -> None:
+        """Queue ``record`` without waiting for its commit (call on the loop); ``into``: the history
+        row it repeats (:attr:`Record.into`). When its batch fails (nothing of it was written) it
+        waits for the next one; see :meth:`drained` for shutdown."""
+        held = self._behind.get(record.node)
+        if held is not None and held[3] == into and self._queue[held[0]][0].repeats(record, held[2]):
+            held[1] += record.count
+            held[2] = record.last
+            return
+        self._behind[record.node] = [len(self._queue), record.count, record.last, into]
         self._queue.append((record, None))
         self._kick(urgent=False)
+
+    def _take(self) -> list[tuple[Record, asyncio.Future[str] | None]]:
+        """Everything queued, as one batch (merged repeats made into one record each)."""
+        for held in self._behind.values():
+            self._seal(held)
+        batch, self._queue, self._behind, self._urgent = self._queue, [], {}, False
+        return batch
+
+    def _seal(self, held: list[Any]) -> None:
+        """Write a write-behind entry's merged count into its queued record."""
+        i, count, last, into = held
+        r = self._queue[i][0]
+        if count != r.count or into is not None:
+            self._queue[i] = (replace(r, count=count, last_at=last, into=into), None)
+
+    def _requeue(self, behind: list[Record]) -> None:
+        """Put the write-behind records of a failed batch back before what was queued since."""
+        since = self._take()
+        self._queue = [(r, None) for r in behind] + since
+        self._urgent = any(fut is not None for _, fut in since)
 
     def _kick(self, urgent: bool) -> None:
         self._urgent = self._urgent or urgent
@@ -750,7 +778,7 @@ class Batches:
     async def _drain(self) -> None:
         try:
             while self._queue:
-                batch, self._queue, self._behind, self._urgent = self._queue, [], {}, False
+                batch = self._take()
                 try:
                     stages = await self._commit([r for r, _ in batch])
                 except asyncio.CancelledError:
@@ -763,17 +791,11 @@ class Batches:
                         if fut is not None and not fut.done():
                             fut.set_exception(e)
                     # nothing of the batch was written: its write-behind records wait for the next one
-                    behind = [(r, fut) for r, fut in batch if fut is None]
+                    behind = [r for r, fut in batch if fut is None]
                     if behind:
                         log.warning("node timeline: %d repeated events wait for the next batch: %s",
-                                    sum(r.count for r, _ in behind), e)
-                        self._queue = behind + self._queue
-                        self._behind = {}
-                        for i, (r, fut) in enumerate(self._queue):
-                            if fut is None:
-                                self._behind[r.node] = i
-                            else:
-                                self._behind.pop(r.node, None)
+                                    sum(r.count for r in behind), e)
+                        self._requeue(behind)
                     if self._closing:
                         break
                 else:
@@ -802,8 +824,7 @@ class Batches:
                 await asyncio.gather(self._draining, return_exceptions=True)  # type: ignore[arg-type]
             if closing and self._queue:
                 log.error("node timeline: %d repeated events not recorded at shutdown",
-                          sum(r.count for r, _ in self._queue))
-                self._queue, self._behind = [], {}
+                          sum(r.count for r, _ in self._take()))
                 if self._timer is not None:
                     self._timer.cancel()
                     self._timer = None

@@ -321,3 +321,36 @@ def test_a_stub_without_real_config_is_unconfirmed_and_stays(mode: str) -> None:
     assert stage == "unconfirmed" and stage in INSTALLED_STAGES
     assert next_stage(stage, "rootfs-requested", mode) == "unconfirmed"
     assert next_stage(stage, "script", mode) == "ipxe"
+
+
+async def test_write_behind_repeats_merge_and_survive_a_failed_batch(tmp_path: Path) -> None:
+    """Repeats queued behind merge into one record per node; a batch that fails (nothing written) keeps
+    them for the next one, where they are counted once; a write-through record commits at once, after
+    the repeats queued before it."""
+    tl = Timeline(tmp_path)
+    writes = GroupCommit(tl)
+    failing = [True]
+    commit = writes._commit
+
+    async def flaky(records: list[Record]) -> list[str]:
+        if failing[0]:
+            failing[0] = False
+            raise sqlite3.OperationalError("disk I/O error")
+        return await commit(records)
+
+    writes._commit = flaky  # the batch's database error, once
+    try:
+        for i in range(5):
+            writes.record_behind(Record("m0", "script", "install", float(i), "10.0.0.5"))
+        writes.record_behind(Record("m1", "script", "install", 1.0, "10.0.0.6"))
+        with pytest.raises(sqlite3.OperationalError):
+            await writes.record(Record("m2", "script", "install", 9.0))  # fails with its batch
+        assert tl.events("m0") == []
+        assert await writes.record(Record("m0", "stub", "install", 10.0, "10.0.0.5")) == "installing"
+        assert [(e.event, e.count, e.at, e.last_at) for e in tl.events("m0")] == [
+            ("script", 5, 0.0, 4.0), ("stub", 1, 10.0, 10.0)]
+        assert [(e.event, e.count) for e in tl.events("m1")] == [("script", 1)]
+    finally:
+        await writes.drained(closing=True)
+        writes.close()
+        tl.close()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import BootserverError
@@ -90,7 +89,7 @@ class StateStore(ABC):
     @staticmethod
     async def _record(batches: Batches, record: Record, current: Current | None) -> str:
         if current is not None and current.coalesces(record):
-            batches.record_behind(replace(record, into=current.last_id))
+            batches.record_behind(record, current.last_id)
             return current.stage
         return await batches.record(record)
 
