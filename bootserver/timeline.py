@@ -330,8 +330,8 @@ class Current:
 
 #: The node's row and its newest history row in one statement (``?`` placeholders; one round trip to
 #: PostgreSQL): ``stage, stage_at, last_at, event, ip, detail, stage of that row`` (see :class:`Current`).
-CURRENT_SQL = ("SELECT n.stage, n.stage_at, n.last_at, n.last_id, e.event, e.ip, e.detail, e.stage FROM nodes n "
-               "LEFT JOIN events e ON e.id = n.last_id WHERE n.node = ?")
+CURRENT_COLUMNS = "n.stage, n.stage_at, n.last_at, n.last_id, e.event, e.ip, e.detail, e.stage"
+CURRENT_SQL = f"SELECT {CURRENT_COLUMNS} FROM nodes n LEFT JOIN events e ON e.id = n.last_id WHERE n.node = ?"
 
 
 def current_of(row: Sequence[Any] | None) -> Current:
