@@ -93,7 +93,7 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
 
 
 def _duration_arg(value: str) -> int:
-    from .config.types import parse_duration
+    from .values import parse_duration
 
     try:
         return parse_duration(value)

@@ -26,7 +26,7 @@ Every name below stays importable from ``bootserver.config``.
 
 from __future__ import annotations
 
-from ..providers.equinix import (
+from ..providers.equinix_settings import (
     BILLING_CYCLES,
     DEFAULT_TAG,
     BillingCycle,
@@ -36,6 +36,19 @@ from ..providers.equinix import (
     MetalUUID,
     MetalWord,
     is_uuid,
+)
+from ..values import (
+    HOSTNAME_RE,
+    MAC_RE,
+    NAME_RE,
+    UUID_RE,
+    Name,
+    SettingsModel,
+    YamlList,
+    check_http_url,
+    normalize_mac,
+    parse_networks,
+    split_listen,
 )
 from .loader import check_local_inputs, check_real_config, load_config, parse_config
 from .messages import describe_error, known_keys
@@ -53,19 +66,6 @@ from .schema import (
     StreamConfig,
     TLSConfig,
     default_document,
-)
-from .types import (
-    HOSTNAME_RE,
-    MAC_RE,
-    NAME_RE,
-    UUID_RE,
-    Name,
-    SettingsModel,
-    YamlList,
-    check_http_url,
-    normalize_mac,
-    parse_networks,
-    split_listen,
 )
 
 __all__ = [

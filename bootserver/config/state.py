@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from .types import SettingsModel
+from ..values import SettingsModel
 
 
 class TimelineSettings(SettingsModel):
