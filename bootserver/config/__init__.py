@@ -12,11 +12,13 @@ This is the one place that reads config. Values that end up inside an iPXE scrip
 
 Modules, by concern:
 
-* :mod:`~bootserver.config.types`: value types (name, script-safe iPXE word, duration, listen address,
-  MAC, http(s) URL, hostname, CIDR) and :class:`~bootserver.config.types.SettingsModel`;
+* :mod:`bootserver.values` (below the config, docs/design.md, Layers): value types (name, script-safe
+  iPXE word, duration, listen address, MAC, http(s) URL, hostname, CIDR) and
+  :class:`~bootserver.values.SettingsModel`;
 * :mod:`~bootserver.config.schema`: the settings models and :class:`Config`;
-* the providers' settings live with their providers: :mod:`bootserver.providers.equinix` (``metal:``),
-  :mod:`bootserver.providers.redfish` (``redfish:``);
+* the providers' settings, one module each below the config:
+  :mod:`bootserver.providers.equinix_settings` (``metal:``),
+  :mod:`bootserver.providers.redfish_settings` (``redfish:``);
 * :mod:`~bootserver.config.state`: the node state settings (``timeline:``);
 * :mod:`~bootserver.config.messages`: pydantic errors into our messages;
 * :mod:`~bootserver.config.loader`: reading the file, cross-key checks.

@@ -2,11 +2,11 @@
 whole.
 
 The keys are the user contract (README.md, "Configuration reference", and docs/config.md). A feature or
-provider that owns settings keeps their model in its own module (as :mod:`bootserver.providers.equinix`
-and :mod:`bootserver.providers.redfish` do), built on :class:`~bootserver.config.types.SettingsModel`
-and the value types, and adds one field
-here. Components take the narrow model they use (``config.server``, ``config.metal``), not the whole
-:class:`Config`, where they can.
+provider that owns settings keeps their model in a module of its own below the config (as
+:mod:`bootserver.providers.equinix_settings` and :mod:`bootserver.providers.redfish_settings` do), built
+on :class:`~bootserver.values.SettingsModel` and the value types, and adds one field here. Components
+take the narrow model they use (``config.server``, ``config.metal``), not the whole :class:`Config`,
+where they can.
 """
 
 from __future__ import annotations

@@ -13,9 +13,11 @@ and ``EthernetInterface`` of DSP8010) is the standard BMC API; ``sushy`` is the 
   seconds; then the override is cleared (``BootSourceOverrideEnabled: Disabled``).
 * ``devices``: each Redfish node's system, power state and bootserver's stage.
 
-Credentials come from ``password_file`` or ``password_env`` and go to sushy only: never printed,
-logged or recorded. A BMC's error is one line carrying its own words (``@Message.ExtendedInfo``); a BMC
-that is down or does not answer within ``timeout`` seconds is one line too (exit 1).
+This module loads (and with it ``sushy``) only when a command uses the provider
+(:func:`bootserver.providers.base.provider_class`). Credentials come from ``password_file`` or
+``password_env`` and go to sushy only: never printed, logged or recorded. A BMC's error is one line
+carrying its own words (``@Message.ExtendedInfo``); a BMC that is down or does not answer within
+``timeout`` seconds is one line too (exit 1).
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
+
+import requests
+import sushy
+import sushy.exceptions as sx
 
 from bootserver.errors import InputError
 from bootserver.providers.base import (
@@ -76,8 +82,6 @@ def _detail(exc: Exception) -> str:
 
 def _connection_reason(exc: Exception, timeout: float) -> tuple[str, bool]:
     """``(one-line reason, whether it is a failure to connect)`` for a sushy ``ConnectionError``."""
-    import requests
-
     cause = exc.__context__
     if isinstance(cause, requests.ConnectTimeout):
         return f"no connection within {timeout:g} s", True
@@ -118,8 +122,6 @@ class Bmc:
     def call(self, what: str, fn: Callable[[], T]) -> T:
         """Run ``fn`` (sushy calls) with the retries; raise ``ProviderError`` (``ProviderNotFound`` for
         404) as ``BMC <address>: <what>: <reason>``."""
-        import sushy.exceptions as sx
-
         def retryable(exc: BaseException) -> bool:
             if isinstance(exc, sx.ServerSideError):
                 return True
@@ -144,8 +146,6 @@ class Bmc:
     def root(self) -> Any:
         """The ``sushy.Sushy`` service root (connects on first use)."""
         if self._root is None:
-            import sushy
-
             self._root = self.call("service root", lambda: sushy.Sushy(
                 self.address, username=self._username, password=self._password, verify=self.verify,
                 server_side_retries=1, server_side_retries_delay=0, read_timeout=self.timeout,
@@ -306,8 +306,6 @@ class Redfish(Provider):
                   say: Callable[[str, str], None]) -> list[Outcome]:
         """Boot each node's system from the network once: override ``Pxe``/``Once``, then power on or
         ``ForceRestart``. Settings of every node are checked before any BMC is asked."""
-        import sushy
-
         for node in nodes:
             self.settings(node)
         out = []
@@ -357,8 +355,6 @@ class Redfish(Provider):
                     say: Callable[[str, str], None]) -> list[Outcome]:
         """Power each node's system off (graceful, then ``ForceOff`` after ``--grace`` seconds) and
         clear the boot override."""
-        import sushy
-
         grace = getattr(self.args, "grace", None)
         grace = DEFAULT_GRACE if grace is None else grace
         out = []
