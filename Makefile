@@ -38,9 +38,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/cold_cache.py
 	$(BIN)/python benchmarks/boot_storm.py $(BENCH_ARGS)
 
-# Debian packages the benchmarks run (nginx for the comparison, wrk, curl, /usr/bin/time); needs root.
-bench-deps:
+# Debian packages the benchmarks run (nginx for the comparison, wrk, curl, /usr/bin/time; needs root)
+# and the `bench` extra (py-spy, for scripts.py --profile).
+bench-deps: $(STAMP)
 	apt-get install -y --no-install-recommends $$(cat benchmarks/apt-packages.txt)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache

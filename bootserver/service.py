@@ -30,7 +30,7 @@ from .signing import Signer
 from .state import open_store
 from .store import ArtifactStore
 from .streams import ARTIFACT_KINDS, Release
-from .timeline import INSTALLED_STAGES, Record, artifact_event
+from .timeline import INSTALLED_STAGES, Current, Record, artifact_event
 from .urls import Urls
 
 log = logging.getLogger("bootserver.service")
@@ -177,9 +177,12 @@ class BootService:
         return profile_of(self.config, node).mode
 
     async def record(self, node: str, event: str, *, ip: str | None = None,
-                     detail: Mapping[str, Any] | None = None, at: float | None = None) -> str:
+                     detail: Mapping[str, Any] | None = None, at: float | None = None,
+                     current: Current | None = None) -> str:
         """Record a timeline event (at unix time ``at`` in seconds, default now) through the group
-        commit writer (off the event loop); returns the node's new stage once committed.
+        commit writer (off the event loop); returns the node's new stage once committed. With
+        ``current`` (the node as read for this request), a mere repeat is written behind (see
+        :meth:`bootserver.state.StateStore.record`).
 
         Raises :class:`UnavailableError` (HTTP 503) when ``state_dir`` cannot be written: a stub or
         config served without its event would defeat boot-once, so the client is asked to retry
@@ -188,16 +191,18 @@ class BootService:
         profile = profile_of(self.config, node)
         record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
                         real_config=profile.ignition is not None)
-        return await self.state.record(record)
+        return await self.state.record(record, current)
 
     async def serve_script(self, node: str, client: str | None) -> str:
         """What the server answers a node's script request from address ``client``: the boot script,
         or with boot-once the boot-disk script once the node is installed; records ``script`` or
-        ``localboot`` in the timeline. Raises as :meth:`boot_script`.
+        ``localboot`` in the timeline. One read of the node (:meth:`StateStore.current`); a repeat
+        of the node's last event is written behind, anything new before the answer. Raises as
+        :meth:`boot_script`.
         """
-        stage = await self.stage(node)
-        event, script, detail = await self._script(node, stage)
-        await self.record(node, event, ip=client, detail=detail)
+        current = await self.state.current(node)
+        event, script, detail = await self._script(node, current.stage)
+        await self.record(node, event, ip=client, detail=detail, current=current)
         return script
 
     async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:
@@ -273,9 +278,10 @@ class BootService:
             log.error("timeline write failed: %s", task.exception())
 
     async def drain(self) -> None:
-        """Wait for the background timeline writes started so far."""
+        """Wait for the background timeline writes started so far, and commit the write-behind ones."""
         if self._pending:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
+        await self.state.flush()
 
     async def nodes(self) -> list[dict[str, Any]]:
         """Every configured node (and any other with events), as ``GET /nodes`` shows them: stage,

@@ -61,14 +61,17 @@ the event loop over a separate read connection; in WAL mode readers never wait f
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import mmap
+import os
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +103,12 @@ _FINAL_STAGES = frozenset({"installing", "installed", "ignition", "running", "un
 
 #: Default of ``timeline.keep_events``: rows of history kept per node (a full install is about 12).
 KEEP_EVENTS = 1000
+
+#: The file beside the timeline database whose bytes change whenever a commit changed a node's stage or
+#: newest row (:meth:`Timeline.generation`): a shared-memory signal between the processes of one machine
+#: that their in-memory view of the nodes is stale, cheaper than a query per request.
+GENERATION_FILE = "timeline.generation"
+GENERATION_BYTES = 8
 
 #: Version of the timeline schema (``PRAGMA user_version`` in sqlite; see :func:`_migrate`).
 SCHEMA_VERSION = 2
@@ -265,71 +274,180 @@ class Record:
     ip: str | None = None
     detail: Mapping[str, Any] | None = None
     real_config: bool = True
+    #: Events this record stands for (repeats merged in memory before their batch), the last at ``last_at``.
+    count: int = 1
+    last_at: float | None = None
+    #: A write-behind repeat: the id of the history row it repeats (it counts into that row).
+    into: int | None = None
 
     def __post_init__(self) -> None:
         if self.event not in EVENTS:
             raise ValueError(f"unknown timeline event {self.event!r}")
 
+    @property
+    def detail_json(self) -> str | None:
+        """``detail`` as stored (JSON with sorted keys), ``None`` when empty."""
+        return json.dumps(dict(self.detail), sort_keys=True) if self.detail else None
 
-#: One SQL statement of a :func:`append_steps` program: ``(sql with ? placeholders, parameters, want)``,
-#: ``want`` being ``"row"`` (the first row or ``None``) or ``"rowcount"``.
-Step = tuple[str, tuple[Any, ...], str]
+    @property
+    def last(self) -> float:
+        """Unix time of the last event this record stands for."""
+        return self.at if self.last_at is None else self.last_at
+
+    def repeats(self, other: Record) -> bool:
+        """Whether ``other`` is the same event as this one (node, event, client address, detail, mode),
+        at or after it: merged in memory, the two count as one record of ``count`` events."""
+        return (other.node == self.node and other.event == self.event and other.ip == self.ip
+                and other.mode == self.mode and other.real_config == self.real_config and other.into == self.into
+                and (other.detail or None) == (self.detail or None) and other.at >= self.last)
 
 
-def append_steps(r: Record, keep_events: int) -> Generator[Step, Any, str]:
-    """The statements that append ``r`` inside an open write transaction, as a generator: it yields each
-    :data:`Step` and is sent its result; it returns the node's stage after ``r``. The one definition
-    of how an event changes the tables (stage, coalescing, ``keep_events``), run by the sqlite
-    :class:`Timeline` (:func:`run_steps`) and the PostgreSQL store alike (the SQL is common to both).
+@dataclass(frozen=True, slots=True)
+class Current:
+    """What a node's next event is checked against, as one statement reads it (:data:`CURRENT_SQL`):
+    its ``stage`` (entered at ``stage_at``), the unix time of its last event (``last_at``), its newest
+    history row (``last_id``) and that row's key (``(event, ip, detail JSON, stage)``, ``None`` without one)."""
+
+    stage: str
+    stage_at: float | None = None
+    last_at: float | None = None
+    last_id: int | None = None
+    last_row: tuple[str, str | None, str | None, str] | None = None
+
+    def coalesces(self, r: Record) -> bool:
+        """Whether ``r`` repeats the node's newest row with nothing changed (same event, client address,
+        detail and stage; not older than the node's last event): then it only counts into that row."""
+        if self.last_row is None or self.stage_at is None or self.last_at is None:
+            return False
+        new = next_stage(self.stage, r.event, r.mode, real_config=r.real_config) if r.at >= self.stage_at \
+            else self.stage
+        return new == self.stage and r.at >= self.last_at and self.last_row == (r.event, r.ip, r.detail_json, new)
+
+
+#: The node's row and its newest history row in one statement (``?`` placeholders; one round trip to
+#: PostgreSQL): ``stage, stage_at, last_at, event, ip, detail, stage of that row`` (see :class:`Current`).
+CURRENT_SQL = ("SELECT n.stage, n.stage_at, n.last_at, n.last_id, e.event, e.ip, e.detail, e.stage FROM nodes n "
+               "LEFT JOIN events e ON e.id = n.last_id WHERE n.node = ?")
+
+
+def current_of(row: Sequence[Any] | None) -> Current:
+    """:class:`Current` from a :data:`CURRENT_SQL` row (``None``: a node without events)."""
+    if row is None:
+        return Current("new")
+    stage, stage_at, last_at, last_id, event, ip, detail, row_stage = row
+    return Current(stage, stage_at, last_at, last_id, None if event is None else (event, ip, detail, row_stage))
+
+
+#: The rows a batch of records starts from, one per node (``{nodes}``: the backend's list of the
+#: batch's node names): the node's row and its newest history row. ``events`` -1 (a database migrated
+#: from timeline schema 1) is counted here.
+BATCH_ROWS_SQL = ("SELECT n.node, n.stage, n.stage_at, n.last_event, n.last_at, n.last_id, "
+                  "CASE WHEN n.events < 0 THEN (SELECT count(*) FROM events c WHERE c.node = n.node) "
+                  "ELSE n.events END, n.dropped, e.event, e.ip, e.detail, e.stage "
+                  "FROM nodes n LEFT JOIN events e ON e.id = n.last_id WHERE n.node {nodes}")
+
+#: The statements of :class:`Writes`, in the order they run (``?`` placeholders, common to both stores).
+BUMP_SQL = "UPDATE events SET count = count + ?, last_at = CASE WHEN last_at > ? THEN last_at ELSE ? END WHERE id = ?"
+INSERT_SQL = ("INSERT INTO events (id, node, at, event, ip, detail, count, last_at, stage) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+TRIM_SQL = "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE node = ? ORDER BY at, id LIMIT ?)"
+NODE_SQL = ("INSERT INTO nodes (node, stage, stage_at, last_event, last_at, last_id, events, dropped) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node) DO UPDATE SET stage = excluded.stage, "
+            "stage_at = excluded.stage_at, last_event = excluded.last_event, "
+            "last_at = excluded.last_at, last_id = excluded.last_id, events = excluded.events, "
+            "dropped = excluded.dropped")
+
+
+@dataclass(slots=True)
+class Writes:
+    """What one batch does to the tables: parameter lists for ``executemany`` of :data:`BUMP_SQL`
+    (coalesced repeats into rows that existed before the batch), :data:`INSERT_SQL` (new rows, ids
+    chosen beforehand), :data:`TRIM_SQL` (``keep_events``) and :data:`NODE_SQL` (each node's row once),
+    run in that order; and each record's stage after it (``stages``)."""
+
+    bump: list[tuple[int, float, float, int]] = field(default_factory=list)
+    insert: list[list[Any]] = field(default_factory=list)
+    trim: list[tuple[str, int]] = field(default_factory=list)
+    node: list[tuple[Any, ...]] = field(default_factory=list)
+    stages: list[str] = field(default_factory=list)
+
+    def statements(self) -> list[tuple[str, Sequence[Sequence[Any]]]]:
+        """``(sql, parameter rows)`` for each non-empty list, in execution order."""
+        return [(sql, rows) for sql, rows in ((BUMP_SQL, self.bump), (INSERT_SQL, self.insert),
+                                              (TRIM_SQL, self.trim), (NODE_SQL, self.node)) if rows]
+
+
+def plan_batch(records: Sequence[Record], rows: Mapping[str, Sequence[Any]], ids: Iterator[int],
+               keep_events: int) -> Writes:
+    """The one definition of how events change the tables (stage, coalescing, ``keep_events``), for a
+    whole batch at once, run by the sqlite :class:`Timeline` and the PostgreSQL store alike.
+
+    ``rows``: :data:`BATCH_ROWS_SQL` rows by node (without the name; a node without a row has no
+    events yet); ``ids``: unused ``events.id`` values, increasing (one per record at most). Records
+    apply in order, each seeing the ones before it: an event older than the node's stage (``at`` before
+    ``stage_at``: recorded late, e.g. by another process) is kept in the history but does not change
+    the stage; a repeat that changes nothing counts into the node's newest row (a write-behind repeat,
+    :attr:`Record.into`, into the row it repeated when it was served, even if newer rows came since);
+    beyond ``keep_events`` rows a node loses its oldest.
     """
-    # the node's row and its newest events row, in one statement (one round trip to PostgreSQL)
-    row = yield ("SELECT n.stage, n.stage_at, n.last_event, n.last_at, n.last_id, n.events, n.dropped, "
-                 "e.event, e.ip, e.detail, e.stage FROM nodes n LEFT JOIN events e ON e.id = n.last_id "
-                 "WHERE n.node = ?", (r.node,), "row")
-    stage, stage_at, last_event, last_at, last_id, held, dropped = \
-        tuple(row[:7]) if row else ("new", r.at, r.event, r.at, None, 0, 0)
-    prev = tuple(row[7:]) if row and row[7] is not None else None
-    new = next_stage(stage, r.event, r.mode, real_config=r.real_config) if r.at >= stage_at else stage
-    detail = json.dumps(dict(r.detail), sort_keys=True) if r.detail else None
-    if new != stage:
-        stage_at = r.at
-    coalesced = False
-    if prev == (r.event, r.ip, detail, new) and new == stage and r.at >= last_at:
-        yield ("UPDATE events SET count = count + 1, last_at = ? WHERE id = ?", (r.at, last_id), "rowcount")
-        coalesced = True
-    if not coalesced:
-        (last_id,) = yield ("INSERT INTO events (node, at, event, ip, detail, last_at, stage) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                            (r.node, r.at, r.event, r.ip, detail, r.at, new), "row")
-        if held < 0:  # migrated from schema 1: count once
-            (held,) = yield ("SELECT count(*) FROM events WHERE node = ?", (r.node,), "row")
+    w = Writes()
+    nodes: dict[str, list[Any]] = {}
+    bumps: dict[int, list[Any]] = {}
+    for r in records:
+        st = nodes.get(r.node)
+        if st is None:
+            row = rows.get(r.node)
+            # stage, stage_at, last_event, last_at, last_id, held, dropped, newest row key, its insert (or None)
+            st = nodes[r.node] = ([*row[:7], None if row[7] is None else tuple(row[7:]), None] if row else
+                                  ["new", r.at, r.event, r.at, None, 0, 0, None, None])
+        stage, stage_at, _, last_at, last_id = st[:5]
+        new = next_stage(stage, r.event, r.mode, real_config=r.real_config) if r.at >= stage_at else stage
+        detail = r.detail_json
+        last = r.last
+        if new != stage:
+            st[1] = r.at
+        newest = st[7] == (r.event, r.ip, detail, new) and r.at >= last_at
+        if new == stage and (newest or r.into is not None):
+            if newest and st[8] is not None:  # the row was inserted by this batch
+                st[8][6] += r.count
+                st[8][7] = last
+            else:
+                target = last_id if newest else r.into
+                bump = bumps.setdefault(target, [0, last, last, target])
+                bump[0] += r.count
+                bump[1] = bump[2] = max(bump[1], last)
         else:
-            held += 1
-        if held > keep_events:
-            gone = yield ("DELETE FROM events WHERE id IN (SELECT id FROM events WHERE node = ? "
-                          "ORDER BY at, id LIMIT ?)", (r.node, held - keep_events), "rowcount")
-            held -= gone
-            dropped += gone
-    if r.at >= last_at:  # a completion recorded late must not hide a newer event
-        last_event, last_at = r.event, r.at
-    yield ("INSERT INTO nodes (node, stage, stage_at, last_event, last_at, last_id, events, dropped) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node) DO UPDATE SET stage = excluded.stage, "
-           "stage_at = excluded.stage_at, last_event = excluded.last_event, "
-           "last_at = excluded.last_at, last_id = excluded.last_id, events = excluded.events, "
-           "dropped = excluded.dropped",
-           (r.node, new, stage_at, last_event, last_at, last_id, held, dropped), "rowcount")
-    return new
+            st[4] = next(ids)
+            st[8] = [st[4], r.node, r.at, r.event, r.ip, detail, r.count, last, new]
+            w.insert.append(st[8])
+            st[5] += 1
+            st[7] = (r.event, r.ip, detail, new)
+        if r.at >= last_at:  # a completion recorded late must not hide a newer event
+            st[2], st[3] = r.event, last
+        st[0] = new
+        w.stages.append(new)
+    w.bump = [tuple(b) for b in bumps.values()]  # type: ignore[misc]
+    for node, st in nodes.items():
+        if st[5] > keep_events:
+            w.trim.append((node, st[5] - keep_events))
+            st[6] += st[5] - keep_events
+            st[5] = keep_events
+        w.node.append((node, *st[:7]))
+    return w
 
 
-def run_steps(db: sqlite3.Connection, steps: Generator[Step, Any, str]) -> str:
-    """Run an :func:`append_steps` program on a sqlite connection; returns what the program returns."""
-    try:
-        sql, params, want = next(steps)
-        while True:
-            cur = db.execute(sql, params)
-            sql, params, want = steps.send(cur.fetchone() if want == "row" else cur.rowcount)
-    except StopIteration as done:
-        return done.value
+def run_batch(db: sqlite3.Connection, records: Sequence[Record], keep_events: int) -> Writes:
+    """:func:`plan_batch` on a sqlite connection inside an open write transaction: one read of the
+    batch's node rows, then one ``executemany`` per kind of write. Returns what was written."""
+    names = sorted({r.node for r in records})
+    sql = BATCH_ROWS_SQL.format(nodes=f"IN ({','.join('?' * len(names))})")
+    rows = {r[0]: r[1:] for r in db.execute(sql, names)}
+    (last,) = db.execute("SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
+                         "coalesce((SELECT max(id) FROM events), 0))").fetchone()
+    w = plan_batch(records, rows, itertools.count(last + 1), keep_events)
+    for sql, params in w.statements():
+        db.executemany(sql, params)
+    return w
 
 
 class Timeline:
@@ -350,6 +468,8 @@ class Timeline:
         self._conn: sqlite3.Connection | None = None
         self._rlock = threading.Lock()
         self._reader: sqlite3.Connection | None = None
+        self._gen: mmap.mmap | None = None
+        self._glock = threading.Lock()
         #: False: commits never checkpoint the WAL (its fsync can take a slow disk's hundreds of ms);
         #: the owner calls :meth:`checkpoint` from elsewhere instead (see :class:`GroupCommit`).
         self.auto_checkpoint = True
@@ -422,6 +542,10 @@ class Timeline:
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
+        with self._glock:
+            if self._gen is not None:
+                self._gen.close()
+                self._gen = None
 
     def record(self, node: str, event: str, *, mode: str, ip: str | None = None,
                detail: Mapping[str, Any] | None = None, at: float | None = None,
@@ -445,22 +569,43 @@ class Timeline:
         module docstring). All or nothing: raises ``sqlite3.Error`` on disk trouble, and then none of
         the records was written.
         """
-        stages: list[str] = []
         with self._lock:
             db = self._db()
+            generation = self._generation()  # opened first: once committed, nothing may fail
             self._begin_immediate(db)
             try:
-                for r in records:
-                    stages.append(self._append(db, r))
+                w = run_batch(db, records, self.keep_events)
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        return stages
+            if w.insert:  # a stage or a newest row changed: what other processes hold in memory is stale
+                generation[:] = os.urandom(GENERATION_BYTES)
+        return w.stages
 
-    def _append(self, db: sqlite3.Connection, r: Record) -> str:
-        """One record inside the open transaction; returns the node's stage after it."""
-        return run_steps(db, append_steps(r, self.keep_events))
+    def generation(self) -> bytes:
+        """The timeline's generation (:data:`GENERATION_FILE`): it changes after every commit, by any
+        process on this machine, that changed a node's stage or its newest history row (every commit
+        but those of mere repeats). A process may keep what it read of a node (:meth:`current`) while
+        the generation it saw before reading stays the same. Raises ``OSError``."""
+        return self._generation()[:]
+
+    def _generation(self) -> mmap.mmap:
+        if self._gen is not None:
+            return self._gen
+        with self._glock:
+            if self._gen is not None:
+                return self._gen
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path.with_name(GENERATION_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                if os.fstat(fd).st_size < GENERATION_BYTES:
+                    os.pwrite(fd, os.urandom(GENERATION_BYTES), 0)
+                self._gen = mmap.mmap(fd, GENERATION_BYTES)
+            finally:
+                os.close(fd)
+        return self._gen
+
 
     #: Seconds a writer waits for another process's write transaction before giving up.
     WRITE_WAIT = 5.0
@@ -491,6 +636,12 @@ class Timeline:
         with self._rlock:
             row = self._read_db().execute("SELECT stage FROM nodes WHERE node = ?", (node,)).fetchone()
         return row[0] if row else "new"
+
+    def current(self, node: str) -> Current:
+        """The node's stage and newest history row (:data:`CURRENT_SQL`), as last committed by any
+        process. One indexed row on the read connection."""
+        with self._rlock:
+            return current_of(self._read_db().execute(CURRENT_SQL, (node,)).fetchone())
 
     def attribute(self, ip: str, *, now: float | None = None, window: float = ATTRIBUTION_WINDOW) -> str | None:
         """The node whose boot script was last served to ``ip`` within ``window`` seconds, or ``None``."""
@@ -530,25 +681,68 @@ class Timeline:
 
 
 class Batches:
-    """Group commit on one event loop: :meth:`record` queues a record and waits for its commit; one
-    drain task hands everything queued to ``commit`` (one transaction: all or nothing), what arrives
-    meanwhile forms the next batch. Records commit in the order they were queued. Under a boot storm
-    this is one commit per batch instead of one per request. Used by :class:`GroupCommit` (sqlite, on a
-    writer thread) and the PostgreSQL store."""
+    """Group commit on one event loop, with write-behind for repeats.
+
+    :meth:`record` queues a record and waits for its commit (write-through); :meth:`record_behind`
+    queues one without waiting (write-behind: a repeat that only counts into the node's newest row,
+    see :meth:`Current.coalesces`), merged in memory with an equal record of the same node still
+    queued. One drain task hands everything queued to ``commit`` (one transaction: all or nothing),
+    in order; what arrives meanwhile forms the next batch. A write-through record starts a batch at
+    once; write-behind records alone wait up to :attr:`WINDOW` seconds for one. So ``kill -9`` loses
+    at most the repeats of the last window (plus the batch being committed); :meth:`drained` (the
+    ``close`` of a store, on SIGTERM) commits everything queued. Used by :class:`GroupCommit`
+    (sqlite, on a writer thread) and the PostgreSQL store."""
+
+    #: Seconds a write-behind record waits for its batch when no write-through record starts one.
+    WINDOW = 0.25
 
     def __init__(self, commit: Callable[[list[Record]], Awaitable[list[str]]]) -> None:
         self._commit = commit
-        self._queue: list[tuple[Record, asyncio.Future[str]]] = []
+        self._queue: list[tuple[Record, asyncio.Future[str] | None]] = []
+        #: node -> index in ``_queue`` of its newest entry, when that entry is a write-behind record
+        self._behind: dict[str, int] = {}
+        self._urgent = False
         self._draining: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closing = False
 
     async def record(self, record: Record) -> str:
         """Commit ``record``; return the node's stage after it. Raises what ``commit`` raised for its
         batch (then nothing of that batch was written)."""
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._queue.append((record, fut))
-        if self._draining is None:
-            self._draining = asyncio.create_task(self._drain())
+        self._behind.pop(record.node, None)
+        self._kick(urgent=True)
         return await fut
+
+    def record_behind(self, record: Record) -> None:
+        """Queue ``record`` without waiting for its commit (call on the loop). When its batch fails
+        (nothing of it was written) it waits for the next one; see :meth:`drained` for shutdown."""
+        i = self._behind.get(record.node)
+        if i is not None:
+            queued = self._queue[i][0]
+            if queued.repeats(record):
+                self._queue[i] = (replace(queued, count=queued.count + record.count, last_at=record.last), None)
+                return
+        self._behind[record.node] = len(self._queue)
+        self._queue.append((record, None))
+        self._kick(urgent=False)
+
+    def _kick(self, urgent: bool) -> None:
+        self._urgent = self._urgent or urgent
+        if self._draining is not None:
+            return  # the running drain takes it
+        if self._urgent:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._draining = asyncio.create_task(self._drain())
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.WINDOW, self._window_over)
+
+    def _window_over(self) -> None:
+        self._timer = None
+        self._kick(urgent=True)
 
     def committed(self, count: int) -> None:
         """Called on the loop after each committed batch of ``count`` records (a hook)."""
@@ -556,29 +750,65 @@ class Batches:
     async def _drain(self) -> None:
         try:
             while self._queue:
-                batch, self._queue = self._queue, []
+                batch, self._queue, self._behind, self._urgent = self._queue, [], {}, False
                 try:
                     stages = await self._commit([r for r, _ in batch])
                 except asyncio.CancelledError:
                     for _, fut in batch + self._queue:
-                        fut.cancel()
+                        if fut is not None:
+                            fut.cancel()
                     raise
                 except Exception as e:  # every waiter of the batch gets the error
                     for _, fut in batch:
-                        if not fut.done():
+                        if fut is not None and not fut.done():
                             fut.set_exception(e)
-                    continue
-                for (_, fut), stage in zip(batch, stages, strict=False):
-                    if not fut.done():
-                        fut.set_result(stage)
-                self.committed(len(batch))
+                    # nothing of the batch was written: its write-behind records wait for the next one
+                    behind = [(r, fut) for r, fut in batch if fut is None]
+                    if behind:
+                        log.warning("node timeline: %d repeated events wait for the next batch: %s",
+                                    sum(r.count for r, _ in behind), e)
+                        self._queue = behind + self._queue
+                        self._behind = {}
+                        for i, (r, fut) in enumerate(self._queue):
+                            if fut is None:
+                                self._behind[r.node] = i
+                            else:
+                                self._behind.pop(r.node, None)
+                    if self._closing:
+                        break
+                else:
+                    for (_, fut), stage in zip(batch, stages, strict=True):
+                        if fut is not None and not fut.done():
+                            fut.set_result(stage)
+                    self.committed(len(batch))
+                if not self._urgent:
+                    break  # only write-behind records came meanwhile: they wait for their window
         finally:
             self._draining = None
+            if self._queue:
+                self._kick(urgent=False)
 
-    async def drained(self) -> None:
-        """Wait until the records queued so far are committed (or failed)."""
-        if self._draining is not None:
-            await asyncio.gather(self._draining, return_exceptions=True)
+    async def drained(self, closing: bool = False) -> None:
+        """Commit everything queued so far, write-behind records included, and return (a failed batch
+        is tried once more; its write-behind records then wait for the next one). With ``closing``
+        (the store closes) what still cannot be committed is dropped, with a log line."""
+        self._closing = closing
+        try:
+            for _ in range(2):  # the batch in progress, then one of everything queued before the call
+                if self._draining is None:
+                    if not self._queue:
+                        break
+                    self._kick(urgent=True)
+                await asyncio.gather(self._draining, return_exceptions=True)  # type: ignore[arg-type]
+            if closing and self._queue:
+                log.error("node timeline: %d repeated events not recorded at shutdown",
+                          sum(r.count for r, _ in self._queue))
+                self._queue, self._behind = [], {}
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+        finally:
+            self._closing = False
 
 
 class GroupCommit(Batches):

@@ -164,6 +164,7 @@ async def test_a_database_restart_mid_run_refuses_then_recovers_and_loses_nothin
         for replica in (a, b):
             async with http.get(replica.url + "/readyz") as r:
                 assert (await r.json())["state_store"]["ready"] is True
+        await _get(http, f"{a.admin_url}/nodes")  # commits A's write-behind repeats (B's: the next line)
         events = json.loads(await _get(http, f"{b.admin_url}/nodes/master-1"))["events"]
     scripts = [e for e in events if e["event"] == "script"]
     assert sum(e["count"] for e in scripts) == answered[200]  # every script served has its event

@@ -141,14 +141,16 @@ async def test_signing_keys_are_shared_and_rotation_reaches_the_other(stores: li
 
 
 async def test_boot_once_and_reinstall_hold_whichever_service_answers(backend) -> None:
-    """Replica B serves the stub; replica A's next script boots the disk; a reinstall through either
-    store makes both install again."""
+    """Replica B serves the stub; replica A's next script boots the disk, although A holds the node in
+    memory and wrote its repeats behind; a reinstall through either store makes both install again."""
     a, b = BootService(backend()), BootService(backend())
     await a.start()
     await b.start()
     try:
         install = await a.serve_script("master-0", "10.0.0.5")
         assert "coreos.inst.install_dev=/dev/sda" in install
+        for _ in range(3):  # repeats: A answers them from what it holds, and writes them behind
+            assert await a.serve_script("master-0", "10.0.0.5") == install
         await b.serve_stub("master-0", "10.0.0.5")
         localboot = await a.serve_script("master-0", "10.0.0.5")
         assert "kernel " not in localboot and localboot.rstrip().endswith("exit")
@@ -160,7 +162,132 @@ async def test_boot_once_and_reinstall_hold_whichever_service_answers(backend) -
         await b.close()
 
 
+async def test_repeats_are_written_behind_and_lose_nothing_on_close(backend) -> None:
+    """A repeat of a node's newest row answers before it is committed; it is merged in memory with the
+    repeats that follow, committed with the next write-through event or the next window, and on close
+    (SIGTERM) whatever is still queued is committed: every event is counted once, in its row."""
+    a, b = BootService(backend()), BootService(backend())
+    await a.start()
+    await b.start()
+    try:
+        await a.serve_script("master-0", "10.0.0.5")  # a new row: committed before the answer
+        for _ in range(5):
+            await a.serve_script("master-0", "10.0.0.5")
+        assert [(e.event, e.count) for e in await b.state.events("master-0")] == [("script", 1)]  # not yet
+        await a.serve_stub("master-0", "10.0.0.5")  # write-through: commits the queued repeats before it
+        assert [(e.event, e.count) for e in await b.state.events("master-0")] == [("script", 6), ("stub", 1)]
+        for _ in range(4):
+            await a.serve_script("master-0", "10.0.0.5")  # localboot: one new row, then repeats
+        await b.serve_script("master-0", "10.0.0.5")  # another replica's repeat of the same row
+        await b.close()
+        await a.close()  # commits what is queued
+        c = BootService(backend())
+        await c.start()
+        try:
+            assert [(e.event, e.count) for e in await c.state.events("master-0")] == [
+                ("script", 6), ("stub", 1), ("localboot", 5)]
+        finally:
+            await c.close()
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_write_behind_repeat_counts_into_the_row_it_repeated(stores: list[StateStore]) -> None:
+    """A repeat read against the node's newest row counts into that row even when another process
+    added a newer row before the repeat was committed (the history reads as if written through)."""
+    a, b = stores
+    await a.record(rec("master-0", "script", 1.0, "10.0.0.5"))
+    current = await a.current("master-0")
+    assert await a.record(rec("master-0", "script", 2.0, "10.0.0.5"), current) == "ipxe"  # behind
+    await b.record(rec("master-0", "kernel-requested", 3.0, "10.0.0.5"))
+    await a.flush()
+    assert [(e.event, e.count, e.last_at) for e in await b.events("master-0")] == [
+        ("script", 2, 2.0), ("kernel-requested", 1, 3.0)]
+    assert (await b.node("master-0")).stage == "kernel"
+
+
 # -- PostgreSQL only -------------------------------------------------------------------------------
+
+
+class RoundTrips:
+    """A TCP relay on 127.0.0.1 between bootserver and PostgreSQL that counts round trips: each burst
+    of bytes from the server that follows bytes from the client is one (the client sent, then waited
+    for the answer). PostgreSQL sends results only at a Sync, a Flush or a simple query, so a pipeline
+    is one burst however many statements it holds."""
+
+    def __init__(self, port: int) -> None:
+        self.upstream_port = port
+        self.count = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __aenter__(self) -> RoundTrips:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        last = ["client"]
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, side: str) -> None:
+            try:
+                while data := await src.read(65536):
+                    if side == "server" and last[0] == "client":
+                        self.count += 1
+                    last[0] = side
+                    dst.write(data)
+                    await dst.drain()
+            finally:
+                dst.close()
+
+        for t in (asyncio.create_task(pump(reader, up_writer, "client")),
+                  asyncio.create_task(pump(up_reader, writer, "server"))):
+            self._tasks.add(t)
+            t.add_done_callback(self._tasks.discard)
+
+
+#: docs/design.md ("Replicas"): round trips to PostgreSQL of a script request before its answer (the
+#: node's row and newest history row in one statement), and of one batch of events, whatever its size.
+ROUND_TRIPS_PER_SCRIPT = 1
+ROUND_TRIPS_PER_BATCH = 2
+
+
+@needs_pg
+async def test_round_trips_of_a_script_request_and_of_a_batch(pg: PgCluster, tmp_path: Path, reference: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pgstate, "KEYS_POLL", 3600.0)  # no key poll in the middle of the count
+    url = pg.create_database(f"t{next(_db_names)}")
+    async with RoundTrips(pg.port) as relay:
+        svc = BootService(make_config(tmp_path, reference, url.replace(f":{pg.port}/", f":{relay.port}/"),
+                                      nodes={f"n{i}": {"profile": "master"} for i in range(20)}))
+        await svc.start()
+        try:
+            relay.count = 0
+            await svc.serve_script("n0", "10.0.0.5")  # a new row: read, then its batch before the answer
+            assert relay.count == ROUND_TRIPS_PER_SCRIPT + ROUND_TRIPS_PER_BATCH
+            for i in range(1, 20):
+                await svc.serve_script(f"n{i}", "10.0.0.5")
+            relay.count = 0
+            for _ in range(3):
+                for i in range(20):  # 60 repeats: one read each, written behind
+                    await svc.serve_script(f"n{i}", "10.0.0.5")
+            assert relay.count == 60 * ROUND_TRIPS_PER_SCRIPT
+            await svc.drain()  # the 60 repeats of 20 nodes: one batch
+            assert relay.count == 60 * ROUND_TRIPS_PER_SCRIPT + ROUND_TRIPS_PER_BATCH
+            assert [(e.event, e.count) for e in await svc.state.events("n7")] == [("script", 4)]
+        finally:
+            await svc.close()
+
+
 
 
 @needs_pg

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import BootserverError
-from ..timeline import Event, NodeState, Record
+from ..timeline import Batches, Current, Event, NodeState, Record
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -71,9 +72,31 @@ class StateStore(ABC):
         :mod:`bootserver.timeline`), or ``None``. Raises ``UnavailableError``."""
 
     @abstractmethod
-    async def record(self, record: Record) -> str:
+    async def current(self, node: str) -> Current:
+        """The node's stage and newest history row, in one read (what the next event is checked
+        against: :meth:`~bootserver.timeline.Current.coalesces`). Raises ``UnavailableError``."""
+
+    @abstractmethod
+    async def record(self, record: Record, current: Current | None = None) -> str:
         """Commit ``record`` (group commit: one transaction per batch); returns the node's stage after it.
-        Raises ``UnavailableError`` when it could not be committed (then nothing of its batch was)."""
+        Raises ``UnavailableError`` when it could not be committed (then nothing of its batch was).
+
+        With ``current`` (the node as :meth:`current` read it for this request) a record that only
+        repeats the node's newest row is written behind: queued, returned at once, committed with the
+        next batch (:class:`~bootserver.timeline.Batches`). Anything else (a new row, a stage change:
+        boot-once, attribution) is committed before this returns, so every process and replica sees it.
+        """
+
+    @staticmethod
+    async def _record(batches: Batches, record: Record, current: Current | None) -> str:
+        if current is not None and current.coalesces(record):
+            batches.record_behind(replace(record, into=current.last_id))
+            return current.stage
+        return await batches.record(record)
+
+    @abstractmethod
+    async def flush(self) -> None:
+        """Commit the write-behind records queued so far (before a listing reads the tables)."""
 
     @abstractmethod
     async def events(self, node: str, limit: int | None = None) -> list[Event]:

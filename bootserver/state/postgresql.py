@@ -32,7 +32,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Generator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,18 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..errors import UnavailableError
 from ..signing import KEY_BYTES, KeyEntry, Keyring
-from ..timeline import ATTRIBUTION_WINDOW, Batches, Event, NodeState, Record, Step, append_steps
+from ..timeline import (
+    ATTRIBUTION_WINDOW,
+    BATCH_ROWS_SQL,
+    CURRENT_SQL,
+    Batches,
+    Current,
+    Event,
+    NodeState,
+    Record,
+    current_of,
+    plan_batch,
+)
 from . import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
 
 log = logging.getLogger("bootserver.state")
@@ -100,15 +111,18 @@ def public_name(url: str) -> str:
     return f"postgresql://{user}{params.get('host', '')}{port}/{params.get('dbname', '')}"
 
 
-async def _run_steps(conn: psycopg.AsyncConnection[Any], steps: Generator[Step, Any, str]) -> str:
-    """Run an :func:`~bootserver.timeline.append_steps` program on a psycopg connection."""
-    try:
-        sql, params, want = next(steps)
-        while True:
-            cur = await conn.execute(sql.replace("?", "%s"), params)
-            sql, params, want = steps.send(await cur.fetchone() if want == "row" else cur.rowcount)
-    except StopIteration as done:
-        return done.value
+def _pg(sql: str) -> str:
+    """A statement of :mod:`bootserver.timeline` (``?`` placeholders) in psycopg's ``%s`` style."""
+    return sql.replace("?", "%s")
+
+
+_CURRENT = _pg(CURRENT_SQL)
+#: Before the batch's read: a node without a row gets the one plan_batch would assume, so it can be locked.
+_NEW_NODE = ("INSERT INTO nodes (node, stage, stage_at, last_event, last_at) VALUES (%s, 'new', %s, %s, %s) "
+             "ON CONFLICT (node) DO NOTHING")
+#: The batch's node rows, locked in name order (two replicas writing the same nodes never deadlock).
+_BATCH_ROWS = _pg(BATCH_ROWS_SQL.format(nodes="= ANY(%s) ORDER BY n.node FOR UPDATE OF n"))
+_IDS = "SELECT nextval(pg_get_serial_sequence('events', 'id')) FROM generate_series(1, %s)"
 
 
 class PostgresStore(StateStore):
@@ -187,7 +201,7 @@ class PostgresStore(StateStore):
         if self._poller is not None:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
-        await self._batches.drained()
+        await self._batches.drained(closing=True)
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -204,8 +218,11 @@ class PostgresStore(StateStore):
             raise self._unavailable(e) from None
 
     async def stage(self, node: str) -> str:
-        rows = await self._fetch("SELECT stage FROM nodes WHERE node = %s", (node,))
-        return rows[0][0] if rows else "new"
+        return (await self.current(node)).stage
+
+    async def current(self, node: str) -> Current:
+        rows = await self._fetch(_CURRENT, (node,))
+        return current_of(rows[0] if rows else None)
 
     async def attribute(self, ip: str, now: float | None = None) -> str | None:
         now = time.time() if now is None else now
@@ -213,27 +230,43 @@ class PostgresStore(StateStore):
                                  "ORDER BY last_at DESC, id DESC LIMIT 1", (ip, now - ATTRIBUTION_WINDOW))
         return rows[0][0] if rows else None
 
-    async def record(self, record: Record) -> str:
-        return await self._batches.record(record)
+    async def record(self, record: Record, current: Current | None = None) -> str:
+        return await self._record(self._batches, record, current)
+
+    async def flush(self) -> None:
+        await self._batches.drained()
 
     async def _commit(self, records: list[Record]) -> list[str]:
-        """One transaction for ``records``: lock their nodes' rows in name order, then append each."""
+        """One transaction for ``records`` in two round trips: (1) create missing node rows, read and lock
+        the batch's node rows in name order, take ids; (2) one pipeline of every write and the commit
+        (:func:`~bootserver.timeline.plan_batch`)."""
         pool = await self._open_pool()
         first: dict[str, Record] = {}
         for r in records:
             first.setdefault(r.node, r)
+        names = sorted(first)
         for attempt in (1, 2):
             try:
-                async with pool.connection() as conn, conn.transaction():
-                    async with conn.cursor() as cur:
-                        # a new node gets the row append_steps would assume for it, so it can be locked
-                        await cur.executemany(
-                            "INSERT INTO nodes (node, stage, stage_at, last_event, last_at) "
-                            "VALUES (%s, 'new', %s, %s, %s) ON CONFLICT (node) DO NOTHING",
-                            [(n, first[n].at, first[n].event, first[n].at) for n in sorted(first)])
-                    await conn.execute("SELECT node FROM nodes WHERE node = ANY(%s) ORDER BY node FOR UPDATE",
-                                       (sorted(first),))
-                    return [await _run_steps(conn, append_steps(r, self.keep_events)) for r in records]
+                async with pool.connection() as conn:
+                    try:
+                        # BEGIN and COMMIT as plain statements: psycopg's transaction() syncs at each
+                        async with conn.pipeline(), conn.cursor() as cur:
+                            await cur.execute("BEGIN")
+                            await cur.executemany(_NEW_NODE, [(n, first[n].at, first[n].event, first[n].at)
+                                                              for n in names])
+                            read = await conn.execute(_BATCH_ROWS, (names,))
+                            ids = await conn.execute(_IDS, (len(records),))
+                            rows = {r[0]: r[1:] for r in await read.fetchall()}  # the first round trip
+                            writes = plan_batch(records, rows, (i for (i,) in await ids.fetchall()),
+                                                self.keep_events)
+                            for sql, params in writes.statements():
+                                await cur.executemany(_pg(sql), params)
+                            await cur.execute("COMMIT")
+                        return writes.stages  # the second: the writes and COMMIT, sent together
+                    except BaseException:
+                        if conn.info.transaction_status != psycopg.pq.TransactionStatus.UNKNOWN:
+                            await conn.rollback()
+                        raise
             except psycopg.OperationalError as e:
                 if attempt == 2 or isinstance(e, psycopg.errors.QueryCanceled):
                     raise self._unavailable(e) from None

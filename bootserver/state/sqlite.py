@@ -1,9 +1,10 @@
 """The default state store: the sqlite node timeline (:class:`~bootserver.timeline.Timeline`, WAL) and
 the keys file, both in ``state_dir``. Zero set-up; shared by the processes of one machine only.
 
-Reads (:meth:`SqliteStore.stage`, :meth:`SqliteStore.attribute`: one indexed row) run on the event loop
-over the timeline's read connection; writes go through :class:`~bootserver.timeline.GroupCommit`'s
-writer thread; listings run in a worker thread.
+Reads (:meth:`SqliteStore.current`, :meth:`SqliteStore.attribute`: one indexed row) run on the event
+loop over the timeline's read connection; :meth:`SqliteStore.current` keeps what it read while the
+timeline's generation (:meth:`~bootserver.timeline.Timeline.generation`) is unchanged. Writes go
+through :class:`~bootserver.timeline.GroupCommit`'s writer thread; listings run in a worker thread.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import NoReturn
 
 from ..errors import UnavailableError
 from ..signing import Keyring
-from ..timeline import SCHEMA_VERSION, Event, GroupCommit, NodeState, Record, Timeline
+from ..timeline import SCHEMA_VERSION, Current, Event, GroupCommit, NodeState, Record, Timeline
 from . import PUBLIC_UNAVAILABLE, StateStore
 
 
@@ -37,6 +38,9 @@ class SqliteStore(StateStore):
         self.writes = GroupCommit(self.timeline)
         self.name = str(self.timeline.path)
         self._keyring: Keyring | None = None
+        #: The nodes as read (:meth:`current`) under the timeline generation ``_seen``.
+        self._currents: dict[str, Current] = {}
+        self._seen = b""
 
     def _unavailable(self, e: Exception) -> NoReturn:
         raise UnavailableError(f"node timeline {self.timeline.path}: {e}", public=PUBLIC_UNAVAILABLE) from None
@@ -59,15 +63,12 @@ class SqliteStore(StateStore):
         return await asyncio.to_thread(run)
 
     async def close(self) -> None:
-        await self.writes.drained()
+        await self.writes.drained(closing=True)
         await asyncio.to_thread(self.writes.close)
         await asyncio.to_thread(self.timeline.close)
 
     async def stage(self, node: str) -> str:
-        try:
-            return self.timeline.stage(node)
-        except (sqlite3.Error, OSError) as e:
-            self._unavailable(e)
+        return (await self.current(node)).stage
 
     async def attribute(self, ip: str, now: float | None = None) -> str | None:
         try:
@@ -75,11 +76,29 @@ class SqliteStore(StateStore):
         except (sqlite3.Error, OSError) as e:
             self._unavailable(e)
 
-    async def record(self, record: Record) -> str:
+    async def current(self, node: str) -> Current:
+        """The node as last read, while the timeline's generation is unchanged (no process on this
+        machine changed a stage or a newest row since: :meth:`Timeline.generation`), else read now."""
         try:
-            return await self.writes.record(record)
+            generation = self.timeline.generation()
+            if generation != self._seen:
+                self._currents.clear()
+                self._seen = generation
+            hit = self._currents.get(node)
+            if hit is None:
+                hit = self._currents[node] = self.timeline.current(node)
+            return hit
         except (sqlite3.Error, OSError) as e:
             self._unavailable(e)
+
+    async def record(self, record: Record, current: Current | None = None) -> str:
+        try:
+            return await self._record(self.writes, record, current)
+        except (sqlite3.Error, OSError) as e:
+            self._unavailable(e)
+
+    async def flush(self) -> None:
+        await self.writes.drained()
 
     async def events(self, node: str, limit: int | None = None) -> list[Event]:
         try:
