@@ -23,9 +23,11 @@ serve: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Static checks, before the tests: ruff's rule set ([tool.ruff] in pyproject.toml).
+# Static checks, before the tests: ruff's rule set ([tool.ruff] in pyproject.toml) and the import
+# contracts (lint-imports: [tool.importlinter], the layers of docs/design.md).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 # Benchmarks (docs/benchmarks.md): all four issue-8 runs, one after the other, on 127.0.0.1.
 # BENCH_ARGS goes to artifacts.py, scripts.py and boot_storm.py (e.g. BENCH_ARGS='--workers 2').

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from .signing import Keyring
     from .state import StateStore
 
+# Each subcommand imports the modules it runs inside its function, on purpose: a command loads only what
+# it uses (``bootserver nodes`` loads no aiohttp application, ``check-config`` no state store).
+
 Command = Callable[[argparse.Namespace, Config], int]
 
 
@@ -93,7 +96,7 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
 
 
 def _duration_arg(value: str) -> int:
-    from .config.types import parse_duration
+    from .values import parse_duration
 
     try:
         return parse_duration(value)

@@ -9,11 +9,15 @@ from __future__ import annotations
 import functools
 import ipaddress
 
+from .catalog import StreamCatalog
 from .config import Config, Profile
-from .errors import UnknownNodeError
-from .ipxe import ScriptContext, build_kargs, check_command_line
-from .network import node_kargs
+from .errors import MetadataError, UnknownNodeError
+from .fetch import Upstream
+from .ipxe import CommandLineTooLong, ScriptContext, build_kargs, check_command_line
+from .network import DeviceRecordError, node_kargs
 from .providers.base import boot_platform
+from .signing import KeyEntry, Keyring, Signer
+from .store import ArtifactStore
 from .streams import Release
 from .urls import Urls
 
@@ -142,14 +146,6 @@ def check_command_lines(config: Config) -> list[str]:
     and returned. Raises :class:`~bootserver.ipxe.CommandLineTooLong` (exit 2) naming the config file and
     the first node whose command line does not fit.
     """
-    from .catalog import StreamCatalog
-    from .errors import MetadataError
-    from .fetch import Upstream
-    from .ipxe import CommandLineTooLong
-    from .network import DeviceRecordError
-    from .signing import KeyEntry, Keyring, Signer
-    from .store import ArtifactStore
-
     urls = Urls(config, Signer(Keyring(config.state_dir / "keys.json", [KeyEntry(bytes(32), 0)])))
     catalog = StreamCatalog(config, ArtifactStore(config.cache_dir), Upstream.for_config(config))  # cached() only
     later = []

@@ -52,7 +52,7 @@ def enable_multiprocess(path: str) -> None:
 
 def mark_process_dead(pid: int, path: str) -> None:
     """Forget the live-gauge values of worker ``pid`` (it exited) in multiprocess directory ``path``."""
-    from prometheus_client import multiprocess
+    from prometheus_client import multiprocess  # on purpose here: only --workers uses multiprocess mode
 
     multiprocess.mark_process_dead(pid, path)
 
@@ -89,7 +89,7 @@ class Metrics:
         mp_dir = multiprocess_dir()
         if mp_dir is not None:
             # the metric objects write to files; what a scrape reports is every worker's files
-            from prometheus_client import multiprocess
+            from prometheus_client import multiprocess  # on purpose here: --workers only
 
             self.registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(self.registry, path=mp_dir)

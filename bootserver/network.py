@@ -36,7 +36,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from .errors import BootserverError, ConfigError, UnavailableError
-from .ipxe import check_script_word
+from .ipxe import NETWORK_KARGS, check_script_word
+from .providers.base import provider_of
+from .values import normalize_mac
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +102,6 @@ def _ip(value: str) -> str:
 
 
 def _mac(value: Any) -> Any:
-    from .config import normalize_mac  # at validation time, when bootserver.config is loaded
-
     if isinstance(value, int) and not isinstance(value, bool):
         raise ValueError("put MAC addresses in quotes: YAML reads an unquoted 52:54:00:12:34:56 as a number")
     return normalize_mac(value) if isinstance(value, str) else value
@@ -671,15 +671,11 @@ def check_network_settings(config: Any, source: str) -> None:
     :func:`check_network` on each NMState document, the node's kargs built once (every word checked),
     ``network: provider`` only on nodes of the Equinix provider (the one device record with addresses;
     :func:`bootserver.providers.base.provider_of`, a node without any provider counts as Equinix's), and no
-    network argument (``ip=``, ``bond=``...)
-    also in the profile's ``kargs`` of a node whose network is not ``dhcp``.
+    network argument (``ip=``, ``bond=``...) also in the profile's ``kargs`` of a node whose network is not ``dhcp``.
 
     Raises :class:`~bootserver.errors.ConfigError` naming ``source`` and the key:
     ``nodes.master-0.network.interfaces[2].link-aggregation.port[1]: no interface named ens9``.
     """
-    from .ipxe import NETWORK_KARGS
-    from .providers.base import provider_of
-
     for kind, items in (("profiles", config.profiles), ("nodes", config.nodes)):
         for name, item in items.items():
             if not isinstance(item.network, NetworkState):

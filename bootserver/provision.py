@@ -42,6 +42,9 @@ from bootserver.providers.base import (
     provider_classes,
     provider_of,
 )
+from bootserver.state import open_store
+from bootserver.timeline import INSTALLED_STAGES
+from bootserver.urls import Urls
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +161,6 @@ class StoreSession:
     as a context manager). Raises what :meth:`~bootserver.state.StateStore.start` raises."""
 
     def __init__(self, config: Any) -> None:
-        from bootserver.state import open_store
-
         self._loop = asyncio.new_event_loop()
         self.store = open_store(config)
         try:
@@ -231,8 +232,6 @@ def wait_for_nodes(
     failed device, :class:`ProvisionTimeout` when ``policy.timeout`` seconds pass first,
     ``ProviderError`` when the far end answers with an error.
     """
-    from bootserver.timeline import INSTALLED_STAGES
-
     devices = {node: device for node, (_, device) in watched.items()}
     provider_state = {node: device.get("state") for node, device in devices.items()}
     deadline = clock() + policy.timeout
@@ -315,8 +314,6 @@ def provision(
     Raises ``InputError`` (exit 2) for bad settings before any call, ``ProviderError`` (exit 1) for
     a failure of a provider, :class:`DeviceFailed` / :class:`ProvisionTimeout` from the wait.
     """
-    from bootserver.urls import Urls
-
     since = now()
     watched: dict[str, tuple[Provider, dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:

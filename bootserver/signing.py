@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .config.types import parse_duration  # noqa: F401  (re-exported: the one duration parser)
 from .errors import BootserverError, InputError
+from .files import write_atomic
+from .values import parse_duration  # noqa: F401  (re-exported: the one duration parser)
 
 #: Expiries are rounded up to a multiple of this many seconds (one hour).
 EXPIRY_ROUNDING = 3600
@@ -242,8 +243,6 @@ class Keyring:
         old = [KeyEntry(e.key, e.created, t + grace if e.retires is None else e.retires)
                for e in self.entries]
         entries = [KeyEntry(secrets.token_bytes(KEY_BYTES), t)] + [e for e in old if e.retires > t]
-        from .files import write_atomic
-
         write_atomic(self.path, _dump(entries), mode=0o600)
         return Keyring._read(self.path)
 

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from .config import Config
 from .errors import BootserverError, InputError
 from .fetch import DownloadHooks, Upstream
+from .retention import prune as prune_cache
 from .service import BootService
 from .streams import Artifact, Release
 
@@ -142,8 +143,6 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
     if errors:
         raise errors[0]
     if prune:
-        from .retention import prune as prune_cache
-
         for path in prune_cache(config, svc.store, svc.catalog):
             print(f"pruned {path}", file=out, flush=True)
     return sum(1 for r in results if r is True)

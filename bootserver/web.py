@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import socket
 import ssl
 import time
@@ -26,7 +27,7 @@ from urllib.parse import urlsplit
 from aiohttp import hdrs, web
 
 from . import __version__, ops
-from .config import Config
+from .config import Config, split_listen
 from .errors import (
     BootserverError,
     ConfigError,
@@ -496,8 +497,6 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
     naming ``server.listen``, ``server.tls.listen`` or ``server.admin.listen`` when a socket cannot be
     bound (port in use).
     """
-    from .config import split_listen
-
     ssl_ctx = server_ssl_context(config) if config.server.tls else None
     app = create_app(config)
     admin = app[ADMIN_APP]
@@ -546,8 +545,6 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
 def run(config: Config, *, reuse_port: bool = False, ready: Callable[[], None] | None = None,
         admin_socket: socket.socket | None = None) -> None:
     """Serve ``config`` until SIGINT/SIGTERM (see :func:`serve`)."""
-    import signal
-
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

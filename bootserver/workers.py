@@ -43,6 +43,10 @@ from typing import NoReturn
 
 from .config import Config, split_listen
 from .errors import BootserverError, ConfigError
+from .metrics import enable_multiprocess, mark_process_dead
+from .signing import Keyring
+from .timeline import Timeline
+from .web import bind_unix_socket, chain_hint, run, server_ssl_context
 
 log = logging.getLogger("bootserver.workers")
 
@@ -53,10 +57,6 @@ def prepare(config: Config) -> None:
     """The one-time set-up before workers start (see the module docstring). Raises
     :class:`~bootserver.errors.BootserverError` (bad keys file, TLS files, port in use) or
     ``sqlite3.Error`` (timeline)."""
-    from .signing import Keyring
-    from .timeline import Timeline
-    from .web import server_ssl_context
-
     config.state_dir.mkdir(parents=True, exist_ok=True)
     if config.state_store is None:  # else the database was checked by bootserver.state.prepare_store
         Keyring.load_or_create(config.state_dir)
@@ -107,8 +107,6 @@ def serve_workers(config: Config, workers: int) -> int:
     admin = config.server.admin_listen
     admin_socket = None
     if admin.startswith("/"):  # a Unix socket cannot be shared with SO_REUSEPORT: the workers inherit it
-        from .web import bind_unix_socket
-
         admin_socket = bind_unix_socket(config, admin)
     mp_dir = tempfile.mkdtemp(prefix="bootserver-metrics-")
     try:
@@ -172,8 +170,6 @@ class _Supervisor:
             self._stop()
         if error is None and not self.stopping:
             log.info("%d workers serving (pids %s)", len(self.children), " ".join(map(str, self.children)))
-            from .web import chain_hint
-
             hint = chain_hint(self.config)
             if hint is not None:
                 log.info("%s", hint)
@@ -228,8 +224,6 @@ def _read_line(fd: int) -> str:
 
 
 def _mark_dead(pid: int, mp_dir: str) -> None:
-    from .metrics import mark_process_dead
-
     with contextlib.suppress(OSError):
         mark_process_dead(pid, mp_dir)
 
@@ -263,9 +257,6 @@ def _worker(config: Config, mp_dir: str, ready_fd: int, parent: int, admin_socke
 
     try:
         _die_with_parent(parent)
-        from .metrics import enable_multiprocess
-        from .web import run
-
         enable_multiprocess(mp_dir)
         run(config, reuse_port=True, ready=lambda: report("ok"), admin_socket=admin_socket)
     except BootserverError as e:

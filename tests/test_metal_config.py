@@ -10,13 +10,8 @@ import pytest
 
 from bootserver.config import Config, parse_config
 from bootserver.errors import ConfigError, InputError
-from bootserver.providers.equinix import (
-    MetalGlobal,
-    MetalSettings,
-    build_device_spec,
-    ipxe_userdata,
-    settings_from_options,
-)
+from bootserver.providers.equinix import build_device_spec, ipxe_userdata, settings_from_options
+from bootserver.providers.equinix_settings import MetalGlobal, MetalSettings
 
 KEY = "5d8c0c3e-1a2b-4c5d-8e9f-0a1b2c3d4e5f"
 URL = "http://boot.example:8080/ipxe/master-0"

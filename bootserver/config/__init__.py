@@ -12,11 +12,13 @@ This is the one place that reads config. Values that end up inside an iPXE scrip
 
 Modules, by concern:
 
-* :mod:`~bootserver.config.types`: value types (name, script-safe iPXE word, duration, listen address,
-  MAC, http(s) URL, hostname, CIDR) and :class:`~bootserver.config.types.SettingsModel`;
+* :mod:`bootserver.values` (below the config, docs/design.md, Layers): value types (name, script-safe
+  iPXE word, duration, listen address, MAC, http(s) URL, hostname, CIDR) and
+  :class:`~bootserver.values.SettingsModel`;
 * :mod:`~bootserver.config.schema`: the settings models and :class:`Config`;
-* the providers' settings live with their providers: :mod:`bootserver.providers.equinix` (``metal:``),
-  :mod:`bootserver.providers.redfish` (``redfish:``);
+* the providers' settings, one module each below the config:
+  :mod:`bootserver.providers.equinix_settings` (``metal:``),
+  :mod:`bootserver.providers.redfish_settings` (``redfish:``);
 * :mod:`~bootserver.config.state`: the node state settings (``timeline:``);
 * :mod:`~bootserver.config.messages`: pydantic errors into our messages;
 * :mod:`~bootserver.config.loader`: reading the file, cross-key checks.
@@ -26,7 +28,7 @@ Every name below stays importable from ``bootserver.config``.
 
 from __future__ import annotations
 
-from ..providers.equinix import (
+from ..providers.equinix_settings import (
     BILLING_CYCLES,
     DEFAULT_TAG,
     BillingCycle,
@@ -36,6 +38,19 @@ from ..providers.equinix import (
     MetalUUID,
     MetalWord,
     is_uuid,
+)
+from ..values import (
+    HOSTNAME_RE,
+    MAC_RE,
+    NAME_RE,
+    UUID_RE,
+    Name,
+    SettingsModel,
+    YamlList,
+    check_http_url,
+    normalize_mac,
+    parse_networks,
+    split_listen,
 )
 from .loader import check_local_inputs, check_real_config, load_config, parse_config
 from .messages import describe_error, known_keys
@@ -53,19 +68,6 @@ from .schema import (
     StreamConfig,
     TLSConfig,
     default_document,
-)
-from .types import (
-    HOSTNAME_RE,
-    MAC_RE,
-    NAME_RE,
-    UUID_RE,
-    Name,
-    SettingsModel,
-    YamlList,
-    check_http_url,
-    normalize_mac,
-    parse_networks,
-    split_listen,
 )
 
 __all__ = [

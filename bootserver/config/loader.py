@@ -16,11 +16,13 @@ from pydantic import ValidationError
 
 from ..butane import ButaneError, is_butane
 from ..butane import translate as translate_butane
-from ..errors import ConfigError
+from ..errors import ConfigError, MetadataError
+from ..ignition_schema import IgnitionSchemaError, validate_bytes
 from ..network import check_network_settings
+from ..streams import parse_stream
+from ..values import HOSTNAME_RULE, check_hostname
 from .messages import describe_error, keypath
 from .schema import Config, Document, default_document
-from .types import HOSTNAME_RULE, check_hostname
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -156,10 +158,6 @@ def check_local_inputs(cfg: Config) -> None:
 
     Remote stream metadata is left to run time. Raises :class:`ConfigError` naming the key and the file.
     """
-    from ..errors import MetadataError
-    from ..ignition_schema import IgnitionSchemaError, validate_bytes
-    from ..streams import parse_stream
-
     src = cfg.source
     for name, sc in cfg.streams.items():
         path = cfg.metadata_path(name)

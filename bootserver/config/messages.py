@@ -13,7 +13,8 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
-from .types import NAME_RULE
+from ..values import NAME_RULE
+from .schema import Document
 
 #: What a ``<kind>_type`` error expected, in words.
 _EXPECTED = {"string_type": "a string", "dict_type": "a mapping", "model_type": "a mapping",
@@ -67,8 +68,8 @@ def known_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, ...]:
 
 def _is_marker(part: Any) -> bool:
     """Parts of a pydantic ``loc`` that name a validator or union member, not a key. Union members are
-    tagged ``<...>`` (:data:`~bootserver.providers.equinix.FACILITY_TAGS`, ``bootserver.network.NetworkSetting``),
-    which no key can be (names are letters, digits, ``.``, ``_``, ``-``)."""
+    tagged ``<...>`` (:data:`~bootserver.providers.equinix_settings.FACILITY_TAGS`,
+    ``bootserver.network.NetworkSetting``), which no key can be (names are letters, digits, ``.``, ``_``, ``-``)."""
     return isinstance(part, str) and part.startswith(("function-", "literal[", "<"))
 
 
@@ -80,7 +81,7 @@ def describe_error(err: dict[str, Any], root: type[BaseModel] | None = None) -> 
     key. Only the error's ``type``, ``loc``, ``ctx`` and ``input`` are read.
     """
     if root is None:
-        from .schema import Document as root
+        root = Document
     loc = tuple(p for p in err["loc"] if not _is_marker(p))
     kind = err["type"]
     ctx = err.get("ctx") or {}

@@ -2,11 +2,11 @@
 whole.
 
 The keys are the user contract (README.md, "Configuration reference", and docs/config.md). A feature or
-provider that owns settings keeps their model in its own module (as :mod:`bootserver.providers.equinix`
-and :mod:`bootserver.providers.redfish` do), built on :class:`~bootserver.config.types.SettingsModel`
-and the value types, and adds one field
-here. Components take the narrow model they use (``config.server``, ``config.metal``), not the whole
-:class:`Config`, where they can.
+provider that owns settings keeps their model in a module of its own below the config (as
+:mod:`bootserver.providers.equinix_settings` and :mod:`bootserver.providers.redfish_settings` do), built
+on :class:`~bootserver.values.SettingsModel` and the value types, and adds one field here. Components
+take the narrow model they use (``config.server``, ``config.metal``), not the whole :class:`Config`,
+where they can.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
 from ..network import NetworkSetting
 from ..providers.base import REGISTRY
-from ..providers.equinix import MetalGlobal, MetalSettings
-from ..providers.redfish import RedfishField, RedfishSettings
-from .state import StateStoreField, StateStoreSettings, TimelineSettings
-from .types import (
+from ..providers.equinix_settings import MetalGlobal, MetalSettings
+from ..providers.redfish_settings import RedfishField, RedfishSettings
+from ..values import (
     UUID_RE,
     Duration,
     Hostname,
@@ -45,6 +44,7 @@ from .types import (
     null_as_empty,
     split_listen,
 )
+from .state import StateStoreField, StateStoreSettings, TimelineSettings
 
 #: Default stream of the embedded config: Fedora CoreOS ``stable``, from its official stream URL.
 FCOS_STABLE_URL = "https://builds.coreos.fedoraproject.org/streams/stable.json"

@@ -1,7 +1,7 @@
 """Settings of the node state: the ``timeline:`` mapping (history kept per node) and ``state_store``
 (where the timeline and the signing keys live: sqlite in ``state_dir``, or a shared PostgreSQL).
 
-The model follows :mod:`bootserver.config.types` (:class:`SettingsModel`: strict, frozen, no unknown
+The model follows :mod:`bootserver.values` (:class:`SettingsModel`: strict, frozen, no unknown
 keys); :mod:`bootserver.config.schema` adds it as one field of the document.
 """
 
@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from .types import SettingsModel
+from ..values import SettingsModel
 
 
 class TimelineSettings(SettingsModel):
@@ -40,7 +40,7 @@ class StateStoreSettings(SettingsModel):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        from psycopg import conninfo
+        from psycopg import conninfo  # on purpose here: psycopg loads only for a config that names a database
 
         if urlsplit(value).scheme not in ("postgresql", "postgres"):
             raise ValueError(f"not a postgresql:// URL: {value.split('@')[-1]!r}")

@@ -11,9 +11,9 @@ custom_ipxe`` and the node's signed chain URL as ``ipxe_script_url`` (or ``#!ipx
 ``page``/``per_page``).
 
 The provider owns its settings: the ``metal:`` config mappings (top level, profiles, nodes) are the
-pydantic models ``MetalGlobal`` and ``MetalSettings`` below, which the config schema names and checks
-at load; ``node_settings`` merges a node's settings over its profile's. (This module is imported while
-:mod:`bootserver.config` loads: it imports only the config's value types at module level.)
+pydantic models ``MetalGlobal`` and ``MetalSettings`` of :mod:`bootserver.providers.equinix_settings`,
+below the config, which names and checks them at load; ``node_settings`` here merges a node's settings
+over its profile's.
 """
 
 from __future__ import annotations
@@ -22,26 +22,17 @@ import argparse
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, Self, get_args
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 import requests
-from pydantic import (
-    AfterValidator,
-    Discriminator,
-    Field,
-    Tag,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import ValidationError
 
 from bootserver import __version__
-from bootserver.config.types import SettingsModel, YamlList, check_http_url
+from bootserver.config.messages import describe_error
 from bootserver.errors import InputError
 from bootserver.providers.base import (
     MissingCredentials,
@@ -53,6 +44,14 @@ from bootserver.providers.base import (
     RetryPolicy,
     retry_after_seconds,
 )
+from bootserver.providers.equinix_settings import (
+    BILLING_CYCLES,
+    DEFAULT_TAG,
+    MetalGlobal,
+    MetalSettings,
+    is_uuid,
+)
+from bootserver.urls import Urls
 
 log = logging.getLogger(__name__)
 
@@ -73,157 +72,6 @@ FAILED_STATES = frozenset({"failed"})
 
 GONE_STATES = frozenset({"deprovisioning", "deleted"})
 """Device states that no longer count as "the node's device" when looking one up."""
-
-# ------------------------------------------------------------------------------------------ settings
-
-#: Tag that marks the devices bootserver manages (default of ``metal.tag``).
-DEFAULT_TAG = "bootserver"
-
-#: A ``billing_cycle`` (enum of the Equinix Metal API's ``DeviceCreateInput.billing_cycle``).
-BillingCycle = Literal["hourly", "daily", "monthly", "yearly"]
-
-#: Allowed ``billing_cycle`` values.
-BILLING_CYCLES: tuple[str, ...] = get_args(BillingCycle)
-
-
-def is_uuid(value: str) -> bool:
-    """Whether ``value`` parses as a UUID (as ``uuid.UUID`` reads it: with or without dashes, any case)."""
-    try:
-        uuid.UUID(value)
-    except (ValueError, AttributeError, TypeError):
-        return False
-    return True
-
-
-def _metal_word(value: str) -> str:
-    """A non-empty string without whitespace (plan, metro and facility codes, tags, ids)."""
-    if not value.strip():
-        raise ValueError("must be a non-empty string")
-    if any(c.isspace() for c in value):
-        raise ValueError(f"must not contain whitespace: {value!r}")
-    return value
-
-
-def _metal_uuid(value: str) -> str:
-    if not is_uuid(value):
-        raise ValueError(f"must be a UUID: {value!r}")
-    return value
-
-
-MetalWord = Annotated[str, AfterValidator(_metal_word)]
-MetalUUID = Annotated[str, AfterValidator(_metal_word), AfterValidator(_metal_uuid)]
-
-#: Union tags of ``facility`` (one code or a list); error messages leave them out of key paths.
-FACILITY_TAGS = ("<one facility>", "<facility list>")
-
-Facility = Annotated[
-    Annotated[MetalWord, Tag(FACILITY_TAGS[0])] | Annotated[YamlList[MetalWord], Tag(FACILITY_TAGS[1])],
-    Discriminator(lambda v: FACILITY_TAGS[1] if isinstance(v, (list, tuple)) else FACILITY_TAGS[0]),
-]
-
-
-class MetalGlobal(SettingsModel):
-    """The top-level ``metal:`` mapping: how ``bootserver provision``, ``deprovision`` and ``devices``
-    reach the Equinix Metal API v1.
-
-    ``api_url``: the API base URL (http or https, kept without a trailing ``/``; ``METAL_API_URL`` wins;
-    ``None`` means ``https://api.equinix.com/metal/v1``). ``project``: the default project UUID (the
-    ``{id}`` of ``POST /projects/{id}/devices``; ``--project`` wins). ``tag``: the device tag marking the
-    devices bootserver manages (default ``bootserver``).
-    """
-
-    api_url: str | None = None
-    project: str | None = None
-    tag: MetalWord = DEFAULT_TAG
-
-    @field_validator("api_url")
-    @classmethod
-    def _api_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        try:
-            return check_http_url(value)
-        except ValueError:
-            raise ValueError(f"must be an http(s) URL: {value!r}") from None
-
-    @field_validator("project")
-    @classmethod
-    def _project(cls, value: str | None) -> str | None:
-        if value is not None and not is_uuid(value):
-            raise ValueError(f"must be a project UUID: {value!r}")
-        return value
-
-
-class MetalSettings(SettingsModel):
-    """Device settings from a profile's or a node's ``metal:`` mapping (or from ``provision`` options).
-
-    Each key has the name and meaning of the same member of the createDevice body of the Equinix Metal
-    API v1, ``POST /projects/{id}/devices`` (``DeviceCreateInMetroInput`` /
-    ``DeviceCreateInFacilityInput``, i.e. ``DeviceCreateInput`` plus a location; spec in
-    ``tests/data/equinix-metal-oas3.yaml``). ``None`` means "not set here"; unset keys are left
-    out of the request (the API's defaults apply), except ``billing_cycle``.
-
-    * ``plan``: device plan slug, e.g. ``c3.small.x86``.
-    * ``metro``: metro code, e.g. ``da``; or ``facility`` (deprecated by Equinix): one facility code,
-      e.g. ``da11``, or a list of codes in order of preference (``[da11, any]``). Not both.
-    * ``billing_cycle``: ``hourly``, ``daily``, ``monthly`` or ``yearly`` (``provision`` sends
-      ``hourly`` when unset).
-    * ``tags``: extra device tags, sent after ``metal.tag``.
-    * ``spot_instance``: create a spot instance; ``spot_price_max``: the maximum bid in US dollars per
-      hour (a finite number, at least 0; only with ``spot_instance`` not false).
-    * ``hardware_reservation_id``: a hardware reservation UUID or ``next-available``.
-    * ``project_ssh_keys``: UUIDs of project SSH keys to install.
-    * ``customdata``: any mapping, shown in the device metadata.
-    * ``always_pxe``: boot iPXE on every boot, not only the first (Equinix's default is false;
-      :func:`node_settings` makes it true for profiles that boot once).
-
-    Strings (codes, tags, ids) must be non-empty and free of whitespace.
-    """
-
-    plan: MetalWord | None = None
-    metro: MetalWord | None = None
-    facility: Facility | None = None
-    billing_cycle: BillingCycle | None = None
-    tags: YamlList[MetalWord] | None = None
-    spot_instance: bool | None = None
-    spot_price_max: Annotated[float, Field(allow_inf_nan=False)] | None = None
-    hardware_reservation_id: MetalWord | None = None
-    project_ssh_keys: YamlList[MetalUUID] | None = None
-    customdata: dict[Any, Any] | None = None
-    always_pxe: bool | None = None
-
-    @field_validator("facility")
-    @classmethod
-    def _facility(cls, value: str | tuple[str, ...] | None, info: ValidationInfo) -> Any:
-        if value == ():
-            raise ValueError("must name at least one facility")
-        if value is not None and info.data.get("metro") is not None:
-            raise ValueError("set metro or facility (deprecated), not both")
-        return value
-
-    @field_validator("spot_price_max")
-    @classmethod
-    def _spot_price_max(cls, value: float | None, info: ValidationInfo) -> float | None:
-        if value is None:
-            return None
-        if value < 0:
-            raise ValueError("must not be negative")
-        if info.data.get("spot_instance") is False:
-            raise ValueError("needs spot_instance: true")
-        return float(value)
-
-    def merged_over(self, base: MetalSettings) -> Self:
-        """Return ``base`` with every key set here taking precedence (node over profile, command-line
-        options over node). Location is one unit: setting ``metro`` here drops the base's ``facility``
-        and the other way round."""
-        values = {name: getattr(base, name) for name in type(self).model_fields}
-        values.update({name: value for name, value in self if value is not None})
-        if self.metro is not None:
-            values["facility"] = None
-        if self.facility is not None:
-            values["metro"] = None
-        return self.model_construct(**values)
-
 
 # --------------------------------------------------------------------------------------------- errors
 
@@ -645,8 +493,6 @@ def settings_from_options(**options: Any) -> MetalSettings:
     """``MetalSettings`` from ``bootserver provision``'s command-line options (``plan``, ``metro``, ...:
     the ``MetalSettings`` keys; ``None`` for an option not given), checked like the config keys.
     Raises ``InputError`` (exit 2) naming the option, e.g. ``--plan: must not contain whitespace: ...``."""
-    from bootserver.config.messages import describe_error
-
     try:
         return MetalSettings(**options)
     except ValidationError as e:
@@ -812,8 +658,6 @@ class Equinix(Provider):
     platform_id = "packet"
 
     def __init__(self, config: Any, args: argparse.Namespace, client: EquinixMetal, urls: Any = None) -> None:
-        from bootserver.urls import Urls
-
         self.config = config
         self.args = args
         self.client = client
@@ -972,29 +816,19 @@ PROVIDER = Equinix
 
 __all__ = [
     "API_URL_ENV",
-    "BILLING_CYCLES",
     "DEFAULT_API_URL",
-    "DEFAULT_TAG",
-    "FACILITY_TAGS",
     "TOKEN_ENV",
-    "BillingCycle",
     "Device",
     "DeviceSpec",
     "Equinix",
     "EquinixMetal",
-    "Facility",
     "IPAddress",
-    "MetalGlobal",
-    "MetalSettings",
-    "MetalUUID",
-    "MetalWord",
     "MissingTokenError",
     "NetworkPort",
     "build_device_spec",
     "check_project_id",
     "device_create_body",
     "ipxe_userdata",
-    "is_uuid",
     "node_settings",
     "settings_from_options",
 ]

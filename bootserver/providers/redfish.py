@@ -13,9 +13,11 @@ and ``EthernetInterface`` of DSP8010) is the standard BMC API; ``sushy`` is the 
   seconds; then the override is cleared (``BootSourceOverrideEnabled: Disabled``).
 * ``devices``: each Redfish node's system, power state and bootserver's stage.
 
-Credentials come from ``password_file`` or ``password_env`` and go to sushy only: never printed,
-logged or recorded. A BMC's error is one line carrying its own words (``@Message.ExtendedInfo``); a BMC
-that is down or does not answer within ``timeout`` seconds is one line too (exit 1).
+This module loads (and with it ``sushy``) only when a command uses the provider
+(:func:`bootserver.providers.base.provider_class`). Credentials come from ``password_file`` or
+``password_env`` and go to sushy only: never printed, logged or recorded. A BMC's error is one line
+carrying its own words (``@Message.ExtendedInfo``); a BMC that is down or does not answer within
+``timeout`` seconds is one line too (exit 1).
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, TypeVar
-from urllib.parse import urlsplit
+from typing import Any, TypeVar
 
-from pydantic import BeforeValidator, Field, field_validator
+import requests
+import sushy
+import sushy.exceptions as sx
 
-from bootserver.config.types import SettingsModel, null_as_empty
 from bootserver.errors import InputError
 from bootserver.providers.base import (
     MissingCredentials,
@@ -44,7 +46,9 @@ from bootserver.providers.base import (
     ProviderNotFound,
     RetryPolicy,
     node_settings,
+    provider_of,
 )
+from bootserver.providers.redfish_settings import RedfishSettings
 
 log = logging.getLogger(__name__)
 
@@ -60,75 +64,6 @@ DEFAULT_GRACE = 60.0
 FORCE_OFF_TIMEOUT = 60.0
 
 SYSTEMS = "/redfish/v1/Systems/"
-
-
-def _check_address(value: str | None) -> str | None:
-    if value is None:
-        return None
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-        raise ValueError(f"must be an http(s) URL of the BMC, e.g. https://bmc.example, got {value!r}")
-    if parts.username or parts.password:
-        raise ValueError("must not hold credentials: use username and password_file or password_env")
-    return value.rstrip("/")
-
-
-class RedfishSettings(SettingsModel):
-    """``nodes.<n>.redfish`` / ``profiles.<p>.redfish``: how to reach a node's BMC (node keys win).
-
-    * ``address``: the BMC's base URL (``https://bmc.example``; the service root is ``/redfish/v1/``).
-    * ``system``: the ``ComputerSystem`` to drive: its member path (``/redfish/v1/Systems/1``) or id
-      (``1``); optional when the BMC has exactly one.
-    * ``username``; ``password_file`` (a file holding the password, relative to the config file) or
-      ``password_env`` (an environment variable holding it): one of the two; setting one here drops
-      the other from the profile.
-    * ``verify_tls``: ``true`` (default: the system's CAs), ``false``, or a CA file (PEM).
-    * ``boot_mode``: ``uefi`` or ``legacy``; unset leaves the BMC's boot mode as it is.
-    * ``timeout``: seconds to wait for each BMC answer (default 30).
-    """
-
-    address: str | None = None
-    system: str | None = None
-    username: str | None = None
-    password_file: str | None = None
-    password_env: str | None = None
-    verify_tls: bool | str | None = None
-    boot_mode: Literal["uefi", "legacy"] | None = None
-    timeout: Annotated[float, Field(gt=0, le=3600)] | None = None
-
-    _address = field_validator("address")(classmethod(lambda cls, v: _check_address(v)))
-
-    @field_validator("timeout", mode="before")
-    @classmethod
-    def _timeout(cls, value: Any) -> Any:
-        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-    @field_validator("system", "username", "password_file", "password_env")
-    @classmethod
-    def _word(cls, value: str | None) -> str | None:
-        if value is not None and (not value.strip() or any(c.isspace() for c in value)):
-            raise ValueError(f"must be a non-empty string without whitespace: {value!r}")
-        return value
-
-    @field_validator("password_env")
-    @classmethod
-    def _one_password(cls, value: str | None, info: Any) -> str | None:
-        if value is not None and info.data.get("password_file") is not None:
-            raise ValueError("set password_file or password_env, not both")
-        return value
-
-    def merged_over(self, base: RedfishSettings) -> Self:
-        """``base`` with every key set here taking precedence; the password source is one unit."""
-        values = {name: getattr(base, name) for name in type(self).model_fields}
-        values.update({name: value for name, value in self if value is not None})
-        if self.password_file is not None:
-            values["password_env"] = None
-        if self.password_env is not None:
-            values["password_file"] = None
-        return self.model_construct(**values)
-
-
-RedfishField = Annotated[RedfishSettings, BeforeValidator(null_as_empty)]
 
 
 def _detail(exc: Exception) -> str:
@@ -147,8 +82,6 @@ def _detail(exc: Exception) -> str:
 
 def _connection_reason(exc: Exception, timeout: float) -> tuple[str, bool]:
     """``(one-line reason, whether it is a failure to connect)`` for a sushy ``ConnectionError``."""
-    import requests
-
     cause = exc.__context__
     if isinstance(cause, requests.ConnectTimeout):
         return f"no connection within {timeout:g} s", True
@@ -189,8 +122,6 @@ class Bmc:
     def call(self, what: str, fn: Callable[[], T]) -> T:
         """Run ``fn`` (sushy calls) with the retries; raise ``ProviderError`` (``ProviderNotFound`` for
         404) as ``BMC <address>: <what>: <reason>``."""
-        import sushy.exceptions as sx
-
         def retryable(exc: BaseException) -> bool:
             if isinstance(exc, sx.ServerSideError):
                 return True
@@ -215,8 +146,6 @@ class Bmc:
     def root(self) -> Any:
         """The ``sushy.Sushy`` service root (connects on first use)."""
         if self._root is None:
-            import sushy
-
             self._root = self.call("service root", lambda: sushy.Sushy(
                 self.address, username=self._username, password=self._password, verify=self.verify,
                 server_side_retries=1, server_side_retries_delay=0, read_timeout=self.timeout,
@@ -377,8 +306,6 @@ class Redfish(Provider):
                   say: Callable[[str, str], None]) -> list[Outcome]:
         """Boot each node's system from the network once: override ``Pxe``/``Once``, then power on or
         ``ForceRestart``. Settings of every node are checked before any BMC is asked."""
-        import sushy
-
         for node in nodes:
             self.settings(node)
         out = []
@@ -428,8 +355,6 @@ class Redfish(Provider):
                     say: Callable[[str, str], None]) -> list[Outcome]:
         """Power each node's system off (graceful, then ``ForceOff`` after ``--grace`` seconds) and
         clear the boot override."""
-        import sushy
-
         grace = getattr(self.args, "grace", None)
         grace = DEFAULT_GRACE if grace is None else grace
         out = []
@@ -464,7 +389,6 @@ class Redfish(Provider):
     def devices(self, stages: Mapping[str, str]) -> list[str]:
         """``node system power-state stage`` for every Redfish node of the config; a BMC that fails
         gives ``error`` as the power state and its one line in the log."""
-        from bootserver.providers.base import provider_of
 
         lines = []
         for node in self.config.nodes:
@@ -484,4 +408,4 @@ class Redfish(Provider):
 
 PROVIDER = Redfish
 
-__all__ = ["Bmc", "Redfish", "RedfishField", "RedfishSettings"]
+__all__ = ["Bmc", "Redfish"]

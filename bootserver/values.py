@@ -1,9 +1,11 @@
-"""Value types of the config: the checks a single value passes, whatever key it sits under.
+"""Value types of the settings: the checks a single value passes, whatever key it sits under.
 
 Each is a plain function raising ``ValueError`` (usable outside the config, e.g. by the command line)
 and, where a model field uses it, an ``Annotated`` pydantic type. :class:`SettingsModel` is the base of
 every settings model (``extra="forbid"``, ``frozen=True``, ``strict=True``); a feature or provider
-module that owns its own settings builds them on it and on these types.
+module that owns its own settings builds them on it and on these types. This module sits below
+:mod:`bootserver.config`, the providers' settings and :mod:`bootserver.network`, which all build on it
+(docs/design.md, Layers); every name stays importable from ``bootserver.config`` too.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, StringConstraints
 
-from ..ipxe import UnsafeValueError, check_script_word
+from .ipxe import UnsafeValueError, check_script_word
 
 __all__ = [
     "HOSTNAME_RE",
