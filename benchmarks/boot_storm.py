@@ -192,7 +192,7 @@ async def main() -> None:
                 if rc != 0:
                     raise RuntimeError(f"sync-images failed ({rc}): {err}")
         from bootserver.config import load_config
-        from bootserver.state import open_store
+        from bootserver.state.backends import open_store
         from bootserver.urls import Urls
 
         cfgs = [load_config(str(c)) for c in configs]

@@ -218,7 +218,7 @@ async def main() -> None:
                 "nodes": {n: {"profile": "master"} for n in nodes}})
             # bootserver's own URL builder (as `bootserver url NODE`); creates the first signing key
             from bootserver.config import load_config
-            from bootserver.state import open_store
+            from bootserver.state.backends import open_store
             from bootserver.urls import Urls
 
             cfg = load_config(config)

@@ -33,7 +33,7 @@ Command = Callable[[argparse.Namespace, Config], int]
 
 
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
-    from .state import prepare_store
+    from .state.backends import prepare_store
 
     check_local_inputs(config)
     workers = config.server.workers if args.workers is None else args.workers
@@ -111,7 +111,7 @@ def _grace_arg(value: str) -> int:
 
 
 async def _started_store(config: Config) -> StateStore:
-    from .state import open_store
+    from .state.backends import open_store
 
     store = open_store(config)
     await store.start()
@@ -159,7 +159,7 @@ def _cmd_keys_rotate(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_db_migrate(args: argparse.Namespace, config: Config) -> int:
-    from .state import migrate_store
+    from .state.backends import migrate_store
 
     name, before, after = asyncio.run(migrate_store(config))
     print(f"{name}: schema at version {after}" + (f" (was {before})" if before != after else " (up to date)"))

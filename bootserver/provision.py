@@ -42,7 +42,7 @@ from bootserver.providers.base import (
     provider_classes,
     provider_of,
 )
-from bootserver.state import open_store
+from bootserver.state.backends import open_store
 from bootserver.timeline import INSTALLED_STAGES
 from bootserver.urls import Urls
 
@@ -155,7 +155,7 @@ def by_provider(config: Any, nodes: Sequence[str]) -> dict[str, list[str]]:
 
 
 class StoreSession:
-    """The config's state store (:func:`bootserver.state.open_store`: sqlite in ``state_dir``, or the
+    """The config's state store (:func:`bootserver.state.backends.open_store`: sqlite in ``state_dir``, or the
     ``state_store`` database), started on an event loop of its own for these synchronous commands: the
     signing keys (:meth:`keyring`) and the node timeline's stages (:meth:`nodes`). Close it (or use it
     as a context manager). Raises what :meth:`~bootserver.state.StateStore.start` raises."""

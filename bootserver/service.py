@@ -27,7 +27,7 @@ from .ipxe import render_boot_script, render_localboot_script
 from .network import node_kargs
 from .readthrough import ReadThrough, Transfer
 from .signing import Signer
-from .state import open_store
+from .state.backends import open_store
 from .store import ArtifactStore
 from .streams import ARTIFACT_KINDS, Release
 from .timeline import INSTALLED_STAGES, Current, Record, artifact_event

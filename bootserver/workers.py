@@ -58,7 +58,7 @@ def prepare(config: Config) -> None:
     :class:`~bootserver.errors.BootserverError` (bad keys file, TLS files, port in use) or
     ``sqlite3.Error`` (timeline)."""
     config.state_dir.mkdir(parents=True, exist_ok=True)
-    if config.state_store is None:  # else the database was checked by bootserver.state.prepare_store
+    if config.state_store is None:  # else the database was checked by bootserver.state.backends.prepare_store
         Keyring.load_or_create(config.state_dir)
         timeline = Timeline(config.state_dir, config.timeline.keep_events)
         try:

@@ -19,8 +19,9 @@ from bootserver.config import parse_config
 from bootserver.errors import UnavailableError
 from bootserver.service import BootService
 from bootserver.signing import Signer
-from bootserver.state import StateStore, StateStoreError, open_store
+from bootserver.state import StateStore, StateStoreError
 from bootserver.state import postgresql as pgstate
+from bootserver.state.backends import open_store
 from bootserver.timeline import Record
 
 STREAM = "rhcos-stream-4.16.json"

@@ -13,6 +13,9 @@ Every method is a coroutine (the PostgreSQL store talks over the network; the sq
 reads on the loop, as one indexed row, and writes through its group-commit thread). When the store
 cannot be reached or written, methods raise :class:`~bootserver.errors.UnavailableError` (HTTP 503):
 without it a server cannot tell an installed node from a new one, and must not guess.
+
+The backend a config selects is opened by :func:`bootserver.state.backends.open_store` (the backends
+import this interface, so this module imports neither of them).
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from ..errors import BootserverError
 from ..timeline import Batches, Current, Event, NodeState, Record
 
 if TYPE_CHECKING:
-    from ..config import Config
     from ..signing import Keyring
 
 
@@ -121,55 +123,3 @@ class StateStore(ABC):
     @abstractmethod
     async def ready(self) -> str | None:
         """``None`` when the store answers now, else why not (one line, no secret)."""
-
-
-def prepare_store(config: Config) -> None:
-    """What ``serve`` checks before it listens (and before ``--workers`` forks): the sqlite timeline's
-    integrity (:meth:`~bootserver.timeline.Timeline.check`), or that the database answers, its schema
-    is migrated and the signing keys exist. Raises ``TimelineDamagedError`` (exit 2) or
-    :class:`StateStoreError` (exit 1), one line each."""
-    import asyncio
-
-    if config.state_store is None:
-        from ..timeline import Timeline
-
-        timeline = Timeline(config.state_dir, config.timeline.keep_events)
-        try:
-            timeline.check()
-        finally:
-            timeline.close()
-        return
-
-    async def check() -> None:
-        store = open_store(config)
-        try:
-            await store.start()
-        finally:
-            await store.close()
-
-    asyncio.run(check())
-
-
-async def migrate_store(config: Config) -> tuple[str, int, int]:
-    """``bootserver db migrate``: bring the store's schema to this version; returns ``(store name,
-    version before, version after)``. Raises as :func:`prepare_store`."""
-    store = open_store(config)
-    try:
-        before, after = await store.migrate()
-    finally:
-        await store.close()
-    return store.name, before, after
-
-
-def open_store(config: Config) -> StateStore:
-    """The state store ``config`` selects: PostgreSQL for ``state_store``, else sqlite in ``state_dir``.
-    Nothing is opened until :meth:`StateStore.start`."""
-    if config.state_store is not None:
-        from .postgresql import PostgresStore
-
-        pf = config.state_store.password_file
-        return PostgresStore(config.state_store.url, keep_events=config.timeline.keep_events,
-                             password_file=None if pf is None else config.resolve_path(pf), source=config.source)
-    from .sqlite import SqliteStore
-
-    return SqliteStore(config.state_dir, keep_events=config.timeline.keep_events)
