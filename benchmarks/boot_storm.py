@@ -16,12 +16,14 @@ nothing is retried, so every ``503`` is an error; with ``--retries N`` a ``503``
 ``connection kernel``, ``hash initramfs`` ...).
 
 Reports wall time (s) from the first request to the last answer, errors by kind, nodes that completed,
-requests/s, and the server's peak RSS (``VmHWM``, sum over its process tree and largest process).
+requests/s, the servers' CPU seconds over the storm (user + system from ``/proc``, every replica and
+worker), and the server's peak RSS (``VmHWM``, sum over its process tree and largest process).
 
 ``--state-store postgresql --replicas 2`` (issue 17): the timeline and keys live in a throwaway
 PostgreSQL cluster (tests/pgcluster.py, ``fsync=off``) and ``--replicas`` ``serve`` processes share it,
 each with its own port, cache (its own ``sync-images``) and ``state_dir``; node i boots through replica
-i mod N (a load balancer keeping a node on one replica), with URLs signed by the shared key. Peak RSS is
+i mod N (a load balancer keeping a node on one replica), with URLs signed by the shared key. The
+replicas start at once on an empty database (they migrate it under the migration lock). Peak RSS is
 then summed over every replica.
 
 Usage: ``.venv/bin/python benchmarks/boot_storm.py [--nodes 1000] [--workers 1] [--artifact-kb 64]
@@ -52,6 +54,7 @@ from _common import (
     PeakRss,
     Upstream,
     bench_stream,
+    cpu_seconds,
     free_port,
     make_file,
     markdown_table,
@@ -196,16 +199,20 @@ async def main() -> None:
         from bootserver.urls import Urls
 
         cfgs = [load_config(str(c)) for c in configs]
-        store = open_store(cfgs[0])
-        await store.start()  # creates the schema and the first (shared) signing key
-        keys = store.keyring()
-        await store.close()
-        chain = [Urls(cfgs[i % len(cfgs)], keys=lambda: keys).chain(n) for i, n in enumerate(nodes)]
         by_name = {f"live-{k}.x86_64": sha for k, sha in shas.items()}
         async with contextlib.AsyncExitStack() as servers:
-            replicas = [await servers.enter_async_context(
-                Bootserver(c, p, workers=args.workers, log=work / f"serve-{r}.log"))
-                for r, (c, p) in enumerate(zip(configs, ports, strict=False))]
+            # every replica at once, on an empty database: they migrate it and create the first key
+            # under the migration lock (a race would fail a start)
+            replicas = [Bootserver(c, p, workers=args.workers, log=work / f"serve-{r}.log")
+                        for r, (c, p) in enumerate(zip(configs, ports, strict=True))]
+            await asyncio.gather(*(servers.enter_async_context(bs) for bs in replicas))
+            store = open_store(cfgs[0])
+            await store.start()  # the shared signing key the replicas created
+            keys = store.keyring()
+            await store.close()
+            chain = [Urls(cfgs[i % len(cfgs)], keys=lambda: keys).chain(n) for i, n in enumerate(nodes)]
+            pids = [bs.proc.pid for bs in replicas]  # type: ignore[union-attr]
+            server_cpu0 = sum(cpu_seconds(pid) for pid in pids)
             with contextlib.ExitStack() as peaks:
                 rsss = [peaks.enter_context(PeakRss(bs.proc.pid)) for bs in replicas]  # type: ignore[union-attr]
                 conn = aiohttp.TCPConnector(limit=0, force_close=False)
@@ -217,6 +224,7 @@ async def main() -> None:
                     await asyncio.wait_for(asyncio.gather(*(storm.boot(u) for u in chain)), args.timeout)
                     wall = time.monotonic() - t0
                     client_cpu = time.process_time() - cpu0
+                    server_cpu = sum(cpu_seconds(pid) for pid in pids) - server_cpu0
                 for rss in rsss:
                     rss.sample()
         errors = sum(storm.errors.values())
@@ -234,6 +242,7 @@ async def main() -> None:
             ("503 answers retried (by step)", ", ".join(f"{k} {v}" for k, v in storm.retried.items()) or "0"),
             ("requests/s", f"{storm.requests / wall:.0f}"),
             ("client CPU time (load generator, one process)", f"{client_cpu:.2f} s"),
+            ("bootserver CPU time (user + system, every replica and worker)", f"{server_cpu:.2f} s"),
             ("bootserver peak RSS, sum over the process tree(s)", f"{total_kb / 1024:.0f} MiB ({processes} processes)"),
             ("bootserver peak RSS, largest process", f"{max_kb / 1024:.0f} MiB"),
         ]))

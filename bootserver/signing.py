@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import base64
 import errno
+import functools
+import hashlib
 import hmac
 import json
 import logging
@@ -79,8 +81,15 @@ def sign(key: bytes, node: str, path: str, exp: int) -> str:
 
     Raises ``ValueError`` if ``node`` or ``path`` contains a newline (the message would be ambiguous).
     """
-    mac = hmac.digest(key, _message(node, path, exp), "sha256")  # OpenSSL's one-shot HMAC
-    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+    mac = _keyed(key).copy()  # a copy of the keyed state: OpenSSL 3 looks the digest up per new HMAC
+    mac.update(_message(node, path, exp))
+    return base64.urlsafe_b64encode(mac.digest()).rstrip(b"=").decode()
+
+
+@functools.lru_cache(maxsize=16)
+def _keyed(key: bytes) -> hmac.HMAC:
+    """HMAC-SHA256 keyed with ``key``, nothing hashed yet (a few keys live at a time: current, retiring)."""
+    return hmac.new(key, digestmod=hashlib.sha256)
 
 
 def verify(keys: Sequence[bytes], node: str, path: str, exp: str | None, sig: str | None,
