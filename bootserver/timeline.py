@@ -484,7 +484,9 @@ class Timeline:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
             try:
-                conn.execute("PRAGMA journal_mode=WAL")
+                # two processes creating the file at once: the switch to WAL can answer "locked" at
+                # once (no busy handler), so it waits here as a write does
+                self._wait_unlocked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
                 conn.execute("PRAGMA synchronous=NORMAL")
                 if not self.auto_checkpoint:
                     conn.execute("PRAGMA wal_autocheckpoint=0")
@@ -623,10 +625,15 @@ class Timeline:
         attempts: with two workers committing hundreds of times a second, the loser of a race slept
         ~100 ms and p99 latency of the script endpoint rose to 400-600 ms.
         """
+        self._wait_unlocked(lambda: db.execute("BEGIN IMMEDIATE"))
+
+    def _wait_unlocked(self, statement: Callable[[], object]) -> None:
+        """Run ``statement``, again every 1 ms while the database is locked, for up to :attr:`WRITE_WAIT`
+        seconds. Raises ``sqlite3.OperationalError``."""
         deadline = time.monotonic() + self.WRITE_WAIT
         while True:
             try:
-                db.execute("BEGIN IMMEDIATE")
+                statement()
                 return
             except sqlite3.OperationalError as e:
                 if "locked" not in str(e) or time.monotonic() >= deadline:
