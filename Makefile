@@ -45,4 +45,4 @@ bench-deps: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache
+	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .import_linter_cache .grimp_cache
