@@ -34,7 +34,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg import conninfo
@@ -116,6 +116,10 @@ def _pg(sql: str) -> str:
     return sql.replace("?", "%s")
 
 
+#: For each (client address, since): the node whose script was last served to it since then (:class:`Reads`).
+_ATTRIBUTIONS = ("SELECT q.ip, q.since, (SELECT node FROM events WHERE event = 'script' AND ip = q.ip "
+                 "AND last_at >= q.since ORDER BY last_at DESC, id DESC LIMIT 1) "
+                 "FROM unnest(%s::text[], %s::float8[]) AS q(ip, since)")
 #: The rows of several nodes (:class:`Reads`), each preceded by its name.
 _CURRENTS = (f"SELECT n.node, {CURRENT_COLUMNS} FROM nodes n LEFT JOIN events e ON e.id = n.last_id "
              "WHERE n.node = ANY(%s)")
@@ -127,23 +131,28 @@ _BATCH_ROWS = _pg(BATCH_ROWS_SQL.format(nodes="= ANY(%s) ORDER BY n.node FOR UPD
 _IDS = "SELECT nextval(pg_get_serial_sequence('events', 'id')) FROM generate_series(1, %s)"
 
 
-class Reads:
-    """Node reads of concurrent requests in one statement: a read joins the next statement, never one
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Reads(Generic[K, V]):
+    """Reads of concurrent requests in one statement: a read joins the next statement, never one
     already sent, so it sees everything committed before it was asked; one statement at a time, and
-    what arrives meanwhile forms the next. Under load a replica makes one round trip for many script
-    requests instead of one each (the read of one request alone is still one round trip).
+    what arrives meanwhile forms the next. Under load a replica makes one round trip for many requests
+    instead of one each (the read of one request alone is still one round trip).
 
-    ``fetch(names)`` returns the rows of those nodes by name (nodes without a row are missing)."""
+    ``fetch(keys)`` returns the value of each key (a key it leaves out gets ``default``)."""
 
-    def __init__(self, fetch: Callable[[list[str]], Awaitable[dict[str, tuple[Any, ...]]]]) -> None:
+    def __init__(self, fetch: Callable[[list[K]], Awaitable[dict[K, V]]], default: V) -> None:
         self._fetch = fetch
-        self._waiting: dict[str, list[asyncio.Future[Current]]] = {}
+        self._default = default
+        self._waiting: dict[K, list[asyncio.Future[V]]] = {}
         self._reading: asyncio.Task[None] | None = None
 
-    async def current(self, node: str) -> Current:
-        """The node's :class:`~bootserver.timeline.Current`. Raises what ``fetch`` raised."""
-        fut: asyncio.Future[Current] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(node, []).append(fut)
+    async def get(self, key: K) -> V:
+        """The value of ``key``. Raises what ``fetch`` raised."""
+        fut: asyncio.Future[V] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(key, []).append(fut)
         if self._reading is None:
             self._reading = asyncio.create_task(self._read())
         return await fut
@@ -153,18 +162,18 @@ class Reads:
             while self._waiting:
                 batch, self._waiting = self._waiting, {}
                 try:
-                    rows = await self._fetch(list(batch))
+                    values = await self._fetch(list(batch))
                 except Exception as e:
                     for futs in batch.values():
                         for fut in futs:
                             if not fut.done():
                                 fut.set_exception(e)
                     continue
-                for node, futs in batch.items():
-                    current = current_of(rows.get(node))
+                for key, futs in batch.items():
+                    value = values.get(key, self._default)
                     for fut in futs:
                         if not fut.done():
-                            fut.set_result(current)
+                            fut.set_result(value)
         finally:
             self._reading = None
 
@@ -187,7 +196,8 @@ class PostgresStore(StateStore):
         self.name = public_name(url)
         self._pool: AsyncConnectionPool | None = None
         self._batches = Batches(self._commit)
-        self._reads = Reads(self._currents)
+        self._currents: Reads[str, Current] = Reads(self._read_currents, Current("new"))
+        self._attributions: Reads[tuple[str, float], str | None] = Reads(self._read_attributions, None)
         self._keys: Keyring | None = None
         self._poller: asyncio.Task[None] | None = None
         self._keys_failing = False
@@ -266,16 +276,18 @@ class PostgresStore(StateStore):
         return (await self.current(node)).stage
 
     async def current(self, node: str) -> Current:
-        return await self._reads.current(node)
+        return await self._currents.get(node)
 
-    async def _currents(self, nodes: list[str]) -> dict[str, tuple[Any, ...]]:
-        return {r[0]: r[1:] for r in await self._fetch(_CURRENTS, (nodes,))}
+    async def _read_currents(self, nodes: list[str]) -> dict[str, Current]:
+        return {r[0]: current_of(r[1:]) for r in await self._fetch(_CURRENTS, (nodes,))}
 
     async def attribute(self, ip: str, now: float | None = None) -> str | None:
         now = time.time() if now is None else now
-        rows = await self._fetch("SELECT node FROM events WHERE event = 'script' AND ip = %s AND last_at >= %s "
-                                 "ORDER BY last_at DESC, id DESC LIMIT 1", (ip, now - ATTRIBUTION_WINDOW))
-        return rows[0][0] if rows else None
+        return await self._attributions.get((ip, now - ATTRIBUTION_WINDOW))
+
+    async def _read_attributions(self, asks: list[tuple[str, float]]) -> dict[tuple[str, float], str | None]:
+        rows = await self._fetch(_ATTRIBUTIONS, ([ip for ip, _ in asks], [since for _, since in asks]))
+        return {(ip, since): node for ip, since, node in rows}
 
     async def record(self, record: Record, current: Current | None = None) -> str:
         return await self._record(self._batches, record, current)
