@@ -53,9 +53,12 @@ finished: the stub was the last thing the server will see. For boot-once it coun
 
 This module is plain domain code (stdlib sqlite3, no aiohttp). :class:`Timeline`'s methods are
 blocking and thread-safe. The server writes through :class:`GroupCommit`: one writer thread commits
-every event waiting in one transaction (group commit), so a boot storm costs one commit per batch, not
-one per request. Its reads (:meth:`Timeline.stage`, :meth:`Timeline.attribute`: one indexed row) run on
-the event loop over a separate read connection; in WAL mode readers never wait for the writer.
+every event waiting in one transaction (group commit, planned by :func:`plan_batch`), so a boot storm
+costs one commit per batch, not one per request; a mere repeat is written behind (:class:`Batches`).
+Its reads (:meth:`Timeline.current`, :meth:`Timeline.attribute`: one indexed row) run on the event loop
+over a separate read connection; in WAL mode readers never wait for the writer. Every commit that adds
+a row changes :meth:`Timeline.generation`, so processes sharing the file know when what they hold of a
+node is stale.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ Driver: psycopg 3 (async) with a psycopg_pool :class:`~psycopg_pool.AsyncConnect
 and how fast another replica sees it:
 
 * the node timeline (tables ``events`` and ``nodes``, the same rows and rules as the sqlite timeline:
-  :func:`bootserver.timeline.append_steps` runs on both). Every script and stub request reads the node's
-  stage from the database, so boot-once and ``nodes reinstall`` hold on every replica at once. Writes
-  are batched (group commit: one transaction per batch); a batch locks its nodes' rows in name order,
+  :func:`bootserver.timeline.plan_batch` plans the writes of both). Every script request reads the
+  node's row from the database (the reads of concurrent requests in one statement: :class:`Reads`), so
+  boot-once and ``nodes reinstall`` hold on every replica at once. Writes are batched (group commit: one
+  transaction per batch, two round trips); a batch locks its nodes' rows in name order,
   so two replicas writing the same nodes never deadlock;
 * the signing keys (table ``signing_keys``): loaded at start and polled every :data:`KEYS_POLL`
   seconds, so ``keys rotate`` through any replica's config reaches every replica within that time.
