@@ -721,6 +721,7 @@ class Batches:
         self._draining: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._closing = False
+        self._failing = False  # the last batch failed (its write-behind records wait for the next)
 
     async def record(self, record: Record) -> str:
         """Commit ``record``; return the node's stage after it. Raises what ``commit`` raised for its
@@ -803,8 +804,10 @@ class Batches:
                     # nothing of the batch was written: its write-behind records wait for the next one
                     behind = [r for r, fut in batch if fut is None]
                     if behind:
-                        log.warning("node timeline: %d repeated events wait for the next batch: %s",
-                                    sum(r.count for r in behind), e)
+                        if not self._failing:  # once per outage, not once per window
+                            log.warning("node timeline: %d repeated events wait for the next batch: %s",
+                                        sum(r.count for r in behind), e)
+                        self._failing = True
                         self._requeue(behind)
                     if self._closing:
                         break
@@ -812,6 +815,9 @@ class Batches:
                     for (_, fut), stage in zip(batch, stages, strict=True):
                         if fut is not None and not fut.done():
                             fut.set_result(stage)
+                    if self._failing:
+                        log.warning("node timeline: batches commit again")
+                        self._failing = False
                     self.committed(len(batch))
                 if not self._urgent:
                     break  # only write-behind records came meanwhile: they wait for their window

@@ -323,7 +323,8 @@ def test_a_stub_without_real_config_is_unconfirmed_and_stays(mode: str) -> None:
     assert next_stage(stage, "script", mode) == "ipxe"
 
 
-async def test_write_behind_repeats_merge_and_survive_a_failed_batch(tmp_path: Path) -> None:
+async def test_write_behind_repeats_merge_and_survive_a_failed_batch(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
     """Repeats queued behind merge into one record per node; a batch that fails (nothing written) keeps
     them for the next one, where they are counted once; a write-through record commits at once, after
     the repeats queued before it."""
@@ -350,6 +351,9 @@ async def test_write_behind_repeats_merge_and_survive_a_failed_batch(tmp_path: P
         assert [(e.event, e.count, e.at, e.last_at) for e in tl.events("m0")] == [
             ("script", 5, 0.0, 4.0), ("stub", 1, 10.0, 10.0)]
         assert [(e.event, e.count) for e in tl.events("m1")] == [("script", 1)]
+        assert [r.getMessage() for r in caplog.records if r.name == "bootserver.timeline"] == [
+            "node timeline: 6 repeated events wait for the next batch: disk I/O error",
+            "node timeline: batches commit again"]
     finally:
         await writes.drained(closing=True)
         writes.close()
