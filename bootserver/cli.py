@@ -358,11 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="make each node boot from this server with its provider, and follow its install",
                        description="Each node's provider (profiles.<p>.provider / nodes.<n>.provider: equinix, "
                        "redfish) makes it boot from this server; then the node timeline is followed until "
-                       "the node is installed (install mode) or running (live mode).")
+                       "the node is up (its system checked in; with checkin: false, installed in install mode "
+                       "or running in live mode).")
     p.add_argument("nodes", nargs="+", metavar="NODE")
     p.add_argument("--no-wait", action="store_true", help="return once the devices are set up")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
-                   help="give up waiting for installed/running after SECONDS (default 1800)")
+                   help="give up waiting for up (or installed/running) after SECONDS (default 1800)")
     p.set_defaults(func=_cmd_provision)
     for cls in provider_classes():
         cls.add_arguments("provision", p)
