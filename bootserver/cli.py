@@ -161,8 +161,9 @@ def _cmd_keys_rotate(args: argparse.Namespace, config: Config) -> int:
 def _cmd_db_migrate(args: argparse.Namespace, config: Config) -> int:
     from .state.backends import migrate_store
 
-    name, before, after = asyncio.run(migrate_store(config))
+    name, before, after, moved = asyncio.run(migrate_store(config))
     print(f"{name}: schema at version {after}" + (f" (was {before})" if before != after else " (up to date)"))
+    print("\n".join(moved) if moved else f"{config.state_dir / 'nodes'}: no device record files, nothing to move")
     return 0
 
 
@@ -344,7 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("db", help="manage the state store's schema")
     dsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     d = dsub.add_parser("migrate", parents=[common], help="create or upgrade the state store's schema (the "
-                        "sqlite timeline in state_dir, or the state_store database) and exit")
+                        "sqlite timeline in state_dir, or the state_store database), move the device records "
+                        "of state_dir/nodes/*.json into it (once), and exit")
     d.set_defaults(func=_cmd_db_migrate)
     return parser
 
