@@ -508,7 +508,8 @@ class DeviceRecordError(UnavailableError):
 
 def equinix_network(device: Mapping[str, Any], node: str = "") -> NetworkState:
     """The network of an Equinix Metal device, from the record ``bootserver provision`` stores (the
-    ``device`` member of ``<state_dir>/nodes/<node>.json``: ``ip_addresses[]`` with ``address``,
+    node's device record in the state store, :attr:`Current.device
+    <bootserver.timeline.Current.device>`: ``ip_addresses[]`` with ``address``,
     ``address_family``, ``cidr``, ``gateway``, ``public``; ``network_ports[]`` with ``type``, ``name``,
     ``data.mac``, ``bond.name``, ``network_type``, as the Equinix Metal OpenAPI spec's ``IPAssignment``
     and ``Port`` name them).

@@ -18,6 +18,8 @@ names, see docs/troubleshooting.md):
                             the profile has no real config)
 ``config``                  the real Ignition config was served
 ``reinstall``               ``bootserver nodes reinstall NODE`` marked the node for reinstall
+``checkin``                 the node's own system, up and on the network, called its check-in URL (the
+                            ``bootserver-checkin.service`` unit of its stub, see :mod:`bootserver.ignition`)
 
 :func:`artifact_event` picks the artifact event of a finished answer from its status.
 
@@ -37,8 +39,8 @@ the attribution is wrong or missing; the per-node events (script, stub, config) 
 Stages (what :meth:`Timeline.nodes` reports), a pure function of the event sequence
 (:func:`next_stage`)::
 
-    new -> ipxe -> kernel -> initramfs -> rootfs -> installing -> installed     (mode install)
-    new -> ipxe -> kernel -> initramfs -> rootfs -> ignition   -> running       (mode live)
+    new -> ipxe -> kernel -> initramfs -> rootfs -> installing -> installed -> up    (mode install)
+    new -> ipxe -> kernel -> initramfs -> rootfs -> ignition   -> running   -> up    (mode live)
 
 ``installing``: coreos-installer in the live system fetched the stub (it embeds it in the installed
 disk; it never fetches the real config). ``installed``: the real config was fetched, which in install
@@ -50,6 +52,13 @@ next script request installs again. ``localboot`` events leave the stage as it i
 ``ignition`` key), so no later request can tell the server whether the install or the live boot
 finished: the stub was the last thing the server will see. For boot-once it counts as installed, as
 ``installing`` does.
+
+``up``: the booted system (the installed one in install mode, the live one in live mode) checked in
+(``checkin``) once it was on the network: the last stage of a profile with ``checkin`` on (the
+default), reached from ``installed``, ``running``, ``unconfirmed`` (the check-in confirms it) or any
+other stage, except while the node is marked for reinstall or is network-booting (``reinstall``,
+``ipxe`` to ``rootfs``): a check-in then comes from a system booted before and only goes into the
+history. For boot-once ``up`` counts as installed.
 
 This module is plain domain code (stdlib sqlite3, no aiohttp). :class:`Timeline`'s methods are
 blocking and thread-safe. The server writes through :class:`GroupCommit`: one writer thread commits
@@ -89,22 +98,29 @@ ATTRIBUTION_WINDOW = 3600.0
 
 #: Every stage, in the order of a boot.
 STAGES = ("new", "reinstall", "ipxe", "kernel", "initramfs", "rootfs", "installing", "installed",
-          "ignition", "running", "unconfirmed")
+          "ignition", "running", "unconfirmed", "up")
 
 #: What can happen to one artifact request (event ``<kind>-<outcome>``).
 ARTIFACT_OUTCOMES = ("requested", "completed", "partial", "unchanged", "failed")
 
 #: Every event name.
-EVENTS = ("script", "localboot", "stub", "config", "reinstall",
+EVENTS = ("script", "localboot", "stub", "config", "reinstall", "checkin",
           *(f"{k}-{s}" for k in ARTIFACT_KINDS for s in ARTIFACT_OUTCOMES))
 
 _EVENT_NAMES = frozenset(EVENTS)
 
 #: Stages after which an install-mode node with boot-once boots its local disk.
-INSTALLED_STAGES = frozenset({"installing", "installed", "unconfirmed"})
+INSTALLED_STAGES = frozenset({"installing", "installed", "unconfirmed", "up"})
 
 #: Stages a stray artifact request (a retry, a curl from the same host) must not undo.
-_FINAL_STAGES = frozenset({"installing", "installed", "ignition", "running", "unconfirmed"})
+_FINAL_STAGES = frozenset({"installing", "installed", "ignition", "running", "unconfirmed", "up"})
+
+#: Stages a ``checkin`` does not leave: the node is marked for reinstall, or it is network-booting, so
+#: the check-in comes from a system booted before (it is kept in the history only).
+_CHECKIN_KEEPS = frozenset({"reinstall", "ipxe", "kernel", "initramfs", "rootfs"})
+
+#: The stage a ``checkin`` leads to: the booted system is on the network.
+UP = "up"
 
 #: Default of ``timeline.keep_events``: rows of history kept per node (a full install is about 12).
 KEEP_EVENTS = 1000
@@ -216,6 +232,8 @@ def next_stage(stage: str, event: str, mode: str, *, real_config: bool = True) -
         return "installing" if mode == "install" else "ignition"
     if event == "config":
         return "installed" if mode == "install" else "running"
+    if event == "checkin":
+        return stage if stage in _CHECKIN_KEEPS else UP
     kind, _, what = event.partition("-")
     if kind in ARTIFACT_KINDS and what in ARTIFACT_OUTCOMES:
         # a stray artifact request (a retry, a curl from the same host) must not undo an install

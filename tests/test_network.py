@@ -314,7 +314,7 @@ async def test_a_bad_device_record_file_moves_nothing_and_names_the_file(
     nodes.mkdir(parents=True)
     (nodes / "master-0.json").write_text(json.dumps({"node": "master-0", "device": equinix_record()}))
     (nodes / "master-1.json").write_text(text)
-    rc, out, err = await run_cli("db", "migrate", "--config", str(path))
+    rc, _out, err = await run_cli("db", "migrate", "--config", str(path))
     assert rc == 2 and err.startswith(f"bootserver: {nodes}/master-1.json: {problem}") and len(err.splitlines()) == 1
     assert sorted(p.name for p in nodes.iterdir()) == ["master-0.json", "master-1.json"]
     timeline = Timeline(tmp_path / "state")
