@@ -301,6 +301,32 @@ async def test_a_device_record_file_of_an_older_version_is_moved_into_the_store_
     assert (rc, out.splitlines()[1:]) == (0, [f"{nodes}: no device record files, nothing to move"])
 
 
+async def test_serve_moves_device_record_files_in_before_it_listens(reference: Path, tmp_path: Path) -> None:
+    import aiohttp
+    from conftest import ServerProcess, free_port
+
+    port = free_port()
+    d = doc(reference, tmp_path, "provider")
+    d["server"]["listen"] = f"127.0.0.1:{port}"
+    path = write_config(tmp_path / "bootserver.yaml", d)
+    nodes = tmp_path / "state" / "nodes"
+    nodes.mkdir(parents=True)
+    (nodes / "master-0.json").write_text(json.dumps({"node": "master-0", "device": equinix_record()}))
+    rc, out, err = await run_cli("url", "master-0", "--config", str(path))
+    assert rc == 0, err
+    chain = out.splitlines()[0].replace("http://boot.example.net:8080", f"http://127.0.0.1:{port}")
+    server = ServerProcess(path, port)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        await server.start(http)
+        try:
+            async with http.get(chain) as r:
+                assert r.status == 200
+                assert "ip=139.178.70.33::139.178.70.32:31:master-0:bond0:none" in await r.text()
+        finally:
+            await server.stop()
+    assert [p.name for p in nodes.iterdir()] == ["master-0.json.migrated"]
+
+
 @pytest.mark.parametrize("text,problem", [
     ("{not json", "not valid JSON: "),
     ('["a"]', "not a JSON object"),
