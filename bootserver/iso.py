@@ -33,9 +33,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .config import Config
 from .errors import BootserverError, ConfigError, InputError
@@ -174,10 +175,10 @@ def boot_interface(state: NetworkState, macs: Iterable[str]) -> tuple[Interface,
     return nic, carrier, nic.mac_address or (macs[0] if macs else None)
 
 
-def boot_network(config: Config, node: str) -> BootNetwork:
-    """How node ``node``'s image brings up its boot interface: from its ``network`` (the device record for
-    ``network: provider``), see :func:`boot_interface`. A node with ``network: dhcp`` (the default), or
-    whose boot interface has ``dhcp: true``, gets DHCP on its first MAC.
+def boot_network(config: Config, node: str, device: Mapping[str, Any] | None = None) -> BootNetwork:
+    """How node ``node``'s image brings up its boot interface: from its ``network`` (``device``, its device
+    record in the state store, for ``network: provider``), see :func:`boot_interface`. A node with
+    ``network: dhcp`` (the default), or whose boot interface has ``dhcp: true``, gets DHCP on its first MAC.
 
     Raises :class:`~bootserver.errors.ConfigError` naming the config file, node and key when the boot
     interface cannot be told (``nodes.<n>.network.interfaces: no interface has the node's MAC ...``), and
@@ -186,7 +187,7 @@ def boot_network(config: Config, node: str) -> BootNetwork:
     Raises :class:`~bootserver.network.DeviceRecordError` as :func:`~bootserver.network.node_network`.
     """
     macs = config.nodes[node].mac
-    state = node_network(config, node)
+    state = node_network(config, node, device)
     if state is None or not state.interfaces:
         return BootNetwork("", macs[0] if macs else None)
     spec = config.nodes[node]
@@ -414,7 +415,7 @@ def build_image(config: Config, boot: BootNetwork, chain_url: str, grub_url: str
         shutil.rmtree(work, ignore_errors=True)
 
 
-def node_image(config: Config, urls: Urls, node: str) -> Path:
+def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] | None = None) -> Path:
     """The node's boot image in the cache, built when missing: ``<cache_dir>/iso/nodes/<node>-<digest>.iso``,
     where ``<digest>`` covers every input but the URLs' expiry (the boot network, the chain and GRUB
     URLs' base and path, the current signing key, the loaders). An image is used while its URLs stay
@@ -422,9 +423,10 @@ def node_image(config: Config, urls: Urls, node: str) -> Path:
     (:meth:`~bootserver.urls.Urls.chain_is_current`); a new image replaces the node's older ones.
     Written whole (temp file, rename): a reader never sees half an image.
 
+    ``device``: the node's device record (for ``network: provider``, see :func:`boot_network`).
     Raises as :func:`boot_network` and :func:`build_image`.
     """
-    boot = boot_network(config, node)
+    boot = boot_network(config, node, device)
     chain, grub = urls.chain(node), urls.grub(node)
     exp, key = urls.signer.state(config.server.signing.chain_ttl)
     base = loaders(config.cache_dir)
