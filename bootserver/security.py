@@ -91,6 +91,16 @@ class Gate:
         """:func:`client_address` under ``server.trusted_proxies``."""
         return client_address(request, self.config.server.trusted_proxies)
 
+    def client(self, request: web.BaseRequest) -> str | None:
+        """The request's source address as text, as the node timeline records it and artifact
+        attribution matches it: :meth:`address` (the forwarded address when the peer is a trusted
+        proxy), or without ``server.trusted_proxies`` the peer's address as aiohttp gives it. ``None``
+        when no address can be told."""
+        if not self.config.server.trusted_proxies:
+            return request.remote
+        addr = self.address(request)
+        return None if addr is None else str(addr)
+
 
 class Limits:
     """The concurrency cap and the handler timeout: at most ``max_concurrent`` requests in their
