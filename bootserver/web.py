@@ -108,11 +108,14 @@ ERROR_ANSWERS: tuple[tuple[type[BootserverError], int, str], ...] = (
 
 def error_answer(request: web.Request, e: BootserverError) -> web.Response:
     """The answer to a request whose handling raised ``e``: its status and public text
-    (:data:`ERROR_ANSWERS`), and one log line with ``str(e)``."""
+    (:data:`ERROR_ANSWERS`), ``Retry-After`` on a 503, and one log line with ``str(e)``."""
     status, public = next((status, public) for cls, status, public in ERROR_ANSWERS if isinstance(e, cls))
     log.log(logging.WARNING if status < 500 or status == 503 else logging.ERROR, "%s %s: %d %s",
             request.method, request.path, status, e)
-    return _text(status, e.public or public)
+    answer = _text(status, e.public or public)
+    if isinstance(e, UnavailableError):
+        answer.headers[hdrs.RETRY_AFTER] = str(e.retry_after)
+    return answer
 
 
 def _service(request: web.Request) -> BootService:
