@@ -5,7 +5,12 @@ the fragments in the repository's ``ignition/`` folder as JSON objects, never pa
 
 * ``stub.ign``: ``ignition.config.merge`` gets one entry, the node's real config (e.g. openshift-install's
   ``master.ign``) served by us, with ``verification.hash`` = ``sha512-<hex>`` of the exact bytes we serve;
-* ``hostname.ign``: ``/etc/hostname`` for the node.
+* ``hostname.ign``: ``/etc/hostname`` for the node;
+* ``checkin.ign``: the check-in unit ``bootserver-checkin.service`` (systemd, enabled; unless the profile
+  says ``checkin: false``): once the booted system is on the network (``After=`` and
+  ``Wants=network-online.target``), on every boot, ``curl`` (shipped in FCOS and RHCOS) POSTs nothing
+  to the node's signed check-in URL, retrying (:data:`CHECKIN_CURL`); the server records stage ``up``.
+  It sends nothing but what the URL holds (node name, expiry, signature) and curl's ``User-Agent``.
 
 Stubs are serialised one way only (:func:`encode`), so the bytes ``render ignition`` prints are the
 bytes the server sends.
@@ -155,15 +160,53 @@ def sha512_hash(data: bytes) -> str:
     return "sha512-" + hashlib.sha512(data).hexdigest()
 
 
+#: The check-in unit's name (systemd).
+CHECKIN_UNIT = "bootserver-checkin.service"
+
+#: The unit's curl options: fail on an HTTP error, quiet unless it fails; each try gives up after 30 s,
+#: and failures to connect, timeouts and 408/429/5xx answers are tried again 30 times, 10 s apart
+#: (``--retry-connrefused`` needs curl 7.52: RHCOS 4.x on RHEL 8 ships 7.61, FCOS 8.x). A 403 (a key
+#: revoked by ``keys rotate``) is not retried.
+CHECKIN_CURL = ("/usr/bin/curl", "--fail", "--silent", "--show-error", "--connect-timeout", "10",
+                "--max-time", "30", "--retry", "30", "--retry-delay", "10", "--retry-connrefused",
+                "-X", "POST")
+
+
+def _systemd_word(word: str) -> str:
+    """``word`` quoted as one argument of a systemd ``ExecStart=`` line (systemd.service(5), "Command
+    lines"; systemd.unit(5), "Specifiers"): double quotes, ``\\`` and ``"`` escaped, ``%`` as ``%%``
+    and ``$`` as ``$$`` so neither is expanded."""
+    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def checkin_unit(url: str) -> str:
+    """The text of :data:`CHECKIN_UNIT` for check-in URL ``url``: a oneshot service ordered after
+    ``network-online.target`` (and wanting it), wanted by ``multi-user.target``, whose ``ExecStart`` is
+    :data:`CHECKIN_CURL` then ``url`` (quoted for systemd). ``url`` must not contain a newline
+    (``ValueError``)."""
+    if "\n" in url or "\r" in url:
+        raise ValueError("a check-in URL cannot contain a line break")
+    command = " ".join([*CHECKIN_CURL, _systemd_word(url)])
+    return ("[Unit]\nDescription=Tell bootserver this node is up\n"
+            "Wants=network-online.target\nAfter=network-online.target\n\n"
+            "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
+            f"ExecStart={command}\n\n"
+            "[Install]\nWantedBy=multi-user.target\n")
+
+
 def build_stub(*, version: str, hostname: str, config_url: str | None = None,
-               config_hash: str | None = None, ca_pem: bytes | None = None) -> dict[str, Any]:
+               config_hash: str | None = None, ca_pem: bytes | None = None,
+               checkin_url: str | None = None) -> dict[str, Any]:
     """Return the stub config for a node as a JSON-ready dict.
 
     ``version`` is the spec version (``3.1.0`` to ``3.5.0``); ``config_url`` and ``config_hash`` (the
     :func:`sha512_hash` of the exact bytes served at that URL) give the merge entry, omitted when the
     profile has no real config;
     ``hostname`` is written to ``/etc/hostname``; ``ca_pem`` (a PEM CA certificate, RFC 7468), when
-    given, goes into ``ignition.security.tls.certificateAuthorities`` as a base64 data URL (RFC 2397).
+    given, goes into ``ignition.security.tls.certificateAuthorities`` as a base64 data URL (RFC 2397);
+    ``checkin_url``, when given, is what the check-in unit (:func:`checkin_unit`, in ``systemd.units``,
+    enabled) calls.
     """
     stub = copy.deepcopy(fragment("stub"))
     stub["ignition"]["version"] = version
@@ -180,6 +223,10 @@ def build_stub(*, version: str, hostname: str, config_url: str | None = None,
     files = copy.deepcopy(fragment("hostname")["storage"]["files"])
     files[0]["contents"]["source"] = "data:," + quote(hostname + "\n", safe="")
     stub.setdefault("storage", {}).setdefault("files", []).extend(files)
+    if checkin_url is not None:
+        units = copy.deepcopy(fragment("checkin")["systemd"]["units"])
+        units[0]["contents"] = checkin_unit(checkin_url)
+        stub.setdefault("systemd", {}).setdefault("units", []).extend(units)
     return stub
 
 

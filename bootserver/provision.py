@@ -2,7 +2,8 @@
 
 * :func:`provision`: group the nodes by provider, have each provider make its nodes boot from
   bootserver, record each node's device in its state file, then (``wait``) follow the node timeline
-  until every node is ``installed`` (install mode) or ``running`` (live mode), a line per stage change.
+  until every node is ``up`` (its system checked in; profiles with ``checkin: false``: ``installed`` in
+  install mode, ``running`` in live mode), a line per stage change.
   The provider's own status (Equinix's ``active``, a BMC's power state) says nothing about whether the
   install worked (docs/design.md, boot flow step 6); a provider that reports a failure (Equinix's
   ``failed``) still ends the wait with an error.
@@ -43,13 +44,30 @@ from bootserver.providers.base import (
     provider_of,
 )
 from bootserver.state.backends import open_store
-from bootserver.timeline import INSTALLED_STAGES
+from bootserver.timeline import INSTALLED_STAGES, UP
 from bootserver.urls import Urls
 
 log = logging.getLogger(__name__)
 
-#: The timeline stage that ends ``provision --wait``, per profile mode.
+#: The timeline stage that ends ``provision --wait``, per profile mode, for a profile with ``checkin:
+#: false`` (a profile that checks in, the default, waits for ``up``: :func:`done_stages`).
 DONE_STAGES = {"install": "installed", "live": "running"}
+
+
+def done_stages(profile: Any) -> tuple[str, ...]:
+    """The stages that end the wait for a node of ``profile`` (a :class:`bootserver.config.Profile`):
+    ``up`` when its stub carries the check-in unit (``checkin``, the default: the booted system said it
+    is on the network); else ``installed`` (install mode) or ``running`` (live mode), or ``unconfirmed``
+    for a profile without a real Ignition config, whose stub is the last thing the server sees."""
+    if profile.checkin:
+        return (UP,)
+    return (DONE_STAGES[profile.mode], "unconfirmed")
+
+
+def _waiting_line(profile: Any, stage: str) -> str:
+    if profile.checkin:
+        return f"waiting for stage {UP}: its system checks in once on the network (now {stage})"
+    return f"waiting for stage {DONE_STAGES[profile.mode]} (now {stage})"
 
 Say = Callable[[str, str], None]
 
@@ -218,8 +236,8 @@ def wait_for_nodes(
     say: Say = lambda node, message: None,
 ) -> dict[str, dict[str, Any]]:
     """Follow the node timeline (in ``store``) until each node of ``watched`` (node -> its provider and recorded
-    device) entered its final stage (:data:`DONE_STAGES`; ``unconfirmed`` for a profile without a real
-    Ignition config, whose stub is the last thing the server sees) at or after ``since`` (unix seconds).
+    device) entered a final stage (:func:`done_stages`: ``up`` when its profile checks in, else
+    :data:`DONE_STAGES` or ``unconfirmed``) at or after ``since`` (unix seconds).
 
     Each round reads every pending node's stage (``say(node, "stage <stage>")`` when it changed) and
     asks its provider for the device (``say(node, "device <id> is <state>")`` when that changed; the
@@ -247,7 +265,7 @@ def wait_for_nodes(
             say(node, f"already {stage}; it boots its disk until `bootserver nodes reinstall {node}`")
             pending.remove(node)
         else:
-            say(node, f"waiting for stage {DONE_STAGES[profile.mode]} (now {stage})")
+            say(node, _waiting_line(profile, stage))
     while pending:
         failed = []
         states = {s.node: s for s in store.nodes(pending)}
@@ -274,8 +292,7 @@ def wait_for_nodes(
             if state.stage != last_stage[node]:
                 last_stage[node] = state.stage
                 say(node, f"stage {state.stage}")
-            mode = config.node_profile(node).mode
-            if state.stage in (DONE_STAGES[mode], "unconfirmed") and (state.stage_at or 0) >= since:
+            if state.stage in done_stages(config.node_profile(node)) and (state.stage_at or 0) >= since:
                 pending.remove(node)
         if failed:
             lines = [watched[n][0].line(n, devices[n]) for n in watched]
@@ -373,6 +390,7 @@ __all__ = [
     "clear_device",
     "deprovision",
     "devices",
+    "done_stages",
     "node_state_path",
     "provision",
     "read_node_state",

@@ -82,13 +82,15 @@ class ScriptInputs:
 class StubInputs:
     """Everything a node's stub depends on besides the config: the node, the spec version it is written
     in (negotiated per request), the real config's hash (``None``: no real config), the signing state
-    of its URL, and the CA (PEM) we embed."""
+    of its URL, the CA (PEM) we embed, and the signing state of its check-in URL (``None``: the
+    profile says ``checkin: false``)."""
 
     node: str
     version: str
     config_hash: str | None
     signing: tuple[int, bytes]
     ca_pem: bytes | None
+    checkin: tuple[int, bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,13 @@ class BootService:
         if data is not None:
             await self.record(node, "config", ip=client)
         return data
+
+    async def serve_checkin(self, node: str, client: str | None) -> str:
+        """Record ``checkin`` for ``node`` from address ``client`` (its booted system is on the network;
+        see :func:`~bootserver.timeline.next_stage`) and return the node's stage after it (``up``, or
+        the stage it keeps while marked for reinstall or network-booting). Raises
+        :class:`UnavailableError` when the timeline cannot be written."""
+        return await self.record(node, "checkin", ip=client)
 
     async def artifact(self, segments: tuple[str, ...]) -> CachedArtifact | Transfer | None:
         """The artifact at URL segments ``(stream, arch, release, file)``: the cached file, a
@@ -443,9 +452,11 @@ class BootService:
                 f"{name} allows 3.1.0 to {maximum} (profiles.{name}.ignition_version)")
         pinned = self._real_config_pinned(node)
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
+        checkin = (self.urls.signer.state(self.config.server.signing.chain_ttl)
+                   if profile_of(self.config, node).checkin else None)
         # One cache slot per node and version, so clients of different versions do not evict each other.
         return self._stubs.get(f"{node} {version}", StubInputs(node, version, None if pinned is None else pinned[1],
-                                                               signing, self.ca_pem()))
+                                                               signing, self.ca_pem(), checkin))
 
     def _render_stub(self, inputs: StubInputs) -> bytes:
         node = inputs.node
@@ -455,4 +466,5 @@ class BootService:
             config_url=None if inputs.config_hash is None else self.urls.real_config(node),
             config_hash=inputs.config_hash,
             ca_pem=inputs.ca_pem,
+            checkin_url=None if inputs.checkin is None else self.urls.checkin(node),
         ))

@@ -18,6 +18,8 @@ names, see docs/troubleshooting.md):
                             the profile has no real config)
 ``config``                  the real Ignition config was served
 ``reinstall``               ``bootserver nodes reinstall NODE`` marked the node for reinstall
+``checkin``                 the node's own system, up and on the network, called its check-in URL (the
+                            ``bootserver-checkin.service`` unit of its stub, see :mod:`bootserver.ignition`)
 
 :func:`artifact_event` picks the artifact event of a finished answer from its status.
 
@@ -39,8 +41,8 @@ trusted, the attribution is wrong or missing; the per-node events (script, stub,
 Stages (what :meth:`Timeline.nodes` reports), a pure function of the event sequence
 (:func:`next_stage`)::
 
-    new -> ipxe -> kernel -> initramfs -> rootfs -> installing -> installed     (mode install)
-    new -> ipxe -> kernel -> initramfs -> rootfs -> ignition   -> running       (mode live)
+    new -> ipxe -> kernel -> initramfs -> rootfs -> installing -> installed -> up    (mode install)
+    new -> ipxe -> kernel -> initramfs -> rootfs -> ignition   -> running   -> up    (mode live)
 
 ``installing``: coreos-installer in the live system fetched the stub (it embeds it in the installed
 disk; it never fetches the real config). ``installed``: the real config was fetched, which in install
@@ -52,6 +54,13 @@ next script request installs again. ``localboot`` events leave the stage as it i
 ``ignition`` key), so no later request can tell the server whether the install or the live boot
 finished: the stub was the last thing the server will see. For boot-once it counts as installed, as
 ``installing`` does.
+
+``up``: the booted system (the installed one in install mode, the live one in live mode) checked in
+(``checkin``) once it was on the network: the last stage of a profile with ``checkin`` on (the
+default), reached from ``installed``, ``running``, ``unconfirmed`` (the check-in confirms it) or any
+other stage, except while the node is marked for reinstall or is network-booting (``reinstall``,
+``ipxe`` to ``rootfs``): a check-in then comes from a system booted before and only goes into the
+history. For boot-once ``up`` counts as installed.
 
 This module is plain domain code (stdlib sqlite3, no aiohttp). :class:`Timeline`'s methods are
 blocking and thread-safe. The server writes through :class:`GroupCommit`: one writer thread commits
@@ -91,22 +100,29 @@ ATTRIBUTION_WINDOW = 3600.0
 
 #: Every stage, in the order of a boot.
 STAGES = ("new", "reinstall", "ipxe", "kernel", "initramfs", "rootfs", "installing", "installed",
-          "ignition", "running", "unconfirmed")
+          "ignition", "running", "unconfirmed", "up")
 
 #: What can happen to one artifact request (event ``<kind>-<outcome>``).
 ARTIFACT_OUTCOMES = ("requested", "completed", "partial", "unchanged", "failed")
 
 #: Every event name.
-EVENTS = ("script", "localboot", "stub", "config", "reinstall",
+EVENTS = ("script", "localboot", "stub", "config", "reinstall", "checkin",
           *(f"{k}-{s}" for k in ARTIFACT_KINDS for s in ARTIFACT_OUTCOMES))
 
 _EVENT_NAMES = frozenset(EVENTS)
 
 #: Stages after which an install-mode node with boot-once boots its local disk.
-INSTALLED_STAGES = frozenset({"installing", "installed", "unconfirmed"})
+INSTALLED_STAGES = frozenset({"installing", "installed", "unconfirmed", "up"})
 
 #: Stages a stray artifact request (a retry, a curl from the same host) must not undo.
-_FINAL_STAGES = frozenset({"installing", "installed", "ignition", "running", "unconfirmed"})
+_FINAL_STAGES = frozenset({"installing", "installed", "ignition", "running", "unconfirmed", "up"})
+
+#: Stages a ``checkin`` does not leave: the node is marked for reinstall, or it is network-booting, so
+#: the check-in comes from a system booted before (it is kept in the history only).
+_CHECKIN_KEEPS = frozenset({"reinstall", "ipxe", "kernel", "initramfs", "rootfs"})
+
+#: The stage a ``checkin`` leads to: the booted system is on the network.
+UP = "up"
 
 #: Default of ``timeline.keep_events``: rows of history kept per node (a full install is about 12).
 KEEP_EVENTS = 1000
@@ -118,7 +134,7 @@ GENERATION_FILE = "timeline.generation"
 GENERATION_BYTES = 8
 
 #: Version of the timeline schema (``PRAGMA user_version`` in sqlite; see :func:`_migrate`).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Version 1 (before coalescing) had events without count/last_at/stage and nodes without
 # last_id/events/dropped; _migrate adds them.
@@ -150,6 +166,16 @@ _COLUMNS_V2 = (
     ("nodes", "dropped", "INTEGER NOT NULL DEFAULT 0"),  # rows removed by keep_events
 )
 
+# Version 3: each node's device record (what its provider recorded at ``provision``; before, a file
+# ``state_dir/nodes/<node>.json`` that ``bootserver db migrate`` moves in).
+_SCHEMA_V3 = """
+CREATE TABLE IF NOT EXISTS devices (
+    node    TEXT PRIMARY KEY,
+    device  TEXT NOT NULL,         -- JSON object: the provider's record (provider, id, state, ...)
+    updated REAL NOT NULL          -- unix seconds of the last write
+)
+"""
+
 
 def _migrate(db: sqlite3.Connection) -> None:
     """Bring the database to :data:`SCHEMA_VERSION` inside one write transaction (so two processes
@@ -158,7 +184,8 @@ def _migrate(db: sqlite3.Connection) -> None:
         return
     db.execute("BEGIN IMMEDIATE")
     try:
-        if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version < 2:
             for statement in filter(str.strip, _SCHEMA_V1.split(";")):
                 db.execute(statement)
             for table, column, decl in _COLUMNS_V2:
@@ -173,6 +200,9 @@ def _migrate(db: sqlite3.Connection) -> None:
             db.execute("DROP INDEX IF EXISTS events_script_ip")
             db.execute("CREATE INDEX IF NOT EXISTS events_script_ip2 ON events (ip, last_at) "
                        "WHERE event = 'script'")
+        if version < 3:
+            db.execute(_SCHEMA_V3)
+        if version < SCHEMA_VERSION:
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
     except BaseException:
@@ -204,6 +234,8 @@ def next_stage(stage: str, event: str, mode: str, *, real_config: bool = True) -
         return "installing" if mode == "install" else "ignition"
     if event == "config":
         return "installed" if mode == "install" else "running"
+    if event == "checkin":
+        return stage if stage in _CHECKIN_KEEPS else UP
     kind, _, what = event.partition("-")
     if kind in ARTIFACT_KINDS and what in ARTIFACT_OUTCOMES:
         # a stray artifact request (a retry, a curl from the same host) must not undo an install
@@ -311,16 +343,19 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class Current:
-    """What a node's next event is checked against, as one statement reads it (:data:`CURRENT_SQL`):
-    its ``stage`` (entered at ``stage_at``), the unix time of its last event (``last_at``), its newest
-    history row (``last_id``) and that row's key (``(event, ip, detail, stage)``, the detail a mapping or
-    ``None``; ``None`` without a row)."""
+    """What a node's next event is checked against, and what its boot script needs of the state, as
+    one statement reads it (:data:`CURRENT_SQL`): its ``stage`` (entered at ``stage_at``), the unix
+    time of its last event (``last_at``), its newest history row (``last_id``) and that row's key
+    (``(event, ip, detail, stage)``, the detail a mapping or ``None``; ``None`` without a row), and the
+    node's device record (``device``: what its provider recorded, a JSON object; ``None`` without one).
+    """
 
     stage: str
     stage_at: float | None = None
     last_at: float | None = None
     last_id: int | None = None
     last_row: tuple[str, str | None, Mapping[str, Any] | None, str] | None = None
+    device: Mapping[str, Any] | None = None
 
     def coalesces(self, r: Record) -> bool:
         """Whether ``r`` repeats the node's newest row with nothing changed (same event, client address,
@@ -333,19 +368,43 @@ class Current:
                 and self.last_row == (r.event, r.ip, r.detail or None, new))
 
 
-#: The node's row and its newest history row in one statement (``?`` placeholders; one round trip to
-#: PostgreSQL): ``stage, stage_at, last_at, event, ip, detail, stage of that row`` (see :class:`Current`).
-CURRENT_COLUMNS = "n.stage, n.stage_at, n.last_at, n.last_id, e.event, e.ip, e.detail, e.stage"
-CURRENT_SQL = f"SELECT {CURRENT_COLUMNS} FROM nodes n LEFT JOIN events e ON e.id = n.last_id WHERE n.node = ?"
+#: The columns of :class:`Current` (``current_of``), in order: the node's row, its newest history row
+#: and its device record.
+CURRENT_COLUMNS = "n.stage, n.stage_at, n.last_at, n.last_id, e.event, e.ip, e.detail, e.stage, d.device"
+#: The joins that read them for the names in ``q.node`` (a node may have a device and no events yet).
+CURRENT_JOINS = ("LEFT JOIN nodes n ON n.node = q.node LEFT JOIN events e ON e.id = n.last_id "
+                 "LEFT JOIN devices d ON d.node = q.node")
+#: One node's :class:`Current` in one statement (``?`` placeholder): one indexed row of each table.
+CURRENT_SQL = f"SELECT {CURRENT_COLUMNS} FROM (SELECT ? AS node) q {CURRENT_JOINS}"
 
 
 def current_of(row: Sequence[Any] | None) -> Current:
-    """:class:`Current` from a :data:`CURRENT_SQL` row (``None``: a node without events)."""
+    """:class:`Current` from a :data:`CURRENT_COLUMNS` row (``None``, or no node row: a node without
+    events). Raises ``ValueError`` for a device column that is not a JSON object."""
     if row is None:
         return Current("new")
-    stage, stage_at, last_at, last_id, event, ip, detail, row_stage = row
+    stage, stage_at, last_at, last_id, event, ip, detail, row_stage, device = row
+    record = device_of(device) if device is not None else None
+    if stage is None:
+        return Current("new", device=record)
     return Current(stage, stage_at, last_at, last_id,
-                   None if event is None else (event, ip, json.loads(detail) if detail else None, row_stage))
+                   None if event is None else (event, ip, json.loads(detail) if detail else None, row_stage),
+                   record)
+
+
+def device_json(device: Mapping[str, Any]) -> str:
+    """A device record as stored (JSON, sorted keys, no spaces). Raises ``TypeError`` for a value JSON
+    cannot hold."""
+    return json.dumps(dict(device), sort_keys=True, separators=(",", ":"))
+
+
+def device_of(text: str) -> dict[str, Any]:
+    """A stored device record (:func:`device_json`) read back. Raises ``ValueError`` when it is not a
+    JSON object."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("a device record is not a JSON object")
+    return value
 
 
 #: The rows a batch of records starts from, one per node (``{nodes}``: the backend's list of the
@@ -695,6 +754,49 @@ class Timeline:
         for name in names:
             states.setdefault(name, NodeState(name, "new", None, None, None))
         return [states[n] for n in sorted(states)]
+
+    # -- device records (what each node's provider recorded at ``provision``) ----------------------
+
+    def devices(self, names: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """``{node: its device record}`` of the nodes in ``names`` that have one (every node's when
+        ``names`` is ``None``). Raises ``sqlite3.Error``, ``ValueError`` for a record that is not a
+        JSON object."""
+        with self._lock:
+            rows = self._db().execute("SELECT node, device FROM devices ORDER BY node").fetchall()
+        wanted = None if names is None else set(names)
+        return {n: device_of(d) for n, d in rows if wanted is None or n in wanted}
+
+    def write_devices(self, records: Mapping[str, Mapping[str, Any] | None], *, replace: bool = True,
+                      at: float | None = None) -> list[str]:
+        """Write each node's device record in one transaction (``None``: remove the node's record), and
+        change :meth:`generation` (a server holding the node's :class:`Current` reads it again). With
+        ``replace=False`` a node that has a record keeps it. Returns the nodes whose record was written
+        or removed, in the given order. All or nothing: raises ``sqlite3.Error`` (then nothing was
+        written), ``TypeError`` for a record JSON cannot hold."""
+        at = time.time() if at is None else at
+        rows = [(n, None if d is None else device_json(d)) for n, d in records.items()]
+        upsert = ("INSERT INTO devices (node, device, updated) VALUES (?, ?, ?) ON CONFLICT (node) DO "
+                  + ("UPDATE SET device = excluded.device, updated = excluded.updated" if replace else "NOTHING"))
+        done = []
+        with self._lock:
+            db = self._db()
+            generation = self._generation()
+            self._begin_immediate(db)
+            try:
+                for node, text in rows:
+                    if text is None:
+                        changed = db.execute("DELETE FROM devices WHERE node = ?", (node,)).rowcount
+                    else:
+                        changed = db.execute(upsert, (node, text, at)).rowcount
+                    if changed:
+                        done.append(node)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            if done:
+                generation[:] = os.urandom(GENERATION_BYTES)
+        return done
 
 
 class Batches:

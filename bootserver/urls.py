@@ -6,9 +6,10 @@ Layout (relative to ``server.base_url``, or for artifacts to the node's facility
     /boot.ipxe?mac=<mac>                           generic entry, node chosen by selector
     /ignition/<node>                               the node's merge-style Ignition stub
     /ignition/<node>/config                        the node's real Ignition config, byte for byte
+    /checkin/<node>                                POST: the node's booted system is up (stage ``up``)
     /artifacts/<stream>/<arch>/<release>/<file>    a cached live PXE artifact
 
-Every per-node URL (chain, stub, real config) carries ``?exp=<unix seconds>&sig=<base64url>`` from
+Every per-node URL (chain, stub, real config, check-in) carries ``?exp=<unix seconds>&sig=<base64url>`` from
 :class:`bootserver.signing.Signer`, over the node, the route path below the base URL and the expiry.
 The real config's URL uses ``server.tls``'s https base URL when HTTPS is configured. Artifact URLs are
 never signed (public images).
@@ -40,8 +41,8 @@ class Route:
     configured node name); ``signed``: refused (403) without a valid signature over the node and
     :meth:`path`; ``real_config``: refused over plain HTTP when ``server.tls`` is set (unless
     ``allow_plain_configs``); ``timed``: cut at ``server.request_timeout``; ``capped``: counted in
-    ``server.max_concurrent``; ``listeners``: where it is served (:data:`DEVICE`, :data:`ADMIN`).
-    aiohttp answers ``HEAD`` for every ``GET`` route.
+    ``server.max_concurrent``; ``listeners``: where it is served (:data:`DEVICE`, :data:`ADMIN`);
+    ``method``: the HTTP method it answers (aiohttp answers ``HEAD`` for every ``GET`` route).
     """
 
     name: str
@@ -51,6 +52,7 @@ class Route:
     timed: bool = True
     capped: bool = True
     listeners: tuple[str, ...] = (DEVICE,)
+    method: str = "GET"
 
     def path(self, **params: str) -> str:
         """The route path with ``params`` filled in, percent-encoded (``/ipxe/master-0``): what a
@@ -62,6 +64,7 @@ CHAIN = Route("chain", "/ipxe/{node}", signed=True)
 GENERIC = Route("generic", "/boot.ipxe")
 STUB = Route("stub", "/ignition/{node}", signed=True)
 REAL_CONFIG = Route("real_config", "/ignition/{node}/config", signed=True, real_config=True)
+CHECKIN = Route("checkin", "/checkin/{node}", signed=True, method="POST")
 ARTIFACT = Route("artifact", "/artifacts/{stream}/{arch}/{release}/{file}", timed=False)
 HEALTHZ = Route("healthz", "/healthz", capped=False, listeners=(DEVICE, ADMIN))
 READYZ = Route("readyz", "/readyz", listeners=(DEVICE, ADMIN))
@@ -70,7 +73,8 @@ NODE = Route("node", "/nodes/{node}", listeners=(ADMIN,))
 METRICS = Route("metrics", "/metrics", listeners=(ADMIN,))
 
 #: Every route of the server, in routing order.
-ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, STUB, REAL_CONFIG, ARTIFACT, HEALTHZ, READYZ, NODES, NODE, METRICS)
+ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, STUB, REAL_CONFIG, CHECKIN, ARTIFACT, HEALTHZ, READYZ, NODES, NODE,
+                             METRICS)
 
 
 class Urls:
@@ -138,6 +142,13 @@ class Urls:
         """The node's signed real Ignition config URL, which the stub merges (https when TLS is set)."""
         return self._signed(self.https_base or self.base, node, REAL_CONFIG.path(node=node),
                             self.config.server.signing.install_ttl)
+
+    def checkin(self, node: str) -> str:
+        """The node's signed check-in URL (``POST``), which the check-in unit of its stub calls once the
+        booted system is on the network. Long-lived like the chain URL (``server.signing.chain_ttl``):
+        it sits on the installed disk and is called on every boot; ``keys rotate`` revokes it after the
+        grace. On the plain base URL, as the stub's."""
+        return self._signed(self.base, node, CHECKIN.path(node=node), self.config.server.signing.chain_ttl)
 
     def artifact_base(self, node: str) -> str:
         """Base URL for a node's artifacts: its facility's ``base_url`` when set, else ours."""

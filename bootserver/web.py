@@ -198,6 +198,13 @@ async def ignition_config(request: web.Request) -> web.Response:
     return web.Response(body=data, content_type=MEDIA_TYPE)
 
 
+async def checkin(request: web.Request) -> web.Response:
+    """``POST /checkin/{node}``: the node's booted system is on the network (its stub's check-in unit);
+    records ``checkin`` (stage ``up``) with the client address. Nothing is read from the body."""
+    stage = await _service(request).serve_checkin(request[NODE], request.remote)
+    return _text(200, f"{request[NODE]}: {stage}")
+
+
 async def artifact(request: web.Request) -> web.StreamResponse:
     """``GET``/``HEAD /artifacts/{stream}/{arch}/{release}/{file}``: a cached artifact.
 
@@ -366,6 +373,7 @@ async def metrics(request: web.Request) -> web.Response:
 #: The handler of each route of :data:`bootserver.urls.ROUTES`, by route name.
 HANDLERS: dict[str, Handler] = {
     "chain": ipxe_script, "generic": ipxe_script, "stub": ignition_stub, "real_config": ignition_config,
+    "checkin": checkin,
     "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,
     "metrics": metrics,
 }
@@ -391,7 +399,10 @@ def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: 
     app[GATE] = gate
     app[ops.METRICS] = metrics
     for route in routes.values():
-        app.router.add_get(route.pattern, HANDLERS[route.name], name=route.name)
+        if route.method == "GET":
+            app.router.add_get(route.pattern, HANDLERS[route.name], name=route.name)
+        else:
+            app.router.add_route(route.method, route.pattern, HANDLERS[route.name], name=route.name)
     return app
 
 

@@ -59,3 +59,14 @@ async def run_cli(*args: str, timeout: float = 60, cwd: Path | None = None) -> t
         raise
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+def checkin_command(stub: dict[str, Any]) -> list[str]:
+    """The command line of the check-in unit (``bootserver-checkin.service``) in Ignition config
+    ``stub``: its ``ExecStart=`` split as systemd does for the quoting bootserver writes (double quotes,
+    ``%%`` and ``$$`` for a literal ``%`` and ``$``). Raises ``StopIteration`` when there is none."""
+    import shlex
+
+    unit = next(u for u in stub.get("systemd", {}).get("units", []) if u["name"] == "bootserver-checkin.service")
+    line = next(x for x in unit["contents"].splitlines() if x.startswith("ExecStart="))
+    return [w.replace("%%", "%").replace("$$", "$") for w in shlex.split(line.removeprefix("ExecStart="))]

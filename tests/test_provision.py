@@ -103,33 +103,47 @@ def test_no_wait_creates_records_and_prints_the_devices(env, tmp_path, reference
     assert env.invalid_bodies == []
 
 
-def test_wait_follows_the_timeline_to_installed_with_a_line_per_stage(env, tmp_path, reference):
+def test_wait_follows_the_timeline_to_up_with_a_line_per_stage(env, tmp_path, reference):
     config = make_config(tmp_path, reference)
     timeline = Timeline(config.state_dir)
     boot = [lambda: timeline.record("master-0", "script", mode="install"),
             lambda: timeline.record("master-0", "stub", mode="install"),
-            lambda: timeline.record("master-0", "config", mode="install")]
+            lambda: timeline.record("master-0", "config", mode="install"),
+            lambda: timeline.record("master-0", "checkin", mode="install")]
     clock = FakeClock(boot)
     lines, said = run(config, ["master-0"], clock)
     timeline.close()
     device_id = next(iter(env.devices))
     assert said == [
         f"master-0: created device {device_id} (queued)",
-        "master-0: waiting for stage installed (now new)",
+        "master-0: waiting for stage up: its system checks in once on the network (now new)",
         # the fake answers queued first, then moves one state per GET
         f"master-0: device {device_id} is provisioning",
         "master-0: stage ipxe",
         f"master-0: device {device_id} is active",
         "master-0: stage installing",
         "master-0: stage installed",
+        "master-0: stage up",
     ]
-    assert clock.sleeps == [5.0, 7.5, 11.25]  # today's polling backoff
+    assert clock.sleeps == [5.0, 7.5, 11.25, 16.875]  # today's polling backoff
     assert lines[0].startswith(f"master-0 {device_id} active ")
     assert read_node_state(config.state_dir, "master-0")["device"]["state"] == "active"
 
 
-def test_live_mode_waits_for_running(env, tmp_path, reference):
-    config = make_config(tmp_path, reference, mode="live")
+def test_without_checkin_install_mode_waits_for_installed(env, tmp_path, reference):
+    config = make_config(tmp_path, reference, checkin=False)
+    timeline = Timeline(config.state_dir)
+    clock = FakeClock([lambda: timeline.record("master-0", "stub", mode="install"),
+                       lambda: timeline.record("master-0", "config", mode="install")])
+    _, said = run(config, ["master-0"], clock)
+    timeline.close()
+    assert said[1] == "master-0: waiting for stage installed (now new)"
+    assert [m for m in said if ": stage " in m] == ["master-0: stage installing", "master-0: stage installed"]
+    assert len(clock.sleeps) == 2
+
+
+def test_live_mode_without_checkin_waits_for_running(env, tmp_path, reference):
+    config = make_config(tmp_path, reference, mode="live", checkin=False)
     timeline = Timeline(config.state_dir)
     clock = FakeClock([lambda: timeline.record("master-0", "stub", mode="live"),
                        lambda: timeline.record("master-0", "config", mode="live")])
@@ -139,8 +153,21 @@ def test_live_mode_waits_for_running(env, tmp_path, reference):
     assert [m for m in said if ": stage " in m] == ["master-0: stage ignition", "master-0: stage running"]
 
 
-def test_a_profile_without_a_real_config_is_done_at_unconfirmed(env, tmp_path, reference):
-    config = make_config(tmp_path, reference)  # no ignition: the stub is the last request the server sees
+def test_a_profile_without_a_real_config_that_checks_in_waits_for_up(env, tmp_path, reference):
+    config = make_config(tmp_path, reference, mode="live")  # no ignition, but the stub's unit checks in
+    timeline = Timeline(config.state_dir)
+    clock = FakeClock([lambda: timeline.record("master-0", "stub", mode="live", real_config=False),
+                       lambda: timeline.record("master-0", "checkin", mode="live", real_config=False)])
+    _, said = run(config, ["master-0"], clock)
+    timeline.close()
+    assert said[1] == "master-0: waiting for stage up: its system checks in once on the network (now new)"
+    assert [m for m in said if ": stage " in m] == ["master-0: stage unconfirmed", "master-0: stage up"]
+    assert len(clock.sleeps) == 2
+
+
+def test_a_profile_without_a_real_config_nor_checkin_is_done_at_unconfirmed(env, tmp_path, reference):
+    # no ignition and no check-in: the stub is the last request the server sees
+    config = make_config(tmp_path, reference, checkin=False)
     timeline = Timeline(config.state_dir)
     clock = FakeClock([lambda: timeline.record("master-0", "script", mode="install", real_config=False),
                        lambda: timeline.record("master-0", "stub", mode="install", real_config=False)])

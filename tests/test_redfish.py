@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 import requests
 import yaml
 from conftest import ServerProcess
-from helpers import free_port, run_cli, write_config
+from helpers import checkin_command, free_port, run_cli, write_config
 from sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
 
 from bootserver.cli import build_parser, main
@@ -189,7 +190,8 @@ async def test_wait_follows_the_node_through_script_stub_and_config(emulator, bm
                                                                     boot_setup, monkeypatch):
     """``provision`` (with the emulator) waits while the node boots from a running server: its
     script through ``/boot.ipxe?mac=``, the stub, then (its installed system's first boot) the real
-    config. Each poll pause of the wait plays the next step, so every stage is seen."""
+    config, then its check-in unit's command. Each poll pause of the wait plays the next step, so every
+    stage is seen."""
     setup = boot_setup(100_000, {"rf-0": {"profile": "master", "mac": ["52:54:00:00:00:01"],
                                           "addresses": ["127.0.0.1"]}})
     doc = yaml.safe_load(setup.config.read_text())
@@ -213,13 +215,18 @@ async def test_wait_follows_the_node_through_script_stub_and_config(emulator, bm
         url = next(w.split("=", 1)[1] for w in seen["kargs"] if w.startswith("coreos.inst.ignition_url="))
         r = requests.get(url, timeout=10)
         assert r.status_code == 200
-        seen["merge"] = r.json()["ignition"]["config"]["merge"][0]["source"]
+        seen["stub"] = r.json()
+        seen["merge"] = seen["stub"]["ignition"]["config"]["merge"][0]["source"]
 
     def step_config() -> None:
         r = requests.get(seen["merge"], timeout=10)
         assert r.status_code == 200 and r.content == setup.master_ign.read_bytes()
 
-    steps = [step_script, step_stub, step_config]
+    def step_checkin() -> None:  # the installed system's check-in unit: its own command, real curl
+        done = subprocess.run(checkin_command(seen["stub"]), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+
+    steps = [step_script, step_stub, step_config, step_checkin]
     said: list[str] = []
 
     def pause(seconds: float) -> None:
@@ -236,7 +243,8 @@ async def test_wait_follows_the_node_through_script_stub_and_config(emulator, bm
         finally:
             await server.stop()
     assert [m for m in said if m.startswith(("stage", "waiting"))] == [
-        "waiting for stage installed (now new)", "stage ipxe", "stage installing", "stage installed"]
+        "waiting for stage up: its system checks in once on the network (now new)", "stage ipxe",
+        "stage installing", "stage installed", "stage up"]
     assert lines[0].startswith(f"rf-0 {emulator.path(0)} ")
     assert "coreos.inst.platform_id=metal" in seen["kargs"]
     assert not any(w.startswith("console=") for w in seen["kargs"])

@@ -208,6 +208,32 @@ async def test_a_write_behind_repeat_counts_into_the_row_it_repeated(stores: lis
     assert (await b.node("master-0")).stage == "kernel"
 
 
+async def test_device_records_are_shared_and_read_with_the_node_row(stores: list[StateStore]) -> None:
+    """A device recorded through one store (one replica's config, or one process) is what the other
+    reads, alone and with the node's row (the script path); a node may have a device and no events."""
+    a, b = stores
+    device = {"provider": "equinix", "id": "d-1", "state": "queued", "ip_addresses": [{"address": "10.0.0.5"}]}
+    assert (await b.current("master-0")).device is None
+    await a.set_device("master-0", device)
+    assert await b.device("master-0") == device
+    current = await b.current("master-0")
+    assert (current.stage, current.device) == ("new", device)
+    await b.record(rec("master-0", "script", 100.0, "10.0.0.5"))
+    current = await a.current("master-0")
+    assert (current.stage, current.device) == ("ipxe", device)
+    await b.set_device("master-0", {**device, "state": "active"})
+    assert (await a.current("master-0")).device == {**device, "state": "active"}
+    assert await a.devices(["master-0", "master-1"]) == {"master-0": {**device, "state": "active"}}
+
+    # add_devices (what `db migrate` uses) keeps a record already there, in one transaction
+    assert await b.add_devices({"master-0": {"id": "old"}, "master-1": {"id": "r-1"}}) == ["master-1"]
+    assert await a.devices() == {"master-0": {**device, "state": "active"}, "master-1": {"id": "r-1"}}
+    assert await a.clear_device("master-0") is True
+    assert await b.clear_device("master-0") is False
+    assert (await b.current("master-0")).device is None and await b.device("master-0") is None
+    assert (await b.current("master-0")).stage == "ipxe"  # the timeline is untouched
+
+
 # -- PostgreSQL only -------------------------------------------------------------------------------
 
 
@@ -297,7 +323,7 @@ async def test_replicas_starting_at_once_migrate_once(pg: PgCluster, tmp_path: P
     stores = [open_store(make_config(tmp_path, reference, url)) for _ in range(4)]
     try:
         results = await asyncio.gather(*(s.migrate() for s in stores))
-        assert sorted(results) == [(0, 1), (1, 1), (1, 1), (1, 1)]
+        assert sorted(results) == [(0, 2), (2, 2), (2, 2), (2, 2)]
         await asyncio.gather(*(s.start() for s in stores))
         assert len({s.keyring().current for s in stores}) == 1  # one first key, not four
     finally:
@@ -316,7 +342,7 @@ async def test_a_newer_schema_is_refused(pg: PgCluster, tmp_path: Path, referenc
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("INSERT INTO bootserver_schema (version) VALUES (99)")
     store = open_store(make_config(tmp_path, reference, url))
-    with pytest.raises(StateStoreError, match=r"schema version 99 is newer than this bootserver knows \(1\)"):
+    with pytest.raises(StateStoreError, match=r"schema version 99 is newer than this bootserver knows \(2\)"):
         await store.start()
     await store.close()
 
@@ -385,7 +411,7 @@ async def test_db_migrate_command(backend, tmp_path: Path) -> None:
     assert rc == 0, err
     name = str(config.state_dir / "timeline.sqlite3") if config.state_store is None else \
         config.state_store.url
-    version = 2 if config.state_store is None else len(pgstate.MIGRATIONS)
+    version = 3 if config.state_store is None else len(pgstate.MIGRATIONS)
     assert out == f"{name}: schema at version {version} (was 0)\n"
     rc, out, err = await run_cli("db", "migrate", "--config", str(path))
     assert rc == 0 and out == f"{name}: schema at version {version} (up to date)\n"

@@ -277,6 +277,23 @@ def test_a_schema_1_timeline_is_migrated_in_place(tmp_path: Path) -> None:
         tl.record("m0", "script" if i % 2 else "reinstall", mode="install", at=10.0 + i)
     assert len(tl.events("m0")) == 10 and tl.node("m0").dropped == 4
     assert tl._db().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    tl.write_devices({"m0": {"provider": "equinix", "id": "d-1"}})  # schema 3: device records
+    assert tl.current("m0").device == {"provider": "equinix", "id": "d-1"}
+
+
+def test_a_schema_2_timeline_gains_device_records_and_keeps_its_rows(tmp_path: Path) -> None:
+    tl = Timeline(tmp_path, keep_events=10)
+    tl.record("m0", "stub", mode="install", ip="10.0.0.5", at=2.0)
+    db = tl._db()
+    db.execute("DROP TABLE devices")
+    db.execute("PRAGMA user_version = 2")
+    tl.close()
+    tl = Timeline(tmp_path, keep_events=10)
+    assert tl.current("m0").stage == "installing" and tl.current("m0").device is None
+    assert tl.write_devices({"m0": {"id": "d-1"}}) == ["m0"]
+    assert tl.current("m0").device == {"id": "d-1"}
+    assert tl._db().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    tl.close()
 
 
 @pytest.mark.parametrize("damage", [b"this is not a database at all" * 200, None])

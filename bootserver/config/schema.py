@@ -233,6 +233,9 @@ class Profile(SettingsModel):
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     redfish: RedfishField = Field(default_factory=RedfishSettings)
     boot_once: bool | None = None
+    #: Whether the node's stub carries the check-in unit (``bootserver-checkin.service``): the booted
+    #: system calls its signed check-in URL once on the network, stage ``up`` (bootserver.timeline).
+    checkin: bool = True
     #: ``dhcp``, ``provider`` or an NMState document: the default of the profile's nodes (bootserver.network).
     network: NetworkSetting | None = None
 

@@ -9,6 +9,15 @@ marks) and the URL signing keys. One interface, two backends:
   for all, a URL signed by one verifies on all, and ``keys rotate`` / ``nodes reinstall`` through any
   replica's config reach all of them (docs/design.md, "Replicas").
 
+Besides the timeline and the keys, the store holds each node's **device record**: what the node's
+provider recorded at ``provision`` (a JSON object, at least ``{"provider", "id", "state"}``; Equinix adds
+``project``, ``hostname``, ``ip_addresses``, ``network_ports``..., Redfish ``address``, ``system``...).
+``provision``, ``deprovision`` and ``devices`` read and write it through any replica's config, and a
+``network: provider`` node's boot script reads it with the node's row (:attr:`Current.device
+<bootserver.timeline.Current.device>`, same statement). Before, these records were files
+``state_dir/nodes/<node>.json``; ``bootserver db migrate`` moves them in
+(:func:`bootserver.state.backends.move_device_files`).
+
 Every method is a coroutine (the PostgreSQL store talks over the network; the sqlite store answers
 reads on the loop, as one indexed row, and writes through its group-commit thread). When the store
 cannot be reached or written, methods raise :class:`~bootserver.errors.UnavailableError` (HTTP 503):
@@ -21,8 +30,8 @@ import this interface, so this module imports neither of them).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BootserverError
 from ..timeline import Batches, Current, Event, NodeState, Record
@@ -110,6 +119,39 @@ class StateStore(ABC):
     @abstractmethod
     async def nodes(self, names: Iterable[str] = ()) -> list[NodeState]:
         """Every node with events plus every name in ``names``, by name. Raises ``UnavailableError``."""
+
+    # -- device records ----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def devices(self, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        """``{node: its device record}`` for the nodes of ``names`` that have one (every recorded node
+        when ``None``), by name. Raises ``UnavailableError``."""
+
+    @abstractmethod
+    async def write_devices(self, records: Mapping[str, Mapping[str, Any] | None], *,
+                            replace: bool = True) -> list[str]:
+        """Write each node's device record (``None`` removes it) in one transaction, all or nothing;
+        with ``replace=False`` a node that already has a record keeps it. Every process and replica
+        reads the new records at their next request (a sqlite server's cached :meth:`current` is
+        invalidated). Returns the nodes written or removed, in order. Raises ``UnavailableError``."""
+
+    async def device(self, node: str) -> dict[str, Any] | None:
+        """The node's device record, ``None`` without one. Raises ``UnavailableError``."""
+        return (await self.devices([node])).get(node)
+
+    async def set_device(self, node: str, device: Mapping[str, Any]) -> None:
+        """Record ``device`` (a provider's record, a JSON-able mapping) as the node's device, replacing
+        the one before. Raises ``UnavailableError``."""
+        await self.write_devices({node: device})
+
+    async def clear_device(self, node: str) -> bool:
+        """Remove the node's device record; whether it had one. Raises ``UnavailableError``."""
+        return bool(await self.write_devices({node: None}))
+
+    async def add_devices(self, records: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """Record the devices of the nodes that have none yet (one transaction); the others keep
+        theirs. Returns the nodes added. Raises ``UnavailableError``."""
+        return await self.write_devices(records, replace=False)
 
     @abstractmethod
     def keyring(self) -> Keyring:

@@ -9,6 +9,9 @@ and how fast another replica sees it:
   boot-once and ``nodes reinstall`` hold on every replica at once. Writes are batched (group commit: one
   transaction per batch, two round trips); a batch locks its nodes' rows in name order,
   so two replicas writing the same nodes never deadlock;
+* each node's device record (table ``devices``, what its provider recorded at ``provision``): read
+  with the node's row by the same statement, so a ``network: provider`` script costs no extra round
+  trip, and written at once by ``provision``/``deprovision`` through any replica's config;
 * the signing keys (table ``signing_keys``): loaded at start and polled every :data:`KEYS_POLL`
   seconds, so ``keys rotate`` through any replica's config reaches every replica within that time.
   While they cannot be read (a poll or any statement failed since the last read, or no read for
@@ -36,7 +39,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -50,12 +53,15 @@ from ..timeline import (
     ATTRIBUTION_WINDOW,
     BATCH_ROWS_SQL,
     CURRENT_COLUMNS,
+    CURRENT_JOINS,
     Batches,
     Current,
     Event,
     NodeState,
     Record,
     current_of,
+    device_json,
+    device_of,
     plan_batch,
 )
 from . import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
@@ -106,6 +112,13 @@ MIGRATIONS: tuple[str, ...] = (
         retires BIGINT                           -- unix seconds; NULL: the current key
     );
     """,
+    """
+    CREATE TABLE devices (
+        node    TEXT PRIMARY KEY,
+        device  TEXT NOT NULL,                   -- JSON object: the provider's record
+        updated DOUBLE PRECISION NOT NULL        -- unix seconds of the last write
+    );
+    """,
 )
 
 
@@ -127,9 +140,13 @@ def _pg(sql: str) -> str:
 _ATTRIBUTIONS = ("SELECT q.ip, q.since, (SELECT node FROM events WHERE event = 'script' AND ip = q.ip "
                  "AND last_at >= q.since ORDER BY last_at DESC, id DESC LIMIT 1) "
                  "FROM unnest(%s::text[], %s::float8[]) AS q(ip, since)")
-#: The rows of several nodes (:class:`Reads`), each preceded by its name.
-_CURRENTS = (f"SELECT n.node, {CURRENT_COLUMNS} FROM nodes n LEFT JOIN events e ON e.id = n.last_id "
-             "WHERE n.node = ANY(%s)")
+#: The rows of several nodes (:class:`Reads`), each preceded by its name: node row, newest history row
+#: and device record, in one statement.
+_CURRENTS = f"SELECT q.node, {CURRENT_COLUMNS} FROM unnest(%s::text[]) AS q(node) {CURRENT_JOINS}"
+#: Device records: write (one statement for the whole set), remove, read.
+_SET_DEVICES = ("INSERT INTO devices (node, device, updated) SELECT * FROM unnest(%s::text[], %s::text[], "
+                "%s::float8[]) ON CONFLICT (node) DO {} RETURNING node")
+_CLEAR_DEVICES = "DELETE FROM devices WHERE node = ANY(%s) RETURNING node"
 #: Before the batch's read: a node without a row gets the one plan_batch would assume, so it can be locked.
 _NEW_NODE = ("INSERT INTO nodes (node, stage, stage_at, last_event, last_at) VALUES (%s, 'new', %s, %s, %s) "
              "ON CONFLICT (node) DO NOTHING")
@@ -363,6 +380,38 @@ class PostgresStore(StateStore):
         for name in names:
             states.setdefault(name, NodeState(name, "new", None, None, None))
         return [states[n] for n in sorted(states)]
+
+    # -- device records ----------------------------------------------------------------------------
+
+    async def devices(self, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        if names is None:
+            rows = await self._fetch("SELECT node, device FROM devices ORDER BY node", ())
+        else:
+            rows = await self._fetch("SELECT node, device FROM devices WHERE node = ANY(%s) ORDER BY node",
+                                     (list(names),))
+        return {n: device_of(d) for n, d in rows}
+
+    async def write_devices(self, records: Mapping[str, Mapping[str, Any] | None], *,
+                            replace: bool = True) -> list[str]:
+        """One transaction: one statement writes the records, one removes the ``None`` ones."""
+        at = time.time()
+        put = {n: device_json(d) for n, d in records.items() if d is not None}
+        gone = [n for n, d in records.items() if d is None]
+        upsert = _SET_DEVICES.format("UPDATE SET device = EXCLUDED.device, updated = EXCLUDED.updated"
+                                     if replace else "NOTHING")
+        pool = await self._open_pool()
+        done: set[str] = set()
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                if put:
+                    cur = await conn.execute(upsert, (list(put), list(put.values()), [at] * len(put)))
+                    done.update(n for (n,) in await cur.fetchall())
+                if gone:
+                    cur = await conn.execute(_CLEAR_DEVICES, (gone,))
+                    done.update(n for (n,) in await cur.fetchall())
+        except psycopg.Error as e:
+            raise self._unavailable(e) from None
+        return [n for n in records if n in done]
 
     # -- signing keys ------------------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ..errors import UnavailableError
 from ..signing import Keyring
@@ -115,6 +115,20 @@ class SqliteStore(StateStore):
     async def nodes(self, names: Iterable[str] = ()) -> list[NodeState]:
         try:
             return await asyncio.to_thread(self.timeline.nodes, list(names))
+        except (sqlite3.Error, OSError) as e:
+            self._unavailable(e)
+
+    async def devices(self, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        wanted = None if names is None else list(names)
+        try:
+            return await asyncio.to_thread(self.timeline.devices, wanted)
+        except (sqlite3.Error, OSError, ValueError) as e:
+            self._unavailable(e)
+
+    async def write_devices(self, records: Mapping[str, Mapping[str, Any] | None], *,
+                            replace: bool = True) -> list[str]:
+        try:
+            return await asyncio.to_thread(self.timeline.write_devices, dict(records), replace=replace)
         except (sqlite3.Error, OSError) as e:
             self._unavailable(e)
 

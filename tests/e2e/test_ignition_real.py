@@ -41,6 +41,10 @@ def assert_merged_real_config(run: rig.IgnitionRun, node: str) -> None:
     assert files["/etc/hostname"]["contents"]["source"] == f"data:,{node}%0A"
     users = {u["name"]: u for u in merged["passwd"]["users"]}
     assert users["core"]["sshAuthorizedKeys"] == REAL_IGNITION["passwd"]["users"][0]["sshAuthorizedKeys"]
+    # the check-in unit of the stub survives the merge, enabled, calling this node's check-in URL
+    units = {u["name"]: u for u in merged.get("systemd", {}).get("units", [])}
+    unit = units["bootserver-checkin.service"]
+    assert unit["enabled"] is True and f"/checkin/{node}?exp=" in unit["contents"]
 
 
 @pytest.mark.parametrize("node", sorted(NODES))

@@ -1,0 +1,143 @@
+"""The check-in: the unit in every node's stub, the signed ``POST /checkin/{node}``, stage ``up``, and the
+unit's own command (real curl) run against a real ``serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+
+import aiohttp
+import pytest
+from conftest import FIXED_KEY, FIXED_NOW, ServerProcess, fixed_signer, relative
+from helpers import checkin_command, run_cli, write_config
+
+from bootserver.config import load_config, parse_config
+from bootserver.signing import expiry, sign
+from bootserver.timeline import next_stage
+from bootserver.web import SERVICE, create_app
+
+
+@pytest.mark.parametrize(("stage", "mode", "after"), [
+    ("installed", "install", "up"), ("running", "live", "up"), ("unconfirmed", "install", "up"),
+    ("installing", "install", "up"), ("up", "install", "up"), ("new", "live", "up"),
+    # marked for reinstall, or network-booting: a check-in of a system booted before changes nothing
+    ("reinstall", "install", "reinstall"), ("ipxe", "install", "ipxe"), ("rootfs", "live", "rootfs"),
+])
+def test_checkin_leads_to_up_except_while_reinstalling_or_network_booting(stage: str, mode: str, after: str) -> None:
+    assert next_stage(stage, "checkin", mode) == after
+
+
+def test_up_keeps_against_stray_artifacts_and_a_new_script_boots_again() -> None:
+    assert next_stage("up", "rootfs-requested", "live") == "up"
+    assert next_stage("up", "localboot", "install") == "up"
+    assert next_stage("up", "script", "live") == "ipxe"
+
+
+@pytest.fixture
+def config(reference: Path, tmp_path: Path):
+    (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
+    return parse_config({
+        "server": {"base_url": "http://boot.example.net:8080"},
+        "cache_dir": "cache", "state_dir": "state",
+        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"master": {"stream": "r", "install_dev": "/dev/sda", "ignition": "master.ign"},
+                     "quiet": {"stream": "r", "mode": "live", "checkin": False}},
+        "nodes": {"master-0": {"profile": "master"}, "quiet-0": {"profile": "quiet"}},
+    }, "t.yaml", tmp_path)
+
+
+@pytest.fixture
+async def client(aiohttp_client, config):
+    return await aiohttp_client(create_app(config, fixed_signer()))
+
+
+def signed(path: str, node: str, exp: int) -> str:
+    return f"{path}?exp={exp}&sig={sign(FIXED_KEY, node, path, exp)}"
+
+
+async def test_the_stub_carries_an_enabled_unit_that_posts_to_the_signed_checkin_url(client, config) -> None:
+    svc = client.app[SERVICE]
+    stub = json.loads(svc.stub("master-0"))
+    [unit] = stub["systemd"]["units"]
+    assert unit["name"] == "bootserver-checkin.service" and unit["enabled"] is True
+    lines = unit["contents"].splitlines()
+    assert "After=network-online.target" in lines and "Wants=network-online.target" in lines
+    assert "WantedBy=multi-user.target" in lines
+    # long-lived like the chain URL: it sits on the installed disk
+    exp = expiry(FIXED_NOW, config.server.signing.chain_ttl)
+    url = f"http://boot.example.net:8080{signed('/checkin/master-0', 'master-0', exp)}"
+    command = checkin_command(stub)
+    assert command[0] == "/usr/bin/curl" and command[-3:] == ["-X", "POST", url]
+    assert {"--fail", "--retry", "--retry-connrefused"} <= set(command)
+    # the real config is still merged, unchanged
+    assert stub["ignition"]["config"]["merge"][0]["source"].startswith("http://boot.example.net:8080/ignition/")
+
+
+async def test_checkin_false_leaves_the_unit_out(client) -> None:
+    stub = json.loads(client.app[SERVICE].stub("quiet-0"))
+    assert "systemd" not in stub
+
+
+async def test_a_signed_checkin_moves_the_node_to_up_with_its_address(client) -> None:
+    url = relative(checkin_command(json.loads(client.app[SERVICE].stub("master-0")))[-1])
+    r = await client.post(url)
+    assert r.status == 200 and await r.text() == "master-0: up\n"
+    r = await client.app[SERVICE].node_report("master-0")
+    assert r["stage"] == "up"
+    assert [(e["event"], e["ip"]) for e in r["events"]] == [("checkin", "127.0.0.1")]
+    assert (await client.get(url)).status == 405  # POST only
+
+
+@pytest.mark.parametrize("query", ["", "?exp=1&sig=" + "A" * 43, "WRONG"])
+async def test_a_bad_or_missing_signature_is_403_and_records_nothing(client, query: str) -> None:
+    exp = expiry(FIXED_NOW, 3600)
+    if query == "WRONG":  # a valid signature of another node's check-in
+        query = signed("/checkin/quiet-0", "quiet-0", exp).removeprefix("/checkin/quiet-0")
+    r = await client.post("/checkin/master-0" + query)
+    assert r.status == 403 and await r.text() == "forbidden\n"
+    report = await client.app[SERVICE].node_report("master-0")
+    assert report["stage"] == "new" and report["events"] == []
+
+
+async def test_the_units_own_command_run_on_this_host_checks_the_node_in(boot_setup, tmp_path: Path) -> None:
+    """The stub a real ``serve`` hands out, its unit's ExecStart (real curl) run here: stage ``up``."""
+    setup = boot_setup(10_000, {"m-0": {"profile": "master"}})
+    stub_url = None
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        server = ServerProcess(setup.config, setup.port)
+        try:
+            await server.start(http)
+            rc, out, err = await run_cli("render", "ipxe", "m-0", "--config", str(setup.config))
+            assert rc == 0, err
+            stub_url = next(w.split("=", 1)[1] for w in out.split() if w.startswith("coreos.inst.ignition_url="))
+            async with http.get(stub_url) as r:
+                stub = json.loads(await r.read())
+            command = checkin_command(stub)
+            proc = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 0, proc.stderr
+            assert proc.stdout == "m-0: up\n"
+            rc, out, err = await run_cli("nodes", "--config", str(setup.config))
+            assert rc == 0, err
+            row = next(line.split() for line in out.splitlines() if line.startswith("m-0 "))
+            assert row[2] == "up"
+        finally:
+            await server.stop()
+
+
+@pytest.mark.parametrize(("grace", "status"), [("1h", 200), ("0", 403)])
+async def test_a_checkin_url_works_after_keys_rotate_within_the_grace_only(aiohttp_client, reference: Path,
+                                                                           tmp_path: Path, grace: str,
+                                                                           status: int) -> None:
+    path = write_config(tmp_path / "bootserver.yaml", {
+        "server": {"base_url": "http://boot.example.net:8080"}, "state_dir": "state",
+        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"live": {"stream": "r", "mode": "live"}}, "nodes": {"live-0": {"profile": "live"}}})
+    client = await aiohttp_client(create_app(load_config(str(path))))  # the keys of state_dir, the wall clock
+    url = relative(checkin_command(json.loads(client.app[SERVICE].stub("live-0")))[-1])
+    rc, _, err = await run_cli("keys", "rotate", "--grace", grace, "--config", str(path))
+    assert rc == 0, err
+    r = await client.post(url)
+    assert r.status == status
+    assert (await client.app[SERVICE].node_report("live-0"))["stage"] == ("up" if status == 200 else "new")
