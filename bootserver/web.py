@@ -201,7 +201,7 @@ async def ignition_config(request: web.Request) -> web.Response:
 async def checkin(request: web.Request) -> web.Response:
     """``POST /checkin/{node}``: the node's booted system is on the network (its stub's check-in unit);
     records ``checkin`` (stage ``up``) with the client address. Nothing is read from the body."""
-    stage = await _service(request).serve_checkin(request[NODE], request.remote)
+    stage = await _service(request).serve_checkin(request[NODE], _client(request))
     return _text(200, f"{request[NODE]}: {stage}")
 
 
