@@ -14,7 +14,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from . import __version__
@@ -148,10 +148,22 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
 
     from .files import write_atomic
     from .iso import boot_network, build_image
+    from .network import effective_network
     from .urls import Urls
 
     node = _node(config, args.node)
-    boot = boot_network(config, node)  # bad input fails before the keys are read
+    device = None
+    if effective_network(config, node) == "provider":  # its addresses are in its device record
+
+        async def record() -> dict[str, Any] | None:
+            store = await _started_store(config)
+            try:
+                return await store.device(node)
+            finally:
+                await store.close()
+
+        device = asyncio.run(record())
+    boot = boot_network(config, node, device)  # bad input fails before the keys are read
 
     async def keys() -> Keyring:
         store = await _started_store(config)
@@ -192,8 +204,9 @@ def _cmd_keys_rotate(args: argparse.Namespace, config: Config) -> int:
 def _cmd_db_migrate(args: argparse.Namespace, config: Config) -> int:
     from .state.backends import migrate_store
 
-    name, before, after = asyncio.run(migrate_store(config))
+    name, before, after, moved = asyncio.run(migrate_store(config))
     print(f"{name}: schema at version {after}" + (f" (was {before})" if before != after else " (up to date)"))
+    print("\n".join(moved) if moved else f"{config.state_dir / 'nodes'}: no device record files, nothing to move")
     return 0
 
 
@@ -385,7 +398,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("db", help="manage the state store's schema")
     dsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     d = dsub.add_parser("migrate", parents=[common], help="create or upgrade the state store's schema (the "
-                        "sqlite timeline in state_dir, or the state_store database) and exit")
+                        "sqlite timeline in state_dir, or the state_store database), move the device records "
+                        "of state_dir/nodes/*.json into it (once), and exit")
     d.set_defaults(func=_cmd_db_migrate)
     return parser
 

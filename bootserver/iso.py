@@ -29,9 +29,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .config import Config
 from .errors import BootserverError, ConfigError, InputError
@@ -149,10 +150,10 @@ def boot_interface(state: NetworkState, macs: Iterable[str]) -> tuple[Interface,
     return nic, carrier, nic.mac_address or (macs[0] if macs else None)
 
 
-def boot_network(config: Config, node: str) -> BootNetwork:
-    """How node ``node``'s image brings up its boot interface: from its ``network`` (the device record for
-    ``network: provider``), see :func:`boot_interface`. A node with ``network: dhcp`` (the default), or
-    whose boot interface has ``dhcp: true``, gets DHCP on its first MAC.
+def boot_network(config: Config, node: str, device: Mapping[str, Any] | None = None) -> BootNetwork:
+    """How node ``node``'s image brings up its boot interface: from its ``network`` (``device``, its device
+    record in the state store, for ``network: provider``), see :func:`boot_interface`. A node with
+    ``network: dhcp`` (the default), or whose boot interface has ``dhcp: true``, gets DHCP on its first MAC.
 
     Raises :class:`~bootserver.errors.ConfigError` naming the config file, node and key when the boot
     interface cannot be told (``nodes.<n>.network.interfaces: no interface has the node's MAC ...``), and
@@ -161,7 +162,7 @@ def boot_network(config: Config, node: str) -> BootNetwork:
     Raises :class:`~bootserver.network.DeviceRecordError` as :func:`~bootserver.network.node_network`.
     """
     macs = config.nodes[node].mac
-    state = node_network(config, node)
+    state = node_network(config, node, device)
     if state is None or not state.interfaces:
         return BootNetwork("", macs[0] if macs else None)
     spec = config.nodes[node]

@@ -126,6 +126,8 @@ class BootService:
         self._stages: list[str] = []
         self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
+        #: Each node's network kargs and the device record they were built from (see :meth:`_network`).
+        self._kargs: dict[str, tuple[Mapping[str, Any] | None, tuple[str, ...]]] = {}
         #: Timeline writes started after an answer went out (see :meth:`artifact_answered`).
         self._pending: set[asyncio.Task[Any]] = set()
         #: Background stream metadata loads (see :meth:`load_metadata_soon`) and the monotonic time of
@@ -148,7 +150,7 @@ class BootService:
         Raises :class:`~bootserver.errors.UnavailableError` when the timeline cannot be read, or
         ``FetchError``/``MetadataError`` when the stream's metadata must be fetched and cannot be.
         """
-        return (await self._script(node, await self.stage(node)))[1]
+        return (await self._script(node, await self.state.current(node)))[1]
 
     async def stage(self, node: str) -> str:
         """The node's timeline stage (one indexed row, read on the event loop: see
@@ -159,16 +161,28 @@ class BootService:
         """
         return await self.state.stage(node)
 
-    async def _script(self, node: str, stage: str) -> tuple[str, str, dict[str, Any]]:
-        """``(event, script, detail)``: the boot-disk script when boot-once applies, else the boot script."""
+    async def _script(self, node: str, current: Current) -> tuple[str, str, dict[str, Any]]:
+        """``(event, script, detail)`` for the node as read (``current``: its stage and device record):
+        the boot-disk script when boot-once applies, else the boot script."""
         profile = profile_of(self.config, node)
+        stage = current.stage
         if profile.boots_once and stage in INSTALLED_STAGES:
             return "localboot", render_localboot_script(node, stage), {"stage": stage}
         release = await self.catalog.release(profile.stream, profile.arch)
         # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        script = self._scripts.get(node, ScriptInputs(node, release, signing, node_kargs(self.config, node)))
+        script = self._scripts.get(node, ScriptInputs(node, release, signing, self._network(node, current.device)))
         return "script", script, {"mode": profile.mode, "release": release.version}
+
+    def _network(self, node: str, device: Mapping[str, Any] | None) -> tuple[str, ...]:
+        """The node's network kargs (:func:`~bootserver.network.node_kargs`), built again only when its
+        device record changed. Raises ``DeviceRecordError`` (never kept: the next request tries again)."""
+        hit = self._kargs.get(node)
+        if hit is not None and (hit[0] is device or hit[0] == device):
+            return hit[1]
+        kargs = node_kargs(self.config, node, device)
+        self._kargs[node] = (device, kargs)
+        return kargs
 
     def _render_script(self, inputs: ScriptInputs) -> str:
         return render_boot_script(script_context(self.config, self.urls, inputs.node, inputs.release,
@@ -203,7 +217,7 @@ class BootService:
         :meth:`boot_script`.
         """
         current = await self.state.current(node)
-        event, script, detail = await self._script(node, current.stage)
+        event, script, detail = await self._script(node, current)
         await self.record(node, event, ip=client, detail=detail, current=current)
         return script
 
