@@ -174,6 +174,21 @@ async def ipxe_script(request: web.Request) -> web.Response:
     return web.Response(text=script, content_type="text/plain")
 
 
+async def grub_config(request: web.Request) -> web.Response:
+    """``GET /grub/{node}``: the GRUB form of the node's script, which its boot image's UEFI boot sources."""
+    script = await _service(request).serve_grub_config(request[NODE], request.remote)
+    return web.Response(text=script, content_type="text/plain")
+
+
+async def boot_image(request: web.Request) -> web.StreamResponse:
+    """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (built on first use), with ``Range``
+    (206), ``HEAD`` and ``If-Modified-Since`` as for artifacts (aiohttp's FileResponse): BMCs read
+    virtual media in ranges."""
+    path = await _service(request).boot_image(request[NODE])
+    return web.FileResponse(path, headers={"Content-Type": "application/x-iso9660-image",
+                                           "Cache-Control": "no-store"})
+
+
 async def ignition_stub(request: web.Request) -> web.Response:
     """``GET /ignition/{node}``: the node's merge-style stub, in the spec version negotiated with the
     ``Accept`` header (406 when none fits); ``Vary: Accept`` either way."""
@@ -373,6 +388,7 @@ async def metrics(request: web.Request) -> web.Response:
 #: The handler of each route of :data:`bootserver.urls.ROUTES`, by route name.
 HANDLERS: dict[str, Handler] = {
     "chain": ipxe_script, "generic": ipxe_script, "stub": ignition_stub, "real_config": ignition_config,
+    "grub": grub_config, "iso": boot_image,
     "checkin": checkin,
     "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,
     "metrics": metrics,
