@@ -176,7 +176,7 @@ async def ipxe_script(request: web.Request) -> web.Response:
 
 async def grub_config(request: web.Request) -> web.Response:
     """``GET /grub/{node}``: the GRUB form of the node's script, which its boot image's UEFI boot sources."""
-    script = await _service(request).serve_grub_config(request[NODE], request.remote)
+    script = await _service(request).serve_grub_config(request[NODE], _client(request))
     return web.Response(text=script, content_type="text/plain")
 
 
