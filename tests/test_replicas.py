@@ -175,6 +175,50 @@ async def test_a_database_restart_mid_run_refuses_then_recovers_and_loses_nothin
     assert answered[503] >= 2
 
 
+async def test_a_key_rotated_on_another_replica_while_the_database_is_down_is_503_not_403(
+        two: tuple[PgCluster, Replica, Replica]) -> None:
+    """Replica A cannot know a key rotated through B once the database is gone: a URL signed with a key
+    A does not hold is 503 with ``Retry-After`` (iPXE and Ignition retry) while A cannot read the keys,
+    and the truth once it can: 200 for the rotated key, 403 for a key nobody made. Expired and
+    malformed signatures stay 403 throughout."""
+    from bootserver.signing import sign
+
+    cluster, a, b = two
+
+    def forged_url(replica: Replica) -> str:
+        exp = int(time.time()) + 3600
+        return f"{replica.url}/ipxe/master-1?exp={exp}&sig={sign(b'z' * 32, 'master-1', '/ipxe/master-1', exp)}"
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        await _get(http, forged_url(a), 403)  # the database answers: a key nobody made is refused
+        rc, out, err = await run_cli("keys", "rotate", "--grace", "1h", "--config", str(b.config))
+        assert rc == 0, err
+        rc, out, err = await run_cli("url", "master-1", "--config", str(b.config))
+        assert rc == 0, err
+        rotated = a.on_me(out.splitlines()[0])
+        await asyncio.to_thread(cluster.stop)
+
+        async def unsure() -> bool:  # A notices it cannot read the keys (a poll or a read failed)
+            async with http.get(forged_url(a)) as r:
+                return r.status == 503
+        await _until(unsure, 15, "a signature no key verifies stays 403 with the database down")
+        for url in (forged_url(a), rotated):
+            async with http.get(url) as r:
+                assert r.status == 503 and r.headers["Retry-After"] == "5", (url, r.status)
+                assert "postgresql" not in await r.text()
+        expired = re.sub(r"exp=[0-9]+", f"exp={int(time.time()) - 60}", rotated)
+        for url in (expired, a.url + "/ipxe/master-1", rotated.replace("&sig=", "&sig=x")):
+            await _get(http, url, 403)
+
+        await asyncio.to_thread(cluster.start)
+
+        async def truth() -> bool:
+            async with http.get(rotated) as r:
+                return r.status == 200
+        await _until(truth, 30, "the rotated key is not accepted once the database is back")
+        await _get(http, forged_url(a), 403)
+
+
 async def test_a_device_provisioned_through_one_replica_is_the_others_device(
         two: tuple[PgCluster, Replica, Replica], metal_env: Any) -> None:
     """`provision` through A's config records the device in the database: B's server builds the node's
