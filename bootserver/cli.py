@@ -142,6 +142,37 @@ def _cmd_url(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
+    import time
+    from pathlib import Path
+
+    from .files import write_atomic
+    from .iso import boot_network, build_image
+    from .urls import Urls
+
+    node = _node(config, args.node)
+    boot = boot_network(config, node)  # bad input fails before the keys are read
+
+    async def keys() -> Keyring:
+        store = await _started_store(config)
+        try:
+            return store.keyring()
+        finally:
+            await store.close()
+
+    ring = asyncio.run(keys())
+    start = time.monotonic()
+    image = build_image(config, boot, Urls(config, keys=lambda: ring).chain(node))
+    output = Path(args.output or f"{node}.iso")
+    try:
+        write_atomic(output, image)
+    except OSError as e:
+        raise InputError(f"{output}: cannot write the image: {e.strerror}") from None
+    print(f"bootserver: {node}: wrote {output} ({len(image)} bytes, {boot.describe()}, "
+          f"built in {time.monotonic() - start:.2f} s)", file=sys.stderr)
+    return 0
+
+
 def _cmd_keys_rotate(args: argparse.Namespace, config: Config) -> int:
     grace = config.server.signing.key_grace if args.grace is None else args.grace
 
@@ -220,9 +251,11 @@ def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
 
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     from .inventory import check_command_lines
+    from .iso import check_boot_networks
 
     check_local_inputs(config)
     check_command_lines(config)
+    check_boot_networks(config)
     print(f"{config.source}: ok: {len(config.streams)} streams, {len(config.profiles)} profiles, "
           f"{len(config.nodes)} nodes")
     return 0
@@ -295,6 +328,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expires", type=_duration_arg, metavar="DURATION",
                    help="validity, e.g. 24h or 7d (default server.signing.chain_ttl, 3650d); rounded up to the hour")
     p.set_defaults(func=_cmd_url)
+    p = sub.add_parser("iso", parents=[common], help="write a node's boot image (ISO 9660) for a network "
+                       "without DHCP", description="Write a bootable ISO 9660 image that brings up the node's "
+                       "boot interface with its static address from its network (no DHCP) and chains to its "
+                       "signed chain URL. A node without a static network gets an image that asks DHCP.")
+    p.add_argument("node")
+    p.add_argument("--output", "-o", metavar="FILE", help="where to write the image (default NODE.iso)")
+    p.set_defaults(func=_cmd_iso)
     p = sub.add_parser("keys", help="manage the URL signing keys in state_dir")
     ksub = p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     k = ksub.add_parser("rotate", parents=[common], help="make a new signing key; the old one stays "

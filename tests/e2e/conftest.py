@@ -99,6 +99,17 @@ NEWER_SPEC_NODE = Node("live-34", "52:54:00:e2:e0:03", "live")
 NEWER_SPEC = "3.4.0"
 
 
+#: A node with a static network, for the boot image (``bootserver iso``): its address is in QEMU's user
+#: network (10.0.2.0/24, gateway 10.0.2.2, DNS 10.0.2.3), so the guest needs no DHCP to reach us.
+ISO_NODE = Node("iso-0", "52:54:00:e2:e0:04", "install")
+ISO_NETWORK = {
+    "interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": ISO_NODE.mac,
+                    "ipv4": {"enabled": True, "address": [{"ip": "10.0.2.15", "prefix-length": 24}]}}],
+    "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "10.0.2.2"}]},
+    "dns-resolver": {"config": {"server": ["10.0.2.3"]}},
+}
+
+
 @dataclasses.dataclass
 class Stack:
     """A running ``bootserver serve`` subprocess with its config, and what it was fed."""
@@ -234,6 +245,7 @@ def write_stack_config(work: Path, name: str, port: int, base_url: str, state_di
         "nodes": {n.name: {"profile": f"e2e-{n.mode}", "mac": n.mac, "selectable": True} for n in NODES.values()},
     }
     doc["nodes"][NEWER_SPEC_NODE.name] = {"profile": "e2e-live-newer-spec", "mac": NEWER_SPEC_NODE.mac}
+    doc["nodes"][ISO_NODE.name] = {"profile": "e2e-install", "mac": ISO_NODE.mac, "network": ISO_NETWORK}
     path = work / name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

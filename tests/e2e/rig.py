@@ -6,7 +6,8 @@ The pieces, each usable on its own:
   and the unpacked Debian kernel (see ``.ci/prepare.d/e2e-kernel.sh``).
 * :func:`build_initramfs` writes a gzip'd ``newc`` cpio archive (pure Python: no root, no ``cpio``
   binary) holding busybox, the virtio-net driver with its dependencies, and an ``/init`` that prints
-  ``/proc/cmdline``, gets an address with ``udhcpc``, fetches ``coreos.live.rootfs_url`` with ``wget``,
+  ``/proc/cmdline``, sets the static address of the first ``ip=...:none`` argument (as dracut would)
+  or else gets one with ``udhcpc``, fetches ``coreos.live.rootfs_url`` with ``wget``,
   prints its sha256 and powers off.
 * :func:`boot_ipxe` boots iPXE in QEMU (TCG, user-mode network, both serial ports into one log file) and
   returns the parsed serial log. Two firmwares: ``bios`` (SeaBIOS runs Debian's ``ipxe.lkrn`` with the
@@ -27,6 +28,7 @@ import os
 import re
 import shutil
 import stat
+import struct
 import subprocess
 import time
 import urllib.parse
@@ -41,6 +43,7 @@ MARK_CMDLINE = "E2E-CMDLINE:"
 MARK_ROOTFS = "E2E-ROOTFS-SHA256:"
 MARK_FAIL = "E2E-FAIL:"
 MARK_REACH = "E2E-REACH:"
+MARK_NET = "E2E-NET:"
 MARK_DONE = "E2E-INIT-DONE"
 
 #: Debian's UEFI firmware for QEMU (package ``ovmf``): code and variable store in one image.
@@ -218,11 +221,26 @@ say "E2E-CMDLINE:$(cat /proc/cmdline)"
 for m in /modules/*.ko; do insmod "$m" || fail "insmod $m"; done
 ip link set lo up
 ip link set eth0 up || fail "no eth0"
-udhcpc -i eth0 -n -q -f -t 10 -T 1 -s /udhcpc.script >/dev/null 2>&1 || fail "udhcpc: no lease"
 url=""
+static=""
 for w in $(cat /proc/cmdline); do
-  case "$w" in coreos.live.rootfs_url=*) url="${w#coreos.live.rootfs_url=}";; esac
+  case "$w" in
+    coreos.live.rootfs_url=*) url="${w#coreos.live.rootfs_url=}";;
+    ip=*:none) [ -n "$static" ] || static="${w#ip=}";;
+  esac
 done
+if [ -n "$static" ]; then
+  # a static ip=<address>::<gateway>:<prefix>:<hostname>:<interface>:none, as dracut reads it (no DHCP)
+  IFS=: read -r addr _ gw prefix _ <<EOF_IP
+$static
+EOF_IP
+  ip addr add "$addr/$prefix" dev eth0 || fail "ip addr add $addr/$prefix"
+  [ -z "$gw" ] || ip route add default via "$gw" || fail "ip route add default via $gw"
+  say "E2E-NET:static $addr/$prefix via $gw"
+else
+  udhcpc -i eth0 -n -q -f -t 10 -T 1 -s /udhcpc.script >/dev/null 2>&1 || fail "udhcpc: no lease"
+  say "E2E-NET:dhcp"
+fi
 [ -n "$url" ] || fail "no coreos.live.rootfs_url on the kernel command line"
 wget -q -O /rootfs.img "$url" || fail "wget $url"
 say "E2E-ROOTFS-SHA256:$(sha256sum /rootfs.img | cut -d' ' -f1)"
@@ -313,6 +331,7 @@ class BootResult:
     rootfs_sha256: str | None = None
     failure: str | None = None  # the message of an E2E-FAIL line from /init
     reach: dict[str, bool] = dataclasses.field(default_factory=dict)  # "host:port" -> TCP connect worked
+    net: str | None = None  # how /init configured eth0: "dhcp" or "static <address>/<prefix> via <gateway>"
 
     @property
     def reached_init(self) -> bool:
@@ -330,8 +349,8 @@ class BootResult:
 
 
 def parse_serial_log(text: str) -> dict:
-    """Extract ``cmdline``, ``rootfs_sha256``, ``failure`` and ``reach`` from a serial log by ``/init``."""
-    out: dict = {"cmdline": None, "rootfs_sha256": None, "failure": None}
+    """Extract ``cmdline``, ``rootfs_sha256``, ``failure``, ``net`` and ``reach`` from a serial log by ``/init``."""
+    out: dict = {"cmdline": None, "rootfs_sha256": None, "failure": None, "net": None}
     reach: dict[str, bool] = {}
     for raw in text.splitlines():
         line = raw.rstrip("\r")
@@ -339,7 +358,8 @@ def parse_serial_log(text: str) -> dict:
         if i >= 0 and "=" in line[i:]:
             target, _, answer = line[i + len(MARK_REACH):].strip().partition("=")
             reach[target] = answer == "yes"
-        for mark, key in ((MARK_CMDLINE, "cmdline"), (MARK_ROOTFS, "rootfs_sha256"), (MARK_FAIL, "failure")):
+        for mark, key in ((MARK_CMDLINE, "cmdline"), (MARK_ROOTFS, "rootfs_sha256"), (MARK_FAIL, "failure"),
+                          (MARK_NET, "net")):
             i = line.find(mark)
             if i >= 0 and out[key] is None:
                 out[key] = line[i + len(mark):].strip()
@@ -439,10 +459,18 @@ def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, tim
     if any(ch.isspace() for ch in chain_url) or (firmware == "uefi" and "," in chain_url):
         raise RigError(f"chain URL must not contain whitespace (or a comma under UEFI): {chain_url!r}")
     log_path = Path(log_path)
+    argv = qemu_command(tools, chain_url, log_path, port=port, mac=mac, firmware=firmware)
+    return run_guest(argv, log_path, firmware, timeout)
+
+
+def run_guest(argv: list[str], log_path: Path, firmware: str, timeout: float) -> BootResult:
+    """Run the QEMU ``argv`` (which logs the serial ports to ``log_path``, and under UEFI the second one
+    to :func:`second_serial_log`) until ``/init`` prints its done marker, the firmware gives up, the
+    kernel panics, QEMU exits, or ``timeout`` seconds pass; QEMU is always killed and reaped before
+    returning. Returns the parsed serial log."""
     logs = [log_path] + ([second_serial_log(log_path)] if firmware == "uefi" else [])
     for p in logs:
         p.write_bytes(b"")
-    argv = qemu_command(tools, chain_url, log_path, port=port, mac=mac, firmware=firmware)
     gave_up = tuple(m.encode() for m in (*FIRMWARE_GAVE_UP[firmware], MARK_KERNEL_PANIC))
     start = time.monotonic()
     deadline = start + timeout
@@ -476,6 +504,86 @@ def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, tim
     parsed = parse_serial_log(log)
     return BootResult(log=log, returncode=proc.returncode,
                       timed_out=timed_out, seconds=time.monotonic() - start, **parsed)
+
+
+def image_command(tools: Tools, image: str | Path, log_path: str | Path, port: int, mac: str,
+                  capture: str | Path, firmware: str = "bios", memory_mb: int = 512) -> list[str]:
+    """Return the QEMU argv that boots the ISO ``image`` as a CD, as a server whose BMC inserted it.
+
+    As :func:`qemu_command` (TCG, serial logs, the isolated user network reaching only
+    ``GUEST_HOST:port``), but: the CD is the first boot device (``bootindex=0``); the NIC has no option
+    ROM (``romfile=``: nothing in the firmware can DHCP) and comes after the CD in the boot order
+    (``bootindex=1``, as a server lists its NICs; OVMF binds a NIC driver only to devices in the boot
+    order); and every frame the guest's NIC sends or receives is written to the pcap file ``capture``
+    (QEMU's ``filter-dump``). ``firmware``: ``bios`` (SeaBIOS) or ``uefi`` (OVMF). Raises
+    :class:`RigError` when QEMU, busybox or the firmware is missing.
+    """
+    if firmware not in FIRMWARES:
+        raise RigError(f"unknown firmware {firmware!r}; expected one of {', '.join(FIRMWARES)}")
+    missing = tools.missing("qemu", "busybox", *(("ovmf",) if firmware == "uefi" else ()))
+    if missing:
+        raise RigError("missing: " + "; ".join(missing))
+    netdev = f"user,id=n0,restrict=on,guestfwd=tcp:{GUEST_HOST}:{port}-cmd:{tools.busybox} nc 127.0.0.1 {port}"
+    argv = [tools.qemu or "", "-machine", "pc,accel=tcg,graphics=off", "-m", str(memory_mb), "-smp", "1",
+            "-nodefaults", "-display", "none", "-no-reboot"]
+    if firmware == "uefi":
+        argv += ["-bios", tools.ovmf or "",
+                 "-chardev", f"file,id=s0,path={log_path}", "-serial", "chardev:s0",
+                 "-chardev", f"file,id=s1,path={second_serial_log(log_path)}", "-serial", "chardev:s1"]
+    else:
+        argv += ["-chardev", f"file,id=s0,path={log_path},mux=on", "-serial", "chardev:s0", "-serial", "chardev:s0"]
+    return [*argv, "-drive", f"file={image},media=cdrom,if=none,id=cd0,readonly=on",
+            "-device", "ide-cd,drive=cd0,bootindex=0",
+            "-netdev", netdev, "-object", f"filter-dump,id=dump0,netdev=n0,file={capture}",
+            "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=,bootindex=1"]
+
+
+def boot_image(tools: Tools, image: str | Path, log_path: str | Path, port: int, mac: str, capture: str | Path,
+               firmware: str = "bios", timeout: float = 90.0) -> BootResult:
+    """Boot the ISO ``image`` in QEMU as a CD (see :func:`image_command`) and return the parsed serial
+    log; the guest's network frames are in the pcap file ``capture`` (see :func:`dhcp_packets`).
+    Waits and stops as :func:`run_guest`. Raises :class:`RigError` as :func:`image_command`."""
+    log_path = Path(log_path)
+    argv = image_command(tools, image, log_path, port, mac, capture, firmware)
+    return run_guest(argv, log_path, firmware, timeout)
+
+
+def frames(capture: str | Path) -> list[bytes]:
+    """The Ethernet frames of a classic pcap file (what QEMU's ``filter-dump`` writes: link type 1,
+    either byte order). Raises :class:`RigError` for a file that is not such a capture."""
+    data = Path(capture).read_bytes()
+    if len(data) < 24:
+        raise RigError(f"{capture}: not a pcap file ({len(data)} bytes)")
+    magic = data[:4]
+    order = {b"\xd4\xc3\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">"}.get(magic)
+    if order is None or struct.unpack(order + "I", data[20:24])[0] != 1:
+        raise RigError(f"{capture}: not an Ethernet pcap file")
+    out, offset = [], 24
+    while offset + 16 <= len(data):
+        incl = struct.unpack(order + "I", data[offset + 8:offset + 12])[0]
+        out.append(data[offset + 16:offset + 16 + incl])
+        offset += 16 + incl
+    return out
+
+
+def dhcp_packets(capture: str | Path) -> list[bytes]:
+    """The frames of ``capture`` (see :func:`frames`) that are DHCP or BOOTP: IPv4 UDP to or from
+    port 67 or 68, or DHCPv6 (UDP port 546 or 547) over IPv6, VLAN tags skipped."""
+    found = []
+    for f in frames(capture):
+        ethertype, off = struct.unpack(">H", f[12:14])[0], 14
+        while ethertype == 0x8100 and len(f) >= off + 4:
+            ethertype, off = struct.unpack(">H", f[off + 2:off + 4])[0], off + 4
+        if ethertype == 0x0800 and len(f) >= off + 20 and f[off + 9] == 17:
+            udp = off + (f[off] & 0x0F) * 4
+            ports = struct.unpack(">HH", f[udp:udp + 4]) if len(f) >= udp + 4 else ()
+            if {67, 68} & set(ports):
+                found.append(f)
+        elif ethertype == 0x86DD and len(f) >= off + 44 and f[off + 6] == 17:
+            ports = struct.unpack(">HH", f[off + 40:off + 44])
+            if {546, 547} & set(ports):
+                found.append(f)
+    return found
 
 
 def _kernel_line_words(script: str) -> tuple[str, list[str]]:

@@ -1,0 +1,87 @@
+"""Benchmark: how long one node's boot image takes to build (issue 23: under 5 s once the node-independent
+parts are cached).
+
+A temporary config with ``--nodes`` nodes, each with its own static network. First one build with an empty
+cache (the loaders are copied into ``cache_dir/iso``), then every node's image built in-process
+(:func:`bootserver.iso.build_image`, what the server will run) and ``--cli`` of them through the command
+line (``bootserver iso NODE``: Python start-up, config load and the signing keys included). Prints a
+Markdown table of seconds (median and max). Usage:
+``.venv/bin/python benchmarks/iso_build.py [--nodes 20] [--cli 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import BOOTSERVER, REFERENCE, rmtree, write_config
+
+from bootserver.config import load_config
+from bootserver.iso import boot_network, build_image
+from bootserver.urls import Urls
+
+
+def config_doc(work: Path, nodes: int) -> dict:
+    def node(i: int) -> dict:
+        mac = f"52:54:00:00:{i // 256:02x}:{i % 256:02x}"
+        return {"profile": "metal", "mac": mac, "network": {
+            "interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": mac,
+                            "ipv4": {"enabled": True, "address": [{"ip": f"10.1.{i // 250}.{i % 250 + 2}",
+                                                                   "prefix-length": 16}]}}],
+            "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "10.1.0.1"}]},
+            "dns-resolver": {"config": {"server": ["10.1.0.1"]}}}}
+
+    return {"server": {"base_url": "http://boot.example.net:8080"},
+            "cache_dir": str(work / "cache"), "state_dir": str(work / "state"),
+            "streams": {"fcos": {"metadata": str(REFERENCE / "fcos-stream-stable.json")}},
+            "profiles": {"metal": {"stream": "fcos", "mode": "install", "install_dev": "/dev/sda"}},
+            "nodes": {f"node-{i}": node(i) for i in range(nodes)}}
+
+
+def row(name: str, seconds: list[float]) -> str:
+    return f"| {name} | {len(seconds)} | {statistics.median(seconds):.3f} | {max(seconds):.3f} |"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=20, help="nodes built in-process (default 20)")
+    ap.add_argument("--cli", type=int, default=5, help="of them, also through `bootserver iso` (default 5)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-iso-"))
+    try:
+        path = write_config(work / "bootserver.yaml", config_doc(work, args.nodes))
+        config = load_config(path)
+        urls = Urls(config)
+        names = list(config.nodes)
+        start = time.perf_counter()
+        size = len(build_image(config, boot_network(config, names[0]), urls.chain(names[0])))
+        cold = time.perf_counter() - start
+        warm = []
+        for name in names:
+            start = time.perf_counter()
+            build_image(config, boot_network(config, name), urls.chain(name))
+            warm.append(time.perf_counter() - start)
+        cli = []
+        for name in names[:args.cli]:
+            start = time.perf_counter()
+            subprocess.run([*BOOTSERVER, "iso", name, "-o", str(work / f"{name}.iso"), "--config", str(path)],
+                           check=True, capture_output=True, timeout=120)
+            cli.append(time.perf_counter() - start)
+        print(f"Image size: {size} bytes\n")
+        print("| build | n | median s | max s |\n| --- | --- | --- | --- |")
+        print(row("first, empty cache (loaders copied)", [cold]))
+        print(row("one node, loaders cached (in-process)", warm))
+        print(row("`bootserver iso NODE` (whole command)", cli))
+    finally:
+        rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
