@@ -419,7 +419,8 @@ class BootService:
             deadline = self._next_deadline(states, now)
             until = now + STALL_READ_MAX if deadline is None else min(deadline, now + STALL_READ_MAX)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), max(0.0, until - time.time()))
+                async with asyncio.timeout(max(0.0, until - time.time())):  # (wait_for may eat a cancel)
+                    await wake.wait()
             # woken by an event: not more often than once per STALL_READ_MIN
             await asyncio.sleep(max(0.0, min(until, read_at + STALL_READ_MIN) - time.time()))
 
@@ -440,11 +441,14 @@ class BootService:
         return True
 
     async def start(self) -> None:
-        """Open the state store (see :meth:`bootserver.state.StateStore.start`) and start the stall
-        watch (:meth:`watch_stalls`) in the one process of this machine that holds its lock. Raises
+        """Open the state store (see :meth:`bootserver.state.StateStore.start`). Raises
         :class:`~bootserver.state.StateStoreError`."""
         await self.state.start()
-        if self._take_stall_lock():
+
+    def start_stall_watch(self) -> None:
+        """Start the stall watch (:meth:`watch_stalls`, until :meth:`close`) if this process is the one
+        of this machine that holds its lock (``serve``; call on the event loop after :meth:`start`)."""
+        if self._stall_task is None and self._take_stall_lock():
             self._stall_task = asyncio.ensure_future(self.watch_stalls())
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:

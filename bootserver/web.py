@@ -333,6 +333,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def _start_service(app: web.Application) -> None:
     await app[SERVICE].start()
+    app[SERVICE].start_stall_watch()
 
 
 async def nodes(request: web.Request) -> web.Response:
