@@ -14,7 +14,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from . import __version__
@@ -86,6 +86,8 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
         try:
             if args.what == "ipxe":
                 return (await svc.boot_script(node)).encode()
+            if args.what == "grub":
+                return (await svc.grub_config(node)).encode()
             return svc.stub(node, args.ignition_version)
         finally:
             await svc.close()
@@ -132,12 +134,17 @@ def _cmd_url(args: argparse.Namespace, config: Config) -> int:
 
     ring = asyncio.run(keys())
     urls = Urls(config, keys=lambda: ring)
-    chain = urls.chain(node, args.expires)
-    print(chain)
-    print()
-    sys.stdout.write(urls.userdata(node, args.expires))
+    if args.iso:
+        chain = urls.iso(node, args.expires)
+        print(chain)
+    else:
+        chain = urls.chain(node, args.expires)
+        print(chain)
+        print()
+        sys.stdout.write(urls.userdata(node, args.expires))
     expires = datetime.fromtimestamp(urls.expiry_of(chain), UTC)
-    print(f"bootserver: {node}: these URLs expire {expires:%Y-%m-%d %H:%M} UTC; `bootserver keys rotate` "
+    what = "this URL expires" if args.iso else "these URLs expire"
+    print(f"bootserver: {node}: {what} {expires:%Y-%m-%d %H:%M} UTC; `bootserver keys rotate` "
           "revokes them sooner (once its grace ends)", file=sys.stderr)
     return 0
 
@@ -147,11 +154,23 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
     from pathlib import Path
 
     from .files import write_atomic
-    from .iso import boot_network, build_image
+    from .iso import boot_network, node_image
+    from .network import effective_network
     from .urls import Urls
 
     node = _node(config, args.node)
-    boot = boot_network(config, node)  # bad input fails before the keys are read
+    device = None
+    if effective_network(config, node) == "provider":  # its addresses are in its device record
+
+        async def record() -> dict[str, Any] | None:
+            store = await _started_store(config)
+            try:
+                return await store.device(node)
+            finally:
+                await store.close()
+
+        device = asyncio.run(record())
+    boot = boot_network(config, node, device)  # bad input fails before the keys are read
 
     async def keys() -> Keyring:
         store = await _started_store(config)
@@ -162,14 +181,14 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
 
     ring = asyncio.run(keys())
     start = time.monotonic()
-    image = build_image(config, boot, Urls(config, keys=lambda: ring).chain(node))
+    image = node_image(config, Urls(config, keys=lambda: ring), node, device).read_bytes()
     output = Path(args.output or f"{node}.iso")
     try:
         write_atomic(output, image)
     except OSError as e:
         raise InputError(f"{output}: cannot write the image: {e.strerror}") from None
     print(f"bootserver: {node}: wrote {output} ({len(image)} bytes, {boot.describe()}, "
-          f"built in {time.monotonic() - start:.2f} s)", file=sys.stderr)
+          f"ready in {time.monotonic() - start:.2f} s)", file=sys.stderr)
     return 0
 
 
@@ -192,8 +211,9 @@ def _cmd_keys_rotate(args: argparse.Namespace, config: Config) -> int:
 def _cmd_db_migrate(args: argparse.Namespace, config: Config) -> int:
     from .state.backends import migrate_store
 
-    name, before, after = asyncio.run(migrate_store(config))
+    name, before, after, moved = asyncio.run(migrate_store(config))
     print(f"{name}: schema at version {after}" + (f" (was {before})" if before != after else " (up to date)"))
+    print("\n".join(moved) if moved else f"{config.state_dir / 'nodes'}: no device record files, nothing to move")
     return 0
 
 
@@ -317,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="then remove cached releases no profile references (keeps streams.*.keep_releases)")
     p.set_defaults(func=_cmd_sync)
     p = sub.add_parser("render", parents=[common], help="print what the server sends a node")
-    p.add_argument("what", choices=["ipxe", "ignition"])
+    p.add_argument("what", choices=["ipxe", "grub", "ignition"])
     p.add_argument("node")
     p.add_argument("--version", dest="ignition_version", metavar="X.Y.Z",
                    help="ignition: the stub in this Ignition spec version (3.1.0 up to the profile's "
@@ -325,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_render)
     p = sub.add_parser("url", parents=[common], help="print a node's chain URL and #!ipxe userdata")
     p.add_argument("node")
+    p.add_argument("--iso", action="store_true", help="print the node's signed boot image URL instead "
+                   "(/iso/NODE.iso, what a BMC inserts as virtual media)")
     p.add_argument("--expires", type=_duration_arg, metavar="DURATION",
                    help="validity, e.g. 24h or 7d (default server.signing.chain_ttl, 3650d); rounded up to the hour")
     p.set_defaults(func=_cmd_url)
@@ -386,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("db", help="manage the state store's schema")
     dsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
     d = dsub.add_parser("migrate", parents=[common], help="create or upgrade the state store's schema (the "
-                        "sqlite timeline in state_dir, or the state_store database) and exit")
+                        "sqlite timeline in state_dir, or the state_store database), move the device records "
+                        "of state_dir/nodes/*.json into it (once), and exit")
     d.set_defaults(func=_cmd_db_migrate)
     return parser
 

@@ -89,4 +89,9 @@ class DiskFullError(BootserverError):
 
 
 class UnavailableError(BootserverError):
-    """Something a request needs is not available yet (stream metadata not loaded): HTTP 503."""
+    """Something a request needs is not available yet (stream metadata not loaded, the state store or
+    the signing keys unreachable): HTTP 503 with ``Retry-After: <retry_after>`` (seconds), which iPXE
+    and Ignition retry, where a 4xx would end the boot."""
+
+    #: Seconds a client is asked to wait before it retries (the ``Retry-After`` header).
+    retry_after: int = 5

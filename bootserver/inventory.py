@@ -130,7 +130,8 @@ def script_context(config: Config, urls: Urls, node: str, release: Release,
                    network: tuple[str, ...] | None = None) -> ScriptContext:
     """Build the boot script context of ``node`` for ``release`` (its profile's stream and arch).
 
-    ``network`` is the node's network kargs (default: :func:`bootserver.network.node_kargs`).
+    ``network`` is the node's network kargs (default: :func:`bootserver.network.node_kargs` without a
+    device record: right for every node but a ``network: provider`` one, whose record the caller reads).
     Raises ``KeyError`` for an unknown node (use :func:`find_node` first), ``ValueError`` if the
     kernel arguments cannot be built (see :func:`bootserver.ipxe.build_kargs`),
     :class:`~bootserver.ipxe.CommandLineTooLong` when they do not fit the kernel, and
@@ -145,7 +146,7 @@ def script_context(config: Config, urls: Urls, node: str, release: Release,
         rootfs_url=urls.artifact(node, release, release.rootfs),
         stub_url=urls.stub(node), install_dev=profile.install_dev,
         console=profile.console, extra=profile.kargs, platform=boot_platform(config, node),
-        network=node_kargs(config, node) if network is None else network,
+        network=node_kargs(config, node, None) if network is None else network,
     )
     check_command_line(node, profile.arch, kernel_url, kargs)
     return ScriptContext(
@@ -160,9 +161,10 @@ def check_command_lines(config: Config) -> list[str]:
     (with a throwaway signing key: a signature has the same length under every key).
 
     Needs the release: a node whose stream metadata is not at hand without the network (not synced
-    yet) or whose ``network: provider`` has no device record yet is left to ``render`` and the server,
-    and returned. Raises :class:`~bootserver.ipxe.CommandLineTooLong` (exit 2) naming the config file and
-    the first node whose command line does not fit.
+    yet), or whose network is ``network: provider`` (its device record is in the state store, which
+    ``check-config`` does not open), is left to ``render`` and the server, and returned. Raises
+    :class:`~bootserver.ipxe.CommandLineTooLong` (exit 2) naming the config file and the first node
+    whose command line does not fit.
     """
     urls = Urls(config, Signer(Keyring(config.state_dir / "keys.json", [KeyEntry(bytes(32), 0)])))
     catalog = StreamCatalog(config, ArtifactStore(config.cache_dir), Upstream.for_config(config))  # cached() only
@@ -171,7 +173,7 @@ def check_command_lines(config: Config) -> list[str]:
         profile = config.node_profile(node)
         try:
             meta = catalog.cached(profile.stream)
-            network = node_kargs(config, node)
+            network = node_kargs(config, node, None)
         except (MetadataError, DeviceRecordError):
             meta = None
         release = None if meta is None else meta.releases.get(profile.arch)

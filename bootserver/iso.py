@@ -11,13 +11,17 @@ committed; shared/DESIGN.md "No-DHCP boot"):
 
 * **BIOS**: ISOLINUX (``isolinux``, ``syslinux-common``) boots Debian's ``ipxe.lkrn`` (``ipxe``) with
   the iPXE commands on the ``APPEND`` line, which iPXE runs as a script (:func:`ipxe_commands`).
-* **One image**: ``xorriso -as mkisofs`` (``xorriso``) writes the El Torito image, hybrid (an MBR from
-  ``isohdpfx.bin``) so it also boots written to a USB stick.
+* **UEFI**: a FAT image (``mtools``) holding a standalone GRUB (``grub-mkstandalone``, ``grub-common`` and
+  ``grub-efi-amd64-bin``) whose built-in config (:data:`GRUB_EMBEDDED_CFG`, the same for every node)
+  reads ``/bootserver/grub.cfg`` from the image (:func:`grub_cfg`): the static address, then the node's
+  signed GRUB config (``GET /grub/<node>``, :func:`bootserver.ipxe.render_grub_config`).
+* **One image**: ``xorriso -as mkisofs`` (``xorriso``) writes both El Torito entries, hybrid (an MBR from
+  ``isohdpfx.bin``, a GPT for the EFI image) so it also boots written to a USB stick.
 
-The node-independent part (the loaders, copied from the Debian packages) is kept in
-``<cache_dir>/iso/loaders-<digest>`` (the digest covers the loaders' bytes, so a package upgrade makes a
-new folder); a node's build adds its ``isolinux.cfg`` and runs xorriso (about 0.1 s,
-docs/benchmarks.md).
+Cached (docs/design.md, "Boot without DHCP"): the node-independent loaders in
+``<cache_dir>/iso/loaders-<digest>`` (:func:`loaders`), each node's image in ``<cache_dir>/iso/nodes``
+(:func:`node_image`), built once per node and inputs; a build is the two text files and one xorriso run
+(about 0.1 s, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -29,14 +33,15 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .config import Config
 from .errors import BootserverError, ConfigError, InputError
-from .files import fsync_dir
-from .ipxe import check_script_word
+from .files import fsync_dir, write_atomic
+from .ipxe import check_script_word, grub_path, grub_quote
 from .network import (
     Interface,
     NetworkConfigError,
@@ -45,6 +50,7 @@ from .network import (
     effective_network,
     node_network,
 )
+from .urls import Urls
 
 #: Debian's files the BIOS boot of the image is made of (path, Debian package).
 ISOLINUX_BIN = ("/usr/lib/ISOLINUX/isolinux.bin", "isolinux")
@@ -52,6 +58,26 @@ ISOHYBRID_MBR = ("/usr/lib/ISOLINUX/isohdpfx.bin", "isolinux")
 LDLINUX_C32 = ("/usr/lib/syslinux/modules/bios/ldlinux.c32", "syslinux-common")
 IPXE_LKRN = ("/usr/lib/ipxe/ipxe.lkrn", "ipxe")
 XORRISO = ("xorriso", "xorriso")
+GRUB_MKSTANDALONE = ("grub-mkstandalone", "grub-common")
+GRUB_EFI_MODULES = ("/usr/lib/grub/x86_64-efi", "grub-efi-amd64-bin")
+MFORMAT, MMD, MCOPY = ("mformat", "mtools"), ("mmd", "mtools"), ("mcopy", "mtools")
+
+#: The GRUB modules the image's standalone GRUB carries (``--install-modules``; about 0.7 MB).
+GRUB_MODULES = ("efinet", "http", "net", "normal", "echo", "linux", "iso9660", "configfile", "test", "regexp",
+                "sleep")
+
+#: The config built into the standalone GRUB, the same for every node: load the network and ISO 9660
+#: modules, then read ``/bootserver/grub.cfg`` from the device GRUB was loaded from (``$cmdpath`` is
+#: ``(cd0)/EFI/BOOT`` when the firmware booted the image's El Torito EFI entry).
+GRUB_EMBEDDED_CFG = """insmod efinet
+insmod http
+insmod iso9660
+regexp --set=1:bootdev '^\\((.*)\\)' "$cmdpath"
+source "($bootdev)/bootserver/grub.cfg"
+echo "bootserver: no /bootserver/grub.cfg on the boot device ($bootdev)"
+sleep 10
+exit
+"""
 
 #: How many NICs the image's iPXE looks through for the boot interface's MAC (``net0`` .. ``net7``).
 MAX_NICS = 8
@@ -149,10 +175,10 @@ def boot_interface(state: NetworkState, macs: Iterable[str]) -> tuple[Interface,
     return nic, carrier, nic.mac_address or (macs[0] if macs else None)
 
 
-def boot_network(config: Config, node: str) -> BootNetwork:
-    """How node ``node``'s image brings up its boot interface: from its ``network`` (the device record for
-    ``network: provider``), see :func:`boot_interface`. A node with ``network: dhcp`` (the default), or
-    whose boot interface has ``dhcp: true``, gets DHCP on its first MAC.
+def boot_network(config: Config, node: str, device: Mapping[str, Any] | None = None) -> BootNetwork:
+    """How node ``node``'s image brings up its boot interface: from its ``network`` (``device``, its device
+    record in the state store, for ``network: provider``), see :func:`boot_interface`. A node with
+    ``network: dhcp`` (the default), or whose boot interface has ``dhcp: true``, gets DHCP on its first MAC.
 
     Raises :class:`~bootserver.errors.ConfigError` naming the config file, node and key when the boot
     interface cannot be told (``nodes.<n>.network.interfaces: no interface has the node's MAC ...``), and
@@ -161,7 +187,7 @@ def boot_network(config: Config, node: str) -> BootNetwork:
     Raises :class:`~bootserver.network.DeviceRecordError` as :func:`~bootserver.network.node_network`.
     """
     macs = config.nodes[node].mac
-    state = node_network(config, node)
+    state = node_network(config, node, device)
     if state is None or not state.interfaces:
         return BootNetwork("", macs[0] if macs else None)
     spec = config.nodes[node]
@@ -228,6 +254,44 @@ def ipxe_commands(boot: BootNetwork, url: str) -> str:
     return " ".join(words)
 
 
+def grub_cfg(boot: BootNetwork, url: str) -> str:
+    """``/bootserver/grub.cfg`` of the image, read by its UEFI boot (GRUB 2.06 with ``efinet`` and
+    ``http``): find the card whose MAC is ``boot.mac`` (``efinet0`` .. ``efinet7``: a probe address
+    on each card sets ``$net_probe_mac``; default ``efinet0``), then either give it the static address,
+    the route to its subnet, the default route and DNS (``net_add_addr``, ``net_add_route``,
+    ``net_add_dns``: no DHCP) or run ``net_bootp`` on it (:attr:`BootNetwork.dhcp`), then ``source``
+    ``url`` (the node's signed GRUB config, :func:`~bootserver.ipxe.grub_path`); when that fails, ``exit``
+    to the next boot device. Raises :class:`~bootserver.ipxe.GrubUnsupported` for a URL that is not
+    plain http and :class:`~bootserver.ipxe.UnsafeValueError` for one GRUB would not read literally.
+    """
+    source = grub_quote(grub_path(url))
+    lines = ["# bootserver: the node's boot interface, then its GRUB config", "set bootnic=efinet0"]
+    if boot.mac:
+        cards = " ".join(f"efinet{n}" for n in range(MAX_NICS))
+        lines += [f"for card in {cards}; do",
+                  "  if net_add_addr probe $card 0.0.0.0; then",
+                  f"    if [ \"$net_probe_mac\" = \"{boot.mac}\" ]; then set bootnic=$card; fi",
+                  "    net_del_addr probe",
+                  "  else",
+                  "    break",
+                  "  fi",
+                  "done"]
+    if boot.dhcp:
+        lines.append("net_bootp $bootnic")
+    else:
+        assert boot.address is not None
+        subnet = ipaddress.IPv4Interface(f"{boot.address}/{boot.prefix}").network
+        lines += [f"net_add_addr bootserver $bootnic {boot.address}",
+                  f"net_add_route bootserver-lan {subnet} bootserver"]
+        if boot.gateway:
+            lines.append(f"net_add_route bootserver-default 0.0.0.0/0 gw {boot.gateway}")
+        lines += [f"net_add_dns {server}" for server in boot.dns[:1]]
+    lines += [f"source {source}",
+              "echo 'bootserver: the boot config could not be fetched; falling through to the next boot device'",
+              "sleep 10", "exit"]
+    return "\n".join(lines) + "\n"
+
+
 def isolinux_cfg(boot: BootNetwork, url: str) -> str:
     """``isolinux/isolinux.cfg``: boot ``ipxe.lkrn`` at once (no prompt) with :func:`ipxe_commands`."""
     return ("DEFAULT bootserver\nPROMPT 0\nTIMEOUT 0\nLABEL bootserver\n"
@@ -247,17 +311,52 @@ def _need(path_and_package: tuple[str, str]) -> Path:
     raise IsoToolMissing(f"the boot image needs {path} (Debian package {package}), which is not installed")
 
 
+def _run(argv: list[str], what: str) -> None:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise BootserverError(f"{what} did not finish within {BUILD_TIMEOUT:.0f} s") from None
+    if p.returncode != 0:
+        last = ((p.stderr or p.stdout).strip().splitlines() or ["no message"])[-1]
+        raise BootserverError(f"{what} failed (exit {p.returncode}): {last}")
+
+
+def _efi_boot_image(folder: Path) -> None:
+    """Write ``folder/efiboot.img``: a FAT image holding ``EFI/BOOT/BOOTX64.EFI``, a standalone GRUB
+    (``grub-mkstandalone -O x86_64-efi``, only :data:`GRUB_MODULES`) whose embedded config is
+    :data:`GRUB_EMBEDDED_CFG`."""
+    mkstandalone = _need(GRUB_MKSTANDALONE)
+    _need(GRUB_EFI_MODULES)
+    mformat, mmd, mcopy = _need(MFORMAT), _need(MMD), _need(MCOPY)
+    (folder / "embedded.cfg").write_text(GRUB_EMBEDDED_CFG)
+    efi = folder / "BOOTX64.EFI"
+    _run([str(mkstandalone), "-O", "x86_64-efi", f"--install-modules={' '.join(GRUB_MODULES)}", "--modules=",
+          "--locales=", "--fonts=", "--themes=", "-o", str(efi), f"boot/grub/grub.cfg={folder / 'embedded.cfg'}"],
+         "grub-mkstandalone")
+    img = folder / "efiboot.img"
+    # 1440 KiB: BOOTX64.EFI is about 0.7 MB; -C creates the image file
+    _run([str(mformat), "-C", "-f", "1440", "-i", str(img), "::"], "mformat")
+    _run([str(mmd), "-i", str(img), "::/EFI", "::/EFI/BOOT"], "mmd")
+    _run([str(mcopy), "-i", str(img), str(efi), "::/EFI/BOOT/BOOTX64.EFI"], "mcopy")
+    efi.unlink()
+    (folder / "embedded.cfg").unlink()
+
+
 def loaders(cache_dir: Path) -> Path:
-    """The node-independent part of every image: a folder ``<cache_dir>/iso/loaders-<digest>`` holding
-    ``isolinux/isolinux.bin``, ``isolinux/ldlinux.c32`` and ``isolinux/ipxe.lkrn`` copied from Debian's
-    packages (made once; ``<digest>``: sha256 of their bytes). Raises :class:`IsoToolMissing` and
-    ``OSError``."""
+    """The node-independent part of every image, made once: a folder ``<cache_dir>/iso/loaders-<digest>``
+    holding ``isolinux/isolinux.bin``, ``isolinux/ldlinux.c32`` and ``isolinux/ipxe.lkrn`` copied from
+    Debian's packages, and ``efiboot.img`` (:func:`_efi_boot_image`). ``<digest>``: sha256 over those
+    loaders' bytes, GRUB's ``kernel.img`` and the embedded GRUB config, so a package upgrade or a change
+    here makes a new folder. Raises :class:`IsoToolMissing`, :class:`BootserverError` when a tool fails,
+    and ``OSError``."""
     sources = {"isolinux.bin": _need(ISOLINUX_BIN), "ldlinux.c32": _need(LDLINUX_C32), "ipxe.lkrn": _need(IPXE_LKRN)}
     digest = hashlib.sha256()
     blobs = {}
     for name, src in sources.items():
         blobs[name] = src.read_bytes()
         digest.update(name.encode() + b"\0" + blobs[name])
+    digest.update((_need(GRUB_EFI_MODULES) / "kernel.img").read_bytes())
+    digest.update(GRUB_EMBEDDED_CFG.encode() + " ".join(GRUB_MODULES).encode())
     root = cache_dir / "iso"
     final = root / f"loaders-{digest.hexdigest()[:16]}"
     if final.is_dir():
@@ -268,6 +367,7 @@ def loaders(cache_dir: Path) -> Path:
         (tmp / "isolinux").mkdir()
         for name, data in blobs.items():
             (tmp / "isolinux" / name).write_bytes(data)
+        _efi_boot_image(tmp)
         try:
             os.rename(tmp, final)
         except OSError:
@@ -279,36 +379,67 @@ def loaders(cache_dir: Path) -> Path:
     return final
 
 
-def build_image(config: Config, boot: BootNetwork, url: str) -> bytes:
-    """The bytes of a bootable hybrid ISO 9660 image (about 3 MB) that brings up ``boot`` and chains
-    ``url`` (the node's signed chain URL). Built in a temporary folder under ``<cache_dir>/iso``,
-    removed afterwards.
+def build_image(config: Config, boot: BootNetwork, chain_url: str, grub_url: str) -> bytes:
+    """The bytes of a bootable hybrid ISO 9660 image (about 2.5 MB) that brings up ``boot`` and chains
+    the node's signed chain URL ``chain_url`` (BIOS: ISOLINUX, ``ipxe.lkrn``) or sources its signed GRUB
+    config URL ``grub_url`` (UEFI: the cached ``efiboot.img``, whose GRUB reads
+    ``/bootserver/grub.cfg`` of the image, :func:`grub_cfg`). Built in a temporary folder under
+    ``<cache_dir>/iso``, removed afterwards.
 
     Raises :class:`IsoToolMissing` (exit 1) when a Debian binary is missing, :class:`BootserverError`
-    (exit 1) when xorriso fails (its last line in the message), and
-    :class:`~bootserver.ipxe.UnsafeValueError` for a URL iPXE would not read literally.
+    (exit 1) when a tool fails (its last line in the message), :class:`~bootserver.ipxe.GrubUnsupported`
+    for a GRUB URL that is not plain http, and :class:`~bootserver.ipxe.UnsafeValueError` for a URL
+    iPXE would not read literally.
     """
-    cfg = isolinux_cfg(boot, url)
+    isolinux, grub = isolinux_cfg(boot, chain_url), grub_cfg(boot, grub_url)
     base = loaders(config.cache_dir)
     xorriso, mbr = _need(XORRISO), _need(ISOHYBRID_MBR)
     work = Path(tempfile.mkdtemp(dir=base.parent, prefix=".build-"))
     try:
         tree = work / "tree"
         (tree / "isolinux").mkdir(parents=True)
+        (tree / "bootserver").mkdir()
         for f in (base / "isolinux").iterdir():
             os.link(f, tree / "isolinux" / f.name)
-        (tree / "isolinux" / "isolinux.cfg").write_text(cfg)
+        os.link(base / "efiboot.img", tree / "efiboot.img")
+        (tree / "isolinux" / "isolinux.cfg").write_text(isolinux)
+        (tree / "bootserver" / "grub.cfg").write_text(grub)
         out = work / "image.iso"
-        argv = [str(xorriso), "-as", "mkisofs", "-quiet", "-o", str(out), "-V", "BOOTSERVER",
-                "-isohybrid-mbr", str(mbr), "-b", "isolinux/isolinux.bin", "-c", "isolinux/boot.cat",
-                "-no-emul-boot", "-boot-load-size", "4", "-boot-info-table", str(tree)]
-        try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise BootserverError(f"xorriso did not finish the boot image within {BUILD_TIMEOUT:.0f} s") from None
-        if p.returncode != 0 or not out.is_file():
-            last = (p.stderr.strip().splitlines() or ["no message"])[-1]
-            raise BootserverError(f"xorriso could not build the boot image (exit {p.returncode}): {last}")
+        _run([str(xorriso), "-as", "mkisofs", "-quiet", "-o", str(out), "-V", "BOOTSERVER",
+              "-isohybrid-mbr", str(mbr), "-b", "isolinux/isolinux.bin", "-c", "isolinux/boot.cat",
+              "-no-emul-boot", "-boot-load-size", "4", "-boot-info-table",
+              "-eltorito-alt-boot", "-e", "efiboot.img", "-no-emul-boot", "-isohybrid-gpt-basdat", str(tree)],
+             "xorriso")
         return out.read_bytes()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] | None = None) -> Path:
+    """The node's boot image in the cache, built when missing: ``<cache_dir>/iso/nodes/<node>-<digest>.iso``,
+    where ``<digest>`` covers every input but the URLs' expiry (the boot network, the chain and GRUB
+    URLs' base and path, the current signing key, the loaders). An image is used while its URLs stay
+    valid for at least half of ``server.signing.chain_ttl``, like a device's chain URL
+    (:meth:`~bootserver.urls.Urls.chain_is_current`); a new image replaces the node's older ones.
+    Written whole (temp file, rename): a reader never sees half an image.
+
+    ``device``: the node's device record (for ``network: provider``, see :func:`boot_network`).
+    Raises as :func:`boot_network` and :func:`build_image`.
+    """
+    boot = boot_network(config, node, device)
+    chain, grub = urls.chain(node), urls.grub(node)
+    exp, key = urls.signer.state(config.server.signing.chain_ttl)
+    base = loaders(config.cache_dir)
+    digest = hashlib.sha256(repr((boot, chain.split("?")[0], grub.split("?")[0], hashlib.sha256(key).hexdigest(),
+                                  base.name)).encode()).hexdigest()[:16]
+    folder = config.cache_dir / "iso" / "nodes"
+    later = urls.signer.now() + config.server.signing.chain_ttl / 2
+    for have in sorted(folder.glob(f"{node}-{digest}-*.iso"), reverse=True):
+        if have.stem.rsplit("-", 1)[1].isdigit() and int(have.stem.rsplit("-", 1)[1]) > later:
+            return have
+    path = folder / f"{node}-{digest}-{exp}.iso"
+    write_atomic(path, build_image(config, boot, chain, grub))
+    for old in folder.glob(f"{node}-*.iso"):
+        if old != path and old.name.startswith(f"{node}-") and old.stem.count("-") == node.count("-") + 2:
+            old.unlink(missing_ok=True)
+    return path

@@ -20,17 +20,20 @@ parent calls :func:`enable_multiprocess` with a fresh directory before it forks 
 writes its values to files there, and ``/metrics`` (answered by any worker) adds up every worker's
 files (``downloads_in_flight`` counts live workers only). Multiprocess mode adds
 ``worker_requests{pid}``: requests answered by each worker process (a gauge, one series per pid).
+A scrape skips a worker's file while that worker is still creating it (:class:`WorkerFiles`), so a
+scrape during start-up answers, never 500.
 
 Plain domain code: no aiohttp import.
 """
 
 from __future__ import annotations
 
+import glob
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from .streams import Artifact
 from .timeline import BOOT_DONE_STAGES, STAGES
@@ -69,6 +72,34 @@ def multiprocess_dir() -> str | None:
     return path if path and values.ValueClass is not values.MutexValue else None
 
 
+class WorkerFiles:
+    """Every worker's metric files in multiprocess directory ``path``, added up as prometheus-client's
+    ``MultiProcessCollector`` does, except a file that is still empty.
+
+    prometheus-client creates a worker's file (``<type>_<pid>.db``) and only then sizes it (to 64 KiB)
+    and writes its header; its reader fails (``struct.error``) on a file caught at 0 bytes, and that
+    failure fails the whole scrape: a worker creating its files while another answers ``/metrics``
+    (start-up, a worker's first request of a kind) made that scrape a 500. An empty file holds no
+    value yet, so skipping it loses nothing, and a file never shrinks back to 0 bytes: once it has a
+    size its header is read as the library reads it. (Upstream: prometheus/client_python issue 1199.)
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client import multiprocess  # on purpose here: --workers only
+
+        files = []
+        for name in glob.glob(os.path.join(self.path, "*.db")):
+            try:
+                if os.stat(name).st_size > 0:
+                    files.append(name)
+            except FileNotFoundError:  # a dead worker's live gauge, removed by mark_process_dead
+                continue
+        return iter(multiprocess.MultiProcessCollector.merge(files, accumulate=True))
+
+
 class _StageCollector:
     """Reports ``bootserver_nodes{stage}`` and ``bootserver_nodes_stalled{stage}`` from a callable
     returning every node's ``(stage, stalled)``."""
@@ -104,10 +135,8 @@ class Metrics:
         mp_dir = multiprocess_dir()
         if mp_dir is not None:
             # the metric objects write to files; what a scrape reports is every worker's files
-            from prometheus_client import multiprocess  # on purpose here: --workers only
-
             self.registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(self.registry, path=mp_dir)
+            self.registry.register(WorkerFiles(mp_dir))  # type: ignore[arg-type]
         self.requests = Counter("bootserver_http_requests", "HTTP requests answered.",
                                 ["route", "method", "status"], registry=r)
         self.duration = Histogram("bootserver_http_request_duration_seconds",

@@ -27,7 +27,6 @@ the address carrying its family's default route names a gateway; every other rou
 from __future__ import annotations
 
 import ipaddress
-import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,12 +34,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from .errors import BootserverError, ConfigError, UnavailableError
+from .errors import ConfigError, UnavailableError
 from .ipxe import NETWORK_KARGS, check_script_word
 from .providers.base import provider_of
 from .values import normalize_mac
-
-log = logging.getLogger(__name__)
 
 #: The ``network`` modes that are not an NMState document.
 MODES = ("dhcp", "provider")
@@ -511,7 +508,8 @@ class DeviceRecordError(UnavailableError):
 
 def equinix_network(device: Mapping[str, Any], node: str = "") -> NetworkState:
     """The network of an Equinix Metal device, from the record ``bootserver provision`` stores (the
-    ``device`` member of ``<state_dir>/nodes/<node>.json``: ``ip_addresses[]`` with ``address``,
+    node's device record in the state store, :attr:`Current.device
+    <bootserver.timeline.Current.device>`: ``ip_addresses[]`` with ``address``,
     ``address_family``, ``cidr``, ``gateway``, ``public``; ``network_ports[]`` with ``type``, ``name``,
     ``data.mac``, ``bond.name``, ``network_type``, as the Equinix Metal OpenAPI spec's ``IPAssignment``
     and ``Port`` name them).
@@ -619,9 +617,10 @@ def effective_network(config: Any, node: str) -> str | NetworkState:
     return profile.network if profile.network is not None else "dhcp"
 
 
-def node_network(config: Any, node: str) -> NetworkState | None:
+def node_network(config: Any, node: str, device: Mapping[str, Any] | None) -> NetworkState | None:
     """The NMState document of a node in a loaded config, ``None`` for ``dhcp``. For ``provider``, derived
-    from the device record in ``<state_dir>/nodes/<node>.json`` (:func:`equinix_network`).
+    from ``device``, the node's device record as the state store holds it (:attr:`Current.device
+    <bootserver.timeline.Current.device>`; ``None`` without one) by :func:`equinix_network`.
 
     Raises :class:`DeviceRecordError` (503, exit 1) when a ``provider`` node has no usable device record.
     """
@@ -629,14 +628,6 @@ def node_network(config: Any, node: str) -> NetworkState | None:
     if network == "dhcp":
         return None
     if network == "provider":
-        from .provision import read_node_state
-
-        try:
-            device = read_node_state(config.state_dir, node).get("device")
-        except BootserverError as e:  # unreadable or not JSON: the detail (a path) goes to the log only
-            log.error("node %s: %s", node, e)
-            raise DeviceRecordError(f"node {node}: its device record cannot be read (see the server's log); "
-                                    f"run `bootserver provision {node}` to write it again") from None
         if not isinstance(device, Mapping):
             raise DeviceRecordError(f"node {node}: network: provider needs its provisioned device's record, "
                                     f"and there is none yet; run `bootserver provision {node}` first")
@@ -648,12 +639,13 @@ def node_network(config: Any, node: str) -> NetworkState | None:
     return network
 
 
-def node_kargs(config: Any, node: str) -> tuple[str, ...]:
-    """The dracut network kernel arguments of a node (``()`` for ``dhcp``), with its hostname.
+def node_kargs(config: Any, node: str, device: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The dracut network kernel arguments of a node (``()`` for ``dhcp``), with its hostname; ``device``
+    is its device record (``None`` without one), read by ``network: provider`` only.
 
     Raises :class:`DeviceRecordError` as :func:`node_network`.
     """
-    state = node_network(config, node)
+    state = node_network(config, node, device)
     if state is None:
         return ()
     try:

@@ -1,19 +1,19 @@
 """``provision``, ``deprovision`` and ``devices`` on top of any provider (:mod:`bootserver.providers`).
 
 * :func:`provision`: group the nodes by provider, have each provider make its nodes boot from
-  bootserver, record each node's device in its state file, then (``wait``) follow the node timeline
+  bootserver, record each node's device in the state store, then (``wait``) follow the node timeline
   until every node is ``up`` (its system checked in; profiles with ``checkin: false``: ``installed`` in
   install mode, ``running`` in live mode), a line per stage change.
   The provider's own status (Equinix's ``active``, a BMC's power state) says nothing about whether the
   install worked (docs/design.md, boot flow step 6); a provider that reports a failure (Equinix's
   ``failed``) still ends the wait with an error.
-* :func:`deprovision`: have each provider undo it, and clear the node's device.
+* :func:`deprovision`: have each provider undo it, and clear the node's device record.
 * :func:`devices`: every provider's view of its devices, with bootserver's stage of each node.
-* Node state: ``<state_dir>/nodes/<node>.json``, a JSON object whose ``device`` member is what the
-  node's provider recorded (at least ``{"provider", "id", "state"}``; Equinix adds ``project``,
-  ``hostname``, ``ip_addresses``..., Redfish ``address``, ``system``, ``macs``...); written atomically
-  and owner-only (:func:`bootserver.files.write_atomic`). Other members of the file are kept as they are, so
-  other parts of bootserver may share it.
+* Device records: in the config's state store (:meth:`bootserver.state.StateStore.devices`; sqlite in
+  ``state_dir``, or the ``state_store`` database shared by every replica), a JSON object per node: what
+  the node's provider recorded (at least ``{"provider", "id", "state"}``; Equinix adds ``project``,
+  ``hostname``, ``ip_addresses``..., Redfish ``address``, ``system``, ``macs``...). So ``provision``
+  through one replica's config and ``devices``/``deprovision`` through another's see the same devices.
 
 No aiohttp, no server imports.
 """
@@ -23,17 +23,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
-import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from bootserver.errors import BootserverError, InputError
-from bootserver.files import write_atomic
 from bootserver.providers.base import (
     DEFAULT_PROVIDER,
     Outcome,
@@ -81,79 +76,6 @@ class DeviceFailed(ProviderError):
         self.lines = list(lines)
 
 
-# ------------------------------------------------------------------------------------------ state
-
-
-def node_state_path(state_dir: str | os.PathLike[str], node: str) -> Path:
-    """``<state_dir>/nodes/<node>.json``. Raises ``InputError`` for a node name that is not a plain
-    file name (empty, ``.``/``..``, a path separator or a NUL)."""
-    if not node or node in (".", "..") or "/" in node or "\\" in node or "\0" in node:
-        raise InputError(f"node name cannot name a state file: {node!r}")
-    return Path(state_dir) / "nodes" / f"{node}.json"
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (:func:`bootserver.files.write_atomic`, owner-only
-    permissions). Creates the folder. Raises ``OSError`` on disk failures."""
-    write_atomic(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), mode=0o600)
-
-
-def read_node_state(state_dir: str | os.PathLike[str], node: str) -> dict[str, Any]:
-    """Return the node's state object (``{}`` when there is no state file).
-
-    Raises ``InputError`` when the file is not a JSON object, ``BootserverError`` (exit 1) when it
-    cannot be read; both name the file.
-    """
-    path = node_state_path(state_dir, node)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise BootserverError(f"{path}: cannot read node state: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise InputError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: not a JSON object")
-    return data
-
-
-def record_device(state_dir: str | os.PathLike[str], node: str, device: dict[str, Any]) -> None:
-    """Store ``device`` (a provider's record) as the node's device in its state file, keeping the
-    file's other members. Raises ``BootserverError`` (exit 1) naming the file when it cannot be written."""
-    data = read_node_state(state_dir, node)
-    data["node"] = node
-    data["device"] = device
-    path = node_state_path(state_dir, node)
-    try:
-        write_json_atomic(path, data)
-    except OSError as exc:
-        raise BootserverError(f"{path}: cannot write node state: {exc.strerror or exc}") from None
-
-
-def clear_device(state_dir: str | os.PathLike[str], node: str) -> None:
-    """Remove the node's ``device`` member; remove the file when nothing else is left in it."""
-    path = node_state_path(state_dir, node)
-    data = read_node_state(state_dir, node)
-    if not data:
-        return
-    data.pop("device", None)
-    try:
-        if set(data) <= {"node"}:
-            path.unlink(missing_ok=True)
-        else:
-            write_json_atomic(path, data)
-    except OSError as exc:
-        raise BootserverError(f"{path}: cannot write node state: {exc.strerror or exc}") from None
-
-
-def recorded_devices(state_dir: str | os.PathLike[str], nodes: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """``{node: its recorded device member, or {}}``."""
-    return {n: read_node_state(state_dir, n).get("device") or {} for n in nodes}
-
-
 # ----------------------------------------------------------------------------------------- grouping
 
 
@@ -172,8 +94,10 @@ def by_provider(config: Any, nodes: Sequence[str]) -> dict[str, list[str]]:
 class StoreSession:
     """The config's state store (:func:`bootserver.state.backends.open_store`: sqlite in ``state_dir``, or the
     ``state_store`` database), started on an event loop of its own for these synchronous commands: the
-    signing keys (:meth:`keyring`) and the node timeline's stages (:meth:`nodes`). Close it (or use it
-    as a context manager). Raises what :meth:`~bootserver.state.StateStore.start` raises."""
+    signing keys (:meth:`keyring`), the node timeline's stages (:meth:`nodes`) and the device records
+    (:meth:`devices`, :meth:`set_device`, :meth:`clear_device`). Close it (or use it as a context
+    manager). Raises what :meth:`~bootserver.state.StateStore.start` raises; the other methods raise
+    ``UnavailableError`` (exit 1) naming the store when it cannot answer."""
 
     def __init__(self, config: Any) -> None:
         self._loop = asyncio.new_event_loop()
@@ -191,6 +115,23 @@ class StoreSession:
     def nodes(self, names: Sequence[str]) -> list[Any]:
         """The timeline's :class:`~bootserver.timeline.NodeState` of every node in ``names`` (and others)."""
         return self._loop.run_until_complete(self.store.nodes(list(names)))
+
+    def devices(self, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """``{node: its device record, or {} without one}`` for each of ``names``, in order."""
+        recorded = self._loop.run_until_complete(self.store.devices(list(names)))
+        return {n: recorded.get(n) or {} for n in names}
+
+    def all_devices(self) -> dict[str, dict[str, Any]]:
+        """Every recorded device, by node."""
+        return self._loop.run_until_complete(self.store.devices())
+
+    def set_device(self, node: str, device: Mapping[str, Any]) -> None:
+        """Record ``device`` as the node's device (at once: every replica sees it)."""
+        self._loop.run_until_complete(self.store.set_device(node, device))
+
+    def clear_device(self, node: str) -> None:
+        """Remove the node's device record."""
+        self._loop.run_until_complete(self.store.clear_device(node))
 
     def close(self) -> None:
         """Close the store and its event loop."""
@@ -281,7 +222,7 @@ def wait_for_nodes(
                 if poll.state != provider_state[node]:
                     provider_state[node] = poll.state
                     say(node, f"device {devices[node].get('id')} is {poll.state}")
-                    record_device(config.state_dir, node, devices[node])
+                    store.set_device(node, devices[node])
                 if poll.failed:
                     failed.append(node)
                     continue
@@ -336,9 +277,7 @@ def provision(
         opened = [(stack.enter_context(provider_class(name).open(config, args, urls)), group)
                   for name, group in by_provider(config, nodes).items()]
         for provider, group in opened:
-            recorded = recorded_devices(config.state_dir, group)
-            outcomes = provider.provision(
-                group, recorded, lambda node, device: record_device(config.state_dir, node, device), say)
+            outcomes = provider.provision(group, store.devices(group), store.set_device, say)
             for outcome in outcomes:
                 assert outcome.device is not None
                 watched[outcome.node] = (provider, outcome.device)
@@ -355,24 +294,27 @@ def deprovision(config: Any, args: argparse.Namespace, nodes: Sequence[str], *, 
     """Undo ``provision`` for ``nodes`` with their providers and clear their recorded devices.
     Returns one output line per node. A node whose provider fails keeps its recorded device."""
     lines: dict[str, str] = {}
-    for name, group in by_provider(config, nodes).items():
-        with provider_class(name).open(config, args, None) as provider:
-            for outcome in provider.deprovision(group, recorded_devices(config.state_dir, group), say):
-                clear_device(config.state_dir, outcome.node)
-                lines[outcome.node] = outcome.line
+    with StoreSession(config) as store:
+        for name, group in by_provider(config, nodes).items():
+            with provider_class(name).open(config, args, None) as provider:
+                for outcome in provider.deprovision(group, store.devices(group), say):
+                    store.clear_device(outcome.node)
+                    lines[outcome.node] = outcome.line
     return [lines[n] for n in dict.fromkeys(nodes)]
 
 
 def devices(config: Any, args: argparse.Namespace) -> list[str]:
     """The lines of ``bootserver devices``: each provider in use (nodes of its own, or options naming
-    it; Equinix when none is) lists its devices with bootserver's stage of each node."""
+    it; Equinix when none is) lists its devices with bootserver's stage of each node, given the device
+    records of the state store (whichever replica's config recorded them)."""
     with StoreSession(config) as store:
         stages = {s.node: s.stage for s in store.nodes(list(config.nodes))}
+        recorded = store.all_devices()
     classes = [cls for cls in provider_classes() if cls.used_by(config, args)] or [provider_class(DEFAULT_PROVIDER)]
     lines: list[str] = []
     for cls in classes:
         with cls.open(config, args, None) as provider:
-            lines += provider.devices(stages)
+            lines += provider.devices(stages, recorded)
     return lines
 
 
@@ -384,15 +326,9 @@ __all__ = [
     "StoreSession",
     "WaitPolicy",
     "by_provider",
-    "clear_device",
     "deprovision",
     "devices",
     "done_stages",
-    "node_state_path",
     "provision",
-    "read_node_state",
-    "record_device",
-    "recorded_devices",
     "wait_for_nodes",
-    "write_json_atomic",
 ]

@@ -4,6 +4,8 @@ concurrency cap, handler timeouts and an access log that never shows query strin
 Every refusal is the same ``403`` with the same body (:data:`FORBIDDEN_BODY`), whatever the reason
 (missing, forged, expired or other-node signature, wrong source address, plain HTTP where HTTPS is
 required), so a client learns nothing about which check failed; the reason goes to our log only.
+A signature that may come from a key this server cannot read yet is not a refusal but a 503
+(:class:`bootserver.signing.KeysUnavailableError`, raised by the ``check`` a :class:`Gate` calls).
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ class Gate:
         only: every refusal is the same :func:`forbidden` answer), or ``None``: a missing, expired or
         invalid signature over the node and route path; a real config over plain HTTP when
         ``server.tls`` is set (unless ``allow_plain_configs``); a source outside the node's
-        ``addresses``."""
+        ``addresses``. Raises :class:`~bootserver.signing.KeysUnavailableError` (503) for a signature
+        that a key the server cannot read yet may have made."""
         q = request.query
         tls = self.config.server.tls
         if not self.check(node, route.path(node=node), q.get("exp"), q.get("sig")):
@@ -90,6 +93,16 @@ class Gate:
     def address(self, request: web.BaseRequest) -> Address | None:
         """:func:`client_address` under ``server.trusted_proxies``."""
         return client_address(request, self.config.server.trusted_proxies)
+
+    def client(self, request: web.BaseRequest) -> str | None:
+        """The request's source address as text, as the node timeline records it and artifact
+        attribution matches it: :meth:`address` (the forwarded address when the peer is a trusted
+        proxy), or without ``server.trusted_proxies`` the peer's address as aiohttp gives it. ``None``
+        when no address can be told."""
+        if not self.config.server.trusted_proxies:
+            return request.remote
+        addr = self.address(request)
+        return None if addr is None else str(addr)
 
 
 class Limits:

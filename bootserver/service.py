@@ -26,7 +26,8 @@ from .errors import BootserverError, UnavailableError
 from .fetch import Upstream
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .inventory import find_node, profile_of, script_context, select_node, stall_deadlines
-from .ipxe import render_boot_script, render_localboot_script
+from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
+from .iso import node_image
 from .network import node_kargs
 from .readthrough import ReadThrough, Transfer
 from .signing import Signer
@@ -157,7 +158,10 @@ class BootService:
         self._stall_wake: asyncio.Event | None = None
         self._stall_lock: int | None = None
         self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
+        self._grub_configs: RenderCache[ScriptInputs, str] = RenderCache(self._render_grub_config)
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
+        #: Each node's network kargs and the device record they were built from (see :meth:`_network`).
+        self._kargs: dict[str, tuple[Mapping[str, Any] | None, tuple[str, ...]]] = {}
         #: Timeline writes started after an answer went out (see :meth:`artifact_answered`).
         self._pending: set[asyncio.Task[Any]] = set()
         #: Background stream metadata loads (see :meth:`load_metadata_soon`) and the monotonic time of
@@ -180,7 +184,7 @@ class BootService:
         Raises :class:`~bootserver.errors.UnavailableError` when the timeline cannot be read, or
         ``FetchError``/``MetadataError`` when the stream's metadata must be fetched and cannot be.
         """
-        return (await self._script(node, await self.stage(node)))[1]
+        return (await self._script(node, await self.state.current(node)))[1]
 
     async def stage(self, node: str) -> str:
         """The node's timeline stage (one indexed row, read on the event loop: see
@@ -191,19 +195,38 @@ class BootService:
         """
         return await self.state.stage(node)
 
-    async def _script(self, node: str, stage: str) -> tuple[str, str, dict[str, Any]]:
-        """``(event, script, detail)``: the boot-disk script when boot-once applies, else the boot script."""
+    async def _script(self, node: str, current: Current, grub: bool = False) -> tuple[str, str, dict[str, Any]]:
+        """``(event, script, detail)`` for the node as read (``current``: its stage and device record):
+        the boot-disk script when boot-once applies, else the boot script; in GRUB's form with ``grub``
+        (the boot image's UEFI boot), the same boot either way."""
         profile = profile_of(self.config, node)
+        stage = current.stage
         if profile.boots_once and stage in INSTALLED_STAGES:
-            return "localboot", render_localboot_script(node, stage), {"stage": stage}
+            script = render_grub_localboot(node, stage) if grub else render_localboot_script(node, stage)
+            return "localboot", script, {"stage": stage}
         release = await self.catalog.release(profile.stream, profile.arch)
         # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        script = self._scripts.get(node, ScriptInputs(node, release, signing, node_kargs(self.config, node)))
+        inputs = ScriptInputs(node, release, signing, self._network(node, current.device))
+        script = self._grub_configs.get(node, inputs) if grub else self._scripts.get(node, inputs)
         return "script", script, {"mode": profile.mode, "release": release.version}
+
+    def _network(self, node: str, device: Mapping[str, Any] | None) -> tuple[str, ...]:
+        """The node's network kargs (:func:`~bootserver.network.node_kargs`), built again only when its
+        device record changed. Raises ``DeviceRecordError`` (never kept: the next request tries again)."""
+        hit = self._kargs.get(node)
+        if hit is not None and (hit[0] is device or hit[0] == device):
+            return hit[1]
+        kargs = node_kargs(self.config, node, device)
+        self._kargs[node] = (device, kargs)
+        return kargs
 
     def _render_script(self, inputs: ScriptInputs) -> str:
         return render_boot_script(script_context(self.config, self.urls, inputs.node, inputs.release,
+                                                 inputs.network))
+
+    def _render_grub_config(self, inputs: ScriptInputs) -> str:
+        return render_grub_config(script_context(self.config, self.urls, inputs.node, inputs.release,
                                                  inputs.network))
 
     def mode(self, node: str) -> str:
@@ -249,9 +272,32 @@ class BootService:
         :meth:`boot_script`.
         """
         current = await self.state.current(node)
-        event, script, detail = await self._script(node, current.stage)
+        event, script, detail = await self._script(node, current)
         await self.record(node, event, ip=client, detail=detail, current=current)
         return script
+
+    async def serve_grub_config(self, node: str, client: str | None) -> str:
+        """:meth:`serve_script` in GRUB's form (``GET /grub/<node>``, fetched by the UEFI boot of the
+        node's boot image): the same boot (kernel, initramfs, kargs), the same boot-once rule, and the
+        same timeline event (``script`` or ``localboot``). Raises as :meth:`boot_script`, and
+        :class:`~bootserver.ipxe.GrubUnsupported` when an artifact URL is not plain http."""
+        current = await self.state.current(node)
+        event, script, detail = await self._script(node, current, grub=True)
+        await self.record(node, event, ip=client, detail=detail, current=current)
+        return script
+
+    async def grub_config(self, node: str) -> str:
+        """The node's GRUB config as :meth:`serve_grub_config` answers now, recording nothing (for
+        ``render``)."""
+        return (await self._script(node, await self.state.current(node), grub=True))[1]
+
+    async def boot_image(self, node: str) -> Path:
+        """The node's boot image file (:func:`bootserver.iso.node_image`: built once per node and inputs,
+        in ``cache_dir/iso/nodes``), built in a worker thread (xorriso, about 0.1 s) so the event loop
+        goes on. Raises as :func:`~bootserver.iso.node_image`, and :class:`UnavailableError` when the
+        state store (the node's device record, for ``network: provider``) cannot be read."""
+        current = await self.state.current(node)
+        return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
 
     async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:
         """:meth:`stub` in the spec version negotiated with the client's ``Accept`` header (see

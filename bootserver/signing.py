@@ -16,6 +16,12 @@ two processes starting at once agree on one key; with ``state_store: postgresql:
 shared database instead (:mod:`bootserver.state.postgresql`, :meth:`Keyring.held`). ``bootserver keys
 rotate`` makes a new current key and keeps the old ones, each with a retirement time (unix seconds),
 until then still accepted.
+
+A signature that no key in hand verifies is refused (403) while the key source answers. While it
+cannot be read (``keys.json`` unreadable or unparsable, the database unreachable: :attr:`Keyring.stale`)
+the signature may come from a key rotated in meanwhile by another process or replica, so
+:meth:`Signer.check` raises :class:`KeysUnavailableError` (503 with ``Retry-After``: iPXE and Ignition
+retry, and once the keys can be read again the answer is the truth, 200 or 403).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .errors import BootserverError, InputError
+from .errors import BootserverError, InputError, UnavailableError
 from .files import write_atomic
 from .values import parse_duration  # noqa: F401  (re-exported: the one duration parser)
 
@@ -62,6 +68,14 @@ class KeyFileError(InputError):
 
 class KeyStoreError(BootserverError):
     """The keys file cannot be read or written (exit 1). The message names the file."""
+
+
+class KeysUnavailableError(UnavailableError):
+    """A well-formed, unexpired signature that no key in hand verifies, while the key source cannot be
+    read (:attr:`Keyring.stale`): a key rotated since may have made it, so the answer is 503 with
+    ``Retry-After``, not a refusal. The message (log only) says why the keys cannot be read."""
+
+    public = "signing keys cannot be read now; retry later"
 
 
 def expiry(now: float, ttl: int) -> int:
@@ -100,17 +114,22 @@ def verify(keys: Sequence[bytes], node: str, path: str, exp: str | None, sig: st
     Pure and total: any malformed or missing input is simply ``False``. Every key is tried with
     :func:`hmac.compare_digest`, so timing does not tell which key or which byte differed.
     """
-    if not exp or not sig or not _EXP_RE.match(exp) or not _SIG_RE.match(sig):
-        return False
-    if "\n" in node or "\n" in path:
-        return False
-    exp_s = int(exp)
-    if exp_s <= now:
+    exp_s = unexpired(exp, sig, now)
+    if exp_s is None or "\n" in node or "\n" in path:
         return False
     ok = False
     for key in keys:
         ok |= hmac.compare_digest(sign(key, node, path, exp_s), sig)
     return ok
+
+
+def unexpired(exp: str | None, sig: str | None, now: float) -> int | None:
+    """``exp`` as unix seconds when ``exp`` and ``sig`` are well formed (canonical decimal, 43 base64url
+    characters) and ``exp`` is later than ``now``; else ``None`` (no key could make them valid)."""
+    if not exp or not sig or not _EXP_RE.match(exp) or not _SIG_RE.match(sig):
+        return None
+    exp_s = int(exp)
+    return exp_s if exp_s > now else None
 
 
 @dataclass(frozen=True)
@@ -145,14 +164,30 @@ class Keyring:
         self.stamp = stamp
         #: For keys held by a shared state store: returns the store's newest keyring (see :meth:`held`).
         self._latest: Callable[[], Keyring] | None = None
+        #: For keys held by a state store: why the store's keys may be out of date (see :attr:`stale`).
+        self._staleness: Callable[[], str | None] | None = None
+        #: Why the keys file could not be read again at the last :meth:`refreshed`, else None.
+        self._problem: str | None = None
 
     @classmethod
-    def held(cls, entries: Sequence[KeyEntry], latest: Callable[[], Keyring]) -> Keyring:
+    def held(cls, entries: Sequence[KeyEntry], latest: Callable[[], Keyring],
+             staleness: Callable[[], str | None] | None = None) -> Keyring:
         """Keys held by a state store rather than a file (the PostgreSQL store): :meth:`refreshed`
-        returns ``latest()``, the newest keys the store has read."""
+        returns ``latest()``, the newest keys the store has read; :attr:`stale` is ``staleness()``,
+        why the store could not read them lately (one line, no secret) or ``None``."""
         ring = cls(None, entries)
         ring._latest = latest
+        ring._staleness = staleness
         return ring
+
+    @property
+    def stale(self) -> str | None:
+        """Why these keys may lack one made since (their source could not be read when last asked:
+        the keys file unreadable or unparsable, the state store unreachable), as one line for the
+        log; ``None`` while the source answers."""
+        if self._staleness is not None:
+            return self._staleness()
+        return self._problem
 
     @classmethod
     def _read(cls, path: Path) -> Keyring:
@@ -164,8 +199,9 @@ class Keyring:
     def refreshed(self) -> Keyring:
         """This keyring, or the file's new contents when ``keys rotate`` (any process) replaced it.
 
-        One ``stat`` per call. A file that vanished or no longer parses keeps the keys in hand (and is
-        logged), so a bad edit cannot lock every node out.
+        One ``stat`` per call. A file that vanished or no longer parses keeps the keys in hand, so a bad
+        edit cannot lock every node out, and makes them :attr:`stale` until it reads again (logged
+        once when it starts, once when it ends).
         """
         if self._latest is not None:
             return self._latest()
@@ -173,12 +209,18 @@ class Keyring:
             return self
         try:
             st = os.stat(self.path)
-            if (st.st_mtime_ns, st.st_size, st.st_ino) == self.stamp:
-                return self
-            return Keyring._read(self.path)
+            same = (st.st_mtime_ns, st.st_size, st.st_ino) == self.stamp
+            fresh = self if same else Keyring._read(self.path)
         except (OSError, KeyFileError) as e:
-            log.warning("%s: keeping the signing keys in use: %s", self.path, e)
+            problem = str(e) if isinstance(e, KeyFileError) else f"{self.path}: {e.strerror or e}"
+            if self._problem is None:
+                log.warning("keeping the signing keys in use: %s", problem)
+            self._problem = problem
             return self
+        if self._problem is not None:
+            log.info("%s: signing keys read again", self.path)
+            self._problem = None
+        return fresh
 
     @property
     def current(self) -> bytes:
@@ -280,10 +322,18 @@ class Signer:
         return expiry(self.now(), ttl), self.keyring.current
 
     def check(self, node: str, path: str, exp: str | None, sig: str | None) -> bool:
-        """True when ``exp``/``sig`` from a request are valid for ``node`` and ``path`` now."""
-        self.keyring = self.keyring.refreshed()
+        """True when ``exp``/``sig`` from a request are valid for ``node`` and ``path`` now, False when
+        they are not. Raises :class:`KeysUnavailableError` instead of False for a well-formed,
+        unexpired signature while the keys are :attr:`~Keyring.stale` (it may come from a newer key)."""
+        keyring = self.keyring = self.keyring.refreshed()
         now = self.now()
-        return verify(self.keyring.accepted(now), node, path, exp, sig, now)
+        if verify(keyring.accepted(now), node, path, exp, sig, now):
+            return True
+        stale = keyring.stale
+        if stale is not None and unexpired(exp, sig, now) is not None:
+            raise KeysUnavailableError(f"a signature no key in hand verifies, and the signing keys cannot "
+                                       f"be read to look for a newer one: {stale}")
+        return False
 
 
 def redact(url_or_query: str) -> str:

@@ -33,8 +33,10 @@ go first and the node's ``dropped`` counts them, so ``bootserver nodes show`` ca
 Artifact URLs are shared by every node of a release, so an artifact request is attributed to the node
 whose boot script was last served to the same client IP within :data:`ATTRIBUTION_WINDOW` seconds (the
 iPXE firmware, the live kernel and the installer of one device all use the device's address). Requests
-from an IP no script was served to are not recorded. Behind NAT or a proxy that hides client addresses
-the attribution is wrong or missing; the per-node events (script, stub, config) are always right.
+from an IP no script was served to are not recorded. The client IP is the one the server resolves
+through ``server.trusted_proxies`` (:meth:`bootserver.security.Gate.client`: behind a trusted reverse
+proxy, the address it forwarded). Behind NAT, or a proxy that hides client addresses and is not
+trusted, the attribution is wrong or missing; the per-node events (script, stub, config) are always right.
 
 Stages (what :meth:`Timeline.nodes` reports), a pure function of the event sequence
 (:func:`next_stage`)::

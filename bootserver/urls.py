@@ -7,6 +7,8 @@ Layout (relative to ``server.base_url``, or for artifacts to the node's facility
     /ignition/<node>                               the node's merge-style Ignition stub
     /ignition/<node>/config                        the node's real Ignition config, byte for byte
     /checkin/<node>                                POST: the node's booted system is up (stage ``up``)
+    /grub/<node>                                   the GRUB form of the node's script (the image's UEFI boot)
+    /iso/<node>.iso                                the node's boot image (networks without DHCP)
     /artifacts/<stream>/<arch>/<release>/<file>    a cached live PXE artifact
 
 Every per-node URL (chain, stub, real config, check-in) carries ``?exp=<unix seconds>&sig=<base64url>`` from
@@ -65,6 +67,8 @@ GENERIC = Route("generic", "/boot.ipxe")
 STUB = Route("stub", "/ignition/{node}", signed=True)
 REAL_CONFIG = Route("real_config", "/ignition/{node}/config", signed=True, real_config=True)
 CHECKIN = Route("checkin", "/checkin/{node}", signed=True, method="POST")
+GRUB = Route("grub", "/grub/{node}", signed=True)
+ISO = Route("iso", "/iso/{node}.iso", signed=True, timed=False)
 ARTIFACT = Route("artifact", "/artifacts/{stream}/{arch}/{release}/{file}", timed=False)
 HEALTHZ = Route("healthz", "/healthz", capped=False, listeners=(DEVICE, ADMIN))
 READYZ = Route("readyz", "/readyz", listeners=(DEVICE, ADMIN))
@@ -73,8 +77,8 @@ NODE = Route("node", "/nodes/{node}", listeners=(ADMIN,))
 METRICS = Route("metrics", "/metrics", listeners=(ADMIN,))
 
 #: Every route of the server, in routing order.
-ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, STUB, REAL_CONFIG, CHECKIN, ARTIFACT, HEALTHZ, READYZ, NODES, NODE,
-                             METRICS)
+ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, STUB, REAL_CONFIG, CHECKIN, GRUB, ISO, ARTIFACT, HEALTHZ, READYZ,
+                             NODES, NODE, METRICS)
 
 
 class Urls:
@@ -149,6 +153,18 @@ class Urls:
         it sits on the installed disk and is called on every boot; ``keys rotate`` revokes it after the
         grace. On the plain base URL, as the stub's."""
         return self._signed(self.base, node, CHECKIN.path(node=node), self.config.server.signing.chain_ttl)
+
+    def grub(self, node: str, ttl: int | None = None) -> str:
+        """The node's signed GRUB config URL: the GRUB form of its chain script, which the UEFI boot of
+        its boot image fetches. Long-lived like :meth:`chain` (it is written into the image)."""
+        ttl = self.config.server.signing.chain_ttl if ttl is None else ttl
+        return self._signed(self.base, node, GRUB.path(node=node), ttl)
+
+    def iso(self, node: str, ttl: int | None = None) -> str:
+        """The node's signed boot image URL (``/iso/<node>.iso``), what a BMC inserts as virtual media;
+        valid for ``ttl`` seconds (default ``server.signing.chain_ttl``), rounded up to the hour."""
+        ttl = self.config.server.signing.chain_ttl if ttl is None else ttl
+        return self._signed(self.base, node, ISO.path(node=node), ttl)
 
     def artifact_base(self, node: str) -> str:
         """Base URL for a node's artifacts: its facility's ``base_url`` when set, else ours."""

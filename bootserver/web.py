@@ -50,6 +50,8 @@ from .urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
 log = logging.getLogger("bootserver.web")
 
 SERVICE = web.AppKey("service", BootService)
+#: The request-level checks, also the one resolution of a request's client address (``Gate.client``).
+GATE = web.AppKey("gate", Gate)
 #: The admin application (``/nodes``, ``/metrics``) sharing the device application's service.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
@@ -106,15 +108,23 @@ ERROR_ANSWERS: tuple[tuple[type[BootserverError], int, str], ...] = (
 
 def error_answer(request: web.Request, e: BootserverError) -> web.Response:
     """The answer to a request whose handling raised ``e``: its status and public text
-    (:data:`ERROR_ANSWERS`), and one log line with ``str(e)``."""
+    (:data:`ERROR_ANSWERS`), ``Retry-After`` on a 503, and one log line with ``str(e)``."""
     status, public = next((status, public) for cls, status, public in ERROR_ANSWERS if isinstance(e, cls))
     log.log(logging.WARNING if status < 500 or status == 503 else logging.ERROR, "%s %s: %d %s",
             request.method, request.path, status, e)
-    return _text(status, e.public or public)
+    answer = _text(status, e.public or public)
+    if isinstance(e, UnavailableError):
+        answer.headers[hdrs.RETRY_AFTER] = str(e.retry_after)
+    return answer
 
 
 def _service(request: web.Request) -> BootService:
     return request.app[SERVICE]
+
+
+def _client(request: web.Request) -> str | None:
+    """The client address the timeline records (resolved through ``server.trusted_proxies``)."""
+    return request.app[GATE].client(request)
 
 
 def front_middleware(svc: BootService, gate: Gate, limits: Limits, routes: dict[str, Route]):
@@ -160,15 +170,31 @@ def front_middleware(svc: BootService, gate: Gate, limits: Limits, routes: dict[
 
 async def ipxe_script(request: web.Request) -> web.Response:
     """``GET /ipxe/{node}`` and ``GET /boot.ipxe?mac=|uuid=|hostname=``: the node's iPXE script."""
-    script = await _service(request).serve_script(request[NODE], request.remote)
+    script = await _service(request).serve_script(request[NODE], _client(request))
     return web.Response(text=script, content_type="text/plain")
+
+
+async def grub_config(request: web.Request) -> web.Response:
+    """``GET /grub/{node}``: the GRUB form of the node's script, which its boot image's UEFI boot sources."""
+    script = await _service(request).serve_grub_config(request[NODE], _client(request))
+    return web.Response(text=script, content_type="text/plain")
+
+
+async def boot_image(request: web.Request) -> web.StreamResponse:
+    """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (built on first use), with ``Range``
+    (206), ``HEAD`` and ``If-Modified-Since`` as for artifacts (aiohttp's FileResponse): BMCs read
+    virtual media in ranges."""
+    path = await _service(request).boot_image(request[NODE])
+    return web.FileResponse(path, headers={"Content-Type": "application/x-iso9660-image",
+                                           "Cache-Control": "no-store"})
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
     """``GET /ignition/{node}``: the node's merge-style stub, in the spec version negotiated with the
     ``Accept`` header (406 when none fits); ``Vary: Accept`` either way."""
     try:
-        body = await _service(request).serve_stub(request[NODE], request.remote, request.headers.get(hdrs.ACCEPT))
+        body = await _service(request).serve_stub(request[NODE], _client(request),
+                                                 request.headers.get(hdrs.ACCEPT))
     except NotAcceptableError as e:
         log.warning("%s %s: 406 %s", request.method, request.path, e)
         response = _text(406, str(e))
@@ -181,7 +207,7 @@ async def ignition_stub(request: web.Request) -> web.Response:
 async def ignition_config(request: web.Request) -> web.Response:
     """``GET /ignition/{node}/config``: the node's real config, byte for byte."""
     node = request[NODE]
-    data = await _service(request).serve_real_config(node, request.remote)
+    data = await _service(request).serve_real_config(node, _client(request))
     if data is None:
         return _text(404, f"node {node}: its profile has no ignition config")
     return web.Response(body=data, content_type=MEDIA_TYPE)
@@ -190,7 +216,7 @@ async def ignition_config(request: web.Request) -> web.Response:
 async def checkin(request: web.Request) -> web.Response:
     """``POST /checkin/{node}``: the node's booted system is on the network (its stub's check-in unit);
     records ``checkin`` (stage ``up``) with the client address. Nothing is read from the body."""
-    stage = await _service(request).serve_checkin(request[NODE], request.remote)
+    stage = await _service(request).serve_checkin(request[NODE], _client(request))
     return _text(200, f"{request[NODE]}: {stage}")
 
 
@@ -206,12 +232,13 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
     if request.method == "GET":
-        kind, node = await svc.artifact_requested(segments, request.remote)
+        client = _client(request)
+        kind, node = await svc.artifact_requested(segments, client)
         request[ops.ARTIFACT_KIND] = kind
         if node is not None:
             request[NODE] = node
             request[ops.ON_SENT] = lambda status, nbytes, complete: svc.artifact_answered(
-                node, kind, request.remote, status=status, nbytes=nbytes, complete=complete)
+                node, kind, client, status=status, nbytes=nbytes, complete=complete)
     found = await svc.artifact(segments)
     if found is None:
         what = svc.artifact_missing()
@@ -362,6 +389,7 @@ async def metrics(request: web.Request) -> web.Response:
 #: The handler of each route of :data:`bootserver.urls.ROUTES`, by route name.
 HANDLERS: dict[str, Handler] = {
     "chain": ipxe_script, "generic": ipxe_script, "stub": ignition_stub, "real_config": ignition_config,
+    "grub": grub_config, "iso": boot_image,
     "checkin": checkin,
     "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,
     "metrics": metrics,
@@ -385,6 +413,7 @@ def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: 
     app = web.Application(client_max_size=CLIENT_MAX_SIZE,
                           middlewares=[front_middleware(svc, gate, limits, routes)])
     app[SERVICE] = svc
+    app[GATE] = gate
     app[ops.METRICS] = metrics
     for route in routes.values():
         if route.method == "GET":

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from bootserver.timeline import Timeline
+
 REPO = Path(__file__).resolve().parents[1]
 #: The public reference data (stream metadata, pointer configs, the Equinix Metal OpenAPI spec), copied
 #: unmodified, with its provenance in ``tests/data/SOURCES.md``.
@@ -59,6 +61,16 @@ async def run_cli(*args: str, timeout: float = 60, cwd: Path | None = None) -> t
         raise
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+def recorded_devices(state_dir: Path) -> dict[str, dict[str, Any]]:
+    """The device records (``{node: record}``) in the sqlite state store of ``state_dir``: what
+    ``provision`` recorded and ``deprovision`` cleared, as ``devices`` and the server read them."""
+    timeline = Timeline(state_dir)
+    try:
+        return timeline.devices()
+    finally:
+        timeline.close()
 
 
 def checkin_command(stub: dict[str, Any]) -> list[str]:

@@ -18,3 +18,10 @@ def test_small_boot_storm_through_two_workers_has_no_errors() -> None:
     assert re.search(r"^\| errors \(nodes that stopped\) \| 0 \|$", proc.stdout, re.M), proc.stdout
     assert re.search(r"^\| script \| 20 \|", proc.stdout, re.M), proc.stdout
     assert re.search(r"^\| config \| 20 \|", proc.stdout, re.M), proc.stdout
+
+
+def test_iso_build_benchmark_runs() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "iso_build.py"), "--nodes", "2", "--cli", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"^\| one more node, loaders cached \(in-process\) \| 1 \|", proc.stdout, re.M), proc.stdout

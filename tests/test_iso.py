@@ -12,7 +12,7 @@ import pytest
 from conftest import run_cli, write_config
 
 from bootserver.config import parse_config
-from bootserver.iso import BootNetwork, boot_network, ipxe_commands
+from bootserver.iso import BootNetwork, boot_network, grub_cfg, ipxe_commands
 
 MAC = "52:54:00:00:00:01"
 STATIC = {
@@ -148,5 +148,33 @@ async def test_iso_writes_a_bootable_image_and_says_how_it_boots(reference: Path
     assert image[0x8001:0x8006] == b"CD001"  # an ISO 9660 volume descriptor
     assert b"EL TORITO SPECIFICATION" in image[0x8800:0x9000]  # with a boot record
     assert err.startswith(f"bootserver: master-0: wrote master-0.iso ({len(image)} bytes, static 192.0.2.10/24 "
-                          f"via 192.0.2.1 on nic0 ({MAC}), built in ")
-    assert b"set ${nic}/ip 192.0.2.10" in image and b"/ipxe/master-0?exp=" in image
+                          f"via 192.0.2.1 on nic0 ({MAC}), ready in ")
+    assert b"set ${nic}/ip 192.0.2.10" in image and b"/ipxe/master-0?exp=" in image  # BIOS
+    assert b"net_add_addr bootserver $bootnic 192.0.2.10" in image and b"/grub/master-0?exp=" in image  # UEFI
+
+
+def test_grub_cfg_sets_the_address_on_the_card_with_the_mac_and_never_dhcp() -> None:
+    cfg = grub_cfg(BootNetwork("nic0", MAC, "192.0.2.10", 24, "192.0.2.1", ("192.0.2.53",)),
+                   "http://boot.example.net:8080/grub/n?exp=1&sig=x")
+    assert "for card in efinet0 efinet1 efinet2 efinet3 efinet4 efinet5 efinet6 efinet7; do" in cfg
+    assert f'if [ "$net_probe_mac" = "{MAC}" ]; then set bootnic=$card; fi' in cfg
+    assert cfg.endswith("net_add_addr bootserver $bootnic 192.0.2.10\n"
+                        "net_add_route bootserver-lan 192.0.2.0/24 bootserver\n"
+                        "net_add_route bootserver-default 0.0.0.0/0 gw 192.0.2.1\n"
+                        "net_add_dns 192.0.2.53\n"
+                        "source '(http,boot.example.net:8080)/grub/n?exp=1&sig=x'\n"
+                        "echo 'bootserver: the boot config could not be fetched; falling through to the next "
+                        "boot device'\nsleep 10\nexit\n")
+    assert "net_bootp" not in cfg and "dhcp" not in cfg
+    assert "net_bootp $bootnic\n" in grub_cfg(BootNetwork("", None), "http://b/grub/n")
+
+
+async def test_grub_needs_plain_http(reference: Path, tmp_path: Path) -> None:
+    d = doc(reference, tmp_path, STATIC)
+    d["server"]["base_url"] = "https://boot.example.net"
+    path = write_config(tmp_path / "bootserver.yaml", d)
+    rc, stdout, err = await run_cli("iso", "master-0", "-o", str(tmp_path / "out.iso"), "--config", str(path))
+    assert (rc, stdout) == (2, "")
+    assert err == ("bootserver: GRUB fetches plain http URLs of a host name or IPv4 address only, not "
+                   "https://boot.example.net/grub/master-0?exp=" + err.split("?exp=")[1])
+    assert err.count("\n") == 1 and not (tmp_path / "out.iso").exists()

@@ -16,6 +16,7 @@ from pathlib import Path
 import aiohttp
 from conftest import ServerProcess, run_cli
 from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
+from helpers import recorded_devices
 
 
 async def play_device(http: aiohttp.ClientSession, chain_url: str, expected_sha256: set[str], real: bytes) -> None:
@@ -72,9 +73,9 @@ async def test_provision_then_boot_like_the_devices(tmp_path: Path, boot_setup, 
 
             devices = {d["hostname"]: d for d in fake_metal.devices.values()}
             assert out0 == f"master-0 {devices['master-0']['id']} queued 147.75.0.10,2604:1380::a,10.70.0.10\n"
-            state = json.loads((tmp_path / "state" / "nodes" / "master-0.json").read_text())
-            assert state["device"]["id"] == devices["master-0"]["id"]
-            assert [a["address"] for a in state["device"]["ip_addresses"]] == [
+            state = recorded_devices(tmp_path / "state")["master-0"]
+            assert state["id"] == devices["master-0"]["id"]
+            assert [a["address"] for a in state["ip_addresses"]] == [
                 "147.75.0.10",
                 "2604:1380::a",
                 "10.70.0.10",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fake_metal import PROJECT, TOKEN, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
-from helpers import write_config
+from helpers import recorded_devices, write_config
 
 from bootserver.cli import main
 
@@ -65,8 +64,8 @@ def test_provision_prints_devices_and_records_state(env, tmp_path, capsys):
     assert bodies["master-0"]["tags"] == ["bootserver", "ocp"]
     assert bodies["master-0"]["operating_system"] == "custom_ipxe"
     assert env.invalid_bodies == []
-    state = json.loads((tmp_path / "state" / "nodes" / "master-1.json").read_text())
-    assert state["device"]["id"] == ids["m1"] and state["device"]["state"] == "queued"
+    state = recorded_devices(tmp_path / "state")["master-1"]
+    assert state["id"] == ids["m1"] and state["state"] == "queued"
 
     # idempotent: a second run reuses both devices (and their chain URLs, still current)
     rc, out2, err = cli(capsys, "provision", "master-0", "master-1", "--no-wait", "--config", str(config))
@@ -208,7 +207,7 @@ def test_devices_lists_ours_across_pages_and_deprovision_deletes(env, tmp_path, 
     assert rc == 0, err
     assert out == f"master-0 {device_id} deleted\n"
     assert [c.path for c in env.calls("DELETE")] == [f"/devices/{device_id}"]
-    assert not (tmp_path / "state" / "nodes" / "master-0.json").exists()
+    assert "master-0" not in recorded_devices(tmp_path / "state")
     rc, out, err = cli(capsys, "deprovision", "master-0", "--config", str(config))
     assert rc == 0 and out == "master-0 - absent\n"
 

@@ -18,6 +18,7 @@ from bootserver.errors import ConfigError
 from bootserver.ipxe import CommandLineTooLong, command_line_bytes
 from bootserver.network import DeviceRecordError, NetworkState, dracut_kargs, equinix_network
 from bootserver.signing import sign
+from bootserver.timeline import Timeline
 from bootserver.web import create_app
 
 BOND = {
@@ -258,8 +259,12 @@ def test_a_record_from_before_gateways_were_stored_asks_for_a_new_provision() ->
 
 
 def write_record(tmp_path: Path, record: dict[str, Any]) -> None:
-    (tmp_path / "state" / "nodes").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "state" / "nodes" / "master-0.json").write_text(json.dumps({"node": "master-0", "device": record}))
+    """What `bootserver provision` records: the device in the state store (sqlite in state_dir here)."""
+    timeline = Timeline(tmp_path / "state")
+    try:
+        assert timeline.write_devices({"master-0": record}) == ["master-0"]
+    finally:
+        timeline.close()
 
 
 async def test_provider_without_a_device_record_is_exit_1_from_render(reference: Path, tmp_path: Path) -> None:
@@ -272,6 +277,77 @@ async def test_provider_without_a_device_record_is_exit_1_from_render(reference:
     rc, out, err = await run_cli("render", "ipxe", "master-0", "--config", str(path))
     assert rc == 0, err
     assert "bond=bond0:nic0,nic1:mode=802.3ad,lacp_rate=fast,xmit_hash_policy=layer3+4,miimon=100" in out
+
+
+async def test_a_device_record_file_of_an_older_version_is_moved_into_the_store_once(
+        reference: Path, tmp_path: Path) -> None:
+    """`db migrate` moves state_dir/nodes/NODE.json in (the file stays, renamed); render then reads it."""
+    path = write_config(tmp_path / "bootserver.yaml", doc(reference, tmp_path, "provider"))
+    nodes = tmp_path / "state" / "nodes"
+    nodes.mkdir(parents=True)
+    (nodes / "master-0.json").write_text(json.dumps({"node": "master-0", "device": equinix_record()}))
+    rc, out, err = await run_cli("render", "ipxe", "master-0", "--config", str(path))
+    assert rc == 1 and "there is none yet" in err  # files are no longer read
+    rc, out, err = await run_cli("db", "migrate", "--config", str(path))
+    assert rc == 0, err
+    store = tmp_path / "state" / "timeline.sqlite3"
+    assert out.splitlines()[1:] == [f"{nodes}/master-0.json: device record of node master-0 moved into {store} "
+                                    "(file kept as master-0.json.migrated)"]
+    assert [p.name for p in nodes.iterdir()] == ["master-0.json.migrated"]
+    rc, out, err = await run_cli("render", "ipxe", "master-0", "--config", str(path))
+    assert rc == 0, err
+    assert "ip=139.178.70.33::139.178.70.32:31:master-0:bond0:none" in out
+    rc, out, err = await run_cli("db", "migrate", "--config", str(path))
+    assert (rc, out.splitlines()[1:]) == (0, [f"{nodes}: no device record files, nothing to move"])
+
+
+async def test_serve_moves_device_record_files_in_before_it_listens(reference: Path, tmp_path: Path) -> None:
+    import aiohttp
+    from conftest import ServerProcess, free_port
+
+    port = free_port()
+    d = doc(reference, tmp_path, "provider")
+    d["server"]["listen"] = f"127.0.0.1:{port}"
+    path = write_config(tmp_path / "bootserver.yaml", d)
+    nodes = tmp_path / "state" / "nodes"
+    nodes.mkdir(parents=True)
+    (nodes / "master-0.json").write_text(json.dumps({"node": "master-0", "device": equinix_record()}))
+    rc, out, err = await run_cli("url", "master-0", "--config", str(path))
+    assert rc == 0, err
+    chain = out.splitlines()[0].replace("http://boot.example.net:8080", f"http://127.0.0.1:{port}")
+    server = ServerProcess(path, port)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        await server.start(http)
+        try:
+            async with http.get(chain) as r:
+                assert r.status == 200
+                assert "ip=139.178.70.33::139.178.70.32:31:master-0:bond0:none" in await r.text()
+        finally:
+            await server.stop()
+    assert [p.name for p in nodes.iterdir()] == ["master-0.json.migrated"]
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("{not json", "not valid JSON: "),
+    ('["a"]', "not a JSON object"),
+    ('{"node": "master-1", "device": "d-1"}', "device: not a JSON object"),
+    ('{"node": "master-9", "device": {}}', "node: 'master-9' is not the node the file is named after ('master-1')"),
+])
+async def test_a_bad_device_record_file_moves_nothing_and_names_the_file(
+        reference: Path, tmp_path: Path, text: str, problem: str) -> None:
+    path = write_config(tmp_path / "bootserver.yaml", doc(reference, tmp_path, "provider"))
+    nodes = tmp_path / "state" / "nodes"
+    nodes.mkdir(parents=True)
+    (nodes / "master-0.json").write_text(json.dumps({"node": "master-0", "device": equinix_record()}))
+    (nodes / "master-1.json").write_text(text)
+    rc, _out, err = await run_cli("db", "migrate", "--config", str(path))
+    assert rc == 2 and err.startswith(f"bootserver: {nodes}/master-1.json: {problem}") and len(err.splitlines()) == 1
+    assert sorted(p.name for p in nodes.iterdir()) == ["master-0.json", "master-1.json"]
+    timeline = Timeline(tmp_path / "state")
+    try:
+        assert timeline.devices() == {}  # nothing moved, not even the good file's record
+    finally:
+        timeline.close()
 
 
 async def test_provider_without_a_device_record_is_503_to_the_device(
@@ -290,7 +366,7 @@ async def test_provider_without_a_device_record_is_503_to_the_device(
     assert r.status == 503
     assert "device network type layer2-bonded is not supported" in await r.text()
     write_record(tmp_path, equinix_record())
-    r = await client.get(url)  # the device record is read again: no stale script
+    r = await client.get(url)  # a new device record is read with the node's row: no stale script
     assert r.status == 200
     assert "ip=139.178.70.33::139.178.70.32:31:master-0:bond0:none" in await r.text()
 
@@ -319,7 +395,7 @@ def test_profile_network_is_the_default_of_its_nodes(reference: Path, tmp_path: 
     from bootserver.network import effective_network, node_kargs
 
     assert effective_network(config, "master-0") == "provider"
-    assert node_kargs(config, "worker-0") == ()
+    assert node_kargs(config, "worker-0", None) == ()
 
 
 def test_an_nmstate_document_from_openshift_agent_config_reads_as_is() -> None:

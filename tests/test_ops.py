@@ -13,9 +13,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from aiohttp.test_utils import TestServer
-from conftest import SigningClient, fixed_signer, payload
+from conftest import SigningClient, fixed_signer, payload, run_cli, write_config
 
-from bootserver.config import parse_config
+from bootserver.config import load_config, parse_config
 from bootserver.ignition import sha512_hash
 from bootserver.signing import Keyring, Signer, sign
 from bootserver.store import ArtifactStore
@@ -415,3 +415,37 @@ def test_default_admin_listener_is_the_next_port_tls_does_not_take(tmp_path: Pat
         "/run/bootserver/admin.sock"
     with pytest.raises(Exception, match=r"server\.admin\.listen"):
         admin({"listen": "0.0.0.0:8080", "admin": {"listen": "admin.sock"}})
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+async def test_the_timeline_records_the_client_address_resolved_through_trusted_proxies(
+        aiohttp_client, reference: Path, tmp_path: Path, trusted: bool) -> None:
+    """Behind a trusted reverse proxy (here the test client on 127.0.0.1) the timeline records, and
+    artifact attribution matches, the address the proxy forwarded; from a peer that is not a trusted
+    proxy ``X-Forwarded-For`` is ignored and the peer's own address is recorded. ``bootserver nodes
+    show`` prints what was recorded."""
+    doc = {
+        "server": {"base_url": "http://127.0.0.1:8080", "trusted_proxies": ["127.0.0.1"] if trusted else []},
+        "cache_dir": "cache", "state_dir": "state",
+        "streams": {"rhcos-4.16": {"metadata": str(reference / STREAM)}},
+        "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign"}},
+        "nodes": {"master-0": {"profile": "master"}},
+    }
+    shutil.copy(reference / "openshift-pointer-master.ign.json", tmp_path / "master.ign")
+    path = write_config(tmp_path / "bootserver.yaml", doc)
+    config = load_config(path)
+    files = fill_cache(config, reference)
+    client = await start(aiohttp_client, config, Signer(Keyring.load_or_create(config.state_dir)))
+    forwarded = {"X-Forwarded-For": "192.0.2.7, 10.1.2.3"}  # the proxy appended the node's address
+    assert (await client.get("/ipxe/master-0", headers=forwarded)).status == 200
+    assert (await client.get(files["kernel"][0], headers=forwarded)).status == 200
+    assert (await client.get("/ignition/master-0", headers=forwarded)).status == 200
+    expected = "10.1.2.3" if trusted else "127.0.0.1"
+    events = (await node(client, "master-0"))["events"]
+    assert [(e["event"], e["ip"]) for e in events] == [
+        ("script", expected), ("kernel-requested", expected), ("kernel-completed", expected), ("stub", expected)]
+    await client.app[SERVICE].drain()
+    rc, out, err = await run_cli("nodes", "show", "master-0", "--config", str(path))
+    assert rc == 0, err
+    assert [line.split()[2:4] for line in out.splitlines()] == [
+        ["script", expected], ["kernel-requested", expected], ["kernel-completed", expected], ["stub", expected]]

@@ -11,19 +11,14 @@ from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fa
 
 from bootserver.cli import build_parser
 from bootserver.config import parse_config
-from bootserver.errors import BootserverError, InputError
+from bootserver.errors import BootserverError
 from bootserver.providers.base import ProviderError
 from bootserver.provision import (
     DeviceFailed,
     ProvisionTimeout,
     WaitPolicy,
-    clear_device,
     deprovision,
-    node_state_path,
     provision,
-    read_node_state,
-    record_device,
-    write_json_atomic,
 )
 from bootserver.signing import Keyring, verify
 from bootserver.timeline import Timeline
@@ -69,6 +64,15 @@ def make_config(tmp_path: Path, reference: Path, mode: str = "install", **profil
     return parse_config(doc, str(tmp_path / "c.yaml"), tmp_path)
 
 
+def recorded(config, node: str) -> dict[str, Any] | None:
+    """The node's device record in the config's state store (sqlite in state_dir), ``None`` without one."""
+    timeline = Timeline(config.state_dir)
+    try:
+        return timeline.devices([node]).get(node)
+    finally:
+        timeline.close()
+
+
 def args(*argv: str):
     return build_parser().parse_args(["provision", "master-0", *argv])
 
@@ -88,7 +92,7 @@ def test_no_wait_creates_records_and_prints_the_devices(env, tmp_path, reference
     assert lines == [f"master-0 {device['id']} queued 147.75.0.10,2604:1380::a,10.70.0.10"]
     assert said == [f"master-0: created device {device['id']} (queued)"]
     assert env.calls("GET", "/devices/") == []
-    state = read_node_state(config.state_dir, "master-0")["device"]
+    state = recorded(config, "master-0")
     assert (state["provider"], state["project"], state["id"]) == ("equinix", PROJECT, device["id"])
     assert state["ip_addresses"] == [
         {"address": "147.75.0.10", "address_family": 4, "cidr": 31, "gateway": "147.75.0.11", "public": True},
@@ -127,7 +131,7 @@ def test_wait_follows_the_timeline_to_up_with_a_line_per_stage(env, tmp_path, re
     ]
     assert clock.sleeps == [5.0, 7.5, 11.25, 16.875]  # today's polling backoff
     assert lines[0].startswith(f"master-0 {device_id} active ")
-    assert read_node_state(config.state_dir, "master-0")["device"]["state"] == "active"
+    assert recorded(config, "master-0")["state"] == "active"
 
 
 def test_without_checkin_install_mode_waits_for_installed(env, tmp_path, reference):
@@ -197,7 +201,7 @@ def test_failed_device_ends_the_wait_with_every_line(env, tmp_path, reference):
         run(config, ["master-0", "master-1"])
     assert info.value.exit_code == 1
     assert [line.split()[2] for line in info.value.lines] == ["active", "failed"]
-    assert read_node_state(config.state_dir, "master-1")["device"]["state"] == "failed"
+    assert recorded(config, "master-1")["state"] == "failed"
 
 
 def test_wait_gives_up_after_the_timeout_naming_the_stage(env, tmp_path, reference):
@@ -280,7 +284,7 @@ def test_deprovision_deletes_and_clears_state(env, tmp_path, reference):
     assert deprovision(config, dargs, ["master-0"], say=lambda n, m: said.append(m)) == [
         f"master-0 {device_id} deleted"]
     assert said == [f"deleted device {device_id}"]
-    assert env.devices == {} and not node_state_path(config.state_dir, "master-0").exists()
+    assert env.devices == {} and recorded(config, "master-0") is None
     assert deprovision(config, dargs, ["master-0"]) == ["master-0 - absent"]
 
 
@@ -291,42 +295,21 @@ def test_deprovision_of_a_device_deleted_elsewhere_clears_state(env, tmp_path, r
     env.devices.clear()
     dargs = build_parser().parse_args(["deprovision", "master-0"])
     assert deprovision(config, dargs, ["master-0"]) == [f"master-0 {device_id} absent"]
-    assert read_node_state(config.state_dir, "master-0") == {}
+    assert recorded(config, "master-0") is None
 
 
-def test_state_file_keeps_other_members_and_leaves_no_temp_files(env, tmp_path, reference):
+def test_device_records_live_in_the_state_store_not_in_files(env, tmp_path, reference):
     config = make_config(tmp_path, reference)
-    path = node_state_path(config.state_dir, "master-0")
-    write_json_atomic(path, {"node": "master-0", "timeline": [1, 2]})
     run(config, ["master-0"], wait=False)
-    assert read_node_state(config.state_dir, "master-0")["timeline"] == [1, 2]
-    clear_device(config.state_dir, "master-0")
-    assert read_node_state(config.state_dir, "master-0") == {"node": "master-0", "timeline": [1, 2]}
-    assert sorted(p.name for p in path.parent.iterdir()) == ["master-0.json"]
-    assert path.stat().st_mode & 0o777 == 0o600  # device records stay owner-only
-    record_device(config.state_dir, "master-0", {"provider": "x", "id": "1", "state": "On"})
-    assert read_node_state(config.state_dir, "master-0")["device"]["id"] == "1"
+    assert recorded(config, "master-0")["id"] == next(iter(env.devices))
+    assert not (config.state_dir / "nodes").exists()  # what older versions wrote: `db migrate` moves it in
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "a\\b"])
-def test_node_names_that_are_not_file_names_are_rejected(tmp_path, name):
-    with pytest.raises(InputError):
-        node_state_path(tmp_path, name)
-
-
-def test_corrupt_state_file_names_the_file(tmp_path):
-    path = node_state_path(tmp_path, "n1")
-    path.parent.mkdir(parents=True)
-    path.write_text("{not json")
-    with pytest.raises(InputError, match=str(path)):
-        read_node_state(tmp_path, "n1")
-
-
-def test_unwritable_state_dir_is_a_runtime_error_naming_the_file(env, tmp_path, reference):
+def test_unwritable_state_dir_is_a_runtime_error_naming_the_store(env, tmp_path, reference):
     config = make_config(tmp_path, reference)
-    config.state_dir.mkdir(parents=True)
-    (config.state_dir / "nodes").write_text("a file where the folder should be")
-    with pytest.raises(BootserverError, match=r"nodes/master-0\.json: cannot (read|write) node state") as info:
+    config.state_dir.parent.mkdir(parents=True, exist_ok=True)
+    config.state_dir.write_text("a file where the folder should be")
+    with pytest.raises(BootserverError, match=r"^node timeline .*/state/timeline\.sqlite3: ") as info:
         run(config, ["master-0"], wait=False)
     assert info.value.exit_code == 1
-    assert env.calls("POST") == []  # the state is read before anything is created
+    assert env.calls("POST") == []  # the records are read before anything is created

@@ -17,7 +17,7 @@ import pytest
 import requests
 import yaml
 from conftest import ServerProcess
-from helpers import checkin_command, free_port, run_cli, write_config
+from helpers import checkin_command, free_port, recorded_devices, run_cli, write_config
 from sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
 
 from bootserver.cli import build_parser, main
@@ -70,7 +70,7 @@ def test_provision_sets_pxe_once_powers_on_and_records_the_system(emulator, bmc_
     system = emulator.system(0)
     assert system["Boot"]["BootSourceOverrideTarget"] == "Pxe"
     assert emulator.wait_power(0, "On") == "On"
-    state = json.loads((tmp_path / "state" / "nodes" / "rf-0.json").read_text())["device"]
+    state = recorded_devices(tmp_path / "state")["rf-0"]
     assert {k: state[k] for k in ("provider", "id", "address", "system", "uuid", "macs")} == {
         "provider": "redfish", "id": path, "address": emulator.url, "system": path,
         "uuid": emulator.systems[0]["uuid"], "macs": ["52:54:00:00:00:01"]}
@@ -95,14 +95,14 @@ def test_devices_then_deprovision_powers_off_and_clears_the_override(emulator, b
     assert out == f"rf-0 {emulator.path(0)} Off new\nrf-1 {emulator.path(1)} On new\n"
     rc, out, err = cli(capsys, "provision", "rf-1", "--no-wait", "--config", str(config))
     assert rc == 0, err
-    assert (tmp_path / "state" / "nodes" / "rf-1.json").exists()
+    assert "rf-1" in recorded_devices(tmp_path / "state")
     emulator.wait_power(1, "On")
     rc, out, err = cli(capsys, "deprovision", "rf-1", "--grace", "1", "--config", str(config))
     assert rc == 0, err
     assert out == f"rf-1 {emulator.path(1)} Off\n"
     assert emulator.system(1)["PowerState"] == "Off"
     assert emulator.system(1)["Boot"]["BootSourceOverrideTarget"] == "Hdd"  # no "None" on this BMC
-    assert not (tmp_path / "state" / "nodes" / "rf-1.json").exists()
+    assert "rf-1" not in recorded_devices(tmp_path / "state")
 
 
 def one_line_error(capsys, config: Path, *args: str) -> str:

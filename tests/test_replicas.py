@@ -1,5 +1,5 @@
 """Two ``bootserver serve`` replicas on one PostgreSQL state store behave as one server: boot-once,
-signatures, key rotation and reinstall across replicas; a database restart in the middle of a run
+signatures, key rotation, reinstall and device records across replicas; a database restart in the middle of a run
 refuses (503) rather than guesses, loses no event, and both replicas recover by themselves."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 from conftest import ServerProcess, free_port, run_cli, write_config
+from fake_metal import PROJECT, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
 from pgcluster import BINDIR, PgCluster
 
 from bootserver.config import load_config
@@ -34,7 +35,10 @@ class Replica:
             "state_store": url,
             "streams": {"rhcos-4.16": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
             "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign"}},
-            "nodes": {"master-0": {"profile": "master"}, "master-1": {"profile": "master"}},
+            "nodes": {"master-0": {"profile": "master"}, "master-1": {"profile": "master"},
+                      # an Equinix node whose kargs come from its device record (network: provider)
+                      "metal-0": {"profile": "master", "network": "provider",
+                                  "metal": {"plan": "c3.small.x86", "metro": "da"}}},
         })
         self.kernel = publish_kernel(load_config(str(self.config)), 4096)
         self.server = ServerProcess(self.config, self.port)
@@ -169,3 +173,78 @@ async def test_a_database_restart_mid_run_refuses_then_recovers_and_loses_nothin
     scripts = [e for e in events if e["event"] == "script"]
     assert sum(e["count"] for e in scripts) == answered[200]  # every script served has its event
     assert answered[503] >= 2
+
+
+async def test_a_key_rotated_on_another_replica_while_the_database_is_down_is_503_not_403(
+        two: tuple[PgCluster, Replica, Replica]) -> None:
+    """Replica A cannot know a key rotated through B once the database is gone: a URL signed with a key
+    A does not hold is 503 with ``Retry-After`` (iPXE and Ignition retry) while A cannot read the keys,
+    and the truth once it can: 200 for the rotated key, 403 for a key nobody made. Expired and
+    malformed signatures stay 403 throughout."""
+    from bootserver.signing import sign
+
+    cluster, a, b = two
+
+    def forged_url(replica: Replica) -> str:
+        exp = int(time.time()) + 3600
+        return f"{replica.url}/ipxe/master-1?exp={exp}&sig={sign(b'z' * 32, 'master-1', '/ipxe/master-1', exp)}"
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        await _get(http, forged_url(a), 403)  # the database answers: a key nobody made is refused
+        rc, out, err = await run_cli("keys", "rotate", "--grace", "1h", "--config", str(b.config))
+        assert rc == 0, err
+        rc, out, err = await run_cli("url", "master-1", "--config", str(b.config))
+        assert rc == 0, err
+        rotated = a.on_me(out.splitlines()[0])
+        await asyncio.to_thread(cluster.stop)
+
+        async def unsure() -> bool:  # A notices it cannot read the keys (a poll or a read failed)
+            async with http.get(forged_url(a)) as r:
+                return r.status == 503
+        await _until(unsure, 15, "a signature no key verifies stays 403 with the database down")
+        for url in (forged_url(a), rotated):
+            async with http.get(url) as r:
+                assert r.status == 503 and r.headers["Retry-After"] == "5", (url, r.status)
+                assert "postgresql" not in await r.text()
+        expired = re.sub(r"exp=[0-9]+", f"exp={int(time.time()) - 60}", rotated)
+        for url in (expired, a.url + "/ipxe/master-1", rotated.replace("&sig=", "&sig=x")):
+            await _get(http, url, 403)
+
+        await asyncio.to_thread(cluster.start)
+
+        async def truth() -> bool:
+            async with http.get(rotated) as r:
+                return r.status == 200
+        await _until(truth, 30, "the rotated key is not accepted once the database is back")
+        await _get(http, forged_url(a), 403)
+
+
+async def test_a_device_provisioned_through_one_replica_is_the_others_device(
+        two: tuple[PgCluster, Replica, Replica], metal_env: Any) -> None:
+    """`provision` through A's config records the device in the database: B's server builds the node's
+    network kargs from it, `devices` through B's config finds its project there, `deprovision` through
+    B's config deletes it, and both servers then refuse the script (no record: 503)."""
+    _cluster, a, b = two
+    rc, out, _err = await run_cli("url", "metal-0", "--config", str(a.config))
+    chain = out.splitlines()[0]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        assert "run `bootserver provision metal-0` first" in await _get(http, b.on_me(chain), 503)
+
+        rc, out, err = await run_cli("provision", "metal-0", "--no-wait", "--project", PROJECT,
+                                     "--config", str(a.config))  # the project on A's command line only
+        assert rc == 0, err
+        [device] = metal_env.devices.values()
+        assert out == f"metal-0 {device['id']} queued 147.75.0.10,2604:1380::a,10.70.0.10\n"
+        script = await _get(http, b.on_me(chain))
+        assert "ip=147.75.0.10::147.75.0.11:31:metal-0:bond0:none" in script
+        assert "bond=bond0:nic0,nic1:mode=802.3ad" in script
+
+        rc, out, err = await run_cli("devices", "--config", str(b.config))
+        assert rc == 0, err
+        assert out.split() == ["metal-0", device["id"], "queued", "147.75.0.10,2604:1380::a,10.70.0.10", "metal-0"]
+
+        rc, out, err = await run_cli("deprovision", "metal-0", "--config", str(b.config))
+        assert (rc, out) == (0, f"metal-0 {device['id']} deleted\n"), err
+        assert metal_env.devices == {}
+        for replica in (a, b):
+            assert "run `bootserver provision metal-0` first" in await _get(http, replica.on_me(chain), 503)

@@ -335,3 +335,43 @@ async def test_logs_never_show_signatures_or_config_contents(aiohttp_server, aio
     for s in sigs:
         assert s not in text
     assert SECRET not in text and "sshAuthorizedKeys" not in text
+
+
+async def test_an_unknown_key_while_the_keys_file_cannot_be_read_is_503_not_403(
+        aiohttp_client, reference: Path, tmp_path: Path) -> None:
+    """A URL signed with a key this server does not know is refused (403) while ``keys.json`` reads;
+    while it cannot be read, that key may have been rotated in by another process, so the answer is
+    503 with ``Retry-After`` (iPXE and Ignition retry), and the truth once the file reads again. URLs
+    signed with the keys in hand keep working; an expired or malformed one stays 403."""
+    import time
+
+    from bootserver.signing import Keyring, Signer
+
+    config = make_config(reference, tmp_path)
+    server_keys = Keyring.load_or_create(config.state_dir)
+    client = await client_for(aiohttp_client, config, Signer(server_keys))
+    now = int(time.time())
+    known = signed("/ipxe/n0", "n0", exp=now + 3600, key=server_keys.current)
+    forged = signed("/ipxe/n0", "n0", exp=now + 3600, key=b"y" * 32)
+    assert (await client.get(forged)).status == 403  # the file reads: the truth
+
+    keys_file = config.state_dir / "keys.json"
+    rotated = Keyring.load_or_create(config.state_dir).rotate(grace=3600)  # another process rotates,
+    newer = signed("/ipxe/n0", "n0", exp=now + 3600, key=rotated.current)
+    rotated_text = keys_file.read_text()
+    keys_file.write_text("{half an edit")  # then the file no longer parses before this server read it
+    for url in (newer, forged):
+        r = await client.get(url)
+        assert r.status == 503 and r.headers["Retry-After"] == "5"
+        body = await r.text()
+        assert body == "signing keys cannot be read now; retry later\n" and "keys.json" not in body
+    assert (await client.get(known)).status == 200
+    for url in (signed("/ipxe/n0", "n0", exp=now - 60, key=rotated.current), "/ipxe/n0",
+                f"/ipxe/n0?exp={now + 3600}&sig=short"):
+        assert (await client.get(url)).status == 403, url
+
+    keys_file.unlink()
+    assert (await client.get(newer)).status == 503
+    keys_file.write_text(rotated_text)
+    assert (await client.get(newer)).status == 200
+    assert (await client.get(forged)).status == 403

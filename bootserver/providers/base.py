@@ -245,8 +245,9 @@ class Provider:
         """Undo ``provision`` for each node; each outcome's ``device`` is ``None`` (state cleared)."""
         raise NotImplementedError
 
-    def devices(self, stages: Mapping[str, str]) -> list[str]:
-        """The lines of ``bootserver devices`` for this provider; ``stages`` maps node -> timeline stage."""
+    def devices(self, stages: Mapping[str, str], recorded: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """The lines of ``bootserver devices`` for this provider; ``stages`` maps node -> timeline stage,
+        ``recorded`` node -> device record (the state store's, of every node that has one)."""
         raise NotImplementedError
 
 

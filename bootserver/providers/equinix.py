@@ -803,9 +803,13 @@ class Equinix(Provider):
             out.append(Outcome(node, None, f"{node} {device_id or '-'} {'deleted' if deleted else 'absent'}"))
         return out
 
-    def devices(self, stages: Mapping[str, str]) -> list[str]:
-        """``hostname id state addresses node`` for each device of the project with ``metal.tag``."""
-        project = self._project()
+    def devices(self, stages: Mapping[str, str], recorded: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """``hostname id state addresses node`` for each device of the project with ``metal.tag``: the
+        project of ``--project``, else ``metal.project``, else the one of this config's Equinix devices
+        recorded in the state store (``provision --project`` through another replica's config)."""
+        projects = [d.get("project") for n, d in recorded.items()
+                    if n in self.config.nodes and d.get("provider", "equinix") == self.name and d.get("project")]
+        project = self._project({"project": projects[0]} if projects else None)
         by_hostname = {self.config.node_hostname(n): n for n in self.config.nodes}
         devices = self.client.list(project, tag=self.tag)
         return [f"{format_device(d, d.hostname)} {by_hostname.get(d.hostname, '-')}"

@@ -386,8 +386,9 @@ class Redfish(Provider):
             out.append(Outcome(node, None, f"{node} {system.path} Off"))
         return out
 
-    def devices(self, stages: Mapping[str, str]) -> list[str]:
-        """``node system power-state stage`` for every Redfish node of the config; a BMC that fails
+    def devices(self, stages: Mapping[str, str], recorded: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """``node system power-state stage`` for every Redfish node of the config: the system recorded
+        at ``provision`` (state store), else ``redfish.system``, else the BMC's only one; a BMC that fails
         gives ``error`` as the power state and its one line in the log."""
 
         lines = []
@@ -395,9 +396,11 @@ class Redfish(Provider):
             if provider_of(self.config, node) != self.name:
                 continue
             s = self.settings(node)
+            rec = recorded.get(node) or {}
+            path = rec.get("id") if rec.get("provider") == self.name else None
             try:
                 bmc, _ = self.bmc(node)
-                system = bmc.system(s.system, node)
+                system = bmc.system(path or s.system, node)
                 path, power = system.path, _power(system)
             except ProviderError as exc:
                 log.error("%s", exc)

@@ -14,6 +14,9 @@ and how fast another replica sees it:
   trip, and written at once by ``provision``/``deprovision`` through any replica's config;
 * the signing keys (table ``signing_keys``): loaded at start and polled every :data:`KEYS_POLL`
   seconds, so ``keys rotate`` through any replica's config reaches every replica within that time.
+  While they cannot be read (a poll or any statement failed since the last read, or no read for
+  :data:`KEYS_STALE` seconds) the keys in hand are ``stale``: a signature none of them verifies is a
+  503 (it may come from a key rotated meanwhile), not a 403 (:meth:`bootserver.signing.Signer.check`).
 
 The schema is versioned (table ``bootserver_schema``) and migrated at start under a transaction-level
 advisory lock (:data:`MIGRATION_LOCK`), so replicas starting at once migrate once; ``bootserver db
@@ -69,6 +72,9 @@ log = logging.getLogger("bootserver.state")
 KEYS_POLL = 2.0
 #: Seconds a request waits for a database connection, and to connect, before it is refused (503).
 WAIT = 3.0
+#: Seconds after the last read of the signing keys from which they count as stale even though no read
+#: failed yet (a poll hanging on a dead connection): one poll interval plus one wait.
+KEYS_STALE = KEYS_POLL + WAIT
 #: Connections per replica process.
 POOL_MAX = 8
 #: Key of the advisory lock held while migrating (``pg_advisory_xact_lock``), ASCII "bootsrv1".
@@ -219,6 +225,9 @@ class PostgresStore(StateStore):
         self._keys: Keyring | None = None
         self._poller: asyncio.Task[None] | None = None
         self._keys_failing = False
+        #: when the keys were last read (``time.monotonic()``), and why they could not be since (None: they could)
+        self._keys_read_at = 0.0
+        self._keys_problem: str | None = None
 
     def _connect_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": max(1, int(WAIT)),
@@ -280,6 +289,7 @@ class PostgresStore(StateStore):
             self._pool = None
 
     def _unavailable(self, e: Exception) -> UnavailableError:
+        self._keys_problem = f"state store {self.name}: {_one_line(e)}"  # the keys cannot be read either
         return UnavailableError(f"state store {self.name}: {_one_line(e)}", public=PUBLIC_UNAVAILABLE)
 
     async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -422,13 +432,23 @@ class PostgresStore(StateStore):
                         rows = await (await conn.execute(select)).fetchall()
         except psycopg.Error as e:
             raise StateStoreError(f"{self.name}: cannot read the signing keys: {_one_line(e)}") from None
-        return self._keyring_of(rows)
+        keys = self._keyring_of(rows)
+        self._keys_read_at = time.monotonic()
+        self._keys_problem = None
+        return keys
 
     def _keyring_of(self, rows: list[tuple[Any, ...]]) -> Keyring:
         entries = [KeyEntry(bytes(k), int(c), None if r is None else int(r)) for k, c, r in rows]
         if not entries or entries[0].retires is not None:
             raise StateStoreError(f"{self.name}: signing_keys: no current key (run `bootserver keys rotate`)")
-        return Keyring.held(entries, self.keyring)
+        return Keyring.held(entries, self.keyring, self._keys_staleness)
+
+    def _keys_staleness(self) -> str | None:
+        """Why the keys in hand may lack a newer one (:attr:`Keyring.stale`), or ``None``."""
+        if self._keys_problem is not None:
+            return self._keys_problem
+        age = time.monotonic() - self._keys_read_at
+        return f"{self.name}: signing keys last read {age:.0f} s ago" if age > KEYS_STALE else None
 
     async def _poll_keys(self) -> None:
         """Re-read the keys every :data:`KEYS_POLL` seconds; keep the keys in hand when that fails."""
@@ -440,6 +460,7 @@ class PostgresStore(StateStore):
                 if not self._keys_failing:
                     log.warning("%s: keeping the signing keys in hand: %s", self.name, e)
                 self._keys_failing = True
+                self._keys_problem = str(e)
                 continue
             if self._keys_failing:
                 log.info("%s: signing keys read again", self.name)
