@@ -233,8 +233,16 @@ async def test_request_timeout_answers_503(aiohttp_client, reference, tmp_path) 
 
     app.router.add_get("/stuck", stuck)
     client = await aiohttp_client(app)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     r = await client.get("/stuck")
     assert r.status == 503 and "Retry-After" in r.headers
+    assert 1.0 <= loop.time() - started < 1.0 + 0.1 + 0.5  # request_timeout, then at most one tick (0.1 s)
+    # the same connection (aiohttp serves a connection's requests in one task) serves on, uncancelled
+    for _ in range(3):
+        assert (await client.get(signed("/ipxe/n0", "n0"))).status == 200
+    r, quick = await asyncio.gather(client.get("/stuck"), client.get(signed("/ipxe/n0", "n0")))
+    assert (r.status, quick.status) == (503, 200)
 
 
 async def raw_get(host: str, port: int, target: bytes, headers: bytes = b"") -> tuple[int, bytes]:
