@@ -62,15 +62,26 @@ UNMATCHED = Route("unmatched", "unmatched")
 
 
 class ArtifactResponse(web.FileResponse):
-    """A cached artifact sent with sendfile; its ``ETag`` is the artifact's sha256 (set on prepare).
+    """A cached artifact sent with sendfile; its ``ETag`` is the artifact's sha256: FileResponse sets
+    an mtime-size ETag while preparing, and this class's ``etag`` setter puts the sha256 in its place
+    (it names the bytes exactly and is the same on every cache in every facility). Done here rather
+    than in an ``on_response_prepare`` hook, which every answer of the application would pay for.
 
     When the client goes away mid-body, the bytes the kernel did send are recorded for the access log
     (asyncio leaves the file position after the last byte ``sendfile`` sent); aiohttp then logs the
     request as usual, without a traceback."""
 
     def __init__(self, path: object, sha256: str | None, **kwargs: object) -> None:
-        super().__init__(path, **kwargs)  # type: ignore[arg-type]
         self.sha256 = sha256
+        super().__init__(path, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def etag(self) -> Any:
+        return web.StreamResponse.etag.fget(self)  # type: ignore[attr-defined]
+
+    @etag.setter
+    def etag(self, value: Any) -> None:
+        web.StreamResponse.etag.fset(self, self.sha256 or value)  # type: ignore[attr-defined]
 
     async def _sendfile(self, request: web.BaseRequest, fobj: Any, offset: int, count: int
                         ) -> Any:  # aiohttp's FileResponse hook that sends the body
@@ -80,13 +91,6 @@ class ArtifactResponse(web.FileResponse):
         except ConnectionError:
             request[ops.BODY_SENT] = (max(0, fobj.tell() - offset), False)
             raise
-
-
-async def _artifact_etag(request: web.Request, response: web.StreamResponse) -> None:
-    # FileResponse computes an mtime-size ETag while preparing; replace it with the sha256, which
-    # names the bytes exactly and is the same on every cache in every facility.
-    if isinstance(response, ArtifactResponse) and response.sha256:
-        response.etag = response.sha256
 
 
 def _text(status: int, reason: str) -> web.Response:
@@ -437,7 +441,6 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     app = _app(svc, metrics, DEVICE, gate, limits)
     app.on_startup.append(_start_service)
     app.on_cleanup.append(_close_service)
-    app.on_response_prepare.append(_artifact_etag)
     app[ADMIN_APP] = _app(svc, metrics, ADMIN, gate, limits)
     return app
 
