@@ -302,30 +302,48 @@ def _dump(entries: Sequence[KeyEntry]) -> bytes:
     return (json.dumps({"version": 1, "keys": [e.to_json() for e in entries]}, indent=2) + "\n").encode()
 
 
+#: Seconds during which signing reuses the keys the last :meth:`Signer.check` (or signing) refreshed:
+#: a script request checks its URL's signature, then signs the URLs it hands out, microseconds apart.
+SIGNING_REUSE = 0.001
+
+
 class Signer:
-    """Sign and verify route paths with a :class:`Keyring` and a clock ``now`` (unix seconds)."""
+    """Sign and verify route paths with a :class:`Keyring` and a clock ``now`` (unix seconds).
+
+    Verifying always looks for new keys first (:meth:`Keyring.refreshed`: one ``stat`` of the keys
+    file), so a rotation or a revocation counts from the next request; signing reuses the keys looked
+    at within the last :data:`SIGNING_REUSE` seconds (a URL signed a millisecond before a rotation is
+    as good as one signed just before it)."""
 
     def __init__(self, keyring: Keyring, now: Callable[[], float] = time.time) -> None:
         self.keyring = keyring
         self.now = now
+        self._refreshed_at = -1.0  # time.monotonic() of the last refresh
+
+    def _signing_keys(self) -> Keyring:
+        t = time.monotonic()
+        if t - self._refreshed_at >= SIGNING_REUSE:
+            self.keyring = self.keyring.refreshed()
+            self._refreshed_at = t
+        return self.keyring
 
     def query(self, node: str, path: str, ttl: int) -> str:
         """The query string ``exp=…&sig=…`` for ``node`` and ``path``, valid ``ttl`` seconds (at least)."""
-        self.keyring = self.keyring.refreshed()
+        keyring = self._signing_keys()
         exp = expiry(self.now(), ttl)
-        return urlencode({"exp": exp, "sig": sign(self.keyring.current, node, path, exp)})
+        return urlencode({"exp": exp, "sig": sign(keyring.current, node, path, exp)})
 
     def state(self, ttl: int) -> tuple[int, bytes]:
         """``(expiry, current key)`` that :meth:`query` would sign with now for ``ttl`` seconds: URLs
         signed under the same state are identical, so a cache of signed text can key on it."""
-        self.keyring = self.keyring.refreshed()
-        return expiry(self.now(), ttl), self.keyring.current
+        return expiry(self.now(), ttl), self._signing_keys().current
 
     def check(self, node: str, path: str, exp: str | None, sig: str | None) -> bool:
         """True when ``exp``/``sig`` from a request are valid for ``node`` and ``path`` now, False when
         they are not. Raises :class:`KeysUnavailableError` instead of False for a well-formed,
         unexpired signature while the keys are :attr:`~Keyring.stale` (it may come from a newer key)."""
         keyring = self.keyring = self.keyring.refreshed()
+        self._refreshed_at = time.monotonic()
         now = self.now()
         if verify(keyring.accepted(now), node, path, exp, sig, now):
             return True
