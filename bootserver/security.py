@@ -25,7 +25,7 @@ log = logging.getLogger("bootserver.security")
 
 FORBIDDEN_BODY = "forbidden\n"
 
-Call = Callable[[], Awaitable[web.StreamResponse]]
+Call = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def forbidden() -> web.Response:
@@ -160,7 +160,7 @@ class Limits:
         self._watch = loop.call_at(now + self.tick, self._sweep)
 
     async def _timed(self, request: web.Request, call: Call) -> web.StreamResponse:
-        """``await call()``, cut after ``request_timeout`` seconds (503, ``Retry-After: 5``)."""
+        """``await call(request)``, cut after ``request_timeout`` seconds (503, ``Retry-After: 5``)."""
         task = asyncio.current_task()
         assert task is not None
         loop = task.get_loop()
@@ -169,7 +169,7 @@ class Limits:
         if self._watch is None:
             self._watch = loop.call_at(loop.time() + self.tick, self._sweep)
         try:
-            return await call()
+            return await call(request)
         except asyncio.CancelledError:
             if task not in self._expired:
                 raise
@@ -191,9 +191,9 @@ class Limits:
                             headers={"Retry-After": "1"})
 
     async def run(self, request: web.Request, route: Route, call: Call) -> web.StreamResponse:
-        """``await call()`` under the cap and, for a timed ``route``, the timeout."""
+        """``await call(request)`` under the cap and, for a timed ``route``, the timeout."""
         if not route.capped:
-            return await call()
+            return await call(request)
         slots = self._slots
         if slots.locked():
             if self._waiting >= self.max_queued:
@@ -211,7 +211,7 @@ class Limits:
             await slots.acquire()
         try:
             if not route.timed:
-                return await call()
+                return await call(request)
             return await self._timed(request, call)
         finally:
             slots.release()
