@@ -282,6 +282,18 @@ class RoundTrips:
             t.add_done_callback(self._tasks.discard)
 
 
+#: An Equinix Metal layer3 device record as `provision` stores it (network: provider builds bond0 from it).
+EQUINIX_DEVICE = {
+    "provider": "equinix", "id": "d-1", "state": "active",
+    "ip_addresses": [{"address": "147.75.0.10", "address_family": 4, "cidr": 31, "gateway": "147.75.0.11",
+                      "public": True}],
+    "network_ports": [{"type": "NetworkBondPort", "name": "bond0", "network_type": "layer3"},
+                      {"type": "NetworkPort", "name": "eth0", "data": {"mac": "b8:ce:f6:00:0a:00"},
+                       "bond": {"name": "bond0"}},
+                      {"type": "NetworkPort", "name": "eth1", "data": {"mac": "b8:ce:f6:00:0a:01"},
+                       "bond": {"name": "bond0"}}],
+}
+
 #: docs/design.md ("Replicas"): round trips to PostgreSQL of a script request before its answer (the
 #: node's row and newest history row in one statement), and of one batch of events, whatever its size.
 ROUND_TRIPS_PER_SCRIPT = 1
@@ -294,8 +306,10 @@ async def test_round_trips_of_a_script_request_and_of_a_batch(pg: PgCluster, tmp
     monkeypatch.setattr(pgstate, "KEYS_POLL", 3600.0)  # no key poll in the middle of the count
     url = pg.create_database(f"t{next(_db_names)}")
     async with RoundTrips(pg.port) as relay:
+        nodes: dict[str, Any] = {f"n{i}": {"profile": "master"} for i in range(20)}
+        nodes["p0"] = {"profile": "master", "network": "provider"}
         svc = BootService(make_config(tmp_path, reference, url.replace(f":{pg.port}/", f":{relay.port}/"),
-                                      nodes={f"n{i}": {"profile": "master"} for i in range(20)}))
+                                      nodes=nodes))
         await svc.start()
         try:
             relay.count = 0
@@ -311,6 +325,14 @@ async def test_round_trips_of_a_script_request_and_of_a_batch(pg: PgCluster, tmp
             await svc.drain()  # the 60 repeats of 20 nodes: one batch
             assert relay.count == 60 * ROUND_TRIPS_PER_SCRIPT + ROUND_TRIPS_PER_BATCH
             assert [(e.event, e.count) for e in await svc.state.events("n7")] == [("script", 4)]
+
+            # network: provider: the device record comes with the node's row, no round trip of its own
+            await svc.state.set_device("p0", EQUINIX_DEVICE)
+            await svc.serve_script("p0", "10.0.0.6")
+            relay.count = 0
+            for _ in range(5):
+                assert "bond=bond0:" in await svc.serve_script("p0", "10.0.0.6")
+            assert relay.count == 5 * ROUND_TRIPS_PER_SCRIPT
         finally:
             await svc.close()
 
