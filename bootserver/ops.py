@@ -31,7 +31,7 @@ protocol_log = logging.getLogger("bootserver.protocol")
 METRICS = web.AppKey("metrics", Metrics)
 #: Request storage: the :class:`~bootserver.urls.Route` the request matched.
 ROUTE = web.RequestKey("route", Route)
-#: Request storage: the configured node a request concerns (resolved once by the middleware, or for
+#: Request storage: the configured node a request concerns (resolved once by :func:`bootserver.web.front`, or for
 #: artifact requests attributed by client address).
 NODE = web.RequestKey("node", str)
 #: Request storage: ``kernel``, ``initramfs``, ``rootfs`` or ``other`` for artifact GETs.
