@@ -39,7 +39,7 @@ from bootserver.providers.base import (
     provider_of,
 )
 from bootserver.state.backends import open_store
-from bootserver.timeline import INSTALLED_STAGES, UP
+from bootserver.timeline import INSTALLED_STAGES, UP, final_stages
 from bootserver.urls import Urls
 
 log = logging.getLogger(__name__)
@@ -51,12 +51,9 @@ DONE_STAGES = {"install": "installed", "live": "running"}
 
 def done_stages(profile: Any) -> tuple[str, ...]:
     """The stages that end the wait for a node of ``profile`` (a :class:`bootserver.config.Profile`):
-    ``up`` when its stub carries the check-in unit (``checkin``, the default: the booted system said it
-    is on the network); else ``installed`` (install mode) or ``running`` (live mode), or ``unconfirmed``
-    for a profile without a real Ignition config, whose stub is the last thing the server sees."""
-    if profile.checkin:
-        return (UP,)
-    return (DONE_STAGES[profile.mode], "unconfirmed")
+    :func:`bootserver.timeline.final_stages` (``up`` when its stub carries the check-in unit, the
+    default; else ``installed``/``running`` or ``unconfirmed``)."""
+    return final_stages(profile.mode, checkin=profile.checkin)
 
 
 def _waiting_line(profile: Any, stage: str) -> str:
