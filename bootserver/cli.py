@@ -284,7 +284,7 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
 def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
-    from .inventory import profile_of
+    from .inventory import profile_of, stall_deadlines
     from .timeline import Record, format_events, format_table
 
     nodes = [_node(config, name) for name in args.nodes]
@@ -307,7 +307,8 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
                 return head + format_events(await store.events(nodes[0]), await store.node(nodes[0]),
                                             store.keep_events)
             profiles = {n: node.profile for n, node in config.nodes.items()}
-            return format_table(await store.nodes(list(config.nodes)), time.time(), profiles)
+            states = await store.nodes(list(config.nodes))
+            return format_table(states, time.time(), profiles, stall_deadlines(config, states))
         finally:
             await store.close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+from collections.abc import Iterable
 
 from .catalog import StreamCatalog
 from .config import Config, Profile
@@ -19,6 +20,7 @@ from .providers.base import boot_platform
 from .signing import KeyEntry, Keyring, Signer
 from .store import ArtifactStore
 from .streams import Release
+from .timeline import NodeState, final_stages, stall_deadline
 from .urls import Urls
 
 
@@ -47,6 +49,22 @@ def profile_of(config: Config, node: str) -> Profile:
     """The profile settings of configured node ``node`` (:meth:`Config.node_profile`).
     Raises ``KeyError`` for an unknown node (use :func:`find_node` first)."""
     return config.node_profile(node)
+
+
+def node_final_stages(config: Config, node: str) -> tuple[str, ...]:
+    """The stages where configured node ``node`` has nothing more to do
+    (:func:`bootserver.timeline.final_stages` of its profile: ``up`` when it checks in)."""
+    profile = profile_of(config, node)
+    return final_stages(profile.mode, checkin=profile.checkin)
+
+
+def stall_deadlines(config: Config, states: Iterable[NodeState]) -> dict[str, float | None]:
+    """Each configured node's stall deadline (:func:`bootserver.timeline.stall_deadline`, unix
+    seconds; ``None``: it cannot stall now) under ``timeline.stall_after``; nodes not in the config
+    (history of a removed node) are left out."""
+    limits = config.timeline.stall_limits
+    return {st.node: stall_deadline(st, limits, node_final_stages(config, st.node))
+            for st in states if st.node in config.nodes}
 
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address

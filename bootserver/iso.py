@@ -50,6 +50,7 @@ from .network import (
     effective_network,
     node_network,
 )
+from .providers.base import provider_of
 from .urls import Urls
 
 #: Debian's files the BIOS boot of the image is made of (path, Debian package).
@@ -214,13 +215,25 @@ def boot_network(config: Config, node: str, device: Mapping[str, Any] | None = N
     return BootNetwork(carrier.name, mac, address.ip, address.prefix_length, gateway, dns)
 
 
+def boots_virtual_media(config: Config, node: str) -> bool:
+    """Whether ``provision`` boots the node from its boot image (a Redfish node with
+    ``redfish.boot_source: virtual-media``, on the node or its profile)."""
+    if provider_of(config, node) != "redfish":
+        return False
+    settings = config.nodes[node].redfish.merged_over(config.node_profile(node).redfish)
+    return settings.boot_source == "virtual-media"
+
+
 def check_boot_networks(config: Config) -> None:
     """``check-config``'s look at every node's boot image: the boot interface of each node with an
     NMState ``network`` can be told (:func:`boot_network`). Raises
     :class:`~bootserver.errors.ConfigError` naming the config file, node and key. What only the image
-    cannot do (IPv6 only, a VLAN) is left to ``bootserver iso`` and the server."""
+    cannot do (IPv6 only, a VLAN; :class:`IsoError`) fails only for the nodes that ``provision`` boots
+    from their image (:func:`boots_virtual_media`), and for every node in ``bootserver iso``."""
     for node in config.nodes:
-        if isinstance(effective_network(config, node), NetworkState):
+        if boots_virtual_media(config, node) and effective_network(config, node) != "provider":
+            boot_network(config, node)
+        elif isinstance(effective_network(config, node), NetworkState):
             with contextlib.suppress(IsoError):
                 boot_network(config, node)
 

@@ -11,6 +11,9 @@ Names (all prefixed ``bootserver_``):
 ``upstream_fetch_seconds_total``                  seconds spent in upstream downloads
 ``downloads_in_flight``                           upstream downloads running now
 ``nodes{stage}``                                  configured nodes per timeline stage (read at scrape time)
+``nodes_stalled{stage}``                          configured nodes past their stage's ``timeline.stall_after``
+``boot_seconds{stage}``                           seconds from a node's first script of a boot to
+                                                  ``installed``/``running`` and to ``up`` (histogram)
 
 With ``serve --workers N`` (N > 1) the workers run in prometheus-client's **multiprocess mode**: the
 parent calls :func:`enable_multiprocess` with a fresh directory before it forks them, every worker
@@ -33,10 +36,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from .streams import Artifact
-from .timeline import STAGES
+from .timeline import BOOT_DONE_STAGES, STAGES
 
 #: Request-duration buckets (seconds): scripts take milliseconds, a 1 GB rootfs tens of seconds.
 DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, float("inf"))
+#: Boot-duration buckets (seconds): a live boot takes a minute or two, an install with its first boot
+#: 5 to 30 minutes, a stalled one hours.
+BOOT_BUCKETS = (60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0, 7200.0, float("inf"))
 
 
 #: The environment variable prometheus-client reads for its multiprocess directory.
@@ -95,27 +101,36 @@ class WorkerFiles:
 
 
 class _StageCollector:
-    """Reports ``bootserver_nodes{stage}`` from a callable returning every node's stage."""
+    """Reports ``bootserver_nodes{stage}`` and ``bootserver_nodes_stalled{stage}`` from a callable
+    returning every node's ``(stage, stalled)``."""
 
-    def __init__(self, stages: Callable[[], Iterable[str]]) -> None:
+    def __init__(self, stages: Callable[[], Iterable[tuple[str, bool]]]) -> None:
         self._stages = stages
 
     def collect(self):  # type: ignore[no-untyped-def]
         counts = dict.fromkeys(STAGES, 0)
-        for stage in self._stages():
+        stalled = dict.fromkeys(STAGES, 0)
+        for stage, late in self._stages():
             counts[stage] = counts.get(stage, 0) + 1
+            stalled[stage] = stalled.get(stage, 0) + int(late)
         family = GaugeMetricFamily("bootserver_nodes", "Nodes per timeline stage.", labels=["stage"])
         for stage, n in counts.items():
+            family.add_metric([stage], n)
+        yield family
+        family = GaugeMetricFamily("bootserver_nodes_stalled", "Nodes past their stage's timeline.stall_after, "
+                                   "per stage.", labels=["stage"])
+        for stage, n in stalled.items():
             family.add_metric([stage], n)
         yield family
 
 
 class Metrics:
-    """The metric objects of one server. ``stages`` returns the current stage of every node (it is
-    called on each scrape, possibly in a worker thread). Also the upstream-fetch observer of
-    :meth:`bootserver.fetch.Upstream.download`."""
+    """The metric objects of one server. ``stages`` returns every node's current stage and whether it
+    is stalled, ``(stage, stalled)`` (it is called on each scrape, possibly in a worker thread). Also the
+    upstream-fetch observer of :meth:`bootserver.fetch.Upstream.download`, and the boot observer of
+    :class:`bootserver.service.BootService` (:meth:`boot_done`)."""
 
-    def __init__(self, stages: Callable[[], Iterable[str]] | None = None) -> None:
+    def __init__(self, stages: Callable[[], Iterable[tuple[str, bool]]] | None = None) -> None:
         r = self.registry = CollectorRegistry()
         mp_dir = multiprocess_dir()
         if mp_dir is not None:
@@ -138,6 +153,10 @@ class Metrics:
                                      "Seconds spent downloading from upstream.", registry=r)
         self.in_flight = Gauge("bootserver_downloads_in_flight", "Upstream downloads running now.", registry=r,
                                multiprocess_mode="livesum")
+        self.boot = Histogram("bootserver_boot_seconds", "Seconds from a node's first script of a boot to "
+                              "the stage (installed, running, up).", ["stage"], buckets=BOOT_BUCKETS, registry=r)
+        for stage in BOOT_DONE_STAGES:
+            self.boot.labels(stage)
         self.worker_requests: Gauge | None = None
         #: (route, method, status) -> the request counter and duration histogram of those labels
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
@@ -162,6 +181,11 @@ class Metrics:
         self.fetches.labels("ok" if ok else "error").inc()
         self.fetch_bytes.inc(nbytes)
         self.fetch_seconds.inc(seconds)
+
+    def boot_done(self, stage: str, seconds: float) -> None:
+        """A node reached ``stage`` (one of :data:`bootserver.timeline.BOOT_DONE_STAGES`) ``seconds``
+        after the first script of its boot."""
+        self.boot.labels(stage).observe(seconds)
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         """One answered request (``seconds`` until the last byte)."""

@@ -39,7 +39,7 @@ from bootserver.providers.base import (
     provider_of,
 )
 from bootserver.state.backends import open_store
-from bootserver.timeline import INSTALLED_STAGES, UP
+from bootserver.timeline import INSTALLED_STAGES, UP, final_stages
 from bootserver.urls import Urls
 
 log = logging.getLogger(__name__)
@@ -51,12 +51,9 @@ DONE_STAGES = {"install": "installed", "live": "running"}
 
 def done_stages(profile: Any) -> tuple[str, ...]:
     """The stages that end the wait for a node of ``profile`` (a :class:`bootserver.config.Profile`):
-    ``up`` when its stub carries the check-in unit (``checkin``, the default: the booted system said it
-    is on the network); else ``installed`` (install mode) or ``running`` (live mode), or ``unconfirmed``
-    for a profile without a real Ignition config, whose stub is the last thing the server sees."""
-    if profile.checkin:
-        return (UP,)
-    return (DONE_STAGES[profile.mode], "unconfirmed")
+    :func:`bootserver.timeline.final_stages` (``up`` when its stub carries the check-in unit, the
+    default; else ``installed``/``running`` or ``unconfirmed``)."""
+    return final_stages(profile.mode, checkin=profile.checkin)
 
 
 def _waiting_line(profile: Any, stage: str) -> str:
@@ -182,10 +179,13 @@ def wait_for_nodes(
 
     Each round reads every pending node's stage (``say(node, "stage <stage>")`` when it changed) and
     asks its provider for the device (``say(node, "device <id> is <state>")`` when that changed; the
-    new record is stored). A node whose install-mode profile boots once and that is already
-    ``installing``/``installed`` when the wait starts is done at once (its network boot boots the
-    local disk until ``bootserver nodes reinstall``). A provider poll that fails without an answer
-    (network) is retried next round. ``clock`` (monotonic seconds) and ``sleep`` are injectable.
+    new record is stored). Once a node's stage is ``installing`` or later (its network boot is over),
+    its provider's :meth:`~bootserver.providers.base.Provider.booted` runs, once (Redfish ejects the
+    boot image there, so the installed system's reboots never boot it). A node whose install-mode
+    profile boots once and that is already ``installing``/``installed`` when the wait starts is done at
+    once (its network boot boots the local disk until ``bootserver nodes reinstall``). A provider poll
+    that fails without an answer (network) is retried next round. ``clock`` (monotonic seconds) and
+    ``sleep`` are injectable.
 
     Returns ``{node: last device record}``. Raises :class:`DeviceFailed` when a provider reports a
     failed device, :class:`ProvisionTimeout` when ``policy.timeout`` seconds pass first,
@@ -198,12 +198,24 @@ def wait_for_nodes(
     pending = list(watched)
     stages = {s.node: s for s in store.nodes(pending) if s.node in watched}
     last_stage = {}
+    booted: set[str] = set()
+
+    def network_boot_over(node: str) -> None:
+        # once per node: the provider undoes what only the network boot needed (Redfish: the image)
+        if node not in booted:
+            booted.add(node)
+            changed = watched[node][0].booted(node, devices[node], say)
+            if changed is not None:
+                devices[node] = changed
+                store.set_device(node, changed)
+
     for node in list(pending):
         profile = config.node_profile(node)
         stage = stages[node].stage
         last_stage[node] = stage
         if profile.boots_once and stage in INSTALLED_STAGES:
             say(node, f"already {stage}; it boots its disk until `bootserver nodes reinstall {node}`")
+            network_boot_over(node)
             pending.remove(node)
         else:
             say(node, _waiting_line(profile, stage))
@@ -233,6 +245,8 @@ def wait_for_nodes(
             if state.stage != last_stage[node]:
                 last_stage[node] = state.stage
                 say(node, f"stage {state.stage}")
+            if state.stage in INSTALLED_STAGES and (state.stage_at or 0) >= since:
+                network_boot_over(node)
             if state.stage in done_stages(config.node_profile(node)) and (state.stage_at or 0) >= since:
                 pending.remove(node)
         if failed:

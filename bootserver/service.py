@@ -8,8 +8,11 @@ one method each, so the server and ``bootserver render`` can never disagree.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import ipaddress
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -22,7 +25,7 @@ from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, UnavailableError
 from .fetch import Upstream
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
-from .inventory import find_node, profile_of, script_context, select_node
+from .inventory import find_node, profile_of, script_context, select_node, stall_deadlines
 from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
 from .iso import node_image
 from .network import node_kargs
@@ -31,7 +34,16 @@ from .signing import Signer
 from .state.backends import open_store
 from .store import ArtifactStore
 from .streams import ARTIFACT_KINDS, Release
-from .timeline import INSTALLED_STAGES, Current, Record, artifact_event
+from .timeline import (
+    BOOT_DONE_STAGES,
+    INSTALLED_STAGES,
+    Current,
+    NodeState,
+    Record,
+    artifact_event,
+    boot_started,
+    format_age,
+)
 from .urls import Urls
 
 log = logging.getLogger("bootserver.service")
@@ -39,6 +51,15 @@ log = logging.getLogger("bootserver.service")
 #: Seconds between background loads of a stream's metadata after one failed (see
 #: :meth:`BootService.load_metadata_soon`).
 METADATA_RETRY = 30.0
+
+#: The stall watch (:meth:`BootService.watch_stalls`) reads every node at least this often (seconds),
+#: and at most once per :data:`STALL_READ_MIN` however many events wake it.
+STALL_READ_MAX = 30.0
+STALL_READ_MIN = 1.0
+
+#: The file in ``state_dir`` whose lock (``flock``) makes one ``serve`` process of a machine the one that
+#: logs stalls (``serve --workers N`` would log each N times).
+STALL_LOCK = "stall-watch.lock"
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -123,8 +144,19 @@ class BootService:
         self.timeline = getattr(self.state, "timeline", None)
         self.urls = Urls(config, signer, keys=self.state.keyring)
         self.real_configs = RealConfigs()
-        #: The configured nodes' stages as last read (see :meth:`read_stages`), for metrics scrapes.
-        self._stages: list[str] = []
+        #: The configured nodes' stages and whether each is stalled, as last read (see
+        #: :meth:`read_stages`), for metrics scrapes.
+        self._stages: list[tuple[str, bool]] = []
+        #: Called with ``(stage, seconds)`` when a node reaches one of
+        #: :data:`~bootserver.timeline.BOOT_DONE_STAGES`, seconds after its boot's first script
+        #: (:meth:`bootserver.metrics.Metrics.boot_done`); ``None``: not measured.
+        self.boot_observer: Callable[[str, float], None] | None = None
+        #: The stall watch (see :meth:`watch_stalls`): its task, what it warned about (node -> stage and
+        #: ``stage_at``), what wakes it (a recorded event), and its lock file.
+        self._stall_task: asyncio.Task[None] | None = None
+        self._stall_warned: dict[str, tuple[str, float | None]] = {}
+        self._stall_wake: asyncio.Event | None = None
+        self._stall_lock: int | None = None
         self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
         self._grub_configs: RenderCache[ScriptInputs, str] = RenderCache(self._render_grub_config)
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
@@ -216,7 +248,21 @@ class BootService:
         profile = profile_of(self.config, node)
         record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
                         real_config=profile.ignition is not None)
-        return await self.state.record(record, current)
+        before = None
+        if event in ("config", "checkin") and self.boot_observer is not None:  # rare: once per boot
+            before = current.stage if current is not None else await self.state.stage(node)
+        stage = await self.state.record(record, current)
+        if self._stall_wake is not None:
+            self._stall_wake.set()
+        if before is not None and stage != before and stage in BOOT_DONE_STAGES:
+            self._spawn(self._observe_boot(node, stage, record.at))
+        return stage
+
+    async def _observe_boot(self, node: str, stage: str, at: float) -> None:
+        """Report how long ``node`` took from its boot's first script to ``stage`` (reached at ``at``)."""
+        started = boot_started(await self.state.events(node))
+        if started is not None and at >= started and self.boot_observer is not None:
+            self.boot_observer(stage, at - started)
 
     async def serve_script(self, node: str, client: str | None) -> str:
         """What the server answers a node's script request from address ``client``: the boot script,
@@ -357,23 +403,99 @@ class BootService:
                 "events": [e.as_dict() for e in events]}
 
     async def read_stages(self) -> None:
-        """Read every configured node's stage for :meth:`node_stages` (before a metrics scrape; none
-        when the state store cannot answer: the scrape still answers)."""
+        """Read every configured node's stage and whether it is stalled for :meth:`node_stages` (before
+        a metrics scrape; none when the state store cannot answer: the scrape still answers)."""
         nodes = self.config.nodes
         try:
-            self._stages = [s.stage for s in await self.state.nodes(list(nodes)) if s.node in nodes]
+            states = [s for s in await self.state.nodes(list(nodes)) if s.node in nodes]
         except UnavailableError as e:
             log.warning("metrics: node stages not read: %s", e)
             self._stages = []
+            return
+        deadlines, now = stall_deadlines(self.config, states), time.time()
+        self._stages = [(s.stage, (d := deadlines.get(s.node)) is not None and now >= d) for s in states]
 
-    def node_stages(self) -> list[str]:
-        """The stage of every configured node as last read by :meth:`read_stages` (for metrics)."""
+    def node_stages(self) -> list[tuple[str, bool]]:
+        """``(stage, stalled)`` of every configured node as last read by :meth:`read_stages` (for metrics)."""
         return self._stages
+
+    def stalls(self, states: list[NodeState], now: float) -> list[NodeState]:
+        """The nodes of ``states`` that became stalled (past their stage's ``timeline.stall_after``) and
+        were not reported yet for that stage, each logged once as a warning; forgets nodes that left
+        the stage they stalled in. Returns them, for the caller to pass on."""
+        deadlines = stall_deadlines(self.config, states)
+        limits = self.config.timeline.stall_limits
+        new = []
+        for st in states:
+            deadline = deadlines.get(st.node)
+            key = (st.stage, st.stage_at)
+            if deadline is None or now < deadline:  # not stalled (any more): a new stall is new
+                self._stall_warned.pop(st.node, None)
+                continue
+            if self._stall_warned.get(st.node) == key:
+                continue
+            self._stall_warned[st.node] = key
+            new.append(st)
+            log.warning("node %s: stalled in stage %s for %s (timeline.stall_after.%s: %s)", st.node, st.stage,
+                        format_age(now - (st.stage_at or now)).removesuffix(" ago"), st.stage,
+                        format_age(limits[st.stage]).removesuffix(" ago"))
+        return new
+
+    def _next_deadline(self, states: list[NodeState], now: float) -> float | None:
+        later = [d for d in stall_deadlines(self.config, states).values() if d is not None and d > now]
+        return min(later, default=None)
+
+    async def watch_stalls(self) -> None:
+        """Log each node that becomes stalled once (:meth:`stalls`), until cancelled: reads every
+        configured node when the next stall deadline comes, when an event was recorded (at most once
+        per :data:`STALL_READ_MIN` seconds), and at least every :data:`STALL_READ_MAX` seconds. A state
+        store that cannot answer is tried again at the next read."""
+        wake = self._stall_wake = asyncio.Event()
+        names = list(self.config.nodes)
+        while True:
+            wake.clear()
+            read_at = time.time()
+            try:
+                states = await self.state.nodes(names)
+            except UnavailableError as e:
+                log.debug("stall watch: nodes not read: %s", e)
+                states = []
+            now = time.time()
+            self.stalls(states, now)
+            deadline = self._next_deadline(states, now)
+            until = now + STALL_READ_MAX if deadline is None else min(deadline, now + STALL_READ_MAX)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, until - time.time())):  # (wait_for may eat a cancel)
+                    await wake.wait()
+            # woken by an event: not more often than once per STALL_READ_MIN
+            await asyncio.sleep(max(0.0, min(until, read_at + STALL_READ_MIN) - time.time()))
+
+    def _take_stall_lock(self) -> bool:
+        """Whether this process holds ``state_dir``/:data:`STALL_LOCK` (taken now, kept until close)."""
+        try:
+            self.config.state_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.config.state_dir / STALL_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            log.warning("stall watch: %s: %s; every process logs stalls", STALL_LOCK, e.strerror)
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._stall_lock = fd
+        return True
 
     async def start(self) -> None:
         """Open the state store (see :meth:`bootserver.state.StateStore.start`). Raises
         :class:`~bootserver.state.StateStoreError`."""
         await self.state.start()
+
+    def start_stall_watch(self) -> None:
+        """Start the stall watch (:meth:`watch_stalls`, until :meth:`close`) if this process is the one
+        of this machine that holds its lock (``serve``; call on the event loop after :meth:`start`)."""
+        if self._stall_task is None and self._take_stall_lock():
+            self._stall_task = asyncio.ensure_future(self.watch_stalls())
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """``(ready, report)`` of ``GET /readyz``: ready when every profile's stream metadata is loaded
@@ -416,6 +538,13 @@ class BootService:
     async def close(self) -> None:
         """Finish the background timeline writes, stop metadata loads, cancel read-through downloads
         still running (their partials stay), close the upstream, then the state store."""
+        if self._stall_task is not None:
+            self._stall_task.cancel()
+            await asyncio.gather(self._stall_task, return_exceptions=True)
+            self._stall_task = None
+        if self._stall_lock is not None:
+            os.close(self._stall_lock)
+            self._stall_lock = None
         await self.drain()
         for task in list(self._metadata_loads.values()):
             task.cancel()

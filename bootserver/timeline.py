@@ -124,6 +124,20 @@ _CHECKIN_KEEPS = frozenset({"reinstall", "ipxe", "kernel", "initramfs", "rootfs"
 #: The stage a ``checkin`` leads to: the booted system is on the network.
 UP = "up"
 
+#: Default of ``timeline.stall_after``: seconds a node may stay in a stage before it counts as
+#: **stalled** (:func:`stall_deadline`). The network boot (``ipxe`` to ``initramfs``) takes seconds
+#: to minutes, a 1 GB rootfs and the live system's start minutes, coreos-installer's copy and the first
+#: boot of the installed disk up to an hour; ``installed``/``running``/``unconfirmed`` wait for the
+#: check-in. Stages not named here (``new``, ``reinstall``, ``up``) never stall unless configured.
+DEFAULT_STALL_AFTER: Mapping[str, int] = {
+    "ipxe": 600, "kernel": 600, "initramfs": 600, "rootfs": 1800, "installing": 3600, "ignition": 1800,
+    "installed": 1800, "running": 1800, "unconfirmed": 3600,
+}
+
+#: The stages that end a boot, whose time since the first script :class:`bootserver.metrics.Metrics`
+#: reports (``bootserver_boot_seconds``).
+BOOT_DONE_STAGES = ("installed", "running", UP)
+
 #: Default of ``timeline.keep_events``: rows of history kept per node (a full install is about 12).
 KEEP_EVENTS = 1000
 
@@ -241,6 +255,40 @@ def next_stage(stage: str, event: str, mode: str, *, real_config: bool = True) -
         # a stray artifact request (a retry, a curl from the same host) must not undo an install
         return stage if stage in _FINAL_STAGES else kind
     raise ValueError(f"unknown timeline event {event!r}")
+
+
+def final_stages(mode: str, *, checkin: bool) -> tuple[str, ...]:
+    """The stages where a node of a profile with ``mode`` (``install``/``live``) and ``checkin`` (its stub
+    carries the check-in unit) has nothing more to do:
+    ``up`` when it checks in; else ``installed`` (install) or ``running`` (live), and ``unconfirmed``
+    (what a profile without a real config reaches). ``provision`` waits for them; they never stall."""
+    if checkin:
+        return (UP,)
+    return ("installed" if mode == "install" else "running", "unconfirmed")
+
+
+def stall_deadline(state: NodeState, limits: Mapping[str, int], final: Sequence[str]) -> float | None:
+    """The unix time (seconds) from which ``state``'s node counts as stalled in its stage: its
+    ``stage_at`` plus the stage's limit in ``limits`` (``timeline.stall_after``, seconds); ``None`` when
+    it cannot stall (a stage without a limit, one of the node's ``final`` stages, no events yet)."""
+    limit = limits.get(state.stage)
+    if limit is None or state.stage in final or state.stage_at is None:
+        return None
+    return state.stage_at + limit
+
+
+def boot_started(events: Sequence[Event]) -> float | None:
+    """The unix time of the first ``script`` of the node's latest boot, from its history (oldest first):
+    walking back from the newest row, the earliest ``script`` row before an earlier boot's end
+    (``stub``, ``config``, ``checkin``, ``localboot`` or ``reinstall`` older than a script seen);
+    ``None`` when the history holds no script (trimmed by ``keep_events``)."""
+    first = None
+    for e in reversed(events):
+        if e.event == "script":
+            first = e.at
+        elif first is not None and e.event in ("stub", "config", "checkin", "localboot", "reinstall"):
+            break
+    return first
 
 
 def artifact_event(kind: str, status: int, complete: bool) -> str:
@@ -1038,13 +1086,25 @@ def format_events(events: Sequence[Event], state: NodeState, keep_events: int) -
     return "".join(line + "\n" for line in lines)
 
 
-def format_table(states: list[NodeState], now: float, profiles: Mapping[str, str] | None = None) -> str:
-    """The ``bootserver nodes`` table: node, profile, stage, since, last event, when (plain text)."""
+def format_stalled(deadline: float | None, now: float) -> str:
+    """The STALLED cell of a node whose stall deadline (:func:`stall_deadline`) is ``deadline``:
+    ``-`` (not stalled), else how long past it, ``stalled 12m``."""
+    if deadline is None or now < deadline:
+        return "-"
+    return "stalled " + format_age(now - deadline).removesuffix(" ago")
+
+
+def format_table(states: list[NodeState], now: float, profiles: Mapping[str, str] | None = None,
+                 deadlines: Mapping[str, float | None] | None = None) -> str:
+    """The ``bootserver nodes`` table: node, profile, stage, since, stalled (``deadlines``: each node's
+    :func:`stall_deadline`, see :func:`format_stalled`), last event, when (plain text)."""
     profiles = profiles or {}
-    rows = [("NODE", "PROFILE", "STAGE", "SINCE", "LAST EVENT", "WHEN")]
+    deadlines = deadlines or {}
+    rows = [("NODE", "PROFILE", "STAGE", "SINCE", "STALLED", "LAST EVENT", "WHEN")]
     for st in states:
         rows.append((st.node, profiles.get(st.node, "-"), st.stage,
                      format_age(None if st.stage_at is None else now - st.stage_at),
+                     format_stalled(deadlines.get(st.node), now),
                      st.last_event or "-", format_age(None if st.last_at is None else now - st.last_at)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)

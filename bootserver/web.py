@@ -360,6 +360,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def _start_service(app: web.Application) -> None:
     await app[SERVICE].start()
+    app[SERVICE].start_stall_watch()
 
 
 async def nodes(request: web.Request) -> web.Response:
@@ -432,6 +433,7 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     svc = BootService(config, signer)
     metrics = Metrics(svc.node_stages)
     svc.artifacts.observer = metrics
+    svc.boot_observer = metrics.boot_done
     gate = Gate(config, svc.urls.signer.check)
     limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
     app = _app(svc, metrics, DEVICE, gate, limits)

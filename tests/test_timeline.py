@@ -125,9 +125,13 @@ def test_table_lists_configured_nodes_without_events(tmp_path: Path) -> None:
     tl.record("m0", "config", mode="install", at=1000.0)
     text = format_table(tl.nodes(["m0", "w0"]), 1000.0 + 300, {"m0": "master", "w0": "worker"})
     lines = text.splitlines()
-    assert lines[0].split() == ["NODE", "PROFILE", "STAGE", "SINCE", "LAST", "EVENT", "WHEN"]
-    assert lines[1].split() == ["m0", "master", "installed", "5m", "ago", "config", "5m", "ago"]
-    assert lines[2].split() == ["w0", "worker", "new", "-", "-", "-"]
+    assert lines[0].split() == ["NODE", "PROFILE", "STAGE", "SINCE", "STALLED", "LAST", "EVENT", "WHEN"]
+    assert lines[1].split() == ["m0", "master", "installed", "5m", "ago", "-", "config", "5m", "ago"]
+    assert lines[2].split() == ["w0", "worker", "new", "-", "-", "-", "-"]
+    # past its deadline by 3 minutes
+    text = format_table(tl.nodes(["m0"]), 1000.0 + 300, {"m0": "master"}, {"m0": 1000.0 + 120})
+    assert text.splitlines()[1].split() == ["m0", "master", "installed", "5m", "ago", "stalled", "3m",
+                                            "config", "5m", "ago"]
 
 
 async def test_group_commit_checkpoints_the_wal_off_the_commit_path(tmp_path: Path,

@@ -12,15 +12,35 @@ from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from ..values import SettingsModel
+from ..timeline import DEFAULT_STALL_AFTER, STAGES
+from ..values import Duration, SettingsModel
 
 
 class TimelineSettings(SettingsModel):
     """The top-level ``timeline:`` mapping. ``keep_events``: history rows kept per node (the oldest go
     first; repeats that change nothing share one row, see :mod:`bootserver.timeline`); default
-    :data:`bootserver.timeline.KEEP_EVENTS`."""
+    :data:`bootserver.timeline.KEEP_EVENTS`. ``stall_after``: ``{STAGE: DURATION}``, how long a node may
+    stay in a stage before it counts as stalled (``90s``, ``10m``, ``1h``, ``2d`` or seconds; ``null``
+    turns a default off), over :data:`bootserver.timeline.DEFAULT_STALL_AFTER`; any stage of the
+    timeline can be named."""
 
     keep_events: int = Field(default=1000, ge=10, le=10_000_000)
+    stall_after: dict[str, Duration | None] = Field(default_factory=dict)
+
+    @field_validator("stall_after")
+    @classmethod
+    def _stall_after(cls, value: dict[str, int | None]) -> dict[str, int | None]:
+        unknown = sorted(set(value) - set(STAGES))
+        if unknown:
+            raise ValueError(f"unknown stage {unknown[0]!r} (stages: {', '.join(STAGES)})")
+        return value
+
+    @property
+    def stall_limits(self) -> dict[str, int]:
+        """Seconds per stage after which a node in it is stalled: the defaults with ``stall_after`` over
+        them (a stage set to ``null`` has none)."""
+        merged: dict[str, int | None] = {**DEFAULT_STALL_AFTER, **self.stall_after}
+        return {stage: limit for stage, limit in merged.items() if limit is not None}
 
 
 def _url_as_mapping(value: Any) -> Any:

@@ -236,6 +236,12 @@ class Provider:
         """The node's device as it is now (``device`` is what was recorded), while ``provision`` waits."""
         raise NotImplementedError
 
+    def booted(self, node: str, device: Mapping[str, Any], say: Callable[[str, str], None]) -> dict[str, Any] | None:
+        """Called once by ``provision``'s wait when the node's network boot is over (its stage is
+        ``installing`` or later): undo what only that boot needed (Redfish: eject the boot image).
+        Returns the new device record, or ``None`` when nothing changed. Default: nothing."""
+        return None
+
     def line(self, node: str, device: Mapping[str, Any]) -> str:
         """The output line of ``provision`` for a node and its recorded device."""
         raise NotImplementedError

@@ -9,8 +9,17 @@ and ``EthernetInterface`` of DSP8010) is the standard BMC API; ``sushy`` is the 
   ``BootSourceOverrideEnabled: Once`` (and ``BootSourceOverrideMode`` when ``boot_mode`` is set), then
   ``ComputerSystem.Reset`` ``On`` (``ForceRestart`` when it is on). The node's device record holds the
   BMC address, the system, its power state and the MAC addresses of its ethernet interfaces.
+  With ``boot_source: virtual-media`` (no DHCP on the node's network; what Metal3/Ironic's
+  ``redfish-virtual-media`` does): first ``VirtualMedia.EjectMedia`` of whatever the CD/DVD member of the
+  system's manager's ``VirtualMedia`` collection holds, then ``VirtualMedia.InsertMedia`` with the node's
+  signed boot image URL (``/iso/<node>.iso``, :mod:`bootserver.iso`; ``Inserted``, ``WriteProtected``),
+  and the override ``Cd``/``Once`` instead of ``Pxe``. The BMC downloads the image from bootserver.
+  Once the wait sees the node ``installing`` (its network boot is over), the image is ejected
+  (:meth:`Redfish.booted`); ``--no-wait`` leaves that to the next ``provision`` or ``deprovision``, and
+  meanwhile boot-once makes the image boot the local disk.
 * ``deprovision``: ``GracefulShutdown``, then ``ForceOff`` when it is still on after ``--grace``
-  seconds; then the override is cleared (``BootSourceOverrideEnabled: Disabled``).
+  seconds; then the override is cleared (``BootSourceOverrideEnabled: Disabled``) and, with
+  ``virtual-media``, the image ejected.
 * ``devices``: each Redfish node's system, power state and bootserver's stage.
 
 This module loads (and with it ``sushy``) only when a command uses the provider
@@ -37,6 +46,7 @@ import sushy
 import sushy.exceptions as sx
 
 from bootserver.errors import InputError
+from bootserver.iso import boot_network
 from bootserver.providers.base import (
     MissingCredentials,
     Outcome,
@@ -195,9 +205,10 @@ class Redfish(Provider):
     platform_id = "metal"
 
     def __init__(self, config: Any, args: argparse.Namespace, *, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, poll_interval: float = 1.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, poll_interval: float = 1.0, urls: Any = None) -> None:
         self.config = config
         self.args = args
+        self.urls = urls
         self.sleep = sleep
         self.clock = clock
         self.poll_interval = poll_interval
@@ -220,7 +231,7 @@ class Redfish(Provider):
             raise InputError(f"--grace: must not be negative, got {grace:g}")
         # sushy logs its own view of every failure; ours is the one line the command prints
         logging.getLogger("sushy").setLevel(logging.NOTSET if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL)
-        return cls(config, args)
+        return cls(config, args, urls=urls)
 
     def close(self) -> None:
         """Log out of every BMC session."""
@@ -305,27 +316,87 @@ class Redfish(Provider):
                   record: Callable[[str, dict[str, Any]], None],
                   say: Callable[[str, str], None]) -> list[Outcome]:
         """Boot each node's system from the network once: override ``Pxe``/``Once``, then power on or
-        ``ForceRestart``. Settings of every node are checked before any BMC is asked."""
+        ``ForceRestart``; with ``boot_source: virtual-media`` from its boot image instead (eject, insert
+        the signed image URL, override ``Cd``/``Once``). Settings of every node, and the boot network of
+        each virtual-media node's image, are checked before any BMC is asked."""
         for node in nodes:
-            self.settings(node)
+            if self.settings(node).boot_source == "virtual-media":
+                if self.urls is None:
+                    raise InputError(f"node {node}: redfish.boot_source virtual-media needs signed URLs")
+                boot_network(self.config, node)  # exit 2 naming the node and key, before any BMC call
         out = []
         for node in nodes:
             bmc, s = self.bmc(node)
             system = bmc.system(s.system, node)
             mode = {"uefi": sushy.BOOT_SOURCE_MODE_UEFI, "legacy": sushy.BOOT_SOURCE_MODE_BIOS}.get(s.boot_mode or "")
+            media = None
+            target, source = sushy.BOOT_SOURCE_TARGET_PXE, "the network"
+            if s.boot_source == "virtual-media":
+                media = self._virtual_cd(bmc, system)
+                self._eject(bmc, media, node, say)
+                url = self.urls.iso(node)
+                bmc.call(f"POST {media.path} InsertMedia", partial(
+                    media.insert_media, url, inserted=True, write_protected=True))
+                target, source = sushy.BOOT_SOURCE_TARGET_CD, f"its boot image in {media.path}"
             bmc.call(f"PATCH {system.path} Boot", partial(
-                system.set_system_boot_options, sushy.BOOT_SOURCE_TARGET_PXE,
-                enabled=sushy.BOOT_SOURCE_ENABLED_ONCE, mode=mode))
+                system.set_system_boot_options, target, enabled=sushy.BOOT_SOURCE_ENABLED_ONCE, mode=mode))
             power = _power(system)
             reset = sushy.RESET_FORCE_RESTART if power == "On" else sushy.RESET_ON
             bmc.call(f"POST {system.path} Reset {reset.value}", partial(system.reset_system, reset))
-            say(node, f"{system.path}: next boot from the network (once); {reset.value} (was {power})")
+            say(node, f"{system.path}: next boot from {source} (once); {reset.value} (was {power})")
             bmc.call(f"GET {system.path}", partial(system.refresh, force=True))
             device = self.record(bmc, system)
+            if media is not None:
+                device["media"] = media.path
             self._check_macs(node, device)
             record(node, device)
             out.append(Outcome(node, device, self.line(node, device)))
         return out
+
+    def _virtual_cd(self, bmc: Bmc, system: Any) -> Any:
+        """The CD/DVD member of the ``VirtualMedia`` collection of the system's manager (``Links.ManagedBy``),
+        else of the system's own collection (newer BMCs). Raises ``ProviderError`` when there is none."""
+        wanted = {"CD", "DVD"}
+        collections = []
+        try:
+            managers = bmc.call(f"GET {system.path} managers", lambda: system.managers)
+        except ProviderError as exc:  # no Links.ManagedBy: the system's own collection may still do
+            log.debug("%s", exc)
+            managers = []
+        for manager in managers:
+            collections.append((manager.path, lambda m=manager: m.virtual_media))
+        collections.append((system.path, lambda: system.virtual_media))
+        for owner, collection in collections:
+            try:
+                members = bmc.call(f"GET {owner} VirtualMedia", lambda c=collection: c().get_members())
+            except ProviderError as exc:
+                if exc.status is not None and exc.status != 404:
+                    raise
+                log.debug("%s", exc)
+                continue
+            for media in members:
+                if wanted & {str(getattr(t, "value", t)).upper() for t in media.media_types or ()}:
+                    return media
+        raise ProviderError(f"BMC {bmc.address}: {system.path}: no CD or DVD virtual media in the VirtualMedia "
+                            "of its managers or of the system")
+
+    def _eject(self, bmc: Bmc, media: Any, node: str, say: Callable[[str, str], None]) -> None:
+        """``VirtualMedia.EjectMedia`` when ``media`` holds an image (refreshed first)."""
+        bmc.call(f"GET {media.path}", partial(media.refresh, force=True))
+        if media.inserted or media.image:
+            image = str(media.image or "").split("?")[0]
+            bmc.call(f"POST {media.path} EjectMedia", media.eject_media)
+            say(node, f"{media.path}: ejected {image or 'the inserted media'}")
+
+    def booted(self, node: str, device: Mapping[str, Any], say: Callable[[str, str], None]) -> dict[str, Any] | None:
+        """With ``virtual-media``: eject the boot image once the node's network boot is over, so no later
+        reboot boots it by accident. Returns the record without its ``media``."""
+        if not device.get("media"):
+            return None
+        bmc, s = self.bmc(node)
+        system = bmc.system(device.get("id") or s.system, node)
+        self._eject(bmc, self._virtual_cd(bmc, system), node, say)
+        return {k: v for k, v in device.items() if k != "media"}
 
     def _check_macs(self, node: str, device: Mapping[str, Any]) -> None:
         macs = self.config.nodes[node].mac
@@ -378,6 +449,8 @@ class Redfish(Provider):
                                                               if grace > 0 else ""))
                 else:
                     say(node, f"{system.path}: shut down")
+            if (recorded.get(node) or {}).get("media") or s.boot_source == "virtual-media":
+                self._eject(bmc, self._virtual_cd(bmc, system), node, say)
             allowed_targets = bmc.call(f"GET {system.path}", system.get_allowed_system_boot_source_values)
             target = sushy.BOOT_SOURCE_TARGET_NONE if sushy.BOOT_SOURCE_TARGET_NONE in allowed_targets \
                 else sushy.BOOT_SOURCE_TARGET_HDD

@@ -38,6 +38,9 @@ class RedfishSettings(SettingsModel):
       the other from the profile.
     * ``verify_tls``: ``true`` (default: the system's CAs), ``false``, or a CA file (PEM).
     * ``boot_mode``: ``uefi`` or ``legacy``; unset leaves the BMC's boot mode as it is.
+    * ``boot_source``: ``pxe`` (the default: boot from the network once, a DHCP server points the
+      machine at us) or ``virtual-media`` (no DHCP: the BMC inserts the node's signed boot image,
+      ``/iso/<node>.iso``, as its virtual CD and boots from it once; docs/on-premises.md, "No DHCP").
     * ``timeout``: seconds to wait for each BMC answer (default 30).
     """
 
@@ -48,6 +51,7 @@ class RedfishSettings(SettingsModel):
     password_env: str | None = None
     verify_tls: bool | str | None = None
     boot_mode: Literal["uefi", "legacy"] | None = None
+    boot_source: Literal["pxe", "virtual-media"] | None = None
     timeout: Annotated[float, Field(gt=0, le=3600)] | None = None
 
     _address = field_validator("address")(classmethod(lambda cls, v: _check_address(v)))

@@ -1,0 +1,177 @@
+"""``redfish.boot_source: virtual-media`` against the real ``sushy-emulator`` and a real ``bootserver
+serve``: ``provision`` ejects, inserts the node's signed boot image URL as the CD (the emulator downloads
+the image from the server), sets the one-time override ``Cd``; the wait ejects the image once the node's
+network boot is over (stage ``installing``); ``deprovision`` ejects; bad input is exit 2 before any BMC
+call."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import requests
+import yaml
+from conftest import ServerProcess
+from helpers import free_port, recorded_devices, run_cli, write_config
+from sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
+
+from bootserver.cli import build_parser
+from bootserver.config import load_config
+from bootserver.provision import WaitPolicy, deprovision, provision
+
+MAC = "52:54:00:00:00:01"  # rf-0's NIC in the emulator (tests/sushy_emulator.py)
+NETWORK = {
+    "interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": MAC,
+                    "ipv4": {"enabled": True, "address": [{"ip": "192.0.2.10", "prefix-length": 24}]}}],
+    "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "192.0.2.1"}]},
+}
+
+
+@pytest.fixture
+def bmc_password(monkeypatch):
+    monkeypatch.setenv("BMC_PASSWORD", PASSWORD)
+
+
+def vmedia_setup(boot_setup, emulator, network: Any = NETWORK):
+    setup = boot_setup(100_000, {"rf-0": {"profile": "master", "mac": [MAC], "network": network}})
+    doc = yaml.safe_load(setup.config.read_text())
+    doc["server"]["admin"] = {"listen": f"127.0.0.1:{free_port()}"}
+    doc["profiles"]["master"] |= {"provider": "redfish", "redfish": {
+        "address": emulator.url, "system": emulator.path(0), "username": USERNAME,
+        "password_env": "BMC_PASSWORD", "timeout": 10, "boot_source": "virtual-media"}}
+    write_config(setup.config, doc)
+    return setup
+
+
+def cd(emulator) -> dict[str, Any]:
+    return emulator.get(f"{emulator.path(0)}/VirtualMedia/Cd")
+
+
+def iso_requests(server: ServerProcess) -> float:
+    """The count of answered ``GET /iso/{node}.iso`` requests in the server's metrics."""
+    text = requests.get(server.admin_url + "/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("bootserver_http_requests_total{") and "/iso/{node}.iso" in line
+               and 'status="200"' in line and 'method="GET"' in line)
+
+
+async def test_provision_inserts_the_signed_image_boots_cd_once_and_ejects_after_the_network_boot(
+        emulator, bmc_password, boot_setup, tmp_path: Path) -> None:
+    setup = vmedia_setup(boot_setup, emulator)
+    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
+    assert rc == 0, err
+    config = load_config(str(setup.config))
+    server = ServerProcess(setup.config, setup.port)
+    said: list[str] = []
+    seen: dict[str, Any] = {}
+
+    def step_image() -> None:  # what the BMC inserted, as the node's firmware boots it
+        media = cd(emulator)
+        seen["media"] = media
+        image = requests.get(media["Image"], timeout=30)
+        assert image.status_code == 200
+        seen["image"] = image.content
+        grub = re.search(rb"\(http,127\.0\.0\.1:(\d+)\)(/grub/rf-0\?exp=\d+&sig=[\w-]+)", image.content)
+        assert grub is not None
+        r = requests.get(f"http://127.0.0.1:{grub.group(1).decode()}{grub.group(2).decode()}", timeout=10)
+        assert r.status_code == 200  # GRUB's script request: stage ipxe
+        seen["grub"] = r.text
+
+    def step_stub() -> None:  # the live installer fetches the stub: its network boot is over
+        url = re.search(r"'coreos\.inst\.ignition_url=([^']+)'", seen["grub"]).group(1)
+        assert requests.get(url, timeout=10).status_code == 200
+        seen["inserted_at_installing"] = cd(emulator)["Inserted"]
+
+    def step_config() -> None:  # the installed system's first boot
+        stub = requests.get(re.search(r"'coreos\.inst\.ignition_url=([^']+)'", seen["grub"]).group(1), timeout=10)
+        merge = stub.json()["ignition"]["config"]["merge"][0]["source"]
+        assert requests.get(merge, timeout=10).status_code == 200
+
+    steps = [step_image, step_stub, step_config]
+
+    def pause(seconds: float) -> None:
+        if steps:
+            steps.pop(0)()
+
+    # the profile has no check-in: done at installed
+    doc = yaml.safe_load(setup.config.read_text())
+    doc["profiles"]["master"]["checkin"] = False
+    write_config(setup.config, doc)
+    config = load_config(str(setup.config))
+    args = build_parser().parse_args(["provision", "rf-0"])
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        try:
+            await server.start(http)
+            lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
+                config, args, ["rf-0"], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
+                say=lambda node, message: said.append(message)))
+            fetched = iso_requests(server)
+        finally:
+            await server.stop()
+    media = seen["media"]
+    # InsertMedia with our signed image URL, Inserted, WriteProtected; the emulator fetched it from serve
+    assert re.fullmatch(rf"http://127\.0\.0\.1:{setup.port}/iso/rf-0\.iso\?exp=\d+&sig=[\w-]+", media["Image"]), media
+    assert media["Inserted"] is True and media["WriteProtected"] is True
+    assert fetched >= 2, fetched  # the emulator's download at InsertMedia, and the step's
+    assert seen["image"][0x8001:0x8006] == b"CD001" and b"set ${nic}/ip 192.0.2.10" in seen["image"]
+    # the one-time override is Cd, from the image; then the image is ejected at installing
+    assert emulator.system(0)["Boot"]["BootSourceOverrideTarget"] == "Cd"
+    path = emulator.path(0)
+    assert f"{path}: next boot from its boot image in {path}/VirtualMedia/Cd (once); On (was Off)" in said
+    assert seen["inserted_at_installing"] is True
+    assert f"{path}/VirtualMedia/Cd: ejected http://127.0.0.1:{setup.port}/iso/rf-0.iso" in said, said
+    assert [m for m in said if m.startswith("stage")] == ["stage ipxe", "stage installing", "stage installed"]
+    assert said.index(f"{path}/VirtualMedia/Cd: ejected http://127.0.0.1:{setup.port}/iso/rf-0.iso") \
+        < said.index("stage installed")
+    assert cd(emulator)["Inserted"] is False and not cd(emulator)["Image"]
+    assert lines[0].startswith(f"rf-0 {path} ")
+    assert "media" not in recorded_devices(tmp_path / "state")["rf-0"]
+
+
+async def test_no_wait_leaves_the_image_to_the_next_provision_and_deprovision_ejects(
+        emulator, bmc_password, boot_setup, tmp_path: Path) -> None:
+    setup = vmedia_setup(boot_setup, emulator)
+    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
+    assert rc == 0, err
+    config = load_config(str(setup.config))
+    server = ServerProcess(setup.config, setup.port)
+    said: list[str] = []
+    args = build_parser().parse_args(["provision", "rf-0", "--no-wait"])
+    loop = asyncio.get_running_loop()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        try:
+            await server.start(http)
+            for _ in range(2):
+                await loop.run_in_executor(None, lambda: provision(
+                    config, args, ["rf-0"], wait=False, say=lambda node, message: said.append(message)))
+            assert cd(emulator)["Inserted"] is True
+            assert recorded_devices(tmp_path / "state")["rf-0"]["media"] == f"{emulator.path(0)}/VirtualMedia/Cd"
+            dargs = build_parser().parse_args(["deprovision", "rf-0", "--grace", "1"])
+            await loop.run_in_executor(None, lambda: deprovision(
+                config, dargs, ["rf-0"], say=lambda node, message: said.append(message)))
+        finally:
+            await server.stop()
+    ejected = [m for m in said if m.startswith(f"{emulator.path(0)}/VirtualMedia/Cd: ejected ")]
+    assert len(ejected) == 2, said  # by the second provision, then by deprovision
+    assert cd(emulator)["Inserted"] is False
+    assert "rf-0" not in recorded_devices(tmp_path / "state")
+
+
+async def test_a_node_whose_image_cannot_be_built_is_exit_2_before_any_bmc_call(
+        emulator, bmc_password, boot_setup, tmp_path: Path) -> None:
+    v6 = {"interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": MAC,
+                          "ipv6": {"enabled": True, "address": [{"ip": "2001:db8::5", "prefix-length": 64}]}}]}
+    setup = vmedia_setup(boot_setup, emulator, v6)
+    for command in (["check-config"], ["provision", "rf-0", "--no-wait"]):
+        rc, out, err = await run_cli(*command, "--config", str(setup.config))
+        assert (rc, out) == (2, ""), err
+        # (provision warns first that 127.0.0.1 is no address a device can reach)
+        assert err.splitlines()[-1] == (
+            "bootserver: node rf-0: nodes.rf-0.network: the boot interface nic0 has only IPv6 addresses; the boot "
+            "image sets a static IPv4 address only (add one, or boot it over PXE)")
+    assert cd(emulator)["Inserted"] is False
+    assert emulator.system(0)["Boot"]["BootSourceOverrideTarget"] != "Cd"
