@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -286,3 +287,53 @@ def test_stage_spans_replay_the_history_and_the_current_stage_runs_until_now() -
         ("ipxe", 100.0, 10.0), ("kernel", 110.0, 20.0), ("installing", 130.0, 270.0), ("installed", 400.0, 600.0)]
     spans = stage_spans(events, state, "install", real_config=True, final=("installed",), now=1000.0)
     assert spans[-1]["seconds"] is None  # a final stage does not run on
+
+
+async def test_cache_page_shows_a_download_in_progress_with_its_progress(tmp_path: Path, reference: Path, faulty,
+                                                                        aiohttp_client) -> None:
+    """A rootfs held halfway by the upstream: the cache page lists it as fetching, with bytes so far of
+    its size, and the kernel fetched before it as verified."""
+    from conftest import payload, rewrite_stream
+
+    from bootserver.config import parse_config
+    from bootserver.fetch import RetryPolicy
+    from bootserver.web import ADMIN_APP, SERVICE, create_app
+
+    sizes = {"kernel": 100_000, "initramfs": 200_000, "rootfs": 3_000_000}
+    doc, files = rewrite_stream(reference / "rhcos-stream-4.16.json", faulty.url,
+                                {k: payload(k, n) for k, n in sizes.items()})
+    faulty.files.update(files)
+    (tmp_path / "stream.json").write_text(json.dumps(doc))
+    config = parse_config({"cache_dir": "cache", "streams": {"rhcos": {"metadata": str(tmp_path / "stream.json")}},
+                           "profiles": {"live": {"stream": "rhcos", "mode": "live"}},
+                           "nodes": {"n0": {"profile": "live"}}}, "t.yaml", tmp_path)
+    app = create_app(config)
+    device = await aiohttp_client(app)
+    admin = await aiohttp_client(app[ADMIN_APP])
+    app[SERVICE].upstream.retry = RetryPolicy(attempts=5, initial=0.01, maximum=0.05, jitter=0.01)
+    pxe = doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"]
+    release = doc["architectures"]["x86_64"]["artifacts"]["metal"]["release"]
+
+    def served(kind: str) -> str:
+        return f"/artifacts/rhcos/x86_64/{release}/{pxe[kind]['location'].rsplit('/', 1)[1]}"
+
+    assert (await (await device.get(served("kernel"))).read()) == files[pxe["kernel"]["location"][len(faulty.url):]]
+    end = time.monotonic() + 20  # the last byte can go out before the file is published (fsync, rename)
+    while {i["kind"]: i["status"] for i in app[SERVICE].readiness()[1]["artifacts"]}["kernel"] != "cached":
+        assert time.monotonic() < end, "the kernel was not published"
+        await asyncio.sleep(0.02)  # polling interval, bounded by the deadline
+    size = len(files[pxe["rootfs"]["location"][len(faulty.url):]])
+    faulty.pause[pxe["rootfs"]["location"][len(faulty.url):]] = 1_000_000
+    rootfs = await device.get(served("rootfs"))
+    await asyncio.wait_for(faulty.paused.wait(), 20)
+    try:
+        r = await admin.get("/ui/cache")
+        html = await r.text()
+        assert r.status == 200 and '<meta http-equiv="refresh" content="5">' in html
+        assert f'<progress max="{size}" value="1000000"' in html
+        assert "2.9 MiB" in html and '<span class="state state-fetching">fetching</span>' in html
+        assert html.count('<span class="state state-verified">verified</span>') == 1  # the kernel
+        assert '<span class="state state-missing">missing</span>' in html  # the initramfs
+    finally:
+        faulty.gate.set()
+        await rootfs.read()
