@@ -4,13 +4,15 @@ A stream whose ``metadata`` is a file path is read from that file. A stream whos
 URL is read from the copy ``sync-images`` keeps in ``cache_dir/streams/<name>.json``; when there is no
 copy yet it is fetched from the :class:`~bootserver.fetch.Upstream` (retried as artifacts are) and the
 copy written. The server re-reads a local file when its mtime changes,
-so a ``sync-images`` run is picked up without a restart.
+so a ``sync-images`` run is picked up without a restart (it looks at the file at most every
+:data:`STAT_REUSE` seconds: under load, requests microseconds apart share one ``stat``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 from .config import Config
@@ -19,6 +21,9 @@ from .fetch import Upstream
 from .files import write_atomic
 from .store import ArtifactStore
 from .streams import Release, StreamMetadata, parse_stream
+
+#: Seconds during which a stream's metadata file, once looked at, is not looked at again.
+STAT_REUSE = 0.001
 
 
 class StreamCatalog:
@@ -32,7 +37,8 @@ class StreamCatalog:
         self.config = config
         self.store = store
         self.upstream = upstream
-        self._cache: dict[str, tuple[tuple[int, int], StreamMetadata]] = {}
+        #: stream -> (the file's (mtime_ns, size), its metadata, time.monotonic() of the last look)
+        self._cache: dict[str, tuple[tuple[int, int], StreamMetadata, float]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._files: dict[str, tuple[Path, str]] = {}
 
@@ -55,17 +61,21 @@ class StreamCatalog:
 
         Raises :class:`MetadataError` when the local file is malformed.
         """
+        hit = self._cache.get(stream)
+        looked = time.monotonic()
+        if hit is not None and looked - hit[2] < STAT_REUSE:
+            return hit[1]
         path, source = self._local_file(stream)
         try:
             st = os.stat(path)
         except OSError:
             return None
         key = (st.st_mtime_ns, st.st_size)
-        hit = self._cache.get(stream)
-        if hit and hit[0] == key:
+        if hit is not None and hit[0] == key:
+            self._cache[stream] = (key, hit[1], looked)
             return hit[1]
         meta = self._parse(stream, path.read_bytes(), source)
-        self._cache[stream] = (key, meta)
+        self._cache[stream] = (key, meta, looked)
         return meta
 
     async def refresh(self, stream: str) -> StreamMetadata:

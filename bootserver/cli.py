@@ -301,7 +301,11 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
                     out.append(f"{name}: marked for reinstall; its next boot installs again\n")
                 return "".join(out)
             if args.action == "show":
-                return format_events(await store.events(nodes[0]), await store.node(nodes[0]), store.keep_events)
+                device = await store.device(nodes[0])  # what provision recorded, if anything
+                head = "" if device is None else (f"device: {device.get('provider', 'equinix')} "
+                                                  f"{device.get('id', '-')} {device.get('state', '-')}\n")
+                return head + format_events(await store.events(nodes[0]), await store.node(nodes[0]),
+                                            store.keep_events)
             profiles = {n: node.profile for n, node in config.nodes.items()}
             states = await store.nodes(list(config.nodes))
             return format_table(states, time.time(), profiles, stall_deadlines(config, states))

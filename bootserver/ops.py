@@ -6,8 +6,8 @@ an unknown method, an oversized header). It only logs and counts: one log line, 
 and the handler's :data:`ON_SENT` callback when there is one. It must be the runner's
 ``access_log_class``: use :func:`runner_kwargs`.
 
-The request keys below are set by :func:`bootserver.web.front_middleware` and the handlers; a request
-without :data:`ROUTE` never reached the app (route label ``unmatched``).
+The request keys below are set by :func:`bootserver.web.front` and the handlers; a request without
+:data:`ROUTE` matched no route of ours (route label ``unmatched``: aiohttp's 404/405, a malformed request).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ protocol_log = logging.getLogger("bootserver.protocol")
 METRICS = web.AppKey("metrics", Metrics)
 #: Request storage: the :class:`~bootserver.urls.Route` the request matched.
 ROUTE = web.RequestKey("route", Route)
-#: Request storage: the configured node a request concerns (resolved once by the middleware, or for
+#: Request storage: the configured node a request concerns (resolved once by :func:`bootserver.web.front`, or for
 #: artifact requests attributed by client address).
 NODE = web.RequestKey("node", str)
 #: Request storage: ``kernel``, ``initramfs``, ``rootfs`` or ``other`` for artifact GETs.

@@ -25,7 +25,7 @@ log = logging.getLogger("bootserver.security")
 
 FORBIDDEN_BODY = "forbidden\n"
 
-Call = Callable[[], Awaitable[web.StreamResponse]]
+Call = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def forbidden() -> web.Response:
@@ -70,6 +70,8 @@ class Gate:
     def __init__(self, config: Config, check: Callable[[str, str, str | None, str | None], bool]) -> None:
         self.config = config
         self.check = check
+        #: (route name, configured node) -> the route path a signature covers (built once per pair)
+        self._paths: dict[tuple[str, str], str] = {}
 
     def refusal(self, request: web.Request, route: Route, node: str) -> str | None:
         """Why ``request`` for ``node`` on signed ``route`` must be refused (the reason, for our log
@@ -80,7 +82,12 @@ class Gate:
         that a key the server cannot read yet may have made."""
         q = request.query
         tls = self.config.server.tls
-        if not self.check(node, route.path(node=node), q.get("exp"), q.get("sig")):
+        path = self._paths.get((route.name, node))
+        if path is None:
+            path = route.path(node=node)
+            if node in self.config.nodes:  # names from the URL are not kept: only configured ones
+                self._paths[(route.name, node)] = path
+        if not self.check(node, path, q.get("exp"), q.get("sig")):
             return "missing, expired or invalid signature"
         if route.real_config and tls is not None and not tls.allow_plain_configs and request.scheme != "https":
             return "real config over plain HTTP"
@@ -116,14 +123,67 @@ class Limits:
 
     A request holds its slot while its handler runs: a streamed response that the handler prepares
     itself is counted until sent; a ``FileResponse`` (sendfile) returned unprepared is not.
+
+    The handler timeout is one watch for every timed request rather than an ``asyncio.timeout`` each
+    (which costs a timer in the loop's heap per request, about 4.5 us, a tenth of a script's request
+    path): the requests in their handlers are noted with their deadlines, and while there are any,
+    :meth:`_sweep` runs every :attr:`tick` seconds (a tenth of ``request_timeout``, at most 1 s) and
+    cancels the tasks past theirs, which then answer 503 as ``asyncio.timeout`` would have them (the
+    cancellation is taken back with ``Task.uncancel``). A handler is cut between ``request_timeout``
+    and ``request_timeout + tick`` seconds.
     """
 
     def __init__(self, max_concurrent: int, request_timeout: float, max_queued: int = 0) -> None:
         self.max_concurrent = max_concurrent
         self.request_timeout = request_timeout
         self.max_queued = max_queued
+        #: Seconds between two looks at the running handlers' deadlines.
+        self.tick = min(1.0, request_timeout / 10)
         self._slots = asyncio.Semaphore(max_concurrent)
         self._waiting = 0
+        #: timed handlers running now: their task -> deadline (``loop.time()``); those cancelled for it
+        self._running: dict[asyncio.Task[object], float] = {}
+        self._expired: set[asyncio.Task[object]] = set()
+        self._watch: asyncio.TimerHandle | None = None
+
+    def _sweep(self) -> None:
+        """Cancel the timed handlers past their deadline; look again in :attr:`tick` seconds while any run."""
+        self._watch = None
+        if not self._running:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for task, deadline in self._running.items():
+            if deadline <= now and task not in self._expired:
+                self._expired.add(task)
+                task.cancel()
+        self._watch = loop.call_at(now + self.tick, self._sweep)
+
+    async def _timed(self, request: web.Request, call: Call) -> web.StreamResponse:
+        """``await call(request)``, cut after ``request_timeout`` seconds (503, ``Retry-After: 5``)."""
+        task = asyncio.current_task()
+        assert task is not None
+        loop = task.get_loop()
+        cancelling = task.cancelling()
+        self._running[task] = loop.time() + self.request_timeout
+        if self._watch is None:
+            self._watch = loop.call_at(loop.time() + self.tick, self._sweep)
+        try:
+            return await call(request)
+        except asyncio.CancelledError:
+            if task not in self._expired:
+                raise
+            self._expired.discard(task)
+            if task.uncancel() > cancelling:
+                raise  # cancelled by someone else too (shutdown): not ours to answer
+            log.warning("%s %s: 503 no answer within %ss", request.method, request.path, self.request_timeout)
+            return web.Response(status=503, text="timed out, retry later\n", content_type="text/plain",
+                                headers={"Retry-After": "5"})
+        finally:
+            del self._running[task]
+            if task in self._expired:  # cut, but the handler swallowed the cancellation: take it back
+                self._expired.discard(task)
+                task.uncancel()
 
     def _busy(self, request: web.Request, why: str) -> web.Response:
         log.warning("%s %s: 503 %s", request.method, request.path, why)
@@ -131,9 +191,9 @@ class Limits:
                             headers={"Retry-After": "1"})
 
     async def run(self, request: web.Request, route: Route, call: Call) -> web.StreamResponse:
-        """``await call()`` under the cap and, for a timed ``route``, the timeout."""
+        """``await call(request)`` under the cap and, for a timed ``route``, the timeout."""
         if not route.capped:
-            return await call()
+            return await call(request)
         slots = self._slots
         if slots.locked():
             if self._waiting >= self.max_queued:
@@ -151,14 +211,7 @@ class Limits:
             await slots.acquire()
         try:
             if not route.timed:
-                return await call()
-            try:
-                async with asyncio.timeout(self.request_timeout):
-                    return await call()
-            except TimeoutError:
-                log.warning("%s %s: 503 no answer within %ss", request.method, request.path,
-                            self.request_timeout)
-                return web.Response(status=503, text="timed out, retry later\n",
-                                    content_type="text/plain", headers={"Retry-After": "5"})
+                return await call(request)
+            return await self._timed(request, call)
         finally:
             slots.release()

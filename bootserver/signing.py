@@ -302,33 +302,57 @@ def _dump(entries: Sequence[KeyEntry]) -> bytes:
     return (json.dumps({"version": 1, "keys": [e.to_json() for e in entries]}, indent=2) + "\n").encode()
 
 
+#: Seconds during which the keys last looked at (:meth:`Keyring.refreshed`, one ``stat`` of the keys
+#: file) are used without looking again: under load requests arrive microseconds apart, and a
+#: ``stat`` per request is a system call per request.
+KEYS_REUSE = 0.001
+
+
 class Signer:
-    """Sign and verify route paths with a :class:`Keyring` and a clock ``now`` (unix seconds)."""
+    """Sign and verify route paths with a :class:`Keyring` and a clock ``now`` (unix seconds).
+
+    The keys are looked at again (:meth:`Keyring.refreshed`) at most every :data:`KEYS_REUSE` seconds,
+    and at once for a signature the keys in hand do not verify: a URL signed with a key rotated in by
+    another process verifies at its first request, and a key retired (``keys rotate --grace 0``)
+    stops verifying within a millisecond."""
 
     def __init__(self, keyring: Keyring, now: Callable[[], float] = time.time) -> None:
         self.keyring = keyring
         self.now = now
+        self._refreshed_at = -1.0  # time.monotonic() of the last look
+
+    def _signing_keys(self) -> Keyring:
+        t = time.monotonic()
+        if t - self._refreshed_at >= KEYS_REUSE:
+            self.keyring = self.keyring.refreshed()
+            self._refreshed_at = t
+        return self.keyring
 
     def query(self, node: str, path: str, ttl: int) -> str:
         """The query string ``exp=…&sig=…`` for ``node`` and ``path``, valid ``ttl`` seconds (at least)."""
-        self.keyring = self.keyring.refreshed()
+        keyring = self._signing_keys()
         exp = expiry(self.now(), ttl)
-        return urlencode({"exp": exp, "sig": sign(self.keyring.current, node, path, exp)})
+        return urlencode({"exp": exp, "sig": sign(keyring.current, node, path, exp)})
 
     def state(self, ttl: int) -> tuple[int, bytes]:
         """``(expiry, current key)`` that :meth:`query` would sign with now for ``ttl`` seconds: URLs
         signed under the same state are identical, so a cache of signed text can key on it."""
-        self.keyring = self.keyring.refreshed()
-        return expiry(self.now(), ttl), self.keyring.current
+        return expiry(self.now(), ttl), self._signing_keys().current
 
     def check(self, node: str, path: str, exp: str | None, sig: str | None) -> bool:
         """True when ``exp``/``sig`` from a request are valid for ``node`` and ``path`` now, False when
         they are not. Raises :class:`KeysUnavailableError` instead of False for a well-formed,
         unexpired signature while the keys are :attr:`~Keyring.stale` (it may come from a newer key)."""
-        keyring = self.keyring = self.keyring.refreshed()
+        looked = self._refreshed_at
+        keyring = self._signing_keys()
         now = self.now()
         if verify(keyring.accepted(now), node, path, exp, sig, now):
             return True
+        if self._refreshed_at == looked:  # the keys in hand were older: a newer key may verify it
+            self._refreshed_at = time.monotonic()
+            keyring = self.keyring = self.keyring.refreshed()
+            if verify(keyring.accepted(now), node, path, exp, sig, now):
+                return True
         stale = keyring.stale
         if stale is not None and unexpired(exp, sig, now) is not None:
             raise KeysUnavailableError(f"a signature no key in hand verifies, and the signing keys cannot "

@@ -1,8 +1,8 @@
 """The aiohttp applications of ``bootserver serve``: the device listener and the admin listener.
 
 Routes come from :data:`bootserver.urls.ROUTES` (each declared once: pattern, signed, timed, capped,
-listener); :data:`HANDLERS` names the handler of each. One middleware (:func:`front_middleware`) does
-what every request needs before its handler: concurrency cap and timeout, signature check, and the
+listener); :data:`HANDLERS` names the handler of each. One front (:func:`front`, bound to each route)
+does what every request needs before its handler: concurrency cap and timeout, signature check, and the
 node it concerns resolved once (``request[NODE]``, matchbox's select -> context -> handler). Handlers
 stay thin: read the resolved node, call one :class:`~bootserver.service.BootService` method, shape the
 response. Errors map to statuses in one place (:func:`error_answer`): unknown node 404, not available
@@ -52,25 +52,34 @@ log = logging.getLogger("bootserver.web")
 SERVICE = web.AppKey("service", BootService)
 #: The request-level checks, also the one resolution of a request's client address (``Gate.client``).
 GATE = web.AppKey("gate", Gate)
+#: The concurrency cap and handler timeout (shared by the device and admin applications).
+LIMITS = web.AppKey("limits", Limits)
 #: The admin application (``/nodes``, ``/metrics``) sharing the device application's service.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-#: The route of requests no route matched (404/405): keeps metric labels bounded.
-UNMATCHED = Route("unmatched", "unmatched")
-
-
 class ArtifactResponse(web.FileResponse):
-    """A cached artifact sent with sendfile; its ``ETag`` is the artifact's sha256 (set on prepare).
+    """A cached artifact sent with sendfile; its ``ETag`` is the artifact's sha256: FileResponse sets
+    an mtime-size ETag while preparing, and this class's ``etag`` setter puts the sha256 in its place
+    (it names the bytes exactly and is the same on every cache in every facility). Done here rather
+    than in an ``on_response_prepare`` hook, which every answer of the application would pay for.
 
     When the client goes away mid-body, the bytes the kernel did send are recorded for the access log
     (asyncio leaves the file position after the last byte ``sendfile`` sent); aiohttp then logs the
     request as usual, without a traceback."""
 
     def __init__(self, path: object, sha256: str | None, **kwargs: object) -> None:
-        super().__init__(path, **kwargs)  # type: ignore[arg-type]
         self.sha256 = sha256
+        super().__init__(path, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def etag(self) -> Any:
+        return web.StreamResponse.etag.fget(self)  # type: ignore[attr-defined]
+
+    @etag.setter
+    def etag(self, value: Any) -> None:
+        web.StreamResponse.etag.fset(self, self.sha256 or value)  # type: ignore[attr-defined]
 
     async def _sendfile(self, request: web.BaseRequest, fobj: Any, offset: int, count: int
                         ) -> Any:  # aiohttp's FileResponse hook that sends the body
@@ -80,13 +89,6 @@ class ArtifactResponse(web.FileResponse):
         except ConnectionError:
             request[ops.BODY_SENT] = (max(0, fobj.tell() - offset), False)
             raise
-
-
-async def _artifact_etag(request: web.Request, response: web.StreamResponse) -> None:
-    # FileResponse computes an mtime-size ETag while preparing; replace it with the sha256, which
-    # names the bytes exactly and is the same on every cache in every facility.
-    if isinstance(response, ArtifactResponse) and response.sha256:
-        response.etag = response.sha256
 
 
 def _text(status: int, reason: str) -> web.Response:
@@ -127,45 +129,53 @@ def _client(request: web.Request) -> str | None:
     return request.app[GATE].client(request)
 
 
-def front_middleware(svc: BootService, gate: Gate, limits: Limits, routes: dict[str, Route]):
-    """The one middleware: finds the request's :class:`~bootserver.urls.Route` (``request[ROUTE]``),
-    runs the handler under :class:`~bootserver.security.Limits`, refuses signed routes that fail
-    :meth:`Gate.refusal` (the one 403), resolves the node (``request[NODE]``: by name from the path,
-    or for the generic entry by selector and source address) and maps domain errors with
-    :func:`error_answer`."""
+def front(svc: BootService, gate: Gate, limits: Limits, spec: Route, handler: Handler) -> Handler:
+    """``handler`` of route ``spec`` behind what every request needs first: notes the route
+    (``request[ROUTE]``), runs the handler under :class:`~bootserver.security.Limits`, refuses signed
+    routes that fail :meth:`Gate.refusal` (the one 403), resolves the node (``request[NODE]``: by name
+    from the path, or for the generic entry by selector and source address) and maps domain errors
+    with :func:`error_answer`.
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        route = request.match_info.route
-        spec = routes.get(route.name) if route.name else None  # type: ignore[arg-type]
-        if spec is None:  # not ours: 404/405, or a route added outside the table
-            resource = route.resource
-            spec = UNMATCHED if resource is None else Route("", resource.canonical)
+    Bound to each route when the application is built rather than run as a middleware: an
+    application without middlewares calls its handlers directly, which saves every request two
+    coroutine layers and a route lookup (docs/benchmarks.md). aiohttp's own 404/405 answers come
+    without it (they need none of it: the access log names them ``unmatched``)."""
+    named = spec.signed or "{node}" in spec.pattern
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        try:
+            if named:
+                name = request[NODE] = request.match_info["node"]
+                if spec.signed:
+                    reason = gate.refusal(request, spec, name)
+                    if reason is not None:
+                        log.warning("%s %s: 403 %s", request.method, request.rel_url.raw_path, reason)
+                        return forbidden()
+                request[NODE] = svc.find_node(name=name)
+            elif spec is GENERIC:
+                q = request.query
+                request[NODE] = svc.select_node(gate.address(request), mac=q.get("mac"),
+                                                uuid=q.get("uuid"), hostname=q.get("hostname"))
+            return await handler(request)
+        except web.HTTPException:
+            raise
+        except BootserverError as e:
+            return error_answer(request, e)
+
+    async def fronted(request: web.Request) -> web.StreamResponse:
         request[ROUTE] = spec
-
-        async def answer() -> web.StreamResponse:
-            try:
-                if spec.signed or "{node}" in spec.pattern:
-                    name = request[NODE] = request.match_info["node"]
-                    if spec.signed:
-                        reason = gate.refusal(request, spec, name)
-                        if reason is not None:
-                            log.warning("%s %s: 403 %s", request.method, request.rel_url.raw_path, reason)
-                            return forbidden()
-                    request[NODE] = svc.find_node(name=name)
-                elif spec is GENERIC:
-                    q = request.query
-                    request[NODE] = svc.select_node(gate.address(request), mac=q.get("mac"),
-                                                    uuid=q.get("uuid"), hostname=q.get("hostname"))
-                return await handler(request)
-            except web.HTTPException:
-                raise
-            except BootserverError as e:
-                return error_answer(request, e)
-
         return await limits.run(request, spec, answer)
 
-    return middleware
+    return fronted
+
+
+def add_route(app: web.Application, route: Route, handler: Handler) -> None:
+    """Serve ``route`` on ``app`` (one of :func:`create_app`'s) with ``handler`` behind :func:`front`."""
+    fronted = front(app[SERVICE], app[GATE], app[LIMITS], route, handler)
+    if route.method == "GET":  # and HEAD
+        app.router.add_get(route.pattern, fronted, name=route.name or None)
+    else:
+        app.router.add_route(route.method, route.pattern, fronted, name=route.name or None)
 
 
 async def ipxe_script(request: web.Request) -> web.Response:
@@ -411,18 +421,14 @@ MAX_HEADERS = 64
 def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: Limits,
          token: str | None = None) -> web.Application:
     routes = {r.name: r for r in ROUTES if listener in r.listeners}
-    middlewares = [front_middleware(svc, gate, limits, routes)]
-    if token is not None:
-        middlewares.insert(0, page.token_middleware(token))
+    middlewares = [] if token is None else [page.token_middleware(token)]
     app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=middlewares)
     app[SERVICE] = svc
     app[GATE] = gate
+    app[LIMITS] = limits
     app[ops.METRICS] = metrics
     for route in routes.values():
-        if route.method == "GET":
-            app.router.add_get(route.pattern, HANDLERS[route.name], name=route.name)
-        else:
-            app.router.add_route(route.method, route.pattern, HANDLERS[route.name], name=route.name)
+        add_route(app, route, HANDLERS[route.name])
     return app
 
 
@@ -443,7 +449,6 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     app = _app(svc, metrics, DEVICE, gate, limits)
     app.on_startup.append(_start_service)
     app.on_cleanup.append(_close_service)
-    app.on_response_prepare.append(_artifact_etag)
     token = config.admin_token()
     admin = app[ADMIN_APP] = _app(svc, metrics, ADMIN, gate, limits, token)
     admin[page.PAGE] = page.Page(svc)

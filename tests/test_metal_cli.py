@@ -66,6 +66,8 @@ def test_provision_prints_devices_and_records_state(env, tmp_path, capsys):
     assert env.invalid_bodies == []
     state = recorded_devices(tmp_path / "state")["master-1"]
     assert state["id"] == ids["m1"] and state["state"] == "queued"
+    rc, out_show, err = cli(capsys, "nodes", "show", "master-1", "--config", str(config))
+    assert rc == 0 and out_show == f"device: equinix {ids['m1']} queued\n", err  # no events yet
 
     # idempotent: a second run reuses both devices (and their chain URLs, still current)
     rc, out2, err = cli(capsys, "provision", "master-0", "master-1", "--no-wait", "--config", str(config))

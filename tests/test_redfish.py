@@ -105,6 +105,21 @@ def test_devices_then_deprovision_powers_off_and_clears_the_override(emulator, b
     assert "rf-1" not in recorded_devices(tmp_path / "state")
 
 
+def test_devices_finds_the_system_recorded_at_provision(emulator, bmc_password, tmp_path, reference, capsys):
+    """A config that no longer names rf-1's system (the BMC has two): `devices` asks for the system the
+    state store recorded when rf-1 was provisioned, instead of failing on "set redfish.system"."""
+    config = make_config(tmp_path, reference, emulator.url)
+    rc, _out, err = cli(capsys, "provision", "rf-1", "--no-wait", "--config", str(config))
+    assert rc == 0, err
+    emulator.wait_power(1, "On")
+    doc = yaml.safe_load(config.read_text())
+    del doc["nodes"]["rf-1"]["redfish"]
+    write_config(config, doc)
+    rc, out, err = cli(capsys, "devices", "--config", str(config))
+    assert rc == 0, err
+    assert f"rf-1 {emulator.path(1)} On " in out
+
+
 def one_line_error(capsys, config: Path, *args: str) -> str:
     rc, out, err = cli(capsys, "provision", "rf-0", "--no-wait", "--config", str(config), *args)
     assert rc == 1, err

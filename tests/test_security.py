@@ -18,7 +18,8 @@ from bootserver.config import parse_config
 from bootserver.security import FORBIDDEN_BODY
 from bootserver.signing import sign
 from bootserver.tls import init_tls
-from bootserver.web import create_app, runner_kwargs
+from bootserver.urls import Route
+from bootserver.web import add_route, create_app, runner_kwargs
 
 SECRET = "TOP-SECRET-PULL-SECRET-4f9c2a"
 
@@ -188,7 +189,7 @@ async def holding_the_only_slot(aiohttp_client, config):
         await release.wait()
         return web.Response(text="done")
 
-    app.router.add_get("/slow", slow)
+    add_route(app, Route("", "/slow"), slow)
     client = await aiohttp_client(app)
     first = asyncio.create_task(client.get("/slow"))
     await entered.wait()
@@ -231,10 +232,18 @@ async def test_request_timeout_answers_503(aiohttp_client, reference, tmp_path) 
         await never.wait()
         return web.Response()
 
-    app.router.add_get("/stuck", stuck)
+    add_route(app, Route("", "/stuck"), stuck)
     client = await aiohttp_client(app)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     r = await client.get("/stuck")
     assert r.status == 503 and "Retry-After" in r.headers
+    assert 1.0 <= loop.time() - started < 1.0 + 0.1 + 0.5  # request_timeout, then at most one tick (0.1 s)
+    # the same connection (aiohttp serves a connection's requests in one task) serves on, uncancelled
+    for _ in range(3):
+        assert (await client.get(signed("/ipxe/n0", "n0"))).status == 200
+    r, quick = await asyncio.gather(client.get("/stuck"), client.get(signed("/ipxe/n0", "n0")))
+    assert (r.status, quick.status) == (503, 200)
 
 
 async def raw_get(host: str, port: int, target: bytes, headers: bytes = b"") -> tuple[int, bytes]:

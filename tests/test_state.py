@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -436,5 +437,27 @@ async def test_db_migrate_command(backend, tmp_path: Path) -> None:
     version = 3 if config.state_store is None else len(pgstate.MIGRATIONS)
     nothing = f"{config.state_dir / 'nodes'}: no device record files, nothing to move\n"
     assert out == f"{name}: schema at version {version} (was 0)\n{nothing}"
+    rc, out, err = await run_cli("db", "migrate", "--config", str(path))
+    assert rc == 0 and out == f"{name}: schema at version {version} (up to date)\n{nothing}"
+
+    # the device record files of an older version: moved in once; a record already in the store wins
+    folder = config.state_dir / "nodes"
+    folder.mkdir(parents=True)
+    for node in ("master-0", "master-1"):
+        (folder / f"{node}.json").write_text(json.dumps({"node": node, "device": {"id": f"old-{node}"}}))
+    store = open_store(config)
+    await store.start()
+    try:
+        await store.set_device("master-1", {"id": "new"})
+        rc, out, err = await run_cli("db", "migrate", "--config", str(path))
+        assert rc == 0, err
+        assert out.splitlines()[1:] == [
+            f"{folder}/master-0.json: device record of node master-0 moved into {name} "
+            "(file kept as master-0.json.migrated)",
+            f"{folder}/master-1.json: node master-1 already has a device record in {name}, kept that one "
+            "(file kept as master-1.json.migrated)"]
+        assert await store.devices() == {"master-0": {"id": "old-master-0"}, "master-1": {"id": "new"}}
+    finally:
+        await store.close()
     rc, out, err = await run_cli("db", "migrate", "--config", str(path))
     assert rc == 0 and out == f"{name}: schema at version {version} (up to date)\n{nothing}"

@@ -13,7 +13,7 @@ provider is one module of this package with one :class:`Provider` subclass that 
 * the platform its nodes' kernel arguments name (:attr:`Provider.platform_id`; docs/design.md, domain
   rules 4 and 5).
 
-The commands themselves (:mod:`bootserver.provision`) are provider-neutral: the node state file, the
+The commands themselves (:mod:`bootserver.provision`) are provider-neutral: the device records (state store), the
 wait on the node timeline and the output. Adding a provider is its module plus one line in
 :data:`REGISTRY`.
 """
