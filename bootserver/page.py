@@ -47,7 +47,7 @@ from .inventory import profile_of, stall_deadlines
 from .providers.base import provider_of
 from .resources import data_dir
 from .service import BootService
-from .timeline import STAGES, Event, NodeState, final_stages, format_age, next_stage
+from .timeline import STAGES, Event, final_stages, format_age, next_stage
 
 log = logging.getLogger("bootserver.page")
 
@@ -269,7 +269,7 @@ class Page:
         except BootserverError as e:
             stub = f"(cannot be rendered now: {e.public or e})"
         now = time.time()
-        spans = stage_spans(events, state, profile.mode, real_config=profile.ignition is not None,
+        spans = stage_spans(events, profile.mode, real_config=profile.ignition is not None,
                             final=final_stages(profile.mode, checkin=profile.checkin), now=now)
         return {"row": row, "events": events, "state": state, "spans": spans, "script": script, "stub": stub,
                 "chain": svc.urls.chain(name), "now": now, "checkin": profile.checkin,
@@ -315,7 +315,7 @@ class RowView:
                    "" if last_at is None else format_age(now - last_at))
 
 
-def stage_spans(events: list[Event], state: NodeState, mode: str, *, real_config: bool, final: tuple[str, ...],
+def stage_spans(events: list[Event], mode: str, *, real_config: bool, final: tuple[str, ...],
                 now: float) -> list[dict[str, Any]]:
     """The stages a node went through, from its history (oldest first, replayed with
     :func:`~bootserver.timeline.next_stage` from ``new``): ``[{"stage", "start", "seconds"}]`` (unix

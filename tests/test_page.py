@@ -276,16 +276,15 @@ async def test_an_unguarded_or_bad_admin_token_is_refused_at_start(tmp_path: Pat
 
 def test_stage_spans_replay_the_history_and_the_current_stage_runs_until_now() -> None:
     from bootserver.page import stage_spans
-    from bootserver.timeline import Event, NodeState
+    from bootserver.timeline import Event
 
     events = [Event("n", 100.0, "script"), Event("n", 110.0, "kernel-requested"), Event("n", 105.0, "stub"),
               Event("n", 130.0, "stub"), Event("n", 400.0, "config")]
-    state = NodeState("n", "installed", 400.0, "config", 400.0)
-    spans = stage_spans(events, state, "install", real_config=True, final=("up",), now=1000.0)
+    spans = stage_spans(events, "install", real_config=True, final=("up",), now=1000.0)
     # the stub recorded late (105 < 110) does not change the stage, as in the timeline
     assert [(s["stage"], s["start"], s["seconds"]) for s in spans] == [
         ("ipxe", 100.0, 10.0), ("kernel", 110.0, 20.0), ("installing", 130.0, 270.0), ("installed", 400.0, 600.0)]
-    spans = stage_spans(events, state, "install", real_config=True, final=("installed",), now=1000.0)
+    spans = stage_spans(events, "install", real_config=True, final=("installed",), now=1000.0)
     assert spans[-1]["seconds"] is None  # a final stage does not run on
 
 
