@@ -41,7 +41,7 @@ from typing import Any
 from .config import Config
 from .errors import BootserverError, ConfigError, InputError
 from .files import fsync_dir, write_atomic
-from .ipxe import check_script_word, grub_path, grub_quote
+from .ipxe import GrubUnsupported, check_script_word, grub_path, grub_quote
 from .network import (
     Interface,
     NetworkConfigError,
@@ -228,11 +228,22 @@ def check_boot_networks(config: Config) -> None:
     """``check-config``'s look at every node's boot image: the boot interface of each node with an
     NMState ``network`` can be told (:func:`boot_network`). Raises
     :class:`~bootserver.errors.ConfigError` naming the config file, node and key. What only the image
-    cannot do (IPv6 only, a VLAN; :class:`IsoError`) fails only for the nodes that ``provision`` boots
-    from their image (:func:`boots_virtual_media`), and for every node in ``bootserver iso``."""
+    cannot do (IPv6 only, a VLAN; :class:`IsoError`; a base URL GRUB cannot fetch, https or IPv6) fails
+    only for the nodes that ``provision`` boots from their image (:func:`boots_virtual_media`), and for
+    every node in ``bootserver iso``."""
     for node in config.nodes:
         if boots_virtual_media(config, node) and effective_network(config, node) != "provider":
             boot_network(config, node)
+            facility = config.nodes[node].facility
+            bases = [("server.base_url", config.server.effective_base_url)]
+            if facility is not None and config.facilities[facility].base_url:
+                bases.append((f"facilities.{facility}.base_url", config.facilities[facility].base_url))
+            for key, base in bases:
+                try:
+                    grub_path(f"{base}/")
+                except GrubUnsupported:
+                    raise ConfigError(config.source, key, f"node {node} boots its image (redfish.boot_source: "
+                                      f"virtual-media), whose GRUB fetches plain http only, not {base}") from None
         elif isinstance(effective_network(config, node), NetworkState):
             with contextlib.suppress(IsoError):
                 boot_network(config, node)

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 from .butane import ButaneError
 from .catalog import StreamCatalog
 from .config import IGNITION_VERSIONS, Config
-from .errors import BootserverError, UnavailableError
+from .errors import BootserverError, InputError, UnavailableError
 from .fetch import Upstream
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .inventory import find_node, profile_of, script_context, select_node, stall_deadlines
@@ -295,9 +295,15 @@ class BootService:
         """The node's boot image file (:func:`bootserver.iso.node_image`: built once per node and inputs,
         in ``cache_dir/iso/nodes``), built in a worker thread (xorriso, about 0.1 s) so the event loop
         goes on. Raises as :func:`~bootserver.iso.node_image`, and :class:`UnavailableError` when the
-        state store (the node's device record, for ``network: provider``) cannot be read."""
+        state store (the node's device record, for ``network: provider``) cannot be read. Bad input
+        (the node's network cannot be written into an image) is raised as a :class:`BootserverError`
+        (HTTP 500) whose public text names no key or path; the message names both, for the log."""
         current = await self.state.current(node)
-        return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
+        try:
+            return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
+        except InputError as e:
+            raise BootserverError(str(e), public=f"node {node}: its boot image cannot be built from its network "
+                                  "settings; the server log has the details") from None
 
     async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:
         """:meth:`stub` in the spec version negotiated with the client's ``Accept`` header (see

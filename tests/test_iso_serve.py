@@ -133,3 +133,15 @@ async def test_url_iso_prints_a_url_the_server_accepts(aiohttp_client, reference
     client = await aiohttp_client(create_app(load_config(path)))  # the keys in state_dir
     r = await client.get(relative(url))
     assert r.status == 200 and (await r.read())[0x8001:0x8006] == b"CD001"
+
+
+async def test_a_node_whose_image_cannot_be_built_is_500_without_internals(aiohttp_client, reference: Path,
+                                                                          tmp_path: Path) -> None:
+    v6 = {"interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": "52:54:00:00:00:01",
+                          "ipv6": {"enabled": True, "address": [{"ip": "2001:db8::5", "prefix-length": 64}]}}]}
+    client = await aiohttp_client(create_app(parse_config(doc(reference, v6), "t.yaml", tmp_path), fixed_signer()))
+    r = await client.get(signed("/iso/master-0.iso"))
+    assert (r.status, await r.text()) == (500, "node master-0: its boot image cannot be built from its network "
+                                               "settings; the server log has the details\n")
+    images = tmp_path / "cache" / "iso" / "nodes"
+    assert not images.exists() or not list(images.iterdir())  # nothing half-written

@@ -175,3 +175,15 @@ async def test_a_node_whose_image_cannot_be_built_is_exit_2_before_any_bmc_call(
             "image sets a static IPv4 address only (add one, or boot it over PXE)")
     assert cd(emulator)["Inserted"] is False
     assert emulator.system(0)["Boot"]["BootSourceOverrideTarget"] != "Cd"
+
+
+async def test_check_config_wants_plain_http_for_a_node_that_boots_its_image(
+        emulator, boot_setup, tmp_path: Path) -> None:
+    setup = vmedia_setup(boot_setup, emulator)
+    doc = yaml.safe_load(setup.config.read_text())
+    doc["server"]["base_url"] = "https://boot.example"
+    write_config(setup.config, doc)
+    rc, out, err = await run_cli("check-config", "--config", str(setup.config))
+    assert (rc, out) == (2, "")
+    assert err == (f"bootserver: {setup.config}: server.base_url: node rf-0 boots its image (redfish.boot_source: "
+                   "virtual-media), whose GRUB fetches plain http only, not https://boot.example\n")
