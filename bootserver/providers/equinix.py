@@ -14,9 +14,9 @@ provider's requests.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +31,8 @@ from bootserver.providers.base import (
     Provider,
     ProviderError,
     ProviderNotFound,
+    ProviderOptions,
+    option,
 )
 from bootserver.providers.equinix_api import (
     FAILED_STATES,
@@ -206,7 +208,34 @@ def chained_url(device: Device) -> tuple[str, str | None]:
     return "userdata", None
 
 
-class Equinix(Provider):
+@dataclass(frozen=True)
+class EquinixOptions(ProviderOptions):
+    """The Equinix provider's command-line options: ``--project`` for every command; for ``provision``
+    the createDevice keys that win over the node's ``metal:`` settings (``None``: not given)."""
+
+    project: str | None = option("--project", metavar="ID",
+                                 help="Equinix Metal project UUID (default: metal.project)")
+    via: str = option("--via", default="ipxe_script_url", commands=("provision",),
+                      choices=("ipxe_script_url", "userdata"),
+                      help="hand the device its chain URL as ipxe_script_url (default) or as #!ipxe userdata")
+    plan: str | None = option("--plan", commands=("provision",),
+                              help="device plan, e.g. c3.small.x86 (overrides metal.plan)")
+    metro: str | None = option("--metro", commands=("provision",), exclusive="location",
+                               help="metro code, e.g. da (overrides metal.metro)")
+    facility: str | None = option("--facility", commands=("provision",), exclusive="location",
+                                  help="Equinix facility code (deprecated by Equinix; prefer --metro)")
+    billing_cycle: str | None = option("--billing-cycle", commands=("provision",), choices=BILLING_CYCLES)
+    tags: tuple[str, ...] = option("--tag", default=(), commands=("provision",), repeatable=True,
+                                   metavar="TAG", help="extra device tag (repeatable)")
+    spot_price_max: float | None = option("--spot-price-max", commands=("provision",), parse=float,
+                                          metavar="USD", help="make a spot instance bidding at most USD per hour")
+    hardware_reservation_id: str | None = option("--hardware-reservation-id", commands=("provision",),
+                                                 metavar="ID", help="a reservation UUID or next-available")
+    always_pxe: bool | None = option("--always-pxe", commands=("provision",), negatable=True,
+                                     help="boot iPXE on every boot, not only the first")
+
+
+class Equinix(Provider[EquinixOptions]):
     """The ``equinix`` provider: one ``custom_ipxe`` device per node, named by the node's hostname and
     tagged ``metal.tag``, chaining to the node's signed chain URL.
 
@@ -222,78 +251,56 @@ class Equinix(Provider):
     global_key = "metal"
     global_model = MetalGlobal
     platform_id = "packet"
+    options_type = EquinixOptions
+    options_title = "Equinix Metal (provider equinix)"
 
-    def __init__(self, config: Any, args: argparse.Namespace, client: EquinixMetal, urls: Any = None) -> None:
+    def __init__(self, config: Any, options: EquinixOptions, client: EquinixMetal, urls: Urls) -> None:
         self.config = config
-        self.args = args
+        self.options = options
         self.client = client
         self.tag = config.metal.tag
-        self.urls = urls or Urls(config)
+        self.urls = urls
 
     @classmethod
-    def add_arguments(cls, command: str, parser: argparse.ArgumentParser) -> None:
-        """``--project`` for every command; for ``provision`` the createDevice options."""
-        group = parser.add_argument_group("Equinix Metal (provider equinix)")
-        group.add_argument("--project", metavar="ID", help="Equinix Metal project UUID (default: metal.project)")
-        if command != "provision":
-            return
-        group.add_argument("--via", choices=["ipxe_script_url", "userdata"], default="ipxe_script_url",
-                           help="hand the device its chain URL as ipxe_script_url (default) or as #!ipxe userdata")
-        group.add_argument("--plan", help="device plan, e.g. c3.small.x86 (overrides metal.plan)")
-        where = group.add_mutually_exclusive_group()
-        where.add_argument("--metro", help="metro code, e.g. da (overrides metal.metro)")
-        where.add_argument("--facility", help="Equinix facility code (deprecated by Equinix; prefer --metro)")
-        group.add_argument("--billing-cycle", choices=list(BILLING_CYCLES))
-        group.add_argument("--tag", action="append", default=[], metavar="TAG",
-                           help="extra device tag (repeatable)")
-        group.add_argument("--spot-price-max", type=float, metavar="USD",
-                           help="make a spot instance bidding at most USD per hour")
-        group.add_argument("--hardware-reservation-id", metavar="ID", help="a reservation UUID or next-available")
-        pxe = group.add_mutually_exclusive_group()
-        pxe.add_argument("--always-pxe", dest="always_pxe", action="store_true", default=None,
-                         help="boot iPXE on every boot, not only the first")
-        pxe.add_argument("--no-always-pxe", dest="always_pxe", action="store_false")
-
-    @classmethod
-    def used_by(cls, config: Any, args: argparse.Namespace) -> bool:
+    def used_by(cls, config: Any, options: EquinixOptions) -> bool:
         """Asked by ``devices`` when a project is known or a node is an Equinix node."""
-        return bool(getattr(args, "project", None) or config.metal.project) or super().used_by(config, args)
+        return bool(options.project or config.metal.project) or super().used_by(config, options)
 
     @classmethod
-    def open(cls, config: Any, args: argparse.Namespace, urls: Any = None) -> Equinix:
+    def open(cls, config: Any, options: EquinixOptions, urls: Urls) -> Equinix:
         """A client from ``METAL_AUTH_TOKEN`` / ``METAL_API_URL`` / ``metal.api_url``. Checks the
         command's options first (exit 2 before any call). Raises ``MissingTokenError``."""
-        if getattr(args, "spot_price_max", None) is not None and not args.spot_price_max >= 0:
-            raise InputError(f"--spot-price-max: must not be negative, got {args.spot_price_max:g}")
-        if getattr(args, "project", None):
-            check_project_id(args.project)
-        return cls(config, args, EquinixMetal.from_env(config.metal.api_url), urls)
+        if options.spot_price_max is not None and not options.spot_price_max >= 0:
+            raise InputError(f"--spot-price-max: must not be negative, got {options.spot_price_max:g}")
+        if options.project:
+            check_project_id(options.project)
+        return cls(config, options, EquinixMetal.from_env(config.metal.api_url), urls)
 
     def close(self) -> None:
         """Close the API session."""
         self.client.close()
 
     def _project(self, recorded: Mapping[str, Any] | None = None) -> str:
-        project = self.args.project or self.config.metal.project or (recorded or {}).get("project")
+        project = self.options.project or self.config.metal.project or (recorded or {}).get("project")
         if project is None:
             raise InputError("no Equinix Metal project: pass --project ID or set metal.project in the config")
         return check_project_id(project)
 
     def _specs(self, nodes: Sequence[str]) -> list[tuple[str, DeviceSpec]]:
-        args = self.args
+        opts = self.options
         overrides = settings_from_options(
-            plan=args.plan, metro=args.metro, facility=args.facility, billing_cycle=args.billing_cycle,
-            spot_instance=True if args.spot_price_max is not None else None,
-            spot_price_max=args.spot_price_max, hardware_reservation_id=args.hardware_reservation_id,
-            always_pxe=args.always_pxe,
+            plan=opts.plan, metro=opts.metro, facility=opts.facility, billing_cycle=opts.billing_cycle,
+            spot_instance=True if opts.spot_price_max is not None else None,
+            spot_price_max=opts.spot_price_max, hardware_reservation_id=opts.hardware_reservation_id,
+            always_pxe=opts.always_pxe,
         )
         out = []
         for node in nodes:
             settings = overrides.merged_over(node_settings(self.config, node))
-            if args.tag:
-                settings = settings.model_copy(update={"tags": (*(settings.tags or ()), *args.tag)})
+            if opts.tags:
+                settings = settings.model_copy(update={"tags": (*(settings.tags or ()), *opts.tags)})
             out.append((node, build_device_spec(self.config.node_hostname(node), settings, self.urls.chain(node),
-                                                via=args.via, managed_tag=self.tag, node=node)))
+                                                via=opts.via, managed_tag=self.tag, node=node)))
         return out
 
     def provision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
@@ -386,6 +393,7 @@ PROVIDER = Equinix
 
 __all__ = [
     "Equinix",
+    "EquinixOptions",
     "build_device_spec",
     "check_project_id",
     "device_state",
