@@ -91,8 +91,9 @@ def by_provider(config: Any, nodes: Sequence[str]) -> dict[str, list[str]]:
 # ----------------------------------------------------------------------------------------- the store
 
 
-class StoreSession:
-    """The config's state store (:func:`bootserver.state.backends.open_store`: sqlite in ``state_dir``, or the
+class BlockingStateStore:
+    """A blocking face of the config's state store (not a store of its own; its name until issue 25 was
+    ``StoreSession``): the store (:func:`bootserver.state.backends.open_store`: sqlite in ``state_dir``, or the
     ``state_store`` database), started on an event loop of its own for these synchronous commands: the
     signing keys (:meth:`keyring`), the node timeline's stages (:meth:`nodes`) and the device records
     (:meth:`devices`, :meth:`set_device`, :meth:`clear_device`). Close it (or use it as a context
@@ -141,7 +142,7 @@ class StoreSession:
             finally:
                 self._loop.close()
 
-    def __enter__(self) -> StoreSession:
+    def __enter__(self) -> BlockingStateStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -165,7 +166,7 @@ class WaitPolicy:
 def wait_for_nodes(
     config: Any,
     watched: dict[str, tuple[Provider[Any], dict[str, Any]]],
-    store: StoreSession,
+    store: BlockingStateStore,
     *,
     since: float,
     policy: WaitPolicy = WaitPolicy(),
@@ -290,7 +291,7 @@ def provision(
     since = now()
     watched: dict[str, tuple[Provider[Any], dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:
-        store = stack.enter_context(StoreSession(config))
+        store = stack.enter_context(BlockingStateStore(config))
         urls = Urls(config, keys=store.keyring)
         opened = [(stack.enter_context(_open(name, config, options, urls)), group)
                   for name, group in by_provider(config, nodes).items()]
@@ -313,7 +314,7 @@ def deprovision(config: Any, options: Mapping[str, ProviderOptions], nodes: Sequ
     and clear their recorded devices. Returns one output line per node. A node whose provider fails
     keeps its recorded device."""
     lines: dict[str, str] = {}
-    with StoreSession(config) as store:
+    with BlockingStateStore(config) as store:
         urls = Urls(config, keys=store.keyring)
         for name, group in by_provider(config, nodes).items():
             with _open(name, config, options, urls) as provider:
@@ -330,7 +331,7 @@ def devices(config: Any, options: Mapping[str, ProviderOptions]) -> list[str]:
     :func:`provision`."""
     names = [cls.name for cls in provider_classes() if cls.used_by(config, _options_of(cls, options))]
     lines: list[str] = []
-    with StoreSession(config) as store:
+    with BlockingStateStore(config) as store:
         stages = {s.node: s.stage for s in store.nodes(list(config.nodes))}
         recorded = store.all_devices()
         urls = Urls(config, keys=store.keyring)
@@ -353,10 +354,10 @@ def _open(name: str, config: Any, options: Mapping[str, ProviderOptions], urls: 
 
 __all__ = [
     "DONE_STAGES",
+    "BlockingStateStore",
     "DeviceFailed",
     "Outcome",
     "ProvisionTimeout",
-    "StoreSession",
     "WaitPolicy",
     "by_provider",
     "deprovision",
