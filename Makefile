@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: serve test lint venv clean bench bench-deps
+.PHONY: serve test lint venv clean bench bench-deps screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ test: lint
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+
+# The live page's screenshots in docs/screenshots/ (README, "Watching a fleet"): a real serve with a
+# seeded timeline, photographed by Debian's chromium (.ci/apt-packages.txt) through Playwright.
+screenshots: $(STAMP)
+	cd tests && ../$(BIN)/python screenshots.py ../docs/screenshots
 
 # Benchmarks (docs/benchmarks.md): all four issue-8 runs, one after the other, on 127.0.0.1.
 # BENCH_ARGS goes to artifacts.py, scripts.py and boot_storm.py (e.g. BENCH_ARGS='--workers 2').

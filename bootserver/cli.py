@@ -232,19 +232,18 @@ def _say(node: str, message: str) -> None:
 
 def _cmd_provision(args: argparse.Namespace, config: Config) -> int:
     from .provision import DeviceFailed, WaitPolicy, provision
-    from .urls import Urls
 
     nodes = [_node(config, n) for n in dict.fromkeys(args.nodes)]
     if not args.timeout > 0:
         raise InputError(f"--timeout: must be a positive number of seconds, got {args.timeout:g}")
-    base = Urls(config).base
+    base = config.server.effective_base_url
     host = urlsplit(base).hostname or ""
     if host == "localhost" or host.startswith("127.") or host == "::1":
         print(f"bootserver: warning: devices cannot reach the chain URL {base}/ipxe/{nodes[0]}: "
               f"set server.base_url in {config.source}", file=sys.stderr)
     try:
-        lines = provision(config, args, nodes, wait=not args.no_wait, policy=WaitPolicy(timeout=args.timeout),
-                          say=_say)
+        lines = provision(config, provider_options(args), nodes, wait=not args.no_wait,
+                          policy=WaitPolicy(timeout=args.timeout), say=_say)
     except DeviceFailed as e:
         print("\n".join(e.lines))
         raise
@@ -256,14 +255,14 @@ def _cmd_deprovision(args: argparse.Namespace, config: Config) -> int:
     from .provision import deprovision
 
     nodes = [_node(config, n) for n in dict.fromkeys(args.nodes)]
-    print("\n".join(deprovision(config, args, nodes, say=_say)))
+    print("\n".join(deprovision(config, provider_options(args), nodes, say=_say)))
     return 0
 
 
 def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
     from .provision import devices
 
-    lines = devices(config, args)
+    lines = devices(config, provider_options(args))
     if lines:
         print("\n".join(lines))
     return 0
@@ -314,6 +313,65 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
 
     sys.stdout.write(asyncio.run(run()))
     return 0
+
+
+def _add_provider_options(command: str, parser: argparse.ArgumentParser) -> None:
+    """Add to ``parser`` the options of ``command`` every provider declares (the fields of its
+    ``options_type``, :func:`bootserver.providers.base.option`), one group per provider."""
+    from dataclasses import fields
+
+    from .providers.base import OPTION_KEY, OptionSpec, provider_classes
+
+    for cls in provider_classes():
+        specs: list[tuple[str, OptionSpec]] = [(f.name, f.metadata[OPTION_KEY]) for f in fields(cls.options_type)
+                                               if OPTION_KEY in f.metadata]
+        specs = [(name, spec) for name, spec in specs if command in spec.commands]
+        if not specs:
+            continue
+        group = parser.add_argument_group(cls.options_title)
+        exclusive: dict[str, Any] = {}
+        for name, spec in specs:
+            target: Any = group
+            if spec.exclusive or spec.negatable:
+                key = spec.exclusive or name
+                if key not in exclusive:
+                    exclusive[key] = group.add_mutually_exclusive_group()
+                target = exclusive[key]
+            kwargs: dict[str, Any] = {"dest": name, "help": spec.help}
+            if spec.negatable:  # --x / --no-x, not both
+                target.add_argument(*spec.flags, action="store_true", default=argparse.SUPPRESS, **kwargs)
+                target.add_argument(*(f"--no-{flag[2:]}" for flag in spec.flags), dest=name,
+                                    action="store_false", default=argparse.SUPPRESS)
+                continue
+            if spec.repeatable:
+                kwargs["action"] = "append"
+            if spec.metavar:
+                kwargs["metavar"] = spec.metavar
+            if spec.choices:
+                kwargs["choices"] = list(spec.choices)
+            if spec.parse:
+                kwargs["type"] = spec.parse
+            # not given: the attribute stays unset and the options dataclass applies its default
+            target.add_argument(*spec.flags, default=argparse.SUPPRESS, **kwargs)
+
+
+def provider_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Each provider's typed options (its ``options_type``) from a parsed command line: provider
+    name -> options object; an option the command does not take, or that was not given, has its
+    default. Built once per command, passed to :mod:`bootserver.provision`."""
+    from dataclasses import fields
+
+    from .providers.base import OPTION_KEY, provider_classes
+
+    out: dict[str, Any] = {}
+    for cls in provider_classes():
+        given = {}
+        for f in fields(cls.options_type):
+            if OPTION_KEY in f.metadata and hasattr(args, f.name):
+                value = getattr(args, f.name)
+                given[f.name] = tuple(value) if f.metadata[OPTION_KEY].repeatable else value
+        out[cls.name] = cls.options_type(**given)
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -379,8 +437,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check-config", parents=[common], help="check the config and exit")
     p.set_defaults(func=_cmd_check)
 
-    from .providers.base import provider_classes
-
     p = sub.add_parser("provision", parents=[common],
                        help="make each node boot from this server with its provider, and follow its install",
                        description="Each node's provider (profiles.<p>.provider / nodes.<n>.provider: equinix, "
@@ -392,17 +448,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
                    help="give up waiting for up (or installed/running) after SECONDS (default 1800)")
     p.set_defaults(func=_cmd_provision)
-    for cls in provider_classes():
-        cls.add_arguments("provision", p)
+    _add_provider_options("provision", p)
     p = sub.add_parser("deprovision", parents=[common], help="undo provision: delete the device or power it off")
     p.add_argument("nodes", nargs="+", metavar="NODE")
     p.set_defaults(func=_cmd_deprovision)
-    for cls in provider_classes():
-        cls.add_arguments("deprovision", p)
+    _add_provider_options("deprovision", p)
     p = sub.add_parser("devices", parents=[common], help="list the devices bootserver manages, with their stage")
     p.set_defaults(func=_cmd_devices)
-    for cls in provider_classes():
-        cls.add_arguments("devices", p)
+    _add_provider_options("devices", p)
     p = sub.add_parser("nodes", parents=[common], help="show each node's boot stage; mark nodes for reinstall",
                        description="Without an action: a table of every node's stage and how long ago. "
                        "'show NODE': the node's events. 'reinstall NODE...': the next boot installs again.")

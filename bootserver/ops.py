@@ -37,7 +37,8 @@ NODE = web.RequestKey("node", str)
 #: Request storage: ``kernel``, ``initramfs``, ``rootfs`` or ``other`` for artifact GETs.
 ARTIFACT_KIND = web.RequestKey("artifact_kind", str)
 #: Request storage: ``on_sent(status, body bytes sent, complete)``, called once the answer's last byte
-#: went out or its connection broke (e.g. :meth:`BootService.artifact_answered`).
+#: went out or its connection broke (e.g. :meth:`BootService.artifact_answered`). Like
+#: :data:`ARTIFACT_KIND` and :data:`BODY_SENT`, read for the artifact route only.
 ON_SENT = web.RequestKey("on_sent", Callable[[int, int, bool], None])  # type: ignore[arg-type]
 #: Request storage: ``(body bytes sent, complete)`` counted by a handler whose client went away during a
 #: ``sendfile`` (aiohttp does not count those bytes); :func:`sent_body_bytes` prefers it.
@@ -50,15 +51,16 @@ def _header_size(response: web.StreamResponse) -> int:
             + sum(len(k) + len(v) + 4 for k, v in response.headers.items()) + 2)
 
 
-def sent_body_bytes(request: web.BaseRequest, response: web.StreamResponse) -> tuple[int, bool]:
-    """``(body bytes sent, complete)`` of a finished answer.
+def sent_body_bytes(request: web.BaseRequest, response: web.StreamResponse,
+                    counted: tuple[int, bool] | None = None) -> tuple[int, bool]:
+    """``(body bytes sent, complete)`` of a finished answer: ``counted`` (the handler's own count,
+    :data:`BODY_SENT`) when given.
 
     aiohttp counts headers in ``body_length`` and does not count bytes sent with ``sendfile`` at all,
     so: an answer with a ``Content-Length`` whose connection is still up sent exactly that many body
     bytes; otherwise the count is what went through the writer, minus the headers (a lower bound for a
     broken ``sendfile`` transfer). ``complete`` is false when the connection broke.
     """
-    counted = request.get(BODY_SENT)
     if counted is not None:
         return counted
     transport = request.transport
@@ -83,15 +85,18 @@ class AccessLogger(AbstractAccessLogger):
         spec = request.get(ROUTE)
         route = spec.pattern if spec is not None else "unmatched"
         node = request.get(NODE)
-        nbytes, complete = sent_body_bytes(request, response)
+        # BODY_SENT, ON_SENT and ARTIFACT_KIND belong to the artifact route: other requests do not look
+        # (a missing key of an aiohttp request costs a KeyError raised and caught)
+        artifact = spec is ARTIFACT
+        nbytes, complete = sent_body_bytes(request, response, request.get(BODY_SENT) if artifact else None)
         status = response.status
         metrics = self.metrics
         if metrics is not None:
             metrics.request(route, request.method, status, time)
-            if spec is ARTIFACT:
+            if artifact:
                 metrics.bytes_served.labels(request.get(ARTIFACT_KIND, "other")).inc(nbytes)
                 metrics.cache.labels("miss" if status == 404 else "hit").inc()
-        on_sent = request.get(ON_SENT)
+        on_sent = request.get(ON_SENT) if artifact else None
         if on_sent is not None:
             on_sent(status, nbytes, complete)
         if not self.logger.isEnabledFor(logging.INFO):

@@ -20,7 +20,6 @@ No aiohttp, no server imports.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -34,6 +33,7 @@ from bootserver.providers.base import (
     Outcome,
     Provider,
     ProviderError,
+    ProviderOptions,
     provider_class,
     provider_classes,
     provider_of,
@@ -270,7 +270,7 @@ def wait_for_nodes(
 
 def provision(
     config: Any,
-    args: argparse.Namespace,
+    options: Mapping[str, ProviderOptions],
     nodes: Sequence[str],
     *,
     wait: bool = True,
@@ -280,7 +280,8 @@ def provision(
     now: Callable[[], float] = time.time,
     say: Say = lambda node, message: None,
 ) -> list[str]:
-    """Provision ``nodes`` with their providers (options in ``args``), then (``wait``) follow their
+    """Provision ``nodes`` with their providers (``options``: provider name -> its options, built once
+    by the CLI; a provider not in it gets its defaults), then (``wait``) follow their
     installs (:func:`wait_for_nodes`). Returns one output line per node, in order.
 
     Raises ``InputError`` (exit 2) for bad settings before any call, ``ProviderError`` (exit 1) for
@@ -291,7 +292,7 @@ def provision(
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(StoreSession(config))
         urls = Urls(config, keys=store.keyring)
-        opened = [(stack.enter_context(provider_class(name).open(config, args, urls)), group)
+        opened = [(stack.enter_context(_open(name, config, options, urls)), group)
                   for name, group in by_provider(config, nodes).items()]
         for provider, group in opened:
             outcomes = provider.provision(group, store.devices(group), store.set_device, say)
@@ -306,33 +307,48 @@ def provision(
         return [watched[n][0].line(n, devices[n]) for n in dict.fromkeys(nodes)]
 
 
-def deprovision(config: Any, args: argparse.Namespace, nodes: Sequence[str], *, say: Say = lambda n, m: None
-                ) -> list[str]:
-    """Undo ``provision`` for ``nodes`` with their providers and clear their recorded devices.
-    Returns one output line per node. A node whose provider fails keeps its recorded device."""
+def deprovision(config: Any, options: Mapping[str, ProviderOptions], nodes: Sequence[str], *,
+                say: Say = lambda n, m: None) -> list[str]:
+    """Undo ``provision`` for ``nodes`` with their providers (``options`` as for :func:`provision`)
+    and clear their recorded devices. Returns one output line per node. A node whose provider fails
+    keeps its recorded device."""
     lines: dict[str, str] = {}
     with StoreSession(config) as store:
+        urls = Urls(config, keys=store.keyring)
         for name, group in by_provider(config, nodes).items():
-            with provider_class(name).open(config, args, None) as provider:
+            with _open(name, config, options, urls) as provider:
                 for outcome in provider.deprovision(group, store.devices(group), say):
                     store.clear_device(outcome.node)
                     lines[outcome.node] = outcome.line
     return [lines[n] for n in dict.fromkeys(nodes)]
 
 
-def devices(config: Any, args: argparse.Namespace) -> list[str]:
+def devices(config: Any, options: Mapping[str, ProviderOptions]) -> list[str]:
     """The lines of ``bootserver devices``: each provider in use (nodes of its own, or options naming
     it; Equinix when none is) lists its devices with bootserver's stage of each node, given the device
-    records of the state store (whichever replica's config recorded them)."""
+    records of the state store (whichever replica's config recorded them). ``options`` as for
+    :func:`provision`."""
+    names = [cls.name for cls in provider_classes() if cls.used_by(config, _options_of(cls, options))]
+    lines: list[str] = []
     with StoreSession(config) as store:
         stages = {s.node: s.stage for s in store.nodes(list(config.nodes))}
         recorded = store.all_devices()
-    classes = [cls for cls in provider_classes() if cls.used_by(config, args)] or [provider_class(DEFAULT_PROVIDER)]
-    lines: list[str] = []
-    for cls in classes:
-        with cls.open(config, args, None) as provider:
-            lines += provider.devices(stages, recorded)
+        urls = Urls(config, keys=store.keyring)
+        for name in names or [DEFAULT_PROVIDER]:
+            with _open(name, config, options, urls) as provider:
+                lines += provider.devices(stages, recorded)
     return lines
+
+
+def _options_of(cls: type[Provider[Any]], options: Mapping[str, ProviderOptions]) -> Any:
+    """The provider's options from ``options``, else its defaults."""
+    return options.get(cls.name) or cls.options_type()
+
+
+def _open(name: str, config: Any, options: Mapping[str, ProviderOptions], urls: Urls) -> Provider[Any]:
+    """The provider ``name`` opened with its options."""
+    cls = provider_class(name)
+    return cls.open(config, _options_of(cls, options), urls)
 
 
 __all__ = [

@@ -491,6 +491,12 @@ class ReadThrough:
             return "fetching"  # by another process (another worker, or sync-images)
         return "missing"
 
+    def downloads(self) -> list[tuple[Release, Artifact, int, int | None]]:
+        """The downloads in flight in this process: ``(release, artifact, bytes so far, total bytes or
+        None)``, by artifact path."""
+        return [(dl.release, dl.artifact, dl.available, dl.total)
+                for _, dl in sorted(self._inflight.items()) if not dl.finished]
+
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Each artifact of each profile's current release with its :meth:`status`.
 

@@ -125,8 +125,8 @@ class Limits:
     itself is counted until sent; a ``FileResponse`` (sendfile) returned unprepared is not.
 
     The handler timeout is one watch for every timed request rather than an ``asyncio.timeout`` each
-    (which costs a timer in the loop's heap per request, about 4.5 us, a tenth of a script's request
-    path): the requests in their handlers are noted with their deadlines, and while there are any,
+    (a timer in the loop's heap per request: 4.5 us per use measured on the benchmark machine, see
+    docs/benchmarks.md): the requests in their handlers are noted with their deadlines, and while there are any,
     :meth:`_sweep` runs every :attr:`tick` seconds (a tenth of ``request_timeout``, at most 1 s) and
     cancels the tasks past theirs, which then answer 503 as ``asyncio.timeout`` would have them (the
     cancellation is taken back with ``Task.uncancel``). A handler is cut between ``request_timeout``
@@ -138,7 +138,7 @@ class Limits:
         self.request_timeout = request_timeout
         self.max_queued = max_queued
         #: Seconds between two looks at the running handlers' deadlines.
-        self.tick = min(1.0, request_timeout / 10)
+        self.tick = max(0.01, min(1.0, request_timeout / 10))
         self._slots = asyncio.Semaphore(max_concurrent)
         self._waiting = 0
         #: timed handlers running now: their task -> deadline (``loop.time()``); those cancelled for it

@@ -151,6 +151,9 @@ class BootService:
         #: :data:`~bootserver.timeline.BOOT_DONE_STAGES`, seconds after its boot's first script
         #: (:meth:`bootserver.metrics.Metrics.boot_done`); ``None``: not measured.
         self.boot_observer: Callable[[str, float], None] | None = None
+        #: Called with the node's name after each event recorded in this process (the live page's
+        #: :class:`bootserver.page.Hub`); they must not block.
+        self.record_hooks: list[Callable[[str], None]] = []
         #: The stall watch (see :meth:`watch_stalls`): its task, what it warned about (node -> stage and
         #: ``stage_at``), what wakes it (a recorded event), and its lock file.
         self._stall_task: asyncio.Task[None] | None = None
@@ -254,6 +257,8 @@ class BootService:
         stage = await self.state.record(record, current)
         if self._stall_wake is not None:
             self._stall_wake.set()
+        for hook in self.record_hooks:
+            hook(node)
         if before is not None and stage != before and stage in BOOT_DONE_STAGES:
             self._spawn(self._observe_boot(node, stage, record.at))
         return stage
@@ -558,6 +563,67 @@ class BootService:
         await self.artifacts.close()
         await self.upstream.close()
         await self.state.close()
+
+    def cache_report(self) -> dict[str, Any]:
+        """What the artifact cache holds, for the page (reads ``cache_dir``; no network): ``groups``, one
+        per stream/arch/release on disk or named by a stream's current metadata (per stream and arch the
+        current release first), each with ``current`` (the release the stream offers now) and its
+        ``artifacts`` (``kind``, ``file``,
+        ``size`` in bytes or ``None``, ``state``: ``verified`` (published after its sha256 matched, and
+        for the current release the metadata's sha256), ``mismatch`` (published under another sha256
+        than the current metadata's), ``unverified`` (no sha256 record), ``fetching`` or ``missing``);
+        ``downloads`` in progress (``path``, ``done`` and ``total`` bytes, here or in another process
+        such as ``sync-images``); ``total`` bytes and ``files`` published; ``read_through``."""
+        store = self.store
+        current: dict[tuple[str, str, str], Release] = {}
+        for stream in self.config.streams:
+            try:
+                meta = self.catalog.cached(stream)
+            except BootserverError:
+                meta = None
+            for arch, rel in (meta.releases.items() if meta is not None else ()):
+                current[(stream, arch, rel.version)] = rel
+        groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+        total = files = 0
+        if store.root.is_dir():
+            for path in sorted(store.root.glob("*/*/*/*")):
+                if path.name.startswith(".") or not path.is_file():
+                    continue
+                stream, arch, version = path.relative_to(store.root).parts[:3]
+                size = path.stat().st_size
+                total, files = total + size, files + 1
+                rel = current.get((stream, arch, version))
+                kind = next((a.kind for a in rel.artifacts if a.filename == path.name), None) if rel else None
+                recorded = store.recorded_sha256(path)
+                state = "unverified" if recorded is None else "verified"
+                if rel is not None and kind is not None and recorded is not None and \
+                        recorded != getattr(rel, kind).sha256:
+                    state = "mismatch"
+                group = groups.setdefault((stream, arch, version), {
+                    "stream": stream, "arch": arch, "release": version, "current": rel is not None, "artifacts": []})
+                group["artifacts"].append({"kind": kind, "file": path.name, "size": size, "state": state})
+        downloads = [{"path": store.relpath(rel, art), "done": done, "total": size}
+                     for rel, art, done, size in self.artifacts.downloads()]
+        here = {d["path"] for d in downloads}
+        for key, rel in sorted(current.items()):
+            group = groups.setdefault(key, {"stream": key[0], "arch": key[1], "release": key[2], "current": True,
+                                            "artifacts": []})
+            have = {a["file"] for a in group["artifacts"]}
+            for art in rel.artifacts:
+                if art.filename in have:
+                    continue
+                status = self.artifacts.status(rel, art)
+                group["artifacts"].append({"kind": art.kind, "file": art.filename, "size": None, "state": status})
+                relpath = store.relpath(rel, art)
+                if status == "fetching" and relpath not in here:  # another process downloads it
+                    try:
+                        done = store.partial_path(art).stat().st_size
+                    except OSError:
+                        done = 0
+                    downloads.append({"path": relpath, "done": done, "total": store.expected_size(art)})
+        ordered = sorted(groups.values(), key=lambda g: (g["stream"], g["arch"], not g["current"], g["release"]))
+        return {"groups": ordered, "downloads": downloads, "total": total, "files": files,
+                "read_through": self.artifacts.enabled, "cache_dir_label": str(self.config.cache_dir)}
 
     def artifact_kind(self, segments: tuple[str, ...]) -> str:
         """``kernel``, ``initramfs`` or ``rootfs`` when the artifact URL segments ``(stream, arch,

@@ -306,6 +306,8 @@ def _dump(entries: Sequence[KeyEntry]) -> bytes:
 #: file) are used without looking again: under load requests arrive microseconds apart, and a
 #: ``stat`` per request is a system call per request.
 KEYS_REUSE = 0.001
+#: Signatures a :class:`Signer` remembers as verified (forgotten all at once beyond this many).
+VERIFIED_MAX = 4096
 
 
 class Signer:
@@ -314,12 +316,26 @@ class Signer:
     The keys are looked at again (:meth:`Keyring.refreshed`) at most every :data:`KEYS_REUSE` seconds,
     and at once for a signature the keys in hand do not verify: a URL signed with a key rotated in by
     another process verifies at its first request, and a key retired (``keys rotate --grace 0``)
-    stops verifying within a millisecond."""
+    stops verifying within a millisecond.
+
+    A signature once verified is remembered (up to :data:`VERIFIED_MAX`) until its ``exp`` or the next
+    retirement of a key in hand, whichever comes first, and while the keys in hand are the same: the
+    same URL coming again (a node's every boot, iPXE's retries) skips the HMAC. Only valid signatures
+    are remembered, so the time a check takes tells nothing about a signature its sender does not hold."""
 
     def __init__(self, keyring: Keyring, now: Callable[[], float] = time.time) -> None:
         self.keyring = keyring
         self.now = now
         self._refreshed_at = -1.0  # time.monotonic() of the last look
+        #: (node, path, exp, sig) -> until when (unix seconds) it stays verified, under ``_verified_by``
+        self._verified: dict[tuple[str, str, str, str], float] = {}
+        self._verified_by: Keyring | None = None
+
+    def _remember(self, keyring: Keyring, node: str, path: str, exp: str, sig: str, now: float) -> None:
+        if len(self._verified) >= VERIFIED_MAX:
+            self._verified.clear()
+        retiring = [e.retires for e in keyring.entries if e.retires is not None and e.retires > now]
+        self._verified[(node, path, exp, sig)] = min([int(exp), *retiring])
 
     def _signing_keys(self) -> Keyring:
         t = time.monotonic()
@@ -346,12 +362,23 @@ class Signer:
         looked = self._refreshed_at
         keyring = self._signing_keys()
         now = self.now()
+        if keyring is not self._verified_by:
+            self._verified.clear()
+            self._verified_by = keyring
+        if exp is not None and sig is not None:
+            until = self._verified.get((node, path, exp, sig))
+            if until is not None and now < until:
+                return True
         if verify(keyring.accepted(now), node, path, exp, sig, now):
+            self._remember(keyring, node, path, exp, sig, now)  # type: ignore[arg-type]
             return True
         if self._refreshed_at == looked:  # the keys in hand were older: a newer key may verify it
             self._refreshed_at = time.monotonic()
             keyring = self.keyring = self.keyring.refreshed()
             if verify(keyring.accepted(now), node, path, exp, sig, now):
+                self._verified.clear()
+                self._verified_by = keyring
+                self._remember(keyring, node, path, exp, sig, now)  # type: ignore[arg-type]
                 return True
         stale = keyring.stale
         if stale is not None and unexpired(exp, sig, now) is not None:

@@ -327,7 +327,8 @@ class Event:
 @dataclass(frozen=True, slots=True)
 class NodeState:
     """A node's current ``stage`` (entered at ``stage_at``) and its last event (at ``last_at``), unix s;
-    ``dropped``: its oldest history rows removed by ``timeline.keep_events``."""
+    ``dropped``: its oldest history rows removed by ``timeline.keep_events``; ``last_ip``: the client
+    address of its newest history row (:data:`NODES_SQL`)."""
 
     node: str
     stage: str
@@ -335,6 +336,7 @@ class NodeState:
     last_event: str | None
     last_at: float | None
     dropped: int = 0
+    last_ip: str | None = None
 
     def as_dict(self, now: float) -> dict[str, Any]:
         """A JSON-able dict, with ``stage_age`` and ``last_age`` in seconds before ``now`` (or null)."""
@@ -342,7 +344,7 @@ class NodeState:
                 "stage_age": None if self.stage_at is None else round(now - self.stage_at, 3),
                 "last_event": self.last_event, "last_at": self.last_at,
                 "last_age": None if self.last_at is None else round(now - self.last_at, 3),
-                "dropped_events": self.dropped}
+                "dropped_events": self.dropped, "last_ip": self.last_ip}
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,6 +456,11 @@ def device_of(text: str) -> dict[str, Any]:
         raise ValueError("a device record is not a JSON object")
     return value
 
+
+#: Every node's :class:`NodeState` (columns in its order), its newest history row's client address
+#: included (``?``/``%s``-free: a backend appends its own ``WHERE``).
+NODES_SQL = ("SELECT n.node, n.stage, n.stage_at, n.last_event, n.last_at, n.dropped, e.ip "
+             "FROM nodes n LEFT JOIN events e ON e.id = n.last_id")
 
 #: The rows a batch of records starts from, one per node (``{nodes}``: the backend's list of the
 #: batch's node names): the node's row and its newest history row. ``events`` -1 (a database migrated
@@ -789,15 +796,13 @@ class Timeline:
     def node(self, node: str) -> NodeState:
         """One node's state (``new`` with no times when it has no events)."""
         with self._lock:
-            row = self._db().execute("SELECT node, stage, stage_at, last_event, last_at, dropped FROM nodes "
-                                     "WHERE node = ?", (node,)).fetchone()
+            row = self._db().execute(NODES_SQL + " WHERE n.node = ?", (node,)).fetchone()
         return NodeState(*row) if row else NodeState(node, "new", None, None, None)
 
     def nodes(self, names: Iterator[str] | list[str] | tuple[str, ...] = ()) -> list[NodeState]:
         """Every node with events plus every name in ``names`` (as ``new`` when it has none), by name."""
         with self._lock:
-            rows = self._db().execute(
-                "SELECT node, stage, stage_at, last_event, last_at, dropped FROM nodes").fetchall()
+            rows = self._db().execute(NODES_SQL).fetchall()
         states = {r[0]: NodeState(*r) for r in rows}
         for name in names:
             states.setdefault(name, NodeState(name, "new", None, None, None))

@@ -75,10 +75,17 @@ READYZ = Route("readyz", "/readyz", listeners=(DEVICE, ADMIN))
 NODES = Route("nodes", "/nodes", listeners=(ADMIN,))
 NODE = Route("node", "/nodes/{node}", listeners=(ADMIN,))
 METRICS = Route("metrics", "/metrics", listeners=(ADMIN,))
+#: The live page (:mod:`bootserver.page`): the fleet, a node, the cache, the live updates (a
+#: long-lived stream: neither timed nor counted in the cap, bounded by the page itself), its static files.
+FLEET = Route("fleet", "/", listeners=(ADMIN,))
+PAGE_NODE = Route("page_node", "/ui/nodes/{node}", listeners=(ADMIN,))
+PAGE_CACHE = Route("page_cache", "/ui/cache", listeners=(ADMIN,))
+PAGE_EVENTS = Route("page_events", "/ui/events", timed=False, capped=False, listeners=(ADMIN,))
+PAGE_STATIC = Route("page_static", "/ui/static/{file}", listeners=(ADMIN,))
 
 #: Every route of the server, in routing order.
 ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, STUB, REAL_CONFIG, CHECKIN, GRUB, ISO, ARTIFACT, HEALTHZ, READYZ,
-                             NODES, NODE, METRICS)
+                             NODES, NODE, METRICS, FLEET, PAGE_NODE, PAGE_CACHE, PAGE_EVENTS, PAGE_STATIC)
 
 
 class Urls:

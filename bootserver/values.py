@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Self
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, StringConstraints
@@ -68,9 +68,29 @@ _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class SettingsModel(BaseModel):
-    """Base of every settings model: unknown keys refused, immutable, no type coercion."""
+    """Base of every settings model: unknown keys refused, immutable, no type coercion.
+
+    :meth:`merged_over` layers one mapping over another (node over profile, command-line options over
+    node); :attr:`one_of` names the groups of keys that are one unit in that merge.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    #: Groups of keys that are one unit when merging (e.g. ``("metro", "facility")``): a key of a group
+    #: set here drops the base's other keys of that group.
+    one_of: ClassVar[tuple[tuple[str, ...], ...]] = ()
+
+    def merged_over(self, base: Self) -> Self:
+        """Return ``base`` with every key set here (not ``None``) taking precedence; for each group of
+        :attr:`one_of`, a key of the group set here drops the base's other keys of the group. The
+        result is not validated again (both sides were)."""
+        values = {name: getattr(base, name) for name in type(self).model_fields}
+        values.update({name: value for name, value in self if value is not None})
+        for group in self.one_of:
+            chosen = [name for name in group if getattr(self, name) is not None]
+            if chosen:
+                values.update({name: None for name in group if name not in chosen})
+        return self.model_construct(**values)
 
 
 def _list_to_tuple(value: Any) -> Any:

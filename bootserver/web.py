@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 
-from . import __version__, ops
+from . import __version__, ops, page
 from .config import Config, split_listen
 from .errors import (
     BootserverError,
@@ -402,7 +402,7 @@ HANDLERS: dict[str, Handler] = {
     "grub": grub_config, "iso": boot_image,
     "checkin": checkin,
     "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,
-    "metrics": metrics,
+    "metrics": metrics, **page.HANDLERS,
 }
 
 
@@ -418,9 +418,11 @@ MAX_FIELD_SIZE = 8190
 MAX_HEADERS = 64
 
 
-def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: Limits) -> web.Application:
+def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: Limits,
+         token: str | None = None) -> web.Application:
     routes = {r.name: r for r in ROUTES if listener in r.listeners}
-    app = web.Application(client_max_size=CLIENT_MAX_SIZE)
+    middlewares = [] if token is None else [page.token_middleware(token)]
+    app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=middlewares)
     app[SERVICE] = svc
     app[GATE] = gate
     app[LIMITS] = limits
@@ -432,8 +434,9 @@ def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: 
 
 def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     """Build the device application for ``config`` (the routes of :data:`~bootserver.urls.ROUTES` on
-    the device listener); ``app[ADMIN_APP]`` is the admin application (``/nodes``, ``/metrics``, ...),
-    which shares its service, metrics and concurrency cap. Run both with :func:`runner_kwargs`.
+    the device listener); ``app[ADMIN_APP]`` is the admin application (the live page of
+    :mod:`bootserver.page`, ``/nodes``, ``/metrics``, ...; behind ``server.admin.token_file``'s token when
+    set), which shares its service, metrics and concurrency cap. Run both with :func:`runner_kwargs`.
 
     ``signer`` signs and verifies per-node URLs (default: the keys file in ``state_dir``, wall clock).
     """
@@ -446,7 +449,10 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     app = _app(svc, metrics, DEVICE, gate, limits)
     app.on_startup.append(_start_service)
     app.on_cleanup.append(_close_service)
-    app[ADMIN_APP] = _app(svc, metrics, ADMIN, gate, limits)
+    token = config.admin_token()
+    admin = app[ADMIN_APP] = _app(svc, metrics, ADMIN, gate, limits, token)
+    admin[page.PAGE] = page.Page(svc)
+    admin.on_shutdown.append(page.close_hub)
     return app
 
 
@@ -575,7 +581,8 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
             ahost, aport = split_listen(where)
             site = web.TCPSite(admin_runner, ahost or None, aport, reuse_port=reuse)
         await _start_site(config, "server.admin.listen", site, where)
-        log.info("admin endpoints (/nodes, /metrics) on %s", where)
+        log.info("admin endpoints (the page /, /nodes, /metrics) on %s%s", where,
+                 "" if config.server.admin.token_file is None else " (bearer token: server.admin.token_file)")
         hint = None if reuse_port else chain_hint(config)  # with --workers the parent says it once
         if hint is not None:
             log.info("%s", hint)

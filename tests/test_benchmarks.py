@@ -25,3 +25,12 @@ def test_iso_build_benchmark_runs() -> None:
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"^\| one more node, loaders cached \(in-process\) \| 1 \|", proc.stdout, re.M), proc.stdout
+
+
+def test_request_parts_benchmark_runs() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "request_parts.py"), "--calls", "200"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"^\| the same inside `asyncio.timeout\(60\)` \| [0-9.]+ \|$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^\| `Signer.check`, the same signature again \(remembered\) \| [0-9.]+ \|$", proc.stdout,
+                     re.M), proc.stdout

@@ -20,9 +20,9 @@ from bootserver.errors import InputError
 from bootserver.providers.base import ProviderError as MetalError
 from bootserver.providers.base import ProviderNotFound as MetalNotFound
 from bootserver.providers.base import provider_class
-from bootserver.providers.equinix import (
+from bootserver.providers.equinix import Equinix
+from bootserver.providers.equinix_api import (
     DeviceSpec,
-    Equinix,
     EquinixMetal,
     MissingTokenError,
     _asked_wait,

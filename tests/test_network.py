@@ -220,9 +220,10 @@ def equinix_record(network_type: str = "layer3") -> dict[str, Any]:
         ],
     }
     assert list(validator("#/components/schemas/Device").iter_errors(device)) == []
-    from bootserver.providers.equinix import _device_from_json, device_state
+    from bootserver.providers.equinix import device_state
+    from bootserver.providers.equinix_api import device_from_json
 
-    return json.loads(json.dumps(device_state("p", _device_from_json(device))))
+    return json.loads(json.dumps(device_state("p", device_from_json(device))))
 
 
 @pytest.mark.parametrize("network_type", ["layer3", "hybrid-bonded"])

@@ -24,8 +24,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_wheel_contains_templates_and_fragments(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    for path in REPO.joinpath("templates").iterdir():
-        assert f"bootserver/_data/templates/{path.name}" in names
+    for path in REPO.joinpath("templates").rglob("*"):  # the live page's templates/page/ and static/ too
+        if path.is_file():
+            assert f"bootserver/_data/templates/{path.relative_to(REPO / 'templates')}" in names
     for path in REPO.joinpath("ignition").rglob("*"):
         if path.is_file():
             assert f"bootserver/_data/ignition/{path.relative_to(REPO / 'ignition')}" in names

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 
-from bootserver.cli import build_parser
+from bootserver.cli import build_parser, provider_options
 from bootserver.config import parse_config
 from bootserver.errors import BootserverError
 from bootserver.providers.base import ProviderError
@@ -74,7 +74,7 @@ def recorded(config, node: str) -> dict[str, Any] | None:
 
 
 def args(*argv: str):
-    return build_parser().parse_args(["provision", "master-0", *argv])
+    return provider_options(build_parser().parse_args(["provision", "master-0", *argv]))
 
 
 def run(config, nodes, clock=None, *argv: str, **kw):
@@ -280,7 +280,7 @@ def test_deprovision_deletes_and_clears_state(env, tmp_path, reference):
     run(config, ["master-0"], wait=False)
     [device_id] = env.devices
     said: list[str] = []
-    dargs = build_parser().parse_args(["deprovision", "master-0"])
+    dargs = provider_options(build_parser().parse_args(["deprovision", "master-0"]))
     assert deprovision(config, dargs, ["master-0"], say=lambda n, m: said.append(m)) == [
         f"master-0 {device_id} deleted"]
     assert said == [f"deleted device {device_id}"]
@@ -293,7 +293,7 @@ def test_deprovision_of_a_device_deleted_elsewhere_clears_state(env, tmp_path, r
     run(config, ["master-0"], wait=False)
     [device_id] = env.devices
     env.devices.clear()
-    dargs = build_parser().parse_args(["deprovision", "master-0"])
+    dargs = provider_options(build_parser().parse_args(["deprovision", "master-0"]))
     assert deprovision(config, dargs, ["master-0"]) == [f"master-0 {device_id} absent"]
     assert recorded(config, "master-0") is None
 

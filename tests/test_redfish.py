@@ -20,7 +20,7 @@ from conftest import ServerProcess
 from helpers import checkin_command, free_port, recorded_devices, run_cli, write_config
 from sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
 
-from bootserver.cli import build_parser, main
+from bootserver.cli import build_parser, main, provider_options
 from bootserver.config import load_config
 from bootserver.provision import WaitPolicy, provision
 
@@ -248,7 +248,7 @@ async def test_wait_follows_the_node_through_script_stub_and_config(emulator, bm
         if steps:
             steps.pop(0)()
 
-    args = build_parser().parse_args(["provision", "rf-0"])
+    args = provider_options(build_parser().parse_args(["provision", "rf-0"]))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         try:
             await server.start(http)

@@ -19,7 +19,7 @@ from conftest import ServerProcess
 from helpers import free_port, recorded_devices, run_cli, write_config
 from sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
 
-from bootserver.cli import build_parser
+from bootserver.cli import build_parser, provider_options
 from bootserver.config import load_config
 from bootserver.provision import WaitPolicy, deprovision, provision
 
@@ -102,7 +102,7 @@ async def test_provision_inserts_the_signed_image_boots_cd_once_and_ejects_after
     doc["profiles"]["master"]["checkin"] = False
     write_config(setup.config, doc)
     config = load_config(str(setup.config))
-    args = build_parser().parse_args(["provision", "rf-0"])
+    args = provider_options(build_parser().parse_args(["provision", "rf-0"]))
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         try:
             await server.start(http)
@@ -140,7 +140,7 @@ async def test_no_wait_leaves_the_image_to_the_next_provision_and_deprovision_ej
     config = load_config(str(setup.config))
     server = ServerProcess(setup.config, setup.port)
     said: list[str] = []
-    args = build_parser().parse_args(["provision", "rf-0", "--no-wait"])
+    args = provider_options(build_parser().parse_args(["provision", "rf-0", "--no-wait"]))
     loop = asyncio.get_running_loop()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         try:
@@ -150,7 +150,7 @@ async def test_no_wait_leaves_the_image_to_the_next_provision_and_deprovision_ej
                     config, args, ["rf-0"], wait=False, say=lambda node, message: said.append(message)))
             assert cd(emulator)["Inserted"] is True
             assert recorded_devices(tmp_path / "state")["rf-0"]["media"] == f"{emulator.path(0)}/VirtualMedia/Cd"
-            dargs = build_parser().parse_args(["deprovision", "rf-0", "--grace", "1"])
+            dargs = provider_options(build_parser().parse_args(["deprovision", "rf-0", "--grace", "1"]))
             await loop.run_in_executor(None, lambda: deprovision(
                 config, dargs, ["rf-0"], say=lambda node, message: said.append(message)))
         finally:

@@ -186,3 +186,36 @@ async def test_cli_keys_rotate_and_url_expiry(reference: Path, tmp_path: Path) -
     assert after[1]["key"] == before[0]["key"] and after[1]["retires"] - after[0]["created"] == 7200
     rc, out, err = await run_cli("url", "n0", "--expires", "never", "--config", str(config))
     assert rc == 2 and "--expires" in err
+
+
+def test_a_remembered_signature_still_expires_and_is_revoked_with_its_key(tmp_path: Path, monkeypatch) -> None:
+    """A signature verified once is remembered (the same URL again skips the HMAC), but never past its
+    ``exp``, past its key's retirement, nor once the keys file no longer holds its key."""
+    import time as _time
+
+    from bootserver import signing
+
+    monkeypatch.setattr(signing, "KEYS_REUSE", 0.0)  # every check looks at the keys file
+    t = [float(int(_time.time()))]
+    server = Signer(Keyring.load_or_create(tmp_path), now=lambda: t[0])
+    q = {k: v[0] for k, v in parse_qs(server.query("n", "/ipxe/n", 3600)).items()}
+    exp = int(q["exp"])
+    for _ in range(3):
+        assert server.check("n", "/ipxe/n", q["exp"], q["sig"])
+    assert not server.check("n", "/ipxe/n", q["exp"], q["sig"][:-1] + ("A" if q["sig"][-1] != "A" else "B"))
+    t[0] = exp
+    assert not server.check("n", "/ipxe/n", q["exp"], q["sig"])  # expired, remembered or not
+
+    t[0] = exp - 3600
+    assert server.check("n", "/ipxe/n", q["exp"], q["sig"])
+    Keyring.load_or_create(tmp_path).rotate(grace=60, now=lambda: t[0])  # the key retires in 60 s
+    assert server.check("n", "/ipxe/n", q["exp"], q["sig"])
+    t[0] += 61
+    assert not server.check("n", "/ipxe/n", q["exp"], q["sig"])  # its key retired
+
+    t[0] = exp - 3600
+    server = Signer(Keyring.load_or_create(tmp_path), now=lambda: t[0])
+    q = {k: v[0] for k, v in parse_qs(server.query("n", "/ipxe/n", 3600)).items()}
+    assert server.check("n", "/ipxe/n", q["exp"], q["sig"])
+    Keyring.load_or_create(tmp_path).rotate(grace=0, now=lambda: t[0])  # revoked at once
+    assert not server.check("n", "/ipxe/n", q["exp"], q["sig"])

@@ -72,6 +72,10 @@ def _check_unique_keys(node: yaml.Node, loc: tuple[Any, ...], seen: set[int]) ->
 def _check_references(doc: Document, cfg: Config) -> None:
     """Cross-key checks pydantic cannot do: names that must exist, arch and mode requirements."""
     src = cfg.source
+    if not doc.server.admin_is_local and doc.server.admin.token_file is None:
+        raise ConfigError(src, "server.admin.token_file", f"required when server.admin.listen "
+                          f"({doc.server.admin_listen}) is not a loopback address or a Unix socket: the admin "
+                          "page shows every node, its scripts and signed URLs")
     if doc.server.facility is not None and doc.server.facility not in doc.facilities:
         raise ConfigError(src, "server.facility", f"no facility {doc.server.facility!r}")
     for name, prof in doc.profiles.items():
@@ -154,7 +158,8 @@ def check_local_inputs(cfg: Config) -> None:
     * ``profiles.<name>.ignition`` files: valid for the official schema of their spec version
       (:func:`bootserver.ignition_schema.validate_bytes`; a Butane file's translation is checked so
       when it is loaded, see :func:`check_real_config`);
-    * the ``server.tls`` certificate, key and CA files: present and readable.
+    * the ``server.tls`` certificate, key and CA files: present and readable;
+    * ``server.admin.token_file``: readable, with a token (:meth:`Config.admin_token`).
 
     Remote stream metadata is left to run time. Raises :class:`ConfigError` naming the key and the file.
     """
@@ -182,6 +187,7 @@ def check_local_inputs(cfg: Config) -> None:
             validate_bytes(data)
         except IgnitionSchemaError as e:
             raise ConfigError(src, key, f"{path}: not a valid Ignition config: {e}") from None
+    cfg.admin_token()
     if cfg.server.tls is not None:
         for key, path in zip(("cert", "key", "ca"), cfg.tls_files(), strict=True):
             try:

@@ -11,6 +11,7 @@ where they can.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from urllib.parse import urlsplit
 import platformdirs
 from pydantic import BeforeValidator, Field, field_validator
 
+from ..errors import ConfigError
 from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
 from ..network import NetworkSetting
@@ -104,11 +106,15 @@ class SigningConfig(SettingsModel):
 
 
 class AdminConfig(SettingsModel):
-    """``server.admin``: the admin listener (``/nodes``, ``/nodes/{node}``, ``/metrics``, also
-    ``/healthz`` and ``/readyz``), kept off the device network. ``listen`` is ``host:port`` or the
-    absolute path of a Unix socket; default ``127.0.0.1:<server.listen port + 1>``."""
+    """``server.admin``: the admin listener (the live page ``/``, ``/nodes``, ``/nodes/{node}``,
+    ``/metrics``, also ``/healthz`` and ``/readyz``), kept off the device network. ``listen`` is
+    ``host:port`` or the absolute path of a Unix socket; default ``127.0.0.1:<server.listen port + 1>``.
+    ``token_file``: a file (relative to the config file) whose first line is the bearer token every admin
+    request but ``/healthz`` and ``/readyz`` must carry; required when ``listen`` is not a loopback
+    address or a Unix socket (:meth:`Config.admin_token`)."""
 
     listen: ListenAddressOrSocket | None = None
+    token_file: str | None = None
 
 
 class ServerConfig(SettingsModel):
@@ -142,6 +148,21 @@ class ServerConfig(SettingsModel):
         while port in taken:
             port += step
         return f"127.0.0.1:{port}"
+
+    @property
+    def admin_is_local(self) -> bool:
+        """Whether :attr:`admin_listen` is a Unix socket or a loopback address (``127.0.0.0/8``, ``::1``,
+        ``localhost``): only this machine reaches it."""
+        where = self.admin_listen
+        if where.startswith("/"):
+            return True
+        host = split_listen(where)[0]
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
 
     @property
     def host(self) -> str:
@@ -388,6 +409,27 @@ class Config:
         """The real Ignition config file of a profile, or ``None`` when the profile has none."""
         p = self.profiles[profile]
         return None if p.ignition is None else self.resolve_path(p.ignition)
+
+    def admin_token(self) -> str | None:
+        """The admin bearer token: the first line of ``server.admin.token_file`` without surrounding
+        white space, or ``None`` when no file is set. Raises :class:`~bootserver.errors.ConfigError`
+        naming ``server.admin.token_file`` when the file cannot be read or its first line is shorter
+        than 16 characters."""
+        name = self.server.admin.token_file
+        if name is None:
+            return None
+        path = self.resolve_path(name)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(self.source, "server.admin.token_file",
+                              f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+        token = lines[0].strip() if lines else ""
+        if len(token) < 16:
+            raise ConfigError(self.source, "server.admin.token_file",
+                              f"{path}: the token (its first line) must be at least 16 characters "
+                              "(e.g. `openssl rand -hex 32 > FILE`)")
+        return token
 
     def tls_files(self) -> tuple[Path, Path, Path]:
         """``(cert, key, ca)`` of ``server.tls``, defaulting to ``<state_dir>/tls/server.crt``,

@@ -2,6 +2,7 @@
 
 :mod:`bootserver.providers.base` holds the interface, the registry and the retry policy; each provider
 is two modules: its settings model (``<name>_settings``, below the config, which composes them) and the
-provider itself (``<name>``, above the config and the URL builder it uses). Provider clients (requests,
-sushy) load when a command uses them. The layers are in docs/design.md.
+provider itself (``<name>``, above the config and the URL builder it uses); a provider with its own
+API client keeps it apart (``equinix_api``: requests, no config). Provider clients (requests, sushy)
+load when a command uses them. The layers are in docs/design.md.
 """

@@ -8,7 +8,10 @@ provider is one module of this package with one :class:`Provider` subclass that 
 * its settings: the key it reads in ``profiles.<p>`` / ``nodes.<n>`` (:attr:`Provider.settings_key`,
   a pydantic model, :attr:`Provider.settings_model`) and optionally a top-level mapping
   (:attr:`Provider.global_key`, :attr:`Provider.global_model`), checked at config load;
-* its command-line options (:meth:`Provider.add_arguments`);
+* its command-line options, declared as the fields of a frozen dataclass (:attr:`Provider.options_type`,
+  each field made by :func:`option`): the CLI adds them to its parser and builds one typed options
+  object per provider from the command line, which :meth:`Provider.open` takes (providers never
+  see the argparse namespace);
 * its client and its requests (:meth:`Provider.open`, :meth:`Provider.provision`, ...);
 * the platform its nodes' kernel arguments name (:attr:`Provider.platform_id`; docs/design.md, domain
   rules 4 and 5).
@@ -20,7 +23,6 @@ wait on the node timeline and the output. Adding a provider is its module plus o
 
 from __future__ import annotations
 
-import argparse
 import email.utils
 import importlib
 import logging
@@ -28,7 +30,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import tenacity
 from pydantic import BaseModel
@@ -47,6 +49,9 @@ REGISTRY: dict[str, str] = {
 #: The provider ``provision`` uses for a node whose profile and node name none (today's behaviour:
 #: the ``metal:`` settings and the ``packet`` platform).
 DEFAULT_PROVIDER = "equinix"
+
+#: The commands whose options a provider declares.
+COMMANDS = ("provision", "deprovision", "devices")
 
 T = TypeVar("T")
 
@@ -149,6 +154,49 @@ class RetryPolicy:
         return retrying(call)
 
 
+# ----------------------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """How one field of a provider's options is given on the command line (the CLI reads it).
+
+    ``flags``: the option strings (``--plan``); ``commands``: the commands that take it (of
+    :data:`COMMANDS`); ``help``, ``metavar``, ``choices``: as argparse's; ``parse``: the function
+    that turns the text into the value (argparse's ``type``, e.g. ``float``); ``repeatable``: given
+    any number of times, the field holds a tuple; ``negatable``: ``--x`` / ``--no-x``, the field holds
+    ``True``, ``False`` or ``None`` when neither is given; ``exclusive``: options of one provider
+    with the same word may not be given together.
+    """
+
+    flags: tuple[str, ...]
+    commands: tuple[str, ...] = COMMANDS
+    help: str | None = None
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    parse: Callable[[str], Any] | None = None
+    repeatable: bool = False
+    negatable: bool = False
+    exclusive: str | None = None
+
+
+#: The key of a dataclass field's metadata that holds its :class:`OptionSpec`.
+OPTION_KEY = "bootserver.option"
+
+
+def option(*flags: str, default: Any = None, **spec: Any) -> Any:
+    """A field of a provider's options dataclass that is a command-line option: ``default`` when the
+    option is not given (a tuple for a ``repeatable`` one), ``spec`` the keywords of
+    :class:`OptionSpec`. Use as ``plan: str | None = option("--plan", help=...)``."""
+    return field(default=default, metadata={OPTION_KEY: OptionSpec(flags, **spec)})
+
+
+@dataclass(frozen=True)
+class ProviderOptions:
+    """Base of every provider's options (a frozen dataclass of :func:`option` fields); a provider
+    without options uses it as it is."""
+
+
 # ----------------------------------------------------------------------------------------- interface
 
 
@@ -177,8 +225,12 @@ class Poll:
     failed: bool = False
 
 
-class Provider:
-    """Base class of a provider; one subclass per module of this package, named in :data:`REGISTRY`.
+OptionsT = TypeVar("OptionsT", bound=ProviderOptions)
+
+
+class Provider(Generic[OptionsT]):
+    """Base class of a provider; one subclass per module of this package, named in :data:`REGISTRY`,
+    generic in its options type.
 
     Class attributes:
       ``name``: the value of ``provider:`` in the config.
@@ -186,6 +238,8 @@ class Provider:
       ``settings_model`` (a frozen pydantic model with a ``merged_over(base)`` method).
       ``global_key`` / ``global_model``: its top-level config mapping, if it has one.
       ``platform_id``: the ``ignition.platform.id`` / ``coreos.inst.platform_id`` of its nodes.
+      ``options_type`` / ``options_title``: its options dataclass (fields made by :func:`option`) and
+      the title of their group in ``--help``.
 
     An instance is an open client (``open``), closed by ``close``; every method raises
     :class:`ProviderError` (exit 1) for a failure of the far end and ``InputError`` (exit 2) for bad
@@ -198,27 +252,25 @@ class Provider:
     global_key: ClassVar[str | None] = None
     global_model: ClassVar[type[BaseModel] | None] = None
     platform_id: ClassVar[str] = "metal"
+    options_type: ClassVar[type[ProviderOptions]] = ProviderOptions
+    options_title: ClassVar[str] = ""
 
     @classmethod
-    def add_arguments(cls, command: str, parser: argparse.ArgumentParser) -> None:
-        """Add this provider's options of ``command`` (``provision``, ``deprovision``, ``devices``)."""
-
-    @classmethod
-    def used_by(cls, config: Any, args: argparse.Namespace) -> bool:
+    def used_by(cls, config: Any, options: OptionsT) -> bool:
         """Whether ``devices`` should ask this provider (it has nodes, or options name it)."""
         return any(provider_of(config, n) == cls.name for n in config.nodes)
 
     @classmethod
-    def open(cls, config: Any, args: argparse.Namespace, urls: Any = None) -> Provider:
-        """An open client for ``config`` and the command's options; ``urls`` is the command's
-        :class:`~bootserver.urls.Urls` (signed with the state store's keys), ``None`` when it signs
-        nothing. Raises ``InputError``."""
+    def open(cls, config: Any, options: OptionsT, urls: Any) -> Provider[OptionsT]:
+        """An open client for ``config`` and the command's options (built once by the CLI); ``urls``
+        is the command's :class:`~bootserver.urls.Urls` (signed with the state store's keys, which
+        load only when a URL is signed). Raises ``InputError``."""
         raise NotImplementedError
 
     def close(self) -> None:
         """Release the client's connections."""
 
-    def __enter__(self) -> Provider:
+    def __enter__(self) -> Provider[OptionsT]:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -257,14 +309,14 @@ class Provider:
         raise NotImplementedError
 
 
-def provider_class(name: str) -> type[Provider]:
+def provider_class(name: str) -> type[Provider[Any]]:
     """The :class:`Provider` subclass registered as ``name``. Raises ``KeyError`` for an unknown name."""
     module = importlib.import_module(REGISTRY[name])
-    cls: type[Provider] = module.PROVIDER
+    cls: type[Provider[Any]] = module.PROVIDER
     return cls
 
 
-def provider_classes() -> list[type[Provider]]:
+def provider_classes() -> list[type[Provider[Any]]]:
     """Every registered provider class, in registry order."""
     return [provider_class(name) for name in REGISTRY]
 
@@ -285,7 +337,7 @@ def provider_of(config: Any, node: str) -> str | None:
     return None
 
 
-def node_settings(config: Any, node: str, provider: type[Provider]) -> Any:
+def node_settings(config: Any, node: str, provider: type[Provider[Any]]) -> Any:
     """The provider's settings of ``node``: its mapping merged over its profile's (node wins)."""
     spec = config.nodes[node]
     profile = config.node_profile(node)

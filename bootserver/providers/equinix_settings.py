@@ -10,7 +10,7 @@ it imports only the settings' value types (:mod:`bootserver.values`), never the 
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any, Literal, Self, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationInfo, field_validator
 
@@ -152,17 +152,8 @@ class MetalSettings(SettingsModel):
             raise ValueError("needs spot_instance: true")
         return float(value)
 
-    def merged_over(self, base: MetalSettings) -> Self:
-        """Return ``base`` with every key set here taking precedence (node over profile, command-line
-        options over node). Location is one unit: setting ``metro`` here drops the base's ``facility``
-        and the other way round."""
-        values = {name: getattr(base, name) for name in type(self).model_fields}
-        values.update({name: value for name, value in self if value is not None})
-        if self.metro is not None:
-            values["facility"] = None
-        if self.facility is not None:
-            values["metro"] = None
-        return self.model_construct(**values)
+    #: Location is one unit: setting ``metro`` here drops the base's ``facility`` and the other way round.
+    one_of = (("metro", "facility"),)
 
 
 __all__ = [

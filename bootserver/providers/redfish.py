@@ -31,11 +31,11 @@ carrying its own words (``@Message.ExtendedInfo``); a BMC that is down or does n
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -54,11 +54,14 @@ from bootserver.providers.base import (
     Provider,
     ProviderError,
     ProviderNotFound,
+    ProviderOptions,
     RetryPolicy,
     node_settings,
+    option,
     provider_of,
 )
 from bootserver.providers.redfish_settings import RedfishSettings
+from bootserver.urls import Urls
 
 log = logging.getLogger(__name__)
 
@@ -196,18 +199,30 @@ def _value(v: Any) -> str | None:
     return None if v is None else str(getattr(v, "value", v))
 
 
-class Redfish(Provider):
+@dataclass(frozen=True)
+class RedfishOptions(ProviderOptions):
+    """The Redfish provider's command-line options: ``deprovision --grace SECONDS``."""
+
+    grace: float = option("--grace", default=DEFAULT_GRACE, commands=("deprovision",), parse=float,
+                          metavar="SECONDS", help=f"wait this long after a graceful shutdown before ForceOff "
+                                                  f"(default {DEFAULT_GRACE:g})")
+
+
+class Redfish(Provider[RedfishOptions]):
     """The ``redfish`` provider: one BMC ``ComputerSystem`` per node (see the module docstring)."""
 
     name = "redfish"
     settings_key = "redfish"
     settings_model = RedfishSettings
     platform_id = "metal"
+    options_type = RedfishOptions
+    options_title = "Redfish (provider redfish)"
 
-    def __init__(self, config: Any, args: argparse.Namespace, *, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, poll_interval: float = 1.0, urls: Any = None) -> None:
+    def __init__(self, config: Any, options: RedfishOptions, urls: Urls, *,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+                 poll_interval: float = 1.0) -> None:
         self.config = config
-        self.args = args
+        self.options = options
         self.urls = urls
         self.sleep = sleep
         self.clock = clock
@@ -215,23 +230,13 @@ class Redfish(Provider):
         self._bmcs: dict[tuple[str, str | None], Bmc] = {}
 
     @classmethod
-    def add_arguments(cls, command: str, parser: argparse.ArgumentParser) -> None:
-        """``deprovision --grace SECONDS``."""
-        if command == "deprovision":
-            group = parser.add_argument_group("Redfish (provider redfish)")
-            group.add_argument("--grace", type=float, default=DEFAULT_GRACE, metavar="SECONDS",
-                               help=f"wait this long after a graceful shutdown before ForceOff "
-                                    f"(default {DEFAULT_GRACE:g})")
-
-    @classmethod
-    def open(cls, config: Any, args: argparse.Namespace, urls: Any = None) -> Redfish:
+    def open(cls, config: Any, options: RedfishOptions, urls: Urls) -> Redfish:
         """No connection yet: each node's BMC is opened when first used."""
-        grace = getattr(args, "grace", None)
-        if grace is not None and not grace >= 0:
-            raise InputError(f"--grace: must not be negative, got {grace:g}")
+        if not options.grace >= 0:
+            raise InputError(f"--grace: must not be negative, got {options.grace:g}")
         # sushy logs its own view of every failure; ours is the one line the command prints
         logging.getLogger("sushy").setLevel(logging.NOTSET if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL)
-        return cls(config, args, urls=urls)
+        return cls(config, options, urls)
 
     def close(self) -> None:
         """Log out of every BMC session."""
@@ -321,8 +326,6 @@ class Redfish(Provider):
         each virtual-media node's image, are checked before any BMC is asked."""
         for node in nodes:
             if self.settings(node).boot_source == "virtual-media":
-                if self.urls is None:
-                    raise InputError(f"node {node}: redfish.boot_source virtual-media needs signed URLs")
                 boot_network(self.config, node)  # exit 2 naming the node and key, before any BMC call
         out = []
         for node in nodes:
@@ -426,8 +429,7 @@ class Redfish(Provider):
                     say: Callable[[str, str], None]) -> list[Outcome]:
         """Power each node's system off (graceful, then ``ForceOff`` after ``--grace`` seconds) and
         clear the boot override."""
-        grace = getattr(self.args, "grace", None)
-        grace = DEFAULT_GRACE if grace is None else grace
+        grace = self.options.grace
         out = []
         for node in nodes:
             bmc, s = self.bmc(node)
@@ -484,4 +486,4 @@ class Redfish(Provider):
 
 PROVIDER = Redfish
 
-__all__ = ["Bmc", "Redfish"]
+__all__ = ["Bmc", "Redfish", "RedfishOptions"]

@@ -8,7 +8,7 @@ the config and uses this model.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, field_validator
@@ -76,15 +76,8 @@ class RedfishSettings(SettingsModel):
             raise ValueError("set password_file or password_env, not both")
         return value
 
-    def merged_over(self, base: RedfishSettings) -> Self:
-        """``base`` with every key set here taking precedence; the password source is one unit."""
-        values = {name: getattr(base, name) for name in type(self).model_fields}
-        values.update({name: value for name, value in self if value is not None})
-        if self.password_file is not None:
-            values["password_env"] = None
-        if self.password_env is not None:
-            values["password_file"] = None
-        return self.model_construct(**values)
+    #: The password source is one unit: setting one here drops the other from the base.
+    one_of = (("password_file", "password_env"),)
 
 
 RedfishField = Annotated[RedfishSettings, BeforeValidator(null_as_empty)]

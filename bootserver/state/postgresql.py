@@ -54,6 +54,7 @@ from ..timeline import (
     BATCH_ROWS_SQL,
     CURRENT_COLUMNS,
     CURRENT_JOINS,
+    NODES_SQL,
     Batches,
     Current,
     Event,
@@ -370,12 +371,11 @@ class PostgresStore(StateStore):
                 for n, at, ev, ip, d, count, last in reversed(rows)]
 
     async def node(self, node: str) -> NodeState:
-        rows = await self._fetch("SELECT node, stage, stage_at, last_event, last_at, dropped FROM nodes "
-                                 "WHERE node = %s", (node,))
+        rows = await self._fetch(NODES_SQL + " WHERE n.node = %s", (node,))
         return NodeState(*rows[0]) if rows else NodeState(node, "new", None, None, None)
 
     async def nodes(self, names: Iterable[str] = ()) -> list[NodeState]:
-        rows = await self._fetch("SELECT node, stage, stage_at, last_event, last_at, dropped FROM nodes", ())
+        rows = await self._fetch(NODES_SQL, ())
         states = {r[0]: NodeState(*r) for r in rows}
         for name in names:
             states.setdefault(name, NodeState(name, "new", None, None, None))

@@ -1,0 +1,84 @@
+"""Benchmark (issue 22, item 3): what some building blocks of a script request cost on this machine,
+each alone in a loop (CPU microseconds per call, ``time.process_time``): the figures behind the choices
+in ``bootserver.security.Limits`` (one deadline watch instead of an ``asyncio.timeout`` per request)
+and ``bootserver.signing.Signer`` (the keys file looked at once per millisecond, verified signatures
+remembered). A loop alone flatters every part (warm caches, no other work in between): under load the
+shares in a py-spy profile (``scripts.py --profile``) are the figures that count; these say what a part
+costs at best.
+
+Usage: ``.venv/bin/python benchmarks/request_parts.py [--calls 100000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import markdown_table
+
+from bootserver.signing import Keyring, Signer
+
+
+def per_call(calls: int, f: Callable[[], object]) -> float:
+    """CPU microseconds per call of ``f`` over ``calls`` calls."""
+    t = time.process_time()
+    for _ in range(calls):
+        f()
+    return (time.process_time() - t) / calls * 1e6
+
+
+async def per_await(calls: int, f: Callable[[], Awaitable[object]]) -> float:
+    """CPU microseconds per ``await f()`` over ``calls`` awaits."""
+    t = time.process_time()
+    for _ in range(calls):
+        await f()
+    return (time.process_time() - t) / calls * 1e6
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=100_000, help="calls per part (default 100000)")
+    args = ap.parse_args()
+    n = args.calls
+
+    async def handler() -> int:
+        return 1
+
+    async def bare() -> int:
+        return await handler()
+
+    async def with_timeout() -> int:
+        async with asyncio.timeout(60):
+            return await handler()
+
+    rows = [("await a handler", f"{await per_await(n, bare):.2f}"),
+            ("the same inside `asyncio.timeout(60)`", f"{await per_await(n, with_timeout):.2f}")]
+    with tempfile.TemporaryDirectory(prefix="bootserver-bench-parts-") as d:
+        keys = Keyring.load_or_create(Path(d))
+        rows.append(("`os.stat` of the keys file", f"{per_call(n, lambda: os.stat(keys.path)):.2f}"))
+        signer = Signer(keys)
+        query = dict(p.split("=", 1) for p in signer.query("node-0", "/ipxe/node-0", 3600).split("&"))
+        exp, sig = query["exp"], query["sig"]
+        fresh = Signer(keys)
+
+        def first_sight() -> bool:
+            fresh._verified.clear()  # measuring the HMAC path on purpose
+            return fresh.check("node-0", "/ipxe/node-0", exp, sig)
+
+        rows.append(("`Signer.check`, a signature seen for the first time", f"{per_call(n, first_sight):.2f}"))
+        rows.append(("`Signer.check`, the same signature again (remembered)",
+                     f"{per_call(n, lambda: signer.check('node-0', '/ipxe/node-0', exp, sig)):.2f}"))
+    print(f"## Parts of a script request, each alone ({n} calls, CPU us per call)\n")
+    print(markdown_table(["part", "us"], rows))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
