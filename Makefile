@@ -23,11 +23,13 @@ serve: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Static checks, before the tests: ruff's rule set ([tool.ruff] in pyproject.toml) and the import
-# contracts (lint-imports: [tool.importlinter], the layers of docs/design.md).
+# Static checks, before the tests: ruff's rule set ([tool.ruff] in pyproject.toml), the import
+# contracts (lint-imports: [tool.importlinter], the layers of docs/design.md) and the type check of
+# bootserver/ (mypy: [tool.mypy]).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # The live page's screenshots in docs/screenshots/ (README, "Watching a fleet"): a real serve with a
 # seeded timeline, photographed by Debian's chromium (.ci/apt-packages.txt) through Playwright.

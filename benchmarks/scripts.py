@@ -218,7 +218,10 @@ async def main() -> None:
                 "nodes": {n: {"profile": "master"} for n in nodes}})
             # bootserver's own URL builder (as `bootserver url NODE`); creates the first signing key
             from bootserver.config import load_config
-            from bootserver.state.backends import open_store
+            try:
+                from bootserver.state.backends import open_store
+            except ImportError:  # an older tree on PYTHONPATH (e.g. 26ff16e, the issue 22 baseline)
+                from bootserver.state import open_store  # type: ignore[attr-defined,no-redef]
             from bootserver.urls import Urls
 
             cfg = load_config(config)

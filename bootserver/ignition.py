@@ -122,7 +122,8 @@ def stub_versions(maximum: str, versions: tuple[str, ...]) -> list[str]:
     """The ``versions`` a stub can be written in for a profile whose ``ignition_version`` is
     ``maximum``: from :data:`MIN_STUB_VERSION` up to ``maximum``, in the order given."""
     low, top = _version_key(MIN_STUB_VERSION), _version_key(maximum)
-    return [v for v in versions if (k := _version_key(v)) is not None and top is not None and low <= k <= top]
+    return [v for v in versions
+            if (k := _version_key(v)) is not None and low is not None and top is not None and low <= k <= top]
 
 
 def negotiate_version(accept: str | None, maximum: str, versions: tuple[str, ...]) -> str:

@@ -227,8 +227,8 @@ def check_boot_networks(config: Config) -> None:
             boot_network(config, node)
             facility = config.nodes[node].facility
             bases = [("server.base_url", config.server.effective_base_url)]
-            if facility is not None and config.facilities[facility].base_url:
-                bases.append((f"facilities.{facility}.base_url", config.facilities[facility].base_url))
+            if facility is not None and (facility_base := config.facilities[facility].base_url):
+                bases.append((f"facilities.{facility}.base_url", facility_base))
             for key, base in bases:
                 try:
                     grub_path(f"{base}/")

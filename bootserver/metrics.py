@@ -107,7 +107,7 @@ class _StageCollector:
     def __init__(self, stages: Callable[[], Iterable[tuple[str, bool]]]) -> None:
         self._stages = stages
 
-    def collect(self):  # type: ignore[no-untyped-def]
+    def collect(self) -> Iterator[Metric]:
         counts = dict.fromkeys(STAGES, 0)
         stalled = dict.fromkeys(STAGES, 0)
         for stage, late in self._stages():
@@ -136,7 +136,7 @@ class Metrics:
         if mp_dir is not None:
             # the metric objects write to files; what a scrape reports is every worker's files
             self.registry = CollectorRegistry()
-            self.registry.register(WorkerFiles(mp_dir))  # type: ignore[arg-type]
+            self.registry.register(WorkerFiles(mp_dir))
         self.requests = Counter("bootserver_http_requests", "HTTP requests answered.",
                                 ["route", "method", "status"], registry=r)
         self.duration = Histogram("bootserver_http_request_duration_seconds",

@@ -39,7 +39,9 @@ ARTIFACT_KIND = web.RequestKey("artifact_kind", str)
 #: Request storage: ``on_sent(status, body bytes sent, complete)``, called once the answer's last byte
 #: went out or its connection broke (e.g. :meth:`BootService.artifact_answered`). Like
 #: :data:`ARTIFACT_KIND` and :data:`BODY_SENT`, read for the artifact route only.
-ON_SENT = web.RequestKey("on_sent", Callable[[int, int, bool], None])  # type: ignore[arg-type]
+# (mypy: RequestKey's second argument is typed as a class, type[T], and a Callable type is not one)
+ON_SENT: web.RequestKey[Callable[[int, int, bool], None]] = web.RequestKey(
+    "on_sent", Callable[[int, int, bool], None])  # type: ignore[arg-type]
 #: Request storage: ``(body bytes sent, complete)`` counted by a handler whose client went away during a
 #: ``sendfile`` (aiohttp does not count those bytes); :func:`sent_body_bytes` prefers it.
 BODY_SENT = web.RequestKey("body_sent", tuple)
@@ -108,7 +110,7 @@ class AccessLogger(AbstractAccessLogger):
                    "node": node, "status": status, "bytes": nbytes, "duration": round(time, 6)})
 
 
-class ProtocolLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+class ProtocolLog(logging.LoggerAdapter[logging.Logger]):
     """aiohttp's server logger (``RequestHandler(logger=...)``): a request too malformed to parse (an
     ``HttpProcessingError``: TLS on the plain port, a bad method, a header over the limit) is the
     client's doing, already answered 400 and in the access log, so its reason is one DEBUG line with
@@ -117,8 +119,8 @@ class ProtocolLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
         if isinstance(exc, HttpProcessingError):
-            self.debug("%s: %s %s", msg % args if args else msg, type(exc).__name__,
-                       str(exc.message)[:200])  # type: ignore[str-format]
+            self.debug("%s: %s %s", str(msg) % args if args else msg, type(exc).__name__,
+                       str(exc.message)[:200])
             return
         super().exception(msg, *args, exc_info=exc_info, **kwargs)
 

@@ -164,7 +164,7 @@ class WaitPolicy:
 
 def wait_for_nodes(
     config: Any,
-    watched: dict[str, tuple[Provider, dict[str, Any]]],
+    watched: dict[str, tuple[Provider[Any], dict[str, Any]]],
     store: StoreSession,
     *,
     since: float,
@@ -288,7 +288,7 @@ def provision(
     a failure of a provider, :class:`DeviceFailed` / :class:`ProvisionTimeout` from the wait.
     """
     since = now()
-    watched: dict[str, tuple[Provider, dict[str, Any]]] = {}
+    watched: dict[str, tuple[Provider[Any], dict[str, Any]]] = {}
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(StoreSession(config))
         urls = Urls(config, keys=store.keyring)

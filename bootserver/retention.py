@@ -54,7 +54,7 @@ def prune(config: Config, store: ArtifactStore, catalog: StreamCatalog) -> list[
     used: dict[tuple[str, str], set[str] | None] = {}
     wanted_sha: set[str] = set()
     for prof in config.profiles.values():
-        key = (prof.stream, prof.arch)
+        key: tuple[str, str] = (prof.stream, prof.arch)
         try:
             meta = catalog.cached(prof.stream)
         except MetadataError as e:
@@ -64,8 +64,9 @@ def prune(config: Config, store: ArtifactStore, catalog: StreamCatalog) -> list[
             used[key] = None  # unknown: keep everything of this stream/arch
             continue
         release = meta.releases[prof.arch]
-        if used.get(key, set()) is not None:
-            used.setdefault(key, set()).add(release.version)  # type: ignore[union-attr]
+        versions = used.setdefault(key, set())
+        if versions is not None:  # None: an unknown release of this stream/arch keeps everything
+            versions.add(release.version)
         wanted_sha.update(a.sha256 for a in release.artifacts)
     removed: list[str] = []
     if store.root.is_dir():

@@ -592,15 +592,15 @@ class BootService:
                 stream, arch, version = path.relative_to(store.root).parts[:3]
                 size = path.stat().st_size
                 total, files = total + size, files + 1
-                rel = current.get((stream, arch, version))
-                kind = next((a.kind for a in rel.artifacts if a.filename == path.name), None) if rel else None
+                found = current.get((stream, arch, version))
+                kind = next((a.kind for a in found.artifacts if a.filename == path.name), None) if found else None
                 recorded = store.recorded_sha256(path)
                 state = "unverified" if recorded is None else "verified"
-                if rel is not None and kind is not None and recorded is not None and \
-                        recorded != getattr(rel, kind).sha256:
+                if found is not None and kind is not None and recorded is not None and \
+                        recorded != getattr(found, kind).sha256:
                     state = "mismatch"
                 group = groups.setdefault((stream, arch, version), {
-                    "stream": stream, "arch": arch, "release": version, "current": rel is not None, "artifacts": []})
+                    "stream": stream, "arch": arch, "release": version, "current": found is not None, "artifacts": []})
                 group["artifacts"].append({"kind": kind, "file": path.name, "size": size, "state": state})
         downloads = [{"path": store.relpath(rel, art), "done": done, "total": size}
                      for rel, art, done, size in self.artifacts.downloads()]

@@ -115,7 +115,7 @@ def verify(keys: Sequence[bytes], node: str, path: str, exp: str | None, sig: st
     :func:`hmac.compare_digest`, so timing does not tell which key or which byte differed.
     """
     exp_s = unexpired(exp, sig, now)
-    if exp_s is None or "\n" in node or "\n" in path:
+    if exp_s is None or sig is None or "\n" in node or "\n" in path:
         return False
     ok = False
     for key in keys:
@@ -293,7 +293,8 @@ class Keyring:
         t = int(now())
         old = [KeyEntry(e.key, e.created, t + grace if e.retires is None else e.retires)
                for e in self.entries]
-        entries = [KeyEntry(secrets.token_bytes(KEY_BYTES), t)] + [e for e in old if e.retires > t]
+        entries = [KeyEntry(secrets.token_bytes(KEY_BYTES), t)] + [
+            e for e in old if e.retires is not None and e.retires > t]
         write_atomic(self.path, _dump(entries), mode=0o600)
         return Keyring._read(self.path)
 
@@ -370,6 +371,7 @@ class Signer:
             if until is not None and now < until:
                 return True
         if verify(keyring.accepted(now), node, path, exp, sig, now):
+            # (verify() is True only when exp and sig are strings, which mypy cannot follow)
             self._remember(keyring, node, path, exp, sig, now)  # type: ignore[arg-type]
             return True
         if self._refreshed_at == looked:  # the keys in hand were older: a newer key may verify it

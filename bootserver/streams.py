@@ -142,7 +142,8 @@ def parse_stream(data: bytes | str, *, name: str, source: str, architectures: tu
         kernel, initramfs, rootfs = (_artifact(k, pxe.get(k), source, f"{ppath}.{k}") for k in ARTIFACT_KINDS)
         releases[arch] = Release(stream=name, arch=arch, version=version,
                                  kernel=kernel, initramfs=initramfs, rootfs=rootfs)
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    raw_meta = doc.get("metadata")
+    meta = raw_meta if isinstance(raw_meta, dict) else {}
     return StreamMetadata(
         name=name,
         upstream_name=str(doc.get("stream", "")),

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from tqdm import tqdm
@@ -53,7 +54,7 @@ def wanted_targets(config: Config, *, stream: str | None = None, facility: str |
         raise InputError(f"{config.source}: streams: no stream {stream!r}")
     if facility is not None and facility not in config.facilities:
         raise InputError(f"{config.source}: facilities: no facility {facility!r}")
-    profiles = config.profiles.keys()
+    profiles: Iterable[str] = config.profiles.keys()
     if facility is not None:
         profiles = {n.profile for n in config.nodes.values() if n.facility == facility}
     pairs = sorted({(config.profiles[p].stream, config.profiles[p].arch) for p in profiles})
@@ -63,7 +64,7 @@ def wanted_targets(config: Config, *, stream: str | None = None, facility: str |
 class _Bar(DownloadHooks):
     """A tqdm progress bar fed by a download's progress."""
 
-    def __init__(self, bar: tqdm) -> None:
+    def __init__(self, bar: tqdm[Any]) -> None:
         self.bar = bar
         self.last = 0
 

@@ -516,7 +516,7 @@ def plan_batch(records: Sequence[Record], rows: Mapping[str, Sequence[Any]], ids
     """
     w = Writes()
     nodes: dict[str, list[Any]] = {}
-    bumps: dict[int, list[Any]] = {}
+    bumps: dict[int | None, list[Any]] = {}
     for r in records:
         st = nodes.get(r.node)
         if st is None:
@@ -550,7 +550,7 @@ def plan_batch(records: Sequence[Record], rows: Mapping[str, Sequence[Any]], ids
             st[2], st[3] = r.event, last
         st[0] = new
         w.stages.append(new)
-    w.bump = [tuple(b) for b in bumps.values()]  # type: ignore[misc]
+    w.bump = [tuple(b) for b in bumps.values()]
     for node, st in nodes.items():
         if st[5] > keep_events:
             w.trim.append((node, st[5] - keep_events))
@@ -994,6 +994,7 @@ class Batches:
                     if not self._queue:
                         break
                     self._kick(urgent=True)
+                # (_draining is an optional task, set by _kick above, which mypy cannot follow)
                 await asyncio.gather(self._draining, return_exceptions=True)  # type: ignore[arg-type]
             if closing and self._queue:
                 log.error("node timeline: %d repeated events not recorded at shutdown",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, StringConstraints
@@ -90,7 +90,7 @@ class SettingsModel(BaseModel):
             chosen = [name for name in group if getattr(self, name) is not None]
             if chosen:
                 values.update({name: None for name in group if name not in chosen})
-        return self.model_construct(**values)
+        return self.model_copy(update=values)
 
 
 def _list_to_tuple(value: Any) -> Any:
@@ -105,7 +105,11 @@ class _YamlList:
         return Annotated[tuple[item, ...], BeforeValidator(_list_to_tuple)]
 
 
-YamlList = _YamlList
+if TYPE_CHECKING:  # what a YamlList field holds, for the type checker (the class builds the pydantic type)
+    _T = TypeVar("_T")
+    YamlList: TypeAlias = tuple[_T, ...]
+else:
+    YamlList = _YamlList
 
 
 def null_as_empty(value: Any) -> Any:

@@ -71,10 +71,11 @@ class ArtifactResponse(web.FileResponse):
 
     def __init__(self, path: object, sha256: str | None, **kwargs: object) -> None:
         self.sha256 = sha256
-        super().__init__(path, **kwargs)  # type: ignore[arg-type]
+        super().__init__(path, **kwargs)  # type: ignore[arg-type]  # FileResponse's own keywords, passed through
 
     @property
     def etag(self) -> Any:
+        # (mypy types StreamResponse.etag as its value, not as the property whose fget/fset this calls)
         return web.StreamResponse.etag.fget(self)  # type: ignore[attr-defined]
 
     @etag.setter
@@ -85,7 +86,7 @@ class ArtifactResponse(web.FileResponse):
                         ) -> Any:  # aiohttp's FileResponse hook that sends the body
         fobj.seek(offset)
         try:
-            return await super()._sendfile(request, fobj, offset, count)  # type: ignore[misc]
+            return await super()._sendfile(request, fobj, offset, count)
         except ConnectionError:
             request[ops.BODY_SENT] = (max(0, fobj.tell() - offset), False)
             raise
@@ -554,6 +555,7 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
     ssl_ctx = server_ssl_context(config) if config.server.tls else None
     app = create_app(config)
     admin = app[ADMIN_APP]
+    # runner_kwargs: a dict of AppRunner's keyword arguments (values of several types)
     runner = web.AppRunner(app, **runner_kwargs(app))  # type: ignore[arg-type]
     admin_runner = web.AppRunner(admin, **runner_kwargs(admin))  # type: ignore[arg-type]
     await runner.setup()

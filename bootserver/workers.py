@@ -178,18 +178,18 @@ class _Supervisor:
                 pid, wait_status = os.waitpid(-1, 0)
             except ChildProcessError:
                 break
-            fd = self.children.pop(pid, None)
-            if fd is None:
+            child_fd = self.children.pop(pid, None)
+            if child_fd is None:
                 continue
-            os.close(fd)
+            os.close(child_fd)
             _mark_dead(pid, self.mp_dir)
-            code = os.waitstatus_to_exitcode(wait_status)
+            exit_code = os.waitstatus_to_exitcode(wait_status)
             if not self.stopping:
-                log.error("worker %d stopped unexpectedly (%s); stopping the other workers", pid, describe(code))
+                log.error("worker %d stopped unexpectedly (%s); stopping the other workers", pid, describe(exit_code))
                 status = 1
                 self._stop()
-            elif code not in (0, -signal.SIGTERM, -signal.SIGINT) and error is None:
-                log.error("worker %d: %s while stopping", pid, describe(code))
+            elif exit_code not in (0, -signal.SIGTERM, -signal.SIGINT) and error is None:
+                log.error("worker %d: %s while stopping", pid, describe(exit_code))
                 status = status or 1
         return status
 

@@ -461,3 +461,15 @@ async def test_db_migrate_command(backend, tmp_path: Path) -> None:
         await store.close()
     rc, out, err = await run_cli("db", "migrate", "--config", str(path))
     assert rc == 0 and out == f"{name}: schema at version {version} (up to date)\n{nothing}"
+
+
+async def test_node_rows_carry_the_newest_rows_client_address(stores: list[StateStore]) -> None:
+    """``nodes()``/``node()`` give each node's newest history row's client address (the page's and
+    ``GET /nodes``' last client), in both stores; a node without events has none."""
+    a, b = stores
+    await a.record(rec("master-0", "script", 1.0, "10.0.0.5"))
+    await a.record(rec("master-0", "stub", 2.0, "10.0.0.6"))
+    states = {s.node: s for s in await b.nodes(["master-0", "master-1"])}
+    assert (states["master-0"].stage, states["master-0"].last_ip) == ("installing", "10.0.0.6")
+    assert states["master-1"].last_ip is None
+    assert (await b.node("master-0")).last_ip == "10.0.0.6"

@@ -9,6 +9,7 @@ of pydantic-core, https://docs.pydantic.dev/latest/errors/validation_errors/), n
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
@@ -73,7 +74,7 @@ def _is_marker(part: Any) -> bool:
     return isinstance(part, str) and part.startswith(("function-", "literal[", "<"))
 
 
-def describe_error(err: dict[str, Any], root: type[BaseModel] | None = None) -> tuple[str, str]:
+def describe_error(err: Mapping[str, Any], root: type[BaseModel] | None = None) -> tuple[str, str]:
     """Turn one pydantic error into ``(key path, message)`` in our wording:
     ``("nodes.m0.metal.tags[1]", "expected a string, got int 1")``.
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
@@ -62,7 +62,10 @@ ARCHITECTURES = ("x86_64", "aarch64")
 _MetalSettingsField = Annotated[MetalSettings, BeforeValidator(null_as_empty)]
 
 #: A provider name (``profiles.<p>.provider``, ``nodes.<n>.provider``): a key of the providers' registry.
-ProviderName = Literal[tuple(REGISTRY)]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # a Literal built from the registry at run time; the type checker sees a string
+    ProviderName = str
+else:
+    ProviderName = Literal[tuple(REGISTRY)]
 
 
 class TLSConfig(SettingsModel):

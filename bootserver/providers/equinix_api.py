@@ -203,8 +203,8 @@ def device_from_json(data: Mapping[str, Any]) -> Device:
     ports = []
     for item in data.get("network_ports") or ():
         if isinstance(item, Mapping) and isinstance(item.get("name"), str):
-            port_data = item.get("data") if isinstance(item.get("data"), Mapping) else {}
-            bond = item.get("bond") if isinstance(item.get("bond"), Mapping) else {}
+            port_data, bond = (value if isinstance(value, Mapping) else {}
+                               for value in (item.get("data"), item.get("bond")))
             ports.append(
                 NetworkPort(
                     type=str(item.get("type") or ""),
@@ -417,7 +417,8 @@ class EquinixMetal:
             if not isinstance(body, Mapping) or not isinstance(body.get("devices"), list):
                 raise ProviderError(f"Equinix Metal API: GET /projects/{project}/devices: answer has no devices list")
             devices.extend(device_from_json(d) for d in body["devices"])
-            meta = body.get("meta") if isinstance(body.get("meta"), Mapping) else {}
+            raw_meta = body.get("meta")
+            meta = raw_meta if isinstance(raw_meta, Mapping) else {}
             last_page = meta.get("last_page")
             has_next = bool(meta.get("next"))
             if isinstance(last_page, int):

@@ -190,6 +190,11 @@ class Bmc:
                 log.debug("BMC %s: closing the session: %s", self.address, type(exc).__name__)
 
 
+def _members(collection: Callable[[], Any]) -> list[Any]:
+    """The members of the sushy ``VirtualMedia`` collection ``collection()`` returns (both GETs here)."""
+    return list(collection().get_members())
+
+
 def _power(system: Any) -> str:
     state = system.power_state
     return str(getattr(state, "value", state) or "unknown")
@@ -283,9 +288,11 @@ class Redfish(Provider[RedfishOptions]):
     def bmc(self, node: str) -> tuple[Bmc, RedfishSettings]:
         """The node's BMC client (shared by the nodes of one BMC and user) and its settings."""
         s = self.settings(node)
-        key = (s.address, s.username)
+        address, username = s.address, s.username
+        assert address is not None and username is not None  # self.settings() checked both
+        key = (address, username)
         if key not in self._bmcs:
-            self._bmcs[key] = Bmc(s.address, s.username, self._password(node, s), verify=self._verify(node, s),
+            self._bmcs[key] = Bmc(address, username, self._password(node, s), verify=self._verify(node, s),
                                   timeout=s.timeout or DEFAULT_TIMEOUT)
         return self._bmcs[key], s
 
@@ -367,11 +374,11 @@ class Redfish(Provider[RedfishOptions]):
             log.debug("%s", exc)
             managers = []
         for manager in managers:
-            collections.append((manager.path, lambda m=manager: m.virtual_media))
-        collections.append((system.path, lambda: system.virtual_media))
+            collections.append((manager.path, partial(getattr, manager, "virtual_media")))
+        collections.append((system.path, partial(getattr, system, "virtual_media")))
         for owner, collection in collections:
             try:
-                members = bmc.call(f"GET {owner} VirtualMedia", lambda c=collection: c().get_members())
+                members = bmc.call(f"GET {owner} VirtualMedia", partial(_members, collection))
             except ProviderError as exc:
                 if exc.status is not None and exc.status != 404:
                     raise
