@@ -283,7 +283,7 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
 def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
-    from .inventory import profile_of, stall_deadlines
+    from .inventory import stall_deadlines
     from .timeline import Record, format_events, format_table
 
     nodes = [_node(config, name) for name in args.nodes]
@@ -294,7 +294,7 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
             if args.action == "reinstall":
                 out = []
                 for name in nodes:
-                    profile = profile_of(config, name)
+                    profile = config.node_profile(name)
                     await store.record(Record(name, "reinstall", profile.mode, time.time(),
                                               real_config=profile.ignition is not None))
                     out.append(f"{name}: marked for reinstall; its next boot installs again\n")

@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Iterable
 
 from .catalog import StreamCatalog
-from .config import Config, Profile
+from .config import Config
 from .errors import MetadataError, UnknownNodeError
 from .fetch import Upstream
 from .ipxe import (
@@ -54,16 +54,10 @@ def find_node(config: Config, *, name: str | None = None, mac: str | None = None
     raise UnknownNodeError("no selector given: use ?mac=, ?uuid= or ?hostname=")
 
 
-def profile_of(config: Config, node: str) -> Profile:
-    """The profile settings of configured node ``node`` (:meth:`Config.node_profile`).
-    Raises ``KeyError`` for an unknown node (use :func:`find_node` first)."""
-    return config.node_profile(node)
-
-
 def node_final_stages(config: Config, node: str) -> tuple[str, ...]:
     """The stages where configured node ``node`` has nothing more to do
     (:func:`bootserver.timeline.final_stages` of its profile: ``up`` when it checks in)."""
-    profile = profile_of(config, node)
+    profile = config.node_profile(node)
     return final_stages(profile.mode, checkin=profile.checkin)
 
 
@@ -148,7 +142,7 @@ def script_context(config: Config, urls: Urls, node: str, release: Release,
     usable device record.
     """
     n = config.nodes[node]
-    profile = profile_of(config, node)
+    profile = config.node_profile(node)
     kernel_url = urls.artifact(node, release, release.kernel)
     kargs = build_kargs(
         arch=profile.arch, mode=profile.mode,

@@ -43,7 +43,7 @@ from markupsafe import Markup
 
 from . import __version__
 from .errors import BootserverError
-from .inventory import profile_of, stall_deadlines
+from .inventory import stall_deadlines
 from .providers.base import provider_of
 from .resources import data_dir
 from .service import BootService
@@ -197,7 +197,7 @@ class Page:
         config = svc.config
         #: what a row shows that only the config decides (it is immutable): node -> profile, mode,
         #: configured provider, MACs
-        self._static = {name: (node.profile, profile_of(config, name).mode, provider_of(config, name) or "-",
+        self._static = {name: (node.profile, config.node_profile(name).mode, provider_of(config, name) or "-",
                                list(node.mac)) for name, node in config.nodes.items()}
         #: each fleet row's cells that only the config decides, escaped once (:class:`RowView`)
         self.row_heads = {name: Markup('<th scope="row"><a href="/ui/nodes/{0}">{0}</a></th><td>{1}</td><td>{2}</td>')
@@ -259,7 +259,7 @@ class Page:
         row = next(r for r in await self.rows() if r["node"] == name)
         events = await svc.state.events(name)
         state = await svc.state.node(name)
-        profile = profile_of(svc.config, name)
+        profile = svc.config.node_profile(name)
         try:
             script = await svc.boot_script(name)
         except BootserverError as e:

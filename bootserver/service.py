@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import ipaddress
 import logging
 import os
 import time
@@ -25,7 +24,7 @@ from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
 from .fetch import Upstream
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
-from .inventory import find_node, profile_of, script_context, select_node, stall_deadlines
+from .inventory import script_context, stall_deadlines
 from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
 from .iso import node_image
 from .network import node_kargs
@@ -140,8 +139,6 @@ class BootService:
         self.artifacts = ReadThrough(config, self.store, self.catalog, self.upstream)
         #: The node timeline and the signing keys (sqlite in ``state_dir``, or ``state_store``).
         self.state = open_store(config)
-        #: The sqlite timeline when the state is in ``state_dir`` (``None`` with PostgreSQL).
-        self.timeline = getattr(self.state, "timeline", None)
         self.urls = Urls(config, signer, keys=self.state.keyring)
         self.real_configs = RealConfigs()
         #: The configured nodes' stages and whether each is stalled, as last read (see
@@ -172,15 +169,6 @@ class BootService:
         self._metadata_loads: dict[str, asyncio.Future[None]] = {}
         self._metadata_failed: dict[str, float] = {}
 
-    def find_node(self, **selectors: str | None) -> str:
-        """See :func:`bootserver.inventory.find_node`. Raises ``UnknownNodeError``."""
-        return find_node(self.config, **selectors)
-
-    def select_node(self, addr: ipaddress.IPv4Address | ipaddress.IPv6Address | None, **selectors: str | None
-                    ) -> str:
-        """See :func:`bootserver.inventory.select_node`. Raises ``UnknownNodeError``."""
-        return select_node(self.config, addr, **selectors)
-
     async def boot_script(self, node: str) -> str:
         """The node's iPXE script (text). ``node`` must be a configured node name.
 
@@ -202,7 +190,7 @@ class BootService:
         """``(event, script, detail)`` for the node as read (``current``: its stage and device record):
         the boot-disk script when boot-once applies, else the boot script; in GRUB's form with ``grub``
         (the boot image's UEFI boot), the same boot either way."""
-        profile = profile_of(self.config, node)
+        profile = self.config.node_profile(node)
         stage = current.stage
         if profile.boots_once and stage in INSTALLED_STAGES:
             script = render_grub_localboot(node, stage) if grub else render_localboot_script(node, stage)
@@ -232,10 +220,6 @@ class BootService:
         return render_grub_config(script_context(self.config, self.urls, inputs.node, inputs.release,
                                                  inputs.network))
 
-    def mode(self, node: str) -> str:
-        """The node's profile mode (``install`` or ``live``)."""
-        return profile_of(self.config, node).mode
-
     async def record(self, node: str, event: str, *, ip: str | None = None,
                      detail: Mapping[str, Any] | None = None, at: float | None = None,
                      current: Current | None = None) -> str:
@@ -248,7 +232,7 @@ class BootService:
         config served without its event would defeat boot-once, so the client is asked to retry
         (iPXE's script retries, Ignition retries 5xx answers).
         """
-        profile = profile_of(self.config, node)
+        profile = self.config.node_profile(node)
         record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
                         real_config=profile.ignition is not None)
         before = None
@@ -316,7 +300,7 @@ class BootService:
         ``stub`` in the timeline. Raises :class:`~bootserver.ignition.NotAcceptableError` (HTTP 406,
         nothing recorded) when the client accepts no version the profile allows, else as :meth:`stub`.
         """
-        version = negotiate_version(accept, profile_of(self.config, node).ignition_version, IGNITION_VERSIONS)
+        version = negotiate_version(accept, self.config.node_profile(node).ignition_version, IGNITION_VERSIONS)
         data = self.stub(node, version)
         await self.record(node, "stub", ip=client)
         return data
@@ -690,7 +674,7 @@ class BootService:
         :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
         """
         name = self.config.nodes[node].profile
-        maximum = profile_of(self.config, node).ignition_version
+        maximum = self.config.node_profile(node).ignition_version
         if version is None:
             version = maximum
         elif version not in stub_versions(maximum, IGNITION_VERSIONS):
@@ -700,7 +684,7 @@ class BootService:
         pinned = self._real_config_pinned(node)
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
         checkin = (self.urls.signer.state(self.config.server.signing.chain_ttl)
-                   if profile_of(self.config, node).checkin else None)
+                   if self.config.node_profile(node).checkin else None)
         # One cache slot per node and version, so clients of different versions do not evict each other.
         return self._stubs.get(f"{node} {version}", StubInputs(node, version, None if pinned is None else pinned[1],
                                                                signing, self.ca_pem(), checkin))

@@ -38,7 +38,7 @@ from .errors import (
     UnknownNodeError,
 )
 from .ignition import MEDIA_TYPE, NotAcceptableError
-from .inventory import default_node, profile_of
+from .inventory import default_node, find_node, select_node
 from .metrics import Metrics
 from .ops import NODE, ROUTE
 from .readthrough import Transfer
@@ -152,11 +152,11 @@ def front(svc: BootService, gate: Gate, limits: Limits, spec: Route, handler: Ha
                     if reason is not None:
                         log.warning("%s %s: 403 %s", request.method, request.rel_url.raw_path, reason)
                         return forbidden()
-                request[NODE] = svc.find_node(name=name)
+                request[NODE] = find_node(svc.config, name=name)
             elif spec is GENERIC:
                 q = request.query
-                request[NODE] = svc.select_node(gate.address(request), mac=q.get("mac"),
-                                                uuid=q.get("uuid"), hostname=q.get("hostname"))
+                request[NODE] = select_node(svc.config, gate.address(request), mac=q.get("mac"),
+                                            uuid=q.get("uuid"), hostname=q.get("hostname"))
             return await handler(request)
         except web.HTTPException:
             raise
@@ -503,7 +503,7 @@ def chain_hint(config: Config) -> str | None:
     if fallback is None:
         return None
     base = config.server.effective_base_url
-    line = (f"to boot any machine into node {fallback} ({profile_of(config, fallback).mode} mode): "
+    line = (f"to boot any machine into node {fallback} ({config.node_profile(fallback).mode} mode): "
             f"at its iPXE prompt, chain {base}/boot.ipxe")
     host = urlsplit(base).hostname or ""
     if host in ("localhost", "127.0.0.1", "::1"):

@@ -172,7 +172,7 @@ async def test_server_negotiates_the_stub_version(aiohttp_client, reference: Pat
     r = await client.get("/ignition/master-0", headers={"Accept": "text/html"})
     assert r.status == 406 and r.content_type == "text/plain" and r.headers["Vary"] == "Accept"
     assert (await r.text()).startswith("no Ignition config version this node can be served (3.1.0 to 3.4.0) ")
-    events = client.app[SERVICE].timeline.events("master-0")
+    events = client.app[SERVICE].state.timeline.events("master-0")
     assert sum(e.count for e in events if e.event == "stub") == 2, events  # the 406 recorded nothing
 
 

@@ -134,7 +134,7 @@ async def test_timeline_of_an_install_and_boot_once(client, config, reference: P
     assert (await node(client, "master-1"))["events"] == []
 
     # marked for reinstall: the next boot installs again
-    client.app[SERVICE].timeline.record("master-0", "reinstall", mode="install")
+    client.app[SERVICE].state.timeline.record("master-0", "reinstall", mode="install")
     assert await (await client.get("/ipxe/master-0")).text() == install_script
     assert (await node(client, "master-0"))["stage"] == "ipxe"
 
