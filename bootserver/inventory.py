@@ -6,6 +6,7 @@ so ``render`` prints exactly what the server sends.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 from collections.abc import Iterable
@@ -14,9 +15,17 @@ from .catalog import StreamCatalog
 from .config import Config
 from .errors import MetadataError, UnknownNodeError
 from .fetch import Upstream
-from .ipxe import CommandLineTooLong, ScriptContext, build_kargs, check_command_line
+from .ipxe import (
+    CommandLineTooLong,
+    GrubUnsupported,
+    ScriptContext,
+    build_kargs,
+    check_command_line,
+    render_grub_config,
+)
 from .network import DeviceRecordError, node_kargs
 from .providers.base import boot_platform
+from .providers.redfish_settings import boots_virtual_media
 from .signing import KeyEntry, Keyring, Signer
 from .store import ArtifactStore
 from .streams import Release
@@ -156,7 +165,9 @@ def check_command_lines(config: Config) -> list[str]:
 
     Needs the release: a node whose stream metadata is not at hand without the network (not synced
     yet), or whose network is ``network: provider`` (its device record is in the state store, which
-    ``check-config`` does not open), is left to ``render`` and the server, and returned. Raises
+    ``check-config`` does not open), is left to ``render`` and the server, and returned. A node that
+    boots its image (``redfish.boot_source: virtual-media``) is also checked in GRUB's form, whose
+    ``BOOT_IMAGE=`` counts too (:func:`~bootserver.ipxe.render_grub_config`). Raises
     :class:`~bootserver.ipxe.CommandLineTooLong` (exit 2) naming the config file and the first node
     whose command line does not fit.
     """
@@ -175,7 +186,10 @@ def check_command_lines(config: Config) -> list[str]:
             later.append(node)
             continue
         try:
-            script_context(config, urls, node, release, network)
+            ctx = script_context(config, urls, node, release, network)
+            if boots_virtual_media(config, node):  # GRUB puts BOOT_IMAGE=<kernel> first: longer
+                with contextlib.suppress(GrubUnsupported):  # an https base URL: iso.check_boot_networks
+                    render_grub_config(ctx)
         except CommandLineTooLong as e:
             raise CommandLineTooLong(f"{config.source}: {e}") from None
     return later

@@ -50,7 +50,7 @@ from .network import (
     effective_network,
     node_network,
 )
-from .providers.base import provider_of
+from .providers.redfish_settings import boots_virtual_media
 from .urls import Urls
 
 #: Debian's files the BIOS boot of the image is made of (path, Debian package).
@@ -213,15 +213,6 @@ def boot_network(config: Config, node: str, device: Mapping[str, Any] | None = N
     address = carrier.ipv4.address[gw_index if gw_index >= 0 else 0]
     dns = tuple(s for s in state.dns_resolver.config.server if ipaddress.ip_address(s).version == 4)
     return BootNetwork(carrier.name, mac, address.ip, address.prefix_length, gateway, dns)
-
-
-def boots_virtual_media(config: Config, node: str) -> bool:
-    """Whether ``provision`` boots the node from its boot image (a Redfish node with
-    ``redfish.boot_source: virtual-media``, on the node or its profile)."""
-    if provider_of(config, node) != "redfish":
-        return False
-    settings = config.nodes[node].redfish.merged_over(config.node_profile(node).redfish)
-    return settings.boot_source == "virtual-media"
 
 
 def check_boot_networks(config: Config) -> None:

@@ -178,3 +178,29 @@ async def test_grub_needs_plain_http(reference: Path, tmp_path: Path) -> None:
     assert err == ("bootserver: GRUB fetches plain http URLs of a host name or IPv4 address only, not "
                    "https://boot.example.net/grub/master-0?exp=" + err.split("?exp=")[1])
     assert err.count("\n") == 1 and not (tmp_path / "out.iso").exists()
+
+
+async def test_check_config_counts_grubs_boot_image_for_a_node_that_boots_its_image(reference: Path,
+                                                                                   tmp_path: Path) -> None:
+    # The largest network whose iPXE command line fits leaves no room for GRUB's BOOT_IMAGE=<kernel>:
+    # check-config passes for a network-booted node and fails, naming the node, once it boots its image.
+    from test_network import long_network
+
+    found = None
+    for n in range(1, 40):
+        d = doc(reference, tmp_path, long_network(n), mac=None)
+        path = write_config(tmp_path / "bootserver.yaml", d)
+        rc, _, err = await run_cli("check-config", "--config", str(path))
+        if rc != 0:
+            break
+        found = d
+    assert found is not None
+    path = write_config(tmp_path / "bootserver.yaml", found)
+    assert (await run_cli("check-config", "--config", str(path)))[0] == 0
+    found["profiles"]["metal"] |= {"provider": "redfish", "redfish": {"boot_source": "virtual-media"}}
+    found["nodes"]["master-0"]["mac"] = "52:54:00:00:00:01"
+    path = write_config(tmp_path / "bootserver.yaml", found)
+    rc, out, err = await run_cli("check-config", "--config", str(path))
+    assert (rc, out) == (2, "")
+    assert err.startswith(f"bootserver: {path}: node master-0: the kernel command line under GRUB needs ")
+    assert "(BOOT_IMAGE= included), more than the 2048 of x86_64" in err and err.count("\n") == 1

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, field_validator
 
+from bootserver.providers.base import provider_of
 from bootserver.values import SettingsModel, null_as_empty
 
 
@@ -82,4 +83,13 @@ class RedfishSettings(SettingsModel):
 RedfishField = Annotated[RedfishSettings, BeforeValidator(null_as_empty)]
 
 
-__all__ = ["RedfishField", "RedfishSettings"]
+def boots_virtual_media(config: Any, node: str) -> bool:
+    """Whether ``provision`` boots the node from its boot image: a node of the Redfish provider with
+    ``redfish.boot_source: virtual-media`` (on the node, or its profile's)."""
+    if provider_of(config, node) != "redfish":
+        return False
+    settings = config.nodes[node].redfish.merged_over(config.node_profile(node).redfish)
+    return settings.boot_source == "virtual-media"
+
+
+__all__ = ["RedfishField", "RedfishSettings", "boots_virtual_media"]
