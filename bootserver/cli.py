@@ -120,19 +120,21 @@ async def _started_store(config: Config) -> StateStore:
     return store
 
 
+async def _keyring(config: Config) -> Keyring:
+    """The signing keys of the config's state store (current first), read once; the store is closed."""
+    store = await _started_store(config)
+    try:
+        return store.keyring()
+    finally:
+        await store.close()
+
+
 def _cmd_url(args: argparse.Namespace, config: Config) -> int:
     from .urls import Urls
 
     node = _node(config, args.node)
 
-    async def keys() -> Keyring:
-        store = await _started_store(config)
-        try:
-            return store.keyring()
-        finally:
-            await store.close()
-
-    ring = asyncio.run(keys())
+    ring = asyncio.run(_keyring(config))
     urls = Urls(config, keys=lambda: ring)
     if args.iso:
         chain = urls.iso(node, args.expires)
@@ -172,14 +174,7 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
         device = asyncio.run(record())
     boot = boot_network(config, node, device)  # bad input fails before the keys are read
 
-    async def keys() -> Keyring:
-        store = await _started_store(config)
-        try:
-            return store.keyring()
-        finally:
-            await store.close()
-
-    ring = asyncio.run(keys())
+    ring = asyncio.run(_keyring(config))
     start = time.monotonic()
     image = node_image(config, Urls(config, keys=lambda: ring), node, device).read_bytes()
     output = Path(args.output or f"{node}.iso")
