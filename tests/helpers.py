@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from bootserver.timeline import Timeline
+from bootserver.state.sqlite_timeline import Timeline
 
 REPO = Path(__file__).resolve().parents[1]
 #: The public reference data (stream metadata, pointer configs, the Equinix Metal OpenAPI spec), copied
