@@ -39,8 +39,8 @@ through ``server.trusted_proxies`` (:meth:`bootserver.security.Gate.client`: beh
 proxy, the address it forwarded). Behind NAT, or a proxy that hides client addresses and is not
 trusted, the attribution is wrong or missing; the per-node events (script, stub, config) are always right.
 
-Stages (what :meth:`StateStore.nodes <bootserver.state.StateStore.nodes>` reports), a pure function of the event sequence
-(:func:`next_stage`)::
+Stages (what :meth:`StateStore.nodes <bootserver.state.StateStore.nodes>` reports), a pure function of
+the event sequence (:func:`next_stage`)::
 
     new -> ipxe -> kernel -> initramfs -> rootfs -> installing -> installed -> up    (mode install)
     new -> ipxe -> kernel -> initramfs -> rootfs -> ignition   -> running   -> up    (mode live)
@@ -401,7 +401,8 @@ class Writes:
 def plan_batch(records: Sequence[Record], rows: Mapping[str, Sequence[Any]], ids: Iterator[int],
                keep_events: int) -> Writes:
     """The one definition of how events change the tables (stage, coalescing, ``keep_events``), for a
-    whole batch at once, run by the sqlite :class:`~bootserver.state.sqlite_timeline.Timeline` and the PostgreSQL store alike.
+    whole batch at once, run by the sqlite :class:`~bootserver.state.sqlite_timeline.Timeline` and the
+    PostgreSQL store alike.
 
     ``rows``: :data:`BATCH_ROWS_SQL` rows by node (without the name; a node without a row has no
     events yet); ``ids``: unused ``events.id`` values, increasing (one per record at most). Records

@@ -168,7 +168,8 @@ class Timeline:
         self._gen: mmap.mmap | None = None
         self._glock = threading.Lock()
         #: False: commits never checkpoint the WAL (its fsync can take a slow disk's hundreds of ms);
-        #: the owner calls :meth:`checkpoint` from elsewhere instead (see :class:`~bootserver.state.sqlite.GroupCommit`).
+        #: the owner calls :meth:`checkpoint` from elsewhere instead (see
+        #: :class:`~bootserver.state.sqlite.GroupCommit`).
         self.auto_checkpoint = True
 
     def _db(self) -> sqlite3.Connection:
