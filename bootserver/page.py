@@ -44,10 +44,11 @@ from markupsafe import Markup
 from . import __version__
 from .errors import BootserverError
 from .inventory import stall_deadlines
+from .nodes_view import format_age
 from .providers.base import provider_of
 from .resources import data_dir
 from .service import BootService
-from .timeline import STAGES, Event, final_stages, format_age, next_stage
+from .timeline import STAGES, Event, final_stages, next_stage
 
 log = logging.getLogger("bootserver.page")
 

@@ -29,6 +29,7 @@ from .inventory import script_context, stall_deadlines
 from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
 from .iso import node_image
 from .network import node_kargs
+from .nodes_view import format_age
 from .readthrough import ReadThrough, Transfer
 from .signing import Signer
 from .state.backends import open_store
@@ -41,7 +42,6 @@ from .timeline import (
     Record,
     artifact_event,
     boot_started,
-    format_age,
 )
 from .urls import Urls
 
@@ -179,7 +179,7 @@ class BootService:
 
     async def stage(self, node: str) -> str:
         """The node's timeline stage (one indexed row, read on the event loop: see
-        :class:`~bootserver.timeline.Timeline`).
+        :class:`~bootserver.state.sqlite_timeline.Timeline`).
 
         Raises :class:`UnavailableError` (HTTP 503) when the timeline cannot be read: without it the
         server cannot tell an installed node from a new one, and guessing could reinstall a node.

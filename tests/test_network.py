@@ -18,7 +18,7 @@ from bootserver.errors import ConfigError
 from bootserver.ipxe import CommandLineTooLong, command_line_bytes
 from bootserver.network import DeviceRecordError, NetworkState, dracut_kargs, equinix_network
 from bootserver.signing import sign
-from bootserver.timeline import Timeline
+from bootserver.state.sqlite_timeline import Timeline
 from bootserver.web import create_app
 
 BOND = {
