@@ -46,8 +46,11 @@ PUBLIC_UNAVAILABLE = "node timeline unavailable (the server cannot write its sta
 
 
 class StateStoreError(BootserverError):
-    """The state store cannot be used at start (unreachable, refused, a newer schema, no keys): exit 1,
-    one line naming the store (a PostgreSQL URL without its password)."""
+    """The state store cannot be used at start (unreachable, refused, a newer schema, no keys, a file
+    that cannot be opened): exit 1, one line naming the store (a file path, or a PostgreSQL URL without
+    its password). Each backend turns its driver's errors (``sqlite3.Error``, ``psycopg.Error``) into
+    this, or into :class:`~bootserver.errors.UnavailableError` while serving: no caller sees a driver
+    exception."""
 
 
 class StateStore(ABC):
@@ -64,6 +67,15 @@ class StateStore(ABC):
     async def start(self) -> None:
         """Open the store: create or migrate its schema, check it, load (or create) the signing keys.
         Raises :class:`~bootserver.errors.BootserverError` subclasses naming the store."""
+
+    @abstractmethod
+    async def prepare(self) -> None:
+        """The one-time set-up of a server before it listens (and before ``serve --workers`` forks, so
+        its processes do not race): create or migrate the schema and check it, load or create the
+        signing keys. Call instead of :meth:`start`, then :meth:`close`. Raises
+        :class:`StateStoreError` naming the store (a damaged sqlite file: exit 2, see
+        :class:`~bootserver.state.sqlite_timeline.TimelineDamagedError`), or the keys' errors
+        (:class:`~bootserver.signing.KeyFileError`, exit 2)."""
 
     @abstractmethod
     async def migrate(self) -> tuple[int, int]:
