@@ -2,8 +2,8 @@
 marks) and the URL signing keys. One interface, two backends:
 
 * :class:`~bootserver.state.sqlite.SqliteStore` (the default, no ``state_store`` key): the sqlite
-  :class:`~bootserver.state.sqlite_timeline.Timeline` and ``keys.json`` in ``state_dir``. One machine: shared by the
-  ``serve --workers`` processes and the CLI of that machine.
+  :class:`~bootserver.state.sqlite_timeline.Timeline` and ``keys.json`` in ``state_dir``. One machine:
+  shared by the ``serve --workers`` processes and the CLI of that machine.
 * :class:`~bootserver.state.postgresql.PostgresStore` (``state_store: postgresql://...``): one
   PostgreSQL database shared by every replica, so a stub served by one replica makes the node installed
   for all, a URL signed by one verifies on all, and ``keys rotate`` / ``nodes reinstall`` through any

@@ -3,8 +3,10 @@ WAL) and the keys file, both in ``state_dir``. Zero set-up; shared by the proces
 
 Reads (:meth:`SqliteStore.current`, :meth:`SqliteStore.attribute`: one indexed row) run on the event
 loop over the timeline's read connection; :meth:`SqliteStore.current` keeps what it read while the
-timeline's generation (:meth:`~bootserver.state.sqlite_timeline.Timeline.generation`) is unchanged. Writes go through
-:class:`GroupCommit`'s writer thread; listings run in a worker thread.
+timeline's generation (:meth:`~bootserver.state.sqlite_timeline.Timeline.generation`) is unchanged.
+Writes go through :class:`GroupCommit`'s writer thread; listings run in a worker thread. Every
+``sqlite3.Error`` stays here: it becomes :class:`~bootserver.errors.UnavailableError` (HTTP 503) while
+serving, :class:`~bootserver.state.StateStoreError` at start and in ``db migrate``.
 """
 
 from __future__ import annotations
@@ -81,8 +83,6 @@ class GroupCommit(Batches):
             if executor is not None:
                 executor.shutdown(wait=True)
         self._executor = self._checkpointer = None
-
-
 
 
 class SqliteStore(StateStore):
