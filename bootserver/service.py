@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .butane import ButaneError
+from .cache import ArtifactCache
 from .catalog import StreamCatalog
 from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
@@ -32,7 +33,6 @@ from .nodes_view import format_age
 from .readthrough import ReadThrough, Transfer
 from .signing import Signer
 from .state.backends import open_store
-from .store import ArtifactStore
 from .streams import ARTIFACT_KINDS, Release
 from .timeline import (
     BOOT_DONE_STAGES,
@@ -133,10 +133,10 @@ class BootService:
         self.config = config
         #: Where stream metadata and artifacts come from (see :mod:`bootserver.fetch`).
         self.upstream = Upstream.for_config(config) if upstream is None else upstream
-        self.store = ArtifactStore(config.cache_dir)
-        self.catalog = StreamCatalog(config, self.store, self.upstream)
+        self.cache = ArtifactCache(config.cache_dir)
+        self.catalog = StreamCatalog(config, self.cache, self.upstream)
         #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
-        self.artifacts = ReadThrough(config, self.store, self.catalog, self.upstream)
+        self.artifacts = ReadThrough(config, self.cache, self.catalog, self.upstream)
         #: The node timeline and the signing keys (sqlite in ``state_dir``, or ``state_store``).
         self.state = open_store(config)
         self.urls = Urls(config, signer, keys=self.state.keyring)
@@ -326,7 +326,7 @@ class BootService:
         found = await self.artifacts.open(segments)
         if found is None or isinstance(found, Transfer):
             return found
-        return CachedArtifact(found, self.store.recorded_sha256(found))
+        return CachedArtifact(found, self.cache.recorded_sha256(found))
 
     def artifact_missing(self) -> str:
         """Why :meth:`artifact` found nothing, in public words."""
@@ -558,7 +558,7 @@ class BootService:
         than the current metadata's), ``unverified`` (no sha256 record), ``fetching`` or ``missing``);
         ``downloads`` in progress (``path``, ``done`` and ``total`` bytes, here or in another process
         such as ``sync-images``); ``total`` bytes and ``files`` published; ``read_through``."""
-        store = self.store
+        cache = self.cache
         current: dict[tuple[str, str, str], Release] = {}
         for stream in self.config.streams:
             try:
@@ -569,16 +569,16 @@ class BootService:
                 current[(stream, arch, rel.version)] = rel
         groups: dict[tuple[str, str, str], dict[str, Any]] = {}
         total = files = 0
-        if store.root.is_dir():
-            for path in sorted(store.root.glob("*/*/*/*")):
+        if cache.root.is_dir():
+            for path in sorted(cache.root.glob("*/*/*/*")):
                 if path.name.startswith(".") or not path.is_file():
                     continue
-                stream, arch, version = path.relative_to(store.root).parts[:3]
+                stream, arch, version = path.relative_to(cache.root).parts[:3]
                 size = path.stat().st_size
                 total, files = total + size, files + 1
                 found = current.get((stream, arch, version))
                 kind = next((a.kind for a in found.artifacts if a.filename == path.name), None) if found else None
-                recorded = store.recorded_sha256(path)
+                recorded = cache.recorded_sha256(path)
                 state = "unverified" if recorded is None else "verified"
                 if found is not None and kind is not None and recorded is not None and \
                         recorded != getattr(found, kind).sha256:
@@ -586,7 +586,7 @@ class BootService:
                 group = groups.setdefault((stream, arch, version), {
                     "stream": stream, "arch": arch, "release": version, "current": found is not None, "artifacts": []})
                 group["artifacts"].append({"kind": kind, "file": path.name, "size": size, "state": state})
-        downloads = [{"path": store.relpath(rel, art), "done": done, "total": size}
+        downloads = [{"path": cache.relpath(rel, art), "done": done, "total": size}
                      for rel, art, done, size in self.artifacts.downloads()]
         here = {d["path"] for d in downloads}
         for key, rel in sorted(current.items()):
@@ -598,13 +598,13 @@ class BootService:
                     continue
                 status = self.artifacts.status(rel, art)
                 group["artifacts"].append({"kind": art.kind, "file": art.filename, "size": None, "state": status})
-                relpath = store.relpath(rel, art)
+                relpath = cache.relpath(rel, art)
                 if status == "fetching" and relpath not in here:  # another process downloads it
                     try:
-                        done = store.partial_path(art).stat().st_size
+                        done = cache.partial_path(art).stat().st_size
                     except OSError:
                         done = 0
-                    downloads.append({"path": relpath, "done": done, "total": store.expected_size(art)})
+                    downloads.append({"path": relpath, "done": done, "total": cache.expected_size(art)})
         ordered = sorted(groups.values(), key=lambda g: (g["stream"], g["arch"], not g["current"], g["release"]))
         return {"groups": ordered, "downloads": downloads, "total": total, "files": files,
                 "read_through": self.artifacts.enabled, "cache_dir_label": str(self.config.cache_dir)}
