@@ -19,12 +19,12 @@ import signal
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from aiohttp import hdrs, web
+from aiohttp import ETag, hdrs, web
 
 from . import __version__, accesslog, page
 from .accesslog import NODE, ROUTE
@@ -69,17 +69,17 @@ class ArtifactResponse(web.FileResponse):
     (asyncio leaves the file position after the last byte ``sendfile`` sent); aiohttp then logs the
     request as usual, without a traceback."""
 
-    def __init__(self, path: object, sha256: str | None, **kwargs: object) -> None:
+    def __init__(self, path: Path, sha256: str | None, *, headers: Mapping[str, str] | None = None) -> None:
         self.sha256 = sha256
-        super().__init__(path, **kwargs)  # type: ignore[arg-type]  # FileResponse's own keywords, passed through
+        super().__init__(path, headers=headers)
 
     @property
-    def etag(self) -> Any:
-        # (mypy types StreamResponse.etag as its value, not as the property whose fget/fset this calls)
-        return web.StreamResponse.etag.fget(self)  # type: ignore[attr-defined]
+    def etag(self) -> ETag | None:
+        return super().etag
 
     @etag.setter
-    def etag(self, value: Any) -> None:
+    def etag(self, value: ETag | str | None) -> None:
+        # (mypy types StreamResponse.etag as its value, not as the property whose fset this calls)
         web.StreamResponse.etag.fset(self, self.sha256 or value)  # type: ignore[attr-defined]
 
     async def _sendfile(self, request: web.BaseRequest, fobj: Any, offset: int, count: int
@@ -457,7 +457,17 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     return app
 
 
-def runner_kwargs(app: web.Application) -> dict[str, object]:
+class ServerKwargs(accesslog.RunnerKwargs):
+    """The keyword arguments of :class:`aiohttp.web.AppRunner` for one of our applications (see
+    :func:`runner_kwargs`): the access log's, the request limits (bytes) and keep-alive (seconds)."""
+
+    max_line_size: int
+    max_field_size: int
+    max_headers: int
+    keepalive_timeout: float
+
+
+def runner_kwargs(app: web.Application) -> ServerKwargs:
     """Keyword arguments of :class:`aiohttp.web.AppRunner` (or ``TestServer.start_server``) for ``app``
     (either listener's): our access log (no query strings, counted in the app's metrics, also for
     requests too malformed to reach the app), the request line/header limits (bytes) and the keep-alive
@@ -555,9 +565,8 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
     ssl_ctx = server_ssl_context(config) if config.server.tls else None
     app = create_app(config)
     admin = app[ADMIN_APP]
-    # runner_kwargs: a dict of AppRunner's keyword arguments (values of several types)
-    runner = web.AppRunner(app, **runner_kwargs(app))  # type: ignore[arg-type]
-    admin_runner = web.AppRunner(admin, **runner_kwargs(admin))  # type: ignore[arg-type]
+    runner = web.AppRunner(app, **runner_kwargs(app))
+    admin_runner = web.AppRunner(admin, **runner_kwargs(admin))
     await runner.setup()
     await admin_runner.setup()
     reuse = True if reuse_port else None
