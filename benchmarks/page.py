@@ -36,7 +36,8 @@ from _common import (
     write_config,
 )
 
-from bootserver.timeline import Record, Timeline
+from bootserver.state.sqlite_timeline import Timeline
+from bootserver.timeline import Record
 
 EVENTS = ("script", "kernel-requested", "kernel-completed", "initramfs-requested", "initramfs-completed",
           "rootfs-requested", "rootfs-completed", "stub", "config", "checkin")

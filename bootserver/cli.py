@@ -279,7 +279,8 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
     from .inventory import stall_deadlines
-    from .timeline import Record, format_events, format_table
+    from .nodes_view import format_events, format_table
+    from .timeline import Record
 
     nodes = [_node(config, name) for name in args.nodes]
 

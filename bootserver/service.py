@@ -161,7 +161,7 @@ class BootService:
 
     async def stage(self, node: str) -> str:
         """The node's timeline stage (one indexed row, read on the event loop: see
-        :class:`~bootserver.timeline.Timeline`).
+        :class:`~bootserver.state.sqlite_timeline.Timeline`).
 
         Raises :class:`UnavailableError` (HTTP 503) when the timeline cannot be read: without it the
         server cannot tell an installed node from a new one, and guessing could reinstall a node.

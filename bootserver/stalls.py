@@ -22,8 +22,9 @@ import time
 from .config import Config
 from .errors import UnavailableError
 from .inventory import stall_deadlines
+from .nodes_view import format_age
 from .state import StateStore
-from .timeline import NodeState, format_age
+from .timeline import NodeState
 
 log = logging.getLogger("bootserver.stalls")
 

@@ -45,7 +45,7 @@ from .config import Config, split_listen
 from .errors import BootserverError, ConfigError
 from .metrics import enable_multiprocess, mark_process_dead
 from .signing import Keyring
-from .timeline import Timeline
+from .state.sqlite_timeline import Timeline
 from .web import bind_unix_socket, chain_hint, run, server_ssl_context
 
 log = logging.getLogger("bootserver.workers")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -15,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from bootserver.timeline import Timeline
+from bootserver.state.sqlite_timeline import Timeline
 
 REPO = Path(__file__).resolve().parents[1]
 #: The public reference data (stream metadata, pointer configs, the Equinix Metal OpenAPI spec), copied
@@ -24,21 +25,37 @@ REFERENCE = REPO / "tests" / "data"
 BOOTSERVER = [sys.executable, "-m", "bootserver"]
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range (``net.ipv4.ip_local_port_range``), ``(32768, 60999)`` if unreadable."""
+    try:
+        low, high = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago, and the port after it too (``serve``'s
-    default admin listener, ``server.admin.listen``, is the next port)."""
-    for _ in range(100):
+    default admin listener, ``server.admin.listen``, is the next port).
+
+    Chosen at random below the kernel's ephemeral range, never from it: a port the kernel handed out
+    with ``bind(0)`` and we released is the next one it gives any process's outgoing connection, so a
+    server started on it a moment later could find it taken (seen with several test runs on one
+    machine). Ports below the range are only ever taken by someone binding them on purpose.
+
+    Raises ``OSError`` when 200 tries found no two free consecutive ports."""
+    low, _ = _ephemeral_range()
+    top = max(low - 2, 10001)
+    for _ in range(200):
+        port = random.randrange(10000, top)
         with socket.socket() as s, socket.socket() as after:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-            if port >= 65535:
-                continue
             try:
+                s.bind(("127.0.0.1", port))
                 after.bind(("127.0.0.1", port + 1))
             except OSError:
                 continue
             return port
-    raise OSError("no two free consecutive ports on 127.0.0.1")
+    raise OSError("no two free consecutive ports on 127.0.0.1 below the ephemeral range")
 
 
 def write_config(path: Path, doc: dict[str, Any]) -> Path:

@@ -13,10 +13,11 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from helpers import free_port
 
 #: Seconds ``pg_ctl`` waits for the server to start or stop.
 PG_CTL_WAIT = 60
@@ -30,12 +31,6 @@ def _bindir() -> Path | None:
 BINDIR = _bindir()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PgCluster:
     """One PostgreSQL server: :meth:`start`, :meth:`stop`, :meth:`restart`, :meth:`create_database`,
     :meth:`destroy`. ``port`` stays the same across restarts."""
@@ -47,7 +42,7 @@ class PgCluster:
             raise RuntimeError("PostgreSQL is not installed (Debian package postgresql)")
         self.root = Path(tempfile.mkdtemp(prefix="bootserver-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()  # outside the ephemeral range: the port must stay ours across restarts
         self.as_user: dict[str, str] = {}
         if os.geteuid() == 0:
             self.as_user = {"user": "nobody", "group": "nogroup"}

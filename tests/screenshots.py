@@ -18,7 +18,7 @@ from pathlib import Path
 from helpers import BOOTSERVER, REFERENCE, free_port, write_config
 from playwright.async_api import async_playwright
 
-from bootserver.timeline import Timeline
+from bootserver.state.sqlite_timeline import Timeline
 
 CHROMIUM = "/usr/bin/chromium"
 

@@ -20,7 +20,7 @@ from bootserver.nmstate import NetworkState, dracut_kargs
 from bootserver.providers.base import DeviceRecordError
 from bootserver.providers.equinix_network import equinix_network
 from bootserver.signing import sign
-from bootserver.timeline import Timeline
+from bootserver.state.sqlite_timeline import Timeline
 from bootserver.web import create_app
 
 BOND = {

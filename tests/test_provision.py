@@ -21,7 +21,7 @@ from bootserver.provision import (
     provision,
 )
 from bootserver.signing import Keyring, verify
-from bootserver.timeline import Timeline
+from bootserver.state.sqlite_timeline import Timeline
 from bootserver.urls import CHAIN, Urls
 
 

@@ -9,17 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from bootserver.nodes_view import format_events, format_table
+from bootserver.state.sqlite import GroupCommit
+from bootserver.state.sqlite_timeline import SCHEMA_VERSION, Timeline, TimelineDamagedError
 from bootserver.timeline import (
     ATTRIBUTION_WINDOW,
     INSTALLED_STAGES,
-    SCHEMA_VERSION,
-    GroupCommit,
     Record,
-    Timeline,
-    TimelineDamagedError,
     artifact_event,
-    format_events,
-    format_table,
     next_stage,
 )
 
@@ -164,7 +161,7 @@ def test_a_write_waits_for_another_process_write_then_gives_up(tmp_path: Path,
     steps while another holds the write lock, and fails after ``WRITE_WAIT`` seconds."""
     import threading
 
-    import bootserver.timeline as timeline_mod
+    import bootserver.state.sqlite_timeline as timeline_mod
 
     tl = Timeline(tmp_path)
     tl.record("m0", "script", mode="install", at=1.0)

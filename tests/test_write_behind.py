@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from conftest import ServerProcess, free_port, run_cli, write_config
 
-from bootserver.timeline import Timeline
+from bootserver.state.sqlite_timeline import Timeline
 
 DEADLINE = 20.0
 

@@ -2,7 +2,7 @@
 marks) and the URL signing keys. One interface, two backends:
 
 * :class:`~bootserver.state.sqlite.SqliteStore` (the default, no ``state_store`` key): the sqlite
-  :class:`~bootserver.timeline.Timeline` and ``keys.json`` in ``state_dir``. One machine: shared by the
+  :class:`~bootserver.state.sqlite_timeline.Timeline` and ``keys.json`` in ``state_dir``. One machine: shared by the
   ``serve --workers`` processes and the CLI of that machine.
 * :class:`~bootserver.state.postgresql.PostgresStore` (``state_store: postgresql://...``): one
   PostgreSQL database shared by every replica, so a stub served by one replica makes the node installed
@@ -34,7 +34,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BootserverError
-from ..timeline import Batches, Current, Event, NodeState, Record
+from ..timeline import Current, Event, NodeState, Record
+from .batches import Batches
 
 if TYPE_CHECKING:
     from ..signing import Keyring
@@ -93,7 +94,7 @@ class StateStore(ABC):
 
         With ``current`` (the node as :meth:`current` read it for this request) a record that only
         repeats the node's newest row is written behind: queued, returned at once, committed with the
-        next batch (:class:`~bootserver.timeline.Batches`). Anything else (a new row, a stage change:
+        next batch (:class:`~bootserver.state.batches.Batches`). Anything else (a new row, a stage change:
         boot-once, attribution) is committed before this returns, so every process and replica sees it.
         """
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BootserverError, InputError
-from ..timeline import Timeline
 from . import StateStore
 from .sqlite import SqliteStore
+from .sqlite_timeline import Timeline
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -105,7 +105,7 @@ async def move_device_files(store: StateStore, state_dir: Path) -> list[str]:
 
 def prepare_store(config: Config) -> None:
     """What ``serve`` checks before it listens (and before ``--workers`` forks): the sqlite timeline's
-    integrity (:meth:`~bootserver.timeline.Timeline.check`), or that the database answers, its schema
+    integrity (:meth:`~bootserver.state.sqlite_timeline.Timeline.check`), or that the database answers, its schema
     is migrated and the signing keys exist; then the device record files of an older version are moved
     into the store (:func:`move_device_files`, a log line each). Raises ``TimelineDamagedError`` (exit
     2) or :class:`~bootserver.state.StateStoreError` (exit 1), one line each, or as

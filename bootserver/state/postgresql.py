@@ -55,7 +55,6 @@ from ..timeline import (
     CURRENT_COLUMNS,
     CURRENT_JOINS,
     NODES_SQL,
-    Batches,
     Current,
     Event,
     NodeState,
@@ -66,6 +65,7 @@ from ..timeline import (
     plan_batch,
 )
 from . import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
+from .batches import Batches
 
 log = logging.getLogger("bootserver.state")
 

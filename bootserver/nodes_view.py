@@ -1,0 +1,66 @@
+"""The node timeline as text for people: ages (``5m ago``), the ``bootserver nodes`` table, a node's
+history (``bootserver nodes show``), the STALLED cell. Shared by the CLI, the live page and the stall
+warnings of the service, so it sits below all three.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from .timeline import Event, NodeState
+
+
+def format_age(seconds: float | None) -> str:
+    """A short human age: ``-`` for none, else ``42s``, ``5m``, ``3h``, ``2d`` ago."""
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s ago"
+    if s < 7200:
+        return f"{s // 60}m ago"
+    if s < 172800:
+        return f"{s // 3600}h ago"
+    return f"{s // 86400}d ago"
+
+
+def format_events(events: Sequence[Event], state: NodeState, keep_events: int) -> str:
+    """The ``bootserver nodes show NODE`` text: one line per history row (local time, event, client
+    address, detail), coalesced repeats as ``(N times, last at <time>)``, and first a line saying how
+    many older rows ``keep_events`` dropped, if any."""
+    def stamp(t: float) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+    lines = []
+    if state.dropped:
+        lines.append(f"({state.dropped} older events dropped: timeline.keep_events keeps {keep_events} per node)")
+    for e in events:
+        detail = " ".join(f"{k}={v}" for k, v in e.detail.items())
+        repeats = f" ({e.count} times, last at {stamp(e.last_at or e.at)})" if e.count > 1 else ""
+        lines.append(f"{stamp(e.at)}  {e.event:<20} {e.ip or '-':<15} {detail}".rstrip() + repeats)
+    return "".join(line + "\n" for line in lines)
+
+
+def format_stalled(deadline: float | None, now: float) -> str:
+    """The STALLED cell of a node whose stall deadline (:func:`~bootserver.timeline.stall_deadline`) is ``deadline``:
+    ``-`` (not stalled), else how long past it, ``stalled 12m``."""
+    if deadline is None or now < deadline:
+        return "-"
+    return "stalled " + format_age(now - deadline).removesuffix(" ago")
+
+
+def format_table(states: list[NodeState], now: float, profiles: Mapping[str, str] | None = None,
+                 deadlines: Mapping[str, float | None] | None = None) -> str:
+    """The ``bootserver nodes`` table: node, profile, stage, since, stalled (``deadlines``: each node's
+    :func:`~bootserver.timeline.stall_deadline`, see :func:`format_stalled`), last event, when (plain text)."""
+    profiles = profiles or {}
+    deadlines = deadlines or {}
+    rows = [("NODE", "PROFILE", "STAGE", "SINCE", "STALLED", "LAST EVENT", "WHEN")]
+    for st in states:
+        rows.append((st.node, profiles.get(st.node, "-"), st.stage,
+                     format_age(None if st.stage_at is None else now - st.stage_at),
+                     format_stalled(deadlines.get(st.node), now),
+                     st.last_event or "-", format_age(None if st.last_at is None else now - st.last_at)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)

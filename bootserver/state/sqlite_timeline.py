@@ -1,0 +1,427 @@
+"""The sqlite node timeline: :class:`Timeline`, the database ``<state_dir>/timeline.sqlite3`` (WAL),
+its versioned schema (:func:`_migrate`), the start-up integrity check and the generation file.
+
+The rules (stages, coalescing, ``keep_events``) are :mod:`bootserver.timeline`'s, shared with the
+PostgreSQL store: :func:`run_batch` runs their one batch plan (:func:`~bootserver.timeline.plan_batch`)
+on a sqlite connection. :class:`Timeline`'s methods are blocking and thread-safe. The server writes
+through :class:`~bootserver.state.sqlite.GroupCommit`: one writer thread commits every event waiting in
+one transaction, so a boot storm costs one commit per batch, not one per request. Its reads
+(:meth:`Timeline.current`, :meth:`Timeline.attribute`: one indexed row) run on the event loop over a
+separate read connection; in WAL mode readers never wait for the writer. Every commit that adds a row
+changes :meth:`Timeline.generation`, so processes sharing the file know when what they hold of a node is
+stale.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import mmap
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import BootserverError, InputError
+from ..timeline import (
+    ATTRIBUTION_WINDOW,
+    BATCH_ROWS_SQL,
+    CURRENT_SQL,
+    KEEP_EVENTS,
+    NODES_SQL,
+    Current,
+    Event,
+    NodeState,
+    Record,
+    Writes,
+    current_of,
+    device_json,
+    device_of,
+    plan_batch,
+)
+
+#: The file beside the timeline database whose bytes change whenever a commit changed a node's stage or
+#: newest row (:meth:`Timeline.generation`): a shared-memory signal between the processes of one machine
+#: that their in-memory view of the nodes is stale, cheaper than a query per request.
+GENERATION_FILE = "timeline.generation"
+GENERATION_BYTES = 8
+
+#: Version of the timeline schema (``PRAGMA user_version`` in sqlite; see :func:`_migrate`).
+SCHEMA_VERSION = 3
+
+# Version 1 (before coalescing) had events without count/last_at/stage and nodes without
+# last_id/events/dropped; _migrate adds them.
+_SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS events (
+    id     INTEGER PRIMARY KEY AUTOINCREMENT,
+    node   TEXT NOT NULL,
+    at     REAL NOT NULL,          -- unix time, seconds (the first of a coalesced row)
+    event  TEXT NOT NULL,
+    ip     TEXT,
+    detail TEXT                    -- JSON object or NULL
+);
+CREATE INDEX IF NOT EXISTS events_node ON events (node, at, id);
+CREATE TABLE IF NOT EXISTS nodes (
+    node       TEXT PRIMARY KEY,
+    stage      TEXT NOT NULL,
+    stage_at   REAL NOT NULL,      -- when the node entered its stage, unix seconds
+    last_event TEXT NOT NULL,
+    last_at    REAL NOT NULL
+);
+"""
+
+_COLUMNS_V2 = (
+    ("events", "count", "INTEGER NOT NULL DEFAULT 1"),   # events this row stands for (coalesced repeats)
+    ("events", "last_at", "REAL"),                       # unix seconds of the last of them (NULL: = at)
+    ("events", "stage", "TEXT"),                         # the node's stage after the event (NULL: unknown)
+    ("nodes", "last_id", "INTEGER"),                     # the node's newest events row
+    ("nodes", "events", "INTEGER NOT NULL DEFAULT 0"),   # rows the node holds (-1: count them)
+    ("nodes", "dropped", "INTEGER NOT NULL DEFAULT 0"),  # rows removed by keep_events
+)
+
+# Version 3: each node's device record (what its provider recorded at ``provision``; before, a file
+# ``state_dir/nodes/<node>.json`` that ``bootserver db migrate`` moves in).
+_SCHEMA_V3 = """
+CREATE TABLE IF NOT EXISTS devices (
+    node    TEXT PRIMARY KEY,
+    device  TEXT NOT NULL,         -- JSON object: the provider's record (provider, id, state, ...)
+    updated REAL NOT NULL          -- unix seconds of the last write
+)
+"""
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring the database to :data:`SCHEMA_VERSION` inside one write transaction (so two processes
+    starting at once migrate once). Raises ``sqlite3.Error`` (``DatabaseError`` for a corrupt file)."""
+    if db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version < 2:
+            for statement in filter(str.strip, _SCHEMA_V1.split(";")):
+                db.execute(statement)
+            for table, column, decl in _COLUMNS_V2:
+                have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+                if column not in have:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+            db.execute("UPDATE events SET last_at = at WHERE last_at IS NULL")
+            db.execute("UPDATE nodes SET events = -1, last_id = (SELECT max(id) FROM events e "
+                       "WHERE e.node = nodes.node) WHERE last_id IS NULL")
+            db.execute("UPDATE events SET stage = (SELECT stage FROM nodes WHERE last_id = events.id) "
+                       "WHERE stage IS NULL AND id IN (SELECT last_id FROM nodes)")
+            db.execute("DROP INDEX IF EXISTS events_script_ip")
+            db.execute("CREATE INDEX IF NOT EXISTS events_script_ip2 ON events (ip, last_at) "
+                       "WHERE event = 'script'")
+        if version < 3:
+            db.execute(_SCHEMA_V3)
+        if version < SCHEMA_VERSION:
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+class TimelineDamagedError(InputError):
+    """The timeline database is not a usable sqlite database (exit 2). The message names the file and
+    what to do."""
+
+
+
+def run_batch(db: sqlite3.Connection, records: Sequence[Record], keep_events: int) -> Writes:
+    """:func:`plan_batch` on a sqlite connection inside an open write transaction: one read of the
+    batch's node rows, then one ``executemany`` per kind of write. Returns what was written."""
+    names = sorted({r.node for r in records})
+    sql = BATCH_ROWS_SQL.format(nodes=f"IN ({','.join('?' * len(names))})")
+    rows = {r[0]: r[1:] for r in db.execute(sql, names)}
+    (last,) = db.execute("SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
+                         "coalesce((SELECT max(id) FROM events), 0))").fetchone()
+    w = plan_batch(records, rows, itertools.count(last + 1), keep_events)
+    for sql, params in w.statements():
+        db.executemany(sql, params)
+    return w
+
+
+
+class Timeline:
+    """The timeline database ``<state_dir>/timeline.sqlite3``.
+
+    Opened lazily on first use (creating ``state_dir`` and the file, migrating an older schema), in WAL
+    mode so ``bootserver nodes`` can read and ``bootserver nodes reinstall`` can write while the server
+    runs. Each node keeps its newest ``keep_events`` history rows. Blocking, thread-safe. Errors:
+    ``sqlite3.Error`` or ``OSError`` when the database cannot be opened or written.
+    """
+
+    FILENAME = "timeline.sqlite3"
+
+    def __init__(self, state_dir: Path, keep_events: int = KEEP_EVENTS) -> None:
+        self.path = Path(state_dir) / self.FILENAME
+        self.keep_events = keep_events
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._rlock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
+        self._gen: mmap.mmap | None = None
+        self._glock = threading.Lock()
+        #: False: commits never checkpoint the WAL (its fsync can take a slow disk's hundreds of ms);
+        #: the owner calls :meth:`checkpoint` from elsewhere instead (see
+        #: :class:`~bootserver.state.sqlite.GroupCommit`).
+        self.auto_checkpoint = True
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
+            try:
+                # two processes creating the file at once: the switch to WAL can answer "locked" at
+                # once (no busy handler), so it waits here as a write does
+                self._wait_unlocked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+                conn.execute("PRAGMA synchronous=NORMAL")
+                if not self.auto_checkpoint:
+                    conn.execute("PRAGMA wal_autocheckpoint=0")
+                _migrate(conn)
+                conn.execute("PRAGMA busy_timeout=0")  # from now on, BEGIN IMMEDIATE waits in _begin_immediate
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def check(self) -> None:
+        """Open the database (creating or migrating it) and check its integrity (``PRAGMA quick_check``:
+        reads every page once), so a damaged file stops a server at start instead of answering 503 to
+        every script. Raises :class:`TimelineDamagedError` (exit 2) naming the file and what to do,
+        :class:`~bootserver.errors.BootserverError` (exit 1) when it cannot be opened at all (``state_dir``
+        not creatable, permissions, locked): one line naming the file."""
+        try:
+            with self._lock:
+                problems = [r[0] for r in self._db().execute("PRAGMA quick_check").fetchall()]
+        except (sqlite3.OperationalError, OSError) as e:  # cannot open, locked, read-only: not damage
+            self.close()
+            raise BootserverError(f"{self.path}: cannot open the node timeline: "
+                                  f"{getattr(e, 'strerror', None) or e}") from None
+        except sqlite3.DatabaseError as e:  # not a database, malformed
+            problems = [str(e)]
+        if problems != ["ok"]:
+            self.close()
+            raise TimelineDamagedError(
+                f"{self.path}: the node timeline is damaged ({'; '.join(problems[:3])}): stop every "
+                f"bootserver using it, then restore it from a backup or move it aside (its stages and "
+                f"boot-once marks are lost: installed nodes install again unless marked by hand)")
+
+    def checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database file (``PRAGMA wal_checkpoint(PASSIVE)``:
+        it never blocks writers or readers). Blocking; opens and closes its own connection.
+        Raises ``sqlite3.Error``."""
+        conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            conn.close()
+
+    def _read_db(self) -> sqlite3.Connection:
+        """The read connection (separate from the writer's, so a read never queues behind a commit)."""
+        if self._reader is None:
+            with self._lock:
+                self._db()  # creates the file, WAL mode and the schema
+            self._reader = sqlite3.connect(self.path, timeout=1.0, check_same_thread=False,
+                                           isolation_level=None)
+        return self._reader
+
+    def close(self) -> None:
+        """Close the database connections (they reopen on next use)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+        with self._rlock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+        with self._glock:
+            if self._gen is not None:
+                self._gen.close()
+                self._gen = None
+
+    def record(self, node: str, event: str, *, mode: str, ip: str | None = None,
+               detail: Mapping[str, Any] | None = None, at: float | None = None,
+               real_config: bool = True) -> str:
+        """Append ``event`` for ``node`` (at unix time ``at``, default now) and return the node's new stage.
+
+        ``mode`` is the node's profile mode (``install`` or ``live``) and ``real_config`` whether its
+        profile has a real Ignition config; they decide what ``stub`` and ``config`` mean. Raises
+        ``ValueError`` for an unknown event, ``sqlite3.Error`` on disk trouble.
+        """
+        at = time.time() if at is None else at
+        return self.record_many([Record(node, event, mode, at, ip, detail, real_config)])[0]
+
+    def record_many(self, records: Sequence[Record]) -> list[str]:
+        """Append ``records`` in order in one transaction; return each node's stage after its record.
+
+        An event older than the node's current stage (``at`` before ``stage_at``: recorded late, e.g.
+        by another worker process) is kept in the history but does not change the stage, so a late
+        ``script`` cannot undo a newer ``installing``. A repeat that changes nothing is coalesced into
+        the node's last row, and a node's history beyond ``keep_events`` rows loses its oldest (see the
+        module docstring). All or nothing: raises ``sqlite3.Error`` on disk trouble, and then none of
+        the records was written.
+        """
+        with self._lock:
+            db = self._db()
+            generation = self._generation()  # opened first: once committed, nothing may fail
+            self._begin_immediate(db)
+            try:
+                w = run_batch(db, records, self.keep_events)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            if w.insert:  # a stage or a newest row changed: what other processes hold in memory is stale
+                generation[:] = os.urandom(GENERATION_BYTES)
+        return w.stages
+
+    def generation(self) -> bytes:
+        """The timeline's generation (:data:`GENERATION_FILE`): it changes after every commit, by any
+        process on this machine, that changed a node's stage or its newest history row (every commit
+        but those of mere repeats). A process may keep what it read of a node (:meth:`current`) while
+        the generation it saw before reading stays the same. Raises ``OSError``."""
+        return self._generation()[:]
+
+    def _generation(self) -> mmap.mmap:
+        if self._gen is not None:
+            return self._gen
+        with self._glock:
+            if self._gen is not None:
+                return self._gen
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path.with_name(GENERATION_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                if os.fstat(fd).st_size < GENERATION_BYTES:
+                    os.pwrite(fd, os.urandom(GENERATION_BYTES), 0)
+                self._gen = mmap.mmap(fd, GENERATION_BYTES)
+            finally:
+                os.close(fd)
+        return self._gen
+
+
+    #: Seconds a writer waits for another process's write transaction before giving up.
+    WRITE_WAIT = 5.0
+
+    def _begin_immediate(self, db: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE``, waiting up to :attr:`WRITE_WAIT` seconds for another process's write
+        (``serve --workers`` processes, ``nodes reinstall``) in steps of 1 ms.
+
+        sqlite's own busy handler (the connection ``timeout``) sleeps 1, 2, 5, ... up to 100 ms between
+        attempts: with two workers committing hundreds of times a second, the loser of a race slept
+        ~100 ms and p99 latency of the script endpoint rose to 400-600 ms.
+        """
+        self._wait_unlocked(lambda: db.execute("BEGIN IMMEDIATE"))
+
+    def _wait_unlocked(self, statement: Callable[[], object]) -> None:
+        """Run ``statement``, again every 1 ms while the database is locked, for up to :attr:`WRITE_WAIT`
+        seconds. Raises ``sqlite3.OperationalError``."""
+        deadline = time.monotonic() + self.WRITE_WAIT
+        while True:
+            try:
+                statement()
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.001)
+
+    def stage(self, node: str) -> str:
+        """The node's current stage (``new`` when it has no events), as last committed by any process.
+
+        One indexed row on the read connection: cheap enough for the event loop.
+        """
+        with self._rlock:
+            row = self._read_db().execute("SELECT stage FROM nodes WHERE node = ?", (node,)).fetchone()
+        return row[0] if row else "new"
+
+    def current(self, node: str) -> Current:
+        """The node's stage and newest history row (:data:`CURRENT_SQL`), as last committed by any
+        process. One indexed row on the read connection."""
+        with self._rlock:
+            return current_of(self._read_db().execute(CURRENT_SQL, (node,)).fetchone())
+
+    def attribute(self, ip: str, *, now: float | None = None, window: float = ATTRIBUTION_WINDOW) -> str | None:
+        """The node whose boot script was last served to ``ip`` within ``window`` seconds, or ``None``."""
+        now = time.time() if now is None else now
+        with self._rlock:
+            row = self._read_db().execute(
+                "SELECT node FROM events WHERE event = 'script' AND ip = ? AND last_at >= ? "
+                "ORDER BY last_at DESC, id DESC LIMIT 1", (ip, now - window)).fetchone()
+        return row[0] if row else None
+
+    def events(self, node: str, *, limit: int | None = None) -> list[Event]:
+        """The node's history rows, oldest first (the last ``limit`` if given); a row of coalesced
+        repeats has ``count`` > 1."""
+        with self._lock:
+            rows = self._db().execute(
+                "SELECT node, at, event, ip, detail, count, last_at FROM events WHERE node = ? "
+                "ORDER BY at DESC, id DESC LIMIT ?", (node, -1 if limit is None else limit)).fetchall()
+        return [Event(n, at, ev, ip, json.loads(d) if d else {}, count, last)
+                for n, at, ev, ip, d, count, last in reversed(rows)]
+
+    def node(self, node: str) -> NodeState:
+        """One node's state (``new`` with no times when it has no events)."""
+        with self._lock:
+            row = self._db().execute(NODES_SQL + " WHERE n.node = ?", (node,)).fetchone()
+        return NodeState(*row) if row else NodeState(node, "new", None, None, None)
+
+    def nodes(self, names: Iterator[str] | list[str] | tuple[str, ...] = ()) -> list[NodeState]:
+        """Every node with events plus every name in ``names`` (as ``new`` when it has none), by name."""
+        with self._lock:
+            rows = self._db().execute(NODES_SQL).fetchall()
+        states = {r[0]: NodeState(*r) for r in rows}
+        for name in names:
+            states.setdefault(name, NodeState(name, "new", None, None, None))
+        return [states[n] for n in sorted(states)]
+
+    # -- device records (what each node's provider recorded at ``provision``) ----------------------
+
+    def devices(self, names: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+        """``{node: its device record}`` of the nodes in ``names`` that have one (every node's when
+        ``names`` is ``None``). Raises ``sqlite3.Error``, ``ValueError`` for a record that is not a
+        JSON object."""
+        with self._lock:
+            rows = self._db().execute("SELECT node, device FROM devices ORDER BY node").fetchall()
+        wanted = None if names is None else set(names)
+        return {n: device_of(d) for n, d in rows if wanted is None or n in wanted}
+
+    def write_devices(self, records: Mapping[str, Mapping[str, Any] | None], *, replace: bool = True,
+                      at: float | None = None) -> list[str]:
+        """Write each node's device record in one transaction (``None``: remove the node's record), and
+        change :meth:`generation` (a server holding the node's :class:`Current` reads it again). With
+        ``replace=False`` a node that has a record keeps it. Returns the nodes whose record was written
+        or removed, in the given order. All or nothing: raises ``sqlite3.Error`` (then nothing was
+        written), ``TypeError`` for a record JSON cannot hold."""
+        at = time.time() if at is None else at
+        rows = [(n, None if d is None else device_json(d)) for n, d in records.items()]
+        upsert = ("INSERT INTO devices (node, device, updated) VALUES (?, ?, ?) ON CONFLICT (node) DO "
+                  + ("UPDATE SET device = excluded.device, updated = excluded.updated" if replace else "NOTHING"))
+        done = []
+        with self._lock:
+            db = self._db()
+            generation = self._generation()
+            self._begin_immediate(db)
+            try:
+                for node, text in rows:
+                    if text is None:
+                        changed = db.execute("DELETE FROM devices WHERE node = ?", (node,)).rowcount
+                    else:
+                        changed = db.execute(upsert, (node, text, at)).rowcount
+                    if changed:
+                        done.append(node)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            if done:
+                generation[:] = os.urandom(GENERATION_BYTES)
+        return done
+
