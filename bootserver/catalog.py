@@ -15,11 +15,11 @@ import os
 import time
 from pathlib import Path
 
+from .cache import ArtifactCache
 from .config import Config
 from .errors import MetadataError
 from .fetch import Upstream
 from .files import write_atomic
-from .store import ArtifactStore
 from .streams import Release, StreamMetadata, parse_stream
 
 #: Seconds during which a stream's metadata file, once looked at, is not looked at again.
@@ -33,9 +33,9 @@ class StreamCatalog:
     is fetched through ``upstream`` only by :meth:`refresh`, or by :meth:`get` when there is no local copy.
     """
 
-    def __init__(self, config: Config, store: ArtifactStore, upstream: Upstream) -> None:
+    def __init__(self, config: Config, cache: ArtifactCache, upstream: Upstream) -> None:
         self.config = config
-        self.store = store
+        self.cache = cache
         self.upstream = upstream
         #: stream -> (the file's (mtime_ns, size), its metadata, time.monotonic() of the last look)
         self._cache: dict[str, tuple[tuple[int, int], StreamMetadata, float]] = {}
@@ -48,7 +48,7 @@ class StreamCatalog:
         if hit is None:
             path = self.config.metadata_path(stream)
             hit = (path, str(path)) if path is not None else (
-                self.store.metadata_path(stream), self.config.streams[stream].metadata)
+                self.cache.metadata_path(stream), self.config.streams[stream].metadata)
             self._files[stream] = hit
         return hit
 
@@ -92,7 +92,7 @@ class StreamCatalog:
             return meta
         data = await self.upstream.document(sc.metadata)
         meta = self._parse(stream, data, sc.metadata)
-        write_atomic(self.store.metadata_path(stream), data)
+        write_atomic(self.cache.metadata_path(stream), data)
         self._cache.pop(stream, None)
         return meta
 

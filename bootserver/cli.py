@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -479,7 +478,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "config", None) is None:
         args.config = args.config_before
     setup_logging(args.log_level, args.log_format)
-    config = None
     try:
         config = load_config(args.config)
         rc = args.func(args, config)
@@ -496,10 +494,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
-    except sqlite3.Error as e:
-        where = config.state_dir if config is not None else "state_dir"
-        print(f"bootserver: {where}: node timeline: {e}", file=sys.stderr)
-        return 1
 
 
 if __name__ == "__main__":

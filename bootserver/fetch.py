@@ -1,6 +1,6 @@
 """The upstream: where stream metadata and artifacts come from (:class:`Upstream`, one per service,
 owning the aiohttp client session, the mirror chain and the retry policy). Small documents land in
-memory, artifacts in the store.
+memory, artifacts in the cache.
 
 Artifact downloads (:meth:`Upstream.download`) go through an **upstream chain**: the mirrors of the
 facility first, in order, then the artifact's own location from the stream metadata. A mirror URL is
@@ -12,7 +12,7 @@ that answers 404 or another error status, drops the connection, times out, or se
 sha256 falls through to the next (a warning on logger ``bootserver.fetch``); the source actually used
 is returned, and logged by the caller (``sync-images`` prints it, the server logs it at INFO).
 
-Resume: bytes land in ``cache_dir/tmp/<sha256>.part`` (see :mod:`bootserver.store`), which survives an
+Resume: bytes land in ``cache_dir/tmp/<sha256>.part`` (see :mod:`bootserver.cache`), which survives an
 interrupted download. The next request sends ``Range: bytes=<length>-``: a ``206`` appends, a ``200``
 (the source ignores ``Range``) starts over, and resumed bytes that fail the sha256 are thrown away and
 the artifact is fetched again from byte 0.
@@ -45,8 +45,8 @@ import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
 from . import __version__
+from .cache import ArtifactCache, ArtifactWriter
 from .errors import DiskFullError, FetchError, IntegrityError
-from .store import ArtifactStore, ArtifactWriter
 from .streams import Artifact, Release
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ async def _fetch_from(session: aiohttp.ClientSession, writer: ArtifactWriter, ur
             writer.expected_size = total
             if total is not None:
                 needed = total - writer.bytes_written
-                free = shutil.disk_usage(writer.store.tmp).free
+                free = shutil.disk_usage(writer.cache.tmp).free
                 if needed > free:
                     raise DiskFullError(writer.dest, needed, free)
             hooks.progress(writer.bytes_written, total)
@@ -333,10 +333,10 @@ class Upstream:
                 return await _get_document(self.session, url, limit)
         raise AssertionError("unreachable")
 
-    async def download(self, store: ArtifactStore, release: Release, artifact: Artifact, *,
+    async def download(self, cache: ArtifactCache, release: Release, artifact: Artifact, *,
                        hooks: DownloadHooks | None = None, observer: FetchObserver | None = None,
                        exclusive: bool = False) -> tuple[int, str]:
-        """Download ``artifact`` into the store through the upstream chain, hashing while it streams,
+        """Download ``artifact`` into the cache through the upstream chain, hashing while it streams,
         and publish it only if its sha256 matches. Returns ``(size in bytes, the source URL used)``.
 
         ``hooks`` hear of the temp file, progress, restarts and the sha256 match (see
@@ -347,11 +347,11 @@ class Upstream:
         call to resume; it is removed after an integrity or disk-full error. ``observer`` is told when
         the download starts and ends (bytes received, seconds, success).
 
-        With ``exclusive``, raises :class:`~bootserver.store.PartialBusy` before any request when another
+        With ``exclusive``, raises :class:`~bootserver.cache.PartialBusy` before any request when another
         process is downloading the artifact (it holds ``tmp/<sha256>.part``), and
-        :class:`~bootserver.store.AlreadyCached` when it was published meanwhile; the observer is not told.
+        :class:`~bootserver.cache.AlreadyCached` when it was published meanwhile; the observer is not told.
         """
-        writer = store.writer(release, artifact, resume=True, exclusive=exclusive)
+        writer = cache.writer(release, artifact, resume=True, exclusive=exclusive)
         # hashing a resumed partial (up to ~1 GB) runs off the event loop
         await asyncio.to_thread(writer.__enter__)
         hooks = hooks or DownloadHooks()

@@ -11,6 +11,7 @@ import functools
 import ipaddress
 from collections.abc import Iterable
 
+from .cache import ArtifactCache
 from .catalog import StreamCatalog
 from .config import Config
 from .errors import MetadataError, UnknownNodeError
@@ -27,7 +28,6 @@ from .network import node_kargs
 from .providers.base import DeviceRecordError, boot_platform
 from .providers.redfish_settings import boots_virtual_media
 from .signing import KeyEntry, Keyring, Signer
-from .store import ArtifactStore
 from .streams import Release
 from .timeline import NodeState, final_stages, stall_deadline
 from .urls import Urls
@@ -172,7 +172,7 @@ def check_command_lines(config: Config) -> list[str]:
     whose command line does not fit.
     """
     urls = Urls(config, Signer(Keyring(config.state_dir / "keys.json", [KeyEntry(bytes(32), 0)])))
-    catalog = StreamCatalog(config, ArtifactStore(config.cache_dir), Upstream.for_config(config))  # cached() only
+    catalog = StreamCatalog(config, ArtifactCache(config.cache_dir), Upstream.for_config(config))  # cached() only
     later = []
     for node in config.nodes:
         profile = config.node_profile(node)

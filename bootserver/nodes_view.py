@@ -43,8 +43,8 @@ def format_events(events: Sequence[Event], state: NodeState, keep_events: int) -
 
 
 def format_stalled(deadline: float | None, now: float) -> str:
-    """The STALLED cell of a node whose stall deadline (:func:`~bootserver.timeline.stall_deadline`) is ``deadline``:
-    ``-`` (not stalled), else how long past it, ``stalled 12m``."""
+    """The STALLED cell of a node whose stall deadline (:func:`~bootserver.timeline.stall_deadline`) is
+    ``deadline``: ``-`` (not stalled), else how long past it, ``stalled 12m``."""
     if deadline is None or now < deadline:
         return "-"
     return "stalled " + format_age(now - deadline).removesuffix(" ago")
@@ -53,7 +53,8 @@ def format_stalled(deadline: float | None, now: float) -> str:
 def format_table(states: list[NodeState], now: float, profiles: Mapping[str, str] | None = None,
                  deadlines: Mapping[str, float | None] | None = None) -> str:
     """The ``bootserver nodes`` table: node, profile, stage, since, stalled (``deadlines``: each node's
-    :func:`~bootserver.timeline.stall_deadline`, see :func:`format_stalled`), last event, when (plain text)."""
+    :func:`~bootserver.timeline.stall_deadline`, see :func:`format_stalled`), last event, when (plain
+    text)."""
     profiles = profiles or {}
     deadlines = deadlines or {}
     rows = [("NODE", "PROFILE", "STAGE", "SINCE", "STALLED", "LAST EVENT", "WHEN")]

@@ -19,7 +19,7 @@ Guarantees:
   reason (a sha256 mismatch says so), and the server aborts the connection, so a client sees an
   incomplete body (short of ``Content-Length``), never a complete-looking wrong one.
 * **Across processes** (``serve --workers N``): the download takes the lock on
-  ``tmp/<sha256>.part`` (see :mod:`bootserver.store`) before any upstream request. A process that
+  ``tmp/<sha256>.part`` (see :mod:`bootserver.cache`) before any upstream request. A process that
   finds it locked by another process does not download: it *follows* that download, polling the
   growing file every :data:`FOLLOW_POLL` seconds and the size the writer recorded, and streams it to
   its clients under the same rules. The last byte goes out only once the file is published (renamed
@@ -44,11 +44,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .cache import AlreadyCached, ArtifactCache, PartialBusy
 from .catalog import StreamCatalog
 from .config import Config
 from .errors import FetchError, MetadataError
 from .fetch import CHUNK_SIZE, DownloadHooks, FetchObserver, Upstream
-from .store import AlreadyCached, ArtifactStore, PartialBusy
 from .streams import SAFE_SEGMENT_RE, Artifact, Release
 
 log = logging.getLogger("bootserver.readthrough")
@@ -316,10 +316,10 @@ class ReadThrough:
     turns off the fallback of :meth:`open` (never :meth:`fetch`, which ``sync-images`` uses).
     """
 
-    def __init__(self, config: Config, store: ArtifactStore, catalog: StreamCatalog,
+    def __init__(self, config: Config, cache: ArtifactCache, catalog: StreamCatalog,
                  upstream: Upstream) -> None:
         self.config = config
-        self.store = store
+        self.cache = cache
         self.catalog = catalog
         self.upstream = upstream
         self.enabled = config.read_through
@@ -347,21 +347,21 @@ class ReadThrough:
         a download in flight (started now if needed), or ``None`` (not cached and not a known artifact,
         or read-through off). Raises ``FetchError``/``MetadataError`` when the stream metadata is needed
         and cannot be had."""
-        path = self.store.lookup(segments)
+        path = self.cache.lookup(segments)
         if path is not None or not self.enabled:
             return path
         found = await self.resolve(segments)
         if found is None:
             return None
         release, artifact = found
-        dest = self.store.path(release, artifact)
+        dest = self.cache.path(release, artifact)
         dl = self._inflight.get(dest)
         if dl is None:
-            if self.store.is_cached(release, artifact):
+            if self.cache.is_cached(release, artifact):
                 return dest
             dl = self._start(release, artifact, dest)
             log.info("%s: not cached; fetching it for waiting clients",
-                     self.store.relpath(release, artifact))
+                     self.cache.relpath(release, artifact))
         dl.for_clients = True
         return Transfer(dl)
 
@@ -373,12 +373,12 @@ class ReadThrough:
 
     async def _run(self, dl: Download) -> None:
         error: BaseException | None = None
-        rel = self.store.relpath(dl.release, dl.artifact)
+        rel = self.cache.relpath(dl.release, dl.artifact)
         try:
             while True:
                 try:
                     size, dl.source = await self.upstream.download(
-                        self.store, dl.release, dl.artifact, hooks=dl, observer=self.observer, exclusive=True)
+                        self.cache, dl.release, dl.artifact, hooks=dl, observer=self.observer, exclusive=True)
                     log.log(logging.INFO if dl.for_clients else logging.DEBUG, "%s: cached %d bytes from %s",
                             rel, size, dl.source)
                     break
@@ -419,23 +419,23 @@ class ReadThrough:
         download stopped without publishing. Raises :class:`FetchError` when the published file is
         not the one followed and bytes of the followed one were already sent.
         """
-        rel = self.store.relpath(dl.release, dl.artifact)
-        part = self.store.partial_path(dl.artifact)
+        rel = self.cache.relpath(dl.release, dl.artifact)
+        part = self.cache.partial_path(dl.artifact)
         try:
             fd = os.open(part, os.O_RDONLY)
         except FileNotFoundError:
-            if self.store.is_cached(dl.release, dl.artifact):
+            if self.cache.is_cached(dl.release, dl.artifact):
                 self._adopt_published(dl)
                 return True
             return False
         dl._set_fd(fd)
         log.info("%s: being downloaded by another process; following it", rel)
         while True:
-            total = dl.total if dl.total is not None else self.store.expected_size(dl.artifact)
+            total = dl.total if dl.total is not None else self.cache.expected_size(dl.artifact)
             size = os.fstat(fd).st_size
             if size != dl.available or total != dl.total:
                 dl.progress(size, total)
-            if self.store.is_cached(dl.release, dl.artifact):
+            if self.cache.is_cached(dl.release, dl.artifact):
                 try:
                     same = os.stat(dl.dest).st_ino == os.fstat(fd).st_ino
                 except FileNotFoundError:
@@ -449,9 +449,9 @@ class ReadThrough:
                 size = os.fstat(fd).st_size
                 dl.progress(size, size)
                 return True
-            state = self.store.partial_state(dl.artifact)
+            state = self.cache.partial_state(dl.artifact)
             if state != "busy":
-                if self.store.is_cached(dl.release, dl.artifact):
+                if self.cache.is_cached(dl.release, dl.artifact):
                     continue  # published between the two looks
                 return False
             await asyncio.sleep(FOLLOW_POLL)
@@ -463,10 +463,10 @@ class ReadThrough:
         ``hooks`` hear its progress and restarts from now on. The download is shielded: cancelling this
         call does not cancel it. Raises the download's error (:class:`FetchError`,
         :class:`~bootserver.errors.IntegrityError`, :class:`~bootserver.errors.DiskFullError`)."""
-        dest = self.store.path(release, artifact)
+        dest = self.cache.path(release, artifact)
         dl = self._inflight.get(dest)
         if dl is None:
-            if self.store.is_cached(release, artifact):
+            if self.cache.is_cached(release, artifact):
                 return Fetched(dest, os.stat(dest).st_size, None, False)
             dl = self._start(release, artifact, dest)
         if hooks is not None:
@@ -483,11 +483,11 @@ class ReadThrough:
 
     def status(self, release: Release, artifact: Artifact) -> str:
         """``cached``, ``fetching`` (a download is in flight, here or in another process) or ``missing``."""
-        if self.store.is_cached(release, artifact):
+        if self.cache.is_cached(release, artifact):
             return "cached"
-        if self.store.path(release, artifact) in self._inflight:
+        if self.cache.path(release, artifact) in self._inflight:
             return "fetching"
-        if self.enabled and self.store.partial_state(artifact) == "busy":
+        if self.enabled and self.cache.partial_state(artifact) == "busy":
             return "fetching"  # by another process (another worker, or sync-images)
         return "missing"
 
@@ -519,7 +519,7 @@ class ReadThrough:
                 continue
             release = meta.releases[prof.arch]
             for art in release.artifacts:
-                rel = self.store.relpath(release, art)
+                rel = self.cache.relpath(release, art)
                 entry = items.setdefault(rel, {"path": rel, "stream": prof.stream, "arch": prof.arch,
                                                "release": release.version, "kind": art.kind,
                                                "status": self.status(release, art), "profiles": []})

@@ -30,10 +30,10 @@ import shutil
 import uuid
 from pathlib import Path
 
+from .cache import ArtifactCache
 from .catalog import StreamCatalog
 from .config import Config
 from .errors import MetadataError
-from .store import ArtifactStore
 
 log = logging.getLogger("bootserver.retention")
 
@@ -45,7 +45,7 @@ def publish_time(release_dir: Path) -> float:
     return max(times) if times else release_dir.stat().st_mtime
 
 
-def prune(config: Config, store: ArtifactStore, catalog: StreamCatalog) -> list[str]:
+def prune(config: Config, cache: ArtifactCache, catalog: StreamCatalog) -> list[str]:
     """Remove cached releases no profile references beyond the newest ``keep_releases`` per stream
     and architecture, and stale temp files. Returns what was removed (paths relative to ``cache_dir``).
 
@@ -69,8 +69,8 @@ def prune(config: Config, store: ArtifactStore, catalog: StreamCatalog) -> list[
             versions.add(release.version)
         wanted_sha.update(a.sha256 for a in release.artifacts)
     removed: list[str] = []
-    if store.root.is_dir():
-        for stream_dir in sorted(p for p in store.root.iterdir() if p.is_dir()):
+    if cache.root.is_dir():
+        for stream_dir in sorted(p for p in cache.root.iterdir() if p.is_dir()):
             for arch_dir in sorted(p for p in stream_dir.iterdir() if p.is_dir()):
                 key = (stream_dir.name, arch_dir.name)
                 if key in used and used[key] is None:
@@ -82,21 +82,21 @@ def prune(config: Config, store: ArtifactStore, catalog: StreamCatalog) -> list[
                     keep.update(p.name for p in releases[:config.streams[stream_dir.name].keep_releases])
                 for rel_dir in releases:
                     if rel_dir.name not in keep:
-                        _remove(store, rel_dir)
-                        removed.append(str(rel_dir.relative_to(store.cache_dir)))
+                        _remove(cache, rel_dir)
+                        removed.append(str(rel_dir.relative_to(cache.cache_dir)))
                 if key not in used:
                     _rmdir_if_empty(arch_dir)
             if not any(k[0] == stream_dir.name for k in used):
                 _rmdir_if_empty(stream_dir)
-    for path in store.clean_tmp(keep=wanted_sha):
-        removed.append(str(path.relative_to(store.cache_dir)))
+    for path in cache.clean_tmp(keep=wanted_sha):
+        removed.append(str(path.relative_to(cache.cache_dir)))
     return removed
 
 
-def _remove(store: ArtifactStore, path: Path) -> None:
+def _remove(cache: ArtifactCache, path: Path) -> None:
     """Rename ``path`` into ``tmp/`` (atomic), then delete it."""
-    store.tmp.mkdir(parents=True, exist_ok=True)
-    doomed = store.tmp / f"prune-{uuid.uuid4().hex}"
+    cache.tmp.mkdir(parents=True, exist_ok=True)
+    doomed = cache.tmp / f"prune-{uuid.uuid4().hex}"
     os.rename(path, doomed)
     log.info("prune: removing %s", path)
     shutil.rmtree(doomed)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .butane import ButaneError
+from .cache import ArtifactCache
 from .catalog import StreamCatalog
 from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
@@ -29,7 +30,6 @@ from .readthrough import ReadThrough, Transfer
 from .signing import Signer
 from .stalls import StallWatch
 from .state.backends import open_store
-from .store import ArtifactStore
 from .streams import ARTIFACT_KINDS, Release
 from .timeline import (
     BOOT_DONE_STAGES,
@@ -120,10 +120,10 @@ class BootService:
         self.config = config
         #: Where stream metadata and artifacts come from (see :mod:`bootserver.fetch`).
         self.upstream = Upstream.for_config(config) if upstream is None else upstream
-        self.store = ArtifactStore(config.cache_dir)
-        self.catalog = StreamCatalog(config, self.store, self.upstream)
+        self.cache = ArtifactCache(config.cache_dir)
+        self.catalog = StreamCatalog(config, self.cache, self.upstream)
         #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
-        self.artifacts = ReadThrough(config, self.store, self.catalog, self.upstream)
+        self.artifacts = ReadThrough(config, self.cache, self.catalog, self.upstream)
         #: The node timeline and the signing keys (sqlite in ``state_dir``, or ``state_store``).
         self.state = open_store(config)
         self.urls = Urls(config, signer, keys=self.state.keyring)
@@ -308,7 +308,7 @@ class BootService:
         found = await self.artifacts.open(segments)
         if found is None or isinstance(found, Transfer):
             return found
-        return CachedArtifact(found, self.store.recorded_sha256(found))
+        return CachedArtifact(found, self.cache.recorded_sha256(found))
 
     def artifact_missing(self) -> str:
         """Why :meth:`artifact` found nothing, in public words."""

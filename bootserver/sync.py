@@ -4,7 +4,7 @@ Which releases: the current release of each stream a profile uses, for that prof
 (optionally only one stream, or only the profiles of nodes in one facility). Each artifact is streamed
 through the upstream chain (the mirrors of ``--facility``, else of ``server.facility``, then its
 stream-metadata location; see :mod:`bootserver.fetch`), resuming a partial download left by an earlier
-run, hashed while it streams and published only when its sha256 matches (see :mod:`bootserver.store`).
+run, hashed while it streams and published only when its sha256 matches (see :mod:`bootserver.cache`).
 Artifacts already cached with the same sha256 are skipped. An artifact another process is downloading
 right now (another ``sync-images``, a ``serve`` read-through) is not downloaded again: the sync follows
 that download to its end (:meth:`bootserver.readthrough.ReadThrough.fetch`), and takes over if it
@@ -110,7 +110,7 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
         async def one(item: SyncItem, position: int) -> bool:
             rel, art = item.release, item.artifact
             label = f"{rel.stream} {rel.arch} {rel.version} {art.kind}"
-            if svc.store.is_cached(rel, art):
+            if svc.cache.is_cached(rel, art):
                 print(f"{label}: already cached ({art.filename})", file=out, flush=True)
                 return False
             async with sem:
@@ -144,6 +144,6 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
     if errors:
         raise errors[0]
     if prune:
-        for path in prune_cache(config, svc.store, svc.catalog):
+        for path in prune_cache(config, svc.cache, svc.catalog):
             print(f"pruned {path}", file=out, flush=True)
     return sum(1 for r in results if r is True)

@@ -26,7 +26,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
 
-from . import __version__, ops, page
+from . import __version__, accesslog, page
+from .accesslog import NODE, ROUTE
 from .config import Config, split_listen
 from .errors import (
     BootserverError,
@@ -40,7 +41,6 @@ from .errors import (
 from .ignition import MEDIA_TYPE, NotAcceptableError
 from .inventory import default_node, find_node, select_node
 from .metrics import Metrics
-from .ops import NODE, ROUTE
 from .readthrough import Transfer
 from .security import Gate, Limits, forbidden
 from .service import BootService
@@ -88,7 +88,7 @@ class ArtifactResponse(web.FileResponse):
         try:
             return await super()._sendfile(request, fobj, offset, count)
         except ConnectionError:
-            request[ops.BODY_SENT] = (max(0, fobj.tell() - offset), False)
+            request[accesslog.BODY_SENT] = (max(0, fobj.tell() - offset), False)
             raise
 
 
@@ -237,7 +237,7 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     Range (206), HEAD, Last-Modified and If-Modified-Since come from aiohttp's FileResponse (sendfile);
     the ETag is the sha256 and ``If-None-Match`` with it answers 304. A GET is attributed to a node
     (:meth:`BootService.artifact_requested`), and how its answer ended is reported once the last byte
-    went out (:data:`bootserver.ops.ON_SENT`).
+    went out (:data:`bootserver.accesslog.ON_SENT`).
     """
     svc = _service(request)
     m = request.match_info
@@ -245,10 +245,10 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     if request.method == "GET":
         client = _client(request)
         kind, node = await svc.artifact_requested(segments, client)
-        request[ops.ARTIFACT_KIND] = kind
+        request[accesslog.ARTIFACT_KIND] = kind
         if node is not None:
             request[NODE] = node
-            request[ops.ON_SENT] = lambda status, nbytes, complete: svc.artifact_answered(
+            request[accesslog.ON_SENT] = lambda status, nbytes, complete: svc.artifact_answered(
                 node, kind, client, status=status, nbytes=nbytes, complete=complete)
     found = await svc.artifact(segments)
     if found is None:
@@ -342,7 +342,7 @@ async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, trans
                 offset += len(data)
                 sent += len(data)
     except ConnectionError:
-        request[ops.BODY_SENT] = (sent, False)
+        request[accesslog.BODY_SENT] = (sent, False)
         raise
     finally:
         if fobj is not None:
@@ -393,7 +393,7 @@ async def metrics(request: web.Request) -> web.Response:
     """``GET /metrics`` (admin): Prometheus text exposition format."""
     await _service(request).drain()
     await _service(request).stall_watch.read_stages()
-    body = await asyncio.to_thread(request.app[ops.METRICS].render)
+    body = await asyncio.to_thread(request.app[accesslog.METRICS].render)
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
@@ -427,7 +427,7 @@ def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: 
     app[SERVICE] = svc
     app[GATE] = gate
     app[LIMITS] = limits
-    app[ops.METRICS] = metrics
+    app[accesslog.METRICS] = metrics
     for route in routes.values():
         add_route(app, route, HANDLERS[route.name])
     return app
@@ -462,7 +462,7 @@ def runner_kwargs(app: web.Application) -> dict[str, object]:
     (either listener's): our access log (no query strings, counted in the app's metrics, also for
     requests too malformed to reach the app), the request line/header limits (bytes) and the keep-alive
     timeout (seconds)."""
-    return {**ops.runner_kwargs(app[ops.METRICS]), "max_line_size": MAX_LINE_SIZE,
+    return {**accesslog.runner_kwargs(app[accesslog.METRICS]), "max_line_size": MAX_LINE_SIZE,
             "max_field_size": MAX_FIELD_SIZE, "max_headers": MAX_HEADERS,
             "keepalive_timeout": app[SERVICE].config.server.keepalive_timeout}
 

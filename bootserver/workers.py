@@ -2,8 +2,9 @@
 
 The parent process:
 
-1. does the one-time set-up that must not race, once: ``state_dir``, the signing keys file, the node
-   timeline's schema, the TLS files (loaded once as a check), and a bind test of ``server.listen``,
+1. does the one-time set-up that must not race, once: ``state_dir`` (the state store itself was
+   prepared just before, by :func:`bootserver.state.backends.prepare_store`: its schema, integrity and
+   signing keys), the TLS files (loaded once as a check), and a bind test of ``server.listen``,
    ``server.tls.listen`` and a TCP ``server.admin.listen`` (a port in use is one error line, exit 2,
    before any worker starts); a Unix-socket ``server.admin.listen`` is bound here and inherited by
    every worker (``SO_REUSEPORT`` cannot share one), and removed when the parent exits;
@@ -44,8 +45,6 @@ from typing import NoReturn
 from .config import Config, split_listen
 from .errors import BootserverError, ConfigError
 from .metrics import enable_multiprocess, mark_process_dead
-from .signing import Keyring
-from .state.sqlite_timeline import Timeline
 from .web import bind_unix_socket, chain_hint, run, server_ssl_context
 
 log = logging.getLogger("bootserver.workers")
@@ -54,17 +53,10 @@ _SIGNALS = {signal.SIGTERM, signal.SIGINT}
 
 
 def prepare(config: Config) -> None:
-    """The one-time set-up before workers start (see the module docstring). Raises
-    :class:`~bootserver.errors.BootserverError` (bad keys file, TLS files, port in use) or
-    ``sqlite3.Error`` (timeline)."""
+    """The one-time set-up before workers start (see the module docstring; the state store is
+    :func:`bootserver.state.backends.prepare_store`'s). Raises
+    :class:`~bootserver.errors.BootserverError` (state_dir, TLS files, port in use)."""
     config.state_dir.mkdir(parents=True, exist_ok=True)
-    if config.state_store is None:  # else the database was checked by bootserver.state.backends.prepare_store
-        Keyring.load_or_create(config.state_dir)
-        timeline = Timeline(config.state_dir, config.timeline.keep_events)
-        try:
-            timeline.nodes([])  # opens the database: creates the schema once
-        finally:
-            timeline.close()
     if config.server.tls is not None:
         server_ssl_context(config)
         check_listen(config, "server.tls.listen", config.server.tls.listen)

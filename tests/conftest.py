@@ -278,9 +278,9 @@ class CachedArtifact(NamedTuple):
 @pytest.fixture
 def publish_kernel(reference: Path) -> Callable[..., CachedArtifact]:
     """``publish_kernel(config, size)``: publish a ``size``-byte stand-in for the x86_64 kernel of
-    rhcos-stream-4.16.json (stream ``rhcos-4.16``) into ``config.cache_dir`` through the real store
+    rhcos-stream-4.16.json (stream ``rhcos-4.16``) into ``config.cache_dir`` through the real cache
     writer, as if its sha256 were the metadata's."""
-    from bootserver.store import ArtifactStore
+    from bootserver.cache import ArtifactCache
     from bootserver.streams import parse_stream
 
     def publish(config: Any, size: int) -> CachedArtifact:
@@ -290,8 +290,8 @@ def publish_kernel(reference: Path) -> Callable[..., CachedArtifact]:
         rel = meta.releases["x86_64"]
         art = rel.kernel.__class__(kind="kernel", url="http://up/k", sha256=hashlib.sha256(data).hexdigest(),
                                    signature=None, filename=rel.kernel.filename)
-        store = ArtifactStore(config.cache_dir)
-        with store.writer(rel, art) as w:
+        cache = ArtifactCache(config.cache_dir)
+        with cache.writer(rel, art) as w:
             w.write(data)
             w.commit(art.url)
         return CachedArtifact(f"/artifacts/rhcos-4.16/x86_64/{rel.version}/{rel.kernel.filename}", data, rel)

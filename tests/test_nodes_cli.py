@@ -121,6 +121,20 @@ async def test_a_damaged_timeline_stops_serve_with_one_line(tmp_path: Path, refe
     assert damaged.read_bytes() == b"not sqlite\n" * 1000  # left as found, for the operator
 
 
+async def test_a_damaged_timeline_stops_db_migrate_with_the_same_line(tmp_path: Path, reference: Path) -> None:
+    """`db migrate` reads the schema version first: a file that is no database is the same one line and
+    exit 2 as at `serve`, never a driver's message without the file or what to do."""
+    config = _config(tmp_path, reference, free_port())
+    (tmp_path / "state").mkdir()
+    damaged = tmp_path / "state" / "timeline.sqlite3"
+    damaged.write_bytes(b"not sqlite\n" * 1000)
+    rc, out, err = await run_cli("db", "migrate", "--config", str(config), timeout=30)
+    assert rc == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith(f"bootserver: {damaged}: the node timeline is damaged")
+    assert "move it aside" in err and "Traceback" not in err
+    assert damaged.read_bytes() == b"not sqlite\n" * 1000
+
+
 async def test_nodes_show_reports_coalesced_repeats(tmp_path: Path, reference: Path) -> None:
     config = _config(tmp_path, reference, free_port())
     for _ in range(3):

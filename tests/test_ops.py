@@ -15,10 +15,10 @@ import pytest
 from aiohttp.test_utils import TestServer
 from conftest import SigningClient, fixed_signer, payload, run_cli, write_config
 
+from bootserver.cache import ArtifactCache
 from bootserver.config import load_config, parse_config
 from bootserver.ignition import sha512_hash
 from bootserver.signing import Keyring, Signer, sign
-from bootserver.store import ArtifactStore
 from bootserver.streams import parse_stream
 from bootserver.web import ADMIN_APP, SERVICE, create_app, runner_kwargs
 
@@ -45,14 +45,14 @@ def fill_cache(config, reference: Path) -> dict[str, tuple[str, bytes]]:
     meta = parse_stream((reference / STREAM).read_bytes(), name="rhcos-4.16", source="x",
                         architectures=("x86_64",))
     rel = meta.releases["x86_64"]
-    store = ArtifactStore(config.cache_dir)
+    cache = ArtifactCache(config.cache_dir)
     out = {}
     for kind in ("kernel", "initramfs", "rootfs"):
         real = getattr(rel, kind)
         data = payload(kind, 100_000)
         art = real.__class__(kind=kind, url="http://up/" + kind, sha256=hashlib.sha256(data).hexdigest(),
                              signature=None, filename=real.filename)
-        with store.writer(rel, art) as w:
+        with cache.writer(rel, art) as w:
             w.write(data)
             w.commit(art.url)
         out[kind] = (f"/artifacts/rhcos-4.16/x86_64/{rel.version}/{real.filename}", data)
@@ -257,9 +257,9 @@ async def test_upstream_download_is_counted(config, reference: Path, upstream) -
     svc = app[SERVICE]
     metrics = svc.artifacts.observer
     async with svc.upstream as up:
-        assert (await up.download(svc.store, rel, good, observer=metrics))[0] == len(data)
+        assert (await up.download(svc.cache, rel, good, observer=metrics))[0] == len(data)
         with pytest.raises(Exception, match="sha256 mismatch"):
-            await up.download(svc.store, rel, bad, observer=metrics)
+            await up.download(svc.cache, rel, bad, observer=metrics)
     text = metrics.render().decode()
     assert 'bootserver_upstream_fetches_total{result="ok"} 1.0' in text
     assert 'bootserver_upstream_fetches_total{result="error"} 1.0' in text

@@ -18,11 +18,11 @@ import aiohttp
 import pytest
 from conftest import BOOTSERVER, FaultyUpstream, payload, rewrite_stream, run_cli, write_config
 
+from bootserver.cache import ArtifactCache
 from bootserver.config import parse_config
 from bootserver.errors import DiskFullError, FetchError, IntegrityError
 from bootserver.fetch import RetryPolicy, Upstream, source_urls
 from bootserver.service import BootService
-from bootserver.store import ArtifactStore
 from bootserver.web import SERVICE, create_app
 
 FAST = RetryPolicy(attempts=5, initial=0.01, maximum=0.05, jitter=0.01)
@@ -248,8 +248,8 @@ async def test_mirror_with_wrong_bytes_falls_through_to_origin(tmp_path, referen
     svc = BootService(config)
     rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
     async with Upstream(mirrors=[faulty.url + "/bad"], retry=FAST) as up:
-        _size, used = await up.download(svc.store, rel, rel.kernel)
-    assert used == faulty.url + k and svc.store.is_cached(rel, rel.kernel)
+        _size, used = await up.download(svc.cache, rel, rel.kernel)
+    assert used == faulty.url + k and svc.cache.is_cached(rel, rel.kernel)
 
 
 # --- 3. resume and retry ----------------------------------------------------------------------------
@@ -260,74 +260,74 @@ async def _download(tmp_path: Path, reference: Path, faulty: FaultyUpstream, kin
     svc = BootService(make_config(tmp_path, meta))
     rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
     art = next(a for a in rel.artifacts if a.kind == kind)
-    return svc.store, rel, art, paths[kind], files[paths[kind]]
+    return svc.cache, rel, art, paths[kind], files[paths[kind]]
 
 
 async def test_dropped_connection_resumes_with_range(tmp_path, reference, faulty) -> None:
-    store, rel, art, path, data = await _download(tmp_path, reference, faulty)
+    cache, rel, art, path, data = await _download(tmp_path, reference, faulty)
     faulty.drop[path] = 1_234_567
     async with Upstream(retry=FAST) as up:
-        size, _used = await up.download(store, rel, art)
-    assert size == len(data) and store.path(rel, art).read_bytes() == data
+        size, _used = await up.download(cache, rel, art)
+    assert size == len(data) and cache.path(rel, art).read_bytes() == data
     assert faulty.gets(path) == [None, "bytes=1234567-"]
-    assert tmp_files(store.cache_dir) == []
+    assert tmp_files(cache.cache_dir) == []
 
 
 async def test_upstream_ignoring_range_starts_over(tmp_path, reference, faulty) -> None:
-    store, rel, art, path, data = await _download(tmp_path, reference, faulty)
-    store.tmp.mkdir(parents=True)
-    store.partial_path(art).write_bytes(data[:500_000])
+    cache, rel, art, path, data = await _download(tmp_path, reference, faulty)
+    cache.tmp.mkdir(parents=True)
+    cache.partial_path(art).write_bytes(data[:500_000])
     faulty.ignore_range = True
     async with Upstream(retry=FAST) as up:
-        await up.download(store, rel, art)
+        await up.download(cache, rel, art)
     assert faulty.gets(path) == ["bytes=500000-"]
-    assert store.path(rel, art).read_bytes() == data and tmp_files(store.cache_dir) == []
+    assert cache.path(rel, art).read_bytes() == data and tmp_files(cache.cache_dir) == []
 
 
 async def test_resumed_bytes_failing_the_hash_start_over(tmp_path, reference, faulty) -> None:
-    store, rel, art, path, data = await _download(tmp_path, reference, faulty)
-    store.tmp.mkdir(parents=True)
-    store.partial_path(art).write_bytes(b"garbage" + data[7:500_000])
+    cache, rel, art, path, data = await _download(tmp_path, reference, faulty)
+    cache.tmp.mkdir(parents=True)
+    cache.partial_path(art).write_bytes(b"garbage" + data[7:500_000])
     async with Upstream(retry=FAST) as up:
-        await up.download(store, rel, art)
+        await up.download(cache, rel, art)
     assert faulty.gets(path) == ["bytes=500000-", None]
-    assert store.path(rel, art).read_bytes() == data
+    assert cache.path(rel, art).read_bytes() == data
 
 
 async def test_503_is_retried_with_backoff_then_succeeds(tmp_path, reference, faulty) -> None:
-    store, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
+    cache, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [503, 429, 502]
     async with Upstream(retry=FAST) as up:
-        await up.download(store, rel, art)
-    assert faulty.gets(path) == [None] * 4 and store.is_cached(rel, art)
+        await up.download(cache, rel, art)
+    assert faulty.gets(path) == [None] * 4 and cache.is_cached(rel, art)
 
 
 async def test_retries_are_bounded(tmp_path, reference, faulty) -> None:
-    store, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
+    cache, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [503] * 10
     async with Upstream(retry=FAST) as up:
         with pytest.raises(FetchError, match=r"HTTP 503"):
-            await up.download(store, rel, art)
-    assert len(faulty.gets(path)) == 5 and not store.is_cached(rel, art)
+            await up.download(cache, rel, art)
+    assert len(faulty.gets(path)) == 5 and not cache.is_cached(rel, art)
 
 
 @pytest.mark.parametrize("status", [403, 404, 410])
 async def test_4xx_is_not_retried(tmp_path, reference, faulty, status: int) -> None:
-    store, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
+    cache, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.fail_first[path] = [status] * 3
     async with Upstream(retry=FAST) as up:
         with pytest.raises(FetchError, match=rf"{faulty.url}{path}: HTTP {status}"):
-            await up.download(store, rel, art)
+            await up.download(cache, rel, art)
     assert len(faulty.gets(path)) == 1
 
 
 async def test_hash_mismatch_from_the_only_source_raises_and_cleans(tmp_path, reference, faulty) -> None:
-    store, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
+    cache, rel, art, path, _data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.wrong.add(path)
     async with Upstream(retry=FAST) as up:
         with pytest.raises(IntegrityError):
-            await up.download(store, rel, art)
-    assert published(store.cache_dir) == [] and tmp_files(store.cache_dir) == []
+            await up.download(cache, rel, art)
+    assert published(cache.cache_dir) == [] and tmp_files(cache.cache_dir) == []
 
 
 # --- 4. crash safety: SIGKILL mid-download, then resume ---------------------------------------------
@@ -340,9 +340,9 @@ async def test_sigkill_mid_download_leaves_nothing_servable_and_rerun_resumes(tm
     rootfs, data = paths["rootfs"], files[paths["rootfs"]]
     half = 1_500_000
     faulty.pause[rootfs] = half
-    store = ArtifactStore(tmp_path / "cache")
+    cache = ArtifactCache(tmp_path / "cache")
     sha = hashlib.sha256(data).hexdigest()
-    part = store.tmp / f"{sha}.part"
+    part = cache.tmp / f"{sha}.part"
     proc = await asyncio.create_subprocess_exec(*BOOTSERVER, "sync-images", "--config", str(config),
                                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -354,29 +354,29 @@ async def test_sigkill_mid_download_leaves_nothing_servable_and_rerun_resumes(tm
     assert proc.returncode == -signal.SIGKILL
     faulty.gate.set()
     rootfs_url_path = served_path(paths, "rootfs").removeprefix("/artifacts/")
-    assert rootfs_url_path not in published(store.cache_dir)
-    assert store.lookup(tuple(rootfs_url_path.split("/"))) is None
+    assert rootfs_url_path not in published(cache.cache_dir)
+    assert cache.lookup(tuple(rootfs_url_path.split("/"))) is None
     assert part.stat().st_size == half
 
     rc, _out, err = await run_cli("sync-images", "--config", str(config))
     assert rc == 0, err
     assert faulty.gets(rootfs) == [None, f"bytes={half}-"]
-    assert (store.root / rootfs_url_path).read_bytes() == data
-    assert tmp_files(store.cache_dir) == []
+    assert (cache.root / rootfs_url_path).read_bytes() == data
+    assert tmp_files(cache.cache_dir) == []
 
 
 async def test_stale_temp_files_are_cleaned_but_locked_ones_kept(tmp_path: Path) -> None:
     import fcntl
 
-    store = ArtifactStore(tmp_path)
-    store.tmp.mkdir(parents=True)
-    (store.tmp / "old.abc.part").write_bytes(b"x")
-    (store.tmp / ("a" * 64 + ".part")).write_bytes(b"keep me")
-    busy = store.tmp / "busy.part"
+    cache = ArtifactCache(tmp_path)
+    cache.tmp.mkdir(parents=True)
+    (cache.tmp / "old.abc.part").write_bytes(b"x")
+    (cache.tmp / ("a" * 64 + ".part")).write_bytes(b"keep me")
+    busy = cache.tmp / "busy.part"
     busy.write_bytes(b"y")
     with open(busy, "rb") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
-        removed = store.clean_tmp(keep=["a" * 64])
+        removed = cache.clean_tmp(keep=["a" * 64])
     assert [p.name for p in removed] == ["old.abc.part"]
     assert tmp_files(tmp_path) == ["a" * 64 + ".part", "busy.part"]
 
@@ -416,10 +416,10 @@ async def test_disk_full_is_refused_early_and_keeps_the_cache(tmp_path, referenc
 
     from bootserver import fetch
 
-    store, rel, art, path, data = await _download(tmp_path, reference, faulty)
+    cache, rel, art, path, data = await _download(tmp_path, reference, faulty)
     async with Upstream(retry=FAST) as up:
-        await up.download(store, rel, rel.kernel)
-        kernel = store.path(rel, rel.kernel).read_bytes()
+        await up.download(cache, rel, rel.kernel)
+        kernel = cache.path(rel, rel.kernel).read_bytes()
         real = shutil.disk_usage
 
         def tiny(p: Any) -> Any:
@@ -427,11 +427,11 @@ async def test_disk_full_is_refused_early_and_keeps_the_cache(tmp_path, referenc
 
         monkeypatch.setattr(fetch.shutil, "disk_usage", tiny)
         with pytest.raises(DiskFullError) as info:
-            await up.download(store, rel, art)
+            await up.download(cache, rel, art)
     msg = str(info.value)
-    assert str(store.path(rel, art)) in msg and f"{len(data)} more bytes needed, 1000 free" in msg
-    assert store.path(rel, rel.kernel).read_bytes() == kernel and not store.path(rel, art).exists()
-    assert tmp_files(store.cache_dir) == []
+    assert str(cache.path(rel, art)) in msg and f"{len(data)} more bytes needed, 1000 free" in msg
+    assert cache.path(rel, rel.kernel).read_bytes() == kernel and not cache.path(rel, art).exists()
+    assert tmp_files(cache.cache_dir) == []
     assert len(faulty.gets(path)) == 1  # not retried
 
 
@@ -447,10 +447,10 @@ async def test_disk_full_on_real_tmpfs(tmp_path, reference, faulty) -> None:
                                        "t.yaml", tmp_path))
         rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
         async with Upstream(retry=FAST) as up:
-            await up.download(svc.store, rel, rel.kernel)
-            with pytest.raises(DiskFullError, match=str(svc.store.path(rel, rel.rootfs))):
-                await up.download(svc.store, rel, rel.rootfs)
-        assert svc.store.is_cached(rel, rel.kernel) and not svc.store.path(rel, rel.rootfs).exists()
+            await up.download(svc.cache, rel, rel.kernel)
+            with pytest.raises(DiskFullError, match=str(svc.cache.path(rel, rel.rootfs))):
+                await up.download(svc.cache, rel, rel.rootfs)
+        assert svc.cache.is_cached(rel, rel.kernel) and not svc.cache.path(rel, rel.rootfs).exists()
         assert tmp_files(mnt) == []
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
@@ -459,9 +459,9 @@ async def test_disk_full_on_real_tmpfs(tmp_path, reference, faulty) -> None:
 async def test_disk_full_while_writing_names_path_and_size(tmp_path, reference, faulty, monkeypatch) -> None:
     import errno
 
-    from bootserver import store as store_mod
+    from bootserver import cache as cache_mod
 
-    store, rel, art, path, _data = await _download(tmp_path, reference, faulty)
+    cache, rel, art, path, _data = await _download(tmp_path, reference, faulty)
     real_fdopen = os.fdopen
 
     class FillingFile:
@@ -479,13 +479,13 @@ async def test_disk_full_while_writing_names_path_and_size(tmp_path, reference, 
         def __getattr__(self, name: str) -> Any:
             return getattr(self._f, name)
 
-    monkeypatch.setattr(store_mod.os, "fdopen", lambda *a, **k: FillingFile(real_fdopen(*a, **k)))
+    monkeypatch.setattr(cache_mod.os, "fdopen", lambda *a, **k: FillingFile(real_fdopen(*a, **k)))
     async with Upstream(retry=FAST) as up:
         with pytest.raises(DiskFullError) as info:
-            await up.download(store, rel, art)
-    assert str(info.value).startswith(f"{store.path(rel, art)}: not enough disk space")
+            await up.download(cache, rel, art)
+    assert str(info.value).startswith(f"{cache.path(rel, art)}: not enough disk space")
     assert "more bytes needed" in str(info.value)
-    assert tmp_files(store.cache_dir) == [] and not store.path(rel, art).exists()
+    assert tmp_files(cache.cache_dir) == [] and not cache.path(rel, art).exists()
     assert len(faulty.gets(path)) == 1
 
 
@@ -587,11 +587,11 @@ async def test_head_on_a_miss_and_upstream_404_is_502(tmp_path, reference, fault
 
 
 async def test_mirror_that_times_out_falls_through(tmp_path, reference, faulty) -> None:
-    store, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
+    cache, rel, art, path, data = await _download(tmp_path, reference, faulty, "kernel")
     faulty.stall.add("/slow/")
     async with Upstream(mirrors=[faulty.url + "/slow"], retry=FAST, read_timeout=0.3) as up:
-        _size, used = await up.download(store, rel, art)
-    assert used == faulty.url + path and store.path(rel, art).read_bytes() == data
+        _size, used = await up.download(cache, rel, art)
+    assert used == faulty.url + path and cache.path(rel, art).read_bytes() == data
     assert [p for p, _ in faulty.log] == ["/slow" + path, path]
 
 

@@ -167,14 +167,14 @@ async def test_two_sync_images_at_once_download_each_artifact_once(tmp_path: Pat
     from conftest import BOOTSERVER
     from test_readthrough import DEADLINE, make_stream, wait_for
 
-    from bootserver.store import ArtifactStore
+    from bootserver.cache import ArtifactCache
 
     meta, _paths, files = make_stream(tmp_path, reference, faulty)
     config = _local_stream_config(tmp_path, meta)
     for path, data in files.items():
         faulty.pause[path] = len(data) // 2
-    store = ArtifactStore(tmp_path / "cache")
-    parts = [store.tmp / f"{hashlib.sha256(d).hexdigest()}.part" for d in files.values()]
+    cache = ArtifactCache(tmp_path / "cache")
+    parts = [cache.tmp / f"{hashlib.sha256(d).hexdigest()}.part" for d in files.values()]
     first = await asyncio.create_subprocess_exec(*BOOTSERVER, "sync-images", "--config", str(config),
                                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     second = None
@@ -206,8 +206,8 @@ async def test_two_sync_images_at_once_download_each_artifact_once(tmp_path: Pat
                for line in out2.decode().splitlines()), out2.decode()
     for path, data in files.items():
         rel = path.rsplit("/", 3)
-        assert (store.root / "rhcos/x86_64" / rel[-3] / rel[-1]).read_bytes() == data
-    assert sorted(p.name for p in store.tmp.iterdir()) == []
+        assert (cache.root / "rhcos/x86_64" / rel[-3] / rel[-1]).read_bytes() == data
+    assert sorted(p.name for p in cache.tmp.iterdir()) == []
 
 
 async def test_sync_images_follows_a_download_that_serve_runs(tmp_path: Path, reference: Path,
@@ -267,8 +267,8 @@ async def test_upstream_read_timeout_bounds_a_hung_artifact_upstream(tmp_path: P
         kernel = rel.kernel.url[len(faulty.url):]
         faulty.stall.add(kernel)  # answers nothing (until the test ends)
         with pytest.raises(FetchError, match="Timeout"):
-            await asyncio.wait_for(svc.upstream.download(svc.store, rel, rel.kernel), DEADLINE)
+            await asyncio.wait_for(svc.upstream.download(svc.cache, rel, rel.kernel), DEADLINE)
     finally:
         await svc.close()
     assert len(faulty.gets(kernel)) == FAST.attempts
-    assert not svc.store.is_cached(rel, rel.kernel)
+    assert not svc.cache.is_cached(rel, rel.kernel)

@@ -1,5 +1,5 @@
 """The server through aiohttp's test client: scripts, generic entry, stubs, and artifact serving
-(Range, HEAD, ETag, 304), with a cache filled by the real store writer."""
+(Range, HEAD, ETag, 304), with a cache filled by the real cache writer."""
 
 from __future__ import annotations
 

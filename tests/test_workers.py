@@ -30,7 +30,7 @@ from test_readthrough import (
     wait_for,
 )
 
-from bootserver.store import ArtifactStore
+from bootserver.cache import ArtifactCache
 
 HEALTHZ = 'bootserver_http_requests_total{method="GET",route="/healthz",status="200"}'
 
@@ -253,7 +253,7 @@ async def _foreign_writer(app_rt: Any, paths: dict[str, str], kind: str = "rootf
     found = await app_rt.resolve(tuple(served_path(paths, kind).split("/")[2:]))
     assert found is not None
     release, artifact = found
-    return app_rt.store.writer(release, artifact, resume=True)
+    return app_rt.cache.writer(release, artifact, resume=True)
 
 
 async def test_follower_streams_a_foreign_download_and_ends_after_it_is_published(
@@ -311,7 +311,7 @@ async def test_follower_takes_over_when_no_byte_was_sent(tmp_path, reference, fa
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     client, rt = await app_client(aiohttp_client, make_config(tmp_path, meta))
     data = files[paths["rootfs"]]
-    store: ArtifactStore = rt.store
+    cache: ArtifactCache = rt.cache
     writer = await _foreign_writer(rt, paths)
     writer.__enter__()  # locked, no size known yet: the client waits for its headers
     task = asyncio.create_task(client.get(served_path(paths, "rootfs")))
@@ -322,21 +322,21 @@ async def test_follower_takes_over_when_no_byte_was_sent(tmp_path, reference, fa
     assert faulty.gets(paths["rootfs"]) == [None]
     assert "the download in another process stopped; fetching it here" in caplog.text
     await settled(rt, paths, "rootfs")
-    assert store.expected_size(writer.artifact) is None  # the size file went with the download
+    assert cache.expected_size(writer.artifact) is None  # the size file went with the download
 
 
 def test_clean_tmp_keeps_the_size_file_of_a_download_in_progress(tmp_path: Path) -> None:
-    store = ArtifactStore(tmp_path)
-    store.tmp.mkdir(parents=True)
+    cache = ArtifactCache(tmp_path)
+    cache.tmp.mkdir(parents=True)
     busy, stale = "a" * 64, "b" * 64
     for sha in (busy, stale):
-        (store.tmp / f"{sha}.part").write_bytes(b"x")
-        (store.tmp / f"{sha}.size").write_text("10")
-    fd = os.open(store.tmp / f"{busy}.part", os.O_RDWR)
+        (cache.tmp / f"{sha}.part").write_bytes(b"x")
+        (cache.tmp / f"{sha}.size").write_text("10")
+    fd = os.open(cache.tmp / f"{busy}.part", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        store.clean_tmp()
-        assert sorted(p.name for p in store.tmp.iterdir()) == [f"{busy}.part", f"{busy}.size"]
+        cache.clean_tmp()
+        assert sorted(p.name for p in cache.tmp.iterdir()) == [f"{busy}.part", f"{busy}.size"]
     finally:
         os.close(fd)
 

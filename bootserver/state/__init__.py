@@ -2,8 +2,8 @@
 marks) and the URL signing keys. One interface, two backends:
 
 * :class:`~bootserver.state.sqlite.SqliteStore` (the default, no ``state_store`` key): the sqlite
-  :class:`~bootserver.state.sqlite_timeline.Timeline` and ``keys.json`` in ``state_dir``. One machine: shared by the
-  ``serve --workers`` processes and the CLI of that machine.
+  :class:`~bootserver.state.sqlite_timeline.Timeline` and ``keys.json`` in ``state_dir``. One machine:
+  shared by the ``serve --workers`` processes and the CLI of that machine.
 * :class:`~bootserver.state.postgresql.PostgresStore` (``state_store: postgresql://...``): one
   PostgreSQL database shared by every replica, so a stub served by one replica makes the node installed
   for all, a URL signed by one verifies on all, and ``keys rotate`` / ``nodes reinstall`` through any
@@ -46,8 +46,11 @@ PUBLIC_UNAVAILABLE = "node timeline unavailable (the server cannot write its sta
 
 
 class StateStoreError(BootserverError):
-    """The state store cannot be used at start (unreachable, refused, a newer schema, no keys): exit 1,
-    one line naming the store (a PostgreSQL URL without its password)."""
+    """The state store cannot be used at start (unreachable, refused, a newer schema, no keys, a file
+    that cannot be opened): exit 1, one line naming the store (a file path, or a PostgreSQL URL without
+    its password). Each backend turns its driver's errors (``sqlite3.Error``, ``psycopg.Error``) into
+    this, or into :class:`~bootserver.errors.UnavailableError` while serving: no caller sees a driver
+    exception."""
 
 
 class StateStore(ABC):
@@ -64,6 +67,15 @@ class StateStore(ABC):
     async def start(self) -> None:
         """Open the store: create or migrate its schema, check it, load (or create) the signing keys.
         Raises :class:`~bootserver.errors.BootserverError` subclasses naming the store."""
+
+    @abstractmethod
+    async def prepare(self) -> None:
+        """The one-time set-up of a server before it listens (and before ``serve --workers`` forks, so
+        its processes do not race): create or migrate the schema and check it, load or create the
+        signing keys. Call instead of :meth:`start`, then :meth:`close`. Raises
+        :class:`StateStoreError` naming the store (a damaged sqlite file: exit 2, see
+        :class:`~bootserver.state.sqlite_timeline.TimelineDamagedError`), or the keys' errors
+        (:class:`~bootserver.signing.KeyFileError`, exit 2)."""
 
     @abstractmethod
     async def migrate(self) -> tuple[int, int]:

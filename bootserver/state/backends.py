@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from ..errors import BootserverError, InputError
 from . import StateStore
 from .sqlite import SqliteStore
-from .sqlite_timeline import Timeline
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -104,23 +103,16 @@ async def move_device_files(store: StateStore, state_dir: Path) -> list[str]:
 
 
 def prepare_store(config: Config) -> None:
-    """What ``serve`` checks before it listens (and before ``--workers`` forks): the sqlite timeline's
-    integrity (:meth:`~bootserver.state.sqlite_timeline.Timeline.check`), or that the database answers, its schema
-    is migrated and the signing keys exist; then the device record files of an older version are moved
-    into the store (:func:`move_device_files`, a log line each). Raises ``TimelineDamagedError`` (exit
-    2) or :class:`~bootserver.state.StateStoreError` (exit 1), one line each, or as
-    :func:`move_device_files`."""
-    if config.state_store is None:
-        timeline = Timeline(config.state_dir, config.timeline.keep_events)
-        try:
-            timeline.check()
-        finally:
-            timeline.close()
-
+    """What ``serve`` does before it listens (and before ``--workers`` forks): the store's one-time
+    set-up (:meth:`~bootserver.state.StateStore.prepare`: schema, integrity or connection, signing
+    keys); then the device record files of an older version are moved into the store
+    (:func:`move_device_files`, a log line each). Raises as :meth:`~bootserver.state.StateStore.prepare`
+    (``TimelineDamagedError``: exit 2; :class:`~bootserver.state.StateStoreError`: exit 1; one line
+    each) or as :func:`move_device_files`."""
     async def check() -> None:
         store = open_store(config)
         try:
-            await store.start()
+            await store.prepare()
             for line in await move_device_files(store, config.state_dir):
                 log.info("%s", line)
         finally:

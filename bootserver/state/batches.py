@@ -26,8 +26,8 @@ class Batches:
     in order; what arrives meanwhile forms the next batch. A write-through record starts a batch at
     once; write-behind records alone wait up to :attr:`WINDOW` seconds for one. So ``kill -9`` loses
     at most the repeats of the last window (plus the batch being committed); :meth:`drained` (the
-    ``close`` of a store, on SIGTERM) commits everything queued. Used by :class:`~bootserver.state.sqlite.GroupCommit`
-    (sqlite, on a writer thread) and the PostgreSQL store."""
+    ``close`` of a store, on SIGTERM) commits everything queued. Used by
+    :class:`~bootserver.state.sqlite.GroupCommit` (sqlite, on a writer thread) and the PostgreSQL store."""
 
     #: Seconds a write-behind record waits for its batch when no write-through record starts one.
     WINDOW = 0.25

@@ -3,13 +3,16 @@ WAL) and the keys file, both in ``state_dir``. Zero set-up; shared by the proces
 
 Reads (:meth:`SqliteStore.current`, :meth:`SqliteStore.attribute`: one indexed row) run on the event
 loop over the timeline's read connection; :meth:`SqliteStore.current` keeps what it read while the
-timeline's generation (:meth:`~bootserver.state.sqlite_timeline.Timeline.generation`) is unchanged. Writes go through
-:class:`GroupCommit`'s writer thread; listings run in a worker thread.
+timeline's generation (:meth:`~bootserver.state.sqlite_timeline.Timeline.generation`) is unchanged.
+Writes go through :class:`GroupCommit`'s writer thread; listings run in a worker thread. Every
+``sqlite3.Error`` stays here: it becomes :class:`~bootserver.errors.UnavailableError` (HTTP 503) while
+serving, :class:`~bootserver.state.StateStoreError` at start and in ``db migrate``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 from collections.abc import Iterable, Mapping
@@ -20,7 +23,7 @@ from typing import Any, NoReturn
 from ..errors import UnavailableError
 from ..signing import Keyring
 from ..timeline import Current, Event, NodeState, Record
-from . import PUBLIC_UNAVAILABLE, StateStore
+from . import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
 from .batches import Batches
 from .sqlite_timeline import SCHEMA_VERSION, Timeline
 
@@ -82,8 +85,6 @@ class GroupCommit(Batches):
         self._executor = self._checkpointer = None
 
 
-
-
 class SqliteStore(StateStore):
     """The sqlite timeline ``<state_dir>/timeline.sqlite3`` and ``<state_dir>/keys.json``.
 
@@ -111,15 +112,32 @@ class SqliteStore(StateStore):
     async def start(self) -> None:
         """Nothing: the timeline opens on first use, the keys file on first signature."""
 
+    async def prepare(self) -> None:
+        """Open the timeline (creating or migrating it) and check its integrity
+        (:meth:`~bootserver.state.sqlite_timeline.Timeline.check`), then load or create the keys file.
+        Raises ``TimelineDamagedError`` (exit 2), :class:`StateStoreError`, ``KeyFileError`` (exit 2) or
+        ``KeyStoreError``, one line naming the file."""
+        await asyncio.to_thread(self.timeline.check)
+        await asyncio.to_thread(self.keyring)
+
     async def migrate(self) -> tuple[int, int]:
-        """Open (create or migrate) the timeline and check it; ``(version before, after)``."""
+        """Open (create or migrate) the timeline and check it; ``(version before, after)``. Raises as
+        :meth:`prepare`."""
+        def version() -> int:
+            if not self.timeline.path.exists():
+                return 0
+            with contextlib.closing(sqlite3.connect(self.timeline.path)) as db:
+                before: int = db.execute("PRAGMA user_version").fetchone()[0]
+                if before == 0 and db.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone():
+                    before = 1
+                return before
+
         def run() -> tuple[int, int]:
-            before = 0
-            if self.timeline.path.exists():
-                with sqlite3.connect(self.timeline.path) as db:
-                    before = db.execute("PRAGMA user_version").fetchone()[0]
-                    if before == 0 and db.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone():
-                        before = 1
+            try:
+                before = version()
+            except sqlite3.Error as e:
+                self.timeline.check()  # a damaged or unopenable file: its own one-line error
+                raise StateStoreError(f"{self.timeline.path}: node timeline: {e}") from None
             self.timeline.check()
             return before, SCHEMA_VERSION
 
@@ -128,7 +146,10 @@ class SqliteStore(StateStore):
     async def close(self) -> None:
         await self.writes.drained(closing=True)
         await asyncio.to_thread(self.writes.close)
-        await asyncio.to_thread(self.timeline.close)
+        try:
+            await asyncio.to_thread(self.timeline.close)
+        except sqlite3.Error as e:
+            raise StateStoreError(f"{self.timeline.path}: node timeline: {e}") from None
 
     async def stage(self, node: str) -> str:
         return (await self.current(node)).stage

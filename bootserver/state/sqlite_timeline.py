@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import BootserverError, InputError
+from ..errors import InputError
 from ..timeline import (
     ATTRIBUTION_WINDOW,
     BATCH_ROWS_SQL,
@@ -42,6 +42,7 @@ from ..timeline import (
     device_of,
     plan_batch,
 )
+from . import StateStoreError
 
 #: The file beside the timeline database whose bytes change whenever a commit changed a node's stage or
 #: newest row (:meth:`Timeline.generation`): a shared-memory signal between the processes of one machine
@@ -126,9 +127,9 @@ def _migrate(db: sqlite3.Connection) -> None:
         raise
 
 
-class TimelineDamagedError(InputError):
-    """The timeline database is not a usable sqlite database (exit 2). The message names the file and
-    what to do."""
+class TimelineDamagedError(StateStoreError, InputError):
+    """The timeline database is not a usable sqlite database (exit 2, as bad input). The message names
+    the file and what to do."""
 
 
 
@@ -195,14 +196,14 @@ class Timeline:
         """Open the database (creating or migrating it) and check its integrity (``PRAGMA quick_check``:
         reads every page once), so a damaged file stops a server at start instead of answering 503 to
         every script. Raises :class:`TimelineDamagedError` (exit 2) naming the file and what to do,
-        :class:`~bootserver.errors.BootserverError` (exit 1) when it cannot be opened at all (``state_dir``
+        :class:`~bootserver.state.StateStoreError` (exit 1) when it cannot be opened at all (``state_dir``
         not creatable, permissions, locked): one line naming the file."""
         try:
             with self._lock:
                 problems = [r[0] for r in self._db().execute("PRAGMA quick_check").fetchall()]
         except (sqlite3.OperationalError, OSError) as e:  # cannot open, locked, read-only: not damage
             self.close()
-            raise BootserverError(f"{self.path}: cannot open the node timeline: "
+            raise StateStoreError(f"{self.path}: cannot open the node timeline: "
                                   f"{getattr(e, 'strerror', None) or e}") from None
         except sqlite3.DatabaseError as e:  # not a database, malformed
             problems = [str(e)]

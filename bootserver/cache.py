@@ -16,7 +16,7 @@ rename is atomic.
 
 Every file in ``tmp/`` is held under an exclusive ``flock`` while a process writes it. The next download
 of the same artifact (in any process) takes over ``tmp/<sha256>.part`` and resumes from its length; a
-file nobody holds a lock on is stale and :meth:`ArtifactStore.clean_tmp` may remove it.
+file nobody holds a lock on is stale and :meth:`ArtifactCache.clean_tmp` may remove it.
 
 Other processes may *follow* a download they find locked (see :mod:`bootserver.readthrough`): they
 read the growing ``tmp/<sha256>.part``, learn the full size from ``tmp/<sha256>.size`` (written by the
@@ -49,7 +49,7 @@ class AlreadyCached(Exception):
     """An exclusive writer got the lock but the artifact was published meanwhile: nothing to do."""
 
 
-class ArtifactStore:
+class ArtifactCache:
     """The cache of live PXE artifacts under ``cache_dir`` (see the module docstring for the layout)."""
 
     def __init__(self, cache_dir: Path) -> None:
@@ -228,9 +228,9 @@ class ArtifactWriter:
     connection, a cancelled task), so the next download resumes it. ``bytes_written`` counts bytes.
     """
 
-    def __init__(self, store: ArtifactStore, dest: Path, artifact: Artifact, *, resume: bool = False,
+    def __init__(self, cache: ArtifactCache, dest: Path, artifact: Artifact, *, resume: bool = False,
                  exclusive: bool = False) -> None:
-        self.store = store
+        self.cache = cache
         self.dest = dest
         self.artifact = artifact
         self.resume = resume
@@ -253,7 +253,7 @@ class ArtifactWriter:
     @expected_size.setter
     def expected_size(self, value: int | None) -> None:
         if value is not None and value != self._expected_size and self.resumable:
-            size_file = self.store.size_path(self.artifact)
+            size_file = self.cache.size_path(self.artifact)
             tmp = size_file.with_name(f"{size_file.name}.{os.getpid()}")
             try:
                 tmp.write_text(str(value))
@@ -267,7 +267,7 @@ class ArtifactWriter:
         # The holder of the resumable partial's lock is the only writer of its size file, so it also
         # removes one left by a process killed mid-download, not only the one it wrote itself.
         if self._size_file is not None or self.resumable:
-            self.store.size_path(self.artifact).unlink(missing_ok=True)
+            self.cache.size_path(self.artifact).unlink(missing_ok=True)
             self._size_file = None
 
     @property
@@ -277,15 +277,15 @@ class ArtifactWriter:
         return self._tmp
 
     def __enter__(self) -> ArtifactWriter:
-        self.store.tmp.mkdir(parents=True, exist_ok=True)
+        self.cache.tmp.mkdir(parents=True, exist_ok=True)
         fd = None
         if self.resume:
-            part = self.store.partial_path(self.artifact)
+            part = self.cache.partial_path(self.artifact)
             fd = _lock(part, os.O_RDWR | os.O_CREAT)
             if fd is None and self.exclusive:
                 raise PartialBusy(part)
             if fd is not None and self.exclusive and self.dest.is_file() and \
-                    self.store.recorded_sha256(self.dest) == self.artifact.sha256:
+                    self.cache.recorded_sha256(self.dest) == self.artifact.sha256:
                 part.unlink(missing_ok=True)  # published meanwhile: what is left here is of no use
                 os.close(fd)
                 raise AlreadyCached(self.dest)
@@ -299,7 +299,7 @@ class ArtifactWriter:
                 self.resumed_from = self.bytes_written
                 os.lseek(fd, 0, os.SEEK_END)
         if fd is None:
-            fd, tmp = tempfile.mkstemp(dir=self.store.tmp, prefix=f"{self.artifact.filename}.", suffix=".part")
+            fd, tmp = tempfile.mkstemp(dir=self.cache.tmp, prefix=f"{self.artifact.filename}.", suffix=".part")
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._tmp = Path(tmp)
         self._file = os.fdopen(fd, "r+b")
@@ -323,7 +323,7 @@ class ArtifactWriter:
     def _disk_full(self, at_least: int) -> DiskFullError:
         needed = max(at_least, (self.expected_size or 0) - self.bytes_written)
         try:
-            free = shutil.disk_usage(self.store.tmp).free
+            free = shutil.disk_usage(self.cache.tmp).free
         except OSError:
             free = 0
         return DiskFullError(self.dest, needed, free)
@@ -358,7 +358,7 @@ class ArtifactWriter:
             os.fsync(self._file.fileno())
             os.chmod(self._tmp, 0o644)
             self.dest.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.store.sidecar(self.dest), (actual + "\n").encode())
+            write_atomic(self.cache.sidecar(self.dest), (actual + "\n").encode())
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise self._disk_full(0) from None
