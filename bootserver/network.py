@@ -11,7 +11,7 @@ at load (:func:`check_network_settings`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BeforeValidator, Discriminator, Tag
 
@@ -20,6 +20,9 @@ from .ipxe import NETWORK_KARGS
 from .nmstate import NetworkConfigError, NetworkState, check_network, dracut_kargs
 from .providers.base import DeviceRecordError, provider_of
 from .providers.equinix_network import equinix_network
+
+if TYPE_CHECKING:  # a type only: config sits above this module (docs/design.md, Layers)
+    from .config import Config
 
 #: The ``network`` modes that are not an NMState document.
 MODES = ("dhcp", "provider")
@@ -43,7 +46,7 @@ NetworkSetting = Annotated[
 # ------------------------------------------------------------------------------------------ a node
 
 
-def effective_network(config: Any, node: str) -> str | NetworkState:
+def effective_network(config: Config, node: str) -> str | NetworkState:
     """The node's ``network``: its own, else its profile's, else ``"dhcp"``."""
     spec = config.nodes[node]
     if spec.network is not None:
@@ -52,7 +55,7 @@ def effective_network(config: Any, node: str) -> str | NetworkState:
     return profile.network if profile.network is not None else "dhcp"
 
 
-def node_network(config: Any, node: str, device: Mapping[str, Any] | None) -> NetworkState | None:
+def node_network(config: Config, node: str, device: Mapping[str, Any] | None) -> NetworkState | None:
     """The NMState document of a node in a loaded config, ``None`` for ``dhcp``. For ``provider``, derived
     from ``device``, the node's device record as the state store holds it (:attr:`Current.device
     <bootserver.timeline.Current.device>`; ``None`` without one) by :func:`equinix_network`.
@@ -74,7 +77,7 @@ def node_network(config: Any, node: str, device: Mapping[str, Any] | None) -> Ne
     return network
 
 
-def node_kargs(config: Any, node: str, device: Mapping[str, Any] | None) -> tuple[str, ...]:
+def node_kargs(config: Config, node: str, device: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The dracut network kernel arguments of a node (``()`` for ``dhcp``), with its hostname; ``device``
     is its device record (``None`` without one), read by ``network: provider`` only.
 
@@ -92,7 +95,7 @@ def node_kargs(config: Any, node: str, device: Mapping[str, Any] | None) -> tupl
 # ------------------------------------------------------------------------------------------ config
 
 
-def check_network_settings(config: Any, source: str) -> None:
+def check_network_settings(config: Config, source: str) -> None:
     """The cross-key checks of every ``network`` key of a loaded :class:`~bootserver.config.Config`
     (``profiles``, ``nodes``):
     :func:`check_network` on each NMState document, the node's kargs built once (every word checked),
@@ -103,19 +106,22 @@ def check_network_settings(config: Any, source: str) -> None:
     Raises :class:`~bootserver.errors.ConfigError` naming ``source`` and the key:
     ``nodes.master-0.network.interfaces[2].link-aggregation.port[1]: no interface named ens9``.
     """
-    for kind, items in (("profiles", config.profiles), ("nodes", config.nodes)):
-        for name, item in items.items():
-            if not isinstance(item.network, NetworkState):
-                continue
-            try:
-                if kind == "nodes":
-                    dracut_kargs(item.network, item.hostname or name)
-                else:
-                    check_network(item.network)
-            except NetworkConfigError as e:
-                raise ConfigError(source, f"{kind}.{name}.network.{e.path}".rstrip("."), e.message) from None
-            except ValueError as e:  # UnsafeValueError: a word iPXE would not read literally
-                raise ConfigError(source, f"{kind}.{name}.network", str(e)) from None
+    # (key, network, hostname): a node's document is checked with its kargs, a profile's (no hostname) alone
+    documents: list[tuple[str, str | NetworkState | None, str | None]] = [
+        (f"profiles.{name}", p.network, None) for name, p in config.profiles.items()]
+    documents += [(f"nodes.{name}", n.network, n.hostname or name) for name, n in config.nodes.items()]
+    for key, network, hostname in documents:
+        if not isinstance(network, NetworkState):
+            continue
+        try:
+            if hostname is not None:
+                dracut_kargs(network, hostname)
+            else:
+                check_network(network)
+        except NetworkConfigError as e:
+            raise ConfigError(source, f"{key}.network.{e.path}".rstrip("."), e.message) from None
+        except ValueError as e:  # UnsafeValueError: a word iPXE would not read literally
+            raise ConfigError(source, f"{key}.network", str(e)) from None
     for name, node in config.nodes.items():
         profile = config.profiles.get(node.profile)
         if profile is None:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bootserver.config import Config
 from bootserver.providers.base import (
     DEFAULT_PROVIDER,
     Outcome,
@@ -79,7 +80,7 @@ class DeviceFailed(ProviderError):
 # ----------------------------------------------------------------------------------------- grouping
 
 
-def by_provider(config: Any, nodes: Sequence[str]) -> dict[str, list[str]]:
+def by_provider(config: Config, nodes: Sequence[str]) -> dict[str, list[str]]:
     """``{provider name: its nodes, in the given order}``; a node that names no provider goes to
     :data:`~bootserver.providers.base.DEFAULT_PROVIDER` (``equinix``, as before providers existed)."""
     groups: dict[str, list[str]] = {}
@@ -100,7 +101,7 @@ class BlockingStateStore:
     manager). Raises what :meth:`~bootserver.state.StateStore.start` raises; the other methods raise
     ``UnavailableError`` (exit 1) naming the store when it cannot answer."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Config) -> None:
         self._loop = asyncio.new_event_loop()
         self.store = open_store(config)
         try:
@@ -164,7 +165,7 @@ class WaitPolicy:
 
 
 def wait_for_nodes(
-    config: Any,
+    config: Config,
     watched: dict[str, tuple[Provider[Any], dict[str, Any]]],
     store: BlockingStateStore,
     *,
@@ -270,7 +271,7 @@ def wait_for_nodes(
 
 
 def provision(
-    config: Any,
+    config: Config,
     options: Mapping[str, ProviderOptions],
     nodes: Sequence[str],
     *,
@@ -308,7 +309,7 @@ def provision(
         return [watched[n][0].line(n, devices[n]) for n in dict.fromkeys(nodes)]
 
 
-def deprovision(config: Any, options: Mapping[str, ProviderOptions], nodes: Sequence[str], *,
+def deprovision(config: Config, options: Mapping[str, ProviderOptions], nodes: Sequence[str], *,
                 say: Say = lambda n, m: None) -> list[str]:
     """Undo ``provision`` for ``nodes`` with their providers (``options`` as for :func:`provision`)
     and clear their recorded devices. Returns one output line per node. A node whose provider fails
@@ -324,7 +325,7 @@ def deprovision(config: Any, options: Mapping[str, ProviderOptions], nodes: Sequ
     return [lines[n] for n in dict.fromkeys(nodes)]
 
 
-def devices(config: Any, options: Mapping[str, ProviderOptions]) -> list[str]:
+def devices(config: Config, options: Mapping[str, ProviderOptions]) -> list[str]:
     """The lines of ``bootserver devices``: each provider in use (nodes of its own, or options naming
     it; Equinix when none is) lists its devices with bootserver's stage of each node, given the device
     records of the state store (whichever replica's config recorded them). ``options`` as for
@@ -346,7 +347,7 @@ def _options_of(cls: type[Provider[Any]], options: Mapping[str, ProviderOptions]
     return options.get(cls.name) or cls.options_type()
 
 
-def _open(name: str, config: Any, options: Mapping[str, ProviderOptions], urls: Urls) -> Provider[Any]:
+def _open(name: str, config: Config, options: Mapping[str, ProviderOptions], urls: Urls) -> Provider[Any]:
     """The provider ``name`` opened with its options."""
     cls = provider_class(name)
     return cls.open(config, _options_of(cls, options), urls)

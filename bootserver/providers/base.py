@@ -30,12 +30,16 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import tenacity
 from pydantic import BaseModel
 
 from bootserver.errors import BootserverError, InputError, UnavailableError
+
+if TYPE_CHECKING:  # a type only: config sits above this module (docs/design.md, Layers)
+    from bootserver.config import Config
+    from bootserver.urls import Urls
 
 log = logging.getLogger("bootserver.providers")
 
@@ -264,12 +268,12 @@ class Provider(Generic[OptionsT]):
     options_title: ClassVar[str] = ""
 
     @classmethod
-    def used_by(cls, config: Any, options: OptionsT) -> bool:
+    def used_by(cls, config: Config, options: OptionsT) -> bool:
         """Whether ``devices`` should ask this provider (it has nodes, or options name it)."""
         return any(provider_of(config, n) == cls.name for n in config.nodes)
 
     @classmethod
-    def open(cls, config: Any, options: OptionsT, urls: Any) -> Provider[OptionsT]:
+    def open(cls, config: Config, options: OptionsT, urls: Urls) -> Provider[OptionsT]:
         """An open client for ``config`` and the command's options (built once by the CLI); ``urls``
         is the command's :class:`~bootserver.urls.Urls` (signed with the state store's keys, which
         load only when a URL is signed). Raises ``InputError``."""
@@ -329,7 +333,7 @@ def provider_classes() -> list[type[Provider[Any]]]:
     return [provider_class(name) for name in REGISTRY]
 
 
-def provider_of(config: Any, node: str) -> str | None:
+def provider_of(config: Config, node: str) -> str | None:
     """The provider a node names (``nodes.<n>.provider``, else ``profiles.<p>.provider``), else the one
     whose settings it has (a non-empty ``metal:`` implies ``equinix``), else ``None``."""
     spec = config.nodes[node]
@@ -345,14 +349,14 @@ def provider_of(config: Any, node: str) -> str | None:
     return None
 
 
-def node_settings(config: Any, node: str, provider: type[Provider[Any]]) -> Any:
+def node_settings(config: Config, node: str, provider: type[Provider[Any]]) -> Any:
     """The provider's settings of ``node``: its mapping merged over its profile's (node wins)."""
     spec = config.nodes[node]
     profile = config.node_profile(node)
     return getattr(spec, provider.settings_key).merged_over(getattr(profile, provider.settings_key))
 
 
-def boot_platform(config: Any, node: str) -> str:
+def boot_platform(config: Config, node: str) -> str:
     """The ``ignition.platform.id`` / ``coreos.inst.platform_id`` of a node (docs/design.md, rules 4-5):
     its profile's ``platform_id`` if set, else its provider's (``packet`` for Equinix, ``metal`` for
     Redfish), else ``packet`` (a node with no provider, as before providers existed). The console

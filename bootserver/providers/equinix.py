@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
+from bootserver.config import Config
 from bootserver.config.messages import describe_error
 from bootserver.errors import InputError
 from bootserver.providers.base import (
@@ -69,7 +70,7 @@ def settings_from_options(**options: Any) -> MetalSettings:
         raise InputError(f"--{option}: {message}") from None
 
 
-def node_settings(config: Any, node: str) -> MetalSettings:
+def node_settings(config: Config, node: str) -> MetalSettings:
     """The merged ``metal:`` settings of ``node`` in a loaded ``bootserver.config.Config``: the node's
     mapping over its profile's (both already checked at config load). ``always_pxe`` defaults to true
     when the profile boots once (an installed node then gets the boot-disk script on every PXE boot,
@@ -254,7 +255,7 @@ class Equinix(Provider[EquinixOptions]):
     options_type = EquinixOptions
     options_title = "Equinix Metal (provider equinix)"
 
-    def __init__(self, config: Any, options: EquinixOptions, client: EquinixMetal, urls: Urls) -> None:
+    def __init__(self, config: Config, options: EquinixOptions, client: EquinixMetal, urls: Urls) -> None:
         self.config = config
         self.options = options
         self.client = client
@@ -262,12 +263,12 @@ class Equinix(Provider[EquinixOptions]):
         self.urls = urls
 
     @classmethod
-    def used_by(cls, config: Any, options: EquinixOptions) -> bool:
+    def used_by(cls, config: Config, options: EquinixOptions) -> bool:
         """Asked by ``devices`` when a project is known or a node is an Equinix node."""
         return bool(options.project or config.metal.project) or super().used_by(config, options)
 
     @classmethod
-    def open(cls, config: Any, options: EquinixOptions, urls: Urls) -> Equinix:
+    def open(cls, config: Config, options: EquinixOptions, urls: Urls) -> Equinix:
         """A client from ``METAL_AUTH_TOKEN`` / ``METAL_API_URL`` / ``metal.api_url``. Checks the
         command's options first (exit 2 before any call). Raises ``MissingTokenError``."""
         if options.spot_price_max is not None and not options.spot_price_max >= 0:

@@ -45,6 +45,7 @@ import requests
 import sushy
 import sushy.exceptions as sx
 
+from bootserver.config import Config
 from bootserver.errors import InputError
 from bootserver.iso import boot_network
 from bootserver.providers.base import (
@@ -223,7 +224,7 @@ class Redfish(Provider[RedfishOptions]):
     options_type = RedfishOptions
     options_title = "Redfish (provider redfish)"
 
-    def __init__(self, config: Any, options: RedfishOptions, urls: Urls, *,
+    def __init__(self, config: Config, options: RedfishOptions, urls: Urls, *,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
                  poll_interval: float = 1.0) -> None:
         self.config = config
@@ -235,7 +236,7 @@ class Redfish(Provider[RedfishOptions]):
         self._bmcs: dict[tuple[str, str | None], Bmc] = {}
 
     @classmethod
-    def open(cls, config: Any, options: RedfishOptions, urls: Urls) -> Redfish:
+    def open(cls, config: Config, options: RedfishOptions, urls: Urls) -> Redfish:
         """No connection yet: each node's BMC is opened when first used."""
         if not options.grace >= 0:
             raise InputError(f"--grace: must not be negative, got {options.grace:g}")

@@ -8,13 +8,16 @@ the config and uses this model.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, field_validator
 
 from bootserver.providers.base import provider_of
 from bootserver.values import SettingsModel, null_as_empty
+
+if TYPE_CHECKING:  # a type only: config sits above this module (docs/design.md, Layers)
+    from bootserver.config import Config
 
 
 def _check_address(value: str | None) -> str | None:
@@ -83,7 +86,7 @@ class RedfishSettings(SettingsModel):
 RedfishField = Annotated[RedfishSettings, BeforeValidator(null_as_empty)]
 
 
-def boots_virtual_media(config: Any, node: str) -> bool:
+def boots_virtual_media(config: Config, node: str) -> bool:
     """Whether ``provision`` boots the node from its boot image: a node of the Redfish provider with
     ``redfish.boot_source: virtual-media`` (on the node, or its profile's)."""
     if provider_of(config, node) != "redfish":
