@@ -24,8 +24,8 @@ from .ipxe import (
     check_command_line,
     render_grub_config,
 )
-from .network import DeviceRecordError, node_kargs
-from .providers.base import boot_platform
+from .network import node_kargs
+from .providers.base import DeviceRecordError, boot_platform
 from .providers.redfish_settings import boots_virtual_media
 from .signing import KeyEntry, Keyring, Signer
 from .streams import Release
@@ -138,7 +138,7 @@ def script_context(config: Config, urls: Urls, node: str, release: Release,
     Raises ``KeyError`` for an unknown node (use :func:`find_node` first), ``ValueError`` if the
     kernel arguments cannot be built (see :func:`bootserver.ipxe.build_kargs`),
     :class:`~bootserver.ipxe.CommandLineTooLong` when they do not fit the kernel, and
-    :class:`~bootserver.network.DeviceRecordError` (503) for a ``network: provider`` node without a
+    :class:`~bootserver.providers.base.DeviceRecordError` (503) for a ``network: provider`` node without a
     usable device record.
     """
     n = config.nodes[node]

@@ -128,7 +128,7 @@ def build_kargs(*, arch: str, mode: str, rootfs_url: str, stub_url: str, install
     platform (``packet``: Equinix Metal; ``metal``: any other bare metal). ``console`` is the console
     karg; ``None`` means Equinix's serial console of the architecture on ``packet`` and none on
     ``metal``. ``network`` (the node's dracut network arguments, see
-    :func:`bootserver.network.dracut_kargs`) follows it, ``extra`` is appended last. Raises
+    :func:`bootserver.nmstate.dracut_kargs`) follows it, ``extra`` is appended last. Raises
     :class:`UnsafeValueError` for a value iPXE would misread and ``ValueError`` for a non-http(s) URL or
     an unknown mode/arch/platform.
     """

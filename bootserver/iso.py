@@ -42,14 +42,8 @@ from .config import Config
 from .errors import BootserverError, ConfigError, InputError
 from .files import fsync_dir, write_atomic
 from .ipxe import GrubUnsupported, check_script_word, grub_path, grub_quote
-from .network import (
-    Interface,
-    NetworkConfigError,
-    NetworkState,
-    check_network,
-    effective_network,
-    node_network,
-)
+from .network import effective_network, node_network
+from .nmstate import Interface, NetworkConfigError, NetworkState, check_network
 from .providers.redfish_settings import boots_virtual_media
 from .urls import Urls
 
@@ -145,7 +139,7 @@ def boot_interface(state: NetworkState, macs: Iterable[str]) -> tuple[Interface,
     ``mac-address`` is one of the node's; else, when no interface names one of the node's MACs, the only
     interface that has addresses (a bond: its first port).
 
-    Raises :class:`~bootserver.network.NetworkConfigError` (path relative to ``network``) when the
+    Raises :class:`~bootserver.nmstate.NetworkConfigError` (path relative to ``network``) when the
     boot interface cannot be told: interfaces pinned to MACs none of which is the node's, or several
     interfaces with addresses and none with the node's MAC.
     """
@@ -185,7 +179,7 @@ def boot_network(config: Config, node: str, device: Mapping[str, Any] | None = N
     interface cannot be told (``nodes.<n>.network.interfaces: no interface has the node's MAC ...``), and
     :class:`IsoError` naming the node when the image cannot set what the interface needs: addresses only
     on a VLAN (the image does not tag), or only IPv6 (neither loader sets a static IPv6 address).
-    Raises :class:`~bootserver.network.DeviceRecordError` as :func:`~bootserver.network.node_network`.
+    Raises :class:`~bootserver.providers.base.DeviceRecordError` as :func:`~bootserver.network.node_network`.
     """
     macs = config.nodes[node].mac
     state = node_network(config, node, device)

@@ -42,6 +42,7 @@ from aiohttp import web
 from markupsafe import Markup
 
 from . import __version__
+from .cache_report import cache_report
 from .errors import BootserverError
 from .inventory import stall_deadlines
 from .nodes_view import format_age
@@ -414,7 +415,7 @@ async def node_page(request: web.Request) -> web.Response:
 async def cache_page(request: web.Request) -> web.Response:
     """``GET /ui/cache`` (admin): the artifact cache per stream, architecture and release."""
     page = request.app[PAGE]
-    report = page.svc.cache_report()  # a few stat calls on the cache; reads the in-flight downloads
+    report = cache_report(page.svc.artifacts)  # a few stat calls on the cache; reads the in-flight downloads
     return page.render("cache.html.j2", **report)
 
 

@@ -8,10 +8,7 @@ one method each, so the server and ``bootserver render`` can never disagree.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -25,20 +22,19 @@ from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
 from .fetch import Upstream
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
-from .inventory import script_context, stall_deadlines
+from .inventory import script_context
 from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
 from .iso import node_image
 from .network import node_kargs
-from .nodes_view import format_age
 from .readthrough import ReadThrough, Transfer
 from .signing import Signer
+from .stalls import StallWatch
 from .state.backends import open_store
 from .streams import ARTIFACT_KINDS, Release
 from .timeline import (
     BOOT_DONE_STAGES,
     INSTALLED_STAGES,
     Current,
-    NodeState,
     Record,
     artifact_event,
     boot_started,
@@ -50,15 +46,6 @@ log = logging.getLogger("bootserver.service")
 #: Seconds between background loads of a stream's metadata after one failed (see
 #: :meth:`BootService.load_metadata_soon`).
 METADATA_RETRY = 30.0
-
-#: The stall watch (:meth:`BootService.watch_stalls`) reads every node at least this often (seconds),
-#: and at most once per :data:`STALL_READ_MIN` however many events wake it.
-STALL_READ_MAX = 30.0
-STALL_READ_MIN = 1.0
-
-#: The file in ``state_dir`` whose lock (``flock``) makes one ``serve`` process of a machine the one that
-#: logs stalls (``serve --workers N`` would log each N times).
-STALL_LOCK = "stall-watch.lock"
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -141,9 +128,6 @@ class BootService:
         self.state = open_store(config)
         self.urls = Urls(config, signer, keys=self.state.keyring)
         self.real_configs = RealConfigs()
-        #: The configured nodes' stages and whether each is stalled, as last read (see
-        #: :meth:`read_stages`), for metrics scrapes.
-        self._stages: list[tuple[str, bool]] = []
         #: Called with ``(stage, seconds)`` when a node reaches one of
         #: :data:`~bootserver.timeline.BOOT_DONE_STAGES`, seconds after its boot's first script
         #: (:meth:`bootserver.metrics.Metrics.boot_done`); ``None``: not measured.
@@ -151,12 +135,10 @@ class BootService:
         #: Called with the node's name after each event recorded in this process (the live page's
         #: :class:`bootserver.page.Hub`); they must not block.
         self.record_hooks: list[Callable[[str], None]] = []
-        #: The stall watch (see :meth:`watch_stalls`): its task, what it warned about (node -> stage and
-        #: ``stage_at``), what wakes it (a recorded event), and its lock file.
-        self._stall_task: asyncio.Task[None] | None = None
-        self._stall_warned: dict[str, tuple[str, float | None]] = {}
+        #: The stall watch (one warning per stalled node; the nodes' stages for metrics scrapes), and
+        #: what wakes it after a recorded event (see :meth:`start_stall_watch`).
+        self.stall_watch = StallWatch(config, self.state)
         self._stall_wake: asyncio.Event | None = None
-        self._stall_lock: int | None = None
         self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
         self._grub_configs: RenderCache[ScriptInputs, str] = RenderCache(self._render_grub_config)
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
@@ -397,100 +379,16 @@ class BootService:
         return {**state.as_dict(time.time()), "profile": self.config.nodes[node].profile,
                 "events": [e.as_dict() for e in events]}
 
-    async def read_stages(self) -> None:
-        """Read every configured node's stage and whether it is stalled for :meth:`node_stages` (before
-        a metrics scrape; none when the state store cannot answer: the scrape still answers)."""
-        nodes = self.config.nodes
-        try:
-            states = [s for s in await self.state.nodes(list(nodes)) if s.node in nodes]
-        except UnavailableError as e:
-            log.warning("metrics: node stages not read: %s", e)
-            self._stages = []
-            return
-        deadlines, now = stall_deadlines(self.config, states), time.time()
-        self._stages = [(s.stage, (d := deadlines.get(s.node)) is not None and now >= d) for s in states]
-
-    def node_stages(self) -> list[tuple[str, bool]]:
-        """``(stage, stalled)`` of every configured node as last read by :meth:`read_stages` (for metrics)."""
-        return self._stages
-
-    def stalls(self, states: list[NodeState], now: float) -> list[NodeState]:
-        """The nodes of ``states`` that became stalled (past their stage's ``timeline.stall_after``) and
-        were not reported yet for that stage, each logged once as a warning; forgets nodes that left
-        the stage they stalled in. Returns them, for the caller to pass on."""
-        deadlines = stall_deadlines(self.config, states)
-        limits = self.config.timeline.stall_limits
-        new = []
-        for st in states:
-            deadline = deadlines.get(st.node)
-            key = (st.stage, st.stage_at)
-            if deadline is None or now < deadline:  # not stalled (any more): a new stall is new
-                self._stall_warned.pop(st.node, None)
-                continue
-            if self._stall_warned.get(st.node) == key:
-                continue
-            self._stall_warned[st.node] = key
-            new.append(st)
-            log.warning("node %s: stalled in stage %s for %s (timeline.stall_after.%s: %s)", st.node, st.stage,
-                        format_age(now - (st.stage_at or now)).removesuffix(" ago"), st.stage,
-                        format_age(limits[st.stage]).removesuffix(" ago"))
-        return new
-
-    def _next_deadline(self, states: list[NodeState], now: float) -> float | None:
-        later = [d for d in stall_deadlines(self.config, states).values() if d is not None and d > now]
-        return min(later, default=None)
-
-    async def watch_stalls(self) -> None:
-        """Log each node that becomes stalled once (:meth:`stalls`), until cancelled: reads every
-        configured node when the next stall deadline comes, when an event was recorded (at most once
-        per :data:`STALL_READ_MIN` seconds), and at least every :data:`STALL_READ_MAX` seconds. A state
-        store that cannot answer is tried again at the next read."""
-        wake = self._stall_wake = asyncio.Event()
-        names = list(self.config.nodes)
-        while True:
-            wake.clear()
-            read_at = time.time()
-            try:
-                states = await self.state.nodes(names)
-            except UnavailableError as e:
-                log.debug("stall watch: nodes not read: %s", e)
-                states = []
-            now = time.time()
-            self.stalls(states, now)
-            deadline = self._next_deadline(states, now)
-            until = now + STALL_READ_MAX if deadline is None else min(deadline, now + STALL_READ_MAX)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, until - time.time())):  # (wait_for may eat a cancel)
-                    await wake.wait()
-            # woken by an event: not more often than once per STALL_READ_MIN
-            await asyncio.sleep(max(0.0, min(until, read_at + STALL_READ_MIN) - time.time()))
-
-    def _take_stall_lock(self) -> bool:
-        """Whether this process holds ``state_dir``/:data:`STALL_LOCK` (taken now, kept until close)."""
-        try:
-            self.config.state_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.config.state_dir / STALL_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            log.warning("stall watch: %s: %s; every process logs stalls", STALL_LOCK, e.strerror)
-            return True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        self._stall_lock = fd
-        return True
-
     async def start(self) -> None:
         """Open the state store (see :meth:`bootserver.state.StateStore.start`). Raises
         :class:`~bootserver.state.StateStoreError`."""
         await self.state.start()
 
     def start_stall_watch(self) -> None:
-        """Start the stall watch (:meth:`watch_stalls`, until :meth:`close`) if this process is the one
-        of this machine that holds its lock (``serve``; call on the event loop after :meth:`start`)."""
-        if self._stall_task is None and self._take_stall_lock():
-            self._stall_task = asyncio.ensure_future(self.watch_stalls())
+        """Start the stall watch (:meth:`StallWatch.start <bootserver.stalls.StallWatch.start>`, until
+        :meth:`close`) if this process is the one of this machine that holds its lock (``serve``; call on
+        the event loop after :meth:`start`); from then on every recorded event wakes it."""
+        self._stall_wake = self.stall_watch.start()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """``(ready, report)`` of ``GET /readyz``: ready when every profile's stream metadata is loaded
@@ -533,13 +431,7 @@ class BootService:
     async def close(self) -> None:
         """Finish the background timeline writes, stop metadata loads, cancel read-through downloads
         still running (their partials stay), close the upstream, then the state store."""
-        if self._stall_task is not None:
-            self._stall_task.cancel()
-            await asyncio.gather(self._stall_task, return_exceptions=True)
-            self._stall_task = None
-        if self._stall_lock is not None:
-            os.close(self._stall_lock)
-            self._stall_lock = None
+        await self.stall_watch.close()
         await self.drain()
         for task in list(self._metadata_loads.values()):
             task.cancel()
@@ -547,67 +439,6 @@ class BootService:
         await self.artifacts.close()
         await self.upstream.close()
         await self.state.close()
-
-    def cache_report(self) -> dict[str, Any]:
-        """What the artifact cache holds, for the page (reads ``cache_dir``; no network): ``groups``, one
-        per stream/arch/release on disk or named by a stream's current metadata (per stream and arch the
-        current release first), each with ``current`` (the release the stream offers now) and its
-        ``artifacts`` (``kind``, ``file``,
-        ``size`` in bytes or ``None``, ``state``: ``verified`` (published after its sha256 matched, and
-        for the current release the metadata's sha256), ``mismatch`` (published under another sha256
-        than the current metadata's), ``unverified`` (no sha256 record), ``fetching`` or ``missing``);
-        ``downloads`` in progress (``path``, ``done`` and ``total`` bytes, here or in another process
-        such as ``sync-images``); ``total`` bytes and ``files`` published; ``read_through``."""
-        cache = self.cache
-        current: dict[tuple[str, str, str], Release] = {}
-        for stream in self.config.streams:
-            try:
-                meta = self.catalog.cached(stream)
-            except BootserverError:
-                meta = None
-            for arch, rel in (meta.releases.items() if meta is not None else ()):
-                current[(stream, arch, rel.version)] = rel
-        groups: dict[tuple[str, str, str], dict[str, Any]] = {}
-        total = files = 0
-        if cache.root.is_dir():
-            for path in sorted(cache.root.glob("*/*/*/*")):
-                if path.name.startswith(".") or not path.is_file():
-                    continue
-                stream, arch, version = path.relative_to(cache.root).parts[:3]
-                size = path.stat().st_size
-                total, files = total + size, files + 1
-                found = current.get((stream, arch, version))
-                kind = next((a.kind for a in found.artifacts if a.filename == path.name), None) if found else None
-                recorded = cache.recorded_sha256(path)
-                state = "unverified" if recorded is None else "verified"
-                if found is not None and kind is not None and recorded is not None and \
-                        recorded != getattr(found, kind).sha256:
-                    state = "mismatch"
-                group = groups.setdefault((stream, arch, version), {
-                    "stream": stream, "arch": arch, "release": version, "current": found is not None, "artifacts": []})
-                group["artifacts"].append({"kind": kind, "file": path.name, "size": size, "state": state})
-        downloads = [{"path": cache.relpath(rel, art), "done": done, "total": size}
-                     for rel, art, done, size in self.artifacts.downloads()]
-        here = {d["path"] for d in downloads}
-        for key, rel in sorted(current.items()):
-            group = groups.setdefault(key, {"stream": key[0], "arch": key[1], "release": key[2], "current": True,
-                                            "artifacts": []})
-            have = {a["file"] for a in group["artifacts"]}
-            for art in rel.artifacts:
-                if art.filename in have:
-                    continue
-                status = self.artifacts.status(rel, art)
-                group["artifacts"].append({"kind": art.kind, "file": art.filename, "size": None, "state": status})
-                relpath = cache.relpath(rel, art)
-                if status == "fetching" and relpath not in here:  # another process downloads it
-                    try:
-                        done = cache.partial_path(art).stat().st_size
-                    except OSError:
-                        done = 0
-                    downloads.append({"path": relpath, "done": done, "total": cache.expected_size(art)})
-        ordered = sorted(groups.values(), key=lambda g: (g["stream"], g["arch"], not g["current"], g["release"]))
-        return {"groups": ordered, "downloads": downloads, "total": total, "files": files,
-                "read_through": self.artifacts.enabled, "cache_dir_label": str(self.config.cache_dir)}
 
     def artifact_kind(self, segments: tuple[str, ...]) -> str:
         """``kernel``, ``initramfs`` or ``rootfs`` when the artifact URL segments ``(stream, arch,

@@ -392,7 +392,7 @@ async def node_report(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     """``GET /metrics`` (admin): Prometheus text exposition format."""
     await _service(request).drain()
-    await _service(request).read_stages()
+    await _service(request).stall_watch.read_stages()
     body = await asyncio.to_thread(request.app[accesslog.METRICS].render)
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
@@ -442,7 +442,7 @@ def create_app(config: Config, signer: Signer | None = None) -> web.Application:
     ``signer`` signs and verifies per-node URLs (default: the keys file in ``state_dir``, wall clock).
     """
     svc = BootService(config, signer)
-    metrics = Metrics(svc.node_stages)
+    metrics = Metrics(svc.stall_watch.node_stages)
     svc.artifacts.observer = metrics
     svc.boot_observer = metrics.boot_done
     gate = Gate(config, svc.urls.signer.check)

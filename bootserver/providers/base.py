@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import tenacity
 
-from bootserver.errors import BootserverError, InputError
+from bootserver.errors import BootserverError, InputError, UnavailableError
 
 if TYPE_CHECKING:  # a type only: config sits above this module (docs/design.md, Layers)
     from bootserver.config import Config
@@ -77,6 +77,14 @@ class ProviderNotFound(ProviderError):
 
 class MissingCredentials(InputError):
     """No credentials where the config says to find them (exit 2); the message names the variable or file."""
+
+
+class DeviceRecordError(UnavailableError):
+    """A node's device record cannot give its network now (no record, an old record, a network type
+    we do not configure): 503 to the device, exit 1 from ``render``. The message says what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, public=message)  # written for the operator, with no local path
 
 
 # --------------------------------------------------------------------------------------------- retries
