@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
@@ -39,9 +39,8 @@ ARTIFACT_KIND = web.RequestKey("artifact_kind", str)
 #: Request storage: ``on_sent(status, body bytes sent, complete)``, called once the answer's last byte
 #: went out or its connection broke (e.g. :meth:`BootService.artifact_answered`). Like
 #: :data:`ARTIFACT_KIND` and :data:`BODY_SENT`, read for the artifact route only.
-# (mypy: RequestKey's second argument is typed as a class, type[T], and a Callable type is not one)
-ON_SENT: web.RequestKey[Callable[[int, int, bool], None]] = web.RequestKey(
-    "on_sent", Callable[[int, int, bool], None])  # type: ignore[arg-type]
+# (a Callable is not a class, so its type goes in the subscript, as aiohttp's BaseKey documents)
+ON_SENT = web.RequestKey[Callable[[int, int, bool], None]]("on_sent")
 #: Request storage: ``(body bytes sent, complete)`` counted by a handler whose client went away during a
 #: ``sendfile`` (aiohttp does not count those bytes); :func:`sent_body_bytes` prefers it.
 BODY_SENT = web.RequestKey("body_sent", tuple)
@@ -125,7 +124,15 @@ class ProtocolLog(logging.LoggerAdapter[logging.Logger]):
         super().exception(msg, *args, exc_info=exc_info, **kwargs)
 
 
-def runner_kwargs(metrics: Metrics | None) -> dict[str, Any]:
+class RunnerKwargs(TypedDict):
+    """The access-log keyword arguments of :class:`aiohttp.web.AppRunner` (see :func:`runner_kwargs`)."""
+
+    access_log_class: type[AbstractAccessLogger]
+    access_log: logging.Logger
+    logger: ProtocolLog
+
+
+def runner_kwargs(metrics: Metrics | None) -> RunnerKwargs:
     """Keyword arguments for ``AppRunner``/``TestServer.start_server``: our access logger, counting in
     ``metrics``, and :class:`ProtocolLog` (see :func:`bootserver.web.runner_kwargs`)."""
     bound = type("AccessLogger", (AccessLogger,), {"metrics": metrics})

@@ -11,7 +11,7 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 # Each subcommand imports the modules it runs inside its function, on purpose: a command loads only what
 # it uses (``bootserver nodes`` loads no aiohttp application, ``check-config`` no state store).
-
-Command = Callable[[argparse.Namespace, Config], int]
 
 
 def _cmd_serve(args: argparse.Namespace, config: Config) -> int:

@@ -161,9 +161,6 @@ def sha512_hash(data: bytes) -> str:
     return "sha512-" + hashlib.sha512(data).hexdigest()
 
 
-#: The check-in unit's name (systemd).
-CHECKIN_UNIT = "bootserver-checkin.service"
-
 #: The unit's curl options: fail on an HTTP error, quiet unless it fails; each try gives up after 30 s,
 #: and failures to connect, timeouts and 408/429/5xx answers are tried again 30 times, 10 s apart
 #: (``--retry-connrefused`` needs curl 7.52: RHCOS 4.x on RHEL 8 ships 7.61, FCOS 8.x). A 403 (a key
@@ -182,7 +179,8 @@ def _systemd_word(word: str) -> str:
 
 
 def checkin_unit(url: str) -> str:
-    """The text of :data:`CHECKIN_UNIT` for check-in URL ``url``: a oneshot service ordered after
+    """The text of the check-in unit (``bootserver-checkin.service``, named in ``ignition/checkin.ign``)
+    for check-in URL ``url``: a oneshot service ordered after
     ``network-online.target`` (and wanting it), wanted by ``multi-user.target``, whose ``ExecStart`` is
     :data:`CHECKIN_CURL` then ``url`` (quoted for systemd). ``url`` must not contain a newline
     (``ValueError``)."""

@@ -119,9 +119,8 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
     ssl_ctx = server_ssl_context(config) if config.server.tls else None
     app = create_app(config)
     admin = app[ADMIN_APP]
-    # runner_kwargs: a dict of AppRunner's keyword arguments (values of several types)
-    runner = web.AppRunner(app, **runner_kwargs(app))  # type: ignore[arg-type]
-    admin_runner = web.AppRunner(admin, **runner_kwargs(admin))  # type: ignore[arg-type]
+    runner = web.AppRunner(app, **runner_kwargs(app))
+    admin_runner = web.AppRunner(admin, **runner_kwargs(admin))
     await runner.setup()
     await admin_runner.setup()
     reuse = True if reuse_port else None

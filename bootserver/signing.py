@@ -370,17 +370,17 @@ class Signer:
             until = self._verified.get((node, path, exp, sig))
             if until is not None and now < until:
                 return True
-        if verify(keyring.accepted(now), node, path, exp, sig, now):
-            # (verify() is True only when exp and sig are strings, which mypy cannot follow)
-            self._remember(keyring, node, path, exp, sig, now)  # type: ignore[arg-type]
+        # (verify() is False when exp or sig is missing; testing them first tells mypy they are strings)
+        if exp is not None and sig is not None and verify(keyring.accepted(now), node, path, exp, sig, now):
+            self._remember(keyring, node, path, exp, sig, now)
             return True
         if self._refreshed_at == looked:  # the keys in hand were older: a newer key may verify it
             self._refreshed_at = time.monotonic()
             keyring = self.keyring = self.keyring.refreshed()
-            if verify(keyring.accepted(now), node, path, exp, sig, now):
+            if exp is not None and sig is not None and verify(keyring.accepted(now), node, path, exp, sig, now):
                 self._verified.clear()
                 self._verified_by = keyring
-                self._remember(keyring, node, path, exp, sig, now)  # type: ignore[arg-type]
+                self._remember(keyring, node, path, exp, sig, now)
                 return True
         stale = keyring.stale
         if stale is not None and unexpired(exp, sig, now) is not None:

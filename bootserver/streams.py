@@ -73,13 +73,12 @@ class StreamMetadata:
     """A parsed stream metadata document.
 
     ``name`` is the config's stream name, ``upstream_name`` the document's own ``stream`` field
-    (``stable``, ``rhcos-4.16``), ``last_modified`` its ``metadata.last-modified`` (ISO 8601) or ``""``,
-    and ``releases`` maps an architecture to its :class:`Release` (only the architectures asked for).
+    (``stable``, ``rhcos-4.16``), and ``releases`` maps an architecture to its :class:`Release` (only
+    the architectures asked for).
     """
 
     name: str
     upstream_name: str
-    last_modified: str
     releases: Mapping[str, Release]
 
 
@@ -142,11 +141,8 @@ def parse_stream(data: bytes | str, *, name: str, source: str, architectures: tu
         kernel, initramfs, rootfs = (_artifact(k, pxe.get(k), source, f"{ppath}.{k}") for k in ARTIFACT_KINDS)
         releases[arch] = Release(stream=name, arch=arch, version=version,
                                  kernel=kernel, initramfs=initramfs, rootfs=rootfs)
-    raw_meta = doc.get("metadata")
-    meta = raw_meta if isinstance(raw_meta, dict) else {}
     return StreamMetadata(
         name=name,
         upstream_name=str(doc.get("stream", "")),
-        last_modified=str(meta.get("last-modified", "")),
         releases=MappingProxyType(releases),
     )

@@ -17,10 +17,11 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
-from aiohttp import hdrs, web
+from aiohttp import ETag, hdrs, web
 
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
@@ -65,17 +66,17 @@ class ArtifactResponse(web.FileResponse):
     (asyncio leaves the file position after the last byte ``sendfile`` sent); aiohttp then logs the
     request as usual, without a traceback."""
 
-    def __init__(self, path: object, sha256: str | None, **kwargs: object) -> None:
+    def __init__(self, path: Path, sha256: str | None, *, headers: Mapping[str, str] | None = None) -> None:
         self.sha256 = sha256
-        super().__init__(path, **kwargs)  # type: ignore[arg-type]  # FileResponse's own keywords, passed through
+        super().__init__(path, headers=headers)
 
     @property
-    def etag(self) -> Any:
-        # (mypy types StreamResponse.etag as its value, not as the property whose fget/fset this calls)
-        return web.StreamResponse.etag.fget(self)  # type: ignore[attr-defined]
+    def etag(self) -> ETag | None:
+        return super().etag
 
     @etag.setter
-    def etag(self, value: Any) -> None:
+    def etag(self, value: ETag | str | None) -> None:
+        # (mypy types StreamResponse.etag as its value, not as the property whose fset this calls)
         web.StreamResponse.etag.fset(self, self.sha256 or value)  # type: ignore[attr-defined]
 
     async def _sendfile(self, request: web.BaseRequest, fobj: Any, offset: int, count: int
@@ -454,7 +455,17 @@ def create_app(config: Config, signer: Signer | None = None, state: StateStore |
     return app
 
 
-def runner_kwargs(app: web.Application) -> dict[str, object]:
+class ServerKwargs(accesslog.RunnerKwargs):
+    """The keyword arguments of :class:`aiohttp.web.AppRunner` for one of our applications (see
+    :func:`runner_kwargs`): the access log's, the request limits (bytes) and keep-alive (seconds)."""
+
+    max_line_size: int
+    max_field_size: int
+    max_headers: int
+    keepalive_timeout: float
+
+
+def runner_kwargs(app: web.Application) -> ServerKwargs:
     """Keyword arguments of :class:`aiohttp.web.AppRunner` (or ``TestServer.start_server``) for ``app``
     (either listener's): our access log (no query strings, counted in the app's metrics, also for
     requests too malformed to reach the app), the request line/header limits (bytes) and the keep-alive

@@ -5,9 +5,9 @@ boot from bootserver: Equinix Metal's API (``equinix``: create a ``custom_ipxe``
 the node's signed URL) or a BMC over Redfish (``redfish``: boot from the network once, power on). Each
 provider is one module of this package with one :class:`Provider` subclass that owns
 
-* its settings: the key it reads in ``profiles.<p>`` / ``nodes.<n>`` (:attr:`Provider.settings_key`,
-  a pydantic model, :attr:`Provider.settings_model`) and optionally a top-level mapping
-  (:attr:`Provider.global_key`, :attr:`Provider.global_model`), checked at config load;
+* its settings: the key it reads in ``profiles.<p>`` / ``nodes.<n>`` (:attr:`Provider.settings_key`),
+  a pydantic model in ``providers/<name>_settings.py`` that :mod:`bootserver.config` composes and checks
+  at config load (with a top-level mapping where the provider has one: ``metal:``);
 * its command-line options, declared as the fields of a frozen dataclass (:attr:`Provider.options_type`,
   each field made by :func:`option`): the CLI adds them to its parser and builds one typed options
   object per provider from the command line, which :meth:`Provider.open` takes (providers never
@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import tenacity
-from pydantic import BaseModel
 
 from bootserver.errors import BootserverError, InputError, UnavailableError
 
@@ -246,9 +245,8 @@ class Provider(Generic[OptionsT]):
 
     Class attributes:
       ``name``: the value of ``provider:`` in the config.
-      ``settings_key``: the key of its settings in ``profiles.<p>`` and ``nodes.<n>``, read into
-      ``settings_model`` (a frozen pydantic model with a ``merged_over(base)`` method).
-      ``global_key`` / ``global_model``: its top-level config mapping, if it has one.
+      ``settings_key``: the key of its settings in ``profiles.<p>`` and ``nodes.<n>`` (a frozen
+      pydantic model with a ``merged_over(base)`` method, declared in the config schema).
       ``platform_id``: the ``ignition.platform.id`` / ``coreos.inst.platform_id`` of its nodes.
       ``options_type`` / ``options_title``: its options dataclass (fields made by :func:`option`) and
       the title of their group in ``--help``.
@@ -260,9 +258,6 @@ class Provider(Generic[OptionsT]):
 
     name: ClassVar[str]
     settings_key: ClassVar[str]
-    settings_model: ClassVar[type[BaseModel]]
-    global_key: ClassVar[str | None] = None
-    global_model: ClassVar[type[BaseModel] | None] = None
     platform_id: ClassVar[str] = "metal"
     options_type: ClassVar[type[ProviderOptions]] = ProviderOptions
     options_title: ClassVar[str] = ""

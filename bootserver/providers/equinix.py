@@ -45,7 +45,6 @@ from bootserver.providers.equinix_api import (
 from bootserver.providers.equinix_settings import (
     BILLING_CYCLES,
     DEFAULT_TAG,
-    MetalGlobal,
     MetalSettings,
     is_uuid,
 )
@@ -248,9 +247,6 @@ class Equinix(Provider[EquinixOptions]):
 
     name = "equinix"
     settings_key = "metal"
-    settings_model = MetalSettings
-    global_key = "metal"
-    global_model = MetalGlobal
     platform_id = "packet"
     options_type = EquinixOptions
     options_title = "Equinix Metal (provider equinix)"

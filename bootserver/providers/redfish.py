@@ -219,7 +219,6 @@ class Redfish(Provider[RedfishOptions]):
 
     name = "redfish"
     settings_key = "redfish"
-    settings_model = RedfishSettings
     platform_id = "metal"
     options_type = RedfishOptions
     options_title = "Redfish (provider redfish)"

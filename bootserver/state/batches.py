@@ -88,15 +88,20 @@ class Batches:
         self._queue = [(r, None) for r in behind] + since
         self._urgent = any(fut is not None for _, fut in since)
 
+    def _start(self) -> asyncio.Task[None]:
+        """Start the drain now (no drain runs): the window's timer, if any, is cancelled."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._draining = task = asyncio.create_task(self._drain())
+        return task
+
     def _kick(self, urgent: bool) -> None:
         self._urgent = self._urgent or urgent
         if self._draining is not None:
             return  # the running drain takes it
         if self._urgent:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            self._draining = asyncio.create_task(self._drain())
+            self._start()
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.WINDOW, self._window_over)
 
@@ -154,12 +159,13 @@ class Batches:
         self._closing = closing
         try:
             for _ in range(2):  # the batch in progress, then one of everything queued before the call
-                if self._draining is None:
+                draining = self._draining
+                if draining is None:
                     if not self._queue:
                         break
-                    self._kick(urgent=True)
-                # (_draining is an optional task, set by _kick above, which mypy cannot follow)
-                await asyncio.gather(self._draining, return_exceptions=True)  # type: ignore[arg-type]
+                    self._urgent = True
+                    draining = self._start()
+                await asyncio.gather(draining, return_exceptions=True)
             if closing and self._queue:
                 log.error("node timeline: %d repeated events not recorded at shutdown",
                           sum(r.count for r, _ in self._take()))
