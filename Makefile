@@ -24,12 +24,13 @@ test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Static checks, before the tests: ruff's rule set ([tool.ruff] in pyproject.toml), the import
-# contracts (lint-imports: [tool.importlinter], the layers of docs/design.md) and the type check of
-# bootserver/ (mypy: [tool.mypy]).
+# contracts (lint-imports: [tool.importlinter], the layers of docs/design.md), the type check of
+# bootserver/ (mypy: [tool.mypy]) and its dead code (vulture: [tool.vulture]).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+	$(BIN)/vulture
 
 # The live page's screenshots in docs/screenshots/ (README, "Watching a fleet"): a real serve with a
 # seeded timeline, photographed by Debian's chromium (.ci/apt-packages.txt) through Playwright.

@@ -37,9 +37,6 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from .ipxe import check_script_word
 from .values import normalize_mac
 
-#: Bond modes of the Linux bonding driver (NMState ``link-aggregation.mode``).
-BOND_MODES = ("balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb", "balance-alb")
-
 #: A Linux interface name (at most IFNAMSIZ - 1 = 15 bytes) that also fits the ``:``/``,``-separated
 #: dracut arguments: letters, digits, ``_``, ``-`` and ``.``, not starting with ``.`` or ``-``.
 _IFNAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$")
@@ -126,6 +123,7 @@ class LinkAggregation(_Model):
     """``link-aggregation`` of a bond: ``mode``, ``port[]`` (interface names), ``options`` (bonding
     driver options, e.g. ``miimon: 100``)."""
 
+    #: the bond modes of the Linux bonding driver (NMState ``link-aggregation.mode``)
     mode: Literal["balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb",
                   "balance-alb"]
     port: Annotated[tuple[str, ...], _Tuple] = ()
@@ -236,9 +234,6 @@ class NetworkState(_Model):
 
 
 # ------------------------------------------------------------------------------------------ checks
-
-
-Family = Literal[4, 6]
 
 
 @dataclass(frozen=True)
