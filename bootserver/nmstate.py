@@ -2,8 +2,8 @@
 
 A node's or profile's ``network`` (:mod:`bootserver.network`) is ``dhcp``, ``provider`` or an NMState
 document (https://nmstate.io/devel/yaml_api.html, the format of OpenShift's ``hosts[].networkConfig`` in
-install-config and agent-config). This module owns the key's type (:data:`NetworkSetting`) and the document: the models of the subset of keys a boot
-network needs, which refuse the rest by its key:
+install-config and agent-config). This module owns the key's type (:data:`NetworkSetting`) and the
+document: the models of the subset of keys a boot network needs, which refuse the rest by its key:
 
 * ``interfaces[]``: ``name``, ``type`` (``ethernet``, ``bond``, ``vlan``), ``state: up``,
   ``mac-address``, ``ipv4``/``ipv6`` (``enabled``, ``dhcp``, ``autoconf``, ``address[]`` of ``ip`` and
