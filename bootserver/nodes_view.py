@@ -1,6 +1,6 @@
 """The node timeline as text for people: ages (``5m ago``), the ``bootserver nodes`` table, a node's
 history (``bootserver nodes show``), the STALLED cell. Shared by the CLI, the live page and the stall
-warnings of the service, so it sits below all three.
+watch's warnings (:mod:`bootserver.stalls`), so it sits below all three.
 """
 
 from __future__ import annotations

@@ -157,7 +157,10 @@ class Hub:
 
     async def _run(self) -> None:
         try:
-            self._rows = {r["node"]: r for r in await self.page.rows()}
+            try:
+                self._rows = {r["node"]: r for r in await self.page.rows()}
+            except BootserverError as e:  # the state store is away: every row is news at the first read
+                log.debug("page: nodes not read: %s", e)
             while self._listeners and not self._closed:
                 read_at = time.monotonic()
                 with contextlib.suppress(TimeoutError):

@@ -29,6 +29,7 @@ from .network import node_kargs
 from .readthrough import ReadThrough, Transfer
 from .signing import Signer
 from .stalls import StallWatch
+from .state import StateStore
 from .state.backends import open_store
 from .streams import ARTIFACT_KINDS, Release
 from .timeline import (
@@ -113,10 +114,12 @@ class BootService:
     """Domain operations for one loaded :class:`~bootserver.config.Config`."""
 
     def __init__(self, config: Config, signer: Signer | None = None,
-                 upstream: Upstream | None = None) -> None:
-        """``signer`` signs per-node URLs (default: the keys file in ``state_dir`` and the wall clock);
+                 upstream: Upstream | None = None, state: StateStore | None = None) -> None:
+        """``signer`` signs per-node URLs (default: the keys of the state store and the wall clock);
         ``upstream`` is where metadata and artifacts come from (default: :meth:`Upstream.for_config`,
-        the mirrors of ``server.facility``). Call :meth:`close` when done (it closes the upstream)."""
+        the mirrors of ``server.facility``); ``state`` is the state store (default: the one the config
+        selects, :func:`~bootserver.state.backends.open_store`). Call :meth:`close` when done (it
+        closes the upstream and the state store)."""
         self.config = config
         #: Where stream metadata and artifacts come from (see :mod:`bootserver.fetch`).
         self.upstream = Upstream.for_config(config) if upstream is None else upstream
@@ -125,7 +128,7 @@ class BootService:
         #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
         self.artifacts = ReadThrough(config, self.cache, self.catalog, self.upstream)
         #: The node timeline and the signing keys (sqlite in ``state_dir``, or ``state_store``).
-        self.state = open_store(config)
+        self.state = open_store(config) if state is None else state
         self.urls = Urls(config, signer, keys=self.state.keyring)
         self.real_configs = RealConfigs()
         #: Called with ``(stage, seconds)`` when a node reaches one of

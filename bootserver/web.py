@@ -1,4 +1,5 @@
-"""The aiohttp applications of ``bootserver serve``: the device listener and the admin listener.
+"""The aiohttp applications of ``bootserver serve``: the device application and the admin application
+(:mod:`bootserver.listeners` opens the sockets they answer on).
 
 Routes come from :data:`bootserver.urls.ROUTES` (each declared once: pattern, signed, timed, capped,
 listener); :data:`HANDLERS` names the handler of each. One front (:func:`front`, bound to each route)
@@ -15,23 +16,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
-import socket
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import ETag, hdrs, web
 
-from . import __version__, accesslog, page
+from . import accesslog, page
 from .accesslog import NODE, ROUTE
-from .config import Config, split_listen
+from .config import Config
 from .errors import (
     BootserverError,
-    ConfigError,
     DiskFullError,
     FetchError,
     InputError,
@@ -39,12 +35,13 @@ from .errors import (
     UnknownNodeError,
 )
 from .ignition import MEDIA_TYPE, NotAcceptableError
-from .inventory import default_node, find_node, select_node
+from .inventory import find_node, select_node
 from .metrics import Metrics
 from .readthrough import Transfer
 from .security import Gate, Limits, forbidden
 from .service import BootService
 from .signing import Signer
+from .state import StateStore
 from .urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
 
 log = logging.getLogger("bootserver.web")
@@ -433,15 +430,16 @@ def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: 
     return app
 
 
-def create_app(config: Config, signer: Signer | None = None) -> web.Application:
+def create_app(config: Config, signer: Signer | None = None, state: StateStore | None = None) -> web.Application:
     """Build the device application for ``config`` (the routes of :data:`~bootserver.urls.ROUTES` on
     the device listener); ``app[ADMIN_APP]`` is the admin application (the live page of
     :mod:`bootserver.page`, ``/nodes``, ``/metrics``, ...; behind ``server.admin.token_file``'s token when
     set), which shares its service, metrics and concurrency cap. Run both with :func:`runner_kwargs`.
 
-    ``signer`` signs and verifies per-node URLs (default: the keys file in ``state_dir``, wall clock).
+    ``signer`` signs and verifies per-node URLs (default: the keys of the state store, wall clock);
+    ``state`` is the state store (default: the one ``config`` selects, see :class:`BootService`).
     """
-    svc = BootService(config, signer)
+    svc = BootService(config, signer, state=state)
     metrics = Metrics(svc.stall_watch.node_stages)
     svc.artifacts.observer = metrics
     svc.boot_observer = metrics.boot_done
@@ -475,147 +473,3 @@ def runner_kwargs(app: web.Application) -> ServerKwargs:
     return {**accesslog.runner_kwargs(app[accesslog.METRICS]), "max_line_size": MAX_LINE_SIZE,
             "max_field_size": MAX_FIELD_SIZE, "max_headers": MAX_HEADERS,
             "keepalive_timeout": app[SERVICE].config.server.keepalive_timeout}
-
-
-def server_ssl_context(config: Config) -> ssl.SSLContext:
-    """The server's TLS context (TLS 1.2+) from ``server.tls`` cert and key (PEM).
-
-    Raises :class:`~bootserver.errors.ConfigError` naming ``server.tls`` when the files cannot be loaded.
-    """
-    cert, key, _ = config.tls_files()
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as e:
-        raise ConfigError(config.source, "server.tls",
-                          f"cannot load {cert} / {key}: {getattr(e, 'strerror', None) or e} "
-                          "(run `bootserver tls init`?)") from None
-    return ctx
-
-
-def _listen_error(config: Config, key: str, where: str, e: OSError) -> ConfigError:
-    return ConfigError(config.source, key, f"cannot listen on {where}: {e.strerror or e}")
-
-
-async def _start_site(config: Config, key: str, site: web.BaseSite, where: str) -> None:
-    try:
-        await site.start()
-    except OSError as e:
-        raise _listen_error(config, key, where, e) from None
-
-
-def chain_hint(config: Config) -> str | None:
-    """The one line that tells how to boot a machine from this server: the ``chain`` command for the
-    ``default`` node's generic entry, and whether the base URL is reachable from another machine at all;
-    ``None`` without a default node."""
-    fallback = default_node(config)
-    if fallback is None:
-        return None
-    base = config.server.effective_base_url
-    line = (f"to boot any machine into node {fallback} ({config.node_profile(fallback).mode} mode): "
-            f"at its iPXE prompt, chain {base}/boot.ipxe")
-    host = urlsplit(base).hostname or ""
-    if host in ("localhost", "127.0.0.1", "::1"):
-        line += (" -- that URL reaches this machine only: set server.listen and server.base_url to an address "
-                 "the machine can reach (a QEMU guest with user networking reaches this host at 10.0.2.2)")
-    return line
-
-
-def bind_unix_socket(config: Config, path: str) -> socket.socket:
-    """A listening Unix stream socket at ``path`` (mode 0660), replacing a stale socket file that no
-    server answers on. Raises :class:`~bootserver.errors.ConfigError` naming ``server.admin.listen``
-    when the path is in use (a live server, or not a socket) or cannot be bound."""
-    key = "server.admin.listen"
-    p = Path(path)
-    if p.is_socket():
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(path)
-        except ConnectionRefusedError:
-            p.unlink()  # left behind by a server that is gone
-        except OSError:
-            pass
-        else:
-            raise ConfigError(config.source, key, f"cannot listen on {path}: another server answers there")
-        finally:
-            probe.close()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(path)
-        os.chmod(path, 0o660)
-        sock.listen(128)
-    except OSError as e:
-        sock.close()
-        raise _listen_error(config, key, path, e) from None
-    return sock
-
-
-async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False,
-                ready: Callable[[], None] | None = None, admin_socket: socket.socket | None = None) -> None:
-    """Serve ``config`` until ``stop``: the device routes on ``server.listen`` (HTTP) and
-    ``server.tls.listen`` (HTTPS), the admin routes on ``server.admin.listen`` (TCP, or a Unix socket:
-    ``admin_socket`` when the caller bound it already, as ``serve --workers`` does).
-
-    ``reuse_port`` binds with ``SO_REUSEPORT`` (several worker processes share the ports);
-    ``ready()`` is called once every socket listens. Raises :class:`~bootserver.errors.ConfigError`
-    naming ``server.listen``, ``server.tls.listen`` or ``server.admin.listen`` when a socket cannot be
-    bound (port in use).
-    """
-    ssl_ctx = server_ssl_context(config) if config.server.tls else None
-    app = create_app(config)
-    admin = app[ADMIN_APP]
-    runner = web.AppRunner(app, **runner_kwargs(app))
-    admin_runner = web.AppRunner(admin, **runner_kwargs(admin))
-    await runner.setup()
-    await admin_runner.setup()
-    reuse = True if reuse_port else None
-    own_socket = None
-    try:
-        host, port = config.server.host, config.server.port
-        await _start_site(config, "server.listen", web.TCPSite(runner, host or None, port, reuse_port=reuse),
-                          config.server.listen)
-        log.info("bootserver %s listening on %s:%d, base URL %s, cache %s", __version__, host, port,
-                 config.server.effective_base_url, config.cache_dir)
-        if config.server.tls is not None and ssl_ctx is not None:
-            thost, tport = split_listen(config.server.tls.listen)
-            await _start_site(config, "server.tls.listen",
-                              web.TCPSite(runner, thost or None, tport, ssl_context=ssl_ctx, reuse_port=reuse),
-                              config.server.tls.listen)
-            log.info("HTTPS on %s:%d, base URL %s", thost, tport, config.server.https_base_url)
-        where = config.server.admin_listen
-        if where.startswith("/"):
-            if admin_socket is None:
-                admin_socket = own_socket = bind_unix_socket(config, where)
-            site: web.BaseSite = web.SockSite(admin_runner, admin_socket)
-        else:
-            ahost, aport = split_listen(where)
-            site = web.TCPSite(admin_runner, ahost or None, aport, reuse_port=reuse)
-        await _start_site(config, "server.admin.listen", site, where)
-        log.info("admin endpoints (the page /, /nodes, /metrics) on %s%s", where,
-                 "" if config.server.admin.token_file is None else " (bearer token: server.admin.token_file)")
-        hint = None if reuse_port else chain_hint(config)  # with --workers the parent says it once
-        if hint is not None:
-            log.info("%s", hint)
-        if ready is not None:
-            ready()
-        await stop.wait()
-    finally:
-        await admin_runner.cleanup()
-        await runner.cleanup()
-        if own_socket is not None:
-            own_socket.close()
-            Path(where).unlink(missing_ok=True)
-
-
-def run(config: Config, *, reuse_port: bool = False, ready: Callable[[], None] | None = None,
-        admin_socket: socket.socket | None = None) -> None:
-    """Serve ``config`` until SIGINT/SIGTERM (see :func:`serve`)."""
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await serve(config, stop, reuse_port=reuse_port, ready=ready, admin_socket=admin_socket)
-
-    asyncio.run(main())

@@ -68,14 +68,15 @@ class StateStore(ABC):
         """Open the store: create or migrate its schema, check it, load (or create) the signing keys.
         Raises :class:`~bootserver.errors.BootserverError` subclasses naming the store."""
 
-    @abstractmethod
     async def prepare(self) -> None:
         """The one-time set-up of a server before it listens (and before ``serve --workers`` forks, so
         its processes do not race): create or migrate the schema and check it, load or create the
-        signing keys. Call instead of :meth:`start`, then :meth:`close`. Raises
-        :class:`StateStoreError` naming the store (a damaged sqlite file: exit 2, see
-        :class:`~bootserver.state.sqlite_timeline.TimelineDamagedError`), or the keys' errors
-        (:class:`~bootserver.signing.KeyFileError`, exit 2)."""
+        signing keys. Call instead of :meth:`start`, then :meth:`close`. By default :meth:`start`
+        (which does all that for PostgreSQL); the sqlite store, whose :meth:`start` opens nothing,
+        checks its file's integrity here. Raises :class:`StateStoreError` naming the store (a damaged
+        sqlite file: exit 2, see :class:`~bootserver.state.sqlite_timeline.TimelineDamagedError`), or
+        the keys' errors (:class:`~bootserver.signing.KeyFileError`, exit 2)."""
+        await self.start()
 
     @abstractmethod
     async def migrate(self) -> tuple[int, int]:

@@ -275,10 +275,6 @@ class PostgresStore(StateStore):
             raise StateStoreError(f"{self.name}: cannot migrate the state store: {_one_line(e)}") from None
         return before, len(MIGRATIONS)
 
-    async def prepare(self) -> None:
-        """:meth:`start`: migrate under the advisory lock, then load (or make the first) signing key."""
-        await self.start()
-
     async def start(self) -> None:
         await self.migrate()
         self._keys = await self._load_keys(create=True)
