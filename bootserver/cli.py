@@ -313,7 +313,8 @@ def _add_provider_options(command: str, parser: argparse.ArgumentParser) -> None
     ``options_type``, :func:`bootserver.providers.base.option`), one group per provider."""
     from dataclasses import fields
 
-    from .providers.base import OPTION_KEY, OptionSpec, provider_classes
+    from .providers.base import OPTION_KEY, OptionSpec
+    from .providers.interface import provider_classes
 
     for cls in provider_classes():
         specs: list[tuple[str, OptionSpec]] = [(f.name, f.metadata[OPTION_KEY]) for f in fields(cls.options_type)
@@ -354,7 +355,8 @@ def provider_options(args: argparse.Namespace) -> dict[str, Any]:
     default. Built once per command, passed to :mod:`bootserver.provision`."""
     from dataclasses import fields
 
-    from .providers.base import OPTION_KEY, provider_classes
+    from .providers.base import OPTION_KEY
+    from .providers.interface import provider_classes
 
     out: dict[str, Any] = {}
     for cls in provider_classes():

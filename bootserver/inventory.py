@@ -25,8 +25,8 @@ from .ipxe import (
     render_grub_config,
 )
 from .network import node_kargs
-from .providers.base import DeviceRecordError, boot_platform
-from .providers.redfish_settings import boots_virtual_media
+from .providers.base import DeviceRecordError
+from .providers.interface import boot_platform, boots_virtual_media
 from .signing import KeyEntry, Keyring, Signer
 from .streams import Release
 from .timeline import NodeState, final_stages, stall_deadline

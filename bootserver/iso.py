@@ -44,7 +44,7 @@ from .files import fsync_dir, write_atomic
 from .ipxe import GrubUnsupported, check_script_word, grub_path, grub_quote
 from .network import effective_network, node_network
 from .nmstate import Interface, NetworkConfigError, NetworkState, check_network
-from .providers.redfish_settings import boots_virtual_media
+from .providers.interface import boots_virtual_media
 from .urls import Urls
 
 #: Debian's files the BIOS boot of the image is made of (path, Debian package).

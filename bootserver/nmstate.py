@@ -2,8 +2,8 @@
 
 A node's or profile's ``network`` (:mod:`bootserver.network`) is ``dhcp``, ``provider`` or an NMState
 document (https://nmstate.io/devel/yaml_api.html, the format of OpenShift's ``hosts[].networkConfig`` in
-install-config and agent-config). This module owns the document: the models of the subset of keys a boot
-network needs, which refuse the rest by its key:
+install-config and agent-config). This module owns the key's type (:data:`NetworkSetting`) and the
+document: the models of the subset of keys a boot network needs, which refuse the rest by its key:
 
 * ``interfaces[]``: ``name``, ``type`` (``ethernet``, ``bond``, ``vlan``), ``state: up``,
   ``mac-address``, ``ipv4``/``ipv6`` (``enabled``, ``dhcp``, ``autoconf``, ``address[]`` of ``ip`` and
@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from .ipxe import check_script_word
 from .values import normalize_mac
@@ -231,6 +231,28 @@ class NetworkState(_Model):
     interfaces: Annotated[tuple[Interface, ...], _Tuple] = ()
     routes: Routes = Field(default_factory=Routes)
     dns_resolver: DnsResolver = Field(default_factory=DnsResolver, alias="dns-resolver")
+
+
+# ------------------------------------------------------------------------------------------ the key
+
+
+#: The ``network`` modes that are not an NMState document.
+MODES = ("dhcp", "provider")
+
+def _mode(value: str) -> str:
+    if value not in MODES:
+        raise ValueError(f"must be dhcp, provider or an NMState mapping (interfaces, routes, dns-resolver), "
+                         f"got {value!r}")
+    return value
+
+
+#: The type of the ``network`` key: ``"dhcp"``, ``"provider"`` or a :class:`NetworkState`. The union
+#: tags are written ``<...>``, which config error messages leave out of key paths.
+NetworkSetting = Annotated[
+    Annotated[Annotated[str, BeforeValidator(lambda v: _mode(v) if isinstance(v, str) else v)], Tag("<mode>")]
+    | Annotated[NetworkState, Tag("<NMState>")],
+    Discriminator(lambda v: "<mode>" if isinstance(v, str) else "<NMState>"),
+]
 
 
 # ------------------------------------------------------------------------------------------ checks

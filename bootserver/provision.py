@@ -32,13 +32,11 @@ from bootserver.config import Config
 from bootserver.providers.base import (
     DEFAULT_PROVIDER,
     Outcome,
-    Provider,
     ProviderError,
     ProviderOptions,
-    provider_class,
-    provider_classes,
     provider_of,
 )
+from bootserver.providers.interface import Provider, provider_class, provider_classes
 from bootserver.state.backends import open_store
 from bootserver.timeline import INSTALLED_STAGES, UP, final_stages
 from bootserver.urls import Urls
@@ -182,7 +180,7 @@ def wait_for_nodes(
     Each round reads every pending node's stage (``say(node, "stage <stage>")`` when it changed) and
     asks its provider for the device (``say(node, "device <id> is <state>")`` when that changed; the
     new record is stored). Once a node's stage is ``installing`` or later (its network boot is over),
-    its provider's :meth:`~bootserver.providers.base.Provider.booted` runs, once (Redfish ejects the
+    its provider's :meth:`~bootserver.providers.interface.Provider.booted` runs, once (Redfish ejects the
     boot image there, so the installed system's reboots never boot it). A node whose install-mode
     profile boots once and that is already ``installing``/``installed`` when the wait starts is done at
     once (its network boot boots the local disk until ``bootserver nodes reinstall``). A provider poll

@@ -19,7 +19,6 @@ import bootserver
 from bootserver.errors import InputError
 from bootserver.providers.base import ProviderError as MetalError
 from bootserver.providers.base import ProviderNotFound as MetalNotFound
-from bootserver.providers.base import provider_class
 from bootserver.providers.equinix import Equinix
 from bootserver.providers.equinix_api import (
     DeviceSpec,
@@ -28,6 +27,7 @@ from bootserver.providers.equinix_api import (
     _asked_wait,
     device_create_body,
 )
+from bootserver.providers.interface import provider_class
 
 URL = "http://boot.example:8080/ipxe/master-0?sig=abc"
 

@@ -18,7 +18,9 @@ from ..butane import ButaneError, is_butane
 from ..butane import translate as translate_butane
 from ..errors import ConfigError, MetadataError
 from ..ignition_schema import IgnitionSchemaError, validate_bytes
-from ..network import check_network_settings
+from ..ipxe import NETWORK_KARGS
+from ..nmstate import NetworkConfigError, NetworkState, check_network, dracut_kargs
+from ..providers.base import provider_of
 from ..streams import parse_stream
 from ..values import HOSTNAME_RULE, check_hostname
 from .messages import describe_error, keypath
@@ -246,3 +248,50 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(str(p), "", f"{where}invalid YAML: {problem}") from None
     return parse_config(raw, str(p), p.resolve().parent)
+
+
+def check_network_settings(config: Config, source: str) -> None:
+    """The cross-key checks of every ``network`` key of a loaded :class:`~bootserver.config.Config`
+    (``profiles``, ``nodes``): :func:`~bootserver.nmstate.check_network` on each NMState document, the
+    node's kargs built once (every word checked),
+    ``network: provider`` only on nodes of the Equinix provider (the one device record with addresses;
+    :func:`bootserver.providers.base.provider_of`, a node without any provider counts as Equinix's), and no
+    network argument (``ip=``, ``bond=``...) also in the profile's ``kargs`` of a node whose network is not ``dhcp``.
+
+    Raises :class:`~bootserver.errors.ConfigError` naming ``source`` and the key:
+    ``nodes.master-0.network.interfaces[2].link-aggregation.port[1]: no interface named ens9``.
+    """
+    # (key, network, hostname): a node's document is checked with its kargs, a profile's (no hostname) alone
+    documents: list[tuple[str, str | NetworkState | None, str | None]] = [
+        (f"profiles.{name}", p.network, None) for name, p in config.profiles.items()]
+    documents += [(f"nodes.{name}", n.network, n.hostname or name) for name, n in config.nodes.items()]
+    for key, network, hostname in documents:
+        if not isinstance(network, NetworkState):
+            continue
+        try:
+            if hostname is not None:
+                dracut_kargs(network, hostname)
+            else:
+                check_network(network)
+        except NetworkConfigError as e:
+            raise ConfigError(source, f"{key}.network.{e.path}".rstrip("."), e.message) from None
+        except ValueError as e:  # UnsafeValueError: a word iPXE would not read literally
+            raise ConfigError(source, f"{key}.network", str(e)) from None
+    for name, node in config.nodes.items():
+        profile = config.profiles.get(node.profile)
+        if profile is None:
+            continue
+        network = node.network if node.network is not None else profile.network
+        if network is None or network == "dhcp":
+            continue
+        # A node without a provider (none named, no provider's settings) is Equinix's, as before providers.
+        provider = provider_of(config, name)
+        if network == "provider" and provider not in (None, "equinix"):
+            where = f"nodes.{name}.network" if node.network is not None else f"profiles.{node.profile}.network"
+            raise ConfigError(source, where, f"network: provider reads the addresses of an Equinix Metal device "
+                              f"record, and node {name}'s provider is {provider}; give it an NMState network or dhcp")
+        for i, karg in enumerate(profile.kargs):
+            if karg.split("=", 1)[0] in NETWORK_KARGS:
+                raise ConfigError(source, f"profiles.{node.profile}.kargs[{i}]",
+                                  f"{karg} is a network argument, and node {name} has a network key; "
+                                  "describe the network in one place")

@@ -26,7 +26,7 @@ from pydantic import BeforeValidator, Field, field_validator
 from ..errors import ConfigError
 from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError, check_extra_karg
-from ..network import NetworkSetting
+from ..nmstate import NetworkSetting
 from ..providers.base import REGISTRY
 from ..providers.equinix_settings import MetalGlobal, MetalSettings
 from ..providers.redfish_settings import RedfishField, RedfishSettings

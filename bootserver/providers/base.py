@@ -1,19 +1,21 @@
-"""The provider interface, its registry, its errors and the one HTTP retry policy.
+"""The providers' registry, their errors, options and results, and the one HTTP retry policy: what the
+config, the settings models and the API clients below it share. The provider interface, which takes the
+loaded config, is :mod:`bootserver.providers.interface` (above the config).
 
 A *provider* is what ``bootserver provision``, ``deprovision`` and ``devices`` drive to make a machine
 boot from bootserver: Equinix Metal's API (``equinix``: create a ``custom_ipxe`` device that chains to
 the node's signed URL) or a BMC over Redfish (``redfish``: boot from the network once, power on). Each
-provider is one module of this package with one :class:`Provider` subclass that owns
+provider is one module of this package with one ``Provider`` subclass that owns
 
-* its settings: the key it reads in ``profiles.<p>`` / ``nodes.<n>`` (:attr:`Provider.settings_key`),
+* its settings: the key it reads in ``profiles.<p>`` / ``nodes.<n>`` (``Provider.settings_key``),
   a pydantic model in ``providers/<name>_settings.py`` that :mod:`bootserver.config` composes and checks
   at config load (with a top-level mapping where the provider has one: ``metal:``);
-* its command-line options, declared as the fields of a frozen dataclass (:attr:`Provider.options_type`,
+* its command-line options, declared as the fields of a frozen dataclass (``Provider.options_type``,
   each field made by :func:`option`): the CLI adds them to its parser and builds one typed options
-  object per provider from the command line, which :meth:`Provider.open` takes (providers never
+  object per provider from the command line, which ``Provider.open`` takes (providers never
   see the argparse namespace);
-* its client and its requests (:meth:`Provider.open`, :meth:`Provider.provision`, ...);
-* the platform its nodes' kernel arguments name (:attr:`Provider.platform_id`; docs/design.md, domain
+* its client and its requests (``Provider.open``, ``Provider.provision``, ...);
+* the platform its nodes' kernel arguments name (``Provider.platform_id``; docs/design.md, domain
   rules 4 and 5).
 
 The commands themselves (:mod:`bootserver.provision`) are provider-neutral: the device records (state store), the
@@ -28,21 +30,17 @@ import importlib
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import tenacity
 
 from bootserver.errors import BootserverError, InputError, UnavailableError
 
-if TYPE_CHECKING:  # a type only: config sits above this module (docs/design.md, Layers)
-    from bootserver.config import Config
-    from bootserver.urls import Urls
-
 log = logging.getLogger("bootserver.providers")
 
-#: Provider name -> module that defines it (the module's ``PROVIDER`` is its :class:`Provider` class).
+#: Provider name -> module that defines it (the module's ``PROVIDER`` is its ``Provider`` class).
 #: Adding a provider: write its module, add one line here.
 REGISTRY: dict[str, str] = {
     "equinix": "bootserver.providers.equinix",
@@ -236,99 +234,31 @@ class Poll:
     failed: bool = False
 
 
-OptionsT = TypeVar("OptionsT", bound=ProviderOptions)
+class Holder(Protocol):
+    """What :func:`provider_of` reads of a node's or a profile's settings (``config.schema``'s ``Node``
+    and ``Profile``): the provider it names, and each provider's settings by their key."""
+
+    @property
+    def provider(self) -> str | None: ...
 
 
-class Provider(Generic[OptionsT]):
-    """Base class of a provider; one subclass per module of this package, named in :data:`REGISTRY`,
-    generic in its options type.
+class NodeLookup(Protocol):
+    """What :func:`provider_of` reads of a loaded config (:class:`bootserver.config.Config`, which sits
+    above this module: the config checks the providers at load, so it is typed by the part it reads)."""
 
-    Class attributes:
-      ``name``: the value of ``provider:`` in the config.
-      ``settings_key``: the key of its settings in ``profiles.<p>`` and ``nodes.<n>`` (a frozen
-      pydantic model with a ``merged_over(base)`` method, declared in the config schema).
-      ``platform_id``: the ``ignition.platform.id`` / ``coreos.inst.platform_id`` of its nodes.
-      ``options_type`` / ``options_title``: its options dataclass (fields made by :func:`option`) and
-      the title of their group in ``--help``.
+    @property
+    def nodes(self) -> Mapping[str, Holder]: ...
 
-    An instance is an open client (``open``), closed by ``close``; every method raises
-    :class:`ProviderError` (exit 1) for a failure of the far end and ``InputError`` (exit 2) for bad
-    settings, each one line.
-    """
-
-    name: ClassVar[str]
-    settings_key: ClassVar[str]
-    platform_id: ClassVar[str] = "metal"
-    options_type: ClassVar[type[ProviderOptions]] = ProviderOptions
-    options_title: ClassVar[str] = ""
-
-    @classmethod
-    def used_by(cls, config: Config, options: OptionsT) -> bool:
-        """Whether ``devices`` should ask this provider (it has nodes, or options name it)."""
-        return any(provider_of(config, n) == cls.name for n in config.nodes)
-
-    @classmethod
-    def open(cls, config: Config, options: OptionsT, urls: Urls) -> Provider[OptionsT]:
-        """An open client for ``config`` and the command's options (built once by the CLI); ``urls``
-        is the command's :class:`~bootserver.urls.Urls` (signed with the state store's keys, which
-        load only when a URL is signed). Raises ``InputError``."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Release the client's connections."""
-
-    def __enter__(self) -> Provider[OptionsT]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def provision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
-                  record: Callable[[str, dict[str, Any]], None],
-                  say: Callable[[str, str], None]) -> list[Outcome]:
-        """Make each node boot from bootserver now. ``recorded`` is each node's recorded ``device``
-        (``{}`` if none); ``record(node, device)`` stores a device as soon as it exists (before a later
-        node may fail); ``say(node, message)`` reports progress."""
-        raise NotImplementedError
-
-    def poll(self, node: str, device: Mapping[str, Any]) -> Poll:
-        """The node's device as it is now (``device`` is what was recorded), while ``provision`` waits."""
-        raise NotImplementedError
-
-    def booted(self, node: str, device: Mapping[str, Any], say: Callable[[str, str], None]) -> dict[str, Any] | None:
-        """Called once by ``provision``'s wait when the node's network boot is over (its stage is
-        ``installing`` or later): undo what only that boot needed (Redfish: eject the boot image).
-        Returns the new device record, or ``None`` when nothing changed. Default: nothing."""
-        return None
-
-    def line(self, node: str, device: Mapping[str, Any]) -> str:
-        """The output line of ``provision`` for a node and its recorded device."""
-        raise NotImplementedError
-
-    def deprovision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
-                    say: Callable[[str, str], None]) -> list[Outcome]:
-        """Undo ``provision`` for each node; each outcome's ``device`` is ``None`` (state cleared)."""
-        raise NotImplementedError
-
-    def devices(self, stages: Mapping[str, str], recorded: Mapping[str, Mapping[str, Any]]) -> list[str]:
-        """The lines of ``bootserver devices`` for this provider; ``stages`` maps node -> timeline stage,
-        ``recorded`` node -> device record (the state store's, of every node that has one)."""
-        raise NotImplementedError
+    def node_profile(self, node: str) -> Holder: ...
 
 
-def provider_class(name: str) -> type[Provider[Any]]:
-    """The :class:`Provider` subclass registered as ``name``. Raises ``KeyError`` for an unknown name."""
-    module = importlib.import_module(REGISTRY[name])
-    cls: type[Provider[Any]] = module.PROVIDER
-    return cls
+def settings_keys() -> dict[str, str]:
+    """Provider name -> the key of its settings in profiles and nodes (its class's ``settings_key``),
+    in registry order."""
+    return {name: importlib.import_module(module).PROVIDER.settings_key for name, module in REGISTRY.items()}
 
 
-def provider_classes() -> list[type[Provider[Any]]]:
-    """Every registered provider class, in registry order."""
-    return [provider_class(name) for name in REGISTRY]
-
-
-def provider_of(config: Config, node: str) -> str | None:
+def provider_of(config: NodeLookup, node: str) -> str | None:
     """The provider a node names (``nodes.<n>.provider``, else ``profiles.<p>.provider``), else the one
     whose settings it has (a non-empty ``metal:`` implies ``equinix``), else ``None``."""
     spec = config.nodes[node]
@@ -336,27 +266,9 @@ def provider_of(config: Config, node: str) -> str | None:
     named = spec.provider or profile.provider
     if named:
         return named
-    for cls in provider_classes():
+    for name, key in settings_keys().items():
         for holder in (spec, profile):
-            settings = getattr(holder, cls.settings_key, None)
+            settings = getattr(holder, key, None)
             if settings is not None and settings.model_fields_set:
-                return cls.name
+                return name
     return None
-
-
-def node_settings(config: Config, node: str, provider: type[Provider[Any]]) -> Any:
-    """The provider's settings of ``node``: its mapping merged over its profile's (node wins)."""
-    spec = config.nodes[node]
-    profile = config.node_profile(node)
-    return getattr(spec, provider.settings_key).merged_over(getattr(profile, provider.settings_key))
-
-
-def boot_platform(config: Config, node: str) -> str:
-    """The ``ignition.platform.id`` / ``coreos.inst.platform_id`` of a node (docs/design.md, rules 4-5):
-    its profile's ``platform_id`` if set, else its provider's (``packet`` for Equinix, ``metal`` for
-    Redfish), else ``packet`` (a node with no provider, as before providers existed). The console
-    follows the platform (:func:`bootserver.ipxe.build_kargs`)."""
-    profile = config.node_profile(node)
-    if profile.platform_id:
-        return profile.platform_id
-    return provider_class(provider_of(config, node) or DEFAULT_PROVIDER).platform_id

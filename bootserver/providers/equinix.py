@@ -29,7 +29,6 @@ from bootserver.errors import InputError
 from bootserver.providers.base import (
     Outcome,
     Poll,
-    Provider,
     ProviderError,
     ProviderNotFound,
     ProviderOptions,
@@ -48,6 +47,7 @@ from bootserver.providers.equinix_settings import (
     MetalSettings,
     is_uuid,
 )
+from bootserver.providers.interface import Provider
 from bootserver.urls import Urls
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ and ``EthernetInterface`` of DSP8010) is the standard BMC API; ``sushy`` is the 
 * ``devices``: each Redfish node's system, power state and bootserver's stage.
 
 This module loads (and with it ``sushy``) only when a command uses the provider
-(:func:`bootserver.providers.base.provider_class`). Credentials come from ``password_file`` or
+(:func:`bootserver.providers.interface.provider_class`). Credentials come from ``password_file`` or
 ``password_env`` and go to sushy only: never printed, logged or recorded. A BMC's error is one line
 carrying its own words (``@Message.ExtendedInfo``); a BMC that is down or does not answer within
 ``timeout`` seconds is one line too (exit 1).
@@ -52,15 +52,14 @@ from bootserver.providers.base import (
     MissingCredentials,
     Outcome,
     Poll,
-    Provider,
     ProviderError,
     ProviderNotFound,
     ProviderOptions,
     RetryPolicy,
-    node_settings,
     option,
     provider_of,
 )
+from bootserver.providers.interface import Provider, node_settings
 from bootserver.providers.redfish_settings import RedfishSettings
 from bootserver.urls import Urls
 

@@ -8,16 +8,12 @@ the config and uses this model.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from bootserver.providers.base import provider_of
 from bootserver.values import SettingsModel, null_as_empty
-
-if TYPE_CHECKING:  # a type only: config sits above this module (docs/design.md, Layers)
-    from bootserver.config import Config
 
 
 def _check_address(value: str | None) -> str | None:
@@ -86,13 +82,4 @@ class RedfishSettings(SettingsModel):
 RedfishField = Annotated[RedfishSettings, BeforeValidator(null_as_empty)]
 
 
-def boots_virtual_media(config: Config, node: str) -> bool:
-    """Whether ``provision`` boots the node from its boot image: a node of the Redfish provider with
-    ``redfish.boot_source: virtual-media`` (on the node, or its profile's)."""
-    if provider_of(config, node) != "redfish":
-        return False
-    settings = config.nodes[node].redfish.merged_over(config.node_profile(node).redfish)
-    return settings.boot_source == "virtual-media"
-
-
-__all__ = ["RedfishField", "RedfishSettings", "boots_virtual_media"]
+__all__ = ["RedfishField", "RedfishSettings"]

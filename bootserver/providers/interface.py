@@ -1,0 +1,137 @@
+"""The provider interface: :class:`Provider`, what ``provision``, ``deprovision`` and ``devices`` drive
+(one subclass per provider module, named in :data:`~bootserver.providers.base.REGISTRY`), and what reads
+a loaded config through it: a provider's settings of a node, a node's platform, whether a node boots
+from its image.
+
+It sits above :mod:`bootserver.config` and :mod:`bootserver.urls` (a provider opens with the loaded
+config and the command's URLs); the registry, errors, options and retry policy it builds on are in
+:mod:`bootserver.providers.base`, below the config, which checks the providers at load.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Generic, TypeVar
+
+from bootserver.config import Config
+from bootserver.providers.base import DEFAULT_PROVIDER, REGISTRY, Outcome, Poll, ProviderOptions, provider_of
+from bootserver.urls import Urls
+
+OptionsT = TypeVar("OptionsT", bound=ProviderOptions)
+
+
+class Provider(Generic[OptionsT]):
+    """Base class of a provider; one subclass per module of this package, named in
+    :data:`~bootserver.providers.base.REGISTRY`, generic in its options type.
+
+    Class attributes:
+      ``name``: the value of ``provider:`` in the config.
+      ``settings_key``: the key of its settings in ``profiles.<p>`` and ``nodes.<n>`` (a frozen
+      pydantic model with a ``merged_over(base)`` method, declared in the config schema).
+      ``platform_id``: the ``ignition.platform.id`` / ``coreos.inst.platform_id`` of its nodes.
+      ``options_type`` / ``options_title``: its options dataclass (fields made by :func:`option`) and
+      the title of their group in ``--help``.
+
+    An instance is an open client (``open``), closed by ``close``; every method raises
+    :class:`ProviderError` (exit 1) for a failure of the far end and ``InputError`` (exit 2) for bad
+    settings, each one line.
+    """
+
+    name: ClassVar[str]
+    settings_key: ClassVar[str]
+    platform_id: ClassVar[str] = "metal"
+    options_type: ClassVar[type[ProviderOptions]] = ProviderOptions
+    options_title: ClassVar[str] = ""
+
+    @classmethod
+    def used_by(cls, config: Config, options: OptionsT) -> bool:
+        """Whether ``devices`` should ask this provider (it has nodes, or options name it)."""
+        return any(provider_of(config, n) == cls.name for n in config.nodes)
+
+    @classmethod
+    def open(cls, config: Config, options: OptionsT, urls: Urls) -> Provider[OptionsT]:
+        """An open client for ``config`` and the command's options (built once by the CLI); ``urls``
+        is the command's :class:`~bootserver.urls.Urls` (signed with the state store's keys, which
+        load only when a URL is signed). Raises ``InputError``."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the client's connections."""
+
+    def __enter__(self) -> Provider[OptionsT]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def provision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+                  record: Callable[[str, dict[str, Any]], None],
+                  say: Callable[[str, str], None]) -> list[Outcome]:
+        """Make each node boot from bootserver now. ``recorded`` is each node's recorded ``device``
+        (``{}`` if none); ``record(node, device)`` stores a device as soon as it exists (before a later
+        node may fail); ``say(node, message)`` reports progress."""
+        raise NotImplementedError
+
+    def poll(self, node: str, device: Mapping[str, Any]) -> Poll:
+        """The node's device as it is now (``device`` is what was recorded), while ``provision`` waits."""
+        raise NotImplementedError
+
+    def booted(self, node: str, device: Mapping[str, Any], say: Callable[[str, str], None]) -> dict[str, Any] | None:
+        """Called once by ``provision``'s wait when the node's network boot is over (its stage is
+        ``installing`` or later): undo what only that boot needed (Redfish: eject the boot image).
+        Returns the new device record, or ``None`` when nothing changed. Default: nothing."""
+        return None
+
+    def line(self, node: str, device: Mapping[str, Any]) -> str:
+        """The output line of ``provision`` for a node and its recorded device."""
+        raise NotImplementedError
+
+    def deprovision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+                    say: Callable[[str, str], None]) -> list[Outcome]:
+        """Undo ``provision`` for each node; each outcome's ``device`` is ``None`` (state cleared)."""
+        raise NotImplementedError
+
+    def devices(self, stages: Mapping[str, str], recorded: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """The lines of ``bootserver devices`` for this provider; ``stages`` maps node -> timeline stage,
+        ``recorded`` node -> device record (the state store's, of every node that has one)."""
+        raise NotImplementedError
+
+
+def provider_class(name: str) -> type[Provider[Any]]:
+    """The :class:`Provider` subclass registered as ``name``. Raises ``KeyError`` for an unknown name."""
+    module = importlib.import_module(REGISTRY[name])
+    cls: type[Provider[Any]] = module.PROVIDER
+    return cls
+
+
+def provider_classes() -> list[type[Provider[Any]]]:
+    """Every registered provider class, in registry order."""
+    return [provider_class(name) for name in REGISTRY]
+
+
+def node_settings(config: Config, node: str, provider: type[Provider[Any]]) -> Any:
+    """The provider's settings of ``node``: its mapping merged over its profile's (node wins)."""
+    spec = config.nodes[node]
+    profile = config.node_profile(node)
+    return getattr(spec, provider.settings_key).merged_over(getattr(profile, provider.settings_key))
+
+
+def boot_platform(config: Config, node: str) -> str:
+    """The ``ignition.platform.id`` / ``coreos.inst.platform_id`` of a node (docs/design.md, rules 4-5):
+    its profile's ``platform_id`` if set, else its provider's (``packet`` for Equinix, ``metal`` for
+    Redfish), else ``packet`` (a node with no provider, as before providers existed). The console
+    follows the platform (:func:`bootserver.ipxe.build_kargs`)."""
+    profile = config.node_profile(node)
+    if profile.platform_id:
+        return profile.platform_id
+    return provider_class(provider_of(config, node) or DEFAULT_PROVIDER).platform_id
+
+
+def boots_virtual_media(config: Config, node: str) -> bool:
+    """Whether ``provision`` boots the node from its boot image: a node of the Redfish provider with
+    ``redfish.boot_source: virtual-media`` (on the node, or its profile's)."""
+    if provider_of(config, node) != "redfish":
+        return False
+    settings = config.nodes[node].redfish.merged_over(config.node_profile(node).redfish)
+    return settings.boot_source == "virtual-media"
