@@ -26,13 +26,12 @@ wait on the node timeline and the output. Adding a provider is its module plus o
 from __future__ import annotations
 
 import email.utils
-import importlib
 import logging
 import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import tenacity
 
@@ -40,11 +39,23 @@ from bootserver.errors import BootserverError, InputError, UnavailableError
 
 log = logging.getLogger("bootserver.providers")
 
-#: Provider name -> module that defines it (the module's ``PROVIDER`` is its ``Provider`` class).
-#: Adding a provider: write its module, add one line here.
-REGISTRY: dict[str, str] = {
-    "equinix": "bootserver.providers.equinix",
-    "redfish": "bootserver.providers.redfish",
+class Registered(NamedTuple):
+    """A provider's entry in :data:`REGISTRY`."""
+
+    #: The module that defines it (its ``PROVIDER`` is the ``Provider`` class, which
+    #: :func:`bootserver.providers.interface.provider_class` imports when a command needs it).
+    module: str
+    #: The key of its settings in ``profiles.<p>`` and ``nodes.<n>`` (a model of
+    #: ``providers/<name>_settings.py``); the provider class's ``settings_key`` is this.
+    settings_key: str
+
+
+#: Provider name -> its module and settings key. Adding a provider: write its module and its settings
+#: module, add one line here. Read by the config at load (:func:`provider_of`) without importing any
+#: provider module, which sit above the config.
+REGISTRY: dict[str, Registered] = {
+    "equinix": Registered("bootserver.providers.equinix", "metal"),
+    "redfish": Registered("bootserver.providers.redfish", "redfish"),
 }
 
 #: The provider ``provision`` uses for a node whose profile and node name none (today's behaviour:
@@ -252,12 +263,6 @@ class NodeLookup(Protocol):
     def node_profile(self, node: str) -> Holder: ...
 
 
-def settings_keys() -> dict[str, str]:
-    """Provider name -> the key of its settings in profiles and nodes (its class's ``settings_key``),
-    in registry order."""
-    return {name: importlib.import_module(module).PROVIDER.settings_key for name, module in REGISTRY.items()}
-
-
 def provider_of(config: NodeLookup, node: str) -> str | None:
     """The provider a node names (``nodes.<n>.provider``, else ``profiles.<p>.provider``), else the one
     whose settings it has (a non-empty ``metal:`` implies ``equinix``), else ``None``."""
@@ -266,9 +271,9 @@ def provider_of(config: NodeLookup, node: str) -> str | None:
     named = spec.provider or profile.provider
     if named:
         return named
-    for name, key in settings_keys().items():
+    for name, registered in REGISTRY.items():
         for holder in (spec, profile):
-            settings = getattr(holder, key, None)
+            settings = getattr(holder, registered.settings_key, None)
             if settings is not None and settings.model_fields_set:
                 return name
     return None

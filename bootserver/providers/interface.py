@@ -28,7 +28,8 @@ class Provider(Generic[OptionsT]):
     Class attributes:
       ``name``: the value of ``provider:`` in the config.
       ``settings_key``: the key of its settings in ``profiles.<p>`` and ``nodes.<n>`` (a frozen
-      pydantic model with a ``merged_over(base)`` method, declared in the config schema).
+      pydantic model with a ``merged_over(base)`` method, declared in the config schema); set from
+      its :data:`~bootserver.providers.base.REGISTRY` entry, the one place it is written.
       ``platform_id``: the ``ignition.platform.id`` / ``coreos.inst.platform_id`` of its nodes.
       ``options_type`` / ``options_title``: its options dataclass (fields made by :func:`option`) and
       the title of their group in ``--help``.
@@ -43,6 +44,12 @@ class Provider(Generic[OptionsT]):
     platform_id: ClassVar[str] = "metal"
     options_type: ClassVar[type[ProviderOptions]] = ProviderOptions
     options_title: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A provider class takes its ``settings_key`` from its registry entry (``KeyError`` at import
+        for a provider missing from :data:`~bootserver.providers.base.REGISTRY`)."""
+        super().__init_subclass__(**kwargs)
+        cls.settings_key = REGISTRY[cls.name].settings_key
 
     @classmethod
     def used_by(cls, config: Config, options: OptionsT) -> bool:
@@ -100,7 +107,7 @@ class Provider(Generic[OptionsT]):
 
 def provider_class(name: str) -> type[Provider[Any]]:
     """The :class:`Provider` subclass registered as ``name``. Raises ``KeyError`` for an unknown name."""
-    module = importlib.import_module(REGISTRY[name])
+    module = importlib.import_module(REGISTRY[name].module)
     cls: type[Provider[Any]] = module.PROVIDER
     return cls
 
