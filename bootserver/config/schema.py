@@ -329,6 +329,8 @@ class Node(SettingsModel):
 class Document(SettingsModel):
     """The whole YAML document, as written (paths unresolved); :class:`Config` is what the code uses."""
 
+    #: Files or globs whose ``profiles`` and ``nodes`` are merged in (``bootserver.config.loader.read_includes``).
+    include: YamlList[str] = ()
     server: ServerConfig = Field(default_factory=ServerConfig)
     cache_dir: str | None = None
     state_dir: str | None = None
@@ -357,7 +359,8 @@ class Config:
     from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
     ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`), ``timeline``
     (:class:`TimelineSettings`) and ``state_store`` (:class:`StateStoreSettings`, or ``None`` for sqlite
-    in ``state_dir``).
+    in ``state_dir``), ``origins`` (the file each profile and node came from, see
+    :func:`~bootserver.config.loader.read_includes`).
     """
 
     source: str
@@ -375,6 +378,9 @@ class Config:
     timeline: TimelineSettings
     state_store: StateStoreSettings | None
     _mac_index: Mapping[str, str] = field(repr=False, compare=False)
+    #: Where each ``profiles``/``nodes`` entry was defined: ``"nodes.<name>"`` -> file (only when the
+    #: config has ``include:``; else every entry is from ``source``).
+    origins: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
 
     @classmethod
     def from_document(cls, doc: Document, source: str, base_dir: Path) -> Config:
