@@ -264,8 +264,10 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     from .reload import check_config
 
     check_config(config)  # what a reload checks too
+    included = len(set(config.origins.values()) - {config.source})
     print(f"{config.source}: ok: {len(config.streams)} streams, {len(config.profiles)} profiles, "
-          f"{len(config.nodes)} nodes")
+          f"{len(config.nodes)} nodes" + (f" ({included} included files, include: {', '.join(config.includes)})"
+                                          if config.includes else ""))
     return 0
 
 

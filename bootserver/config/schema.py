@@ -328,9 +328,6 @@ class Node(SettingsModel):
 
 class Document(SettingsModel):
     """The whole YAML document, as written (paths unresolved); :class:`Config` is what the code uses."""
-
-    #: Files or globs whose ``profiles`` and ``nodes`` are merged in (``bootserver.config.loader.read_includes``).
-    include: YamlList[str] = ()
     server: ServerConfig = Field(default_factory=ServerConfig)
     cache_dir: str | None = None
     state_dir: str | None = None
@@ -345,6 +342,8 @@ class Document(SettingsModel):
     timeline: Annotated[TimelineSettings, BeforeValidator(null_as_empty)] = Field(
         default_factory=TimelineSettings)
     state_store: StateStoreField = None
+    #: Files or globs whose ``profiles`` and ``nodes`` are merged in (``bootserver.config.loader.read_includes``).
+    include: YamlList[str] = ()
 
 
 
@@ -378,6 +377,8 @@ class Config:
     timeline: TimelineSettings
     state_store: StateStoreSettings | None
     _mac_index: Mapping[str, str] = field(repr=False, compare=False)
+    #: The ``include:`` patterns of the main file, as written (relative to ``base_dir``).
+    includes: tuple[str, ...] = ()
     #: Where each ``profiles``/``nodes`` entry was defined: ``"nodes.<name>"`` -> file (only when the
     #: config has ``include:``; else every entry is from ``source``).
     origins: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
@@ -403,6 +404,7 @@ class Config:
             timeline=doc.timeline,
             state_store=doc.state_store,
             _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
+            includes=doc.include,
         )
 
     def resolve_path(self, value: str) -> Path:
