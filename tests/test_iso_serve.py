@@ -16,7 +16,7 @@ from support.signing import fixed_signer, relative, signed
 from test_iso import STATIC
 
 from bootserver.config import load_config, parse_config
-from bootserver.web import ADMIN_APP, create_app
+from bootserver.http.app import ADMIN_APP, create_app
 
 KEY_B = bytes(range(1, 33))
 

@@ -9,15 +9,15 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from bootserver.config import Config
+from bootserver.http.app import ADMIN_APP, create_app, runner_kwargs
 from bootserver.signing import Signer
-from bootserver.web import ADMIN_APP, create_app, runner_kwargs
 from support.signing import fixed_signer
 
 
 async def start_app(aiohttp_client: Callable[..., Any], config: Config, signer: Signer | None = None) -> TestClient:
     """A test client (pytest-aiohttp's ``aiohttp_client``, closed after the test) of
     ``create_app(config, signer)`` (default signer :func:`~support.signing.fixed_signer`) on 127.0.0.1,
-    whose runner takes :func:`~bootserver.web.runner_kwargs` as ``serve``'s does (our access log, the
+    whose runner takes :func:`~bootserver.http.app.runner_kwargs` as ``serve``'s does (our access log, the
     request limits); its ``admin`` attribute is a client of the admin application, started the same way."""
     app = create_app(config, signer or fixed_signer())
     server = TestServer(app)

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from bootserver.http.app import SERVICE
 from bootserver.signing import KeyEntry, Keyring, Signer, sign
-from bootserver.web import SERVICE
 
 #: A fixed signing key and clock (2026-01-01T00:00:00Z, unix seconds) for deterministic signed URLs.
 FIXED_KEY = bytes(range(32))
