@@ -14,10 +14,10 @@ from conftest import relative, run_cli, write_config
 from test_iso import STATIC
 
 from bootserver.config import load_config
+from bootserver.http.app import create_app
 from bootserver.images.base import REGION_FILE_SIZE, BaseImage, RegionTooSmall
 from bootserver.images.netboot import netboot_base
 from bootserver.urls import Urls
-from bootserver.web import create_app
 
 
 def node_network(i: int) -> dict[str, Any]:
