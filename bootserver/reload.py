@@ -29,7 +29,7 @@ from .config import Config, check_local_inputs, load_config
 from .errors import BootserverError, InputError
 from .files import write_atomic
 from .inventory import check_command_lines
-from .iso import check_boot_networks
+from .images.network import check_boot_networks
 
 #: The keys a reload cannot change, each with why: they keep their running values, and a reload that
 #: changes them says so in one warning line.

@@ -15,23 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from .artifacts.cache import ArtifactCache
+from .artifacts.catalog import StreamCatalog
+from .artifacts.readthrough import ReadThrough, Transfer
+from .artifacts.upstream import Upstream
 from .butane import ButaneError
-from .cache import ArtifactCache
-from .catalog import StreamCatalog
 from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
-from .fetch import Upstream
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
+from .images.netboot import node_image
+from .images.overlay import NodeImage
 from .inventory import script_context
-from .ipxe import (
-    render_boot_script,
-    render_grub_config,
-    render_grub_localboot,
-    render_localboot_script,
-)
-from .iso import node_image
+from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
 from .network import node_kargs
-from .readthrough import ReadThrough, Transfer
 from .signing import Signer
 from .stalls import StallWatch
 from .state import StateStore
@@ -126,11 +122,11 @@ class BootService:
         selects, :func:`~bootserver.state.backends.open_store`). Call :meth:`close` when done (it
         closes the upstream and the state store)."""
         self.config = config
-        #: Where stream metadata and artifacts come from (see :mod:`bootserver.fetch`).
+        #: Where stream metadata and artifacts come from (see :mod:`bootserver.artifacts.upstream`).
         self.upstream = Upstream.for_config(config) if upstream is None else upstream
         self.cache = ArtifactCache(config.cache_dir)
         self.catalog = StreamCatalog(config, self.cache, self.upstream)
-        #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
+        #: Artifact lookups with read-through to upstream (see :mod:`bootserver.artifacts.readthrough`).
         self.artifacts = ReadThrough(config, self.cache, self.catalog, self.upstream)
         #: The node timeline and the signing keys (sqlite in ``state_dir``, or ``state_store``).
         self.state = open_store(config) if state is None else state
@@ -141,7 +137,7 @@ class BootService:
         #: (:meth:`bootserver.metrics.Metrics.boot_done`); ``None``: not measured.
         self.boot_observer: Callable[[str, float], None] | None = None
         #: Called with the node's name after each event recorded in this process (the live page's
-        #: :class:`bootserver.page.Hub`); they must not block.
+        #: :class:`bootserver.http.page.Hub`); they must not block.
         self.record_hooks: list[Callable[[str], None]] = []
         #: The stall watch (one warning per stalled node; the nodes' stages for metrics scrapes), and
         #: what wakes it after a recorded event (see :meth:`start_stall_watch`).
@@ -289,13 +285,14 @@ class BootService:
         ``render``)."""
         return (await self._script(node, await self.state.current(node), grub=True))[1]
 
-    async def boot_image(self, node: str) -> Path:
-        """The node's boot image file (:func:`bootserver.iso.node_image`: built once per node and inputs,
-        in ``cache_dir/iso/nodes``), built in a worker thread (xorriso, about 0.1 s) so the event loop
-        goes on. Raises as :func:`~bootserver.iso.node_image`, and :class:`UnavailableError` when the
-        state store (the node's device record, for ``network: provider``) cannot be read. Bad input
-        (the node's network cannot be written into an image) is raised as a :class:`BootserverError`
-        (HTTP 500) whose public text names no key or path; the message names both, for the log."""
+    async def boot_image(self, node: str) -> NodeImage:
+        """The node's boot image (:func:`bootserver.images.netboot.node_image`: its base built once, its
+        region once per node and inputs, in ``cache_dir/iso``), made in a worker thread (the first
+        build runs xorriso) so the event loop goes on. Raises as :func:`~bootserver.images.netboot.node_image`,
+        and :class:`UnavailableError` when the state store (the node's device record, for ``network:
+        provider``) cannot be read. Bad input (the node's network cannot be written into an image) is
+        raised as a :class:`BootserverError` (HTTP 500) whose public text names no key or path; the
+        message names both, for the log."""
         current = await self.state.current(node)
         try:
             return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
@@ -330,7 +327,7 @@ class BootService:
 
     async def artifact(self, segments: tuple[str, ...]) -> CachedArtifact | Transfer | None:
         """The artifact at URL segments ``(stream, arch, release, file)``: the cached file, a
-        :class:`~bootserver.readthrough.Transfer` of it (read-through), or ``None`` (not served: see
+        :class:`~bootserver.artifacts.readthrough.Transfer` of it (read-through), or ``None`` (not served: see
         :meth:`artifact_missing`). Raises as :meth:`ReadThrough.open`."""
         found = await self.artifacts.open(segments)
         if found is None or isinstance(found, Transfer):

@@ -19,12 +19,13 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from conftest import REPO, ServerProcess, free_port, run_cli, write_config
+from support.helpers import REPO, free_port, run_cli, write_config
+from support.server import ServerProcess
 from test_workers import metric
 
 from bootserver.config import load_config
 from bootserver.errors import ConfigError
-from bootserver.web import ADMIN_APP, RUNNING, create_app
+from bootserver.http.app import ADMIN_APP, RUNNING, create_app
 
 MAC = "52:54:00:00:00:01"
 NEW_MAC = "52:54:00:00:00:02"

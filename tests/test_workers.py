@@ -17,7 +17,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import ServerProcess, free_port, run_cli, write_config
+from support.helpers import free_port, run_cli, write_config
+from support.server import ServerProcess
 from test_readthrough import (
     DEADLINE,
     ROOTFS_SIZE,
@@ -30,7 +31,7 @@ from test_readthrough import (
     wait_for,
 )
 
-from bootserver.cache import ArtifactCache
+from bootserver.artifacts.cache import ArtifactCache
 
 HEALTHZ = 'bootserver_http_requests_total{method="GET",route="/healthz",status="200"}'
 

@@ -1,5 +1,5 @@
 """The aiohttp applications of ``bootserver serve``: the device application and the admin application
-(:mod:`bootserver.listeners` opens the sockets they answer on).
+(:mod:`bootserver.http.listeners` opens the sockets they answer on).
 
 Routes come from :data:`bootserver.urls.ROUTES` (each declared once: pattern, signed, timed, capped,
 listener); :data:`HANDLERS` names the handler of each. One front (:func:`front`, bound to each route)
@@ -17,17 +17,17 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import ETag, hdrs, web
 
-from . import accesslog, page, reload
-from .accesslog import NODE, ROUTE
-from .config import Config
-from .errors import (
+from .. import reload
+from ..artifacts.readthrough import Transfer
+from ..config import Config
+from ..errors import (
     BootserverError,
     DiskFullError,
     FetchError,
@@ -35,15 +35,16 @@ from .errors import (
     UnavailableError,
     UnknownNodeError,
 )
-from .ignition import MEDIA_TYPE, NotAcceptableError
-from .inventory import find_node, select_node
-from .metrics import Metrics
-from .readthrough import Transfer
-from .security import Gate, Limits, forbidden
-from .service import BootService
-from .signing import Signer
-from .state import StateStore
-from .urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
+from ..ignition import MEDIA_TYPE, NotAcceptableError
+from ..inventory import find_node, select_node
+from ..metrics import Metrics
+from ..service import BootService
+from ..signing import Signer
+from ..state import StateStore
+from ..urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
+from . import accesslog, page
+from .accesslog import NODE, ROUTE
+from .gate import Gate, Limits, forbidden
 
 log = logging.getLogger("bootserver.web")
 
@@ -208,7 +209,7 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler) -> Ha
     """``handler`` of route ``spec`` behind what every request needs first: notes the route
     (``request[ROUTE]``) and the config it is answered with (``request[LOADED]``, the one ``running``
     serves now, kept for the whole request), runs the handler under
-    :class:`~bootserver.security.Limits`, refuses signed routes that fail :meth:`Gate.refusal` (the one
+    :class:`~bootserver.http.gate.Limits`, refuses signed routes that fail :meth:`Gate.refusal` (the one
     403), resolves the node (``request[NODE]``: by name from the path, or for the generic entry by
     selector and source address) and maps domain errors with :func:`error_answer`.
 
@@ -269,12 +270,74 @@ async def grub_config(request: web.Request) -> web.Response:
 
 
 async def boot_image(request: web.Request) -> web.StreamResponse:
-    """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (built on first use), with ``Range``
-    (206), ``HEAD`` and ``If-Modified-Since`` as for artifacts (aiohttp's FileResponse): BMCs read
-    virtual media in ranges."""
-    path = await _service(request).boot_image(request[NODE])
-    return web.FileResponse(path, headers={"Content-Type": "application/x-iso9660-image",
-                                           "Cache-Control": "no-store"})
+    """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (:meth:`BootService.boot_image`), sent as
+    its base image's bytes (``loop.sendfile``) with the node's region written in as it goes (docs/design.md,
+    "Boot images"). ``Range`` (one range, 206; 416 with ``Content-Range: bytes */SIZE`` when malformed or
+    past the end, as aiohttp's FileResponse answers), ``HEAD``, a strong ``ETag`` and ``If-Range``: BMCs
+    read virtual media in ranges, after a HEAD for the size."""
+    image = await _service(request).boot_image(request[NODE])
+    headers = {"Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store",
+               hdrs.ACCEPT_RANGES: "bytes"}
+    start, stop, status = 0, image.size, 200
+    if_range = request.headers.get(hdrs.IF_RANGE)
+    if hdrs.RANGE in request.headers and (if_range is None or if_range.strip() == f'"{image.etag}"'):
+        try:
+            rng = request.http_range
+            start = rng.start if rng.start is None or rng.start >= 0 else max(0, image.size + rng.start)
+            start, stop = start or 0, min(image.size, rng.stop if rng.stop is not None else image.size)
+            if start >= image.size:
+                raise ValueError("range past the end")
+        except ValueError:
+            return web.Response(status=416, headers={hdrs.CONTENT_RANGE: f"bytes */{image.size}"})
+        status = 206
+        headers[hdrs.CONTENT_RANGE] = f"bytes {start}-{stop - 1}/{image.size}"
+    resp = web.StreamResponse(status=status, headers=headers)
+    resp.etag = image.etag
+    resp.content_length = stop - start
+    await resp.prepare(request)
+    if request.method == "HEAD":
+        return resp
+    try:
+        await _send_pieces(request, resp, image.base.path, image.pieces(start, stop))
+    except ConnectionError:  # the client went away: the access log says so ("incomplete")
+        return resp
+    await resp.write_eof()
+    return resp
+
+
+async def _send_pieces(request: web.Request, resp: web.StreamResponse, path: Path,
+                       pieces: Iterable[bytes | tuple[int, int]]) -> None:
+    """Send ``pieces`` (:meth:`~bootserver.images.overlay.NodeImage.pieces`): ``bytes`` written as they
+    are, ``(offset, count)`` of the file ``path`` with ``loop.sendfile`` (the kernel's sendfile), or with
+    reads of at most 1 MiB over TLS, where the transport cannot sendfile (see :func:`_sendfile_ranges`).
+    The file is opened without following a link. Raises ``ConnectionError`` when the client goes away
+    and ``OSError``."""
+    loop = asyncio.get_running_loop()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with open(fd, "rb", buffering=0) as fobj:
+        use_sendfile = request.transport is not None and request.transport.get_extra_info("sslcontext") is None
+        for piece in pieces:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("Connection lost")
+            if isinstance(piece, bytes):
+                await resp.write(piece)
+                continue
+            offset, count = piece
+            if use_sendfile:
+                fobj.seek(offset)
+                try:
+                    await loop.sendfile(transport, fobj, offset, count)
+                    continue
+                except NotImplementedError:
+                    use_sendfile = False
+            end = offset + count
+            while offset < end:
+                data = os.pread(fd, min(1 << 20, end - offset), offset)
+                if not data:
+                    raise OSError(f"{path}: shorter than the image")
+                await resp.write(data)
+                offset += len(data)
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
@@ -314,7 +377,7 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     Range (206), HEAD, Last-Modified and If-Modified-Since come from aiohttp's FileResponse (sendfile);
     the ETag is the sha256 and ``If-None-Match`` with it answers 304. A GET is attributed to a node
     (:meth:`BootService.artifact_requested`), and how its answer ended is reported once the last byte
-    went out (:data:`bootserver.accesslog.ON_SENT`).
+    went out (:data:`bootserver.http.accesslog.ON_SENT`).
     """
     svc = _service(request)
     m = request.match_info
@@ -514,7 +577,7 @@ def _app(svc: BootService, running: Running, metrics: Metrics, listener: str, li
 def create_app(config: Config, signer: Signer | None = None, state: StateStore | None = None) -> web.Application:
     """Build the device application for ``config`` (the routes of :data:`~bootserver.urls.ROUTES` on
     the device listener); ``app[ADMIN_APP]`` is the admin application (the live page of
-    :mod:`bootserver.page`, ``/nodes``, ``/metrics``, ...; behind ``server.admin.token_file``'s token when
+    :mod:`bootserver.http.page`, ``/nodes``, ``/metrics``, ...; behind ``server.admin.token_file``'s token when
     set), which shares its service, metrics and concurrency cap. Run both with :func:`runner_kwargs`.
 
     ``signer`` signs and verifies per-node URLs (default: the keys of the state store, wall clock);
