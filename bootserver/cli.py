@@ -291,6 +291,26 @@ def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _adopt(args: argparse.Namespace, config: Config) -> int:
+    from pathlib import Path
+
+    from .adoption import adopt, reload_server
+
+    async def run() -> Any:
+        store = await _started_store(config)
+        try:
+            return await adopt(config, store, args.nodes[0], name=args.name, profile=args.profile,
+                               file=None if args.file is None else Path(args.file))
+        finally:
+            await store.close()
+
+    done = asyncio.run(run())
+    print(f"{done.name}: adopted machine {done.machine.mac}" + (f" (uuid {done.machine.uuid})" if done.machine.uuid
+                                                                else "") + f" into {done.file}")
+    print(f"{done.name}: {reload_server(config, 15.0)}")
+    return 0
+
+
 def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
@@ -298,11 +318,17 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     from .nodes_view import format_events, format_table
     from .timeline import Record
 
-    nodes = [_node(config, name) for name in args.nodes]
+    if args.action == "adopt":
+        return _adopt(args, config)
+    nodes = [_node(config, name) for name in args.nodes] if args.action != "discovered" else []
 
     async def run() -> str:
         store = await _started_store(config)
         try:
+            if args.action == "discovered":
+                from .nodes_view import format_discovered
+
+                return format_discovered(await store.discovered(), time.time())
             if args.action == "reinstall":
                 out = []
                 for name in nodes:
@@ -477,11 +503,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("devices", parents=[common], help="list the devices bootserver manages, with their stage")
     p.set_defaults(func=_cmd_devices)
     _add_provider_options("devices", p)
-    p = sub.add_parser("nodes", parents=[common], help="show each node's boot stage; mark nodes for reinstall",
+    p = sub.add_parser("nodes", parents=[common], help="show each node's boot stage; mark nodes for reinstall; "
+                       "list and adopt discovered machines",
                        description="Without an action: a table of every node's stage and how long ago. "
-                       "'show NODE': the node's events. 'reinstall NODE...': the next boot installs again.")
-    p.add_argument("action", nargs="?", choices=["list", "show", "reinstall"], default="list")
+                       "'show NODE': the node's events. 'reinstall NODE...': the next boot installs again. "
+                       "'discovered': the machines that matched no node and wait to be adopted. "
+                       "'adopt MAC|UUID --name NAME --profile PROFILE [--file PATH]': make one a node "
+                       "(a file its include: names, default nodes.d/NAME.yaml) and reload the server.")
+    p.add_argument("action", nargs="?", choices=["list", "show", "reinstall", "discovered", "adopt"], default="list")
     p.add_argument("nodes", nargs="*", metavar="NODE")
+    p.add_argument("--name", help="adopt: the node's name (and hostname)")
+    p.add_argument("--profile", help="adopt: the node's profile")
+    p.add_argument("--file", metavar="PATH", help="adopt: the file to write (default nodes.d/NAME.yaml beside the "
+                   "config; the config's include: must name it)")
     p.set_defaults(func=_cmd_nodes)
     p = sub.add_parser("db", help="manage the state store's schema")
     dsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
@@ -497,10 +531,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "nodes":
-        wanted = {"list": (0, 0), "show": (1, 1), "reinstall": (1, None)}[args.action]
+        wanted = {"list": (0, 0), "show": (1, 1), "reinstall": (1, None), "discovered": (0, 0),
+                  "adopt": (1, 1)}[args.action]
         if len(args.nodes) < wanted[0] or (wanted[1] is not None and len(args.nodes) > wanted[1]):
             parser.error(f"nodes {args.action}: expected "
-                         + ("no NODE" if wanted[1] == 0 else "one NODE" if wanted[1] == 1 else "NODE..."))
+                         + ("MAC or UUID" if args.action == "adopt" else "no NODE" if wanted[1] == 0
+                            else "one NODE" if wanted[1] == 1 else "NODE..."))
+        if args.action == "adopt" and (not args.name or not args.profile):
+            parser.error("nodes adopt: --name NAME and --profile PROFILE are required")
+        if args.action != "adopt" and (args.name or args.profile or args.file):
+            parser.error(f"nodes {args.action}: --name, --profile and --file are options of nodes adopt")
     if getattr(args, "config", None) is None:
         args.config = args.config_before
     setup_logging(args.log_level, args.log_format)

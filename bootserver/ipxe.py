@@ -234,6 +234,22 @@ def render_boot_script(ctx: ScriptContext) -> str:
     return _template("boot.ipxe.j2").render(ctx=ctx, version=__version__)
 
 
+def render_discovery_script(*, mac: str | None, every: int, nics: int) -> str:
+    """Render ``templates/discover.ipxe.j2``: the answer to a machine that matches no node
+    (:mod:`bootserver.discovery`). It reports the machine's facts to ``discover?...`` (text settings
+    ``:uristring``-encoded by iPXE itself; the UUID as iPXE prints it; MACs and bus ids ``:hexhyp``,
+    ``52-54-00-...``: a ``:uristring`` override would print their raw bytes, and a raw ``:`` in a
+    relative URL makes Debian's iPXE read what precedes it as a URI scheme; ``net0`` ..
+    ``net<nics-1>``), then waits ``every`` seconds
+    (``sleep``, or ``prompt --timeout`` where that iPXE has no ``sleep``) and chains ``boot.ipxe`` again
+    with ``--replace`` (no nesting however long it waits). Both URLs are relative: iPXE resolves them
+    against the script's own URL, so they reach the server the way the machine did. ``mac`` (normalized,
+    from the request; ``None``: iPXE's ``${net0/mac}``) is the one literal from the request. Raises
+    :class:`UnsafeValueError` for a ``mac`` iPXE would not read literally."""
+    word = "${net0/mac}" if mac is None else check_script_word(mac)
+    return _template("discover.ipxe.j2").render(mac=word, every=every, nics=nics, version=__version__)
+
+
 def render_localboot_script(node: str, stage: str) -> str:
     """Render ``templates/localboot.ipxe.j2``: the boot-once answer for an installed node.
 

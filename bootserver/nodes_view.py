@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+from .discovery import Discovered
 from .timeline import Event, NodeState
 
 
@@ -63,5 +64,30 @@ def format_table(states: list[NodeState], now: float, profiles: Mapping[str, str
                      format_age(None if st.stage_at is None else now - st.stage_at),
                      format_stalled(deadlines.get(st.node), now),
                      st.last_event or "-", format_age(None if st.last_at is None else now - st.last_at)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)
+
+
+def printable(value: str | None, width: int = 40) -> str:
+    """A value a machine reported, safe on one terminal line: ``-`` for none or empty, control and other
+    unprintable characters as Python escapes (``\\n``, ``\\x1b``), cut to ``width`` characters (``…``)."""
+    if not value:
+        return "-"
+    text = value if value.isprintable() else repr(value)[1:-1]
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def format_discovered(records: Sequence[Discovered], now: float) -> str:
+    """The ``bootserver nodes discovered`` table: one machine per line, last reported first: MAC, UUID,
+    manufacturer, product, serial, architecture (``buildarch``/``platform``), the address of its last
+    report, first and last seen, reports; every reported value through :func:`printable`."""
+    rows = [("MAC", "UUID", "MANUFACTURER", "PRODUCT", "SERIAL", "ARCH", "FROM", "FIRST SEEN", "LAST SEEN",
+             "REPORTS")]
+    for d in records:
+        f = d.facts
+        arch = "/".join(x for x in (f.get("buildarch"), f.get("platform")) if x) or None
+        rows.append((d.mac, d.uuid or "-", printable(f.get("manufacturer"), 24), printable(f.get("product"), 24),
+                     printable(f.get("serial"), 24), printable(arch, 16), printable(d.address, 40),
+                     format_age(now - d.first_seen), format_age(now - d.last_seen), str(d.reports)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)

@@ -8,6 +8,7 @@ one method each, so the server and ``bootserver render`` can never disagree.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,12 +22,19 @@ from .artifacts.readthrough import ReadThrough, Transfer
 from .artifacts.upstream import Upstream
 from .butane import ButaneError
 from .config import IGNITION_VERSIONS, Config
+from .discovery import NICS, Discovered, read_report
 from .errors import BootserverError, InputError, UnavailableError
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .images.netboot import node_image
 from .images.overlay import NodeImage
 from .inventory import script_context
-from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
+from .ipxe import (
+    render_boot_script,
+    render_discovery_script,
+    render_grub_config,
+    render_grub_localboot,
+    render_localboot_script,
+)
 from .network import node_kargs
 from .signing import Signer
 from .stalls import StallWatch
@@ -42,8 +50,14 @@ from .timeline import (
     boot_started,
 )
 from .urls import Urls
+from .values import normalize_mac
 
 log = logging.getLogger("bootserver.service")
+
+#: Client addresses (and logged MACs) a process remembers for discovery reports at most.
+REPORTERS_KEPT = 10_000
+#: Newly discovered machines logged one by one per minute at most (per process).
+DISCOVERY_LOG_LINES = 20
 
 #: Seconds between background loads of a stream's metadata after one failed (see
 #: :meth:`BootService.load_metadata_soon`).
@@ -150,6 +164,15 @@ class BootService:
         self._kargs: dict[str, tuple[Mapping[str, Any] | None, tuple[str, ...]]] = {}
         #: Timeline writes started after an answer went out (see :meth:`artifact_answered`).
         self._pending: set[asyncio.Task[Any]] = set()
+        #: Called after each discovered machine's report recorded in this process (the live page's
+        #: :class:`bootserver.page.Hub`); they must not block.
+        self.discovery_hooks: list[Callable[[], None]] = []
+        #: client address -> monotonic time of its last recorded report (``server.discovery.per_address``),
+        #: and the MACs this process logged a report of already (one info line per machine).
+        self._reported: dict[str, float] = {}
+        self._logged: set[str] = set()
+        #: the discovery log's minute: (its monotonic start, lines logged, lines left out)
+        self._log_window: tuple[float, int, int] = (0.0, 0, 0)
         #: Background stream metadata loads (see :meth:`load_metadata_soon`) and the monotonic time of
         #: each stream's last failed one.
         self._metadata_loads: dict[str, asyncio.Future[None]] = {}
@@ -172,7 +195,72 @@ class BootService:
         new._pending = self._pending
         new._metadata_loads = self._metadata_loads
         new._metadata_failed = self._metadata_failed
+        new.discovery_hooks = self.discovery_hooks
+        new._reported = self._reported
+        new._logged = self._logged
+        new._log_window = self._log_window
         return new
+
+    def discovery_script(self, mac: str | None) -> str:
+        """What ``/boot.ipxe`` answers a machine that matches no node while ``server.discovery`` is on
+        (:func:`~bootserver.ipxe.render_discovery_script`): report, wait ``server.discovery.every``
+        seconds, ask again. ``mac``: the request's ``mac`` (used when it is one, else iPXE's own)."""
+        try:
+            word = normalize_mac(mac) if mac else None
+        except ValueError:
+            word = None
+        return render_discovery_script(mac=word, every=self.config.server.discovery.every, nics=NICS)
+
+    async def report(self, query: Mapping[str, str], client: str | None, at: float | None = None) -> bool:
+        """Record a machine's report (``GET /discover``, its query decoded: :func:`~bootserver.discovery.
+        read_report`) from address ``client`` at unix time ``at`` (default now); returns whether it was
+        recorded. Not recorded, answered alike: a MAC or UUID of a configured node (the answer must not
+        tell which are), and a report less than ``server.discovery.per_address`` seconds after the last
+        one recorded from that address (in this process). Raises
+        :class:`~bootserver.discovery.ReportError` (no valid mac), :class:`UnavailableError` (store)."""
+        settings = self.config.server.discovery
+        mac, uuid, facts = read_report(query)
+        if self.config.node_by_mac(mac) is not None or (uuid is not None and self.config.node_by_uuid(uuid)):
+            return False
+        now, key = time.monotonic(), client or "-"
+        last = self._reported.get(key)
+        if last is not None and now - last < settings.per_address:
+            return False
+        if len(self._reported) >= REPORTERS_KEPT:  # bounded: forget the addresses past their wait
+            for address, when in list(self._reported.items()):
+                if now - when >= settings.per_address:
+                    del self._reported[address]
+            if len(self._reported) >= REPORTERS_KEPT:
+                self._reported.clear()
+        self._reported[key] = now
+        at = time.time() if at is None else at
+        await self.state.discover(Discovered(mac, uuid, facts, client, at, at), settings.keep)
+        if mac not in self._logged and len(self._logged) < REPORTERS_KEPT:
+            self._logged.add(mac)
+            self._log_discovered(now, mac, uuid, client, facts)
+        for hook in self.discovery_hooks:
+            hook()
+        return True
+
+    def _log_discovered(self, now: float, mac: str, uuid: str | None, client: str | None,
+                        facts: Mapping[str, str]) -> None:
+        """One info line per newly discovered machine, at most :data:`DISCOVERY_LOG_LINES` a minute (a
+        flood of made-up MACs must not flood the log: the rest are counted in one line)."""
+        window, lines, skipped = self._log_window
+        if now - window >= 60:
+            if skipped:
+                log.info("%d more machines discovered in the last minute (not logged one by one; "
+                         "`bootserver nodes discovered` lists them)", skipped)
+            window, lines, skipped = now, 0, 0
+        if lines < DISCOVERY_LOG_LINES:
+            lines += 1
+            # every value as a JSON string: quotes, newlines and control characters escaped (one line)
+            log.info("discovered machine %s (uuid %s) from %s: %s; adopt it with `bootserver nodes adopt %s "
+                     "--name NAME --profile PROFILE`", mac, uuid or "-", json.dumps(client), json.dumps(facts),
+                     mac)
+        else:
+            skipped += 1
+        self._log_window = (window, lines, skipped)
 
     async def boot_script(self, node: str) -> str:
         """The node's iPXE script (text). ``node`` must be a configured node name.

@@ -64,6 +64,8 @@ class Route:
 
 CHAIN = Route("chain", "/ipxe/{node}", signed=True)
 GENERIC = Route("generic", "/boot.ipxe")
+#: A machine that matches no node reports its facts here (bootserver.discovery; server.discovery).
+DISCOVER = Route("discover", "/discover")
 STUB = Route("stub", "/ignition/{node}", signed=True)
 REAL_CONFIG = Route("real_config", "/ignition/{node}/config", signed=True, real_config=True)
 CHECKIN = Route("checkin", "/checkin/{node}", signed=True, method="POST")
@@ -84,7 +86,7 @@ PAGE_EVENTS = Route("page_events", "/ui/events", timed=False, capped=False, list
 PAGE_STATIC = Route("page_static", "/ui/static/{file}", listeners=(ADMIN,))
 
 #: Every route of the server, in routing order.
-ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, STUB, REAL_CONFIG, CHECKIN, GRUB, ISO, ARTIFACT, HEALTHZ, READYZ,
+ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, DISCOVER, STUB, REAL_CONFIG, CHECKIN, GRUB, ISO, ARTIFACT, HEALTHZ, READYZ,
                              NODES, NODE, METRICS, FLEET, PAGE_NODE, PAGE_CACHE, PAGE_EVENTS, PAGE_STATIC)
 
 

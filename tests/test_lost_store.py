@@ -52,6 +52,8 @@ ANSWERS: list[tuple[str, str, str, Path_, int]] = [
     ("chain", "device", "GET", lambda u, a: relative(u.chain(NODE)), 503),                  # iPXE script
     ("chain", "device", "GET", lambda u, a: foreign_chain(u), 503),                        # key not in hand
     ("generic", "device", "GET", lambda u, a: "/boot.ipxe?mac=52:54:00:12:34:56", 503),
+    ("generic", "device", "GET", lambda u, a: "/boot.ipxe?mac=52:54:00:99:99:99", 200),  # unknown: discovery
+    ("discover", "device", "GET", lambda u, a: "/discover?mac=52:54:00:99:99:99&serial=x", 503),
     ("stub", "device", "GET", lambda u, a: relative(u.stub(NODE)), 503),                    # Ignition stub
     ("real_config", "device", "GET", lambda u, a: relative(u.real_config(NODE)), 503),
     ("checkin", "device", "POST", lambda u, a: relative(u.checkin(NODE)), 503),

@@ -344,3 +344,28 @@ async def test_cache_page_shows_a_download_in_progress_with_its_progress(tmp_pat
     finally:
         faulty.gate.set()
         await rootfs.read()
+
+
+async def test_a_discovered_machine_appears_live_and_what_it_reports_stays_text(browser: Browser, fleet: Fleet) -> None:
+    """A machine that matched no node reports itself (as the discovery script makes its iPXE do): the
+    Discovered table shows it within the live update's time, its values as text (a reported
+    ``<script>`` is not run), without reloading the page."""
+    page = await open_page(browser, fleet.server.admin_url + "/")
+    await expect(page.locator("#discovered-count")).to_have_text("0")
+    await expect(page.locator("#discovered-none")).to_be_visible()
+    evil = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
+    await fleet.get(fleet.server.url + "/discover", params={"mac": "52:54:00:aa:00:01", "serial": evil,
+                                                            "manufacturer": "QEMU", "product": "Standard PC",
+                                                            "buildarch": "x86_64", "platform": "pcbios"})
+    row = page.locator('#discovered tr[data-mac="52:54:00:aa:00:01"]')
+    await expect(row).to_contain_text(evil, timeout=LIVE)
+    await expect(row).to_contain_text("QEMU")
+    await expect(row).to_contain_text("x86_64/pcbios")
+    await expect(page.locator("#discovered-count")).to_have_text("1")
+    await expect(page.locator("#discovered-none")).to_be_hidden()
+    assert await page.evaluate("window.pwned") is None
+    assert await page.locator("#discovered img").count() == 0
+    # a page rendered afresh shows it too, escaped by the server
+    again = await open_page(browser, fleet.server.admin_url + "/")
+    await expect(again.locator('#discovered tr[data-mac="52:54:00:aa:00:01"]')).to_contain_text(evil)
+    assert await again.evaluate("window.pwned") is None

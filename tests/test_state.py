@@ -343,7 +343,7 @@ async def test_replicas_starting_at_once_migrate_once(pg: PgCluster, tmp_path: P
     stores = [open_store(make_config(tmp_path, url)) for _ in range(4)]
     try:
         results = await asyncio.gather(*(s.migrate() for s in stores))
-        assert sorted(results) == [(0, 2), (2, 2), (2, 2), (2, 2)]
+        assert sorted(results) == [(0, 3), (3, 3), (3, 3), (3, 3)]
         await asyncio.gather(*(s.start() for s in stores))
         assert len({s.keyring().current for s in stores}) == 1  # one first key, not four
     finally:
@@ -362,7 +362,7 @@ async def test_a_newer_schema_is_refused(pg: PgCluster, tmp_path: Path, referenc
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("INSERT INTO bootserver_schema (version) VALUES (99)")
     store = open_store(make_config(tmp_path, url))
-    with pytest.raises(StateStoreError, match=r"schema version 99 is newer than this bootserver knows \(2\)"):
+    with pytest.raises(StateStoreError, match=r"schema version 99 is newer than this bootserver knows \(3\)"):
         await store.start()
     await store.close()
 
@@ -431,7 +431,7 @@ async def test_db_migrate_command(backend, tmp_path: Path) -> None:
     assert rc == 0, err
     name = str(config.state_dir / "timeline.sqlite3") if config.state_store is None else \
         config.state_store.url
-    version = 3 if config.state_store is None else len(pgstate.MIGRATIONS)
+    version = 4 if config.state_store is None else len(pgstate.MIGRATIONS)
     nothing = f"{config.state_dir / 'nodes'}: no device record files, nothing to move\n"
     assert out == f"{name}: schema at version {version} (was 0)\n{nothing}"
     rc, out, err = await run_cli("db", "migrate", "--config", str(path))

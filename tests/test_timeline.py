@@ -316,7 +316,7 @@ def test_a_schema_2_timeline_gains_device_records_and_keeps_its_rows(tmp_path: P
     assert tl.current("m0").stage == "installing" and tl.current("m0").device is None
     assert tl.write_devices({"m0": {"id": "d-1"}}) == ["m0"]
     assert tl.current("m0").device == {"id": "d-1"}
-    assert tl._db().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert tl._db().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     tl.close()
 
 

@@ -120,6 +120,24 @@ class AdminConfig(SettingsModel):
     token_file: str | None = None
 
 
+class DiscoveryConfig(SettingsModel):
+    """``server.discovery``: machines that match no node wait to be adopted (``bootserver.discovery``).
+
+    ``enabled`` (``server.discovery: false`` for short): ``/boot.ipxe`` answers an unknown machine a
+    script that reports its facts and asks again every ``every`` seconds; off, it gets ``404`` as
+    before. ``keep``: records kept at most (the oldest by last report are dropped); ``per_address``:
+    seconds between two recorded reports from one client address (more are answered, not recorded)."""
+
+    enabled: bool = True
+    keep: int = Field(default=1000, ge=1, le=1_000_000)
+    every: Duration = Field(default=30, ge=5, le=3600)
+    per_address: int = Field(default=5, ge=0, le=3600)
+
+
+def _discovery_shorthand(value: Any) -> Any:
+    return {"enabled": value} if isinstance(value, bool) else null_as_empty(value)
+
+
 class ServerConfig(SettingsModel):
     """``server``: where to listen (``host:port``), the URL devices use to reach us, and security limits."""
 
@@ -137,6 +155,8 @@ class ServerConfig(SettingsModel):
     #: The facility this server sits in: its ``mirrors`` come first in the upstream chain.
     facility: str | None = None
     admin: AdminConfig = Field(default_factory=AdminConfig)
+    discovery: Annotated[DiscoveryConfig, BeforeValidator(_discovery_shorthand)] = Field(
+        default_factory=DiscoveryConfig)
 
     @property
     def admin_listen(self) -> str:

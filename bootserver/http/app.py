@@ -27,6 +27,7 @@ from aiohttp import ETag, hdrs, web
 from .. import reload
 from ..artifacts.readthrough import Transfer
 from ..config import Config
+from ..discovery import ReportError
 from ..errors import (
     BootserverError,
     DiskFullError,
@@ -233,8 +234,14 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler) -> Ha
                 request[NODE] = find_node(svc.config, name=name)
             elif spec is GENERIC:
                 q = request.query
-                request[NODE] = select_node(svc.config, gate.address(request), mac=q.get("mac"),
-                                            uuid=q.get("uuid"), hostname=q.get("hostname"))
+                try:
+                    request[NODE] = select_node(svc.config, gate.address(request), mac=q.get("mac"),
+                                                uuid=q.get("uuid"), hostname=q.get("hostname"))
+                except UnknownNodeError:
+                    if not svc.config.server.discovery.enabled:
+                        raise
+                    # the same answer whether no node matches or one may not be handed out here
+                    return web.Response(text=svc.discovery_script(q.get("mac")), content_type="text/plain")
             return await handler(request)
         except web.HTTPException:
             raise
@@ -261,6 +268,20 @@ async def ipxe_script(request: web.Request) -> web.Response:
     """``GET /ipxe/{node}`` and ``GET /boot.ipxe?mac=|uuid=|hostname=``: the node's iPXE script."""
     script = await _service(request).serve_script(request[NODE], _client(request))
     return web.Response(text=script, content_type="text/plain")
+
+
+async def discover(request: web.Request) -> web.Response:
+    """``GET /discover?mac=...&uuid=...&serial=...``: a machine that matches no node reports what iPXE
+    knows of it (:meth:`BootService.report`); ``200`` whether or not it was recorded, ``400`` without a
+    valid ``mac``, ``404`` while ``server.discovery`` is off."""
+    svc = _service(request)
+    if not svc.config.server.discovery.enabled:
+        return _text(404, "discovery is off")
+    try:
+        await svc.report(request.query, _client(request))
+    except ReportError as e:
+        return _text(400, str(e))
+    return _text(200, "ok")
 
 
 async def grub_config(request: web.Request) -> web.Response:
@@ -540,7 +561,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 #: The handler of each route of :data:`bootserver.urls.ROUTES`, by route name.
 HANDLERS: dict[str, Handler] = {
-    "chain": ipxe_script, "generic": ipxe_script, "stub": ignition_stub,
+    "chain": ipxe_script, "generic": ipxe_script, "discover": discover, "stub": ignition_stub,
     "real_config": ignition_config, "grub": grub_config, "iso": boot_image,
     "checkin": checkin,
     "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,

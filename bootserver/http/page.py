@@ -122,6 +122,7 @@ class Hub:
         #: each listener's queue of ``(node, SSE message)`` (node ``None``: for every page; ``None``: end)
         self._listeners: set[asyncio.Queue[tuple[str | None, str] | None]] = set()
         self._rows: dict[str, dict[str, Any]] = {}
+        self._discovered: list[dict[str, Any]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._closed = False
@@ -159,6 +160,7 @@ class Hub:
         try:
             try:
                 self._rows = {r["node"]: r for r in await self.page.rows()}
+                self._discovered = await self.page.discovered()
             except BootserverError as e:  # the state store is away: every row is news at the first read
                 log.debug("page: nodes not read: %s", e)
             while self._listeners and not self._closed:
@@ -177,6 +179,14 @@ class Hub:
                     if self._rows.get(row["node"]) != row:
                         self._rows[row["node"]] = row
                         self._send(row["node"], f"event: node\ndata: {json.dumps(row)}\n\n")
+                try:
+                    found = await self.page.discovered()
+                except BootserverError as e:
+                    log.debug("page: discovered machines not read: %s", e)
+                    continue
+                if found != self._discovered:
+                    self._discovered = found
+                    self._send("", f"event: discovered\ndata: {json.dumps(found)}\n\n")
         finally:
             self._task = None
 
@@ -202,6 +212,7 @@ class Page:
         self._row_template = self.env.get_template("row.html.j2")
         self.hub = Hub(self)
         svc.record_hooks.append(self.hub.recorded)
+        svc.discovery_hooks.append(lambda: self.hub.recorded(""))
         self.use(svc, time.time())
 
     def use(self, svc: BootService, loaded_at: float) -> None:
@@ -261,6 +272,15 @@ class Page:
                 "last_event": st.last_event, "last_at": st.last_at, "last_ip": st.last_ip, "macs": macs,
             })
         return rows
+
+    async def discovered(self) -> list[dict[str, Any]]:
+        """The discovered machines that are not nodes (adopted by hand: their MAC or UUID is in the
+        config), last reported first, as JSON-able dicts (:meth:`Discovered.as_dict
+        <bootserver.discovery.Discovered.as_dict>`). Raises ``UnavailableError``."""
+        svc = self.svc
+        config = svc.config
+        return [d.as_dict() for d in await svc.state.discovered()
+                if config.node_by_mac(d.mac) is None and not (d.uuid and config.node_by_uuid(d.uuid))]
 
     async def node(self, name: str) -> dict[str, Any]:
         """What a node's page shows: its row, its events (oldest first), the time spent in each stage
@@ -411,9 +431,11 @@ async def fleet(request: web.Request) -> web.Response:
     now = time.time()
     views = [RowView.of(r, heads[r["node"]], (not stage or r["stage"] == stage) and (
         not needle or needle in r["node"].lower() or any(needle in m.lower() for m in r["macs"])), now) for r in rows]
+    found = await page.discovered()
     return page.render("fleet.html.j2", rows=[page.row_html(v) for v in views], total=len(rows), counts=counts,
                        shown=sum(not v.hidden for v in views), stalled=sum(bool(v.stalled) for v in views),
-                       stage=stage, q=q)
+                       stage=stage, q=q, discovered=found, now=now,
+                       discovery=page.svc.config.server.discovery.enabled)
 
 
 async def node_page(request: web.Request) -> web.Response:

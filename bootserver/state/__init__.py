@@ -33,6 +33,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..discovery import Discovered
 from ..errors import BootserverError
 from ..timeline import Current, Event, NodeState, Record
 from .batches import Batches
@@ -148,6 +149,22 @@ class StateStore(ABC):
         with ``replace=False`` a node that already has a record keeps it. Every process and replica
         reads the new records at their next request (a sqlite server's cached :meth:`current` is
         invalidated). Returns the nodes written or removed, in order. Raises ``UnavailableError``."""
+
+    @abstractmethod
+    async def discover(self, record: Discovered, keep: int) -> None:
+        """Record a discovered machine's report (:class:`~bootserver.discovery.Discovered`: a new row, or
+        its row updated and its ``reports`` counted; ``record.last_seen`` is the report's time), then keep
+        only the ``keep`` records reported last (one transaction: the table never holds more). Raises
+        :class:`~bootserver.errors.UnavailableError`."""
+
+    @abstractmethod
+    async def discovered(self) -> list[Discovered]:
+        """Every discovered machine, last reported first. Raises :class:`~bootserver.errors.UnavailableError`."""
+
+    @abstractmethod
+    async def forget_discovered(self, macs: Iterable[str]) -> int:
+        """Remove the records of ``macs`` (adopted machines); returns how many there were. Raises
+        :class:`~bootserver.errors.UnavailableError`."""
 
     async def device(self, node: str) -> dict[str, Any] | None:
         """The node's device record, ``None`` without one. Raises ``UnavailableError``."""

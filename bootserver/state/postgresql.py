@@ -47,6 +47,7 @@ import psycopg
 from psycopg import conninfo
 from psycopg_pool import AsyncConnectionPool
 
+from ..discovery import Discovered, facts_json, facts_of
 from ..errors import UnavailableError
 from ..signing import KEY_BYTES, KeyEntry, Keyring
 from ..timeline import (
@@ -120,7 +121,26 @@ MIGRATIONS: tuple[str, ...] = (
         updated DOUBLE PRECISION NOT NULL        -- unix seconds of the last write
     );
     """,
+    """
+    CREATE TABLE discovered (
+        mac        TEXT PRIMARY KEY,             -- aa:bb:cc:dd:ee:ff, the MAC the machine asked with
+        uuid       TEXT,                         -- SMBIOS UUID, lower-case, or NULL
+        facts      TEXT NOT NULL,                -- JSON object of texts (bootserver.discovery)
+        address    TEXT,                         -- where its last report came from
+        first_seen DOUBLE PRECISION NOT NULL,    -- unix seconds
+        last_seen  DOUBLE PRECISION NOT NULL,
+        reports    INTEGER NOT NULL DEFAULT 1
+    );
+    CREATE INDEX discovered_last_seen ON discovered (last_seen);
+    """,
 )
+
+_DISCOVER = ("INSERT INTO discovered (mac, uuid, facts, address, first_seen, last_seen) "
+             "VALUES (%(mac)s, %(uuid)s, %(facts)s, %(address)s, %(at)s, %(at)s) ON CONFLICT (mac) DO UPDATE SET "
+             "uuid = EXCLUDED.uuid, facts = EXCLUDED.facts, address = EXCLUDED.address, "
+             "last_seen = EXCLUDED.last_seen, reports = discovered.reports + 1")
+_TRIM_DISCOVERED = ("DELETE FROM discovered WHERE mac IN (SELECT mac FROM discovered "
+                    "ORDER BY last_seen DESC, mac OFFSET %(keep)s)")
 
 
 def public_name(url: str) -> str:
@@ -412,6 +432,34 @@ class PostgresStore(StateStore):
         except psycopg.Error as e:
             raise self._unavailable(e) from None
         return [n for n in records if n in done]
+
+    # -- discovered machines -----------------------------------------------------------------------
+
+    async def discover(self, record: Discovered, keep: int) -> None:
+        """One transaction: the upsert and the trim, in one pipeline."""
+        params = {"mac": record.mac, "uuid": record.uuid, "facts": facts_json(record.facts),
+                  "address": record.address, "at": record.last_seen, "keep": keep}
+        pool = await self._open_pool()
+        try:
+            async with pool.connection() as conn, conn.transaction(), conn.pipeline():
+                await conn.execute(_DISCOVER, params)
+                await conn.execute(_TRIM_DISCOVERED, params)
+        except psycopg.Error as e:
+            raise self._unavailable(e) from None
+
+    async def discovered(self) -> list[Discovered]:
+        rows = await self._fetch("SELECT mac, uuid, facts, address, first_seen, last_seen, reports FROM discovered "
+                                 "ORDER BY last_seen DESC, mac", ())
+        return [Discovered(m, u, facts_of(f), a, fs, ls, n) for m, u, f, a, fs, ls, n in rows]
+
+    async def forget_discovered(self, macs: Iterable[str]) -> int:
+        pool = await self._open_pool()
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                cur = await conn.execute("DELETE FROM discovered WHERE mac = ANY(%s)", (list(macs),))
+                return cur.rowcount
+        except psycopg.Error as e:
+            raise self._unavailable(e) from None
 
     # -- signing keys ------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ..discovery import Discovered
 from ..errors import UnavailableError
 from ..signing import Keyring
 from ..timeline import Current, Event, NodeState, Record
@@ -213,6 +214,24 @@ class SqliteStore(StateStore):
                             replace: bool = True) -> list[str]:
         try:
             return await asyncio.to_thread(self.timeline.write_devices, dict(records), replace=replace)
+        except (sqlite3.Error, OSError) as e:
+            self._unavailable(e)
+
+    async def discover(self, record: Discovered, keep: int) -> None:
+        try:
+            await asyncio.to_thread(self.timeline.discover, record, keep)
+        except (sqlite3.Error, OSError) as e:
+            self._unavailable(e)
+
+    async def discovered(self) -> list[Discovered]:
+        try:
+            return await asyncio.to_thread(self.timeline.discovered)
+        except (sqlite3.Error, OSError) as e:
+            self._unavailable(e)
+
+    async def forget_discovered(self, macs: Iterable[str]) -> int:
+        try:
+            return await asyncio.to_thread(self.timeline.forget_discovered, list(macs))
         except (sqlite3.Error, OSError) as e:
             self._unavailable(e)
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..discovery import Discovered, facts_json, facts_of
 from ..errors import InputError
 from ..timeline import (
     ATTRIBUTION_WINDOW,
@@ -51,7 +52,7 @@ GENERATION_FILE = "timeline.generation"
 GENERATION_BYTES = 8
 
 #: Version of the timeline schema (``PRAGMA user_version`` in sqlite; see :func:`_migrate`).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Version 1 (before coalescing) had events without count/last_at/stage and nodes without
 # last_id/events/dropped; _migrate adds them.
@@ -94,6 +95,32 @@ CREATE TABLE IF NOT EXISTS devices (
 """
 
 
+# Version 4: machines that reported themselves and are not nodes (bootserver.discovery).
+_SCHEMA_V4 = """
+CREATE TABLE IF NOT EXISTS discovered (
+    mac        TEXT PRIMARY KEY,   -- aa:bb:cc:dd:ee:ff, the MAC the machine asked with
+    uuid       TEXT,               -- SMBIOS UUID, lower-case, or NULL
+    facts      TEXT NOT NULL,      -- JSON object of texts (serial, manufacturer, product, NICs...)
+    address    TEXT,               -- where its last report came from
+    first_seen REAL NOT NULL,      -- unix seconds
+    last_seen  REAL NOT NULL,
+    reports    INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX IF NOT EXISTS discovered_last_seen ON discovered (last_seen)
+"""
+
+#: Record a report (``:mac, :uuid, :facts, :address, :at``); ``reports`` counts them.
+DISCOVER_SQL = ("INSERT INTO discovered (mac, uuid, facts, address, first_seen, last_seen) "
+                "VALUES (:mac, :uuid, :facts, :address, :at, :at) ON CONFLICT (mac) DO UPDATE SET "
+                "uuid = excluded.uuid, facts = excluded.facts, address = excluded.address, "
+                "last_seen = excluded.last_seen, reports = discovered.reports + 1")
+#: Drop all but the ``:keep`` records reported last.
+TRIM_DISCOVERED_SQL = ("DELETE FROM discovered WHERE mac IN (SELECT mac FROM discovered "
+                       "ORDER BY last_seen DESC, mac LIMIT -1 OFFSET :keep)")
+DISCOVERED_SQL = ("SELECT mac, uuid, facts, address, first_seen, last_seen, reports FROM discovered "
+                  "ORDER BY last_seen DESC, mac")
+
+
 def _migrate(db: sqlite3.Connection) -> None:
     """Bring the database to :data:`SCHEMA_VERSION` inside one write transaction (so two processes
     starting at once migrate once). Raises ``sqlite3.Error`` (``DatabaseError`` for a corrupt file)."""
@@ -119,6 +146,9 @@ def _migrate(db: sqlite3.Connection) -> None:
                        "WHERE event = 'script'")
         if version < 3:
             db.execute(_SCHEMA_V3)
+        if version < 4:
+            for statement in filter(str.strip, _SCHEMA_V4.split(";")):
+                db.execute(statement)
         if version < SCHEMA_VERSION:
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
@@ -382,6 +412,43 @@ class Timeline:
         for name in names:
             states.setdefault(name, NodeState(name, "new", None, None, None))
         return [states[n] for n in sorted(states)]
+
+    # -- discovered machines (bootserver.discovery) ----------------------------------------------
+
+    def discover(self, record: Discovered, keep: int) -> None:
+        """Record a machine's report (insert, or update its row and count it), then keep only the
+        ``keep`` records reported last; one transaction. Raises ``sqlite3.Error``."""
+        params = {"mac": record.mac, "uuid": record.uuid, "facts": facts_json(record.facts),
+                  "address": record.address, "at": record.last_seen}
+        with self._lock:
+            db = self._db()
+            self._begin_immediate(db)
+            try:
+                db.execute(DISCOVER_SQL, params)
+                db.execute(TRIM_DISCOVERED_SQL, {"keep": keep})
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def discovered(self) -> list[Discovered]:
+        """Every discovered machine, last reported first. Raises ``sqlite3.Error``."""
+        with self._lock:
+            rows = self._db().execute(DISCOVERED_SQL).fetchall()
+        return [Discovered(m, u, facts_of(f), a, fs, ls, n) for m, u, f, a, fs, ls, n in rows]
+
+    def forget_discovered(self, macs: Sequence[str]) -> int:
+        """Remove the records of ``macs``; returns how many there were. Raises ``sqlite3.Error``."""
+        with self._lock:
+            db = self._db()
+            self._begin_immediate(db)
+            try:
+                n = sum(db.execute("DELETE FROM discovered WHERE mac = ?", (m,)).rowcount for m in macs)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return n
 
     # -- device records (what each node's provider recorded at ``provision``) ----------------------
 

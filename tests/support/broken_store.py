@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
+from bootserver.discovery import Discovered
 from bootserver.errors import UnavailableError
 from bootserver.signing import KeyEntry, Keyring
 from bootserver.state import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
@@ -76,6 +77,15 @@ class BrokenStore(StateStore):
         """Nothing is queued (every record failed before it was); a real store's failed batch waits."""
 
     async def events(self, node: str, limit: int | None = None) -> list[Event]:
+        self._lost()
+
+    async def discover(self, record: Discovered, keep: int) -> None:
+        self._lost()
+
+    async def discovered(self) -> list[Discovered]:
+        self._lost()
+
+    async def forget_discovered(self, macs: Iterable[str]) -> int:
         self._lost()
 
     async def node(self, node: str) -> NodeState:

@@ -18,6 +18,31 @@
 
   function cell(tr, name) { return tr.querySelector('[data-f="' + name + '"]'); }
 
+  // The Discovered table: every value a machine reported goes in as text (textContent), never as markup.
+  const discovered = document.getElementById("discovered");
+  function showDiscovered(list) {
+    const body = document.createElement("tbody");
+    for (const d of list) {
+      const tr = document.createElement("tr");
+      tr.dataset.mac = d.mac;
+      const f = d.facts || {};
+      const arch = [f.buildarch, f.platform].filter(Boolean).join("/");
+      const cells = [d.mac, d.uuid || "-", f.manufacturer || "-", f.product || "-", f.serial || "-", arch || "-",
+                     d.address || "-", age(now() - d.first_seen) + " ago", age(now() - d.last_seen) + " ago",
+                     String(d.reports)];
+      cells.forEach((text, i) => {
+        const td = document.createElement(i === 0 ? "th" : "td");
+        if (i === 0) td.scope = "row";
+        td.textContent = text;
+        tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    }
+    discovered.replaceChild(body, discovered.tBodies[0]);
+    document.getElementById("discovered-count").textContent = String(list.length);
+    document.getElementById("discovered-none").hidden = list.length > 0;
+  }
+
   function refreshRow(tr) {
     const t = now();
     const stageAt = num(tr.dataset.stageAt), stallAt = num(tr.dataset.stallAt), lastAt = num(tr.dataset.lastAt);
@@ -152,6 +177,7 @@
       if (fleet) { updateRow(r); counts(); }
       if (nodeLive && r.node === nodeLive.dataset.node) reloadNode();
     });
+    source.addEventListener("discovered", (ev) => { if (discovered) showDiscovered(JSON.parse(ev.data)); });
     source.addEventListener("reload", () => location.reload());
   } else if (live) {
     live.hidden = true;

@@ -1,0 +1,111 @@
+"""Discovery without an agent: what an unknown machine reports and how it is kept (issue 32).
+
+A machine that chains ``/boot.ipxe`` and matches no node gets a script (:func:`bootserver.ipxe.
+render_discovery_script`) that reports the facts iPXE knows of it (ipxe.org/cfg: ``${uuid}``,
+``${serial}``, ``${manufacturer}``, ``${product}``, ``${asset}``, ``${buildarch}``, ``${platform}``,
+``${netX/mac}``, ``${netX/chip}``, ``${netX/busid}``, each ``:uristring``-encoded into a query) to
+``GET /discover``, then sleeps and asks again, so that once it is adopted (``bootserver nodes adopt``)
+it boots its node's profile without a power cycle.
+
+What a machine reports is data: :func:`read_report` keeps only the known keys, as text of at most
+:data:`MAX_VALUE` characters; the MAC and UUID are checked. The records live in the state store (both
+backends, :class:`Discovered`), bounded by ``server.discovery.keep`` (the oldest by last report are
+dropped). Pure functions and value types; no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .values import UUID_RE, normalize_mac
+
+#: NICs whose MAC, chip and bus id the script reports (``net0`` .. ``net7``).
+NICS = 8
+#: The machine's facts the script reports (query keys), besides ``mac`` and ``uuid`` and the NICs'
+#: ``net<N>``, ``net<N>chip``, ``net<N>busid``.
+FACTS = ("serial", "manufacturer", "product", "asset", "buildarch", "platform")
+#: Every query key :func:`read_report` keeps.
+REPORT_KEYS = ("mac", "uuid", *FACTS, *(f"net{i}{part}" for i in range(NICS) for part in ("", "chip", "busid")))
+#: Longest value kept, in characters (longer ones are cut).
+MAX_VALUE = 128
+
+
+class ReportError(ValueError):
+    """A report that cannot be recorded: no valid ``mac`` (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """A machine that reported itself and is not a node: its MAC (the key, lower-case ``aa:bb:...``), its
+    SMBIOS UUID (lower-case, or ``None``), its other facts (``{key: text}``, see :data:`FACTS`; the NICs
+    as ``net0``, ``net0chip``, ...), the address its last report came from, the unix seconds of its first
+    and last report and how many reports were recorded."""
+
+    mac: str
+    uuid: str | None
+    facts: Mapping[str, str] = field(default_factory=dict)
+    address: str | None = None
+    first_seen: float = 0.0
+    last_seen: float = 0.0
+    reports: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (``GET /discovered``, the page's live updates)."""
+        return {"mac": self.mac, "uuid": self.uuid, "facts": dict(self.facts), "address": self.address,
+                "first_seen": self.first_seen, "last_seen": self.last_seen, "reports": self.reports}
+
+    def macs(self) -> list[str]:
+        """Every MAC the machine reported (its NICs'), the key first."""
+        out = [self.mac]
+        for i in range(NICS):
+            mac = self.facts.get(f"net{i}")
+            if mac and mac not in out:
+                out.append(mac)
+        return out
+
+
+def _text(value: str) -> str:
+    return value[:MAX_VALUE]
+
+
+def read_report(query: Mapping[str, str]) -> tuple[str, str | None, dict[str, str]]:
+    """``(mac, uuid, facts)`` of a report's query (already percent-decoded): the MAC normalized, the UUID
+    lower-case or ``None`` (an empty, malformed or all-zero/all-F one: iPXE reports what the firmware
+    has), every other known key as text cut to :data:`MAX_VALUE` characters, empty ones left out, the
+    NICs' MACs normalized (a malformed one left out). Unknown keys are dropped. Raises
+    :class:`ReportError` without a valid ``mac``."""
+    try:
+        mac = normalize_mac(query.get("mac", ""))
+    except ValueError:
+        raise ReportError("a report needs the machine's mac (aa:bb:cc:dd:ee:ff)") from None
+    given = query.get("uuid", "").strip().lower()
+    uuid = None if not UUID_RE.match(given) or set(given) <= {"0", "-"} or set(given) <= {"f", "-"} else given
+    facts: dict[str, str] = {}
+    for key in REPORT_KEYS[2:]:
+        value = query.get(key, "")
+        if not value:
+            continue
+        if key.startswith("net") and key[3:].isdigit():
+            try:
+                value = normalize_mac(value)
+            except ValueError:
+                continue
+        facts[key] = _text(value)
+    return mac, uuid, facts
+
+
+def facts_json(facts: Mapping[str, str]) -> str:
+    """The facts as the stores keep them (a JSON object, keys sorted)."""
+    return json.dumps(dict(facts), sort_keys=True)
+
+
+def facts_of(text: str | None) -> dict[str, str]:
+    """The facts a store kept (:func:`facts_json`); ``{}`` for anything that is not a JSON object of texts."""
+    try:
+        doc = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
