@@ -100,11 +100,11 @@ async def test_source_address_binding(aiohttp_client, reference: Path, tmp_path:
         r = await client.get(signed(path, "n0"), headers={"X-Forwarded-For": "10.1.2.3, 192.0.2.9"})
         assert r.status == 403
     assert (await client.get(signed("/ipxe/n1", "n1"))).status == 200
-    # /boot.ipxe follows the binding
-    assert (await client.get("/boot.ipxe?mac=52:54:00:12:34:57")).status == 200
-    assert (await client.get("/boot.ipxe?mac=52:54:00:12:34:56")).status == 404
+    # /boot.ipxe follows the binding: elsewhere n0 gets the answer of an unknown machine (discovery)
+    assert "/ignition/n1?exp=" in await (await client.get("/boot.ipxe?mac=52:54:00:12:34:57")).text()
+    assert "bs-report" in await (await client.get("/boot.ipxe?mac=52:54:00:12:34:56")).text()
     r = await client.get("/boot.ipxe?mac=52:54:00:12:34:56", headers={"X-Forwarded-For": "10.9.9.9"})
-    assert r.status == 200
+    assert r.status == 200 and "node n0 is installed" in await r.text()  # n0's own answer (installed above)
 
 
 async def test_forwarded_for_is_ignored_from_untrusted_peers(aiohttp_client, reference, tmp_path) -> None:
@@ -114,10 +114,12 @@ async def test_forwarded_for_is_ignored_from_untrusted_peers(aiohttp_client, ref
     assert r.status == 403
 
 
-async def test_generic_entry_needs_binding_or_selectable(aiohttp_client, reference, tmp_path) -> None:
+@pytest.mark.parametrize("discovery", [True, False])
+async def test_generic_entry_needs_binding_or_selectable(aiohttp_client, reference, tmp_path, discovery) -> None:
     """A registered node that may not be handed out gets exactly the answer of an unknown MAC, so the
-    generic entry does not tell which MACs are registered."""
-    config = make_config(tmp_path, nodes={
+    generic entry does not tell which MACs are registered: the discovery script (``server.discovery``)
+    or, with discovery off, the same 404."""
+    config = make_config(tmp_path, server={"discovery": discovery}, nodes={
         "n0": {"profile": "p", "mac": "52:54:00:12:34:56"},
         "n1": {"profile": "p", "mac": "52:54:00:12:34:57", "selectable": True},
         "n2": {"profile": "p", "mac": "52:54:00:12:34:58", "addresses": ["10.0.0.0/8"]}})
@@ -126,7 +128,10 @@ async def test_generic_entry_needs_binding_or_selectable(aiohttp_client, referen
     for mac in ("52:54:00:12:34:56", "52:54:00:12:34:58", "52:54:00:99:99:99"):
         r = await client.get(f"/boot.ipxe?mac={mac}")
         answers.append((r.status, (await r.text()).replace(mac, "MAC"), r.headers["Content-Type"]))
-    assert answers == [(404, "no node to boot for mac MAC from this address\n", "text/plain; charset=utf-8")] * 3
+    if discovery:
+        assert len(set(answers)) == 1 and answers[0][0] == 200 and "bs-report" in answers[0][1]
+    else:
+        assert answers == [(404, "no node to boot for mac MAC from this address\n", "text/plain; charset=utf-8")] * 3
     r = await client.get("/boot.ipxe?mac=52:54:00:12:34:57")
     assert r.status == 200
     assert "/ignition/n1?exp=" in await r.text()

@@ -52,8 +52,6 @@ async def test_generic_entry_selects_the_node(client, query: str) -> None:
 
 @pytest.mark.parametrize("path,reason", [
     (signed(CHAIN.path(node="nobody"), "nobody"), "no node 'nobody'"),
-    ("/boot.ipxe?mac=52:54:00:00:00:99", "no node to boot for mac 52:54:00:00:00:99"),
-    ("/boot.ipxe", "no selector given"),
     (signed(STUB.path(node="nobody"), "nobody"), "no node 'nobody'"),
     (signed(REAL_CONFIG.path(node="nobody"), "nobody"), "no node 'nobody'"),
 ])
@@ -63,6 +61,18 @@ async def test_unknown_node_is_404_with_reason(client, path: str, reason: str) -
     assert r.content_type == "text/plain"
     text = await r.text()
     assert reason in text and "t.yaml" not in text  # no config file name in a public body
+
+
+@pytest.mark.parametrize("query,reason", [("?mac=52:54:00:00:00:99", "no node to boot for mac 52:54:00:00:00:99"),
+                                          ("", "no selector given")])
+async def test_generic_entry_without_discovery_is_404_with_reason(aiohttp_client, tmp_path: Path, query: str,
+                                                                  reason: str) -> None:
+    config = load(config_doc(server={"discovery": False}, nodes={"master-0": {"profile": "master"}}), tmp_path)
+    client = await aiohttp_client(create_app(config, fixed_signer()))
+    r = await client.get("/boot.ipxe" + query)
+    assert r.status == 404 and r.content_type == "text/plain"
+    text = await r.text()
+    assert reason in text and "t.yaml" not in text
 
 
 async def test_stub_and_real_config(client, config) -> None:
