@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: serve test lint venv clean bench bench-deps screenshots
+.PHONY: serve test lint venv clean bench bench-deps screenshots playground
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,14 @@ lint: $(STAMP)
 # seeded timeline, photographed by Debian's chromium (.ci/apt-packages.txt) through Playwright.
 screenshots: $(STAMP)
 	$(BIN)/python benchmarks/screenshots.py docs/screenshots
+
+# The playground (README, "Quick start"): installs what it needs as .ci/run does (.ci/install-packages:
+# apt, as root or through sudo), then boots three QEMU machines through a local server, on loopback.
+# PLAYGROUND_ARGS goes to benchmarks/playground.py (e.g. --minutes 5, or --until-seen as CI runs it).
+PLAYGROUND_ARGS ?=
+playground: $(STAMP)
+	bash .ci/install-packages
+	$(BIN)/python benchmarks/playground.py $(PLAYGROUND_ARGS)
 
 # Benchmarks (docs/benchmarks.md): all four issue-8 runs, one after the other, on 127.0.0.1.
 # BENCH_ARGS goes to artifacts.py, scripts.py and boot_storm.py (e.g. BENCH_ARGS='--workers 2').
