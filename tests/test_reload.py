@@ -111,12 +111,12 @@ async def test_reload_serves_a_new_node_and_refuses_an_invalid_config(tmp_path: 
     client = await aiohttp_client(app)
     admin = await aiohttp_client(app[ADMIN_APP])
     running = app[RUNNING]
-    assert (await client.get(f"/boot.ipxe?mac={NEW_MAC}")).status == 404
+    assert "bs-report" in await (await client.get(f"/boot.ipxe?mac={NEW_MAC}")).text()  # not a node: discovery
 
     add_node(tmp_path, "added", NEW_MAC)
     assert await running.reload()
     r = await client.get(f"/boot.ipxe?mac={NEW_MAC}")
-    assert r.status == 200 and "#!ipxe" in await r.text()
+    assert r.status == 200 and "kernel " in await r.text()
     first_at = running.current.at
 
     # an invalid config: one line naming the file and key, and the running config keeps serving
@@ -127,7 +127,7 @@ async def test_reload_serves_a_new_node_and_refuses_an_invalid_config(tmp_path: 
     [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert line.endswith(f"{bad}: nodes.broken.profile: no profile 'nope'") and "reload refused" in line
     assert running.current.at == first_at
-    assert (await client.get(f"/boot.ipxe?mac={NEW_MAC}")).status == 200
+    assert "kernel " in await (await client.get(f"/boot.ipxe?mac={NEW_MAC}")).text()  # still the node's script
     bad.unlink()
 
     # the metrics and the page say it
@@ -141,7 +141,7 @@ async def test_reload_serves_a_new_node_and_refuses_an_invalid_config(tmp_path: 
     # a node removed: gone from the next request on
     (tmp_path / "nodes.d" / "added.yaml").unlink()
     assert await running.reload()
-    assert (await client.get(f"/boot.ipxe?mac={NEW_MAC}")).status == 404
+    assert "bs-report" in await (await client.get(f"/boot.ipxe?mac={NEW_MAC}")).text()  # not a node: discovery
     assert "added" not in await (await admin.get("/")).text()
 
 
@@ -170,7 +170,8 @@ async def test_restart_only_keys_keep_their_running_values_in_one_warning(tmp_pa
 async def test_a_request_in_flight_finishes_on_the_config_it_started_with(tmp_path: Path, reference: Path,
                                                                            aiohttp_client: Any) -> None:
     """The node's script request is held inside the state store read while its node is removed by a
-    reload: it is answered from the config it came in with, and the next request gets the new one's 404."""
+    reload: it is answered from the config it came in with, and the next request gets the new one's answer
+    to an unknown machine (the discovery script)."""
     path = main_config(tmp_path, reference)
     add_node(tmp_path, "leaving", NEW_MAC)
     app = create_app(load_config(path))
@@ -193,8 +194,8 @@ async def test_a_request_in_flight_finishes_on_the_config_it_started_with(tmp_pa
     svc.state.current = read  # type: ignore[method-assign]
     release.set()
     r = await asyncio.wait_for(request, 10)
-    assert r.status == 200 and "#!ipxe" in await r.text()
-    assert (await client.get(f"/boot.ipxe?mac={NEW_MAC}")).status == 404
+    assert r.status == 200 and "kernel " in await r.text()
+    assert "bs-report" in await (await client.get(f"/boot.ipxe?mac={NEW_MAC}")).text()  # not a node: discovery
 
 
 # --- bootserver reload, SIGHUP, --workers -----------------------------------------------------------------
@@ -231,7 +232,7 @@ async def test_bootserver_reload_and_sighup_reload_every_worker(tmp_path: Path, 
             assert metric(text, 'bootserver_config_reloads_total{result="ok"}') == workers
             for _ in range(4 * workers):
                 async with session.get(f"{server.url}/boot.ipxe?mac={NEW_MAC}") as r:
-                    assert r.status == 200
+                    assert r.status == 200 and "kernel " in await r.text()  # the node's script
 
             # an invalid config: `bootserver reload` refuses it itself (nothing sent, exit 2) ...
             add_node(tmp_path, "broken", "52:54:00:00:00:03", profile="nope")
@@ -249,7 +250,7 @@ async def test_bootserver_reload_and_sighup_reload_every_worker(tmp_path: Path, 
                 await asyncio.sleep(0.05)  # polling interval, bounded above
             for _ in range(4 * workers):
                 async with session.get(f"{server.url}/boot.ipxe?mac={NEW_MAC}") as r:
-                    assert r.status == 200
+                    assert r.status == 200 and "kernel " in await r.text()  # the node's script
         finally:
             await server.stop()
     assert not (tmp_path / "state" / "serve.pid").exists()
