@@ -170,7 +170,8 @@ def run(args: argparse.Namespace, work: Path) -> int:
                     shown[node] = stage
                     say(f"{node}: {stage}")
             for node in NODES:  # its /init ran to the end: kernel, initramfs and rootfs came through
-                serial = (work / f"{node}.log").read_text(errors="replace") if (work / f"{node}.log").exists() else ""
+                logs = (work / f"{node}.log", rig.second_serial_log(work / f"{node}.log"))  # UEFI: ttyS1 apart
+                serial = "".join(p.read_text(errors="replace") for p in logs if p.exists())
                 if rig.MARK_DONE in serial and node not in seen:
                     seen.add(node)
                     sha = rig.parse_serial_log(serial).get("rootfs_sha256")
