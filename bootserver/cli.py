@@ -154,6 +154,7 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
 
     from .images.netboot import node_image
     from .images.network import boot_network
+    from .images.overlay import NodeImage
     from .network import effective_network
     from .urls import Urls
 
@@ -169,17 +170,32 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
                 await store.close()
 
         device = asyncio.run(record())
-    boot = boot_network(config, node, device)  # bad input fails before the keys are read
+    if config.node_secure_boot(node):
+        from .service import BootService
 
-    ring = asyncio.run(_keyring(config))
-    start = time.monotonic()
-    image = node_image(config, Urls(config, keys=lambda: ring), node, device)
+        svc = BootService(config)
+
+        async def build() -> NodeImage:
+            await svc.start()
+            try:
+                return await svc.node_image(node)
+            finally:
+                await svc.close()
+
+        start = time.monotonic()
+        image = asyncio.run(build())
+        how = f"Secure Boot: the signed shim, GRUB and kernel of stream {config.node_profile(node).stream}"
+    else:
+        how = boot_network(config, node, device).describe()  # bad input fails before the keys are read
+        ring = asyncio.run(_keyring(config))
+        start = time.monotonic()
+        image = node_image(config, Urls(config, keys=lambda: ring), node, device)
     output = Path(args.output or f"{node}.iso")
     try:
         image.write(output)
     except OSError as e:
         raise InputError(f"{output}: cannot write the image: {e.strerror}") from None
-    print(f"bootserver: {node}: wrote {output} ({image.size} bytes, {boot.describe()}, "
+    print(f"bootserver: {node}: wrote {output} ({image.size} bytes, {how}, "
           f"ready in {time.monotonic() - start:.2f} s)", file=sys.stderr)
     return 0
 

@@ -330,7 +330,7 @@ class Redfish(Provider[RedfishOptions]):
         the signed image URL, override ``Cd``/``Once``). Settings of every node, and the boot network of
         each virtual-media node's image, are checked before any BMC is asked."""
         for node in nodes:
-            if self.settings(node).boot_source == "virtual-media":
+            if self.settings(node).boot_source == "virtual-media" and not self.config.node_secure_boot(node):
                 boot_network(self.config, node)  # exit 2 naming the node and key, before any BMC call
         out = []
         for node in nodes:
