@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import relative, run_cli, write_config
+from support.helpers import run_cli, write_config
+from support.signing import relative
 from test_iso import STATIC
 
 from bootserver.config import load_config

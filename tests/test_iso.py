@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, write_config
+from support.helpers import run_cli, write_config
 
 from bootserver.config import parse_config
 from bootserver.images.netboot import grub_cfg, ipxe_commands

@@ -217,7 +217,6 @@ class Redfish(Provider[RedfishOptions]):
     """The ``redfish`` provider: one BMC ``ComputerSystem`` per node (see the module docstring)."""
 
     name = "redfish"
-    platform_id = "metal"
     options_type = RedfishOptions
     options_title = "Redfish (provider redfish)"
 
