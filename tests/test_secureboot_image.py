@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Upstream, payload, relative, rewrite_stream, run_cli, write_config
+from support.helpers import run_cli, write_config
+from support.signing import relative
+from support.upstreams import Upstream, payload, rewrite_stream
 from test_iso import STATIC
 
 from bootserver.config import load_config
