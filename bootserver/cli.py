@@ -450,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("provision", parents=[common],
                        help="make each node boot from this server with its provider, and follow its install",
                        description="Each node's provider (profiles.<p>.provider / nodes.<n>.provider: equinix, "
-                       "redfish) makes it boot from this server; then the node timeline is followed until "
+                       "redfish, ipmi) makes it boot from this server; then the node timeline is followed until "
                        "the node is up (its system checked in; with checkin: false, installed in install mode "
                        "or running in live mode).")
     p.add_argument("nodes", nargs="+", metavar="NODE")
