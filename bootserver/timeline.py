@@ -35,7 +35,7 @@ Artifact URLs are shared by every node of a release, so an artifact request is a
 whose boot script was last served to the same client IP within :data:`ATTRIBUTION_WINDOW` seconds (the
 iPXE firmware, the live kernel and the installer of one device all use the device's address). Requests
 from an IP no script was served to are not recorded. The client IP is the one the server resolves
-through ``server.trusted_proxies`` (:meth:`bootserver.security.Gate.client`: behind a trusted reverse
+through ``server.trusted_proxies`` (:meth:`bootserver.http.gate.Gate.client`: behind a trusted reverse
 proxy, the address it forwarded). Behind NAT, or a proxy that hides client addresses and is not
 trusted, the attribution is wrong or missing; the per-node events (script, stub, config) are always right.
 
@@ -50,6 +50,12 @@ disk; it never fetches the real config). ``installed``: the real config was fetc
 mode only the installed system's first boot does. In live mode the live system's Ignition fetches the
 stub (``ignition``) and then the real config (``running``). ``reinstall``: marked for reinstall, the
 next script request installs again. ``localboot`` events leave the stage as it is.
+
+**Stages never go back by accident** (docs/design.md, "Stage order"): only a ``script`` (a boot script
+was served: a new network boot, which boot-once never lets an installed node have) and ``reinstall``
+start a new round; any other event takes a node only further along :data:`STAGE_RANK`, so a stub or real
+config fetched again after ``installed``, ``running`` or ``up``, or an artifact retried, goes into the
+history and leaves the stage where it is.
 
 ``unconfirmed``: the stub was served to a node whose profile has no real Ignition config (no
 ``ignition`` key), so no later request can tell the server whether the install or the live boot
@@ -98,8 +104,13 @@ _EVENT_NAMES = frozenset(EVENTS)
 #: Stages after which an install-mode node with boot-once boots its local disk.
 INSTALLED_STAGES = frozenset({"installing", "installed", "unconfirmed", "up"})
 
-#: Stages a stray artifact request (a retry, a curl from the same host) must not undo.
-_FINAL_STAGES = frozenset({"installing", "installed", "ignition", "running", "unconfirmed", "up"})
+#: How far into its round each stage is (docs/design.md, "Stage order"): an event other than ``script``
+#: (a new network boot), ``reinstall`` and ``checkin`` never takes a node to a stage of a lower rank, so a
+#: stub or real config fetched again, or a stray artifact request, goes into the history only.
+STAGE_RANK: Mapping[str, int] = {
+    "new": 0, "reinstall": 0, "ipxe": 1, "kernel": 2, "initramfs": 3, "rootfs": 4, "installing": 5,
+    "ignition": 5, "installed": 6, "running": 6, "unconfirmed": 6, "up": 7,
+}
 
 #: Stages a ``checkin`` does not leave: the node is marked for reinstall, or it is network-booting, so
 #: the check-in comes from a system booted before (it is kept in the history only).
@@ -135,23 +146,23 @@ def next_stage(stage: str, event: str, mode: str, *, real_config: bool = True) -
     """
     if event == "reinstall":
         return "reinstall"
-    if event == "script":
+    if event == "script":  # recorded only when a boot script went out: a new network boot
         return "ipxe"
+    if event == "checkin":
+        return stage if stage in _CHECKIN_KEEPS else UP
     if event == "localboot":
         return stage
     if event == "stub":
-        if not real_config:
-            return "unconfirmed"
-        return "installing" if mode == "install" else "ignition"
-    if event == "config":
-        return "installed" if mode == "install" else "running"
-    if event == "checkin":
-        return stage if stage in _CHECKIN_KEEPS else UP
-    kind, _, what = event.partition("-")
-    if kind in ARTIFACT_KINDS and what in ARTIFACT_OUTCOMES:
-        # a stray artifact request (a retry, a curl from the same host) must not undo an install
-        return stage if stage in _FINAL_STAGES else kind
-    raise ValueError(f"unknown timeline event {event!r}")
+        reached = "unconfirmed" if not real_config else "installing" if mode == "install" else "ignition"
+    elif event == "config":
+        reached = "installed" if mode == "install" else "running"
+    else:
+        kind, _, what = event.partition("-")
+        if kind not in ARTIFACT_KINDS or what not in ARTIFACT_OUTCOMES:
+            raise ValueError(f"unknown timeline event {event!r}")
+        reached = kind
+    # a repeat (a stub or config fetched again, an artifact retried) never takes the node back
+    return reached if STAGE_RANK[reached] > STAGE_RANK.get(stage, 0) else stage
 
 
 def final_stages(mode: str, *, checkin: bool) -> tuple[str, ...]:

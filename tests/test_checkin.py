@@ -14,9 +14,9 @@ from conftest import FIXED_KEY, FIXED_NOW, ServerProcess, fixed_signer, relative
 from helpers import checkin_command, run_cli, write_config
 
 from bootserver.config import load_config, parse_config
+from bootserver.http.app import SERVICE, create_app
 from bootserver.signing import expiry, sign
 from bootserver.timeline import next_stage
-from bootserver.web import SERVICE, create_app
 
 
 @pytest.mark.parametrize(("stage", "mode", "after"), [
@@ -102,7 +102,9 @@ async def test_a_bad_or_missing_signature_is_403_and_records_nothing(client, que
 
 
 async def test_the_units_own_command_run_on_this_host_checks_the_node_in(boot_setup, tmp_path: Path) -> None:
-    """The stub a real ``serve`` hands out, its unit's ExecStart (real curl) run here: stage ``up``."""
+    """The stub a real ``serve`` hands out, its unit's ExecStart (real curl) run here: stage ``up``; the
+    stub and the real config fetched again leave it ``up`` (docs/design.md, "Stage order") until
+    ``nodes reinstall`` starts a new round."""
     setup = boot_setup(10_000, {"m-0": {"profile": "master"}})
     stub_url = None
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
@@ -122,6 +124,22 @@ async def test_the_units_own_command_run_on_this_host_checks_the_node_in(boot_se
             assert rc == 0, err
             row = next(line.split() for line in out.splitlines() if line.startswith("m-0 "))
             assert row[2] == "up"
+            # fetched again after `up` (a retry, an operator's curl): into the history, the stage stays
+            real_config_url = stub["ignition"]["config"]["merge"][0]["source"]
+            for url in (stub_url, real_config_url):
+                async with http.get(url) as r:
+                    assert r.status == 200
+            rc, out, err = await run_cli("nodes", "show", "m-0", "--config", str(setup.config))
+            assert rc == 0, err
+            assert [line.split()[2] for line in out.splitlines()[-2:]] == ["stub", "config"], out
+            async with http.get(server.admin_url + "/nodes") as r:
+                assert [n["stage"] for n in (await r.json())["nodes"] if n["node"] == "m-0"] == ["up"]
+            rc, _, err = await run_cli("nodes", "reinstall", "m-0", "--config", str(setup.config))
+            assert rc == 0, err
+            async with http.get(stub_url) as r:
+                assert r.status == 200
+            async with http.get(server.admin_url + "/nodes") as r:
+                assert [n["stage"] for n in (await r.json())["nodes"] if n["node"] == "m-0"] == ["installing"]
         finally:
             await server.stop()
 

@@ -40,6 +40,29 @@ def test_stage_model(mode: str, events: list[str], stages: list[str]) -> None:
     assert seen == stages
 
 
+#: The stage order (docs/design.md, "Stage order"): (stage, event, mode, stage after), for every stage a
+#: finished or later round can be in and each event that must not take it back, then what starts a round.
+STAGE_ORDER = [
+    *((stage, event, mode, stage) for stage, mode in
+      [("up", "install"), ("up", "live"), ("installed", "install"), ("running", "live"),
+       ("unconfirmed", "install"), ("installing", "install"), ("ignition", "live")]
+      for event in ("stub", "config", "localboot", "kernel-requested", "initramfs-completed", "rootfs-failed")
+      if not (event == "config" and stage in ("installing", "ignition"))),
+    ("installing", "config", "install", "installed"), ("ignition", "config", "live", "running"),
+    ("rootfs", "kernel-requested", "install", "rootfs"), ("initramfs", "kernel-completed", "live", "initramfs"),
+    ("kernel", "initramfs-requested", "install", "initramfs"), ("new", "stub", "install", "installing"),
+    ("reinstall", "stub", "install", "installing"), ("new", "config", "live", "running"),
+    # a new round: a boot script served (a network boot), or `nodes reinstall`
+    ("up", "script", "live", "ipxe"), ("installed", "script", "install", "ipxe"),
+    ("up", "reinstall", "install", "reinstall"), ("running", "reinstall", "live", "reinstall"),
+]
+
+
+@pytest.mark.parametrize(("stage", "event", "mode", "after"), STAGE_ORDER)
+def test_stages_never_go_back_but_for_a_new_round(stage: str, event: str, mode: str, after: str) -> None:
+    assert next_stage(stage, event, mode) == after
+
+
 def test_unknown_event_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown timeline event"):
         next_stage("new", "bogus", "install")
