@@ -28,8 +28,8 @@ from typing import Any
 from .config import Config, check_local_inputs, load_config
 from .errors import BootserverError, InputError
 from .files import write_atomic
-from .inventory import check_command_lines
 from .images.network import check_boot_networks
+from .inventory import check_command_lines
 
 #: The keys a reload cannot change, each with why: they keep their running values, and a reload that
 #: changes them says so in one warning line.
