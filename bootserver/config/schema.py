@@ -29,6 +29,7 @@ from ..ipxe import UnsafeValueError, check_extra_karg
 from ..nmstate import NetworkSetting
 from ..providers.base import REGISTRY
 from ..providers.equinix_settings import MetalGlobal, MetalSettings
+from ..providers.ipmi_settings import IpmiField, IpmiSettings
 from ..providers.redfish_settings import RedfishField, RedfishSettings
 from ..values import (
     UUID_RE,
@@ -256,6 +257,7 @@ class Profile(SettingsModel):
     provider: ProviderName | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     redfish: RedfishField = Field(default_factory=RedfishSettings)
+    ipmi: IpmiField = Field(default_factory=IpmiSettings)
     boot_once: bool | None = None
     #: Whether the node's stub carries the check-in unit (``bootserver-checkin.service``): the booted
     #: system calls its signed check-in URL once on the network, stage ``up`` (bootserver.timeline).
@@ -301,6 +303,7 @@ class Node(SettingsModel):
     provider: ProviderName | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     redfish: RedfishField = Field(default_factory=RedfishSettings)
+    ipmi: IpmiField = Field(default_factory=IpmiSettings)
     addresses: Networks = ()
     selectable: bool = False
     #: ``/boot.ipxe`` hands this node's script to a machine no other node is selected for (no selector,
