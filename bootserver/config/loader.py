@@ -122,6 +122,7 @@ def _check_references(doc: Document, cfg: Config) -> None:
             raise ConfigError(src, f"nodes.{name}.default", "the default node must use a live-mode profile: "
                               "any machine that chains /boot.ipxe boots it, and an install would wipe its disk")
     check_network_settings(cfg, src)
+    check_boot_sources(cfg, src)
     for name, sc in doc.streams.items():
         if not sc.is_url:
             path = cfg.resolve_path(sc.metadata)
@@ -355,6 +356,26 @@ def _origin(origins: dict[str, str], key: str) -> str | None:
     if len(parts) < 2:
         return None
     return origins.get(f"{parts[0]}.{parts[1].split('[', 1)[0]}")
+
+
+def check_boot_sources(config: Config, source: str) -> None:
+    """Virtual media is Redfish's: a node whose provider is ``ipmi`` with ``boot_source: virtual-media``
+    (in its ``ipmi:`` or its ``redfish:`` settings, its own or its profile's) is refused, naming the
+    node and the key, rather than booted over PXE instead of its image.
+
+    Raises :class:`~bootserver.errors.ConfigError`."""
+    for name, node in config.nodes.items():
+        profile = config.profiles.get(node.profile)
+        if profile is None or provider_of(config, name) != "ipmi":
+            continue
+        for key in ("ipmi", "redfish"):
+            own, inherited = getattr(node, key).boot_source, getattr(profile, key).boot_source
+            if (own or inherited) != "virtual-media":
+                continue
+            where = f"nodes.{name}.{key}.boot_source" if own else f"profiles.{node.profile}.{key}.boot_source"
+            raise ConfigError(source, where, f"node {name} uses provider ipmi, and IPMI has no virtual media: "
+                              "boot it over the network (boot_source: pxe, with a DHCP server) or drive its BMC "
+                              "over Redfish (provider: redfish)")
 
 
 def check_network_settings(config: Config, source: str) -> None:

@@ -29,6 +29,7 @@ from ..ipxe import UnsafeValueError, check_extra_karg
 from ..nmstate import NetworkSetting
 from ..providers.base import REGISTRY
 from ..providers.equinix_settings import MetalGlobal, MetalSettings
+from ..providers.ipmi_settings import IpmiField, IpmiSettings
 from ..providers.redfish_settings import RedfishField, RedfishSettings
 from ..values import (
     UUID_RE,
@@ -276,12 +277,16 @@ class Profile(SettingsModel):
     provider: ProviderName | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     redfish: RedfishField = Field(default_factory=RedfishSettings)
+    ipmi: IpmiField = Field(default_factory=IpmiSettings)
     boot_once: bool | None = None
     #: Whether the node's stub carries the check-in unit (``bootserver-checkin.service``): the booted
     #: system calls its signed check-in URL once on the network, stage ``up`` (bootserver.timeline).
     checkin: bool = True
     #: ``dhcp``, ``provider`` or an NMState document: the default of the profile's nodes (bootserver.network).
     network: NetworkSetting | None = None
+    #: The node's boot image (``bootserver iso``, ``/iso/<node>.iso``) boots the release's own signed
+    #: chain (shim, GRUB, kernel from its live ISO) so UEFI Secure Boot accepts it (bootserver.images.secureboot).
+    secure_boot: bool = False
 
     @property
     def boots_once(self) -> bool:
@@ -318,6 +323,7 @@ class Node(SettingsModel):
     provider: ProviderName | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     redfish: RedfishField = Field(default_factory=RedfishSettings)
+    ipmi: IpmiField = Field(default_factory=IpmiSettings)
     addresses: Networks = ()
     selectable: bool = False
     #: ``/boot.ipxe`` hands this node's script to a machine no other node is selected for (no selector,
@@ -325,6 +331,8 @@ class Node(SettingsModel):
     default: bool = False
     #: ``dhcp``, ``provider`` or an NMState document (bootserver.network); default the profile's.
     network: NetworkSetting | None = None
+    #: Whether the node's boot image is the Secure Boot one; default the profile's ``secure_boot``.
+    secure_boot: bool | None = None
 
     @field_validator("mac", mode="before")
     @classmethod
@@ -501,6 +509,12 @@ class Config:
         """The profile settings of configured node ``node``: the one node -> profile lookup. Raises
         ``KeyError`` for an unknown node."""
         return self.profiles[self.nodes[node].profile]
+
+    def node_secure_boot(self, node: str) -> bool:
+        """Whether node ``node``'s boot image is the Secure Boot one (its ``secure_boot``, else its
+        profile's). Raises ``KeyError`` for an unknown node."""
+        spec = self.nodes[node].secure_boot
+        return self.node_profile(node).secure_boot if spec is None else spec
 
     def node_hostname(self, node: str) -> str:
         """The node's hostname, written to its ``/etc/hostname`` and used as the Equinix device hostname:
