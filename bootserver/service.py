@@ -166,7 +166,7 @@ class BootService:
         #: Timeline writes started after an answer went out (see :meth:`artifact_answered`).
         self._pending: set[asyncio.Task[Any]] = set()
         #: Called after each discovered machine's report recorded in this process (the live page's
-        #: :class:`bootserver.page.Hub`); they must not block.
+        #: :class:`bootserver.http.page.Hub`); they must not block.
         self.discovery_hooks: list[Callable[[], None]] = []
         #: client address -> monotonic time of its last recorded report (``server.discovery.per_address``),
         #: and the MACs this process logged a report of already (one info line per machine).
