@@ -16,14 +16,8 @@ from .artifacts.catalog import StreamCatalog
 from .artifacts.upstream import Upstream
 from .config import Config
 from .errors import MetadataError, UnknownNodeError
-from .ipxe import (
-    CommandLineTooLong,
-    GrubUnsupported,
-    ScriptContext,
-    build_kargs,
-    check_command_line,
-    render_grub_config,
-)
+from .grub import GrubUnsupported, render_grub_config
+from .ipxe import CommandLineTooLong, ScriptContext, build_kargs, check_command_line
 from .network import node_kargs
 from .providers.base import DeviceRecordError
 from .providers.interface import boot_platform, boots_virtual_media
@@ -167,7 +161,7 @@ def check_command_lines(config: Config) -> list[str]:
     yet), or whose network is ``network: provider`` (its device record is in the state store, which
     ``check-config`` does not open), is left to ``render`` and the server, and returned. A node that
     boots its image (``redfish.boot_source: virtual-media``) is also checked in GRUB's form, whose
-    ``BOOT_IMAGE=`` counts too (:func:`~bootserver.ipxe.render_grub_config`). Raises
+    ``BOOT_IMAGE=`` counts too (:func:`~bootserver.grub.render_grub_config`). Raises
     :class:`~bootserver.ipxe.CommandLineTooLong` (exit 2) naming the config file and the first node
     whose command line does not fit.
     """

@@ -22,11 +22,12 @@ from .artifacts.upstream import Upstream
 from .butane import ButaneError
 from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
+from .grub import render_grub_config, render_grub_localboot
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .images.netboot import node_image
 from .images.overlay import NodeImage
 from .inventory import script_context
-from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
+from .ipxe import render_boot_script, render_localboot_script
 from .network import node_kargs
 from .signing import Signer
 from .stalls import StallWatch
@@ -255,7 +256,7 @@ class BootService:
         """:meth:`serve_script` in GRUB's form (``GET /grub/<node>``, fetched by the UEFI boot of the
         node's boot image): the same boot (kernel, initramfs, kargs), the same boot-once rule, and the
         same timeline event (``script`` or ``localboot``). Raises as :meth:`boot_script`, and
-        :class:`~bootserver.ipxe.GrubUnsupported` when an artifact URL is not plain http."""
+        :class:`~bootserver.grub.GrubUnsupported` when an artifact URL is not plain http."""
         current = await self.state.current(node)
         event, script, detail = await self._script(node, current, grub=True)
         await self.record(node, event, ip=client, detail=detail, current=current)
