@@ -262,7 +262,7 @@ def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
 
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     from .images.network import check_boot_networks
-    from .inventory import check_command_lines
+    from .scripts import check_command_lines
 
     check_local_inputs(config)
     check_command_lines(config)
@@ -275,7 +275,7 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
 def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
-    from .inventory import stall_deadlines
+    from .fleet import read_fleet
     from .nodes_view import format_events, format_table
     from .timeline import Record
 
@@ -298,9 +298,7 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
                                                   f"{device.get('id', '-')} {device.get('state', '-')}\n")
                 return head + format_events(await store.events(nodes[0]), await store.node(nodes[0]),
                                             store.keep_events)
-            profiles = {n: node.profile for n, node in config.nodes.items()}
-            states = await store.nodes(list(config.nodes))
-            return format_table(states, time.time(), profiles, stall_deadlines(config, states))
+            return format_table(await read_fleet(config, store), time.time())
         finally:
             await store.close()
 

@@ -22,13 +22,14 @@ from .artifacts.upstream import Upstream
 from .butane import ButaneError
 from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
+from .fleet import read_fleet
 from .grub import render_grub_config, render_grub_localboot
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .images.netboot import node_image
 from .images.overlay import NodeImage
-from .inventory import script_context
 from .ipxe import render_boot_script, render_localboot_script
 from .network import node_kargs
+from .scripts import script_context
 from .signing import Signer
 from .stalls import StallWatch
 from .state import StateStore
@@ -371,10 +372,9 @@ class BootService:
         """Every configured node (and any other with events), as ``GET /nodes`` shows them: stage,
         since when, last event, profile (ages in seconds, see :meth:`NodeState.as_dict`)."""
         await self.drain()
-        states = await self.state.nodes(list(self.config.nodes))
+        fleet = await read_fleet(self.config, self.state)
         now = time.time()
-        return [{**st.as_dict(now), "profile": self.config.nodes[st.node].profile if st.node in self.config.nodes
-                 else None} for st in states]
+        return [{**seen.state.as_dict(now), "profile": seen.profile} for seen in fleet]
 
     async def node_report(self, node: str, limit: int | None = None) -> dict[str, Any]:
         """Configured node ``node``'s stage and events, oldest first (``limit``: the last N), as

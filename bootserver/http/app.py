@@ -64,7 +64,11 @@ class ArtifactResponse(web.FileResponse):
 
     When the client goes away mid-body, the bytes the kernel did send are recorded for the access log
     (asyncio leaves the file position after the last byte ``sendfile`` sent); aiohttp then logs the
-    request as usual, without a traceback."""
+    request as usual, without a traceback.
+
+    Both hooks are aiohttp's private API (``FileResponse._sendfile``; ``FileResponse.prepare`` setting
+    ``self.etag``): ``pyproject.toml`` pins aiohttp to the minor version they were checked against, and
+    ``tests/test_web.py`` fails when either moves."""
 
     def __init__(self, path: Path, sha256: str | None, *, headers: Mapping[str, str] | None = None) -> None:
         self.sha256 = sha256

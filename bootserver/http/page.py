@@ -44,7 +44,7 @@ from markupsafe import Markup
 from .. import __version__
 from ..artifacts.report import cache_report
 from ..errors import BootserverError
-from ..inventory import stall_deadlines
+from ..fleet import read_fleet
 from ..nodes_view import format_age
 from ..providers.base import provider_of
 from ..resources import data_dir
@@ -238,19 +238,17 @@ class Page:
         ``device`` (id) and ``device_state`` (its provider's last word), ``stage``, ``stage_at`` and
         ``last_at`` (unix seconds), ``stall_at`` (unix seconds from which it is stalled, or ``None``),
         ``last_event``, ``last_ip``, ``macs``. Raises ``UnavailableError``."""
-        config = self.svc.config
-        names = list(config.nodes)
-        states = [s for s in await self.svc.state.nodes(names) if s.node in config.nodes]
-        devices = await self.svc.state.devices(names)
-        deadlines = stall_deadlines(config, states)
         rows = []
-        for st in states:
+        for seen in await read_fleet(self.svc.config, self.svc.state, devices=True):
+            if not seen.configured:
+                continue
+            st = seen.state
             profile, mode, provider, macs = self._static[st.node]
-            device = devices.get(st.node) or {}
+            device = seen.device or {}
             rows.append({
                 "node": st.node, "profile": profile, "mode": mode, "provider": device.get("provider") or provider,
                 "device": device.get("id"), "device_state": device.get("state"),
-                "stage": st.stage, "stage_at": st.stage_at, "stall_at": deadlines.get(st.node),
+                "stage": st.stage, "stage_at": st.stage_at, "stall_at": seen.stall_at,
                 "last_event": st.last_event, "last_at": st.last_at, "last_ip": st.last_ip, "macs": macs,
             })
         return rows
