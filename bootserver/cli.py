@@ -84,7 +84,7 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
             if args.what == "ipxe":
                 return (await svc.boot_script(node)).encode()
             if args.what == "grub":
-                return (await svc.grub_config(node)).encode()
+                return (await svc.boot_script(node, grub=True)).encode()
             return svc.stub(node, args.ignition_version)
         finally:
             await svc.close()

@@ -4,7 +4,7 @@
 A node *stalls* when it is still in a stage past its limit (:func:`bootserver.fleet.stall_deadlines`
 over ``timeline.stall_after``; a node's final stage never stalls). The watch (:meth:`StallWatch.run`) is
 a task of ``serve`` that reads every configured node from the state store when the next deadline comes,
-when an event was recorded (the service sets :attr:`StallWatch.wake`, at most one read per
+when an event was recorded (:meth:`StallWatch.recorded`, at most one read per
 :data:`STALL_READ_MIN` seconds) and at least every :data:`STALL_READ_MAX` seconds, and logs each stall
 once. One process per machine runs it (the lock ``state_dir``/:data:`STALL_LOCK`), so ``serve
 --workers N`` logs a stall once, not N times.
@@ -24,7 +24,7 @@ from .errors import UnavailableError
 from .fleet import FleetNode, read_fleet
 from .nodes_view import format_age
 from .state import StateStore
-from .timeline import NodeState
+from .timeline import NodeState, Recorded
 
 log = logging.getLogger("bootserver.stalls")
 
@@ -45,7 +45,7 @@ class StallWatch:
     def __init__(self, config: Config, state: StateStore) -> None:
         self.config = config
         self.state = state
-        #: Set by the service after each recorded event (``None`` until :meth:`start` started the watch).
+        #: Set after each recorded event (:meth:`recorded`; ``None`` until :meth:`start` started the watch).
         self.wake: asyncio.Event | None = None
         #: What the watch warned about: node -> its stage and ``stage_at`` then.
         self._warned: dict[str, tuple[str, float | None]] = {}
@@ -53,6 +53,12 @@ class StallWatch:
         self._lock: int | None = None
         #: The configured nodes' stages and whether each is stalled, as last read (see :meth:`read_stages`).
         self._stages: list[tuple[str, bool]] = []
+
+    def recorded(self, event: Recorded) -> None:
+        """An observer of recorded events (:attr:`bootserver.service.BootService.observers`): wakes the
+        watch, when it runs, to read the nodes again (see :meth:`run`)."""
+        if self.wake is not None:
+            self.wake.set()
 
     async def read_stages(self) -> None:
         """Read every configured node's stage and whether it is stalled for :meth:`node_stages` (before

@@ -256,6 +256,21 @@ class NodeState:
 
 
 @dataclass(frozen=True, slots=True)
+class Recorded:
+    """A timeline event recorded in this process, as its observers see it (the stall watch, the live
+    page, the boot-duration metric: :attr:`bootserver.service.BootService.observers`): the ``node``,
+    the ``event``, the node's ``stage`` after it, its stage ``before`` it (read for ``config`` and
+    ``checkin`` only, the events that may end a boot; ``None`` otherwise) and when (``at``, unix
+    seconds)."""
+
+    node: str
+    event: str
+    stage: str
+    before: str | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class Record:
     """One event to append: ``node``'s ``event`` at unix time ``at`` (seconds) from ``ip``, with its
     profile's ``mode`` (``install`` or ``live``) and whether the profile has a real Ignition config

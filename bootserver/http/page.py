@@ -42,14 +42,12 @@ from aiohttp import web
 from markupsafe import Markup
 
 from .. import __version__
-from ..artifacts.report import cache_report
 from ..errors import BootserverError
-from ..fleet import read_fleet
 from ..nodes_view import format_age
 from ..providers.base import provider_of
 from ..resources import data_dir
 from ..service import BootService
-from ..timeline import STAGES, Event, final_stages, next_stage
+from ..timeline import STAGES, Event, Recorded, final_stages, next_stage
 
 log = logging.getLogger("bootserver.page")
 
@@ -126,8 +124,9 @@ class Hub:
         self._wake = asyncio.Event()
         self._closed = False
 
-    def recorded(self, node: str) -> None:
-        """An event of ``node`` was recorded in this process: read the nodes soon."""
+    def recorded(self, event: Recorded) -> None:
+        """An observer of recorded events (:attr:`bootserver.service.BootService.observers`): an event
+        was recorded in this process, read the nodes soon."""
         self._wake.set()
 
     def listen(self) -> asyncio.Queue[tuple[str | None, str] | None] | None:
@@ -212,7 +211,7 @@ class Page:
         #: each node's last rendered fleet row (``row.html.j2``) and the view it was rendered from
         self._row_html: dict[str, tuple[RowView, Markup]] = {}
         self.hub = Hub(self)
-        svc.record_hooks.append(self.hub.recorded)
+        svc.observe(self.hub.recorded)
 
     def render(self, template: str, **context: Any) -> web.Response:
         """``templates/page/<template>`` rendered as an HTML answer with :data:`CSP`."""
@@ -239,7 +238,7 @@ class Page:
         ``last_at`` (unix seconds), ``stall_at`` (unix seconds from which it is stalled, or ``None``),
         ``last_event``, ``last_ip``, ``macs``. Raises ``UnavailableError``."""
         rows = []
-        for seen in await read_fleet(self.svc.config, self.svc.state, devices=True):
+        for seen in await self.svc.fleet(devices=True):
             if not seen.configured:
                 continue
             st = seen.state
@@ -258,10 +257,8 @@ class Page:
         (:func:`stage_spans`), its script and stub (as ``bootserver render`` prints them; an error's
         public text when they cannot be rendered now) and its chain URL."""
         svc = self.svc
-        await svc.drain()
         row = next(r for r in await self.rows() if r["node"] == name)
-        events = await svc.state.events(name)
-        state = await svc.state.node(name)
+        state, events = await svc.history(name)
         profile = svc.config.node_profile(name)
         try:
             script = await svc.boot_script(name)
@@ -275,8 +272,8 @@ class Page:
         spans = stage_spans(events, profile.mode, real_config=profile.ignition is not None,
                             final=final_stages(profile.mode, checkin=profile.checkin), now=now)
         return {"row": row, "events": events, "state": state, "spans": spans, "script": script, "stub": stub,
-                "chain": svc.urls.chain(name), "now": now, "checkin": profile.checkin,
-                "keep_events": svc.state.keep_events}
+                "chain": svc.chain_url(name), "now": now, "checkin": profile.checkin,
+                "keep_events": svc.config.timeline.keep_events}
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,7 +387,6 @@ async def fleet(request: web.Request) -> web.Response:
     or a MAC contains TEXT (case-insensitive); the other rows are sent hidden (the page's script filters
     as one types, and a row that changes stage may come into view); counts per stage are of every node."""
     page = request.app[PAGE]
-    await page.svc.drain()
     rows = await page.rows()
     counts = dict.fromkeys(STAGES, 0)
     for r in rows:
@@ -416,7 +412,7 @@ async def node_page(request: web.Request) -> web.Response:
 async def cache_page(request: web.Request) -> web.Response:
     """``GET /ui/cache`` (admin): the artifact cache per stream, architecture and release."""
     page = request.app[PAGE]
-    report = cache_report(page.svc.artifacts)  # a few stat calls on the cache; reads the in-flight downloads
+    report = page.svc.cache_report()  # a few stat calls on the cache; reads the in-flight downloads
     return page.render("cache.html.j2", **report)
 
 
