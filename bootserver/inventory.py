@@ -8,9 +8,31 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+from dataclasses import dataclass
 
-from .config import Config
+from .config import Config, Node, Profile
 from .errors import UnknownNodeError
+from .providers.base import provider_of
+
+
+@dataclass(frozen=True, slots=True)
+class NodeContext:
+    """A configured node resolved once, as a request carries it down (matchbox keeps the profile in
+    the request context): its ``name``, its settings (``spec``: ``nodes.<name>``), its profile's name
+    and settings, and its provider (``None``: none; :func:`~bootserver.providers.base.provider_of`)."""
+
+    name: str
+    spec: Node
+    profile_name: str
+    profile: Profile
+    provider: str | None
+
+
+def node_contexts(config: Config) -> dict[str, NodeContext]:
+    """Every configured node of ``config`` resolved (:class:`NodeContext`); a loaded config never
+    changes, so this is built once per service."""
+    return {name: NodeContext(name, spec, spec.profile, config.profiles[spec.profile], provider_of(config, name))
+            for name, spec in config.nodes.items()}
 
 
 def find_node(config: Config, *, name: str | None = None, mac: str | None = None,

@@ -28,6 +28,7 @@ from .grub import render_grub_config, render_grub_localboot
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .images.netboot import node_image
 from .images.overlay import NodeImage
+from .inventory import NodeContext, node_contexts
 from .ipxe import render_boot_script, render_localboot_script
 from .metrics import Metrics
 from .network import node_kargs
@@ -175,6 +176,8 @@ class BootService:
         self.state = open_store(config) if state is None else state
         self.urls = Urls(config, signer, keys=self.state.keyring)
         self.real_configs = RealConfigs()
+        #: Every configured node resolved once (profile, settings, provider): what a request carries down.
+        self._nodes = node_contexts(config)
         #: The stall watch (one warning per stalled node; the nodes' stages for metrics scrapes).
         self.stall_watch = StallWatch(config, self.state)
         #: The observers of every event recorded in this process (see :meth:`observe`), in order: the
@@ -208,13 +211,14 @@ class BootService:
         ``FetchError``/``MetadataError`` when the stream's metadata must be fetched and cannot be; with
         ``grub``, :class:`~bootserver.grub.GrubUnsupported` when an artifact URL is not plain http.
         """
-        return (await self._script(node, await self.state.current(node), grub=grub))[1]
+        return (await self._script(self._nodes[node], await self.state.current(node), grub=grub))[1]
 
-    async def _script(self, node: str, current: Current, grub: bool = False) -> tuple[str, str, dict[str, Any]]:
+    async def _script(self, resolved: NodeContext, current: Current, grub: bool = False
+                      ) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)`` for the node as read (``current``: its stage and device record):
         the boot-disk script when boot-once applies, else the boot script; in GRUB's form with ``grub``
         (the boot image's UEFI boot), the same boot either way."""
-        profile = self.config.node_profile(node)
+        node, profile = resolved.name, resolved.profile
         stage = current.stage
         if profile.boots_once and stage in INSTALLED_STAGES:
             script = render_grub_localboot(node, stage) if grub else render_localboot_script(node, stage)
@@ -256,7 +260,13 @@ class BootService:
         config served without its event would defeat boot-once, so the client is asked to retry
         (iPXE's script retries, Ignition retries 5xx answers).
         """
-        profile = self.config.node_profile(node)
+        return await self._record(self._nodes[node], event, ip=ip, detail=detail, at=at, current=current)
+
+    async def _record(self, resolved: NodeContext, event: str, *, ip: str | None = None,
+                      detail: Mapping[str, Any] | None = None, at: float | None = None,
+                      current: Current | None = None) -> str:
+        """:meth:`record` for the node as resolved."""
+        node, profile = resolved.name, resolved.profile
         record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
                         real_config=profile.ignition is not None)
         before = None
@@ -284,9 +294,10 @@ class BootService:
         same boot (kernel, initramfs, kargs), the same boot-once rule, the same timeline event. Raises
         as :meth:`boot_script`.
         """
+        resolved = self._nodes[node]
         current = await self.state.current(node)
-        event, script, detail = await self._script(node, current, grub=grub)
-        await self.record(node, event, ip=client, detail=detail, current=current)
+        event, script, detail = await self._script(resolved, current, grub=grub)
+        await self._record(resolved, event, ip=client, detail=detail, current=current)
         return script
 
     async def boot_image(self, node: str) -> NodeImage:
@@ -310,17 +321,20 @@ class BootService:
         ``stub`` in the timeline. Raises :class:`~bootserver.ignition.NotAcceptableError` (HTTP 406,
         nothing recorded) when the client accepts no version the profile allows, else as :meth:`stub`.
         """
-        version = negotiate_version(accept, self.config.node_profile(node).ignition_version, IGNITION_VERSIONS)
-        data = self.stub(node, version)
-        await self.record(node, "stub", ip=client)
+        resolved = self._nodes[node]
+        version = negotiate_version(accept, resolved.profile.ignition_version, IGNITION_VERSIONS)
+        data = self._stub(resolved, version)
+        await self._record(resolved, "stub", ip=client)
         return data
 
     async def serve_real_config(self, node: str, client: str | None) -> bytes | None:
         """:meth:`real_config`, recording ``config`` when there is one. Raises as :meth:`real_config`."""
-        data = self.real_config(node)
-        if data is not None:
-            await self.record(node, "config", ip=client)
-        return data
+        resolved = self._nodes[node]
+        pinned = self._real_config_pinned(resolved)
+        if pinned is None:
+            return None
+        await self._record(resolved, "config", ip=client)
+        return pinned[0]
 
     async def artifact(self, segments: tuple[str, ...]) -> CachedArtifact | Transfer | None:
         """The artifact at URL segments ``(stream, arch, release, file)``: the cached file, a
@@ -400,7 +414,7 @@ class BootService:
         """Configured node ``node``'s stage and events, oldest first (``limit``: the last N), as
         ``GET /nodes/{node}`` shows them."""
         state, events = await self.history(node, limit)
-        return {**state.as_dict(time.time()), "profile": self.config.nodes[node].profile,
+        return {**state.as_dict(time.time()), "profile": self._nodes[node].profile_name,
                 "events": [e.as_dict() for e in events]}
 
     def cache_report(self) -> dict[str, Any]:
@@ -520,12 +534,13 @@ class BootService:
         Raises :class:`~bootserver.errors.UnavailableError` when the file cannot be read (or, for a
         Butane config, translated) now.
         """
-        pinned = self._real_config_pinned(node)
+        pinned = self._real_config_pinned(self._nodes[node])
         return None if pinned is None else pinned[0]
 
-    def _real_config_pinned(self, node: str) -> tuple[bytes, str] | None:
+    def _real_config_pinned(self, resolved: NodeContext) -> tuple[bytes, str] | None:
         """``(bytes, sha512 hash)`` of the node's real config, or ``None``. Raises as :meth:`real_config`."""
-        path: Path | None = self.config.ignition_path(self.config.nodes[node].profile)
+        node = resolved.name
+        path: Path | None = self.config.ignition_path(resolved.profile_name)
         if path is None:
             return None
         try:
@@ -562,18 +577,21 @@ class BootService:
         (3.1.0 or newer) up to the profile's ``ignition_version``;
         :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
         """
-        name = self.config.nodes[node].profile
-        maximum = self.config.node_profile(node).ignition_version
+        return self._stub(self._nodes[node], version)
+
+    def _stub(self, resolved: NodeContext, version: str | None) -> bytes:
+        """:meth:`stub` for the node as resolved."""
+        node, name, profile = resolved.name, resolved.profile_name, resolved.profile
+        maximum = profile.ignition_version
         if version is None:
             version = maximum
         elif version not in stub_versions(maximum, IGNITION_VERSIONS):
             raise NotAcceptableError(
                 f"node {node}: Ignition spec {version} is not one its stub can be written in: profile "
                 f"{name} allows 3.1.0 to {maximum} (profiles.{name}.ignition_version)")
-        pinned = self._real_config_pinned(node)
+        pinned = self._real_config_pinned(resolved)
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        checkin = (self.urls.signer.state(self.config.server.signing.chain_ttl)
-                   if self.config.node_profile(node).checkin else None)
+        checkin = self.urls.signer.state(self.config.server.signing.chain_ttl) if profile.checkin else None
         # One cache slot per node and version, so clients of different versions do not evict each other.
         return self._stubs.get(f"{node} {version}", StubInputs(node, version, None if pinned is None else pinned[1],
                                                                signing, self._ca_pem(), checkin))
