@@ -1,6 +1,6 @@
 """Benchmark (issue 22, item 3): what some building blocks of a script request cost on this machine,
 each alone in a loop (CPU microseconds per call, ``time.process_time``): the figures behind the choices
-in ``bootserver.security.Limits`` (one deadline watch instead of an ``asyncio.timeout`` per request)
+in ``bootserver.http.gate.Limits`` (one deadline watch instead of an ``asyncio.timeout`` per request)
 and ``bootserver.signing.Signer`` (the keys file looked at once per millisecond, verified signatures
 remembered). A loop alone flatters every part (warm caches, no other work in between): under load the
 shares in a py-spy profile (``scripts.py --profile``) are the figures that count; these say what a part

@@ -45,7 +45,7 @@ def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
 
         setup_logging(args.log_level, args.log_format, pid=True)
         return serve_workers(config, workers)
-    from .listeners import run
+    from .http.listeners import run
 
     run(config)
     return 0

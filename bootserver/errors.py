@@ -14,7 +14,7 @@ class BootserverError(Exception):
     ``str(err)`` is for the person running bootserver (the CLI's line, the server's log) and may name
     local paths and sizes. ``public`` is what an HTTP answer may say instead: words a device operator
     can act on, never a local path, size or key (``None``: the server says only what failed, by the
-    error's class; see :func:`bootserver.web.error_answer`).
+    error's class; see :func:`bootserver.http.app.error_answer`).
     """
 
     exit_code: int = 1

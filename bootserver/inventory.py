@@ -11,11 +11,11 @@ import functools
 import ipaddress
 from collections.abc import Iterable
 
-from .cache import ArtifactCache
-from .catalog import StreamCatalog
+from .artifacts.cache import ArtifactCache
+from .artifacts.catalog import StreamCatalog
+from .artifacts.upstream import Upstream
 from .config import Config
 from .errors import MetadataError, UnknownNodeError
-from .fetch import Upstream
 from .ipxe import (
     CommandLineTooLong,
     GrubUnsupported,

@@ -1,6 +1,6 @@
 """Logging set-up of the command line: ``--log-level`` and ``--log-format text|json``.
 
-Request lines come from logger ``bootserver.access`` (see :mod:`bootserver.accesslog`) with the fields
+Request lines come from logger ``bootserver.access`` (see :mod:`bootserver.http.accesslog`) with the fields
 ``remote``, ``method``, ``path`` (never the query string: URLs will carry signatures), ``route``,
 ``node``, ``status``, ``bytes`` and ``duration`` (seconds) as record attributes; the text format shows
 them in the message, the JSON format as keys of one object per line.

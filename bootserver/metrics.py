@@ -127,7 +127,7 @@ class _StageCollector:
 class Metrics:
     """The metric objects of one server. ``stages`` returns every node's current stage and whether it
     is stalled, ``(stage, stalled)`` (it is called on each scrape, possibly in a worker thread). Also the
-    upstream-fetch observer of :meth:`bootserver.fetch.Upstream.download`, and the boot observer of
+    upstream-fetch observer of :meth:`bootserver.artifacts.upstream.Upstream.download`, and the boot observer of
     :class:`bootserver.service.BootService` (:meth:`boot_done`)."""
 
     def __init__(self, stages: Callable[[], Iterable[tuple[str, bool]]] | None = None) -> None:
@@ -170,7 +170,7 @@ class Metrics:
         if stages is not None:
             self.registry.register(_StageCollector(stages))
 
-    # --- the fetch observer protocol (bootserver.fetch.FetchObserver) ---
+    # --- the fetch observer protocol (bootserver.artifacts.upstream.FetchObserver) ---
     def fetch_started(self, artifact: Artifact) -> None:
         """An upstream download of ``artifact`` began."""
         self.in_flight.inc()

@@ -15,18 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from .artifacts.cache import ArtifactCache
+from .artifacts.catalog import StreamCatalog
+from .artifacts.readthrough import ReadThrough, Transfer
+from .artifacts.upstream import Upstream
 from .butane import ButaneError
-from .cache import ArtifactCache
-from .catalog import StreamCatalog
 from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
-from .fetch import Upstream
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .inventory import script_context
 from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
 from .iso import node_image
 from .network import node_kargs
-from .readthrough import ReadThrough, Transfer
 from .signing import Signer
 from .stalls import StallWatch
 from .state import StateStore
@@ -121,11 +121,11 @@ class BootService:
         selects, :func:`~bootserver.state.backends.open_store`). Call :meth:`close` when done (it
         closes the upstream and the state store)."""
         self.config = config
-        #: Where stream metadata and artifacts come from (see :mod:`bootserver.fetch`).
+        #: Where stream metadata and artifacts come from (see :mod:`bootserver.artifacts.upstream`).
         self.upstream = Upstream.for_config(config) if upstream is None else upstream
         self.cache = ArtifactCache(config.cache_dir)
         self.catalog = StreamCatalog(config, self.cache, self.upstream)
-        #: Artifact lookups with read-through to upstream (see :mod:`bootserver.readthrough`).
+        #: Artifact lookups with read-through to upstream (see :mod:`bootserver.artifacts.readthrough`).
         self.artifacts = ReadThrough(config, self.cache, self.catalog, self.upstream)
         #: The node timeline and the signing keys (sqlite in ``state_dir``, or ``state_store``).
         self.state = open_store(config) if state is None else state
@@ -136,7 +136,7 @@ class BootService:
         #: (:meth:`bootserver.metrics.Metrics.boot_done`); ``None``: not measured.
         self.boot_observer: Callable[[str, float], None] | None = None
         #: Called with the node's name after each event recorded in this process (the live page's
-        #: :class:`bootserver.page.Hub`); they must not block.
+        #: :class:`bootserver.http.page.Hub`); they must not block.
         self.record_hooks: list[Callable[[str], None]] = []
         #: The stall watch (one warning per stalled node; the nodes' stages for metrics scrapes), and
         #: what wakes it after a recorded event (see :meth:`start_stall_watch`).
@@ -306,7 +306,7 @@ class BootService:
 
     async def artifact(self, segments: tuple[str, ...]) -> CachedArtifact | Transfer | None:
         """The artifact at URL segments ``(stream, arch, release, file)``: the cached file, a
-        :class:`~bootserver.readthrough.Transfer` of it (read-through), or ``None`` (not served: see
+        :class:`~bootserver.artifacts.readthrough.Transfer` of it (read-through), or ``None`` (not served: see
         :meth:`artifact_missing`). Raises as :meth:`ReadThrough.open`."""
         found = await self.artifacts.open(segments)
         if found is None or isinstance(found, Transfer):

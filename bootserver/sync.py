@@ -3,13 +3,13 @@
 Which releases: the current release of each stream a profile uses, for that profile's architecture
 (optionally only one stream, or only the profiles of nodes in one facility). Each artifact is streamed
 through the upstream chain (the mirrors of ``--facility``, else of ``server.facility``, then its
-stream-metadata location; see :mod:`bootserver.fetch`), resuming a partial download left by an earlier
-run, hashed while it streams and published only when its sha256 matches (see :mod:`bootserver.cache`).
+stream-metadata location; see :mod:`bootserver.artifacts.upstream`), resuming a partial download left by an earlier
+run, hashed while it streams and published only when its sha256 matches (see :mod:`bootserver.artifacts.cache`).
 Artifacts already cached with the same sha256 are skipped. An artifact another process is downloading
 right now (another ``sync-images``, a ``serve`` read-through) is not downloaded again: the sync follows
-that download to its end (:meth:`bootserver.readthrough.ReadThrough.fetch`), and takes over if it
+that download to its end (:meth:`bootserver.artifacts.readthrough.ReadThrough.fetch`), and takes over if it
 stops. ``--prune`` then applies
-:mod:`bootserver.retention`.
+:mod:`bootserver.artifacts.retention`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
+from .artifacts.retention import prune as prune_cache
+from .artifacts.upstream import DownloadHooks, Upstream
 from .config import Config
 from .errors import BootserverError, InputError
-from .fetch import DownloadHooks, Upstream
-from .retention import prune as prune_cache
 from .service import BootService
 from .streams import Artifact, Release
 
@@ -87,7 +87,7 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
                       out: TextIO = sys.stdout, prune: bool = False) -> int:
     """Refresh stream metadata and download missing artifacts. Returns the number downloaded.
 
-    With ``prune``, once every download succeeded, remove what :func:`bootserver.retention.prune`
+    With ``prune``, once every download succeeded, remove what :func:`bootserver.artifacts.retention.prune`
     finds unreferenced (one ``pruned <path>`` line each); nothing is pruned after a failure.
 
     Progress bars (tqdm) when ``out`` is a terminal, else one summary line per artifact. Raises the

@@ -35,7 +35,7 @@ Artifact URLs are shared by every node of a release, so an artifact request is a
 whose boot script was last served to the same client IP within :data:`ATTRIBUTION_WINDOW` seconds (the
 iPXE firmware, the live kernel and the installer of one device all use the device's address). Requests
 from an IP no script was served to are not recorded. The client IP is the one the server resolves
-through ``server.trusted_proxies`` (:meth:`bootserver.security.Gate.client`: behind a trusted reverse
+through ``server.trusted_proxies`` (:meth:`bootserver.http.gate.Gate.client`: behind a trusted reverse
 proxy, the address it forwarded). Behind NAT, or a proxy that hides client addresses and is not
 trusted, the attribution is wrong or missing; the per-node events (script, stub, config) are always right.
 

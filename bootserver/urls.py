@@ -36,10 +36,10 @@ ADMIN = "admin"
 @dataclass(frozen=True)
 class Route:
     """One route of ``bootserver serve``, declared once in :data:`ROUTES`; the URL builder below, the
-    web app (:mod:`bootserver.web`: routing, signature check, concurrency cap, handler timeout) and the
+    web app (:mod:`bootserver.http.app`: routing, signature check, concurrency cap, handler timeout) and the
     access log and metrics (the ``route`` label is :attr:`pattern`) all read it.
 
-    ``name`` names the handler (``bootserver.web.HANDLERS``); ``pattern`` is aiohttp's (``{node}`` is a
+    ``name`` names the handler (``bootserver.http.app.HANDLERS``); ``pattern`` is aiohttp's (``{node}`` is a
     configured node name); ``signed``: refused (403) without a valid signature over the node and
     :meth:`path`; ``real_config``: refused over plain HTTP when ``server.tls`` is set (unless
     ``allow_plain_configs``); ``timed``: cut at ``server.request_timeout``; ``capped``: counted in
@@ -75,7 +75,7 @@ READYZ = Route("readyz", "/readyz", listeners=(DEVICE, ADMIN))
 NODES = Route("nodes", "/nodes", listeners=(ADMIN,))
 NODE = Route("node", "/nodes/{node}", listeners=(ADMIN,))
 METRICS = Route("metrics", "/metrics", listeners=(ADMIN,))
-#: The live page (:mod:`bootserver.page`): the fleet, a node, the cache, the live updates (a
+#: The live page (:mod:`bootserver.http.page`): the fleet, a node, the cache, the live updates (a
 #: long-lived stream: neither timed nor counted in the cap, bounded by the page itself), its static files.
 FLEET = Route("fleet", "/", listeners=(ADMIN,))
 PAGE_NODE = Route("page_node", "/ui/nodes/{node}", listeners=(ADMIN,))

@@ -11,7 +11,7 @@ The parent process:
 2. creates a fresh prometheus multiprocess directory (a temp directory, removed when it exits);
 3. forks N workers. It has no event loop and no thread at that point, so ``os.fork`` is safe and the
    workers inherit the loaded :class:`~bootserver.config.Config` (no pickling, no re-reading). Each
-   worker runs the aiohttp app (:func:`bootserver.listeners.run`) with ``SO_REUSEPORT`` and tells the parent
+   worker runs the aiohttp app (:func:`bootserver.http.listeners.run`) with ``SO_REUSEPORT`` and tells the parent
    over a pipe when it listens, or the one-line error that stopped it (printed once, by the parent);
 4. forwards SIGTERM and SIGINT to the workers, waits for them, exits 0 after a clean stop. A worker
    that exits on its own (crash, ``kill -9``) is logged with its exit status, the others are stopped,
@@ -26,7 +26,7 @@ where we stop and let systemd restart the unit; and prometheus multiprocess mode
 hooks. What it would replace is this module's fork/pipe/wait loop (about 150 lines).
 
 Cross-worker behaviour lives elsewhere: metrics in :mod:`bootserver.metrics` (multiprocess mode), one
-upstream download per artifact in :mod:`bootserver.readthrough` (followers of a locked partial).
+upstream download per artifact in :mod:`bootserver.artifacts.readthrough` (followers of a locked partial).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import NoReturn
 
 from .config import Config, split_listen
 from .errors import BootserverError, ConfigError
-from .listeners import bind_unix_socket, chain_hint, run, server_ssl_context
+from .http.listeners import bind_unix_socket, chain_hint, run, server_ssl_context
 from .metrics import enable_multiprocess, mark_process_dead
 
 log = logging.getLogger("bootserver.workers")

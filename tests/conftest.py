@@ -246,7 +246,7 @@ class SigningClient:
         self.client = client
 
     def sign(self, path: str) -> str:
-        from bootserver.web import SERVICE
+        from bootserver.http.app import SERVICE
 
         m = self._NODE_PATH.match(path)
         if not m:
@@ -280,7 +280,7 @@ def publish_kernel(reference: Path) -> Callable[..., CachedArtifact]:
     """``publish_kernel(config, size)``: publish a ``size``-byte stand-in for the x86_64 kernel of
     rhcos-stream-4.16.json (stream ``rhcos-4.16``) into ``config.cache_dir`` through the real cache
     writer, as if its sha256 were the metadata's."""
-    from bootserver.cache import ArtifactCache
+    from bootserver.artifacts.cache import ArtifactCache
     from bootserver.streams import parse_stream
 
     def publish(config: Any, size: int) -> CachedArtifact:

@@ -14,9 +14,9 @@ from conftest import FIXED_KEY, FIXED_NOW, ServerProcess, fixed_signer, relative
 from helpers import checkin_command, run_cli, write_config
 
 from bootserver.config import load_config, parse_config
+from bootserver.http.app import SERVICE, create_app
 from bootserver.signing import expiry, sign
 from bootserver.timeline import next_stage
-from bootserver.web import SERVICE, create_app
 
 
 @pytest.mark.parametrize(("stage", "mode", "after"), [

@@ -158,7 +158,7 @@ def test_stub_refuses_a_version_outside_the_profile(reference: Path, tmp_path: P
 async def test_server_negotiates_the_stub_version(aiohttp_client, reference: Path, tmp_path: Path) -> None:
     from conftest import SigningClient
 
-    from bootserver.web import SERVICE, create_app
+    from bootserver.http.app import SERVICE, create_app
 
     svc, _ = service(reference, tmp_path, "3.4.0")
     client = SigningClient(await aiohttp_client(create_app(svc.config, fixed_signer())))

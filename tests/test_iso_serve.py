@@ -14,8 +14,8 @@ from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative, run_cli, writ
 from test_iso import STATIC
 
 from bootserver.config import load_config, parse_config
+from bootserver.http.app import ADMIN_APP, create_app
 from bootserver.signing import sign
-from bootserver.web import ADMIN_APP, create_app
 
 KEY_B = bytes(range(1, 33))
 

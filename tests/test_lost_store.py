@@ -27,10 +27,10 @@ from broken_store import LOST, BrokenStore
 from conftest import FIXED_KEY, relative
 from test_ops import fill_cache, make_config
 
+from bootserver.http.app import ADMIN_APP, SERVICE, create_app, runner_kwargs
 from bootserver.signing import KeyEntry, sign
 from bootserver.state import PUBLIC_UNAVAILABLE
 from bootserver.urls import CHAIN, ROUTES, Urls
-from bootserver.web import ADMIN_APP, SERVICE, create_app, runner_kwargs
 
 NODE = "master-0"
 

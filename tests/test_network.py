@@ -15,13 +15,13 @@ from fake_metal import validator
 
 from bootserver.config import parse_config
 from bootserver.errors import ConfigError
+from bootserver.http.app import create_app
 from bootserver.ipxe import CommandLineTooLong, command_line_bytes
 from bootserver.nmstate import NetworkState, dracut_kargs
 from bootserver.providers.base import DeviceRecordError
 from bootserver.providers.equinix_network import equinix_network
 from bootserver.signing import sign
 from bootserver.state.sqlite_timeline import Timeline
-from bootserver.web import create_app
 
 BOND = {
     "interfaces": [

@@ -15,12 +15,12 @@ import pytest
 from aiohttp.test_utils import TestServer
 from conftest import SigningClient, fixed_signer, payload, run_cli, write_config
 
-from bootserver.cache import ArtifactCache
+from bootserver.artifacts.cache import ArtifactCache
 from bootserver.config import load_config, parse_config
+from bootserver.http.app import ADMIN_APP, SERVICE, create_app, runner_kwargs
 from bootserver.ignition import sha512_hash
 from bootserver.signing import Keyring, Signer, sign
 from bootserver.streams import parse_stream
-from bootserver.web import ADMIN_APP, SERVICE, create_app, runner_kwargs
 
 STREAM = "rhcos-stream-4.16.json"
 

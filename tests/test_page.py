@@ -283,7 +283,7 @@ async def test_an_unguarded_or_bad_admin_token_is_refused_at_start(tmp_path: Pat
 
 
 def test_stage_spans_replay_the_history_and_the_current_stage_runs_until_now() -> None:
-    from bootserver.page import stage_spans
+    from bootserver.http.page import stage_spans
     from bootserver.timeline import Event
 
     events = [Event("n", 100.0, "script"), Event("n", 110.0, "kernel-requested"), Event("n", 105.0, "stub"),
@@ -302,9 +302,9 @@ async def test_cache_page_shows_a_download_in_progress_with_its_progress(tmp_pat
     its size, and the kernel fetched before it as verified."""
     from conftest import payload, rewrite_stream
 
+    from bootserver.artifacts.upstream import RetryPolicy
     from bootserver.config import parse_config
-    from bootserver.fetch import RetryPolicy
-    from bootserver.web import ADMIN_APP, SERVICE, create_app
+    from bootserver.http.app import ADMIN_APP, SERVICE, create_app
 
     sizes = {"kernel": 100_000, "initramfs": 200_000, "rootfs": 3_000_000}
     doc, files = rewrite_stream(reference / "rhcos-stream-4.16.json", faulty.url,

@@ -18,12 +18,12 @@ import aiohttp
 import pytest
 from conftest import BOOTSERVER, FaultyUpstream, payload, rewrite_stream, run_cli, write_config
 
-from bootserver.cache import ArtifactCache
+from bootserver.artifacts.cache import ArtifactCache
+from bootserver.artifacts.upstream import RetryPolicy, Upstream, source_urls
 from bootserver.config import parse_config
 from bootserver.errors import DiskFullError, FetchError, IntegrityError
-from bootserver.fetch import RetryPolicy, Upstream, source_urls
+from bootserver.http.app import SERVICE, create_app
 from bootserver.service import BootService
-from bootserver.web import SERVICE, create_app
 
 FAST = RetryPolicy(attempts=5, initial=0.01, maximum=0.05, jitter=0.01)
 DEADLINE = 20.0
@@ -414,7 +414,7 @@ async def test_prune_keeps_current_and_newest_releases(tmp_path, reference, faul
 async def test_disk_full_is_refused_early_and_keeps_the_cache(tmp_path, reference, faulty, monkeypatch) -> None:
     import shutil
 
-    from bootserver import fetch
+    from bootserver.artifacts import upstream
 
     cache, rel, art, path, data = await _download(tmp_path, reference, faulty)
     async with Upstream(retry=FAST) as up:
@@ -425,7 +425,7 @@ async def test_disk_full_is_refused_early_and_keeps_the_cache(tmp_path, referenc
         def tiny(p: Any) -> Any:
             return real(p)._replace(free=1000)
 
-        monkeypatch.setattr(fetch.shutil, "disk_usage", tiny)
+        monkeypatch.setattr(upstream.shutil, "disk_usage", tiny)
         with pytest.raises(DiskFullError) as info:
             await up.download(cache, rel, art)
     msg = str(info.value)
@@ -459,7 +459,7 @@ async def test_disk_full_on_real_tmpfs(tmp_path, reference, faulty) -> None:
 async def test_disk_full_while_writing_names_path_and_size(tmp_path, reference, faulty, monkeypatch) -> None:
     import errno
 
-    from bootserver import cache as cache_mod
+    from bootserver.artifacts import cache as cache_mod
 
     cache, rel, art, path, _data = await _download(tmp_path, reference, faulty)
     real_fdopen = os.fdopen

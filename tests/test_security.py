@@ -15,11 +15,11 @@ from aiohttp import web
 from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative
 
 from bootserver.config import parse_config
-from bootserver.security import FORBIDDEN_BODY
+from bootserver.http.app import add_route, create_app, runner_kwargs
+from bootserver.http.gate import FORBIDDEN_BODY
 from bootserver.signing import sign
 from bootserver.tls import init_tls
 from bootserver.urls import Route
-from bootserver.web import add_route, create_app, runner_kwargs
 
 SECRET = "TOP-SECRET-PULL-SECRET-4f9c2a"
 

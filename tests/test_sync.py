@@ -167,7 +167,7 @@ async def test_two_sync_images_at_once_download_each_artifact_once(tmp_path: Pat
     from conftest import BOOTSERVER
     from test_readthrough import DEADLINE, make_stream, wait_for
 
-    from bootserver.cache import ArtifactCache
+    from bootserver.artifacts.cache import ArtifactCache
 
     meta, _paths, files = make_stream(tmp_path, reference, faulty)
     config = _local_stream_config(tmp_path, meta)

@@ -11,9 +11,9 @@ import pytest
 from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative
 
 from bootserver.config import parse_config
+from bootserver.http.app import create_app
 from bootserver.signing import sign
 from bootserver.urls import CHAIN, REAL_CONFIG, STUB
-from bootserver.web import create_app
 
 
 @pytest.fixture
@@ -151,14 +151,14 @@ async def test_disk_full_read_through_body_names_no_path_or_size(aiohttp_client,
     and the byte counts go to the log only."""
     import shutil as real_shutil
 
-    from bootserver import fetch
+    from bootserver.artifacts import upstream
     from bootserver.config import load_config
 
     setup = boot_setup(200_000, {"m0": {"profile": "master"}})
     pxe = setup.doc["architectures"]["x86_64"]["artifacts"]["metal"]
     release, location = pxe["release"], pxe["formats"]["pxe"]["kernel"]["location"]
     disk_usage = real_shutil.disk_usage
-    monkeypatch.setattr(fetch.shutil, "disk_usage", lambda p: disk_usage(p)._replace(free=1000))
+    monkeypatch.setattr(upstream.shutil, "disk_usage", lambda p: disk_usage(p)._replace(free=1000))
     client = await aiohttp_client(create_app(load_config(setup.config), fixed_signer()))
     r = await client.get(f"/artifacts/rhcos-4.16/x86_64/{release}/{location.rsplit('/', 1)[1]}")
     text = await r.text()

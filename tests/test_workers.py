@@ -30,7 +30,7 @@ from test_readthrough import (
     wait_for,
 )
 
-from bootserver.cache import ArtifactCache
+from bootserver.artifacts.cache import ArtifactCache
 
 HEALTHZ = 'bootserver_http_requests_total{method="GET",route="/healthz",status="200"}'
 

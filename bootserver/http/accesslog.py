@@ -6,7 +6,7 @@ an unknown method, an oversized header). It only logs and counts: one log line, 
 and the handler's :data:`ON_SENT` callback when there is one. It must be the runner's
 ``access_log_class``: use :func:`runner_kwargs`.
 
-The request keys below are set by :func:`bootserver.web.front` and the handlers; a request without
+The request keys below are set by :func:`bootserver.http.app.front` and the handlers; a request without
 :data:`ROUTE` matched no route of ours (route label ``unmatched``: aiohttp's 404/405, a malformed request).
 """
 
@@ -21,8 +21,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 
-from .metrics import Metrics
-from .urls import ARTIFACT, Route
+from ..metrics import Metrics
+from ..urls import ARTIFACT, Route
 
 access_log = logging.getLogger("bootserver.access")
 protocol_log = logging.getLogger("bootserver.protocol")
@@ -31,7 +31,7 @@ protocol_log = logging.getLogger("bootserver.protocol")
 METRICS = web.AppKey("metrics", Metrics)
 #: Request storage: the :class:`~bootserver.urls.Route` the request matched.
 ROUTE = web.RequestKey("route", Route)
-#: Request storage: the configured node a request concerns (resolved once by :func:`bootserver.web.front`, or for
+#: Request storage: the configured node a request concerns (resolved once by :func:`bootserver.http.app.front`, or for
 #: artifact requests attributed by client address).
 NODE = web.RequestKey("node", str)
 #: Request storage: ``kernel``, ``initramfs``, ``rootfs`` or ``other`` for artifact GETs.
@@ -134,6 +134,6 @@ class RunnerKwargs(TypedDict):
 
 def runner_kwargs(metrics: Metrics | None) -> RunnerKwargs:
     """Keyword arguments for ``AppRunner``/``TestServer.start_server``: our access logger, counting in
-    ``metrics``, and :class:`ProtocolLog` (see :func:`bootserver.web.runner_kwargs`)."""
+    ``metrics``, and :class:`ProtocolLog` (see :func:`bootserver.http.app.runner_kwargs`)."""
     bound = type("AccessLogger", (AccessLogger,), {"metrics": metrics})
     return {"access_log_class": bound, "access_log": access_log, "logger": ProtocolLog(protocol_log, {})}

@@ -18,7 +18,7 @@ Every file in ``tmp/`` is held under an exclusive ``flock`` while a process writ
 of the same artifact (in any process) takes over ``tmp/<sha256>.part`` and resumes from its length; a
 file nobody holds a lock on is stale and :meth:`ArtifactCache.clean_tmp` may remove it.
 
-Other processes may *follow* a download they find locked (see :mod:`bootserver.readthrough`): they
+Other processes may *follow* a download they find locked (see :mod:`bootserver.artifacts.readthrough`): they
 read the growing ``tmp/<sha256>.part``, learn the full size from ``tmp/<sha256>.size`` (written by the
 lock holder when upstream tells it), and know the download ended when the lock is released: published
 if the file is now under ``artifacts/`` with its sidecar, else abandoned.
@@ -36,9 +36,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import DiskFullError, IntegrityError
-from .files import fsync_dir, write_atomic
-from .streams import SAFE_SEGMENT_RE, Artifact, Release
+from ..errors import DiskFullError, IntegrityError
+from ..files import fsync_dir, write_atomic
+from ..streams import SAFE_SEGMENT_RE, Artifact, Release
 
 
 class PartialBusy(Exception):

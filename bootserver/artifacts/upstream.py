@@ -12,7 +12,7 @@ that answers 404 or another error status, drops the connection, times out, or se
 sha256 falls through to the next (a warning on logger ``bootserver.fetch``); the source actually used
 is returned, and logged by the caller (``sync-images`` prints it, the server logs it at INFO).
 
-Resume: bytes land in ``cache_dir/tmp/<sha256>.part`` (see :mod:`bootserver.cache`), which survives an
+Resume: bytes land in ``cache_dir/tmp/<sha256>.part`` (see :mod:`bootserver.artifacts.cache`), which survives an
 interrupted download. The next request sends ``Range: bytes=<length>-``: a ``206`` appends, a ``200``
 (the source ignores ``Range``) starts over, and resumed bytes that fail the sha256 are thrown away and
 the artifact is fetched again from byte 0.
@@ -44,13 +44,13 @@ from urllib.parse import urlsplit
 import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
-from . import __version__
+from .. import __version__
+from ..errors import DiskFullError, FetchError, IntegrityError
+from ..streams import Artifact, Release
 from .cache import ArtifactCache, ArtifactWriter
-from .errors import DiskFullError, FetchError, IntegrityError
-from .streams import Artifact, Release
 
 if TYPE_CHECKING:
-    from .config import Config
+    from ..config import Config
 
 log = logging.getLogger("bootserver.fetch")
 
@@ -347,9 +347,9 @@ class Upstream:
         call to resume; it is removed after an integrity or disk-full error. ``observer`` is told when
         the download starts and ends (bytes received, seconds, success).
 
-        With ``exclusive``, raises :class:`~bootserver.cache.PartialBusy` before any request when another
+        With ``exclusive``, raises :class:`~bootserver.artifacts.cache.PartialBusy` before any request when another
         process is downloading the artifact (it holds ``tmp/<sha256>.part``), and
-        :class:`~bootserver.cache.AlreadyCached` when it was published meanwhile; the observer is not told.
+        :class:`~bootserver.artifacts.cache.AlreadyCached` when it was published meanwhile; the observer is not told.
         """
         writer = cache.writer(release, artifact, resume=True, exclusive=exclusive)
         # hashing a resumed partial (up to ~1 GB) runs off the event loop

@@ -1,4 +1,4 @@
-"""The listeners of ``bootserver serve``: the sockets the applications of :mod:`bootserver.web` answer on.
+"""The listeners of ``bootserver serve``: the sockets the applications of :mod:`bootserver.http.app` answer on.
 
 The device listener is ``server.listen`` (HTTP) and ``server.tls.listen`` (HTTPS, with
 :func:`server_ssl_context`); the admin listener is ``server.admin.listen``, a TCP address or a Unix
@@ -22,11 +22,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from . import __version__
-from .config import Config, split_listen
-from .errors import ConfigError
-from .inventory import default_node
-from .web import ADMIN_APP, create_app, runner_kwargs
+from .. import __version__
+from ..config import Config, split_listen
+from ..errors import ConfigError
+from ..inventory import default_node
+from .app import ADMIN_APP, create_app, runner_kwargs
 
 log = logging.getLogger("bootserver.listeners")
 

@@ -1,5 +1,5 @@
 """The aiohttp applications of ``bootserver serve``: the device application and the admin application
-(:mod:`bootserver.listeners` opens the sockets they answer on).
+(:mod:`bootserver.http.listeners` opens the sockets they answer on).
 
 Routes come from :data:`bootserver.urls.ROUTES` (each declared once: pattern, signed, timed, capped,
 listener); :data:`HANDLERS` names the handler of each. One front (:func:`front`, bound to each route)
@@ -23,10 +23,9 @@ from typing import Any
 
 from aiohttp import ETag, hdrs, web
 
-from . import accesslog, page
-from .accesslog import NODE, ROUTE
-from .config import Config
-from .errors import (
+from ..artifacts.readthrough import Transfer
+from ..config import Config
+from ..errors import (
     BootserverError,
     DiskFullError,
     FetchError,
@@ -34,15 +33,16 @@ from .errors import (
     UnavailableError,
     UnknownNodeError,
 )
-from .ignition import MEDIA_TYPE, NotAcceptableError
-from .inventory import find_node, select_node
-from .metrics import Metrics
-from .readthrough import Transfer
-from .security import Gate, Limits, forbidden
-from .service import BootService
-from .signing import Signer
-from .state import StateStore
-from .urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
+from ..ignition import MEDIA_TYPE, NotAcceptableError
+from ..inventory import find_node, select_node
+from ..metrics import Metrics
+from ..service import BootService
+from ..signing import Signer
+from ..state import StateStore
+from ..urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
+from . import accesslog, page
+from .accesslog import NODE, ROUTE
+from .gate import Gate, Limits, forbidden
 
 log = logging.getLogger("bootserver.web")
 
@@ -129,7 +129,7 @@ def _client(request: web.Request) -> str | None:
 
 def front(svc: BootService, gate: Gate, limits: Limits, spec: Route, handler: Handler) -> Handler:
     """``handler`` of route ``spec`` behind what every request needs first: notes the route
-    (``request[ROUTE]``), runs the handler under :class:`~bootserver.security.Limits`, refuses signed
+    (``request[ROUTE]``), runs the handler under :class:`~bootserver.http.gate.Limits`, refuses signed
     routes that fail :meth:`Gate.refusal` (the one 403), resolves the node (``request[NODE]``: by name
     from the path, or for the generic entry by selector and source address) and maps domain errors
     with :func:`error_answer`.
@@ -234,7 +234,7 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     Range (206), HEAD, Last-Modified and If-Modified-Since come from aiohttp's FileResponse (sendfile);
     the ETag is the sha256 and ``If-None-Match`` with it answers 304. A GET is attributed to a node
     (:meth:`BootService.artifact_requested`), and how its answer ended is reported once the last byte
-    went out (:data:`bootserver.accesslog.ON_SENT`).
+    went out (:data:`bootserver.http.accesslog.ON_SENT`).
     """
     svc = _service(request)
     m = request.match_info
@@ -433,7 +433,7 @@ def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: 
 def create_app(config: Config, signer: Signer | None = None, state: StateStore | None = None) -> web.Application:
     """Build the device application for ``config`` (the routes of :data:`~bootserver.urls.ROUTES` on
     the device listener); ``app[ADMIN_APP]`` is the admin application (the live page of
-    :mod:`bootserver.page`, ``/nodes``, ``/metrics``, ...; behind ``server.admin.token_file``'s token when
+    :mod:`bootserver.http.page`, ``/nodes``, ``/metrics``, ...; behind ``server.admin.token_file``'s token when
     set), which shares its service, metrics and concurrency cap. Run both with :func:`runner_kwargs`.
 
     ``signer`` signs and verifies per-node URLs (default: the keys of the state store, wall clock);

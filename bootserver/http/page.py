@@ -41,15 +41,15 @@ import jinja2
 from aiohttp import web
 from markupsafe import Markup
 
-from . import __version__
-from .cache_report import cache_report
-from .errors import BootserverError
-from .inventory import stall_deadlines
-from .nodes_view import format_age
-from .providers.base import provider_of
-from .resources import data_dir
-from .service import BootService
-from .timeline import STAGES, Event, final_stages, next_stage
+from .. import __version__
+from ..artifacts.report import cache_report
+from ..errors import BootserverError
+from ..inventory import stall_deadlines
+from ..nodes_view import format_age
+from ..providers.base import provider_of
+from ..resources import data_dir
+from ..service import BootService
+from ..timeline import STAGES, Event, final_stages, next_stage
 
 log = logging.getLogger("bootserver.page")
 

@@ -17,9 +17,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from .config import Config
-from .inventory import Address, address_allowed, cidr_network
-from .urls import Route
+from ..config import Config
+from ..inventory import Address, address_allowed, cidr_network
+from ..urls import Route
 
 log = logging.getLogger("bootserver.security")
 

@@ -3,7 +3,7 @@
 When 200 devices in one facility power on together, the first request for an uncached 1 GB rootfs
 must not become 200 downloads. :class:`ReadThrough` keeps a **single-flight registry** of downloads
 keyed by the artifact's cache path: the first request for a missing artifact starts one download task
-(:meth:`bootserver.fetch.Upstream.download`, with the upstream's mirror chain, resume and retries);
+(:meth:`bootserver.artifacts.upstream.Upstream.download`, with the upstream's mirror chain, resume and retries);
 every request for the same artifact while it runs gets a :class:`Transfer` that streams the bytes
 from the temp file as they arrive.
 
@@ -19,7 +19,7 @@ Guarantees:
   reason (a sha256 mismatch says so), and the server aborts the connection, so a client sees an
   incomplete body (short of ``Content-Length``), never a complete-looking wrong one.
 * **Across processes** (``serve --workers N``): the download takes the lock on
-  ``tmp/<sha256>.part`` (see :mod:`bootserver.cache`) before any upstream request. A process that
+  ``tmp/<sha256>.part`` (see :mod:`bootserver.artifacts.cache`) before any upstream request. A process that
   finds it locked by another process does not download: it *follows* that download, polling the
   growing file every :data:`FOLLOW_POLL` seconds and the size the writer recorded, and streams it to
   its clients under the same rules. The last byte goes out only once the file is published (renamed
@@ -32,7 +32,7 @@ Guarantees:
   registry, until it finishes; :meth:`ReadThrough.close` cancels what is still running at shutdown
   (the partial stays in ``tmp/`` and the next download resumes it).
 
-This module does not import aiohttp's web layer; the handler in :mod:`bootserver.web` stays thin.
+This module does not import aiohttp's web layer; the handler in :mod:`bootserver.http.app` stays thin.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..config import Config
+from ..errors import FetchError, MetadataError
+from ..streams import SAFE_SEGMENT_RE, Artifact, Release
 from .cache import AlreadyCached, ArtifactCache, PartialBusy
 from .catalog import StreamCatalog
-from .config import Config
-from .errors import FetchError, MetadataError
-from .fetch import CHUNK_SIZE, DownloadHooks, FetchObserver, Upstream
-from .streams import SAFE_SEGMENT_RE, Artifact, Release
+from .upstream import CHUNK_SIZE, DownloadHooks, FetchObserver, Upstream
 
 log = logging.getLogger("bootserver.readthrough")
 

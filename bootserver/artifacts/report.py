@@ -1,7 +1,7 @@
 """What the artifact cache holds, for the admin page's cache page (``GET /ui/cache``).
 
-One report from the cache on disk (:mod:`bootserver.cache`), the streams' current metadata as the catalog
-holds it (no network) and the downloads in flight (:class:`~bootserver.readthrough.ReadThrough`, here
+One report from the cache on disk (:mod:`bootserver.artifacts.cache`), the streams' current metadata as the catalog
+holds it (no network) and the downloads in flight (:class:`~bootserver.artifacts.readthrough.ReadThrough`, here
 or in another process such as ``sync-images``).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import BootserverError
+from ..errors import BootserverError
+from ..streams import Release
 from .readthrough import ReadThrough
-from .streams import Release
 
 
 def cache_report(artifacts: ReadThrough) -> dict[str, Any]:

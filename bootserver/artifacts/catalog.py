@@ -2,7 +2,7 @@
 
 A stream whose ``metadata`` is a file path is read from that file. A stream whose ``metadata`` is a
 URL is read from the copy ``sync-images`` keeps in ``cache_dir/streams/<name>.json``; when there is no
-copy yet it is fetched from the :class:`~bootserver.fetch.Upstream` (retried as artifacts are) and the
+copy yet it is fetched from the :class:`~bootserver.artifacts.upstream.Upstream` (retried as artifacts are) and the
 copy written. The server re-reads a local file when its mtime changes,
 so a ``sync-images`` run is picked up without a restart (it looks at the file at most every
 :data:`STAT_REUSE` seconds: under load, requests microseconds apart share one ``stat``).
@@ -15,12 +15,12 @@ import os
 import time
 from pathlib import Path
 
+from ..config import Config
+from ..errors import MetadataError
+from ..files import write_atomic
+from ..streams import Release, StreamMetadata, parse_stream
 from .cache import ArtifactCache
-from .config import Config
-from .errors import MetadataError
-from .fetch import Upstream
-from .files import write_atomic
-from .streams import Release, StreamMetadata, parse_stream
+from .upstream import Upstream
 
 #: Seconds during which a stream's metadata file, once looked at, is not looked at again.
 STAT_REUSE = 0.001

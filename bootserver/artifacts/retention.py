@@ -30,10 +30,10 @@ import shutil
 import uuid
 from pathlib import Path
 
+from ..config import Config
+from ..errors import MetadataError
 from .cache import ArtifactCache
 from .catalog import StreamCatalog
-from .config import Config
-from .errors import MetadataError
 
 log = logging.getLogger("bootserver.retention")
 
