@@ -40,7 +40,7 @@ from typing import Any
 
 from .config import Config
 from .errors import BootserverError, ConfigError, InputError
-from .files import fsync_dir, write_atomic
+from .files import fsync_dir, open_dir, open_file, write_atomic
 from .ipxe import GrubUnsupported, check_script_word, grub_path, grub_quote
 from .network import effective_network, node_network
 from .nmstate import Interface, NetworkConfigError, NetworkState, check_network
@@ -368,9 +368,14 @@ def loaders(cache_dir: Path) -> Path:
     digest.update(GRUB_EMBEDDED_CFG.encode() + " ".join(GRUB_MODULES).encode())
     root = cache_dir / "iso"
     final = root / f"loaders-{digest.hexdigest()[:16]}"
-    if final.is_dir():
+    # a real folder of ours, never a link to loaders someone else put there (files.LinkRefused)
+    os.close(open_dir(cache_dir, "iso", create=True))
+    try:
+        for rel in (final.name, f"{final.name}/isolinux"):
+            os.close(open_dir(root, rel))
         return final
-    root.mkdir(parents=True, exist_ok=True)
+    except FileNotFoundError:
+        pass
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=".loaders-"))
     try:
         (tmp / "isolinux").mkdir()
@@ -386,6 +391,14 @@ def loaders(cache_dir: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
     fsync_dir(root)
     return final
+
+
+def _copy_cached(cache_dir: Path, src: Path, dest: Path) -> None:
+    """Copy the cached loader ``src`` (below ``cache_dir``, opened without following a link: raises
+    :class:`~bootserver.files.LinkRefused`) to ``dest``."""
+    fd = open_file(cache_dir, src.relative_to(cache_dir))
+    with open(fd, "rb") as f, dest.open("wb") as out:
+        shutil.copyfileobj(f, out)
 
 
 def build_image(config: Config, boot: BootNetwork, chain_url: str, grub_url: str) -> bytes:
@@ -408,9 +421,9 @@ def build_image(config: Config, boot: BootNetwork, chain_url: str, grub_url: str
         tree = work / "tree"
         (tree / "isolinux").mkdir(parents=True)
         (tree / "bootserver").mkdir()
-        for f in (base / "isolinux").iterdir():
-            os.link(f, tree / "isolinux" / f.name)
-        os.link(base / "efiboot.img", tree / "efiboot.img")
+        for name in ("isolinux.bin", "ldlinux.c32", "ipxe.lkrn"):  # never through a link (files.open_file)
+            _copy_cached(config.cache_dir, base / "isolinux" / name, tree / "isolinux" / name)
+        _copy_cached(config.cache_dir, base / "efiboot.img", tree / "efiboot.img")
         (tree / "isolinux" / "isolinux.cfg").write_text(isolinux)
         (tree / "bootserver" / "grub.cfg").write_text(grub)
         out = work / "image.iso"
@@ -447,7 +460,7 @@ def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] 
         if have.stem.rsplit("-", 1)[1].isdigit() and int(have.stem.rsplit("-", 1)[1]) > later:
             return have
     path = folder / f"{node}-{digest}-{exp}.iso"
-    write_atomic(path, build_image(config, boot, chain, grub))
+    write_atomic(path, build_image(config, boot, chain, grub), root=config.cache_dir)
     for old in folder.glob(f"{node}-*.iso"):
         if old != path and old.name.startswith(f"{node}-") and old.stem.count("-") == node.count("-") + 2:
             old.unlink(missing_ok=True)

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from .artifacts.cache import ArtifactCache
+from .artifacts.cache import ArtifactCache, Published
 from .artifacts.catalog import StreamCatalog
 from .artifacts.readthrough import ReadThrough, Transfer
 from .artifacts.upstream import Upstream
 from .butane import ButaneError
 from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
+from .files import LinkRefused, open_file
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .inventory import script_context
 from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
@@ -100,14 +101,6 @@ class StubInputs:
     signing: tuple[int, bytes]
     ca_pem: bytes | None
     checkin: tuple[int, bytes] | None = None
-
-
-@dataclass(frozen=True)
-class CachedArtifact:
-    """A cached artifact file and its sha256 (hex, ``None`` when the cache has no record of it)."""
-
-    path: Path
-    sha256: str | None
 
 
 class BootService:
@@ -265,19 +258,28 @@ class BootService:
         ``render``)."""
         return (await self._script(node, await self.state.current(node), grub=True))[1]
 
-    async def boot_image(self, node: str) -> Path:
-        """The node's boot image file (:func:`bootserver.iso.node_image`: built once per node and inputs,
-        in ``cache_dir/iso/nodes``), built in a worker thread (xorriso, about 0.1 s) so the event loop
-        goes on. Raises as :func:`~bootserver.iso.node_image`, and :class:`UnavailableError` when the
-        state store (the node's device record, for ``network: provider``) cannot be read. Bad input
+    async def boot_image(self, node: str) -> int | None:
+        """The node's boot image file opened (a read descriptor; the caller closes it) (:func:`bootserver.iso.
+        node_image`: built once per node and inputs, in ``cache_dir/iso/nodes``), built in a worker thread
+        (xorriso, about 0.1 s) so the event loop goes on; ``None`` when a link stands in its place or on its
+        way in the cache (logged). Raises as :func:`~bootserver.iso.node_image`, and :class:`UnavailableError`
+        when the state store (the node's device record, for ``network: provider``) cannot be read. Bad input
         (the node's network cannot be written into an image) is raised as a :class:`BootserverError`
         (HTTP 500) whose public text names no key or path; the message names both, for the log."""
         current = await self.state.current(node)
+
+        def built() -> int:
+            path = node_image(self.config, self.urls, node, current.device)
+            return open_file(self.config.cache_dir, path.relative_to(self.config.cache_dir))
+
         try:
-            return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
+            return await asyncio.to_thread(built)
         except InputError as e:
             raise BootserverError(str(e), public=f"node {node}: its boot image cannot be built from its network "
                                   "settings; the server log has the details") from None
+        except LinkRefused as e:
+            self.cache.refused(e)
+            return None
 
     async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:
         """:meth:`stub` in the spec version negotiated with the client's ``Accept`` header (see
@@ -304,14 +306,16 @@ class BootService:
         :class:`UnavailableError` when the timeline cannot be written."""
         return await self.record(node, "checkin", ip=client)
 
-    async def artifact(self, segments: tuple[str, ...]) -> CachedArtifact | Transfer | None:
-        """The artifact at URL segments ``(stream, arch, release, file)``: the cached file, a
-        :class:`~bootserver.artifacts.readthrough.Transfer` of it (read-through), or ``None`` (not served: see
-        :meth:`artifact_missing`). Raises as :meth:`ReadThrough.open`."""
-        found = await self.artifacts.open(segments)
-        if found is None or isinstance(found, Transfer):
-            return found
-        return CachedArtifact(found, self.cache.recorded_sha256(found))
+    async def artifact(self, segments: tuple[str, ...]) -> Published | Transfer | None:
+        """The artifact at URL segments ``(stream, arch, release, file)``: the cached file opened
+        (:class:`~bootserver.artifacts.cache.Published`; the caller closes its descriptor), a
+        :class:`~bootserver.artifacts.readthrough.Transfer` of it (read-through), or ``None`` (not served:
+        see :meth:`artifact_missing`; also when a link stands anywhere from ``cache_dir`` to it, which the
+        cache logged). Raises as :meth:`ReadThrough.open` otherwise."""
+        try:
+            return await self.artifacts.open(segments)
+        except LinkRefused:
+            return None
 
     def artifact_missing(self) -> str:
         """Why :meth:`artifact` found nothing, in public words."""

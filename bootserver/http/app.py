@@ -17,11 +17,9 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Awaitable, Callable
 
-from aiohttp import ETag, hdrs, web
+from aiohttp import hdrs, web
 
 from ..artifacts.readthrough import Transfer
 from ..config import Config
@@ -42,6 +40,7 @@ from ..state import StateStore
 from ..urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
+from .fileanswer import FileAnswer
 from .gate import Gate, Limits, forbidden
 
 log = logging.getLogger("bootserver.web")
@@ -55,39 +54,6 @@ LIMITS = web.AppKey("limits", Limits)
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-class ArtifactResponse(web.FileResponse):
-    """A cached artifact sent with sendfile; its ``ETag`` is the artifact's sha256: FileResponse sets
-    an mtime-size ETag while preparing, and this class's ``etag`` setter puts the sha256 in its place
-    (it names the bytes exactly and is the same on every cache in every facility). Done here rather
-    than in an ``on_response_prepare`` hook, which every answer of the application would pay for.
-
-    When the client goes away mid-body, the bytes the kernel did send are recorded for the access log
-    (asyncio leaves the file position after the last byte ``sendfile`` sent); aiohttp then logs the
-    request as usual, without a traceback."""
-
-    def __init__(self, path: Path, sha256: str | None, *, headers: Mapping[str, str] | None = None) -> None:
-        self.sha256 = sha256
-        super().__init__(path, headers=headers)
-
-    @property
-    def etag(self) -> ETag | None:
-        return super().etag
-
-    @etag.setter
-    def etag(self, value: ETag | str | None) -> None:
-        # (mypy types StreamResponse.etag as its value, not as the property whose fset this calls)
-        web.StreamResponse.etag.fset(self, self.sha256 or value)  # type: ignore[attr-defined]
-
-    async def _sendfile(self, request: web.BaseRequest, fobj: Any, offset: int, count: int
-                        ) -> Any:  # aiohttp's FileResponse hook that sends the body
-        fobj.seek(offset)
-        try:
-            return await super()._sendfile(request, fobj, offset, count)
-        except ConnectionError:
-            request[accesslog.BODY_SENT] = (max(0, fobj.tell() - offset), False)
-            raise
-
 
 def _text(status: int, reason: str) -> web.Response:
     return web.Response(status=status, text=reason + "\n", content_type="text/plain")
@@ -190,11 +156,12 @@ async def grub_config(request: web.Request) -> web.Response:
 
 async def boot_image(request: web.Request) -> web.StreamResponse:
     """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (built on first use), with ``Range``
-    (206), ``HEAD`` and ``If-Modified-Since`` as for artifacts (aiohttp's FileResponse): BMCs read
-    virtual media in ranges."""
-    path = await _service(request).boot_image(request[NODE])
-    return web.FileResponse(path, headers={"Content-Type": "application/x-iso9660-image",
-                                           "Cache-Control": "no-store"})
+    (206), ``HEAD`` and ``If-Modified-Since`` as for artifacts (:class:`FileAnswer`): BMCs read
+    virtual media in ranges. A link in its place in the cache is a 404 (the cache logs it)."""
+    fd = await _service(request).boot_image(request[NODE])
+    if fd is None:
+        return _text(404, f"node {request[NODE]}: no boot image")
+    return FileAnswer(fd, headers={"Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store"})
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
@@ -231,10 +198,11 @@ async def checkin(request: web.Request) -> web.Response:
 async def artifact(request: web.Request) -> web.StreamResponse:
     """``GET``/``HEAD /artifacts/{stream}/{arch}/{release}/{file}``: a cached artifact.
 
-    Range (206), HEAD, Last-Modified and If-Modified-Since come from aiohttp's FileResponse (sendfile);
-    the ETag is the sha256 and ``If-None-Match`` with it answers 304. A GET is attributed to a node
-    (:meth:`BootService.artifact_requested`), and how its answer ended is reported once the last byte
-    went out (:data:`bootserver.http.accesslog.ON_SENT`).
+    Range (206, RFC 9110), HEAD, Last-Modified and If-Modified-Since come from :class:`FileAnswer`
+    (sendfile of the descriptor the cache opened, never a path again); the ETag is the sha256 and
+    ``If-None-Match`` with it answers 304. A link anywhere from ``cache_dir`` to the file is a 404. A GET is
+    attributed to a node (:meth:`BootService.artifact_requested`), and how its answer ended is reported
+    once the last byte went out (:data:`bootserver.http.accesslog.ON_SENT`).
     """
     svc = _service(request)
     m = request.match_info
@@ -254,14 +222,8 @@ async def artifact(request: web.Request) -> web.StreamResponse:
         return _text(404, f"{what}: {'/'.join(segments)}")
     if isinstance(found, Transfer):
         return await _send_transfer(request, found)
-    sha = found.sha256
-    inm = request.if_none_match
-    if sha and inm and any(tag.value in (sha, "*") for tag in inm):
-        resp = web.Response(status=304)
-        resp.etag = sha
-        return resp
-    return ArtifactResponse(found.path, sha, headers={"Content-Type": "application/octet-stream",
-                                                       "Cache-Control": "public, max-age=31536000, immutable"})
+    return FileAnswer(found.fd, etag=found.sha256, headers={
+        "Content-Type": "application/octet-stream", "Cache-Control": "public, max-age=31536000, immutable"})
 
 
 async def _send_transfer(request: web.Request, transfer: Transfer) -> web.StreamResponse:
