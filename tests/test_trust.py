@@ -241,3 +241,162 @@ async def test_state_dir_links_are_refused(tmp_path: Path, reference: Path) -> N
     assert err == f"bootserver: {state / 'tls'}: is a link; refused: bootserver writes its TLS files in a real " \
                   "folder of state_dir only\n"
     assert list(elsewhere.iterdir()) == []
+
+
+# --- item 3: the admin listener answers only to its own names ----------------------------------------
+
+ADMIN_PATHS = ["/", "/ui/nodes/live-0", "/ui/cache", "/ui/events", "/nodes", "/nodes/live-0", "/metrics"]
+
+
+def _head_and_body(answer: bytes) -> tuple[dict[str, str], bytes]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")[1:]
+    return {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}, body
+
+
+async def test_the_admin_listener_answers_only_to_its_own_names(tmp_path: Path, reference: Path) -> None:
+    port = free_port()
+    admin = port + 1
+    path = _config(tmp_path, reference, {"listen": f"127.0.0.1:{port}",
+                                         "admin": {"hosts": ["admin.example.net", "proxy.example.net:8443"]}})
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        server = ServerProcess(path, port)
+        await server.start(http)
+        try:
+            for target in ADMIN_PATHS:
+                for host in (b"evil.example", f"evil.example:{admin}".encode(), b"127.0.0.1:9", b"localhost",
+                             b"proxy.example.net:443", b"127.0.0.1.evil.example"):
+                    answer = await raw_request(admin, f"GET {target} HTTP/1.1".encode(), host=host)
+                    headers, body = _head_and_body(answer)
+                    assert status_of(answer) == 421, (target, host, answer[:200])
+                    assert body == b"misdirected request\n" and headers["x-content-type-options"] == "nosniff"
+            for host in (f"127.0.0.1:{admin}", f"localhost:{admin}", f"[::1]:{admin}", "admin.example.net",
+                         "ADMIN.example.net:8081", "proxy.example.net:8443"):
+                answer = await raw_request(admin, b"GET /nodes HTTP/1.1", host=host.encode())
+                headers, body = _head_and_body(answer)
+                assert status_of(answer) == 200 and b"live-0" in body, (host, answer[:300])
+                assert headers["cache-control"] == "no-store" and headers["referrer-policy"] == "no-referrer"
+            for probe in ("/healthz", "/readyz"):  # probes use addresses: any Host
+                answer = await raw_request(admin, f"GET {probe} HTTP/1.1".encode(), host=b"10.9.8.7:1")
+                assert status_of(answer) in (200, 503), answer[:200]
+            # every answer of both listeners: nosniff, and a Server header without versions
+            for where, target in ((port, "/healthz"), (port, "/ipxe/live-0"), (port, "/nope"), (port, "/boot.ipxe"),
+                                  (admin, "/nodes"), (admin, "/nope"), (admin, "/")):
+                answer = await raw_request(where, f"GET {target} HTTP/1.1".encode(),
+                                           host=f"127.0.0.1:{where}".encode())
+                headers, _ = _head_and_body(answer)
+                assert headers["x-content-type-options"] == "nosniff", (where, target)
+                assert headers["server"] == "bootserver", (where, target)
+        finally:
+            lines = await stopped_log(server)
+    assert any("421 Host 'evil.example' is not a name of the admin listener" in line for line in lines)
+
+
+async def test_a_unix_socket_admin_listener_answers_any_host(tmp_path: Path, reference: Path) -> None:
+    port = free_port()
+    sock = tmp_path / "admin.sock"
+    path = _config(tmp_path, reference, {"listen": f"127.0.0.1:{port}", "admin": {"listen": str(sock)}})
+    server = ServerProcess.__new__(ServerProcess)  # its admin_url assumes host:port
+    server.config, server.extra_args, server.port, server.url = path, (), port, f"http://127.0.0.1:{port}"
+    server.proc = None
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        await server.start(http)
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock)),
+                                             timeout=aiohttp.ClientTimeout(total=30)) as local, \
+                    local.get("http://evil.example/nodes") as r:
+                assert r.status == 200 and "live-0" in await r.text()
+        finally:
+            await server.stop()
+
+
+# --- item 5: HTTP as RFC 9110 says ---------------------------------------------------------------------
+
+#: (Range, If-Range, status, (start, end) of the body or None for the whole) for a 10000-byte artifact:
+#: RFC 9110 §14.1.2's examples first, then the cases of §14.2 and §13.1.5.
+RANGES = [
+    ("bytes=0-499", None, 206, (0, 500)), ("bytes=500-999", None, 206, (500, 1000)),
+    ("bytes=-500", None, 206, (9500, 10000)), ("bytes=9500-", None, 206, (9500, 10000)),
+    ("bytes=0-0,-1", None, 200, None), ("bytes= 500-600,601-999", None, 200, None),
+    ("bytes=500-700,601-999", None, 200, None),
+    ("pages=0-9", None, 200, None), ("bytes=-0", None, 416, None), ("bytes=10000-", None, 416, None),
+    ("bytes=10000-20000,-0", None, 416, None), ("bytes=9990-20000", None, 206, (9990, 10000)),
+    ("bytes=5-2", None, 200, None), ("bytes=abc", None, 200, None), ("BYTES=0-9", None, 206, (0, 10)),
+    ("bytes=0-9,20000-", None, 206, (0, 10)), ("bytes=0-9", "ETAG", 206, (0, 10)),
+    ("bytes=0-9", '"0123"', 200, None), ("bytes=0-9", "W/ETAG", 200, None),
+    ("bytes=0-9", "LAST_MODIFIED", 206, (0, 10)), ("bytes=0-9", "Thu, 01 Jan 1970 00:00:00 GMT", 200, None),
+]
+
+
+async def test_range_and_if_range_as_rfc_9110_says(boot_setup, tmp_path: Path) -> None:
+    setup = boot_setup(10000 - len("x86_64"), {"master-0": {"profile": "master"}})
+    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
+    assert rc == 0, err
+    cache = tmp_path / "cache"
+    kernel = next(p for p in (cache / "artifacts").rglob("*kernel*") if not p.name.startswith("."))
+    data = kernel.read_bytes()
+    assert len(data) == 10000
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        server = ServerProcess(setup.config, setup.port)
+        await server.start(http)
+        url = server.url + "/" + str(kernel.relative_to(cache))
+        try:
+            async with http.get(url) as r:
+                etag, modified = r.headers["ETag"], r.headers["Last-Modified"]
+            seen = []
+            for rng, if_range, _, _ in RANGES:
+                headers = {"Range": rng}
+                if if_range is not None:
+                    headers["If-Range"] = {"ETAG": etag, "W/ETAG": "W/" + etag,
+                                           "LAST_MODIFIED": modified}.get(if_range, if_range)
+                async with http.get(url, headers=headers) as r:
+                    body = await r.read()
+                    seen.append((r.status, body, r.headers.get("Content-Range")))
+        finally:
+            await server.stop()
+    for (rng, if_range, status, part), (got, body, content_range) in zip(RANGES, seen, strict=True):
+        assert got == status, (rng, if_range, got)
+        if status == 206:
+            assert part is not None
+            assert body == data[part[0]:part[1]], (rng, if_range)
+            assert content_range == f"bytes {part[0]}-{part[1] - 1}/10000"
+        elif status == 200:
+            assert body == data, (rng, if_range)
+        else:
+            assert content_range == "bytes */10000", rng
+
+
+async def test_a_body_over_the_limit_is_413_before_it_is_read(tmp_path: Path, reference: Path) -> None:
+    port = free_port()
+    path = _config(tmp_path, reference, {"listen": f"127.0.0.1:{port}"})
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        server = ServerProcess(path, port)
+        await server.start(http)
+        try:
+            # 10 MB announced, none sent: the answer comes from the Content-Length alone
+            answer = await raw_request(port, b"POST /checkin/live-0 HTTP/1.1\r\nContent-Length: 10485760")
+            assert status_of(answer) == 413 and b"at most 65536 bytes" in answer
+            # chunked: cut once past the limit (the rest is never read)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                writer.write(f"POST /checkin/live-0 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                             "Transfer-Encoding: chunked\r\n\r\n".encode())
+                chunk = b"x" * 16384
+                for _ in range(5):
+                    writer.write(b"4000\r\n" + chunk + b"\r\n")
+                await writer.drain()
+                answer = await asyncio.wait_for(reader.read(), 10)
+            finally:
+                writer.close()
+            assert status_of(answer) == 413
+            # within the limit: the route's own answer (here: no signature, the one 403)
+            answer = await raw_request(port, b"POST /checkin/live-0 HTTP/1.1\r\nContent-Length: 0")
+            assert status_of(answer) == 403
+            # (item 8) the README's /boot.ipxe answers are the real ones
+            readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+            for target in ("/boot.ipxe", "/boot.ipxe?mac=52:54:00:12:34:56"):
+                async with http.get(server.url + target) as r:
+                    body = (await r.text()).strip()
+                    assert r.status == 404 and f"`{body}`" in readme, body
+        finally:
+            await server.stop()

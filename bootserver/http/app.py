@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
+from aiohttp.typedefs import Middleware
 
 from ..artifacts.readthrough import Transfer
 from ..config import Config
@@ -41,7 +42,7 @@ from ..urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
 from .fileanswer import FileAnswer
-from .gate import Gate, Limits, forbidden
+from .gate import AdminNames, Gate, Limits, forbidden
 
 log = logging.getLogger("bootserver.web")
 
@@ -107,6 +108,11 @@ def front(svc: BootService, gate: Gate, limits: Limits, spec: Route, handler: Ha
     named = spec.signed or "{node}" in spec.pattern
 
     async def answer(request: web.Request) -> web.StreamResponse:
+        if request.can_read_body and await _body_too_large(request):
+            log.warning("%s %s: 413 request body over %d bytes", request.method, request.path, CLIENT_MAX_SIZE)
+            refused = _text(413, f"request body too large: at most {CLIENT_MAX_SIZE} bytes")
+            refused.force_close()  # the rest of the body is never read
+            return refused
         try:
             if named:
                 name = request[NODE] = request.match_info["node"]
@@ -131,6 +137,21 @@ def front(svc: BootService, gate: Gate, limits: Limits, spec: Route, handler: Ha
         return await limits.run(request, spec, answer)
 
     return fronted
+
+
+async def _body_too_large(request: web.Request) -> bool:
+    """Whether the request's body is over :data:`CLIENT_MAX_SIZE` bytes: told by its ``Content-Length``
+    before any of it is read, or, for a chunked body, found while reading it up to the limit (no route
+    uses a body: what was read is dropped)."""
+    length = request.content_length
+    if length is not None:
+        return length > CLIENT_MAX_SIZE
+    total = 0
+    while chunk := await request.content.read(CLIENT_MAX_SIZE + 1 - total):
+        total += len(chunk)
+        if total > CLIENT_MAX_SIZE:
+            return True
+    return False
 
 
 def add_route(app: web.Application, route: Route, handler: Handler) -> None:
@@ -370,7 +391,8 @@ async def _close_service(app: web.Application) -> None:
     await app[SERVICE].close()
 
 
-#: Largest request body accepted, in bytes (no endpoint takes a body).
+#: Largest request body accepted, in bytes (no endpoint takes a body): a longer one is ``413`` (from its
+#: ``Content-Length``, or cut there when chunked), see :func:`front`.
 CLIENT_MAX_SIZE = 64 * 1024
 #: Longest request line and header field accepted, in bytes (longer: 400).
 MAX_LINE_SIZE = 8190
@@ -378,11 +400,49 @@ MAX_FIELD_SIZE = 8190
 MAX_HEADERS = 64
 
 
+async def _device_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every answer of the device listener: no product version in ``Server``, and ``nosniff``."""
+    response.headers[hdrs.SERVER] = "bootserver"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+
+
+async def _admin_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every answer of the admin listener: as :func:`_device_headers`, and since its answers name nodes
+    and carry signed URLs, not stored by caches (unless the answer says otherwise, as the page's static
+    files do) and no ``Referer`` sent from its pages."""
+    headers = response.headers
+    headers[hdrs.SERVER] = "bootserver"
+    headers["X-Content-Type-Options"] = "nosniff"
+    headers.setdefault(hdrs.CACHE_CONTROL, "no-store")
+    headers["Referrer-Policy"] = "no-referrer"
+
+
+def host_middleware(config: Config) -> Middleware:
+    """The admin application's ``Host`` rule (:class:`~bootserver.http.gate.AdminNames`): a request for
+    another name than the listener's own is ``421 Misdirected Request`` with no data, whatever its path
+    but ``/healthz`` and ``/readyz`` (probes use addresses)."""
+    names = AdminNames(config)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in page.OPEN_PATHS or names.allowed(request):
+            return await handler(request)
+        log.warning("%s %s: 421 Host %r is not a name of the admin listener (server.admin.hosts)",
+                    request.method, request.path, request.headers.get(hdrs.HOST))
+        return web.Response(status=421, text="misdirected request\n", content_type="text/plain")
+
+    return middleware
+
+
 def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: Limits,
          token: str | None = None) -> web.Application:
     routes = {r.name: r for r in ROUTES if listener in r.listeners}
-    middlewares = [] if token is None else [page.token_middleware(token)]
+    middlewares: list[Middleware] = []
+    if listener == ADMIN:
+        middlewares.append(host_middleware(svc.config))
+        middlewares += [page.token_middleware(token)] if token is not None else []
     app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=middlewares)
+    app.on_response_prepare.append(_admin_headers if listener == ADMIN else _device_headers)
     app[SERVICE] = svc
     app[GATE] = gate
     app[LIMITS] = limits
@@ -425,13 +485,17 @@ class ServerKwargs(accesslog.RunnerKwargs):
     max_field_size: int
     max_headers: int
     keepalive_timeout: float
+    lingering_time: float
 
 
 def runner_kwargs(app: web.Application) -> ServerKwargs:
     """Keyword arguments of :class:`aiohttp.web.AppRunner` (or ``TestServer.start_server``) for ``app``
     (either listener's): our access log (no query strings, counted in the app's metrics, also for
-    requests too malformed to reach the app), the request line/header limits (bytes) and the keep-alive
-    timeout (seconds)."""
+    requests too malformed to reach the app), the request line/header limits (bytes), the keep-alive
+    timeout (seconds) and no lingering: aiohttp would read an unread request body for up to 10 s after
+    the answer (a 10 MB check-in body whole); the connection closes instead."""
     return {**accesslog.runner_kwargs(app[accesslog.METRICS]), "max_line_size": MAX_LINE_SIZE,
             "max_field_size": MAX_FIELD_SIZE, "max_headers": MAX_HEADERS,
-            "keepalive_timeout": app[SERVICE].config.server.keepalive_timeout}
+            "keepalive_timeout": app[SERVICE].config.server.keepalive_timeout,
+            # a body no route reads (over the limit: 413) is never read on: the connection closes instead
+            "lingering_time": 0.0}
