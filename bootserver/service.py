@@ -22,11 +22,12 @@ from .artifacts.upstream import Upstream
 from .butane import ButaneError
 from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
-from .files import LinkRefused, open_file
+from .files import LinkRefused
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
+from .images.netboot import node_image
+from .images.overlay import NodeImage
 from .inventory import script_context
 from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
-from .iso import node_image
 from .network import node_kargs
 from .signing import Signer
 from .stalls import StallWatch
@@ -258,28 +259,20 @@ class BootService:
         ``render``)."""
         return (await self._script(node, await self.state.current(node), grub=True))[1]
 
-    async def boot_image(self, node: str) -> int | None:
-        """The node's boot image file opened (a read descriptor; the caller closes it) (:func:`bootserver.iso.
-        node_image`: built once per node and inputs, in ``cache_dir/iso/nodes``), built in a worker thread
-        (xorriso, about 0.1 s) so the event loop goes on; ``None`` when a link stands in its place or on its
-        way in the cache (logged). Raises as :func:`~bootserver.iso.node_image`, and :class:`UnavailableError`
-        when the state store (the node's device record, for ``network: provider``) cannot be read. Bad input
-        (the node's network cannot be written into an image) is raised as a :class:`BootserverError`
-        (HTTP 500) whose public text names no key or path; the message names both, for the log."""
+    async def boot_image(self, node: str) -> NodeImage:
+        """The node's boot image (:func:`bootserver.images.netboot.node_image`: its base built once, its
+        region once per node and inputs, in ``cache_dir/iso``), made in a worker thread (the first
+        build runs xorriso) so the event loop goes on. Raises as :func:`~bootserver.images.netboot.node_image`,
+        and :class:`UnavailableError` when the state store (the node's device record, for ``network:
+        provider``) cannot be read. Bad input (the node's network cannot be written into an image) is
+        raised as a :class:`BootserverError` (HTTP 500) whose public text names no key or path; the
+        message names both, for the log."""
         current = await self.state.current(node)
-
-        def built() -> int:
-            path = node_image(self.config, self.urls, node, current.device)
-            return open_file(self.config.cache_dir, path.relative_to(self.config.cache_dir))
-
         try:
-            return await asyncio.to_thread(built)
+            return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
         except InputError as e:
             raise BootserverError(str(e), public=f"node {node}: its boot image cannot be built from its network "
                                   "settings; the server log has the details") from None
-        except LinkRefused as e:
-            self.cache.refused(e)
-            return None
 
     async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:
         """:meth:`stub` in the spec version negotiated with the client's ``Accept`` header (see

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from conftest import ServerProcess
-from helpers import free_port, run_cli, write_config
+from support.helpers import free_port, run_cli, write_config
+from support.server import ServerProcess
 
 #: How every line of the text log starts (logs.TextFormatter): a forged line would not have to.
 LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+(\[\d+\])?: ")

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
@@ -32,6 +32,7 @@ from ..errors import (
     UnavailableError,
     UnknownNodeError,
 )
+from ..files import LinkRefused, open_file
 from ..ignition import MEDIA_TYPE, NotAcceptableError
 from ..inventory import find_node, select_node
 from ..metrics import Metrics
@@ -41,7 +42,7 @@ from ..state import StateStore
 from ..urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
-from .fileanswer import FileAnswer
+from .fileanswer import UNSATISFIABLE, FileAnswer, byte_range
 from .gate import AdminNames, Gate, Limits, forbidden
 
 log = logging.getLogger("bootserver.web")
@@ -176,13 +177,85 @@ async def grub_config(request: web.Request) -> web.Response:
 
 
 async def boot_image(request: web.Request) -> web.StreamResponse:
-    """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (built on first use), with ``Range``
-    (206), ``HEAD`` and ``If-Modified-Since`` as for artifacts (:class:`FileAnswer`): BMCs read
-    virtual media in ranges. A link in its place in the cache is a 404 (the cache logs it)."""
-    fd = await _service(request).boot_image(request[NODE])
-    if fd is None:
+    """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (:meth:`BootService.boot_image`), sent as
+    its base image's bytes (``loop.sendfile``) with the node's region written in as it goes (docs/design.md,
+    "Boot images"). ``Range``, ``If-Range`` and their answers as RFC 9110 says and artifacts answer
+    (:func:`~bootserver.http.fileanswer.byte_range`), ``HEAD`` and a strong ``ETag``: BMCs read virtual
+    media in ranges, after a HEAD for the size. The base image is opened below ``cache_dir`` without
+    following a link (a link there is a 404, logged)."""
+    svc = _service(request)
+    try:
+        image = await svc.boot_image(request[NODE])
+    except LinkRefused as e:
+        svc.cache.refused(e)
         return _text(404, f"node {request[NODE]}: no boot image")
-    return FileAnswer(fd, headers={"Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store"})
+    headers = {"Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store",
+               hdrs.ACCEPT_RANGES: "bytes"}
+    start, stop, status = 0, image.size, 200
+    wanted = byte_range(request.headers.get(hdrs.RANGE), image.size)
+    if_range = request.headers.get(hdrs.IF_RANGE)
+    if wanted is not None and if_range is not None and if_range.strip() != f'"{image.etag}"':
+        wanted = None  # another validator (or a date: the image has no Last-Modified): the whole image
+    if wanted == UNSATISFIABLE:
+        return web.Response(status=416, headers={hdrs.CONTENT_RANGE: f"bytes */{image.size}"})
+    if isinstance(wanted, tuple):
+        start, stop = wanted
+        status = 206
+        headers[hdrs.CONTENT_RANGE] = f"bytes {start}-{stop - 1}/{image.size}"
+    try:
+        fd = open_file(svc.config.cache_dir, image.base.path.relative_to(svc.config.cache_dir))
+    except LinkRefused as e:
+        svc.cache.refused(e)
+        return _text(404, f"node {request[NODE]}: no boot image")
+    try:
+        resp = web.StreamResponse(status=status, headers=headers)
+        resp.etag = image.etag
+        resp.content_length = stop - start
+        await resp.prepare(request)
+        if request.method == "HEAD":
+            return resp
+        try:
+            await _send_pieces(request, resp, fd, image.pieces(start, stop))
+        except ConnectionError:  # the client went away: the access log says so ("incomplete")
+            return resp
+        await resp.write_eof()
+        return resp
+    finally:
+        os.close(fd)
+
+
+async def _send_pieces(request: web.Request, resp: web.StreamResponse, fd: int,
+                       pieces: Iterable[bytes | tuple[int, int]]) -> None:
+    """Send ``pieces`` (:meth:`~bootserver.images.overlay.NodeImage.pieces`): ``bytes`` written as they
+    are, ``(offset, count)`` of the file ``path`` with ``loop.sendfile`` (the kernel's sendfile), or with
+    reads of at most 1 MiB over TLS, where the transport cannot sendfile (see :func:`_sendfile_ranges`).
+    ``fd``: the base image, opened by the caller (who closes it). Raises ``ConnectionError`` when the
+    client goes away and ``OSError``."""
+    loop = asyncio.get_running_loop()
+    with open(fd, "rb", buffering=0, closefd=False) as fobj:
+        use_sendfile = request.transport is not None and request.transport.get_extra_info("sslcontext") is None
+        for piece in pieces:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("Connection lost")
+            if isinstance(piece, bytes):
+                await resp.write(piece)
+                continue
+            offset, count = piece
+            if use_sendfile:
+                fobj.seek(offset)
+                try:
+                    await loop.sendfile(transport, fobj, offset, count)
+                    continue
+                except NotImplementedError:
+                    use_sendfile = False
+            end = offset + count
+            while offset < end:
+                data = os.pread(fd, min(1 << 20, end - offset), offset)
+                if not data:
+                    raise OSError("the base image is shorter than it was")
+                await resp.write(data)
+                offset += len(data)
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
