@@ -400,3 +400,22 @@ async def test_a_body_over_the_limit_is_413_before_it_is_read(tmp_path: Path, re
                     assert r.status == 404 and f"`{body}`" in readme, body
         finally:
             await server.stop()
+
+
+async def test_prune_never_walks_into_a_link(boot_setup, tmp_path: Path) -> None:
+    """``sync-images --prune`` removes releases no profile uses; a stream, architecture or release folder
+    that is a link is left alone (it would otherwise rename and delete what it points at)."""
+    setup = boot_setup(1024, {"master-0": {"profile": "master"}})
+    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
+    assert rc == 0, err
+    victim = tmp_path / "victim"
+    (victim / "x86_64" / "1.0").mkdir(parents=True)
+    (victim / "x86_64" / "1.0" / "precious").write_text("keep me")
+    arch = next((tmp_path / "cache" / "artifacts" / "rhcos-4.16").iterdir())
+    (tmp_path / "cache" / "artifacts" / "old-stream").symlink_to(victim)
+    (arch / "0.9").symlink_to(victim / "x86_64" / "1.0")
+    rc, _, err = await run_cli("sync-images", "--prune", "--config", str(setup.config))
+    assert rc == 0, err
+    assert (victim / "x86_64" / "1.0" / "precious").read_text() == "keep me"
+    assert "cache_dir: artifacts/old-stream is a link; refused" in err
+    assert "cache_dir: artifacts/rhcos-4.16/x86_64/0.9 is a link; refused" in err
