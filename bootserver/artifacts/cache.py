@@ -74,7 +74,7 @@ class ArtifactCache:
         """Where the published artifact lives (it may not exist yet)."""
         return self.root / self.relpath(release, artifact)
 
-    def open_published(self, segments: tuple[str, ...]) -> Published | None:
+    def open_published(self, segments: tuple[str, ...], *, quiet: bool = False) -> Published | None:
         """Open the published file at URL segments ``(stream, arch, release, file)``: its descriptor (a
         regular file; the caller closes it) and the sha256 recorded when it was published, or ``None``
         when there is none.
@@ -82,7 +82,8 @@ class ArtifactCache:
         Every segment must be a plain name (no ``..``, no leading ``.``, no ``/``), and no link may
         stand in any place from ``cache_dir`` down to the file or its sidecar: raises
         :class:`~bootserver.files.LinkRefused` naming the link (one warning is logged, never its
-        target), so nothing outside the cache is served even when a link is swapped in after a look.
+        target; not with ``quiet``, for a look that serves nothing), so nothing outside the cache is served
+        even when a link is swapped in after a look.
         """
         if len(segments) != 4 or not all(SAFE_SEGMENT_RE.match(s) for s in segments):
             return None
@@ -90,7 +91,8 @@ class ArtifactCache:
         try:
             fd = open_file(self.cache_dir, rel)
         except LinkRefused as e:
-            self.refused(e)
+            if not quiet:
+                self.refused(e)
             raise
         except OSError:
             return None
@@ -98,7 +100,8 @@ class ArtifactCache:
             sha = self._recorded(self.sidecar(Path(rel)))
         except LinkRefused as e:
             os.close(fd)
-            self.refused(e)
+            if not quiet:
+                self.refused(e)
             raise
         return Published(fd, sha)
 
@@ -132,10 +135,11 @@ class ArtifactCache:
         except (LinkRefused, ValueError):
             return None
 
-    def open_cached(self, release: Release, artifact: Artifact) -> Published | None:
+    def open_cached(self, release: Release, artifact: Artifact, *, quiet: bool = False) -> Published | None:
         """The published artifact opened (as :meth:`open_published`) when it was verified against the same
         sha256, else ``None``. Raises :class:`~bootserver.files.LinkRefused` for a link on its way."""
-        found = self.open_published((release.stream, release.arch, release.version, artifact.filename))
+        found = self.open_published((release.stream, release.arch, release.version, artifact.filename),
+                                    quiet=quiet)
         if found is not None and found.sha256 != artifact.sha256:
             os.close(found.fd)
             return None
@@ -143,9 +147,9 @@ class ArtifactCache:
 
     def is_cached(self, release: Release, artifact: Artifact) -> bool:
         """True when the artifact is published and was verified against the same sha256 (never through a
-        link: a link on its way counts as not cached)."""
+        link: a link on its way counts as not cached; not logged here, where nothing is served)."""
         try:
-            found = self.open_cached(release, artifact)
+            found = self.open_cached(release, artifact, quiet=True)
         except LinkRefused:
             return False
         if found is None:
@@ -157,7 +161,7 @@ class ArtifactCache:
         """:meth:`is_cached` for the artifact's published path ``dest`` (below ``artifacts/``)."""
         segments = tuple(dest.relative_to(self.root).parts)
         try:
-            found = self.open_published(segments)
+            found = self.open_published(segments, quiet=True)
         except LinkRefused:
             return False
         if found is None:
