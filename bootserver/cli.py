@@ -34,16 +34,17 @@ def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
     from .state.backends import prepare_store
 
     check_local_inputs(config)
-    warning = no_machine_boots(config)
-    if warning is not None:
-        logging.getLogger("bootserver.cli").warning("%s", warning)
     workers = config.server.workers if args.workers is None else args.workers
     # a damaged timeline or an unreachable database stops the server here, with or without --workers
     prepare_store(config)
     if workers > 1:
+        setup_logging(args.log_level, args.log_format, pid=True)
+    warning = no_machine_boots(config)
+    if warning is not None:
+        logging.getLogger("bootserver.cli").warning("%s", warning)
+    if workers > 1:
         from .workers import serve_workers
 
-        setup_logging(args.log_level, args.log_format, pid=True)
         return serve_workers(config, workers)
     from .http.listeners import run
 
