@@ -159,6 +159,7 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
 
     from .images.netboot import node_image
     from .images.network import boot_network
+    from .images.overlay import NodeImage
     from .network import effective_network
     from .urls import Urls
 
@@ -174,17 +175,32 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
                 await store.close()
 
         device = asyncio.run(record())
-    boot = boot_network(config, node, device)  # bad input fails before the keys are read
+    if config.node_secure_boot(node):
+        from .service import BootService
 
-    ring = asyncio.run(_keyring(config))
-    start = time.monotonic()
-    image = node_image(config, Urls(config, keys=lambda: ring), node, device)
+        svc = BootService(config)
+
+        async def build() -> NodeImage:
+            await svc.start()
+            try:
+                return await svc.node_image(node)
+            finally:
+                await svc.close()
+
+        start = time.monotonic()
+        image = asyncio.run(build())
+        how = f"Secure Boot: the signed shim, GRUB and kernel of stream {config.node_profile(node).stream}"
+    else:
+        how = boot_network(config, node, device).describe()  # bad input fails before the keys are read
+        ring = asyncio.run(_keyring(config))
+        start = time.monotonic()
+        image = node_image(config, Urls(config, keys=lambda: ring), node, device)
     output = Path(args.output or f"{node}.iso")
     try:
         image.write(output)
     except OSError as e:
         raise InputError(f"{output}: cannot write the image: {e.strerror}") from None
-    print(f"bootserver: {node}: wrote {output} ({image.size} bytes, {boot.describe()}, "
+    print(f"bootserver: {node}: wrote {output} ({image.size} bytes, {how}, "
           f"ready in {time.monotonic() - start:.2f} s)", file=sys.stderr)
     return 0
 
@@ -266,17 +282,36 @@ def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
-    from .images.network import check_boot_networks
-    from .inventory import check_command_lines
+    from .reload import check_config
 
-    check_local_inputs(config)
-    check_command_lines(config)
-    check_boot_networks(config)
+    check_config(config)  # what a reload checks too
     warning = no_machine_boots(config)
     if warning is not None:
         print(f"bootserver: warning: {warning}", file=sys.stderr)
+    included = len(set(config.origins.values()) - {config.source})
     print(f"{config.source}: ok: {len(config.streams)} streams, {len(config.profiles)} profiles, "
-          f"{len(config.nodes)} nodes")
+          f"{len(config.nodes)} nodes" + (f" ({included} included files, include: {', '.join(config.includes)})"
+                                          if config.includes else ""))
+    return 0
+
+
+def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
+    import time
+
+    from .reload import check_config, signal_server, wait_status
+
+    check_config(config)  # an invalid config is refused here, with its file and key; nothing is sent
+    sent = time.time()
+    pid = signal_server(config)
+    status = wait_status(config, sent, timeout=args.timeout)
+    if status is None:
+        print(f"bootserver: sent SIGHUP to bootserver serve (process {pid}); no outcome within {args.timeout:g} s: "
+              "see its log", file=sys.stderr)
+        return 1
+    if status.get("result") != "ok":
+        print(f"bootserver: reload refused, the running config stays: {status.get('message')}", file=sys.stderr)
+        return 2
+    print(f"reloaded {status.get('message')}")
     return 0
 
 
@@ -318,19 +353,34 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
 
 def _add_provider_options(command: str, parser: argparse.ArgumentParser) -> None:
     """Add to ``parser`` the options of ``command`` every provider declares (the fields of its
-    ``options_type``, :func:`bootserver.providers.base.option`), one group per provider."""
+    ``options_type``, :func:`bootserver.providers.base.option`), one group per provider. An option
+    several providers declare with the same flags and field (``deprovision --grace``) is added once, in
+    the first one's group, and reaches each of them (:func:`provider_options`)."""
     from dataclasses import fields
 
     from .providers.base import OPTION_KEY, OptionSpec
     from .providers.interface import provider_classes
 
+    # flag -> the field it sets and its group: an option two providers declare is added once
+    added: dict[str, tuple[str, Any]] = {}
     for cls in provider_classes():
         specs: list[tuple[str, OptionSpec]] = [(f.name, f.metadata[OPTION_KEY]) for f in fields(cls.options_type)
                                                if OPTION_KEY in f.metadata]
         specs = [(name, spec) for name, spec in specs if command in spec.commands]
+        for name, spec in list(specs):
+            shared = [added.get(flag) for flag in spec.flags]
+            if all(dest is not None and dest[0] == name for dest in shared):  # another provider's (--grace)
+                specs.remove((name, spec))
+                owner = added[spec.flags[0]][1]
+                if cls.options_title not in (owner.title or ""):
+                    owner.title = f"{owner.title}, {cls.options_title}"
+            elif any(dest is not None for dest in shared):
+                raise AssertionError(f"provider {cls.name}: {spec.flags} clash with another provider's option")
         if not specs:
             continue
         group = parser.add_argument_group(cls.options_title)
+        for name, spec in specs:
+            added.update(dict.fromkeys(spec.flags, (name, group)))
         exclusive: dict[str, Any] = {}
         for name, spec in specs:
             target: Any = group
@@ -446,13 +496,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra DNS name or IP address for the certificate (repeatable)")
     t.add_argument("--force", action="store_true", help="replace existing files")
     t.set_defaults(func=_cmd_tls_init)
+    p = sub.add_parser("reload", parents=[common], help="make the running server read its config again",
+                       description="Check the config as check-config does, then signal the bootserver serve of "
+                       "its state_dir (state_dir/serve.pid) to reload it, and wait for the outcome. Same as "
+                       "SIGHUP or `systemctl reload bootserver`.")
+    p.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS",
+                   help="how long to wait for the server's outcome (default 15)")
+    p.set_defaults(func=_cmd_reload)
     p = sub.add_parser("check-config", parents=[common], help="check the config and exit")
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("provision", parents=[common],
                        help="make each node boot from this server with its provider, and follow its install",
                        description="Each node's provider (profiles.<p>.provider / nodes.<n>.provider: equinix, "
-                       "redfish) makes it boot from this server; then the node timeline is followed until "
+                       "redfish, ipmi) makes it boot from this server; then the node timeline is followed until "
                        "the node is up (its system checked in; with checkin: false, installed in install mode "
                        "or running in live mode).")
     p.add_argument("nodes", nargs="+", metavar="NODE")

@@ -130,8 +130,9 @@ def default_node(config: Config) -> str | None:
 
 
 def script_context(config: Config, urls: Urls, node: str, release: Release,
-                   network: tuple[str, ...] | None = None) -> ScriptContext:
+                   network: tuple[str, ...] | None = None, stub_ttl: int | None = None) -> ScriptContext:
     """Build the boot script context of ``node`` for ``release`` (its profile's stream and arch).
+    ``stub_ttl``: how long the stub URL in the kargs is valid (seconds; default ``install_ttl``).
 
     ``network`` is the node's network kargs (default: :func:`bootserver.network.node_kargs` without a
     device record: right for every node but a ``network: provider`` one, whose record the caller reads).
@@ -147,7 +148,7 @@ def script_context(config: Config, urls: Urls, node: str, release: Release,
     kargs = build_kargs(
         arch=profile.arch, mode=profile.mode,
         rootfs_url=urls.artifact(node, release, release.rootfs),
-        stub_url=urls.stub(node), install_dev=profile.install_dev,
+        stub_url=urls.stub(node, stub_ttl), install_dev=profile.install_dev,
         console=profile.console, extra=profile.kargs, platform=boot_platform(config, node),
         network=node_kargs(config, node, None) if network is None else network,
     )

@@ -26,6 +26,7 @@ from .files import LinkRefused
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .images.netboot import node_image
 from .images.overlay import NodeImage
+from .images.secureboot import check_secure_boot, secureboot_image
 from .inventory import script_context
 from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
 from .network import node_kargs
@@ -148,6 +149,25 @@ class BootService:
         self._metadata_loads: dict[str, asyncio.Future[None]] = {}
         self._metadata_failed: dict[str, float] = {}
 
+    def reloaded(self, config: Config) -> BootService:
+        """A service for ``config`` (a reload: :mod:`bootserver.reload`; its restart-only keys equal this
+        one's) that shares what outlives a config with this one: the upstream (its mirrors follow
+        ``config``), the state store, the signer, the in-process downloads, the background timeline
+        writes, the stall watch (now watching ``config``'s nodes) and the observers. This service stays
+        usable for the requests that started on it; only the last one is closed (:meth:`close`)."""
+        self.upstream.mirrors = config.mirrors()
+        new = BootService(config, self.urls.signer, upstream=self.upstream, state=self.state)
+        new.artifacts.share_downloads(self.artifacts)
+        new.boot_observer = self.boot_observer
+        new.record_hooks = self.record_hooks
+        new.stall_watch = self.stall_watch
+        self.stall_watch.config = config
+        new._stall_wake = self._stall_wake
+        new._pending = self._pending
+        new._metadata_loads = self._metadata_loads
+        new._metadata_failed = self._metadata_failed
+        return new
+
     async def boot_script(self, node: str) -> str:
         """The node's iPXE script (text). ``node`` must be a configured node name.
 
@@ -259,20 +279,39 @@ class BootService:
         ``render``)."""
         return (await self._script(node, await self.state.current(node), grub=True))[1]
 
-    async def boot_image(self, node: str) -> NodeImage:
-        """The node's boot image (:func:`bootserver.images.netboot.node_image`: its base built once, its
-        region once per node and inputs, in ``cache_dir/iso``), made in a worker thread (the first
-        build runs xorriso) so the event loop goes on. Raises as :func:`~bootserver.images.netboot.node_image`,
-        and :class:`UnavailableError` when the state store (the node's device record, for ``network:
-        provider``) cannot be read. Bad input (the node's network cannot be written into an image) is
-        raised as a :class:`BootserverError` (HTTP 500) whose public text names no key or path; the
-        message names both, for the log."""
+    async def node_image(self, node: str) -> NodeImage:
+        """The node's boot image: for a ``secure_boot`` node the Secure Boot one
+        (:func:`bootserver.images.secureboot.secureboot_image`; the release's live ISO, kernel and
+        initramfs fetched into the cache first, sha256-checked, once however many ask), else the
+        netboot one (:func:`bootserver.images.netboot.node_image`); either a base built once and the
+        node's region once per node and inputs, in ``cache_dir/iso``, made in a worker thread (a first
+        build runs xorriso) so the event loop goes on. Raises as those two, :class:`UnavailableError`
+        when the state store (the node's device record, for ``network: provider``) cannot be read, and
+        the fetch's errors (``FetchError``, ``IntegrityError``)."""
         current = await self.state.current(node)
-        try:
+        if not self.config.node_secure_boot(node):
             return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
+        profile = self.config.node_profile(node)
+        release = await self.catalog.release(profile.stream, profile.arch)
+        check_secure_boot(node, release)
+        assert release.live_iso is not None
+        fetched = await asyncio.gather(*(self.artifacts.fetch(release, a)
+                                         for a in (release.live_iso, release.kernel, release.initramfs)))
+        ctx = script_context(self.config, self.urls, node, release, self._network(node, current.device),
+                             stub_ttl=self.config.server.signing.chain_ttl)
+        iso, kernel, initramfs = (f.path for f in fetched)
+        return await asyncio.to_thread(secureboot_image, self.config, self.urls, node, release,
+                                       iso, kernel, initramfs, ctx.kargs)
+
+    async def boot_image(self, node: str) -> NodeImage:
+        """:meth:`node_image` for ``GET /iso/<node>.iso``: bad input (the node's network or release cannot
+        be written into an image) is raised as a :class:`BootserverError` (HTTP 500) whose public text
+        names no key or path; the message names both, for the log."""
+        try:
+            return await self.node_image(node)
         except InputError as e:
-            raise BootserverError(str(e), public=f"node {node}: its boot image cannot be built from its network "
-                                  "settings; the server log has the details") from None
+            raise BootserverError(str(e), public=f"node {node}: its boot image cannot be built from its settings; "
+                                  "the server log has the details") from None
 
     async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:
         """:meth:`stub` in the spec version negotiated with the client's ``Accept`` header (see

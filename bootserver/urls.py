@@ -142,12 +142,15 @@ class Urls:
         """The ``#!ipxe`` userdata that chains to the node's script (for ``userdata`` instead of a URL)."""
         return f"#!ipxe\nchain --autofree {self.chain(node, ttl)}\n"
 
-    def stub(self, node: str) -> str:
-        """The node's signed merge-style Ignition stub URL (valid ``server.signing.install_ttl``).
+    def stub(self, node: str, ttl: int | None = None) -> str:
+        """The node's signed merge-style Ignition stub URL, valid ``ttl`` seconds (default
+        ``server.signing.install_ttl``; a Secure Boot image, which carries it in its kernel arguments,
+        asks for ``chain_ttl``, as long as the image lives).
 
         Always on the plain base URL: the stub carries the CA that makes our HTTPS trusted.
         """
-        return self._signed(self.base, node, STUB.path(node=node), self.config.server.signing.install_ttl)
+        ttl = self.config.server.signing.install_ttl if ttl is None else ttl
+        return self._signed(self.base, node, STUB.path(node=node), ttl)
 
     def real_config(self, node: str) -> str:
         """The node's signed real Ignition config URL, which the stub merges (https when TLS is set)."""

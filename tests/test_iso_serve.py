@@ -133,7 +133,7 @@ async def test_a_node_whose_image_cannot_be_built_is_500_without_internals(aioht
                           "ipv6": {"enabled": True, "address": [{"ip": "2001:db8::5", "prefix-length": 64}]}}]}
     client = await aiohttp_client(create_app(parse_config(doc(reference, v6), "t.yaml", tmp_path), fixed_signer()))
     r = await client.get(signed("/iso/master-0.iso"))
-    assert (r.status, await r.text()) == (500, "node master-0: its boot image cannot be built from its network "
+    assert (r.status, await r.text()) == (500, "node master-0: its boot image cannot be built from its "
                                                "settings; the server log has the details\n")
     images = tmp_path / "cache" / "iso" / "nodes"
     assert not images.exists() or not list(images.iterdir())  # nothing half-written

@@ -30,6 +30,7 @@ from ..ipxe import UnsafeValueError, check_extra_karg
 from ..nmstate import NetworkSetting
 from ..providers.base import REGISTRY
 from ..providers.equinix_settings import MetalGlobal, MetalSettings
+from ..providers.ipmi_settings import IpmiField, IpmiSettings
 from ..providers.redfish_settings import RedfishField, RedfishSettings
 from ..values import (
     UUID_RE,
@@ -274,12 +275,16 @@ class Profile(SettingsModel):
     provider: ProviderName | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     redfish: RedfishField = Field(default_factory=RedfishSettings)
+    ipmi: IpmiField = Field(default_factory=IpmiSettings)
     boot_once: bool | None = None
     #: Whether the node's stub carries the check-in unit (``bootserver-checkin.service``): the booted
     #: system calls its signed check-in URL once on the network, stage ``up`` (bootserver.timeline).
     checkin: bool = True
     #: ``dhcp``, ``provider`` or an NMState document: the default of the profile's nodes (bootserver.network).
     network: NetworkSetting | None = None
+    #: The node's boot image (``bootserver iso``, ``/iso/<node>.iso``) boots the release's own signed
+    #: chain (shim, GRUB, kernel from its live ISO) so UEFI Secure Boot accepts it (bootserver.images.secureboot).
+    secure_boot: bool = False
 
     @property
     def boots_once(self) -> bool:
@@ -316,6 +321,7 @@ class Node(SettingsModel):
     provider: ProviderName | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     redfish: RedfishField = Field(default_factory=RedfishSettings)
+    ipmi: IpmiField = Field(default_factory=IpmiSettings)
     addresses: Networks = ()
     selectable: bool = False
     #: ``/boot.ipxe`` hands this node's script to a machine no other node is selected for (no selector,
@@ -323,6 +329,8 @@ class Node(SettingsModel):
     default: bool = False
     #: ``dhcp``, ``provider`` or an NMState document (bootserver.network); default the profile's.
     network: NetworkSetting | None = None
+    #: Whether the node's boot image is the Secure Boot one; default the profile's ``secure_boot``.
+    secure_boot: bool | None = None
 
     @field_validator("mac", mode="before")
     @classmethod
@@ -346,7 +354,6 @@ class Node(SettingsModel):
 
 class Document(SettingsModel):
     """The whole YAML document, as written (paths unresolved); :class:`Config` is what the code uses."""
-
     server: ServerConfig = Field(default_factory=ServerConfig)
     cache_dir: str | None = None
     state_dir: str | None = None
@@ -361,6 +368,8 @@ class Document(SettingsModel):
     timeline: Annotated[TimelineSettings, BeforeValidator(null_as_empty)] = Field(
         default_factory=TimelineSettings)
     state_store: StateStoreField = None
+    #: Files or globs whose ``profiles`` and ``nodes`` are merged in (``bootserver.config.loader.read_includes``).
+    include: YamlList[str] = ()
 
 
 
@@ -375,7 +384,8 @@ class Config:
     from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
     ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`), ``timeline``
     (:class:`TimelineSettings`) and ``state_store`` (:class:`StateStoreSettings`, or ``None`` for sqlite
-    in ``state_dir``).
+    in ``state_dir``), ``origins`` (the file each profile and node came from, see
+    :func:`~bootserver.config.loader.read_includes`).
     """
 
     source: str
@@ -393,6 +403,11 @@ class Config:
     timeline: TimelineSettings
     state_store: StateStoreSettings | None
     _mac_index: Mapping[str, str] = field(repr=False, compare=False)
+    #: The ``include:`` patterns of the main file, as written (relative to ``base_dir``).
+    includes: tuple[str, ...] = ()
+    #: Where each ``profiles``/``nodes`` entry was defined: ``"nodes.<name>"`` -> file (only when the
+    #: config has ``include:``; else every entry is from ``source``).
+    origins: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
 
     @classmethod
     def from_document(cls, doc: Document, source: str, base_dir: Path) -> Config:
@@ -415,6 +430,7 @@ class Config:
             timeline=doc.timeline,
             state_store=doc.state_store,
             _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
+            includes=doc.include,
         )
 
     def resolve_path(self, value: str) -> Path:
@@ -491,6 +507,12 @@ class Config:
         """The profile settings of configured node ``node``: the one node -> profile lookup. Raises
         ``KeyError`` for an unknown node."""
         return self.profiles[self.nodes[node].profile]
+
+    def node_secure_boot(self, node: str) -> bool:
+        """Whether node ``node``'s boot image is the Secure Boot one (its ``secure_boot``, else its
+        profile's). Raises ``KeyError`` for an unknown node."""
+        spec = self.nodes[node].secure_boot
+        return self.node_profile(node).secure_boot if spec is None else spec
 
     def node_hostname(self, node: str) -> str:
         """The node's hostname, written to its ``/etc/hostname`` and used as the Equinix device hostname:

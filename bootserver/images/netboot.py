@@ -24,18 +24,17 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from ..files import read_file, write_atomic
 from ..ipxe import check_script_word, grub_path, grub_quote
 from ..urls import Urls
 from .base import REGION_DIR, BaseImage, base_image
 from .loaders import netboot_loaders
 from .network import BootNetwork, boot_network
-from .overlay import NodeImage
+from .overlay import NodeImage, cached_region
 
 #: How many NICs the image's iPXE looks through for the boot interface's MAC (``net0`` .. ``net7``).
 MAX_NICS = 8
@@ -167,26 +166,3 @@ def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] 
                                   base.name)).encode()).hexdigest()[:16]
     return cached_region(config, urls, node, base, digest, exp,
                          lambda: {NODE_ISOLINUX: isolinux_cfg(boot, chain), NODE_GRUB: grub_cfg(boot, grub)})
-
-
-def cached_region(config: Config, urls: Urls, node: str, base: BaseImage, digest: str, exp: int,
-                  texts: Callable[[], Mapping[str, str]]) -> NodeImage:
-    """The node's image over ``base`` from its cached region ``<node>-<digest>-<exp>.region`` in
-    ``<cache_dir>/iso/nodes`` while one is valid for half of ``chain_ttl`` more, else from a new one
-    made of ``texts()`` (a mapping of the base's region files to their texts), which replaces the
-    node's older regions. Raises as :meth:`~.base.BaseImage.region` and ``OSError``."""
-    folder = config.cache_dir / "iso" / "nodes"
-    later = urls.signer.now() + config.server.signing.chain_ttl / 2
-    for have in sorted(folder.glob(f"{node}-{digest}-*.region"), reverse=True):
-        stamp = have.stem.rsplit("-", 1)[1]
-        if stamp.isdigit() and int(stamp) > later:
-            region = read_file(config.cache_dir, have.relative_to(config.cache_dir))  # no link (LinkRefused)
-            if len(region) == base.region_size:
-                return NodeImage(node, base, region)
-    region = base.region(texts(), node)
-    path = folder / f"{node}-{digest}-{exp}.region"
-    write_atomic(path, region, root=config.cache_dir)
-    for old in folder.glob(f"{node}-*.region"):
-        if old != path and old.stem.count("-") == node.count("-") + 2:
-            old.unlink(missing_ok=True)
-    return NodeImage(node, base, region)

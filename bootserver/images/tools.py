@@ -21,7 +21,7 @@ IPXE_LKRN = ("/usr/lib/ipxe/ipxe.lkrn", "ipxe")
 XORRISO = ("xorriso", "xorriso")
 GRUB_MKSTANDALONE = ("grub-mkstandalone", "grub-common")
 GRUB_EFI_MODULES = ("/usr/lib/grub/x86_64-efi", "grub-efi-amd64-bin")
-MFORMAT, MMD, MCOPY = ("mformat", "mtools"), ("mmd", "mtools"), ("mcopy", "mtools")
+MFORMAT, MMD, MCOPY, MDIR = ("mformat", "mtools"), ("mmd", "mtools"), ("mcopy", "mtools"), ("mdir", "mtools")
 
 #: Seconds one tool run may take before the build is abandoned.
 BUILD_TIMEOUT = 60.0
