@@ -309,7 +309,7 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
 async def _send_pieces(request: web.Request, resp: web.StreamResponse, fd: int,
                        pieces: Iterable[bytes | tuple[int, int]]) -> None:
     """Send ``pieces`` (:meth:`~bootserver.images.overlay.NodeImage.pieces`): ``bytes`` written as they
-    are, ``(offset, count)`` of the file ``path`` with ``loop.sendfile`` (the kernel's sendfile), or with
+    are, ``(offset, count)`` of the base image ``fd`` with ``loop.sendfile`` (the kernel's sendfile), or with
     reads of at most 1 MiB over TLS, where the transport cannot sendfile (see :func:`_sendfile_ranges`).
     ``fd``: the base image, opened by the caller (who closes it). Raises ``ConnectionError`` when the
     client goes away and ``OSError``."""
