@@ -184,6 +184,17 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
+    from pathlib import Path
+
+    from .loaders import write_loaders
+
+    arm64 = any(profile.arch == "aarch64" for profile in config.profiles.values())
+    for path in write_loaders(Path(args.dir), config.cache_dir, config.server.effective_base_url, need_arm64=arm64):
+        print(path)
+    return 0
+
+
 def _cmd_keys_rotate(args: argparse.Namespace, config: Config) -> int:
     grace = config.server.signing.key_grace if args.grace is None else args.grace
 
@@ -429,6 +440,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("node")
     p.add_argument("--output", "-o", metavar="FILE", help="where to write the image (default NODE.iso)")
     p.set_defaults(func=_cmd_iso)
+    p = sub.add_parser("loaders", parents=[common], help="write the boot loaders of a TFTP root into a folder",
+                       description="Write into DIR what a DHCP server's TFTP root hands machines' firmware: the "
+                       "standalone arm64 GRUB (grubaa64.efi, client architecture 11), which sources this "
+                       "server's /boot.grub?mac=..., and Debian's iPXE for x86_64 (ipxe.efi, undionly.kpxe). "
+                       "One path per line on stdout.")
+    p.add_argument("dir", metavar="DIR")
+    p.set_defaults(func=_cmd_loaders)
     p = sub.add_parser("keys", help="manage the URL signing keys in state_dir")
     ksub = p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     k = ksub.add_parser("rotate", parents=[common], help="make a new signing key; the old one stays "

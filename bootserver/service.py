@@ -26,6 +26,7 @@ from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negot
 from .inventory import script_context
 from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
 from .iso import node_image
+from .loaders import arm64_grub
 from .network import node_kargs
 from .signing import Signer
 from .stalls import StallWatch
@@ -278,6 +279,12 @@ class BootService:
         except InputError as e:
             raise BootserverError(str(e), public=f"node {node}: its boot image cannot be built from its network "
                                   "settings; the server log has the details") from None
+
+    async def arm64_grub(self) -> Path:
+        """The standalone arm64 GRUB for this server's base URL (:func:`bootserver.loaders.arm64_grub`:
+        built once, cached in ``cache_dir/loaders``), built in a worker thread (grub-mkstandalone, about
+        0.2 s). Raises as :func:`~bootserver.loaders.arm64_grub`."""
+        return await asyncio.to_thread(arm64_grub, self.config.cache_dir, self.config.server.effective_base_url)
 
     async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:
         """:meth:`stub` in the spec version negotiated with the client's ``Accept`` header (see

@@ -39,7 +39,7 @@ from ..metrics import Metrics
 from ..service import BootService
 from ..signing import Signer
 from ..state import StateStore
-from ..urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
+from ..urls import ADMIN, DEVICE, GENERIC, GENERIC_GRUB, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
 from .gate import Gate, Limits, forbidden
@@ -150,7 +150,7 @@ def front(svc: BootService, gate: Gate, limits: Limits, spec: Route, handler: Ha
                         log.warning("%s %s: 403 %s", request.method, request.rel_url.raw_path, reason)
                         return forbidden()
                 request[NODE] = find_node(svc.config, name=name)
-            elif spec is GENERIC:
+            elif spec is GENERIC or spec is GENERIC_GRUB:
                 q = request.query
                 request[NODE] = select_node(svc.config, gate.address(request), mac=q.get("mac"),
                                             uuid=q.get("uuid"), hostname=q.get("hostname"))
@@ -183,7 +183,8 @@ async def ipxe_script(request: web.Request) -> web.Response:
 
 
 async def grub_config(request: web.Request) -> web.Response:
-    """``GET /grub/{node}``: the GRUB form of the node's script, which its boot image's UEFI boot sources."""
+    """``GET /grub/{node}`` and ``GET /boot.grub?mac=|uuid=|hostname=``: the GRUB form of the node's
+    script, which its boot image's UEFI boot and the arm64 GRUB source."""
     script = await _service(request).serve_grub_config(request[NODE], _client(request))
     return web.Response(text=script, content_type="text/plain")
 
@@ -195,6 +196,13 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
     path = await _service(request).boot_image(request[NODE])
     return web.FileResponse(path, headers={"Content-Type": "application/x-iso9660-image",
                                            "Cache-Control": "no-store"})
+
+
+async def arm64_grub(request: web.Request) -> web.StreamResponse:
+    """``GET``/``HEAD /loaders/grubaa64.efi``: the standalone arm64 GRUB (built on first use), which an arm64
+    UEFI machine's firmware loads (UEFI HTTP boot; over TFTP, ``bootserver loaders DIR`` writes it)."""
+    path = await _service(request).arm64_grub()
+    return web.FileResponse(path, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
@@ -397,7 +405,7 @@ async def metrics(request: web.Request) -> web.Response:
 #: The handler of each route of :data:`bootserver.urls.ROUTES`, by route name.
 HANDLERS: dict[str, Handler] = {
     "chain": ipxe_script, "generic": ipxe_script, "stub": ignition_stub, "real_config": ignition_config,
-    "grub": grub_config, "iso": boot_image,
+    "grub": grub_config, "generic_grub": grub_config, "iso": boot_image, "loader_arm64": arm64_grub,
     "checkin": checkin,
     "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,
     "metrics": metrics, **page.HANDLERS,
