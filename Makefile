@@ -35,7 +35,7 @@ lint: $(STAMP)
 # The live page's screenshots in docs/screenshots/ (README, "Watching a fleet"): a real serve with a
 # seeded timeline, photographed by Debian's chromium (.ci/apt-packages.txt) through Playwright.
 screenshots: $(STAMP)
-	cd tests && ../$(BIN)/python screenshots.py ../docs/screenshots
+	$(BIN)/python benchmarks/screenshots.py docs/screenshots
 
 # Benchmarks (docs/benchmarks.md): all four issue-8 runs, one after the other, on 127.0.0.1.
 # BENCH_ARGS goes to artifacts.py, scripts.py and boot_storm.py (e.g. BENCH_ARGS='--workers 2').

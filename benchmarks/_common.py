@@ -28,7 +28,7 @@ import aiohttp
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 # the one copy of what the tests use too
-from helpers import BOOTSERVER, REFERENCE, REPO, free_port, run_cli, write_config  # noqa: E402,F401
+from support.helpers import BOOTSERVER, REFERENCE, REPO, free_port, run_cli, write_config  # noqa: E402,F401
 
 PY = sys.executable
 MB = 1_000_000  # throughput figures are in MB/s = 10^6 bytes per second
@@ -398,11 +398,11 @@ def rmtree(path: Path) -> None:
 def throwaway_state_store(kind: str) -> Iterator[dict[str, str]]:
     """The config keys of ``--state-store KIND``: ``{}`` for ``sqlite`` (the default, in ``state_dir``);
     for ``postgresql`` ``{"state_store": URL}`` of a database in a throwaway cluster
-    (tests/pgcluster.py, Debian's ``postgresql``), destroyed on exit."""
+    (tests/support/pgcluster.py, Debian's ``postgresql``), destroyed on exit."""
     if kind != "postgresql":
         yield {}
         return
-    from pgcluster import PgCluster  # tests/ is on sys.path (above)
+    from support.pgcluster import PgCluster  # tests/ is on sys.path (above)
 
     cluster = PgCluster()
     try:

@@ -20,7 +20,7 @@ requests/s, the servers' CPU seconds over the storm (user + system from ``/proc`
 worker), and the server's peak RSS (``VmHWM``, sum over its process tree and largest process).
 
 ``--state-store postgresql --replicas 2`` (issue 17): the timeline and keys live in a throwaway
-PostgreSQL cluster (tests/pgcluster.py, ``fsync=off``) and ``--replicas`` ``serve`` processes share it,
+PostgreSQL cluster (tests/support/pgcluster.py, ``fsync=off``) and ``--replicas`` ``serve`` processes share it,
 each with its own port, cache (its own ``sync-images``) and ``state_dir``; node i boots through replica
 i mod N (a load balancer keeping a node on one replica), with URLs signed by the shared key. The
 replicas start at once on an empty database (they migrate it under the migration lock). Peak RSS is

@@ -3,7 +3,7 @@ parts are cached).
 
 A temporary config with ``--nodes`` nodes, each with its own static network. First one node's image with
 an empty cache (the loaders are copied and GRUB is built into ``cache_dir/iso``), then every other node's
-image in-process (:func:`bootserver.iso.node_image`, what ``GET /iso/<node>.iso`` runs), then every node's
+image in-process (:func:`bootserver.images.netboot.node_image`, what ``GET /iso/<node>.iso`` runs), then every node's
 again (a cache hit), and ``--cli`` nodes through the command line (``bootserver iso NODE``: the same keys
 in ``state_dir``, so the image is a cache hit; Python start-up, config load and the state store
 included). Prints a Markdown table of seconds (median and max). Usage:
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import BOOTSERVER, REFERENCE, rmtree, write_config
 
 from bootserver.config import load_config
-from bootserver.iso import node_image
+from bootserver.images.netboot import node_image
 from bootserver.urls import Urls
 
 
@@ -62,7 +62,7 @@ def main() -> None:
         urls = Urls(config)
         names = list(config.nodes)
         start = time.perf_counter()
-        size = node_image(config, urls, names[0]).stat().st_size
+        size = node_image(config, urls, names[0]).size
         cold = time.perf_counter() - start
         warm, hits = [], []
         for name in names[1:]:

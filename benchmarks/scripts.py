@@ -21,7 +21,7 @@ extra) on the bootserver process during its rounds and writes the collapsed stac
 graph input); the share of samples per top-level function is printed at the end.
 
 With ``--state-store postgresql`` the timeline and the keys live in a throwaway PostgreSQL cluster
-(tests/pgcluster.py: Debian's ``postgresql``, 127.0.0.1, ``fsync=off``) instead of sqlite in
+(tests/support/pgcluster.py: Debian's ``postgresql``, 127.0.0.1, ``fsync=off``) instead of sqlite in
 ``state_dir``: the per-replica figure of a ``state_store`` deployment (issue 17).
 
 Usage: ``.venv/bin/python benchmarks/scripts.py [--nodes 200] [--workers 1] [--rounds 2]

@@ -152,8 +152,8 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
     import time
     from pathlib import Path
 
-    from .files import write_atomic
-    from .iso import boot_network, node_image
+    from .images.netboot import node_image
+    from .images.network import boot_network
     from .network import effective_network
     from .urls import Urls
 
@@ -173,13 +173,13 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
 
     ring = asyncio.run(_keyring(config))
     start = time.monotonic()
-    image = node_image(config, Urls(config, keys=lambda: ring), node, device).read_bytes()
+    image = node_image(config, Urls(config, keys=lambda: ring), node, device)
     output = Path(args.output or f"{node}.iso")
     try:
-        write_atomic(output, image)
+        image.write(output)
     except OSError as e:
         raise InputError(f"{output}: cannot write the image: {e.strerror}") from None
-    print(f"bootserver: {node}: wrote {output} ({len(image)} bytes, {boot.describe()}, "
+    print(f"bootserver: {node}: wrote {output} ({image.size} bytes, {boot.describe()}, "
           f"ready in {time.monotonic() - start:.2f} s)", file=sys.stderr)
     return 0
 
@@ -187,7 +187,7 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
 def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
     from pathlib import Path
 
-    from .loaders import write_loaders
+    from .images.firmware import write_loaders
 
     arm64 = any(profile.arch == "aarch64" for profile in config.profiles.values())
     for path in write_loaders(Path(args.dir), config.cache_dir, config.server.effective_base_url, need_arm64=arm64):
@@ -272,8 +272,8 @@ def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
+    from .images.network import check_boot_networks
     from .inventory import check_command_lines
-    from .iso import check_boot_networks
 
     check_local_inputs(config)
     check_command_lines(config)

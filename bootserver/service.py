@@ -23,10 +23,11 @@ from .butane import ButaneError
 from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
+from .images.firmware import arm64_grub
+from .images.netboot import node_image
+from .images.overlay import NodeImage
 from .inventory import script_context
 from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
-from .iso import node_image
-from .loaders import arm64_grub
 from .network import node_kargs
 from .signing import Signer
 from .stalls import StallWatch
@@ -266,13 +267,14 @@ class BootService:
         ``render``)."""
         return (await self._script(node, await self.state.current(node), grub=True))[1]
 
-    async def boot_image(self, node: str) -> Path:
-        """The node's boot image file (:func:`bootserver.iso.node_image`: built once per node and inputs,
-        in ``cache_dir/iso/nodes``), built in a worker thread (xorriso, about 0.1 s) so the event loop
-        goes on. Raises as :func:`~bootserver.iso.node_image`, and :class:`UnavailableError` when the
-        state store (the node's device record, for ``network: provider``) cannot be read. Bad input
-        (the node's network cannot be written into an image) is raised as a :class:`BootserverError`
-        (HTTP 500) whose public text names no key or path; the message names both, for the log."""
+    async def boot_image(self, node: str) -> NodeImage:
+        """The node's boot image (:func:`bootserver.images.netboot.node_image`: its base built once, its
+        region once per node and inputs, in ``cache_dir/iso``), made in a worker thread (the first
+        build runs xorriso) so the event loop goes on. Raises as :func:`~bootserver.images.netboot.node_image`,
+        and :class:`UnavailableError` when the state store (the node's device record, for ``network:
+        provider``) cannot be read. Bad input (the node's network cannot be written into an image) is
+        raised as a :class:`BootserverError` (HTTP 500) whose public text names no key or path; the
+        message names both, for the log."""
         current = await self.state.current(node)
         try:
             return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
@@ -281,9 +283,9 @@ class BootService:
                                   "settings; the server log has the details") from None
 
     async def arm64_grub(self) -> Path:
-        """The standalone arm64 GRUB for this server's base URL (:func:`bootserver.loaders.arm64_grub`:
+        """The standalone arm64 GRUB for this server's base URL (:func:`bootserver.images.firmware.arm64_grub`:
         built once, cached in ``cache_dir/loaders``), built in a worker thread (grub-mkstandalone, about
-        0.2 s). Raises as :func:`~bootserver.loaders.arm64_grub`."""
+        0.2 s). Raises as :func:`~bootserver.images.firmware.arm64_grub`."""
         return await asyncio.to_thread(arm64_grub, self.config.cache_dir, self.config.server.effective_base_url)
 
     async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:

@@ -66,10 +66,10 @@ class Route:
 
 CHAIN = Route("chain", "/ipxe/{node}", signed=True)
 GENERIC = Route("generic", "/boot.ipxe")
-#: The generic entry in GRUB's form: what the arm64 GRUB (:mod:`bootserver.loaders`) sources by the MAC
+#: The generic entry in GRUB's form: what the arm64 GRUB (:mod:`bootserver.images.firmware`) sources by the MAC
 #: it booted from.
 GENERIC_GRUB = Route("generic_grub", "/boot.grub")
-#: The standalone arm64 GRUB (:func:`bootserver.loaders.arm64_grub`), at a stable path.
+#: The standalone arm64 GRUB (:func:`bootserver.images.firmware.arm64_grub`), at a stable path.
 LOADER_ARM64 = Route("loader_arm64", "/loaders/grubaa64.efi", timed=False)
 STUB = Route("stub", "/ignition/{node}", signed=True)
 REAL_CONFIG = Route("real_config", "/ignition/{node}/config", signed=True, real_config=True)

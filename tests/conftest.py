@@ -1,25 +1,22 @@
-"""Shared fixtures: the reference data in tests/data (see its SOURCES.md), a fake upstream, configs, and a running
-``bootserver serve`` subprocess."""
+"""The tests' fixtures: per-test user folders, the reference data in tests/data (see its SOURCES.md), the
+fake upstreams, a cached kernel, the start of a sync -> serve test and the test client of the test's
+``config``. What they are built from lives in ``tests/support/``, which tests import; nothing imports
+this file."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import re
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
 
 import pytest
-from aiohttp import web
-from helpers import BOOTSERVER, REFERENCE, REPO, free_port, run_cli, write_config  # noqa: F401 (shared)
-
-SCHEMAS = REPO / "ignition" / "schema"
+from support.clients import start_app
+from support.helpers import REFERENCE, free_port, write_config
+from support.upstreams import FaultyUpstream, Upstream, payload, rewrite_stream, serve_on_loopback
 
 
 @pytest.fixture(autouse=True)
@@ -37,131 +34,11 @@ def reference() -> Path:
     return REFERENCE
 
 
-def payload(kind: str, size: int = 64 * 1024) -> bytes:
-    """Deterministic stand-in bytes for an artifact of ``kind`` (``size`` bytes)."""
-    seed = hashlib.sha256(kind.encode()).digest()
-    return (seed * (size // len(seed) + 1))[:size]
-
-
-def rewrite_stream(source: Path, upstream: str, payloads: dict[str, bytes],
-                   arches: tuple[str, ...] = ("x86_64",)) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """Copy real stream metadata with each metal PXE location moved to ``upstream`` (same URL path)
-    and its sha256 set to the bytes we will serve. Returns ``(document, {url path: bytes})``."""
-    doc = json.loads(source.read_text())
-    files: dict[str, bytes] = {}
-    for arch in arches:
-        pxe = doc["architectures"][arch]["artifacts"]["metal"]["formats"]["pxe"]
-        for kind, art in pxe.items():
-            path = urlsplit(art["location"]).path
-            data = payloads[kind] + arch.encode()
-            art["location"] = upstream + path
-            art["sha256"] = hashlib.sha256(data).hexdigest()
-            files[path] = data
-    return doc, files
-
-
-class Upstream:
-    """A fake upstream on 127.0.0.1 serving ``files`` (URL path -> bytes); counts GETs per path."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.gets: dict[str, int] = {}
-        self.url = ""
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.gets[request.path] = self.gets.get(request.path, 0) + 1
-        data = self.files.get(request.path)
-        if data is None:
-            return web.Response(status=404, text="not found")
-        return web.Response(body=data, content_type="application/octet-stream")
-
-
-async def serve_on_loopback(aiohttp_server: Callable[..., Any], handle: Callable[..., Any]) -> str:
-    """Serve every GET with ``handle`` on 127.0.0.1 (pytest-aiohttp's server, stopped after the test);
-    returns the base URL without a trailing slash."""
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", handle)
-    server = await aiohttp_server(app, host="127.0.0.1")
-    return str(server.make_url("")).rstrip("/")
-
-
 @pytest.fixture
 async def upstream(aiohttp_server: Callable[..., Any]) -> Upstream:
     up = Upstream()
     up.url = await serve_on_loopback(aiohttp_server, up.handle)
     return up
-
-
-class FaultyUpstream:
-    """A fake upstream that can pause mid-body, drop the connection, send wrong bytes, answer error
-    statuses (per path prefix, optionally only the first N times), and ignore ``Range``.
-
-    ``log`` records ``(path, Range header or None)`` of every GET, in order.
-    """
-
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.log: list[tuple[str, str | None]] = []
-        self.status_for: dict[str, int] = {}         # path prefix -> status, every time
-        self.stall: set[str] = set()                 # path prefixes that answer nothing until the gate opens
-        self.fail_first: dict[str, list[int]] = {}   # path -> statuses answered first, one per GET
-        self.wrong: set[str] = set()                 # paths served with one byte flipped
-        self.ignore_range = False
-        self.pause: dict[str, int] = {}              # path -> offset where the next response pauses (once)
-        self.paused = asyncio.Event()
-        self.gate = asyncio.Event()
-        self.drop: dict[str, int] = {}               # path -> offset where the next response is cut (once)
-        self.url = ""
-
-    def gets(self, path: str) -> list[str | None]:
-        """The Range headers of the GETs of ``path`` (``None`` for a plain GET)."""
-        return [r for p, r in self.log if p == path]
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        path = request.path
-        self.log.append((path, request.headers.get("Range")))
-        for prefix, status in self.status_for.items():
-            if path.startswith(prefix):
-                return web.Response(status=status, text="no")
-        if any(path.startswith(prefix) for prefix in self.stall):
-            await self.gate.wait()
-            return web.Response(status=504, text="too late")
-        queue = self.fail_first.get(path)
-        if queue:
-            return web.Response(status=queue.pop(0), text="try later")
-        data = self.files.get(path)
-        if data is None:
-            return web.Response(status=404, text="not found")
-        if path in self.wrong:
-            data = bytes([data[0] ^ 0xFF]) + data[1:]
-        start, status, headers = 0, 200, {}
-        rng = request.headers.get("Range")
-        if rng and not self.ignore_range:
-            m = re.fullmatch(r"bytes=(\d+)-", rng)
-            assert m, rng
-            start, status = int(m[1]), 206
-            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
-        resp = web.StreamResponse(status=status, headers=headers)
-        resp.content_length = len(data) - start
-        await resp.prepare(request)
-        pause_at, drop_at = self.pause.pop(path, None), self.drop.pop(path, None)
-        pos = start
-        while pos < len(data):
-            end = min(len(data), pos + 65536)
-            for mark in (pause_at, drop_at):
-                if mark is not None and pos < mark < end:
-                    end = mark
-            await resp.write(data[pos:end])
-            pos = end
-            if pos == pause_at:
-                self.paused.set()
-                await self.gate.wait()
-            if pos == drop_at:
-                assert request.transport is not None
-                request.transport.close()
-                return resp
-        await resp.write_eof()
-        return resp
 
 
 @pytest.fixture
@@ -171,99 +48,6 @@ async def faulty(aiohttp_server: Callable[..., Any]) -> FaultyUpstream:
     up.url = await serve_on_loopback(aiohttp_server, up.handle)
     yield up
     up.gate.set()  # never leave a handler waiting
-
-
-class ServerProcess:
-    """A ``bootserver serve`` subprocess; ``url`` is its base URL once ``/healthz`` answers, ``admin_url``
-    its admin listener's (``/nodes``, ``/metrics``: ``server.admin.listen``, when that is host:port)."""
-
-    def __init__(self, config: Path, port: int, *extra_args: str) -> None:
-        self.config = config
-        self.extra_args = extra_args
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        from bootserver.config import load_config
-
-        self.admin_url = "http://" + load_config(config).server.admin_listen
-        self.proc: asyncio.subprocess.Process | None = None
-
-    async def start(self, session: Any, deadline: float = 20.0) -> None:
-        import aiohttp
-
-        self.proc = await asyncio.create_subprocess_exec(
-            *BOOTSERVER, "serve", "--config", str(self.config), *self.extra_args,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        loop = asyncio.get_running_loop()
-        end = loop.time() + deadline
-        while loop.time() < end:
-            if self.proc.returncode is not None:
-                err = await self.proc.stderr.read()  # type: ignore[union-attr]
-                raise RuntimeError(f"bootserver serve exited {self.proc.returncode}: {err.decode()}")
-            try:
-                async with session.get(self.url + "/healthz") as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)  # polling interval while waiting for the port, bounded by deadline
-        raise TimeoutError("bootserver serve did not answer /healthz in time")
-
-    async def stop(self) -> None:
-        if self.proc and self.proc.returncode is None:
-            self.proc.terminate()
-            try:
-                await asyncio.wait_for(self.proc.wait(), 10)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-
-
-#: A fixed signing key and clock (2026-01-01T00:00:00Z, unix seconds) for deterministic signed URLs.
-FIXED_KEY = bytes(range(32))
-FIXED_NOW = 1_767_225_600
-
-
-def fixed_signer(now: float = FIXED_NOW, key: bytes = FIXED_KEY):
-    """A :class:`bootserver.signing.Signer` with a fixed key and a fixed clock (unix seconds)."""
-    from bootserver.signing import KeyEntry, Keyring, Signer
-
-    return Signer(Keyring(Path("/nonexistent/keys.json"), [KeyEntry(key, 0)]), now=lambda: now)
-
-
-def relative(url: str) -> str:
-    """Path and query of an absolute URL (for the aiohttp test client)."""
-    parts = urlsplit(url)
-    return parts.path + ("?" + parts.query if parts.query else "")
-
-
-class SigningClient:
-    """Wrap an aiohttp test client so per-node paths (``/ipxe/N``, ``/ignition/N``, ``/ignition/N/config``)
-    are sent with a valid signature from the app's own URL builder, as a device would have them."""
-
-    _NODE_PATH = re.compile(r"^/(ipxe|ignition)/([^/?]+)(/config)?$")
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    def sign(self, path: str) -> str:
-        from bootserver.http.app import SERVICE
-
-        m = self._NODE_PATH.match(path)
-        if not m:
-            return path
-        urls = self.client.app[SERVICE].urls
-        node = m.group(2)
-        url = urls.chain(node) if m.group(1) == "ipxe" else (urls.real_config(node) if m.group(3) else urls.stub(node))
-        return relative(url)
-
-    async def get(self, path: str, **kwargs: Any) -> Any:
-        return await self.client.get(self.sign(path), **kwargs)
-
-    async def head(self, path: str, **kwargs: Any) -> Any:
-        return await self.client.head(self.sign(path), **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.client, name)
 
 
 class CachedArtifact(NamedTuple):
@@ -352,3 +136,10 @@ def boot_setup(tmp_path: Path, reference: Path, upstream: Upstream) -> Callable[
         return BootSetup(write_config(tmp_path / "bootserver.yaml", config), port, master_ign, doc, files)
 
     return make
+
+
+@pytest.fixture
+async def client(aiohttp_client: Callable[..., Any], config: Any) -> Any:
+    """A test client of the test's ``config`` (a fixture the test module declares), with the fixed signer
+    and ``client.admin`` for the admin listener: :func:`support.clients.start_app`."""
+    return await start_app(aiohttp_client, config)

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from conftest import REPO
+from support.helpers import REPO
 
 
 def test_small_boot_storm_through_two_workers_has_no_errors() -> None:

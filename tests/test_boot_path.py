@@ -10,7 +10,8 @@ import json
 import re
 
 import aiohttp
-from conftest import ServerProcess, run_cli
+from support.helpers import run_cli
+from support.server import ServerProcess
 
 
 async def test_sync_serve_and_boot_like_a_device(boot_setup, upstream) -> None:

@@ -1,7 +1,7 @@
 """Butane configs as a profile's real config: bootserver runs ``butane`` and serves its translation.
 
 The real ``butane`` binary cannot be installed on these machines (no Debian or PyPI package), so these
-tests put a STAND-IN on ``PATH``: ``tests/butane_standin.py``, which follows butane's documented command
+tests put a STAND-IN on ``PATH``: ``tests/support/butane_standin.py``, which follows butane's documented command
 line (input file or stdin, ``-o/--output``, ``-s/--strict``, ``-d/--files-dir``, ``-p/--pretty``,
 ``-r/--raw``; JSON on stdout; errors on stderr with exit status 1). See its docstring.
 """
@@ -17,14 +17,15 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import BOOTSERVER, SCHEMAS, fixed_signer, write_config
+from support.helpers import BOOTSERVER, SCHEMAS, write_config
+from support.signing import fixed_signer
 
 from bootserver.butane import ButaneError, is_butane, translate
 from bootserver.config import parse_config
 from bootserver.errors import ConfigError, UnavailableError
 from bootserver.service import BootService
 
-STANDIN = Path(__file__).with_name("butane_standin.py")
+STANDIN = Path(__file__).parent / "support" / "butane_standin.py"
 
 BUTANE = """\
 variant: fcos

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from conftest import FIXED_KEY, FIXED_NOW, ServerProcess, fixed_signer, relative
-from helpers import checkin_command, run_cli, write_config
+from support.configs import STREAM, config_doc, load, master_profile
+from support.helpers import checkin_command, run_cli, write_config
+from support.server import ServerProcess
+from support.signing import FIXED_NOW, relative, signed
 
-from bootserver.config import load_config, parse_config
+from bootserver.config import load_config
 from bootserver.http.app import SERVICE, create_app
-from bootserver.signing import expiry, sign
+from bootserver.signing import expiry
 from bootserver.timeline import next_stage
 
 
@@ -36,25 +38,10 @@ def test_up_keeps_against_stray_artifacts_and_a_new_script_boots_again() -> None
 
 
 @pytest.fixture
-def config(reference: Path, tmp_path: Path):
-    (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
-    return parse_config({
-        "server": {"base_url": "http://boot.example.net:8080"},
-        "cache_dir": "cache", "state_dir": "state",
-        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
-        "profiles": {"master": {"stream": "r", "install_dev": "/dev/sda", "ignition": "master.ign"},
-                     "quiet": {"stream": "r", "mode": "live", "checkin": False}},
-        "nodes": {"master-0": {"profile": "master"}, "quiet-0": {"profile": "quiet"}},
-    }, "t.yaml", tmp_path)
-
-
-@pytest.fixture
-async def client(aiohttp_client, config):
-    return await aiohttp_client(create_app(config, fixed_signer()))
-
-
-def signed(path: str, node: str, exp: int) -> str:
-    return f"{path}?exp={exp}&sig={sign(FIXED_KEY, node, path, exp)}"
+def config(tmp_path: Path):
+    return load(config_doc(profiles={"master": master_profile(),
+                                     "quiet": {"stream": STREAM, "mode": "live", "checkin": False}},
+                           nodes={"master-0": {"profile": "master"}, "quiet-0": {"profile": "quiet"}}), tmp_path)
 
 
 async def test_the_stub_carries_an_enabled_unit_that_posts_to_the_signed_checkin_url(client, config) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from conftest import ServerProcess, free_port, run_cli, write_config
+from support.helpers import free_port, run_cli, write_config
+from support.server import ServerProcess
 
 SECRET = "PULL-SECRET-e2e-77c1d0"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import FIXED_KEY, FIXED_NOW, SCHEMAS, fixed_signer
+from support.helpers import SCHEMAS
+from support.signing import FIXED_KEY, FIXED_NOW, fixed_signer
 
 from bootserver.config import IGNITION_VERSIONS, parse_config
 from bootserver.ignition import (
@@ -156,7 +157,7 @@ def test_stub_refuses_a_version_outside_the_profile(reference: Path, tmp_path: P
 
 
 async def test_server_negotiates_the_stub_version(aiohttp_client, reference: Path, tmp_path: Path) -> None:
-    from conftest import SigningClient
+    from support.signing import SigningClient
 
     from bootserver.http.app import SERVICE, create_app
 
@@ -177,7 +178,7 @@ async def test_server_negotiates_the_stub_version(aiohttp_client, reference: Pat
 
 
 async def test_render_ignition_version(reference: Path, tmp_path: Path) -> None:
-    from conftest import run_cli, write_config
+    from support.helpers import run_cli, write_config
 
     (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
     cfg = write_config(tmp_path / "b.yaml", {

@@ -1,5 +1,5 @@
 """``bootserver provision / deprovision / devices`` with the IPMI provider against Debian's real BMC
-simulator ``ipmi_sim`` (tests/ipmi_sim.py) through the real ``ipmitool``: the boot-flags bytes the BMC
+simulator ``ipmi_sim`` (tests/support/ipmi_sim.py) through the real ``ipmitool``: the boot-flags bytes the BMC
 receives, power, the faults (wrong password, unknown user, a silent BMC, a BMC refusing the boot flags)
 as one line within the node's timeout, the config's refusals, and ``--wait`` following the node through
 a running server. The QEMU guest behind the simulator is tests/e2e/test_ipmi_boot.py."""
@@ -18,9 +18,9 @@ import aiohttp
 import pytest
 import requests
 import yaml
-from conftest import ServerProcess
-from helpers import checkin_command, free_port, recorded_devices, run_cli, write_config
-from ipmi_sim import PASSWORD, USERNAME, free_udp_port, sim_fixture, start_sim  # noqa: F401 - the sim fixture
+from support.helpers import checkin_command, free_port, recorded_devices, run_cli, write_config
+from support.ipmi_sim import PASSWORD, USERNAME, free_udp_port, sim_fixture, start_sim  # noqa: F401 - the sim fixture
+from support.server import ServerProcess
 
 from bootserver.cli import build_parser, main, provider_options
 from bootserver.config import load_config

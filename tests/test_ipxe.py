@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import fixed_signer
+from support.signing import fixed_signer
 
 from bootserver.config import parse_config
 from bootserver.ipxe import UnsafeValueError, build_kargs, check_extra_karg, check_script_word

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli, write_config
+from support.helpers import run_cli, write_config
 
 from bootserver.config import parse_config
-from bootserver.iso import BootNetwork, boot_network, grub_cfg, ipxe_commands
+from bootserver.images.netboot import grub_cfg, ipxe_commands
+from bootserver.images.network import BootNetwork, boot_network
 
 MAC = "52:54:00:00:00:01"
 STATIC = {

@@ -10,29 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative, run_cli, write_config
+from support.configs import STREAM, config_doc
+from support.helpers import run_cli, write_config
+from support.signing import fixed_signer, relative, signed
 from test_iso import STATIC
 
 from bootserver.config import load_config, parse_config
 from bootserver.http.app import ADMIN_APP, create_app
-from bootserver.signing import sign
 
 KEY_B = bytes(range(1, 33))
 
 
 def doc(reference: Path, network: Any = STATIC) -> dict[str, Any]:
-    return {
-        "server": {"base_url": "http://boot.example.net:8080"},
-        "cache_dir": "cache", "state_dir": "state",
-        "streams": {"rhcos-4.16": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
-        "profiles": {"metal": {"stream": "rhcos-4.16", "install_dev": "/dev/sda"}},
-        "nodes": {"master-0": {"profile": "metal", "mac": "52:54:00:00:00:01", "network": network}},
-    }
-
-
-def signed(path: str, node: str = "master-0", key: bytes = FIXED_KEY) -> str:
-    exp = FIXED_NOW + 3600
-    return f"{path}?exp={exp}&sig={sign(key, node, path, exp)}"
+    """Node ``master-0`` (profile ``metal``, no real config) with ``network``."""
+    return config_doc(profiles={"metal": {"stream": STREAM, "install_dev": "/dev/sda"}},
+                      nodes={"master-0": {"profile": "metal", "mac": "52:54:00:00:00:01", "network": network}})
 
 
 @pytest.fixture

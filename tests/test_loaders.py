@@ -1,4 +1,4 @@
-"""The arm64 GRUB (bootserver.loaders): built once from Debian's grub-efi-arm64-bin and cached, served at
+"""The arm64 GRUB (bootserver.images.firmware): built once from Debian's grub-efi-arm64-bin and cached, served at
 ``/loaders/grubaa64.efi``, written by ``bootserver loaders DIR``; its built-in config sources
 ``/boot.grub?mac=``, the GRUB form of the generic entry (the node's boot with ``console=ttyAMA0`` on
 aarch64, the same boot-once rule and timeline event as ``/boot.ipxe``). The arm64 guest that boots it is
@@ -17,8 +17,8 @@ from helpers import write_config
 from bootserver.cli import main
 from bootserver.config import parse_config
 from bootserver.http.app import ADMIN_APP, create_app
+from bootserver.images.firmware import arm64_grub, embedded_config
 from bootserver.ipxe import GrubUnsupported, build_kargs
-from bootserver.loaders import arm64_grub, embedded_config
 
 MAC = "52:54:00:00:00:a1"
 
@@ -58,7 +58,7 @@ def test_the_arm64_grub_is_built_once_and_again_for_another_base_url(tmp_path: P
     assert arm64_grub(tmp_path, "http://a.example:8080") == first and first.stat().st_mtime_ns == mtime
     other = arm64_grub(tmp_path, "http://b.example:8080")
     assert other != first
-    assert sorted(p.name for p in (tmp_path / "loaders").iterdir()) == sorted([first.name, other.name])
+    assert sorted(p.name for p in (tmp_path / "loaders").iterdir()) == sorted([first.parent.name, other.parent.name])
 
 
 def test_loaders_writes_the_tftp_root(reference: Path, tmp_path: Path, capsys) -> None:
@@ -69,7 +69,7 @@ def test_loaders_writes_the_tftp_root(reference: Path, tmp_path: Path, capsys) -
     assert out.split() == [str(tmp_path / "tftp" / name) for name in ("grubaa64.efi", "ipxe.efi", "undionly.kpxe")]
     assert (tmp_path / "tftp" / "ipxe.efi").read_bytes() == Path("/usr/lib/ipxe/ipxe.efi").read_bytes()
     (cached,) = (tmp_path / "cache" / "loaders").iterdir()
-    assert (tmp_path / "tftp" / "grubaa64.efi").read_bytes() == cached.read_bytes()
+    assert (tmp_path / "tftp" / "grubaa64.efi").read_bytes() == (cached / "grubaa64.efi").read_bytes()
 
 
 def test_loaders_refuses_a_base_url_grub_cannot_fetch(reference: Path, tmp_path: Path, capsys) -> None:

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from broken_store import LOST, BrokenStore
-from conftest import FIXED_KEY, relative
+from support.broken_store import LOST, BrokenStore
+from support.signing import FIXED_KEY, relative
 from test_ops import fill_cache, make_config
 
 from bootserver.http.app import ADMIN_APP, SERVICE, create_app, runner_kwargs
@@ -77,7 +77,7 @@ async def test_every_endpoint_answers_a_lost_database_without_guessing_or_leakin
         aiohttp_client: Any, reference: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # every route is in the table: a new one fails here until its answer to a lost database is stated
     assert {row[0] for row in ANSWERS} == {route.name for route in ROUTES}
-    config = make_config(reference, tmp_path)
+    config = make_config(tmp_path)
     artifacts = {kind: path for kind, (path, _) in fill_cache(config, reference).items()}
     app = create_app(config, state=BrokenStore([KeyEntry(FIXED_KEY, 0)]))
     server = TestServer(app, host="127.0.0.1")

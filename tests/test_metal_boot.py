@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 
 import aiohttp
-from conftest import ServerProcess, run_cli
-from fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
-from helpers import recorded_devices
+from support.fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
+from support.helpers import recorded_devices, run_cli
+from support.server import ServerProcess
 
 
 async def play_device(http: aiohttp.ClientSession, chain_url: str, expected_sha256: set[str], real: bytes) -> None:

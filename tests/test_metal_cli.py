@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_metal import PROJECT, TOKEN, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
-from helpers import recorded_devices, write_config
+from support.fake_metal import PROJECT, TOKEN, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
+from support.helpers import recorded_devices, write_config
 
 from bootserver.cli import main
 

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 import requests
-from fake_metal import (  # noqa: F401 - the fake_metal fixture
+from support.fake_metal import (  # noqa: F401 - the fake_metal fixture
     PROJECT,
     TOKEN,
     create_body_errors,

@@ -180,3 +180,32 @@ def test_always_pxe_follows_boot_once_unless_set(tmp_path, reference) -> None:
                   "d": {"profile": "install", "metal": {"always_pxe": False}}},
     }, "t.yaml", tmp_path)
     assert [node_settings(cfg, n).always_pxe for n in "abcd"] == [True, None, None, False]
+
+
+def test_a_nodes_platform_comes_from_the_registry_without_importing_a_provider(reference) -> None:
+    """``packet`` for a node with no provider (and Equinix nodes), ``metal`` for Redfish nodes, a profile's
+    ``platform_id`` first; read from the registry, so no provider module (sushy, requests) is loaded."""
+    import subprocess
+    import sys
+
+    program = f"""
+import sys
+from pathlib import Path
+from bootserver.config import parse_config
+from bootserver.providers.interface import boot_platform
+doc = {{"streams": {{"r": {{"metadata": "rhcos-stream-4.16.json"}}}},
+       "profiles": {{"p": {{"stream": "r", "install_dev": "/dev/sda"}},
+                    "bmc": {{"stream": "r", "install_dev": "/dev/sda", "provider": "redfish",
+                             "redfish": {{"address": "http://127.0.0.1:1", "username": "u",
+                                         "password_env": "P"}}}},
+                    "own": {{"stream": "r", "install_dev": "/dev/sda", "platform_id": "metal"}}}},
+       "nodes": {{"n": {{"profile": "p"}}, "b": {{"profile": "bmc", "redfish": {{"system": "/redfish/v1/Systems/1"}}}},
+                 "q": {{"profile": "own"}}}}}}
+config = parse_config(doc, "c.yaml", Path({str(reference)!r}))
+print(*(boot_platform(config, n) for n in ("n", "b", "q")))
+print(sorted(m for m in sys.modules if m.startswith("bootserver.providers.") and m.split(".")[-1] in
+             ("equinix", "redfish")))
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["packet metal metal", "[]"]

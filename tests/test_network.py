@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, run_cli, write_config
-from fake_metal import validator
+from support.fake_metal import validator
+from support.helpers import run_cli, write_config
+from support.signing import FIXED_KEY, FIXED_NOW, fixed_signer
 
 from bootserver.config import parse_config
 from bootserver.errors import ConfigError
@@ -306,7 +307,8 @@ async def test_a_device_record_file_of_an_older_version_is_moved_into_the_store_
 
 async def test_serve_moves_device_record_files_in_before_it_listens(reference: Path, tmp_path: Path) -> None:
     import aiohttp
-    from conftest import ServerProcess, free_port
+    from support.helpers import free_port
+    from support.server import ServerProcess
 
     port = free_port()
     d = doc(reference, tmp_path, "provider")

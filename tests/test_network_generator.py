@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import fixed_signer, write_config
-from fake_metal import PROJECT, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
-from nm_generator import connections
+from support.fake_metal import PROJECT, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
+from support.helpers import write_config
+from support.nm_generator import connections
+from support.signing import fixed_signer
 
 from bootserver.cli import main
 from bootserver.config import load_config, parse_config

@@ -6,25 +6,21 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
-from conftest import ServerProcess, free_port, run_cli, write_config
+from support.configs import config_doc, write
+from support.helpers import free_port, run_cli
+from support.server import ServerProcess
 
 
-def _config(tmp_path: Path, reference: Path, port: int) -> Path:
-    shutil.copy(reference / "openshift-pointer-master.ign.json", tmp_path / "master.ign")
-    return write_config(tmp_path / "bootserver.yaml", {
-        "server": {"listen": f"127.0.0.1:{port}"},
-        "cache_dir": "cache", "state_dir": "state",
-        "streams": {"rhcos-4.16": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
-        "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign"}},
-        "nodes": {"master-0": {"profile": "master"}, "master-1": {"profile": "master"}},
-    })
+def _config(tmp_path: Path, port: int) -> Path:
+    doc = config_doc(nodes={"master-0": {"profile": "master"}, "master-1": {"profile": "master"}})
+    doc["server"] = {"listen": f"127.0.0.1:{port}"}  # base_url: serve's default from listen
+    return write(doc, tmp_path)
 
 
 async def _get(http: aiohttp.ClientSession, url: str) -> str:
@@ -35,7 +31,7 @@ async def _get(http: aiohttp.ClientSession, url: str) -> str:
 
 async def test_boot_once_across_restart_then_reinstall(tmp_path: Path, reference: Path) -> None:
     port = free_port()
-    config = _config(tmp_path, reference, port)
+    config = _config(tmp_path, port)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         server = ServerProcess(config, port)
         try:
@@ -88,7 +84,7 @@ async def test_boot_once_across_restart_then_reinstall(tmp_path: Path, reference
 
 
 async def test_nodes_command_refuses_unknown_nodes_and_bad_usage(tmp_path: Path, reference: Path) -> None:
-    config = _config(tmp_path, reference, free_port())
+    config = _config(tmp_path, free_port())
     rc, _out, err = await run_cli("nodes", "reinstall", "nobody", "--config", str(config))
     assert rc == 2 and "no node 'nobody'" in err and err.count("\n") == 1
     rc, _out, err = await run_cli("nodes", "reinstall", "--config", str(config))
@@ -97,7 +93,7 @@ async def test_nodes_command_refuses_unknown_nodes_and_bad_usage(tmp_path: Path,
 
 def test_output_cut_short_by_a_closed_pipe_is_not_a_traceback(tmp_path: Path, reference: Path) -> None:
     """``bootserver url NODE | head -1``, as docs and scripts use it."""
-    config = _config(tmp_path, reference, free_port())
+    config = _config(tmp_path, free_port())
     proc = subprocess.Popen([sys.executable, "-m", "bootserver", "url", "master-0", "--config", str(config)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()  # the reader is gone before the first line is written
@@ -110,7 +106,7 @@ def test_output_cut_short_by_a_closed_pipe_is_not_a_traceback(tmp_path: Path, re
 async def test_a_damaged_timeline_stops_serve_with_one_line(tmp_path: Path, reference: Path, workers: str) -> None:
     """Same behaviour with and without --workers: no server that answers 503 to every script."""
     port = free_port()
-    config = _config(tmp_path, reference, port)
+    config = _config(tmp_path, port)
     (tmp_path / "state").mkdir()
     damaged = tmp_path / "state" / "timeline.sqlite3"
     damaged.write_bytes(b"not sqlite\n" * 1000)
@@ -124,7 +120,7 @@ async def test_a_damaged_timeline_stops_serve_with_one_line(tmp_path: Path, refe
 async def test_a_damaged_timeline_stops_db_migrate_with_the_same_line(tmp_path: Path, reference: Path) -> None:
     """`db migrate` reads the schema version first: a file that is no database is the same one line and
     exit 2 as at `serve`, never a driver's message without the file or what to do."""
-    config = _config(tmp_path, reference, free_port())
+    config = _config(tmp_path, free_port())
     (tmp_path / "state").mkdir()
     damaged = tmp_path / "state" / "timeline.sqlite3"
     damaged.write_bytes(b"not sqlite\n" * 1000)
@@ -136,7 +132,7 @@ async def test_a_damaged_timeline_stops_db_migrate_with_the_same_line(tmp_path: 
 
 
 async def test_nodes_show_reports_coalesced_repeats(tmp_path: Path, reference: Path) -> None:
-    config = _config(tmp_path, reference, free_port())
+    config = _config(tmp_path, free_port())
     for _ in range(3):
         rc, out, err = await run_cli("nodes", "reinstall", "master-0", "--config", str(config))
         assert rc == 0, err
@@ -146,7 +142,7 @@ async def test_nodes_show_reports_coalesced_repeats(tmp_path: Path, reference: P
 
 
 async def test_an_unusable_state_dir_stops_serve_with_one_line(tmp_path: Path, reference: Path) -> None:
-    config = _config(tmp_path, reference, free_port())
+    config = _config(tmp_path, free_port())
     (tmp_path / "state").write_text("a file where state_dir should be")
     rc, _out, err = await run_cli("serve", "--config", str(config), timeout=30)
     assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err

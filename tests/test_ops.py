@@ -12,8 +12,11 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from aiohttp.test_utils import TestServer
-from conftest import SigningClient, fixed_signer, payload, run_cli, write_config
+from support.clients import start_app
+from support.configs import config_doc, load, master_profile
+from support.helpers import run_cli, write_config
+from support.signing import SigningClient, fixed_signer
+from support.upstreams import payload
 
 from bootserver.artifacts.cache import ArtifactCache
 from bootserver.config import load_config, parse_config
@@ -25,19 +28,15 @@ from bootserver.streams import parse_stream
 STREAM = "rhcos-stream-4.16.json"
 
 
-def make_config(reference: Path, tmp_path: Path, **profile: object):
-    (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
-    return parse_config({
-        "server": {"base_url": "http://127.0.0.1:8080"},
-        "cache_dir": "cache", "state_dir": "state",
-        "streams": {"rhcos-4.16": {"metadata": str(reference / STREAM)}},
-        "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign",
-                                **profile},
-                     "live": {"stream": "rhcos-4.16", "mode": "live", "ignition": "master.ign"}},
-        "nodes": {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56", "selectable": True},
-                  "master-1": {"profile": "master"},
-                  "live-0": {"profile": "live"}},
-    }, "t.yaml", tmp_path)
+def make_config(tmp_path: Path, **profile: object):
+    """Install-mode nodes ``master-0`` (selectable by MAC) and ``master-1`` (profile ``master`` with
+    ``profile``), live node ``live-0``."""
+    return load(config_doc(
+        server={"base_url": "http://127.0.0.1:8080"},
+        profiles={"master": master_profile(**profile),
+                  "live": {"stream": "rhcos-4.16", "mode": "live", "ignition": "master.ign"}},
+        nodes={"master-0": {"profile": "master", "mac": "52:54:00:12:34:56", "selectable": True},
+               "master-1": {"profile": "master"}, "live-0": {"profile": "live"}}), tmp_path)
 
 
 def fill_cache(config, reference: Path) -> dict[str, tuple[str, bytes]]:
@@ -60,27 +59,19 @@ def fill_cache(config, reference: Path) -> dict[str, tuple[str, bytes]]:
 
 
 @pytest.fixture
-def config(reference: Path, tmp_path: Path):
-    return make_config(reference, tmp_path)
+def config(tmp_path: Path):
+    return make_config(tmp_path)
 
 
 async def start(aiohttp_client, config, signer=None):
-    """A test client of ``create_app(config)`` whose runner uses our access logger, as ``serve`` does
-    (TestServer ignores constructor kwargs: they must go to start_server); its ``admin`` is a client of
-    the admin listener's app."""
-    app = create_app(config, signer)
-    server = TestServer(app)
-    await server.start_server(**runner_kwargs(app))
-    admin = TestServer(app[ADMIN_APP])
-    await admin.start_server(**runner_kwargs(app[ADMIN_APP]))
-    client = SigningClient(await aiohttp_client(server))
-    client.admin = await aiohttp_client(admin)
-    return client
+    """:func:`support.clients.start_app` whose per-node paths are signed as a device has them."""
+    return SigningClient(await start_app(aiohttp_client, config, signer))
 
 
 @pytest.fixture
-async def client(aiohttp_client, config):
-    return await start(aiohttp_client, config)
+async def client(client):
+    """The ``client`` fixture (conftest) signing per-node paths as a device has them."""
+    return SigningClient(client)
 
 
 async def node(client, name: str) -> dict:
@@ -175,7 +166,7 @@ async def test_a_profile_without_real_config_ends_unconfirmed(aiohttp_client, re
                                                               mode: str) -> None:
     """No ``ignition``: the stub is the last request the server sees, so the node must not wait in
     ``installing``/``ignition`` forever; install mode with boot-once then boots the disk."""
-    config = make_config(reference, tmp_path, ignition=None, mode=mode,
+    config = make_config(tmp_path, ignition=None, mode=mode,
                          install_dev="/dev/sda" if mode == "install" else None)
     client = await start(aiohttp_client, config)
     await client.get("/ipxe/master-1")
@@ -198,7 +189,7 @@ async def test_live_mode_never_boots_the_disk(client) -> None:
 
 
 async def test_boot_once_off_reinstalls_on_every_boot(aiohttp_client, reference: Path, tmp_path: Path) -> None:
-    config = make_config(reference, tmp_path, boot_once=False)
+    config = make_config(tmp_path, boot_once=False)
     client = await start(aiohttp_client, config)
     first = await (await client.get("/ipxe/master-0")).text()
     await client.get("/ignition/master-0")
@@ -211,7 +202,7 @@ def test_boot_once_is_refused_for_live_mode(reference: Path, tmp_path: Path) -> 
     from bootserver.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"profiles\.master\.boot_once: .*only be true in install mode"):
-        make_config(reference, tmp_path, mode="live", boot_once=True)
+        make_config(tmp_path, mode="live", boot_once=True)
 
 
 async def test_unknown_node_in_nodes_endpoint_is_404(client) -> None:
@@ -282,7 +273,7 @@ async def test_access_log_has_route_node_status_bytes_and_no_query(client, caplo
 async def test_unusable_timeline_refuses_scripts_but_serves_artifacts(aiohttp_client, reference: Path,
                                                                       tmp_path: Path) -> None:
     """Without its timeline the server cannot tell an installed node from a new one: 503, never a guess."""
-    config = make_config(reference, tmp_path)
+    config = make_config(tmp_path)
     config.state_dir.parent.mkdir(parents=True, exist_ok=True)
     config.state_dir.write_text("not a folder")
     files = fill_cache(config, reference)

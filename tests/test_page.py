@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from conftest import ServerProcess
-from helpers import checkin_command, run_cli, write_config
 from playwright.async_api import Browser, Page, async_playwright, expect
+from support.helpers import checkin_command, run_cli, write_config
+from support.server import ServerProcess
 
 CHROMIUM = "/usr/bin/chromium"
 #: How long a live update may take to reach the browser (the issue's target).
@@ -300,7 +300,7 @@ async def test_cache_page_shows_a_download_in_progress_with_its_progress(tmp_pat
                                                                         aiohttp_client) -> None:
     """A rootfs held halfway by the upstream: the cache page lists it as fetching, with bytes so far of
     its size, and the kernel fetched before it as verified."""
-    from conftest import payload, rewrite_stream
+    from support.upstreams import payload, rewrite_stream
 
     from bootserver.artifacts.upstream import RetryPolicy
     from bootserver.config import parse_config

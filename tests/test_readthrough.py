@@ -16,7 +16,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import BOOTSERVER, FaultyUpstream, payload, rewrite_stream, run_cli, write_config
+from support.helpers import BOOTSERVER, run_cli, write_config
+from support.upstreams import FaultyUpstream, payload, rewrite_stream
 
 from bootserver.artifacts.cache import ArtifactCache
 from bootserver.artifacts.upstream import RetryPolicy, Upstream, source_urls
@@ -532,7 +533,8 @@ def test_new_config_keys_are_checked(tmp_path: Path, doc: dict, key: str) -> Non
 
 
 async def test_sigkill_of_serve_mid_read_through_then_restart_resumes(tmp_path, reference, faulty) -> None:
-    from conftest import ServerProcess, free_port
+    from support.helpers import free_port
+    from support.server import ServerProcess
 
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     port = free_port()
@@ -658,7 +660,8 @@ async def _abort_after(port: int, path: str, nbytes: int) -> int:
 async def test_aborting_clients_log_one_line_each_with_the_bytes_sent(tmp_path, reference, faulty) -> None:
     import re
 
-    from conftest import ServerProcess, free_port
+    from support.helpers import free_port
+    from support.server import ServerProcess
 
     size = 40_000_000
     meta, paths, files = make_stream(tmp_path, reference, faulty, rootfs_size=size)

@@ -1,5 +1,5 @@
 """``bootserver provision / deprovision / devices`` with the Redfish provider against the real
-``sushy-emulator`` (tests/sushy_emulator.py): boot override, power, errors as one line, and
+``sushy-emulator`` (tests/support/sushy_emulator.py): boot override, power, errors as one line, and
 ``--wait`` following a node through script, stub and real config on a running server."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import aiohttp
 import pytest
 import requests
 import yaml
-from conftest import ServerProcess
-from helpers import checkin_command, free_port, recorded_devices, run_cli, write_config
-from sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
+from support.helpers import checkin_command, free_port, recorded_devices, run_cli, write_config
+from support.server import ServerProcess
+from support.sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
 
 from bootserver.cli import build_parser, main, provider_options
 from bootserver.config import load_config

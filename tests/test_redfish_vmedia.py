@@ -15,15 +15,15 @@ import aiohttp
 import pytest
 import requests
 import yaml
-from conftest import ServerProcess
-from helpers import free_port, recorded_devices, run_cli, write_config
-from sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
+from support.helpers import free_port, recorded_devices, run_cli, write_config
+from support.server import ServerProcess
+from support.sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
 
 from bootserver.cli import build_parser, provider_options
 from bootserver.config import load_config
 from bootserver.provision import WaitPolicy, deprovision, provision
 
-MAC = "52:54:00:00:00:01"  # rf-0's NIC in the emulator (tests/sushy_emulator.py)
+MAC = "52:54:00:00:00:01"  # rf-0's NIC in the emulator (tests/support/sushy_emulator.py)
 NETWORK = {
     "interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": MAC,
                     "ipv4": {"enabled": True, "address": [{"ip": "192.0.2.10", "prefix-length": 24}]}}],

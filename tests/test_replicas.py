@@ -15,9 +15,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import ServerProcess, free_port, run_cli, write_config
-from fake_metal import PROJECT, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
-from pgcluster import BINDIR, PgCluster
+from support.fake_metal import PROJECT, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
+from support.helpers import free_port, run_cli, write_config
+from support.pgcluster import BINDIR, PgCluster
+from support.server import ServerProcess
 
 from bootserver.config import load_config
 

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative
+from support.clients import start_app
+from support.configs import config_doc, load, master_profile
+from support.signing import FIXED_KEY, FIXED_NOW, fixed_signer, relative, signed
 
 from bootserver.config import parse_config
 from bootserver.http.app import add_route, create_app, runner_kwargs
@@ -24,32 +26,19 @@ from bootserver.urls import Route
 SECRET = "TOP-SECRET-PULL-SECRET-4f9c2a"
 
 
-def make_config(reference: Path, tmp_path: Path, server: dict[str, Any] | None = None,
-                nodes: dict[str, Any] | None = None):
+def make_config(tmp_path: Path, server: dict[str, Any] | None = None, nodes: dict[str, Any] | None = None):
+    """Profile ``p`` installs with a real config full of secrets (``bootstrap.ign``); nodes ``n0``, ``n1``."""
     ign = {"ignition": {"version": "3.2.0"}, "passwd": {"users": [{"name": "core",
            "sshAuthorizedKeys": [SECRET]}]}}
     (tmp_path / "bootstrap.ign").write_text(json.dumps(ign))
-    return parse_config({
-        "server": {"base_url": "http://boot.example.net:8080", **(server or {})},
-        "cache_dir": "cache", "state_dir": "state",
-        "streams": {"rhcos-4.16": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
-        "profiles": {"p": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "bootstrap.ign"}},
-        "nodes": nodes or {"n0": {"profile": "p", "mac": "52:54:00:12:34:56"},
-                           "n1": {"profile": "p", "mac": "52:54:00:12:34:57"}},
-    }, "t.yaml", tmp_path)
-
-
-def signed(path: str, node: str, exp: int = FIXED_NOW + 3600, key: bytes = FIXED_KEY) -> str:
-    return f"{path}?exp={exp}&sig={sign(key, node, path, exp)}"
-
-
-async def client_for(aiohttp_client, config, signer=None):
-    return await aiohttp_client(create_app(config, signer or fixed_signer()))
+    return load(config_doc(server=server, profiles={"p": master_profile(ignition="bootstrap.ign")},
+                           nodes=nodes or {"n0": {"profile": "p", "mac": "52:54:00:12:34:56"},
+                                           "n1": {"profile": "p", "mac": "52:54:00:12:34:57"}}), tmp_path)
 
 
 @pytest.fixture
-async def client(aiohttp_client, reference: Path, tmp_path: Path):
-    return await client_for(aiohttp_client, make_config(reference, tmp_path))
+def config(tmp_path: Path):
+    return make_config(tmp_path)
 
 
 @pytest.mark.parametrize("path", ["/ipxe/n0", "/ignition/n0", "/ignition/n0/config"])
@@ -99,10 +88,10 @@ async def test_served_script_and_stub_carry_signed_urls_that_work(client) -> Non
 
 
 async def test_source_address_binding(aiohttp_client, reference: Path, tmp_path: Path) -> None:
-    config = make_config(reference, tmp_path, server={"trusted_proxies": ["127.0.0.1"]}, nodes={
+    config = make_config(tmp_path, server={"trusted_proxies": ["127.0.0.1"]}, nodes={
         "n0": {"profile": "p", "addresses": ["10.0.0.0/8", "2001:db8::/32"], "mac": "52:54:00:12:34:56"},
         "n1": {"profile": "p", "addresses": ["127.0.0.1"], "mac": "52:54:00:12:34:57"}})
-    client = await client_for(aiohttp_client, config)
+    client = await start_app(aiohttp_client, config)
     for path in ("/ipxe/n0", "/ignition/n0", "/ignition/n0/config"):
         assert (await client.get(signed(path, "n0"))).status == 403  # from 127.0.0.1
         for xff in ("10.1.2.3", "192.0.2.9, 10.1.2.3", "2001:db8::5"):
@@ -119,8 +108,8 @@ async def test_source_address_binding(aiohttp_client, reference: Path, tmp_path:
 
 
 async def test_forwarded_for_is_ignored_from_untrusted_peers(aiohttp_client, reference, tmp_path) -> None:
-    config = make_config(reference, tmp_path, nodes={"n0": {"profile": "p", "addresses": ["10.0.0.0/8"]}})
-    client = await client_for(aiohttp_client, config)
+    config = make_config(tmp_path, nodes={"n0": {"profile": "p", "addresses": ["10.0.0.0/8"]}})
+    client = await start_app(aiohttp_client, config)
     r = await client.get(signed("/ipxe/n0", "n0"), headers={"X-Forwarded-For": "10.1.2.3"})
     assert r.status == 403
 
@@ -128,11 +117,11 @@ async def test_forwarded_for_is_ignored_from_untrusted_peers(aiohttp_client, ref
 async def test_generic_entry_needs_binding_or_selectable(aiohttp_client, reference, tmp_path) -> None:
     """A registered node that may not be handed out gets exactly the answer of an unknown MAC, so the
     generic entry does not tell which MACs are registered."""
-    config = make_config(reference, tmp_path, nodes={
+    config = make_config(tmp_path, nodes={
         "n0": {"profile": "p", "mac": "52:54:00:12:34:56"},
         "n1": {"profile": "p", "mac": "52:54:00:12:34:57", "selectable": True},
         "n2": {"profile": "p", "mac": "52:54:00:12:34:58", "addresses": ["10.0.0.0/8"]}})
-    client = await client_for(aiohttp_client, config)
+    client = await start_app(aiohttp_client, config)
     answers = []
     for mac in ("52:54:00:12:34:56", "52:54:00:12:34:58", "52:54:00:99:99:99"):
         r = await client.get(f"/boot.ipxe?mac={mac}")
@@ -161,9 +150,9 @@ def test_addresses_and_proxies_are_validated(tmp_path: Path) -> None:
 async def test_real_config_over_plain_http_only_when_allowed(aiohttp_client, reference, tmp_path,
                                                              allow: bool) -> None:
     init_tls(tmp_path / "state" / "tls", ["boot.example.net"])
-    config = make_config(reference, tmp_path, server={
+    config = make_config(tmp_path, server={
         "tls": {"listen": "127.0.0.1:8443", "allow_plain_configs": allow}})
-    client = await client_for(aiohttp_client, config)
+    client = await start_app(aiohttp_client, config)
     r = await client.get(signed("/ignition/n0", "n0"))
     assert r.status == 200  # the stub is served over plain HTTP: it carries the CA
     stub = json.loads(await r.read())
@@ -197,7 +186,7 @@ async def holding_the_only_slot(aiohttp_client, config):
 
 
 async def test_concurrency_cap_answers_503_with_retry_after(aiohttp_client, reference, tmp_path) -> None:
-    config = make_config(reference, tmp_path, server={"max_concurrent": 1, "max_queued": 0})
+    config = make_config(tmp_path, server={"max_concurrent": 1, "max_queued": 0})
     client, first, release = await holding_the_only_slot(aiohttp_client, config)
     r = await client.get(signed("/ipxe/n0", "n0"))
     assert r.status == 503 and r.headers["Retry-After"] == "1"
@@ -209,7 +198,7 @@ async def test_concurrency_cap_answers_503_with_retry_after(aiohttp_client, refe
 
 async def test_requests_over_the_cap_wait_in_line_until_the_queue_is_full(aiohttp_client, reference,
                                                                           tmp_path) -> None:
-    config = make_config(reference, tmp_path, server={"max_concurrent": 1, "max_queued": 1})
+    config = make_config(tmp_path, server={"max_concurrent": 1, "max_queued": 1})
     client, first, release = await holding_the_only_slot(aiohttp_client, config)
     # two more: one takes the only queue place and waits, the other is refused at once
     two = {asyncio.create_task(client.get(signed("/ipxe/n0", "n0"))) for _ in range(2)}
@@ -224,7 +213,7 @@ async def test_requests_over_the_cap_wait_in_line_until_the_queue_is_full(aiohtt
 
 
 async def test_request_timeout_answers_503(aiohttp_client, reference, tmp_path) -> None:
-    config = make_config(reference, tmp_path, server={"request_timeout": 1})
+    config = make_config(tmp_path, server={"request_timeout": 1})
     app = create_app(config, fixed_signer())
     never = asyncio.Event()
 
@@ -260,7 +249,7 @@ async def raw_get(host: str, port: int, target: bytes, headers: bytes = b"") -> 
 
 
 async def test_request_line_and_header_limits(aiohttp_server, reference, tmp_path) -> None:
-    config = make_config(reference, tmp_path)
+    config = make_config(tmp_path)
     app = create_app(config, fixed_signer())
     server = await aiohttp_server(app, host="127.0.0.1", **runner_kwargs(app))
     status, _ = await raw_get("127.0.0.1", server.port, b"/healthz?" + b"a" * 9000)
@@ -298,7 +287,7 @@ def traversal_corpus(release: str) -> list[bytes]:
 
 
 async def test_traversal_corpus_never_leaves_the_cache(aiohttp_server, reference, tmp_path, publish_kernel) -> None:
-    config = make_config(reference, tmp_path)
+    config = make_config(tmp_path)
     _path, data, rel = publish_kernel(config, 1000)
     secret_text = "SECRET-OUTSIDE-THE-CACHE-91b7"
     (tmp_path / "secret").write_text(secret_text)
@@ -324,7 +313,7 @@ async def test_traversal_corpus_never_leaves_the_cache(aiohttp_server, reference
 
 async def test_logs_never_show_signatures_or_config_contents(aiohttp_server, aiohttp_client, reference,
                                                              tmp_path, caplog) -> None:
-    config = make_config(reference, tmp_path)
+    config = make_config(tmp_path)
     caplog.set_level(logging.DEBUG)
     app = create_app(config, fixed_signer())
     server = await aiohttp_server(app, host="127.0.0.1", **runner_kwargs(app))
@@ -356,9 +345,9 @@ async def test_an_unknown_key_while_the_keys_file_cannot_be_read_is_503_not_403(
 
     from bootserver.signing import Keyring, Signer
 
-    config = make_config(reference, tmp_path)
+    config = make_config(tmp_path)
     server_keys = Keyring.load_or_create(config.state_dir)
-    client = await client_for(aiohttp_client, config, Signer(server_keys))
+    client = await start_app(aiohttp_client, config, Signer(server_keys))
     now = int(time.time())
     known = signed("/ipxe/n0", "n0", exp=now + 3600, key=server_keys.current)
     forged = signed("/ipxe/n0", "n0", exp=now + 3600, key=b"y" * 32)

@@ -9,9 +9,9 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from conftest import FIXED_NOW, fixed_signer
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.signing import FIXED_NOW, fixed_signer
 
 from bootserver.config import parse_config
 from bootserver.signing import KeyFileError, Keyring, Signer, expiry, parse_duration, redact, sign, verify
@@ -169,7 +169,7 @@ def test_redact() -> None:
 
 
 async def test_cli_keys_rotate_and_url_expiry(reference: Path, tmp_path: Path) -> None:
-    from conftest import run_cli, write_config
+    from support.helpers import run_cli, write_config
 
     config = write_config(tmp_path / "b.yaml", {
         "server": {"base_url": "http://boot.example.net:8080", "signing": {"key_grace": "2h"}},

@@ -13,8 +13,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yaml
-from conftest import ServerProcess
-from helpers import checkin_command, run_cli, write_config
+from support.helpers import checkin_command, run_cli, write_config
+from support.server import ServerProcess
 
 from bootserver.config import parse_config
 from bootserver.inventory import stall_deadlines

@@ -1,5 +1,5 @@
 """The state store interface against both backends: sqlite in state_dir (the default) and a real
-PostgreSQL server (a throwaway cluster, tests/pgcluster.py). Timeline rules, signing keys and boot-once
+PostgreSQL server (a throwaway cluster, tests/support/pgcluster.py). Timeline rules, signing keys and boot-once
 must behave the same on both; the PostgreSQL-only parts (schema migration under a lock, losing and
 regaining the database) follow."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pgcluster import BINDIR, PgCluster
+from support.configs import config_doc, load
+from support.pgcluster import BINDIR, PgCluster
 
-from bootserver.config import parse_config
 from bootserver.errors import UnavailableError
 from bootserver.service import BootService
 from bootserver.signing import Signer
@@ -26,7 +26,6 @@ from bootserver.state.backends import open_store
 from bootserver.state.batches import Batches
 from bootserver.timeline import Record
 
-STREAM = "rhcos-stream-4.16.json"
 _db_names = itertools.count()
 
 needs_pg = pytest.mark.skipif(BINDIR is None, reason="PostgreSQL is not installed (Debian package postgresql)")
@@ -42,19 +41,13 @@ def pg() -> Iterator[PgCluster]:
         cluster.destroy()
 
 
-def make_config(tmp_path: Path, reference: Path, state_store: str | dict[str, str] | None, **top: Any):
-    (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
-    doc: dict[str, Any] = {
-        "server": {"base_url": "http://127.0.0.1:8080"},
-        "cache_dir": "cache", "state_dir": "state",
-        "streams": {"rhcos-4.16": {"metadata": str(reference / STREAM)}},
-        "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign"}},
-        "nodes": {"master-0": {"profile": "master"}, "master-1": {"profile": "master"}},
-        **top,
-    }
+def make_config(tmp_path: Path, state_store: str | dict[str, str] | None, **top: Any):
+    """Nodes ``master-0`` and ``master-1`` in the store ``state_store`` (``None``: sqlite in state_dir)."""
+    doc = config_doc(server={"base_url": "http://127.0.0.1:8080"},
+                     nodes={"master-0": {"profile": "master"}, "master-1": {"profile": "master"}}) | top
     if state_store is not None:
         doc["state_store"] = state_store
-    return parse_config(doc, "t.yaml", tmp_path)
+    return load(doc, tmp_path)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=needs_pg)])
@@ -65,7 +58,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path, reference: Path):
         url = request.getfixturevalue("pg").create_database(f"t{next(_db_names)}")
 
     def config(**top: Any):
-        return make_config(tmp_path, reference, url, **top)
+        return make_config(tmp_path, url, **top)
 
     config.name = request.param  # type: ignore[attr-defined]
     return config
@@ -313,7 +306,7 @@ async def test_round_trips_of_a_script_request_and_of_a_batch(pg: PgCluster, tmp
     async with RoundTrips(pg.port) as relay:
         nodes: dict[str, Any] = {f"n{i}": {"profile": "master"} for i in range(20)}
         nodes["p0"] = {"profile": "master", "network": "provider"}
-        svc = BootService(make_config(tmp_path, reference, url.replace(f":{pg.port}/", f":{relay.port}/"),
+        svc = BootService(make_config(tmp_path, url.replace(f":{pg.port}/", f":{relay.port}/"),
                                       nodes=nodes))
         await svc.start()
         try:
@@ -347,7 +340,7 @@ async def test_round_trips_of_a_script_request_and_of_a_batch(pg: PgCluster, tmp
 @needs_pg
 async def test_replicas_starting_at_once_migrate_once(pg: PgCluster, tmp_path: Path, reference: Path) -> None:
     url = pg.create_database(f"t{next(_db_names)}")
-    stores = [open_store(make_config(tmp_path, reference, url)) for _ in range(4)]
+    stores = [open_store(make_config(tmp_path, url)) for _ in range(4)]
     try:
         results = await asyncio.gather(*(s.migrate() for s in stores))
         assert sorted(results) == [(0, 2), (2, 2), (2, 2), (2, 2)]
@@ -363,12 +356,12 @@ async def test_a_newer_schema_is_refused(pg: PgCluster, tmp_path: Path, referenc
     import psycopg
 
     url = pg.create_database(f"t{next(_db_names)}")
-    store = open_store(make_config(tmp_path, reference, url))
+    store = open_store(make_config(tmp_path, url))
     await store.migrate()
     await store.close()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("INSERT INTO bootserver_schema (version) VALUES (99)")
-    store = open_store(make_config(tmp_path, reference, url))
+    store = open_store(make_config(tmp_path, url))
     with pytest.raises(StateStoreError, match=r"schema version 99 is newer than this bootserver knows \(2\)"):
         await store.start()
     await store.close()
@@ -376,10 +369,10 @@ async def test_a_newer_schema_is_refused(pg: PgCluster, tmp_path: Path, referenc
 
 @needs_pg
 async def test_an_unreachable_database_is_one_line_without_password(tmp_path: Path, reference: Path) -> None:
-    from conftest import free_port
+    from support.helpers import free_port
 
     (tmp_path / "pw").write_text("s3cr3t\n")
-    config = make_config(tmp_path, reference,
+    config = make_config(tmp_path,
                          {"url": f"postgresql://bs@127.0.0.1:{free_port()}/bs", "password_file": "pw"})
     store = open_store(config)
     with pytest.raises(StateStoreError) as e:
@@ -396,7 +389,7 @@ async def test_losing_the_database_refuses_then_recovers_by_itself(tmp_path: Pat
     cluster.start()
     try:
         url = cluster.create_database("bs")
-        svc = BootService(make_config(tmp_path, reference, url))
+        svc = BootService(make_config(tmp_path, url))
         await svc.start()
         try:
             await svc.serve_stub("master-0", "10.0.0.5")
@@ -427,7 +420,7 @@ async def test_losing_the_database_refuses_then_recovers_by_itself(tmp_path: Pat
 
 async def test_db_migrate_command(backend, tmp_path: Path) -> None:
     """``bootserver db migrate`` creates the schema, then finds it up to date; a second store opens it."""
-    from conftest import run_cli, write_config
+    from support.helpers import run_cli, write_config
 
     config = backend()
     doc: dict[str, Any] = {"state_dir": str(config.state_dir), "cache_dir": str(config.cache_dir)}

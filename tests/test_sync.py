@@ -6,7 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from conftest import payload, rewrite_stream, run_cli, write_config
+from support.helpers import run_cli, write_config
+from support.upstreams import payload, rewrite_stream
 
 
 def setup(tmp_path: Path, reference: Path, upstream, *, corrupt: str | None = None) -> tuple[Path, dict]:
@@ -164,7 +165,7 @@ async def test_two_sync_images_at_once_download_each_artifact_once(tmp_path: Pat
     import asyncio
     import subprocess
 
-    from conftest import BOOTSERVER
+    from support.helpers import BOOTSERVER
     from test_readthrough import DEADLINE, make_stream, wait_for
 
     from bootserver.artifacts.cache import ArtifactCache
@@ -215,7 +216,8 @@ async def test_sync_images_follows_a_download_that_serve_runs(tmp_path: Path, re
     import asyncio
 
     import aiohttp
-    from conftest import BOOTSERVER, ServerProcess, free_port
+    from support.helpers import BOOTSERVER, free_port
+    from support.server import ServerProcess
     from test_readthrough import DEADLINE, make_stream, served_path
 
     meta, paths, files = make_stream(tmp_path, reference, faulty)

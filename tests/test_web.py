@@ -8,26 +8,19 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FIXED_KEY, FIXED_NOW, fixed_signer, relative
+from support.configs import config_doc, load
+from support.signing import fixed_signer, relative, signed
 
 from bootserver.config import parse_config
 from bootserver.http.app import create_app
-from bootserver.signing import sign
 from bootserver.urls import CHAIN, REAL_CONFIG, STUB
 
 
 @pytest.fixture
-def config(reference: Path, tmp_path: Path):
-    (tmp_path / "master.ign").write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
-    return parse_config({
-        "server": {"base_url": "http://boot.example.net:8080"},
-        "cache_dir": "cache", "state_dir": "state",
-        "streams": {"rhcos-4.16": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
-        "profiles": {"master": {"stream": "rhcos-4.16", "install_dev": "/dev/sda", "ignition": "master.ign"}},
-        "nodes": {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56",
-                               "uuid": "0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0", "hostname": "m0.example.net",
-                               "selectable": True}},
-    }, "t.yaml", tmp_path)
+def config(tmp_path: Path):
+    return load(config_doc(nodes={"master-0": {
+        "profile": "master", "mac": "52:54:00:12:34:56", "uuid": "0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0",
+        "hostname": "m0.example.net", "selectable": True}}), tmp_path)
 
 
 @pytest.fixture
@@ -36,15 +29,6 @@ def cached(config, publish_kernel):
     return publish_kernel(config, 300_000)[:2]
 
 
-@pytest.fixture
-async def client(aiohttp_client, config):
-    return await aiohttp_client(create_app(config, fixed_signer()))
-
-
-def signed(path: str, node: str) -> str:
-    """``path`` with a signature for ``node`` from the fixed key, valid an hour after FIXED_NOW."""
-    exp = FIXED_NOW + 3600
-    return f"{path}?exp={exp}&sig={sign(FIXED_KEY, node, path, exp)}"
 
 
 async def test_node_script(client) -> None:
@@ -263,7 +247,8 @@ async def test_readyz_is_not_ready_without_stream_metadata_and_loads_it(aiohttp_
 
 async def test_serve_prints_the_line_that_chains_the_default_node(reference: Path, tmp_path: Path) -> None:
     import aiohttp
-    from conftest import ServerProcess, free_port, write_config
+    from support.helpers import free_port, write_config
+    from support.server import ServerProcess
 
     from bootserver.config import default_document
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import ServerProcess, free_port, run_cli, write_config
+from support.helpers import free_port, run_cli, write_config
+from support.server import ServerProcess
 from test_readthrough import (
     DEADLINE,
     ROOTFS_SIZE,

@@ -13,7 +13,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import ServerProcess, free_port, run_cli, write_config
+from support.helpers import free_port, run_cli, write_config
+from support.server import ServerProcess
 
 from bootserver.state.sqlite_timeline import Timeline
 

@@ -16,8 +16,8 @@ provider is one module of this package with one ``Provider`` subclass that owns
   object per provider from the command line, which ``Provider.open`` takes (providers never
   see the argparse namespace);
 * its client and its requests (``Provider.open``, ``Provider.provision``, ...);
-* the platform its nodes' kernel arguments name (``Provider.platform_id``; docs/design.md, domain
-  rules 4 and 5).
+* the platform its nodes' kernel arguments name (``platform_id`` in its :data:`REGISTRY` entry, which
+  ``Provider.platform_id`` repeats; docs/design.md, domain rules 4 and 5).
 
 The commands themselves (:mod:`bootserver.provision`) are provider-neutral: the device records (state store), the
 wait on the node timeline and the output. Adding a provider is its module plus one line in
@@ -49,15 +49,19 @@ class Registered(NamedTuple):
     #: The key of its settings in ``profiles.<p>`` and ``nodes.<n>`` (a model of
     #: ``providers/<name>_settings.py``); the provider class's ``settings_key`` is this.
     settings_key: str
+    #: The ``ignition.platform.id`` / ``coreos.inst.platform_id`` of its nodes (docs/design.md, rules 4-5);
+    #: the provider class's ``platform_id`` is this.
+    platform_id: str
 
 
-#: Provider name -> its module and settings key. Adding a provider: write its module and its settings
-#: module, add one line here. Read by the config at load (:func:`provider_of`) without importing any
-#: provider module, which sit above the config.
+#: Provider name -> its module, settings key and platform. Adding a provider: write its module and its
+#: settings module, add one line here. Read by the config at load (:func:`provider_of`) and by a node's
+#: kargs (:func:`bootserver.providers.interface.boot_platform`) without importing any provider module,
+#: which sit above the config.
 REGISTRY: dict[str, Registered] = {
-    "equinix": Registered("bootserver.providers.equinix", "metal"),
-    "redfish": Registered("bootserver.providers.redfish", "redfish"),
-    "ipmi": Registered("bootserver.providers.ipmi", "ipmi"),
+    "equinix": Registered("bootserver.providers.equinix", "metal", "packet"),
+    "redfish": Registered("bootserver.providers.redfish", "redfish", "metal"),
+    "ipmi": Registered("bootserver.providers.ipmi", "ipmi", "metal"),
 }
 
 #: The provider ``provision`` uses for a node whose profile and node name none (today's behaviour:

@@ -246,7 +246,6 @@ class Equinix(Provider[EquinixOptions]):
     """
 
     name = "equinix"
-    platform_id = "packet"
     options_type = EquinixOptions
     options_title = "Equinix Metal (provider equinix)"
 

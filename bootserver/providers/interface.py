@@ -41,7 +41,8 @@ class Provider(Generic[OptionsT]):
       ``settings_key``: the key of its settings in ``profiles.<p>`` and ``nodes.<n>`` (a frozen
       pydantic model with a ``merged_over(base)`` method, declared in the config schema); set from
       its :data:`~bootserver.providers.base.REGISTRY` entry, the one place it is written.
-      ``platform_id``: the ``ignition.platform.id`` / ``coreos.inst.platform_id`` of its nodes.
+      ``platform_id``: the ``ignition.platform.id`` / ``coreos.inst.platform_id`` of its nodes; set from
+      its registry entry too.
       ``options_type`` / ``options_title``: its options dataclass (fields made by :func:`option`) and
       the title of their group in ``--help``.
 
@@ -52,15 +53,17 @@ class Provider(Generic[OptionsT]):
 
     name: ClassVar[str]
     settings_key: ClassVar[str]
-    platform_id: ClassVar[str] = "metal"
+    platform_id: ClassVar[str]
     options_type: ClassVar[type[ProviderOptions]] = ProviderOptions
     options_title: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A provider class takes its ``settings_key`` from its registry entry (``KeyError`` at import
-        for a provider missing from :data:`~bootserver.providers.base.REGISTRY`)."""
+        """A provider class takes its ``settings_key`` and ``platform_id`` from its registry entry
+        (``KeyError`` at import for a provider missing from :data:`~bootserver.providers.base.REGISTRY`)."""
         super().__init_subclass__(**kwargs)
-        cls.settings_key = REGISTRY[cls.name].settings_key
+        registered = REGISTRY[cls.name]
+        cls.settings_key = registered.settings_key
+        cls.platform_id = registered.platform_id
 
     @classmethod
     def used_by(cls, config: Config, options: OptionsT) -> bool:
@@ -169,12 +172,13 @@ def bmc_password(config: Config, node: str, provider: type[Provider[Any]], setti
 def boot_platform(config: Config, node: str) -> str:
     """The ``ignition.platform.id`` / ``coreos.inst.platform_id`` of a node (docs/design.md, rules 4-5):
     its profile's ``platform_id`` if set, else its provider's (``packet`` for Equinix, ``metal`` for
-    Redfish), else ``packet`` (a node with no provider, as before providers existed). The console
-    follows the platform (:func:`bootserver.ipxe.build_kargs`)."""
+    Redfish: the registry's ``platform_id``), else ``packet`` (a node with no provider, as before
+    providers existed). Imports no provider module. The console follows the platform
+    (:func:`bootserver.ipxe.build_kargs`)."""
     profile = config.node_profile(node)
     if profile.platform_id:
         return profile.platform_id
-    return provider_class(provider_of(config, node) or DEFAULT_PROVIDER).platform_id
+    return REGISTRY[provider_of(config, node) or DEFAULT_PROVIDER].platform_id
 
 
 def boots_virtual_media(config: Config, node: str) -> bool:

@@ -222,7 +222,6 @@ class Ipmi(Provider[IpmiOptions]):
     """The ``ipmi`` provider: one BMC per node, over IPMI v2.0 (see the module docstring)."""
 
     name = "ipmi"
-    platform_id = "metal"
     options_type = IpmiOptions
     options_title = "IPMI (provider ipmi)"
 

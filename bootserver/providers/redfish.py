@@ -12,7 +12,7 @@ and ``EthernetInterface`` of DSP8010) is the standard BMC API; ``sushy`` is the 
   With ``boot_source: virtual-media`` (no DHCP on the node's network; what Metal3/Ironic's
   ``redfish-virtual-media`` does): first ``VirtualMedia.EjectMedia`` of whatever the CD/DVD member of the
   system's manager's ``VirtualMedia`` collection holds, then ``VirtualMedia.InsertMedia`` with the node's
-  signed boot image URL (``/iso/<node>.iso``, :mod:`bootserver.iso`; ``Inserted``, ``WriteProtected``),
+  signed boot image URL (``/iso/<node>.iso``, :mod:`bootserver.images`; ``Inserted``, ``WriteProtected``),
   and the override ``Cd``/``Once`` instead of ``Pxe``. The BMC downloads the image from bootserver.
   Once the wait sees the node ``installing`` (its network boot is over), the image is ejected
   (:meth:`Redfish.booted`); ``--no-wait`` leaves that to the next ``provision`` or ``deprovision``, and
@@ -46,7 +46,7 @@ import sushy.exceptions as sx
 
 from bootserver.config import Config
 from bootserver.errors import InputError
-from bootserver.iso import boot_network
+from bootserver.images.network import boot_network
 from bootserver.providers.base import (
     Outcome,
     Poll,
@@ -215,7 +215,6 @@ class Redfish(Provider[RedfishOptions]):
     """The ``redfish`` provider: one BMC ``ComputerSystem`` per node (see the module docstring)."""
 
     name = "redfish"
-    platform_id = "metal"
     options_type = RedfishOptions
     options_title = "Redfish (provider redfish)"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import free_port
+from support.helpers import free_port
 
 from . import rig
 

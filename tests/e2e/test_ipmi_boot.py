@@ -1,7 +1,7 @@
 """A machine behind a real IPMI BMC boots from a real ``serve`` because ``bootserver provision`` told it to.
 
-Debian's BMC simulator ``ipmi_sim`` (tests/ipmi_sim.py) stands for the BMC; its ``chassis_control``
-program (tests/ipmi_chassis.py) is the machine's power: power up starts a QEMU guest (Debian's OVMF, iPXE's
+Debian's BMC simulator ``ipmi_sim`` (tests/support/ipmi_sim.py) stands for the BMC; its ``chassis_control``
+program (tests/support/ipmi_chassis.py) is the machine's power: power up starts a QEMU guest (Debian's OVMF, iPXE's
 EFI option ROM on its NIC, the DHCP bootfile ``/boot.ipxe?mac=${net0/mac}`` as a DHCP server on
 premises hands out), power down kills it. ``provision`` sets the one-time UEFI network boot (the BMC's
 log shows ``05 a0 04 00 00 00``) and powers the machine up; its firmware then boots the node's script,
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ipmi_sim import PASSWORD, USERNAME, start_sim
+from support.ipmi_sim import PASSWORD, USERNAME, start_sim
 
 from . import rig
 from .conftest import IPMI_NODE, Stack, need, run_bootserver

@@ -1,4 +1,4 @@
-"""The machine behind the IPMI simulator's BMC (tests/ipmi_sim.py): ``ipmi_sim``'s ``chassis_control`` program.
+"""The machine behind the IPMI simulator's BMC (tests/support/ipmi_sim.py): ``ipmi_sim``'s ``chassis_control`` program.
 
 ``ipmi_sim`` (Debian's ``openipmi``) runs it for every chassis request it cannot answer itself, as
 ``ipmi_chassis.py STATE_DIR 0x20 get power boot`` (it prints ``power:0|1`` and ``boot:none|pxe|...``,

@@ -2,8 +2,9 @@
 127.0.0.1 with a dozen nodes whose timelines are written beforehand (a rack in every stage, one
 stalled), photographed by Debian's chromium through Playwright at 1280x800 and at phone width.
 
-Usage: ``python tests/screenshots.py [OUT_DIR]`` (default ``docs/screenshots``). Not a test; it shares
-``tests/helpers.py`` with them. Writes ``fleet.png``, ``node.png`` and ``fleet-phone.png``."""
+Usage: ``python benchmarks/screenshots.py [OUT_DIR]`` (default ``docs/screenshots``). A tool beside the
+benchmarks, not a test; it shares ``tests/support/helpers.py`` with them (through ``_common``). Writes
+``fleet.png``, ``node.png`` and ``fleet-phone.png``."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from helpers import BOOTSERVER, REFERENCE, free_port, write_config
 from playwright.async_api import async_playwright
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import BOOTSERVER, REFERENCE, free_port, write_config
 
 from bootserver.state.sqlite_timeline import Timeline
 

@@ -23,7 +23,8 @@ from typing import Any
 import bcrypt
 import pytest
 import requests
-from helpers import free_port
+
+from support.helpers import free_port
 
 USERNAME = "bmc-admin"
 PASSWORD = "bmc-secret-7c1e-do-not-print"

@@ -20,23 +20,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
-from .errors import BootserverError
-from .files import fsync_dir, write_atomic
-from .ipxe import grub_path, grub_quote
+from ..files import write_atomic
+from ..ipxe import grub_path, grub_quote
+from .tools import GRUB_MKSTANDALONE, IsoToolMissing, made_once, need, run
 
 log = logging.getLogger(__name__)
 
 #: The file name of the arm64 GRUB, on the server (``/loaders/<name>``) and in a TFTP root.
 ARM64_GRUB = "grubaa64.efi"
 
-#: Debian's files (path, package) the arm64 GRUB is made of.
-GRUB_MKSTANDALONE = ("grub-mkstandalone", "grub-common")
+#: Debian's arm64 GRUB modules (path, package): an arm64 package, installed on any architecture.
 ARM64_MODULES = ("/usr/lib/grub/arm64-efi",
                  "grub-efi-arm64-bin:arm64, after `dpkg --add-architecture arm64 && apt-get update`")
 
@@ -52,21 +47,6 @@ GRUB_MODULES = ("efinet", "http", "net", "normal", "echo", "linux", "configfile"
 #: firmware booted GRUB from with the firmware's DHCP answer (``$net_default_mac``, ``$net_default_ip``);
 #: loaded later (``insmod``) it would not, and every boot would ask DHCP again.
 PRELOADED = ("efinet",)
-
-#: Seconds one grub-mkstandalone run may take.
-BUILD_TIMEOUT = 60.0
-
-
-class LoaderMissing(BootserverError):
-    """A Debian file a loader is made of is not installed (exit 1; the message names it and its package)."""
-
-
-def _need(path_and_package: tuple[str, str]) -> Path:
-    path, package = path_and_package
-    found = path if os.path.isabs(path) and os.path.exists(path) else shutil.which(path)
-    if not found:
-        raise LoaderMissing(f"the arm64 GRUB needs {path} (Debian package {package}), which is not installed")
-    return Path(found)
 
 
 def embedded_config(base_url: str) -> str:
@@ -89,39 +69,26 @@ def embedded_config(base_url: str) -> str:
 
 
 def arm64_grub(cache_dir: Path, base_url: str) -> Path:
-    """The arm64 GRUB for ``base_url``, built once: ``<cache_dir>/loaders/grubaa64-<digest>.efi`` where
-    ``<digest>`` covers GRUB's arm64 ``kernel.img``, the modules and :func:`embedded_config` (a GRUB
-    upgrade or another base URL makes a new file). Built in a temporary folder and renamed: a reader
-    never sees half a file. Raises :class:`LoaderMissing`, :class:`BootserverError` when
-    grub-mkstandalone fails, ``GrubUnsupported`` as :func:`embedded_config`, and ``OSError``."""
+    """The arm64 GRUB for ``base_url``, built once: ``<cache_dir>/loaders/grubaa64-<digest>/grubaa64.efi``
+    where ``<digest>`` covers GRUB's arm64 ``kernel.img``, the modules and :func:`embedded_config` (a
+    GRUB upgrade or another base URL makes a new folder), made whole or not at all
+    (:func:`~bootserver.images.tools.made_once`). Raises :class:`~bootserver.images.tools.IsoToolMissing`
+    naming a missing package, ``BootserverError`` when grub-mkstandalone fails, ``GrubUnsupported`` as
+    :func:`embedded_config`, and ``OSError``."""
     config = embedded_config(base_url)
-    mkstandalone, modules = _need(GRUB_MKSTANDALONE), _need(ARM64_MODULES)
+    mkstandalone, modules = need(GRUB_MKSTANDALONE), need(ARM64_MODULES)
     digest = hashlib.sha256((modules / "kernel.img").read_bytes())
     digest.update(config.encode() + b"\0" + " ".join(GRUB_MODULES + PRELOADED).encode())
-    folder = cache_dir / "loaders"
-    final = folder / f"grubaa64-{digest.hexdigest()[:16]}.efi"
-    if final.is_file():
-        return final
-    folder.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=folder, prefix=".build-"))
-    try:
-        (work / "embedded.cfg").write_text(config)
-        out = work / ARM64_GRUB
-        argv = [str(mkstandalone), "-O", "arm64-efi", "-d", str(modules),
-                f"--install-modules={' '.join(GRUB_MODULES)}", f"--modules={' '.join(PRELOADED)}",
-                "--locales=", "--fonts=", "--themes=", "-o", str(out), f"boot/grub/grub.cfg={work / 'embedded.cfg'}"]
-        try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise BootserverError(f"grub-mkstandalone did not finish within {BUILD_TIMEOUT:.0f} s") from None
-        if p.returncode != 0:
-            last = ((p.stderr or p.stdout).strip().splitlines() or ["no message"])[-1]
-            raise BootserverError(f"grub-mkstandalone -O arm64-efi failed (exit {p.returncode}): {last}")
-        os.replace(out, final)
-        fsync_dir(folder)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return final
+
+    def build(folder: Path) -> None:
+        (folder / "embedded.cfg").write_text(config)
+        run([str(mkstandalone), "-O", "arm64-efi", "-d", str(modules),
+             f"--install-modules={' '.join(GRUB_MODULES)}", f"--modules={' '.join(PRELOADED)}",
+             "--locales=", "--fonts=", "--themes=", "-o", str(folder / ARM64_GRUB),
+             f"boot/grub/grub.cfg={folder / 'embedded.cfg'}"], "grub-mkstandalone -O arm64-efi")
+        (folder / "embedded.cfg").unlink()
+
+    return made_once(cache_dir / "loaders", f"grubaa64-{digest.hexdigest()[:16]}", build) / ARM64_GRUB
 
 
 def write_loaders(dest: Path, cache_dir: Path, base_url: str, *, need_arm64: bool = True) -> list[Path]:
@@ -129,19 +96,16 @@ def write_loaders(dest: Path, cache_dir: Path, base_url: str, *, need_arm64: boo
     builds (:data:`IPXE_LOADERS`) into the folder ``dest`` (created if missing), each file whole
     (temp file, rename). Without ``need_arm64`` (no profile is aarch64) a missing arm64 GRUB package
     is skipped with a warning. Returns the files written. Raises as :func:`arm64_grub`; a missing iPXE
-    build is :class:`LoaderMissing`."""
+    build is :class:`~bootserver.images.tools.IsoToolMissing`."""
     sources: dict[str, Path] = {}
     try:
         sources[ARM64_GRUB] = arm64_grub(cache_dir, base_url)
-    except LoaderMissing as e:
+    except IsoToolMissing as e:
         if need_arm64:
             raise
         log.warning("%s; no profile is aarch64, so %s is left out", e, ARM64_GRUB)
     for name, wanted in IPXE_LOADERS.items():
-        if not os.path.exists(wanted[0]):
-            raise LoaderMissing(f"bootserver loaders needs {wanted[0]} (Debian package {wanted[1]}), which is "
-                                "not installed")
-        sources[name] = Path(wanted[0])
+        sources[name] = need(wanted)
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     for name, src in sources.items():
@@ -150,4 +114,4 @@ def write_loaders(dest: Path, cache_dir: Path, base_url: str, *, need_arm64: boo
     return written
 
 
-__all__ = ["ARM64_GRUB", "LoaderMissing", "arm64_grub", "embedded_config", "write_loaders"]
+__all__ = ["ARM64_GRUB", "arm64_grub", "embedded_config", "write_loaders"]

@@ -1,6 +1,6 @@
-"""Helpers shared by the tests (through ``conftest``) and the benchmark scripts in ``benchmarks/``: the
-one copy of each. Not part of bootserver. Everything here talks to 127.0.0.1 only; units are bytes and
-seconds."""
+"""Helpers shared by the tests and the benchmark scripts in ``benchmarks/`` (which put ``tests/`` on
+``sys.path``): the one copy of each. Not part of bootserver. Everything here talks to 127.0.0.1 only;
+units are bytes and seconds."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ import yaml
 
 from bootserver.state.sqlite_timeline import Timeline
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: The public reference data (stream metadata, pointer configs, the Equinix Metal OpenAPI spec), copied
 #: unmodified, with its provenance in ``tests/data/SOURCES.md``.
 REFERENCE = REPO / "tests" / "data"
+#: The official Ignition config schemas that ship with the product.
+SCHEMAS = REPO / "ignition" / "schema"
 BOOTSERVER = [sys.executable, "-m", "bootserver"]
 
 

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from helpers import free_port
+from support.helpers import free_port
 
 #: Seconds ``pg_ctl`` waits for the server to start or stop.
 PG_CTL_WAIT = 60

@@ -47,7 +47,7 @@ import yaml
 from aiohttp import web
 from referencing.jsonschema import DRAFT4
 
-REFERENCE_DIR = Path(__file__).resolve().parent / "data"
+REFERENCE_DIR = Path(__file__).resolve().parents[1] / "data"
 SPEC_PATH = REFERENCE_DIR / "equinix-metal-oas3.yaml"
 SPEC_URI = "urn:equinix-metal-oas3"
 CREATE_BODY_POINTER = "#/paths/~1projects~1{id}~1devices/post/requestBody/content/application~1json/schema"

@@ -2,7 +2,7 @@
 
 Each simulator gets its own folder: a ``lan.conf`` (one RMCP+ LAN channel on 127.0.0.1 and a free UDP
 port, privilege up to admin, user 2 :data:`USERNAME` / :data:`PASSWORD`, a GUID, and, unless told not
-to, ``chassis_control`` running tests/ipmi_chassis.py, the machine behind the BMC), a command file
+to, ``chassis_control`` running tests/support/ipmi_chassis.py, the machine behind the BMC), a command file
 (``debug msg``, one management controller at 0x20) and a state folder. Its standard input stays open (a
 pipe held by the test): ``ipmi_sim`` ends at its end. With ``debug msg`` it logs each request it receives
 and each response, with their bytes, to its standard output (``sim.log``): :meth:`Sim.requests` reads
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import free_port
+
+from support.helpers import free_port
 
 USERNAME = "ipmi-admin"
 PASSWORD = "ipmi-secret-5d2a"  # IPMI v2.0 passwords are at most 20 bytes
@@ -113,7 +114,7 @@ class Sim:
 def start_sim(folder: Path, *, chassis: bool = True, guest: dict | None = None, deadline: float = 20.0) -> Sim:
     """Start ``ipmi_sim`` in ``folder`` (see the module docstring); ``chassis=False`` leaves out the
     ``chassis_control`` program; ``guest`` (``{"argv": [...]}``) makes the machine a QEMU guest
-    (tests/ipmi_chassis.py). Returns once the simulator answers a session on its port (at most
+    (tests/support/ipmi_chassis.py). Returns once the simulator answers a session on its port (at most
     ``deadline`` seconds)."""
     folder.mkdir(parents=True, exist_ok=True)
     state = folder / "machine"
