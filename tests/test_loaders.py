@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import fixed_signer
-from helpers import write_config
+from support.helpers import write_config
+from support.signing import fixed_signer
 
 from bootserver.cli import main
 from bootserver.config import parse_config

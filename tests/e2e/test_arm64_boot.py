@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import free_port
+from support.helpers import free_port
 
 from . import rig
 from .conftest import REAL_IGNITION, _wait_healthy, bootserver_command, in_ci, run_bootserver, stream_metadata
