@@ -105,3 +105,21 @@ async def test_the_server_offers_the_grub_and_the_generic_grub_entry(aiohttp_cli
     assert (await client.get(stub.removeprefix("http://boot.example.net:8080"))).status == 200
     grub = await (await client.get(f"/boot.grub?mac={MAC}")).text()
     assert "echo 'bootserver: node arm-0 is installed, booting from the local disk'\nexit\n" in grub
+
+
+async def test_the_boot_image_of_an_aarch64_node_is_uefi_only_with_the_arm64_grub(reference: Path,
+                                                                                  tmp_path: Path) -> None:
+    from support.helpers import run_cli
+    from test_iso import STATIC
+
+    config = doc(reference)
+    config["nodes"]["arm-0"]["network"] = {**STATIC, "interfaces": [{**STATIC["interfaces"][0],
+                                                                     "mac-address": MAC}]}
+    path = write_config(tmp_path / "bootserver.yaml", config)
+    rc, stdout, err = await run_cli("iso", "arm-0", "--config", str(path), cwd=tmp_path)
+    assert (rc, stdout) == (0, ""), err
+    image = (tmp_path / "arm-0.iso").read_bytes()
+    assert image[0x8001:0x8006] == b"CD001" and b"EL TORITO SPECIFICATION" in image[0x8800:0x9000]
+    assert b"BOOTAA64EFI" in image or b"BOOTAA64.EFI" in image  # the arm64 GRUB in the FAT image
+    assert b"isolinux" not in image and b"ipxe.lkrn" not in image  # no BIOS boot
+    assert b"net_add_addr bootserver $bootnic 192.0.2.10" in image and b"/grub/arm-0?exp=" in image

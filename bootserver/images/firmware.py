@@ -24,16 +24,12 @@ from pathlib import Path
 
 from ..files import write_atomic
 from ..ipxe import grub_path, grub_quote
-from .tools import GRUB_MKSTANDALONE, IsoToolMissing, made_once, need, run
+from .tools import GRUB_ARM64_MODULES, GRUB_MKSTANDALONE, IsoToolMissing, made_once, need, run
 
 log = logging.getLogger(__name__)
 
 #: The file name of the arm64 GRUB, on the server (``/loaders/<name>``) and in a TFTP root.
 ARM64_GRUB = "grubaa64.efi"
-
-#: Debian's arm64 GRUB modules (path, package): an arm64 package, installed on any architecture.
-ARM64_MODULES = ("/usr/lib/grub/arm64-efi",
-                 "grub-efi-arm64-bin:arm64, after `dpkg --add-architecture arm64 && apt-get update`")
 
 #: Debian's x86_64 iPXE builds ``bootserver loaders`` copies beside it (file name -> path, package).
 IPXE_LOADERS = {"ipxe.efi": ("/usr/lib/ipxe/ipxe.efi", "ipxe"),
@@ -76,7 +72,7 @@ def arm64_grub(cache_dir: Path, base_url: str) -> Path:
     naming a missing package, ``BootserverError`` when grub-mkstandalone fails, ``GrubUnsupported`` as
     :func:`embedded_config`, and ``OSError``."""
     config = embedded_config(base_url)
-    mkstandalone, modules = need(GRUB_MKSTANDALONE), need(ARM64_MODULES)
+    mkstandalone, modules = need(GRUB_MKSTANDALONE), need(GRUB_ARM64_MODULES)
     digest = hashlib.sha256((modules / "kernel.img").read_bytes())
     digest.update(config.encode() + b"\0" + " ".join(GRUB_MODULES + PRELOADED).encode())
 

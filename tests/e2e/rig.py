@@ -683,26 +683,33 @@ def find_arm64_tools(host_busybox: str | None) -> Arm64Tools:
                       busybox=_first_existing(str(root / "busybox" / "bin" / "busybox")), host_busybox=host_busybox)
 
 
-def arm64_command(tools: Arm64Tools, tftp_root: str | Path, bootfile: str, vars_file: str | Path,
-                  log_path: str | Path, port: int, mac: str, memory_mb: int = 1024) -> list[str]:
+def arm64_command(tools: Arm64Tools, tftp_root: str | Path | None, bootfile: str | None, vars_file: str | Path,
+                  log_path: str | Path, port: int, mac: str, memory_mb: int = 1024,
+                  cdrom: str | Path | None = None) -> list[str]:
     """Return the QEMU argv of an arm64 machine that network-boots as an arm64 server's firmware does:
     ``qemu-system-aarch64 -M virt`` (TCG, Cortex-A57) with AAVMF in its two flash banks (``vars_file``:
     a copy of the variable store), PL011 serial (``ttyAMA0``) into ``log_path``, a virtio NIC without
     option ROM whose firmware PXE-boots: QEMU's user network answers DHCP with ``bootfile`` and serves
     it from ``tftp_root`` over TFTP, and, as in :func:`qemu_command`, reaches nothing but
-    ``GUEST_HOST:port`` (forwarded to ``127.0.0.1:port``). ``-no-reboot``. Raises :class:`RigError`
-    when a piece is missing."""
+    ``GUEST_HOST:port`` (forwarded to ``127.0.0.1:port``). ``-no-reboot``. With ``cdrom`` (an ISO
+    image, and no ``tftp_root``) the machine boots that CD first (virtio-scsi, ``bootindex=0``), the NIC
+    after it in the boot order (``bootindex=1``), as :func:`image_command` does. Raises
+    :class:`RigError` when a piece is missing."""
     missing = tools.missing()
     if missing:
         raise RigError("missing: " + "; ".join(missing))
-    netdev = (f"user,id=n0,restrict=on,tftp={tftp_root},bootfile={bootfile},"
+    pxe = f"tftp={tftp_root},bootfile={bootfile}," if tftp_root is not None else ""
+    netdev = (f"user,id=n0,restrict=on,{pxe}"
               f"guestfwd=tcp:{GUEST_HOST}:{port}-cmd:{tools.host_busybox} nc 127.0.0.1 {port}")
+    cd = ["-drive", f"file={cdrom},media=cdrom,if=none,id=cd0,readonly=on", "-device", "virtio-scsi-pci,id=scsi0",
+          "-device", "scsi-cd,drive=cd0,bootindex=0"] if cdrom is not None else []
+    nic = f"virtio-net-pci,netdev=n0,mac={mac},romfile=" + (",bootindex=1" if cdrom is not None else "")
     return [tools.qemu or "", "-machine", "virt,accel=tcg", "-cpu", "cortex-a57", "-m", str(memory_mb), "-smp", "1",
             "-nodefaults", "-display", "none", "-no-reboot",
             "-drive", f"if=pflash,format=raw,readonly=on,file={tools.aavmf_code}",
             "-drive", f"if=pflash,format=raw,file={vars_file}",
             "-chardev", f"file,id=s0,path={log_path}", "-serial", "chardev:s0",
-            "-netdev", netdev, "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile="]
+            *cd, "-netdev", netdev, "-device", nic]
 
 
 def grub_kernel_line(config: str) -> list[str]:

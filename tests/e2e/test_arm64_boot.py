@@ -31,6 +31,14 @@ pytestmark = pytest.mark.e2e
 
 BOOT_TIMEOUT = 180.0  # seconds; a healthy boot takes ~30 s under TCG
 NODE, MAC = "arm-0", "52:54:00:e2:e0:a1"
+#: A node with a static network in QEMU's user network: it boots its own image (``bootserver iso``), no DHCP.
+ISO_NODE, ISO_MAC = "arm-iso-0", "52:54:00:e2:e0:a2"
+ISO_NETWORK = {
+    "interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": ISO_MAC,
+                    "ipv4": {"enabled": True, "address": [{"ip": "10.0.2.15", "prefix-length": 24}]}}],
+    "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "10.0.2.2"}]},
+    "dns-resolver": {"config": {"server": ["10.0.2.3"]}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +78,8 @@ def arm64_stack(arm64: rig.Arm64Tools, tmp_path_factory: pytest.TempPathFactory)
             "streams": {"fcos-arm": {"metadata": str(work / "stream.json"), "architectures": ["aarch64"]}},
             "profiles": {"arm-live": {"stream": "fcos-arm", "arch": "aarch64", "mode": "live",
                                       "ignition": "real.ign", "platform_id": "metal", "kargs": ["e2e.arm64=yes"]}},
-            "nodes": {NODE: {"profile": "arm-live", "mac": MAC, "selectable": True}},
+            "nodes": {NODE: {"profile": "arm-live", "mac": MAC, "selectable": True},
+                      ISO_NODE: {"profile": "arm-live", "mac": ISO_MAC, "network": ISO_NETWORK}},
         }, sort_keys=False))
         p = run_bootserver("sync-images", "--config", str(config), timeout=120)
         assert p.returncode == 0, p.stderr
@@ -122,3 +131,29 @@ def test_arm64_guest_boots_through_the_servers_grub_to_its_kernel_with_its_kargs
     nodes = run_bootserver("nodes", "show", NODE, "--config", str(config), timeout=60)
     assert nodes.returncode == 0, nodes.stderr
     assert "script" in nodes.stdout and "rootfs" in nodes.stdout, nodes.stdout
+
+
+def test_arm64_guest_boots_its_uefi_only_image_without_dhcp(arm64: rig.Arm64Tools,
+                                                            arm64_stack: tuple[Path, int, dict],
+                                                            tmp_path: Path) -> None:
+    """``bootserver iso`` of an aarch64 node: a UEFI-only image whose arm64 GRUB sets the node's static
+    address and sources its signed ``/grub/<node>``; the kernel runs with the node's ``ip=`` karg."""
+    config, port, artifacts = arm64_stack
+    image = tmp_path / "arm-iso-0.iso"
+    p = run_bootserver("iso", ISO_NODE, "--output", str(image), "--config", str(config), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "static 10.0.2.15/24 via 10.0.2.2" in p.stderr
+    rendered = run_bootserver("render", "grub", ISO_NODE, "--config", str(config), timeout=60)
+    kernel, *kargs = rig.grub_kernel_line(rendered.stdout)
+    assert arm64.aavmf_vars is not None
+    vars_file = tmp_path / "vars.fd"
+    shutil.copy(arm64.aavmf_vars, vars_file)
+    log = tmp_path / "serial.log"
+    argv = rig.arm64_command(arm64, None, None, vars_file, log, port, ISO_MAC, cdrom=image)
+    result = rig.run_guest(argv, log, "uefi", BOOT_TIMEOUT)
+    assert result.reached_init, f"the guest never ran the initramfs's /init:\n{result.tail(60)}"
+    assert result.done and result.failure is None, f"/init failed: {result.failure}\n{result.tail(60)}"
+    assert result.cmdline == " ".join([f"BOOT_IMAGE={kernel}", *kargs]), (result.cmdline, kargs)
+    assert "ip=10.0.2.15::10.0.2.2:24:arm-iso-0:nic0:none" in kargs and "console=ttyAMA0,115200" in kargs
+    assert result.net == "static 10.0.2.15/24 via 10.0.2.2"
+    assert result.rootfs_sha256 == hashlib.sha256(artifacts["rootfs"]).hexdigest()
