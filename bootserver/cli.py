@@ -272,14 +272,33 @@ def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
-    from .images.network import check_boot_networks
-    from .inventory import check_command_lines
+    from .reload import check_config
 
-    check_local_inputs(config)
-    check_command_lines(config)
-    check_boot_networks(config)
+    check_config(config)  # what a reload checks too
+    included = len(set(config.origins.values()) - {config.source})
     print(f"{config.source}: ok: {len(config.streams)} streams, {len(config.profiles)} profiles, "
-          f"{len(config.nodes)} nodes")
+          f"{len(config.nodes)} nodes" + (f" ({included} included files, include: {', '.join(config.includes)})"
+                                          if config.includes else ""))
+    return 0
+
+
+def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
+    import time
+
+    from .reload import check_config, signal_server, wait_status
+
+    check_config(config)  # an invalid config is refused here, with its file and key; nothing is sent
+    sent = time.time()
+    pid = signal_server(config)
+    status = wait_status(config, sent, timeout=args.timeout)
+    if status is None:
+        print(f"bootserver: sent SIGHUP to bootserver serve (process {pid}); no outcome within {args.timeout:g} s: "
+              "see its log", file=sys.stderr)
+        return 1
+    if status.get("result") != "ok":
+        print(f"bootserver: reload refused, the running config stays: {status.get('message')}", file=sys.stderr)
+        return 2
+    print(f"reloaded {status.get('message')}")
     return 0
 
 
@@ -462,6 +481,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra DNS name or IP address for the certificate (repeatable)")
     t.add_argument("--force", action="store_true", help="replace existing files")
     t.set_defaults(func=_cmd_tls_init)
+    p = sub.add_parser("reload", parents=[common], help="make the running server read its config again",
+                       description="Check the config as check-config does, then signal the bootserver serve of "
+                       "its state_dir (state_dir/serve.pid) to reload it, and wait for the outcome. Same as "
+                       "SIGHUP or `systemctl reload bootserver`.")
+    p.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS",
+                   help="how long to wait for the server's outcome (default 15)")
+    p.set_defaults(func=_cmd_reload)
     p = sub.add_parser("check-config", parents=[common], help="check the config and exit")
     p.set_defaults(func=_cmd_check)
 

@@ -331,7 +331,6 @@ class Node(SettingsModel):
 
 class Document(SettingsModel):
     """The whole YAML document, as written (paths unresolved); :class:`Config` is what the code uses."""
-
     server: ServerConfig = Field(default_factory=ServerConfig)
     cache_dir: str | None = None
     state_dir: str | None = None
@@ -346,6 +345,8 @@ class Document(SettingsModel):
     timeline: Annotated[TimelineSettings, BeforeValidator(null_as_empty)] = Field(
         default_factory=TimelineSettings)
     state_store: StateStoreField = None
+    #: Files or globs whose ``profiles`` and ``nodes`` are merged in (``bootserver.config.loader.read_includes``).
+    include: YamlList[str] = ()
 
 
 
@@ -360,7 +361,8 @@ class Config:
     from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
     ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`), ``timeline``
     (:class:`TimelineSettings`) and ``state_store`` (:class:`StateStoreSettings`, or ``None`` for sqlite
-    in ``state_dir``).
+    in ``state_dir``), ``origins`` (the file each profile and node came from, see
+    :func:`~bootserver.config.loader.read_includes`).
     """
 
     source: str
@@ -378,6 +380,11 @@ class Config:
     timeline: TimelineSettings
     state_store: StateStoreSettings | None
     _mac_index: Mapping[str, str] = field(repr=False, compare=False)
+    #: The ``include:`` patterns of the main file, as written (relative to ``base_dir``).
+    includes: tuple[str, ...] = ()
+    #: Where each ``profiles``/``nodes`` entry was defined: ``"nodes.<name>"`` -> file (only when the
+    #: config has ``include:``; else every entry is from ``source``).
+    origins: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
 
     @classmethod
     def from_document(cls, doc: Document, source: str, base_dir: Path) -> Config:
@@ -400,6 +407,7 @@ class Config:
             timeline=doc.timeline,
             state_store=doc.state_store,
             _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
+            includes=doc.include,
         )
 
     def resolve_path(self, value: str) -> Path:
