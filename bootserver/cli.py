@@ -84,7 +84,7 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
             if args.what == "ipxe":
                 return (await svc.boot_script(node)).encode()
             if args.what == "grub":
-                return (await svc.grub_config(node)).encode()
+                return (await svc.boot_script(node, grub=True)).encode()
             return svc.stub(node, args.ignition_version)
         finally:
             await svc.close()
@@ -154,6 +154,7 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
 
     from .images.netboot import node_image
     from .images.network import boot_network
+    from .images.overlay import NodeImage
     from .network import effective_network
     from .urls import Urls
 
@@ -169,17 +170,32 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
                 await store.close()
 
         device = asyncio.run(record())
-    boot = boot_network(config, node, device)  # bad input fails before the keys are read
+    if config.node_secure_boot(node):
+        from .service import BootService
 
-    ring = asyncio.run(_keyring(config))
-    start = time.monotonic()
-    image = node_image(config, Urls(config, keys=lambda: ring), node, device)
+        svc = BootService(config)
+
+        async def build() -> NodeImage:
+            await svc.start()
+            try:
+                return await svc.node_image(node)
+            finally:
+                await svc.close()
+
+        start = time.monotonic()
+        image = asyncio.run(build())
+        how = f"Secure Boot: the signed shim, GRUB and kernel of stream {config.node_profile(node).stream}"
+    else:
+        how = boot_network(config, node, device).describe()  # bad input fails before the keys are read
+        ring = asyncio.run(_keyring(config))
+        start = time.monotonic()
+        image = node_image(config, Urls(config, keys=lambda: ring), node, device)
     output = Path(args.output or f"{node}.iso")
     try:
         image.write(output)
     except OSError as e:
         raise InputError(f"{output}: cannot write the image: {e.strerror}") from None
-    print(f"bootserver: {node}: wrote {output} ({image.size} bytes, {boot.describe()}, "
+    print(f"bootserver: {node}: wrote {output} ({image.size} bytes, {how}, "
           f"ready in {time.monotonic() - start:.2f} s)", file=sys.stderr)
     return 0
 
@@ -305,7 +321,7 @@ def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
 def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
-    from .inventory import stall_deadlines
+    from .fleet import read_fleet
     from .nodes_view import format_events, format_table
     from .timeline import Record
 
@@ -328,9 +344,7 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
                                                   f"{device.get('id', '-')} {device.get('state', '-')}\n")
                 return head + format_events(await store.events(nodes[0]), await store.node(nodes[0]),
                                             store.keep_events)
-            profiles = {n: node.profile for n, node in config.nodes.items()}
-            states = await store.nodes(list(config.nodes))
-            return format_table(states, time.time(), profiles, stall_deadlines(config, states))
+            return format_table(await read_fleet(config, store), time.time())
         finally:
             await store.close()
 

@@ -4,7 +4,8 @@ Format: the stream metadata JSON published by Fedora CoreOS (``streams/<stream>.
 openshift/installer for RHCOS (``data/data/coreos/rhcos.json``), as parsed by coreos/stream-metadata-go:
 ``{"stream": ..., "metadata": {"last-modified": ...}, "architectures": {<arch>: {"artifacts":
 {"metal": {"release": ..., "formats": {"pxe": {"kernel"|"initramfs"|"rootfs": {"location", "sha256",
-"signature"?}}}}}}}}``. RHCOS files carry no ``signature``; FCOS files do. The pre-4.6 RHCOS format
+"signature"?}}, "iso": {"disk": {...}}?}}}}}}``; the live ISO is optional. RHCOS files carry no
+``signature``; FCOS files do. The pre-4.6 RHCOS format
 (``baseURI``/``buildid``/``images``) is refused.
 
 Artifact URLs always come from the metadata, never from a file-name pattern (FCOS renamed
@@ -61,6 +62,9 @@ class Release:
     kernel: Artifact
     initramfs: Artifact
     rootfs: Artifact
+    #: The release's live ISO (``metal.formats.iso.disk``, kind ``iso``), where the vendor's signed boot
+    #: loaders are (a Secure Boot image is made of them); ``None`` when the stream offers none.
+    live_iso: Artifact | None = None
 
     @property
     def artifacts(self) -> tuple[Artifact, Artifact, Artifact]:
@@ -139,8 +143,15 @@ def parse_stream(data: bytes | str, *, name: str, source: str, architectures: tu
             raise MetadataError(source, f"{base}.artifacts.metal.formats.pxe", "missing")
         ppath = f"{base}.artifacts.metal.formats.pxe"
         kernel, initramfs, rootfs = (_artifact(k, pxe.get(k), source, f"{ppath}.{k}") for k in ARTIFACT_KINDS)
+        iso = formats.get("iso") if isinstance(formats, dict) else None
+        live_iso = None
+        if iso is not None:
+            ipath = f"{base}.artifacts.metal.formats.iso"
+            if not isinstance(iso, dict):
+                raise MetadataError(source, ipath, "not an object")
+            live_iso = _artifact("iso", iso.get("disk"), source, f"{ipath}.disk")
         releases[arch] = Release(stream=name, arch=arch, version=version,
-                                 kernel=kernel, initramfs=initramfs, rootfs=rootfs)
+                                 kernel=kernel, initramfs=initramfs, rootfs=rootfs, live_iso=live_iso)
     return StreamMetadata(
         name=name,
         upstream_name=str(doc.get("stream", "")),

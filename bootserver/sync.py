@@ -1,4 +1,5 @@
-"""``bootserver sync-images``: mirror every profile's live PXE artifacts into the cache.
+"""``bootserver sync-images``: mirror every profile's live PXE artifacts into the cache (and the live ISO
+of a release that ``secure_boot`` nodes boot: their image is made of its signed loaders).
 
 Which releases: the current release of each stream a profile uses, for that profile's architecture
 (optionally only one stream, or only the profiles of nodes in one facility). Each artifact is streamed
@@ -99,12 +100,17 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
     tty = out.isatty()
     try:
         items: list[SyncItem] = []
+        # a secure_boot node's image is made of its release's live ISO (bootserver.images.secureboot)
+        secure = {(config.node_profile(n).stream, config.node_profile(n).arch) for n in config.nodes
+                  if config.node_secure_boot(n)}
         for s in sorted({s for s, _ in targets}):
             meta = await svc.catalog.refresh(s)
             for st, arch in targets:
                 if st == s:
                     rel = meta.releases[arch]
                     items.extend(SyncItem(rel, a) for a in rel.artifacts)
+                    if (st, arch) in secure and rel.live_iso is not None:
+                        items.append(SyncItem(rel, rel.live_iso))
         sem = asyncio.Semaphore(PARALLEL_DOWNLOADS)
 
         async def one(item: SyncItem, position: int) -> bool:

@@ -80,7 +80,7 @@ ARTIFACT = Route("artifact", "/artifacts/{stream}/{arch}/{release}/{file}", time
 HEALTHZ = Route("healthz", "/healthz", capped=False, listeners=(DEVICE, ADMIN))
 READYZ = Route("readyz", "/readyz", listeners=(DEVICE, ADMIN))
 NODES = Route("nodes", "/nodes", listeners=(ADMIN,))
-NODE = Route("node", "/nodes/{node}", listeners=(ADMIN,))
+NODE_REPORT = Route("node", "/nodes/{node}", listeners=(ADMIN,))
 METRICS = Route("metrics", "/metrics", listeners=(ADMIN,))
 #: The live page (:mod:`bootserver.http.page`): the fleet, a node, the cache, the live updates (a
 #: long-lived stream: neither timed nor counted in the cap, bounded by the page itself), its static files.
@@ -92,7 +92,7 @@ PAGE_STATIC = Route("page_static", "/ui/static/{file}", listeners=(ADMIN,))
 
 #: Every route of the server, in routing order.
 ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, GENERIC_GRUB, STUB, REAL_CONFIG, CHECKIN, GRUB, ISO, LOADER_ARM64,
-                             ARTIFACT, HEALTHZ, READYZ, NODES, NODE, METRICS, FLEET, PAGE_NODE, PAGE_CACHE,
+                             ARTIFACT, HEALTHZ, READYZ, NODES, NODE_REPORT, METRICS, FLEET, PAGE_NODE, PAGE_CACHE,
                              PAGE_EVENTS, PAGE_STATIC)
 
 
@@ -150,12 +150,15 @@ class Urls:
         """The ``#!ipxe`` userdata that chains to the node's script (for ``userdata`` instead of a URL)."""
         return f"#!ipxe\nchain --autofree {self.chain(node, ttl)}\n"
 
-    def stub(self, node: str) -> str:
-        """The node's signed merge-style Ignition stub URL (valid ``server.signing.install_ttl``).
+    def stub(self, node: str, ttl: int | None = None) -> str:
+        """The node's signed merge-style Ignition stub URL, valid ``ttl`` seconds (default
+        ``server.signing.install_ttl``; a Secure Boot image, which carries it in its kernel arguments,
+        asks for ``chain_ttl``, as long as the image lives).
 
         Always on the plain base URL: the stub carries the CA that makes our HTTPS trusted.
         """
-        return self._signed(self.base, node, STUB.path(node=node), self.config.server.signing.install_ttl)
+        ttl = self.config.server.signing.install_ttl if ttl is None else ttl
+        return self._signed(self.base, node, STUB.path(node=node), ttl)
 
     def real_config(self, node: str) -> str:
         """The node's signed real Ignition config URL, which the stub merges (https when TLS is set)."""

@@ -264,6 +264,9 @@ class Profile(SettingsModel):
     checkin: bool = True
     #: ``dhcp``, ``provider`` or an NMState document: the default of the profile's nodes (bootserver.network).
     network: NetworkSetting | None = None
+    #: The node's boot image (``bootserver iso``, ``/iso/<node>.iso``) boots the release's own signed
+    #: chain (shim, GRUB, kernel from its live ISO) so UEFI Secure Boot accepts it (bootserver.images.secureboot).
+    secure_boot: bool = False
 
     @property
     def boots_once(self) -> bool:
@@ -308,6 +311,8 @@ class Node(SettingsModel):
     default: bool = False
     #: ``dhcp``, ``provider`` or an NMState document (bootserver.network); default the profile's.
     network: NetworkSetting | None = None
+    #: Whether the node's boot image is the Secure Boot one; default the profile's ``secure_boot``.
+    secure_boot: bool | None = None
 
     @field_validator("mac", mode="before")
     @classmethod
@@ -484,6 +489,12 @@ class Config:
         """The profile settings of configured node ``node``: the one node -> profile lookup. Raises
         ``KeyError`` for an unknown node."""
         return self.profiles[self.nodes[node].profile]
+
+    def node_secure_boot(self, node: str) -> bool:
+        """Whether node ``node``'s boot image is the Secure Boot one (its ``secure_boot``, else its
+        profile's). Raises ``KeyError`` for an unknown node."""
+        spec = self.nodes[node].secure_boot
+        return self.node_profile(node).secure_boot if spec is None else spec
 
     def node_hostname(self, node: str) -> str:
         """The node's hostname, written to its ``/etc/hostname`` and used as the Equinix device hostname:

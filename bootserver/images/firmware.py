@@ -8,7 +8,7 @@ make one EFI binary with ``efinet`` and ``http`` built in (shared/DESIGN.md, "ar
 config (:func:`embedded_config`) is the same for every node: it takes the address the firmware's DHCP
 gave (``net_bootp`` when GRUB has none), then ``source``\\ s ``/boot.grub?mac=$net_default_mac`` from
 the server, the GRUB form of the generic entry: the node whose MAC GRUB booted from, its kernel,
-initramfs and kernel arguments (:func:`bootserver.ipxe.render_grub_config`), with the same boot-once
+initramfs and kernel arguments (:func:`bootserver.grub.render_grub_config`), with the same boot-once
 rule and timeline events as an iPXE boot. Nothing is compiled and nothing committed: the binary is built
 once per GRUB package and server base URL, and cached (:func:`arm64_grub`).
 
@@ -23,7 +23,7 @@ import logging
 from pathlib import Path
 
 from ..files import write_atomic
-from ..ipxe import grub_path, grub_quote
+from ..grub import grub_path, grub_quote
 from .tools import GRUB_ARM64_MODULES, GRUB_MKSTANDALONE, IsoToolMissing, made_once, need, run
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def embedded_config(base_url: str) -> str:
     ``http``; DHCP only when the firmware handed GRUB no address (``$net_default_mac`` unset); then
     ``source`` the server's ``/boot.grub?mac=<the MAC GRUB booted from>``; when that fails, a line on
     the console and ``exit`` to the firmware's next boot option. Raises
-    :class:`~bootserver.ipxe.GrubUnsupported` when ``base_url`` is not plain http (GRUB's ``http``
+    :class:`~bootserver.grub.GrubUnsupported` when ``base_url`` is not plain http (GRUB's ``http``
     module has no TLS) and :class:`~bootserver.ipxe.UnsafeValueError` for one GRUB would not read
     literally."""
     entry = grub_quote(grub_path(f"{base_url}/boot.grub") + "?mac=")

@@ -10,7 +10,7 @@ The loaders are Debian's (:mod:`.loaders`): **BIOS**: ISOLINUX boots ``ipxe.lkrn
 commands on the ``APPEND`` line of the node's ``/node/isolinux.cfg``, which iPXE runs as a script
 (:func:`ipxe_commands`); **UEFI**: a standalone GRUB reads the node's ``/node/grub.cfg``
 (:func:`grub_cfg`): the static address, then the node's signed GRUB config (``GET /grub/<node>``,
-:func:`bootserver.ipxe.render_grub_config`). ``xorriso -as mkisofs`` writes both El Torito entries,
+:func:`bootserver.grub.render_grub_config`). ``xorriso -as mkisofs`` writes both El Torito entries,
 hybrid (an MBR from ``isohdpfx.bin``, a GPT for the EFI image) so it also boots written to a stick.
 
 Cached (docs/design.md, "Boot images"): the loaders in ``<cache_dir>/iso/loaders-<digest>``, the base
@@ -24,18 +24,18 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from ..files import write_atomic
-from ..ipxe import check_script_word, grub_path, grub_quote
+from ..grub import grub_path, grub_quote
+from ..ipxe import check_script_word
 from ..urls import Urls
 from .base import REGION_DIR, UEFI_BOOT, BaseImage, base_image
 from .loaders import netboot_arm64_loaders, netboot_loaders
 from .network import BootNetwork, boot_network
-from .overlay import NodeImage
+from .overlay import NodeImage, cached_region
 
 #: How many NICs the image's iPXE looks through for the boot interface's MAC (``net0`` .. ``net7``).
 MAX_NICS = 8
@@ -83,8 +83,8 @@ def grub_cfg(boot: BootNetwork, url: str) -> str:
     on each card sets ``$net_probe_mac``; default ``efinet0``), then either give it the static address,
     the route to its subnet, the default route and DNS (``net_add_addr``, ``net_add_route``,
     ``net_add_dns``: no DHCP) or run ``net_bootp`` on it (:attr:`BootNetwork.dhcp`), then ``source``
-    ``url`` (the node's signed GRUB config, :func:`~bootserver.ipxe.grub_path`); when that fails, ``exit``
-    to the next boot device. Raises :class:`~bootserver.ipxe.GrubUnsupported` for a URL that is not
+    ``url`` (the node's signed GRUB config, :func:`~bootserver.grub.grub_path`); when that fails, ``exit``
+    to the next boot device. Raises :class:`~bootserver.grub.GrubUnsupported` for a URL that is not
     plain http and :class:`~bootserver.ipxe.UnsafeValueError` for one GRUB would not read literally.
     """
     source = grub_quote(grub_path(url))
@@ -172,7 +172,7 @@ def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] 
 
     ``device``: the node's device record (for ``network: provider``). Raises as
     :func:`~.network.boot_network` and :func:`netboot_base`, :class:`~.base.RegionTooSmall`, and
-    :class:`~bootserver.ipxe.GrubUnsupported` / :class:`~bootserver.ipxe.UnsafeValueError` for URLs
+    :class:`~bootserver.grub.GrubUnsupported` / :class:`~bootserver.ipxe.UnsafeValueError` for URLs
     GRUB or iPXE cannot read.
     """
     boot = boot_network(config, node, device)
@@ -188,26 +188,3 @@ def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] 
                                   base.name)).encode()).hexdigest()[:16]
     return cached_region(config, urls, node, base, digest, exp,
                          lambda: {NODE_ISOLINUX: isolinux_cfg(boot, chain), NODE_GRUB: grub_cfg(boot, grub)})
-
-
-def cached_region(config: Config, urls: Urls, node: str, base: BaseImage, digest: str, exp: int,
-                  texts: Callable[[], Mapping[str, str]]) -> NodeImage:
-    """The node's image over ``base`` from its cached region ``<node>-<digest>-<exp>.region`` in
-    ``<cache_dir>/iso/nodes`` while one is valid for half of ``chain_ttl`` more, else from a new one
-    made of ``texts()`` (a mapping of the base's region files to their texts), which replaces the
-    node's older regions. Raises as :meth:`~.base.BaseImage.region` and ``OSError``."""
-    folder = config.cache_dir / "iso" / "nodes"
-    later = urls.signer.now() + config.server.signing.chain_ttl / 2
-    for have in sorted(folder.glob(f"{node}-{digest}-*.region"), reverse=True):
-        stamp = have.stem.rsplit("-", 1)[1]
-        if stamp.isdigit() and int(stamp) > later:
-            region = have.read_bytes()
-            if len(region) == base.region_size:
-                return NodeImage(node, base, region)
-    region = base.region(texts(), node)
-    path = folder / f"{node}-{digest}-{exp}.region"
-    write_atomic(path, region)
-    for old in folder.glob(f"{node}-*.region"):
-        if old != path and old.stem.count("-") == node.count("-") + 2:
-            old.unlink(missing_ok=True)
-    return NodeImage(node, base, region)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import ConfigError, InputError
-from ..ipxe import GrubUnsupported, grub_path
+from ..grub import GrubUnsupported, grub_path
 from ..network import effective_network, node_network
 from ..nmstate import Interface, NetworkConfigError, NetworkState, check_network
 from ..providers.interface import boots_virtual_media
@@ -148,8 +148,10 @@ def check_boot_networks(config: Config) -> None:
     :class:`~bootserver.errors.ConfigError` naming the config file, node and key. What only the image
     cannot do (IPv6 only, a VLAN; :class:`IsoError`; a base URL GRUB cannot fetch, https or IPv6) fails
     only for the nodes that ``provision`` boots from their image (:func:`boots_virtual_media`), and for
-    every node in ``bootserver iso``."""
+    every node in ``bootserver iso``. ``secure_boot`` nodes are left out: their image sets no network."""
     for node in config.nodes:
+        if config.node_secure_boot(node):
+            continue  # its image is the vendor's GRUB and kernel with kargs, nothing of the netboot image
         if boots_virtual_media(config, node) and effective_network(config, node) != "provider":
             boot_network(config, node)
             facility = config.nodes[node].facility

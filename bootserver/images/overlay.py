@@ -7,11 +7,13 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..files import fsync_dir
+from ..config import Config
+from ..files import fsync_dir, write_atomic
+from ..urls import Urls
 from .base import BaseImage
 
 #: Bytes read from the base at a time when an image is copied.
@@ -93,3 +95,26 @@ class NodeImage:
             Path(tmp).unlink(missing_ok=True)
             raise
         fsync_dir(path.parent)
+
+
+def cached_region(config: Config, urls: Urls, node: str, base: BaseImage, digest: str, exp: int,
+                  texts: Callable[[], Mapping[str, str]]) -> NodeImage:
+    """The node's image over ``base`` from its cached region ``<node>-<digest>-<exp>.region`` in
+    ``<cache_dir>/iso/nodes`` while one is valid for half of ``chain_ttl`` more, else from a new one
+    made of ``texts()`` (a mapping of the base's region files to their texts), which replaces the
+    node's older regions. Raises as :meth:`~.base.BaseImage.region` and ``OSError``."""
+    folder = config.cache_dir / "iso" / "nodes"
+    later = urls.signer.now() + config.server.signing.chain_ttl / 2
+    for have in sorted(folder.glob(f"{node}-{digest}-*.region"), reverse=True):
+        stamp = have.stem.rsplit("-", 1)[1]
+        if stamp.isdigit() and int(stamp) > later:
+            region = have.read_bytes()
+            if len(region) == base.region_size:
+                return NodeImage(node, base, region)
+    region = base.region(texts(), node)
+    path = folder / f"{node}-{digest}-{exp}.region"
+    write_atomic(path, region)
+    for old in folder.glob(f"{node}-*.region"):
+        if old != path and old.stem.count("-") == node.count("-") + 2:
+            old.unlink(missing_ok=True)
+    return NodeImage(node, base, region)

@@ -464,15 +464,17 @@ def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, tim
     return run_guest(argv, log_path, firmware, timeout)
 
 
-def run_guest(argv: list[str], log_path: Path, firmware: str, timeout: float) -> BootResult:
+def run_guest(argv: list[str], log_path: Path, firmware: str, timeout: float,
+              stop_at: tuple[str, ...] = ()) -> BootResult:
     """Run the QEMU ``argv`` (which logs the serial ports to ``log_path``, and under UEFI the second one
     to :func:`second_serial_log`) until ``/init`` prints its done marker, the firmware gives up, the
-    kernel panics, QEMU exits, or ``timeout`` seconds pass; QEMU is always killed and reaped before
-    returning. Returns the parsed serial log."""
+    kernel panics, a line of ``stop_at`` shows up (e.g. a loader's refusal, after which it waits for a
+    key), QEMU exits, or ``timeout`` seconds pass; QEMU is always killed and reaped before returning.
+    Returns the parsed serial log."""
     logs = [log_path] + ([second_serial_log(log_path)] if firmware == "uefi" else [])
     for p in logs:
         p.write_bytes(b"")
-    gave_up = tuple(m.encode() for m in (*FIRMWARE_GAVE_UP[firmware], MARK_KERNEL_PANIC))
+    gave_up = tuple(m.encode() for m in (*FIRMWARE_GAVE_UP[firmware], MARK_KERNEL_PANIC, *stop_at))
     start = time.monotonic()
     deadline = start + timeout
     timed_out = False
