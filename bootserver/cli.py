@@ -89,7 +89,7 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
             if args.what == "ipxe":
                 return (await svc.boot_script(node)).encode()
             if args.what == "grub":
-                return (await svc.grub_config(node)).encode()
+                return (await svc.boot_script(node, grub=True)).encode()
             return svc.stub(node, args.ignition_version)
         finally:
             await svc.close()
@@ -202,6 +202,17 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
         raise InputError(f"{output}: cannot write the image: {e.strerror}") from None
     print(f"bootserver: {node}: wrote {output} ({image.size} bytes, {how}, "
           f"ready in {time.monotonic() - start:.2f} s)", file=sys.stderr)
+    return 0
+
+
+def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
+    from pathlib import Path
+
+    from .images.firmware import write_loaders
+
+    arm64 = any(profile.arch == "aarch64" for profile in config.profiles.values())
+    for path in write_loaders(Path(args.dir), config.cache_dir, config.server.effective_base_url, need_arm64=arm64):
+        print(path)
     return 0
 
 
@@ -318,7 +329,7 @@ def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
 def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
-    from .inventory import stall_deadlines
+    from .fleet import read_fleet
     from .nodes_view import format_events, format_table
     from .timeline import Record
 
@@ -341,9 +352,7 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
                                                   f"{device.get('id', '-')} {device.get('state', '-')}\n")
                 return head + format_events(await store.events(nodes[0]), await store.node(nodes[0]),
                                             store.keep_events)
-            profiles = {n: node.profile for n, node in config.nodes.items()}
-            states = await store.nodes(list(config.nodes))
-            return format_table(states, time.time(), profiles, stall_deadlines(config, states))
+            return format_table(await read_fleet(config, store), time.time())
         finally:
             await store.close()
 
@@ -481,6 +490,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("node")
     p.add_argument("--output", "-o", metavar="FILE", help="where to write the image (default NODE.iso)")
     p.set_defaults(func=_cmd_iso)
+    p = sub.add_parser("loaders", parents=[common], help="write the boot loaders of a TFTP root into a folder",
+                       description="Write into DIR what a DHCP server's TFTP root hands machines' firmware: the "
+                       "standalone arm64 GRUB (grubaa64.efi, client architecture 11), which sources this "
+                       "server's /boot.grub?mac=..., and Debian's iPXE for x86_64 (ipxe.efi, undionly.kpxe). "
+                       "One path per line on stdout.")
+    p.add_argument("dir", metavar="DIR")
+    p.set_defaults(func=_cmd_loaders)
     p = sub.add_parser("keys", help="manage the URL signing keys in state_dir")
     ksub = p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     k = ksub.add_parser("rotate", parents=[common], help="make a new signing key; the old one stays "

@@ -41,7 +41,7 @@ from ..metrics import Metrics
 from ..service import BootService
 from ..signing import Signer
 from ..state import StateStore
-from ..urls import ADMIN, DEVICE, GENERIC, ROUTES, Route
+from ..urls import ADMIN, DEVICE, GENERIC, GENERIC_GRUB, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
 from .fileanswer import UNSATISFIABLE, FileAnswer, byte_range
@@ -92,7 +92,7 @@ class Running:
     def swap(self, config: Config) -> Loaded:
         """Serve ``config`` (loaded and checked, its restart-only keys the running ones) from now on."""
         svc = self.current.svc.reloaded(config)
-        loaded = Loaded(svc, Gate(config, svc.urls.signer.check), time.time())
+        loaded = Loaded(svc, Gate(config, svc.check_signature), time.time())
         self.page.use(svc, loaded.at)
         self.current = loaded
         return loaded
@@ -205,7 +205,7 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler) -> Ha
                         log.warning("%s %s: 403 %s", request.method, request.rel_url.raw_path, reason)
                         return forbidden()
                 request[NODE] = find_node(svc.config, name=name)
-            elif spec is GENERIC:
+            elif spec is GENERIC or spec is GENERIC_GRUB:
                 q = request.query
                 request[NODE] = select_node(svc.config, gate.address(request), mac=q.get("mac"),
                                             uuid=q.get("uuid"), hostname=q.get("hostname"))
@@ -253,8 +253,9 @@ async def ipxe_script(request: web.Request) -> web.Response:
 
 
 async def grub_config(request: web.Request) -> web.Response:
-    """``GET /grub/{node}``: the GRUB form of the node's script, which its boot image's UEFI boot sources."""
-    script = await _service(request).serve_grub_config(request[NODE], _client(request))
+    """``GET /grub/{node}`` and ``GET /boot.grub?mac=|uuid=|hostname=``: the GRUB form of the node's
+    script, which its boot image's UEFI boot and the arm64 GRUB source."""
+    script = await _service(request).serve_script(request[NODE], _client(request), grub=True)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -340,6 +341,13 @@ async def _send_pieces(request: web.Request, resp: web.StreamResponse, fd: int,
                 offset += len(data)
 
 
+async def arm64_grub(request: web.Request) -> web.StreamResponse:
+    """``GET``/``HEAD /loaders/grubaa64.efi``: the standalone arm64 GRUB (built on first use), which an arm64
+    UEFI machine's firmware loads (UEFI HTTP boot; over TFTP, ``bootserver loaders DIR`` writes it)."""
+    path = await _service(request).arm64_grub()
+    return web.FileResponse(path, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
+
+
 async def ignition_stub(request: web.Request) -> web.Response:
     """``GET /ignition/{node}``: the node's merge-style stub, in the spec version negotiated with the
     ``Accept`` header (406 when none fits); ``Vary: Accept`` either way."""
@@ -367,7 +375,7 @@ async def ignition_config(request: web.Request) -> web.Response:
 async def checkin(request: web.Request) -> web.Response:
     """``POST /checkin/{node}``: the node's booted system is on the network (its stub's check-in unit);
     records ``checkin`` (stage ``up``) with the client address. Nothing is read from the body."""
-    stage = await _service(request).serve_checkin(request[NODE], _client(request))
+    stage = await _service(request).record(request[NODE], "checkin", ip=_client(request))
     return _text(200, f"{request[NODE]}: {stage}")
 
 
@@ -488,14 +496,7 @@ async def readyz(request: web.Request) -> web.Response:
     """``GET /readyz``: every referenced artifact as cached, fetching or missing (:meth:`BootService.readiness`),
     and whether the state store answers (``state_store``: ``{"backend": "sqlite"|"postgresql", "ready":
     bool}``; why not goes to the log) (JSON); 200 when both are ready."""
-    svc = _service(request)
-    ready, report = svc.readiness()
-    problem = await svc.state.ready()
-    if problem is not None:
-        log.warning("readyz: %s", problem)
-    report = {**report, "state_store": {"backend": svc.state.backend, "ready": problem is None}}
-    ready = ready and problem is None
-    report["ready"] = ready
+    ready, report = await _service(request).readiness()
     return web.json_response(report, status=200 if ready else 503)
 
 
@@ -505,15 +506,16 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def _start_service(app: web.Application) -> None:
-    svc = app[RUNNING].current.svc
-    await svc.start()
-    svc.start_stall_watch()
+    await app[RUNNING].current.svc.start(watch_stalls=True)
 
 
 async def nodes(request: web.Request) -> web.Response:
     """``GET /nodes`` (admin): every configured node (and any other with events): stage, since when,
     last event (JSON)."""
-    return web.json_response({"now": time.time(), "nodes": await _service(request).nodes()})
+    fleet = await _service(request).fleet()
+    now = time.time()
+    return web.json_response({"now": now, "nodes": [{**seen.state.as_dict(now), "profile": seen.profile}
+                                                    for seen in fleet]})
 
 
 async def node_report(request: web.Request) -> web.Response:
@@ -527,16 +529,14 @@ async def node_report(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     """``GET /metrics`` (admin): Prometheus text exposition format."""
-    await _service(request).drain()
-    await _service(request).stall_watch.read_stages()
-    body = await asyncio.to_thread(request.app[accesslog.METRICS].render)
+    body = await _service(request).scrape()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
 #: The handler of each route of :data:`bootserver.urls.ROUTES`, by route name.
 HANDLERS: dict[str, Handler] = {
-    "chain": ipxe_script, "generic": ipxe_script, "stub": ignition_stub,
-    "real_config": ignition_config, "grub": grub_config, "iso": boot_image,
+    "chain": ipxe_script, "generic": ipxe_script, "stub": ignition_stub, "real_config": ignition_config,
+    "grub": grub_config, "generic_grub": grub_config, "iso": boot_image, "loader_arm64": arm64_grub,
     "checkin": checkin,
     "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,
     "metrics": metrics, **page.HANDLERS,
@@ -617,13 +617,12 @@ def create_app(config: Config, signer: Signer | None = None, state: StateStore |
     ``signer`` signs and verifies per-node URLs (default: the keys of the state store, wall clock);
     ``state`` is the state store (default: the one ``config`` selects, see :class:`BootService`).
     """
-    svc = BootService(config, signer, state=state)
-    metrics = Metrics(svc.stall_watch.node_stages)
-    svc.artifacts.observer = metrics
-    svc.boot_observer = metrics.boot_done
+    svc = BootService(config, signer, state=state, measured=True)
+    metrics = svc.metrics
+    assert metrics is not None
     limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
     live = page.Page(svc)
-    running = Running(Loaded(svc, Gate(config, svc.urls.signer.check), live.loaded_at), metrics, live)
+    running = Running(Loaded(svc, Gate(config, svc.check_signature), live.loaded_at), metrics, live)
     app = _app(svc, running, metrics, DEVICE, limits)
     app.on_startup.append(_start_service)
     app.on_cleanup.append(_close_service)

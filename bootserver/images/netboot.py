@@ -10,7 +10,7 @@ The loaders are Debian's (:mod:`.loaders`): **BIOS**: ISOLINUX boots ``ipxe.lkrn
 commands on the ``APPEND`` line of the node's ``/node/isolinux.cfg``, which iPXE runs as a script
 (:func:`ipxe_commands`); **UEFI**: a standalone GRUB reads the node's ``/node/grub.cfg``
 (:func:`grub_cfg`): the static address, then the node's signed GRUB config (``GET /grub/<node>``,
-:func:`bootserver.ipxe.render_grub_config`). ``xorriso -as mkisofs`` writes both El Torito entries,
+:func:`bootserver.grub.render_grub_config`). ``xorriso -as mkisofs`` writes both El Torito entries,
 hybrid (an MBR from ``isohdpfx.bin``, a GPT for the EFI image) so it also boots written to a stick.
 
 Cached (docs/design.md, "Boot images"): the loaders in ``<cache_dir>/iso/loaders-<digest>``, the base
@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from ..ipxe import check_script_word, grub_path, grub_quote
+from ..grub import grub_path, grub_quote
+from ..ipxe import check_script_word
 from ..urls import Urls
-from .base import REGION_DIR, BaseImage, base_image
-from .loaders import netboot_loaders
+from .base import REGION_DIR, UEFI_BOOT, BaseImage, base_image
+from .loaders import netboot_arm64_loaders, netboot_loaders
 from .network import BootNetwork, boot_network
 from .overlay import NodeImage, cached_region
 
@@ -82,8 +83,8 @@ def grub_cfg(boot: BootNetwork, url: str) -> str:
     on each card sets ``$net_probe_mac``; default ``efinet0``), then either give it the static address,
     the route to its subnet, the default route and DNS (``net_add_addr``, ``net_add_route``,
     ``net_add_dns``: no DHCP) or run ``net_bootp`` on it (:attr:`BootNetwork.dhcp`), then ``source``
-    ``url`` (the node's signed GRUB config, :func:`~bootserver.ipxe.grub_path`); when that fails, ``exit``
-    to the next boot device. Raises :class:`~bootserver.ipxe.GrubUnsupported` for a URL that is not
+    ``url`` (the node's signed GRUB config, :func:`~bootserver.grub.grub_path`); when that fails, ``exit``
+    to the next boot device. Raises :class:`~bootserver.grub.GrubUnsupported` for a URL that is not
     plain http and :class:`~bootserver.ipxe.UnsafeValueError` for one GRUB would not read literally.
     """
     source = grub_quote(grub_path(url))
@@ -141,10 +142,26 @@ def netboot_base(cache_dir: Path) -> BaseImage:
                       (NODE_ISOLINUX, NODE_GRUB), "efiboot.img", "BOOTSERVER")
 
 
+def netboot_arm64_base(cache_dir: Path) -> BaseImage:
+    """The aarch64 netboot base image, UEFI only: ``efiboot.img`` with the arm64 GRUB
+    (:func:`~.loaders.netboot_arm64_loaders`) and the region's GRUB placeholder, in
+    ``<cache_dir>/iso/netboot-arm64-<digest>``. Raises as :func:`~.base.base_image`."""
+    loaders = netboot_arm64_loaders(cache_dir)
+    digest = hashlib.sha256(repr((loaders.name, NODE_GRUB)).encode())
+
+    def populate(tree: Path) -> None:
+        os.link(loaders / "efiboot.img", tree / "efiboot.img")
+
+    return base_image(cache_dir / "iso", f"netboot-arm64-{digest.hexdigest()[:16]}", populate, (NODE_GRUB,),
+                      "efiboot.img", "BOOTSERVER", UEFI_BOOT)
+
+
 def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] | None = None) -> NodeImage:
     """Node ``node``'s netboot image: the base (:func:`netboot_base`) with the node's region, whose
     ``isolinux.cfg`` (:func:`isolinux_cfg`) and ``grub.cfg`` (:func:`grub_cfg`) bring up the node's
-    boot network (:func:`~.network.boot_network`) and chain its signed chain URL or GRUB config.
+    boot network (:func:`~.network.boot_network`) and chain its signed chain URL or GRUB config. A node
+    whose profile is aarch64 gets the UEFI-only image (:func:`netboot_arm64_base`): its region is the
+    ``grub.cfg`` alone, read by the arm64 GRUB, which sources the node's ``/grub/<node>``.
 
     The region is kept as ``<cache_dir>/iso/nodes/<node>-<digest>-<exp>.region``, where ``<digest>``
     covers every input but the URLs' expiry (the boot network, the chain and GRUB URLs' base and path,
@@ -155,12 +172,17 @@ def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] 
 
     ``device``: the node's device record (for ``network: provider``). Raises as
     :func:`~.network.boot_network` and :func:`netboot_base`, :class:`~.base.RegionTooSmall`, and
-    :class:`~bootserver.ipxe.GrubUnsupported` / :class:`~bootserver.ipxe.UnsafeValueError` for URLs
+    :class:`~bootserver.grub.GrubUnsupported` / :class:`~bootserver.ipxe.UnsafeValueError` for URLs
     GRUB or iPXE cannot read.
     """
     boot = boot_network(config, node, device)
     chain, grub = urls.chain(node), urls.grub(node)
     exp, key = urls.signer.state(config.server.signing.chain_ttl)
+    if config.node_profile(node).arch == "aarch64":  # UEFI only, through the arm64 GRUB
+        base = netboot_arm64_base(config.cache_dir)
+        digest = hashlib.sha256(repr((boot, grub.split("?")[0], hashlib.sha256(key).hexdigest(),
+                                      base.name)).encode()).hexdigest()[:16]
+        return cached_region(config, urls, node, base, digest, exp, lambda: {NODE_GRUB: grub_cfg(boot, grub)})
     base = netboot_base(config.cache_dir)
     digest = hashlib.sha256(repr((boot, chain.split("?")[0], grub.split("?")[0], hashlib.sha256(key).hexdigest(),
                                   base.name)).encode()).hexdigest()[:16]

@@ -21,6 +21,9 @@ IPXE_LKRN = ("/usr/lib/ipxe/ipxe.lkrn", "ipxe")
 XORRISO = ("xorriso", "xorriso")
 GRUB_MKSTANDALONE = ("grub-mkstandalone", "grub-common")
 GRUB_EFI_MODULES = ("/usr/lib/grub/x86_64-efi", "grub-efi-amd64-bin")
+#: Debian's arm64 GRUB modules: an arm64 package, installed on any architecture (``Multi-Arch: foreign``).
+GRUB_ARM64_MODULES = ("/usr/lib/grub/arm64-efi",
+                      "grub-efi-arm64-bin:arm64, after `dpkg --add-architecture arm64 && apt-get update`")
 MFORMAT, MMD, MCOPY, MDIR = ("mformat", "mtools"), ("mmd", "mtools"), ("mcopy", "mtools"), ("mdir", "mtools")
 
 #: Seconds one tool run may take before the build is abandoned.
