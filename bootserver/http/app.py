@@ -212,8 +212,8 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler) -> Ha
                     request[NODE] = select_node(svc.config, gate.address(request), mac=q.get("mac"),
                                                 uuid=q.get("uuid"), hostname=q.get("hostname"))
                 except UnknownNodeError:
-                    if not svc.config.server.discovery.enabled:
-                        raise
+                    if spec is not GENERIC or not svc.config.server.discovery.enabled:
+                        raise  # discovery speaks iPXE: the GRUB entry answers 404 as before
                     # the same answer whether no node matches or one may not be handed out here
                     return web.Response(text=svc.discovery_script(q.get("mac")), content_type="text/plain")
             return await handler(request)
