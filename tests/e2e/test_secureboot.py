@@ -168,12 +168,18 @@ def sb_stack(tools: rig.Tools, guest_initramfs: Path, tmp_path_factory: pytest.T
                 proc.wait(timeout=10)
 
 
+#: Each node's kargs as its iPXE script carries them, read before any boot (a boot that fetches the stub
+#: makes the node ``installing``, and boot-once then answers its script with "boot the local disk").
+SCRIPT_KARGS: dict[str, list[str]] = {}
+
+
 @pytest.fixture(scope="session")
 def sb_images(sb_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Each node's image, written once by ``bootserver iso NODE`` (shared by the boots below)."""
     out = tmp_path_factory.mktemp("sb-images")
     images = {}
     for node in (NODE, UNSIGNED_NODE):
+        SCRIPT_KARGS[node] = rig.kernel_args_from_script(sb_stack.render("ipxe", node)).split()
         images[node] = out / f"{node}.iso"
         p = run_bootserver("iso", node, "-o", str(images[node]), "--config", str(sb_stack.config), timeout=300)
         assert p.returncode == 0, p.stderr
@@ -207,10 +213,10 @@ def boot_secure(tools: rig.Tools, image: Path, tmp_path: Path, port: int, mac: s
     return rig.run_guest(argv, tmp_path / "serial.log", "uefi", timeout=240, stop_at=stop_at)
 
 
-def image_kargs(stack: Stack, node: str, cmdline: str) -> tuple[list[str], str]:
-    """The node's kargs as the server would send them in its iPXE script, with the stub URL as the image
-    carries it (signed for the image's life, not for one install), and that stub URL."""
-    script_args = rig.kernel_args_from_script(stack.render("ipxe", node)).split()
+def image_kargs(node: str, cmdline: str) -> tuple[list[str], str]:
+    """The node's kargs as the server sends them in its iPXE script (:data:`SCRIPT_KARGS`), with the stub
+    URL as the image carries it (signed for the image's life, not for one install), and that stub URL."""
+    script_args = SCRIPT_KARGS[node]
     stub = next(w for w in cmdline.split() if w.startswith("coreos.inst.ignition_url="))
     expected = [stub if w.startswith("coreos.inst.ignition_url=") else w for w in script_args if w != "initrd=main"]
     return expected, stub.split("=", 1)[1]
@@ -224,7 +230,7 @@ def test_the_image_boots_the_signed_kernel_under_secure_boot_with_the_node_kargs
     assert "secureboot: Secure boot enabled" in result.log, result.tail(80)
     assert result.done and result.failure is None, f"/init failed: {result.failure}\n{result.tail(60)}"
     assert result.cmdline is not None
-    expected, stub = image_kargs(sb_stack, NODE, result.cmdline)
+    expected, stub = image_kargs(NODE, result.cmdline)
     assert result.cmdline == " ".join(["BOOT_IMAGE=/images/pxeboot/vmlinuz", *expected]), result.cmdline
     assert "ip=10.0.2.15::10.0.2.2:24:sb-0:nic0:none" in expected
     assert result.net == "static 10.0.2.15/24 via 10.0.2.2" and result.rootfs_sha256 == hashlib.sha256(
@@ -250,7 +256,7 @@ def test_the_same_image_boots_under_seabios_through_isolinux(tools: rig.Tools, s
                             capture=capture, firmware="bios", timeout=240)
     assert result.done and result.failure is None, f"/init failed: {result.failure}\n{result.tail(60)}"
     assert result.cmdline is not None
-    expected, _ = image_kargs(sb_stack, NODE, result.cmdline)
+    expected, _ = image_kargs(NODE, result.cmdline)
     words = result.cmdline.split()
     assert words[0] == "BOOT_IMAGE=/images/pxeboot/vmlinuz" and words[-1] == "initrd=/images/pxeboot/initrd.img"
     assert words[1:-1] == expected, result.cmdline
