@@ -277,14 +277,33 @@ def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
-    from .images.network import check_boot_networks
-    from .inventory import check_command_lines
+    from .reload import check_config
 
-    check_local_inputs(config)
-    check_command_lines(config)
-    check_boot_networks(config)
+    check_config(config)  # what a reload checks too
+    included = len(set(config.origins.values()) - {config.source})
     print(f"{config.source}: ok: {len(config.streams)} streams, {len(config.profiles)} profiles, "
-          f"{len(config.nodes)} nodes")
+          f"{len(config.nodes)} nodes" + (f" ({included} included files, include: {', '.join(config.includes)})"
+                                          if config.includes else ""))
+    return 0
+
+
+def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
+    import time
+
+    from .reload import check_config, signal_server, wait_status
+
+    check_config(config)  # an invalid config is refused here, with its file and key; nothing is sent
+    sent = time.time()
+    pid = signal_server(config)
+    status = wait_status(config, sent, timeout=args.timeout)
+    if status is None:
+        print(f"bootserver: sent SIGHUP to bootserver serve (process {pid}); no outcome within {args.timeout:g} s: "
+              "see its log", file=sys.stderr)
+        return 1
+    if status.get("result") != "ok":
+        print(f"bootserver: reload refused, the running config stays: {status.get('message')}", file=sys.stderr)
+        return 2
+    print(f"reloaded {status.get('message')}")
     return 0
 
 
@@ -326,19 +345,34 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
 
 def _add_provider_options(command: str, parser: argparse.ArgumentParser) -> None:
     """Add to ``parser`` the options of ``command`` every provider declares (the fields of its
-    ``options_type``, :func:`bootserver.providers.base.option`), one group per provider."""
+    ``options_type``, :func:`bootserver.providers.base.option`), one group per provider. An option
+    several providers declare with the same flags and field (``deprovision --grace``) is added once, in
+    the first one's group, and reaches each of them (:func:`provider_options`)."""
     from dataclasses import fields
 
     from .providers.base import OPTION_KEY, OptionSpec
     from .providers.interface import provider_classes
 
+    # flag -> the field it sets and its group: an option two providers declare is added once
+    added: dict[str, tuple[str, Any]] = {}
     for cls in provider_classes():
         specs: list[tuple[str, OptionSpec]] = [(f.name, f.metadata[OPTION_KEY]) for f in fields(cls.options_type)
                                                if OPTION_KEY in f.metadata]
         specs = [(name, spec) for name, spec in specs if command in spec.commands]
+        for name, spec in list(specs):
+            shared = [added.get(flag) for flag in spec.flags]
+            if all(dest is not None and dest[0] == name for dest in shared):  # another provider's (--grace)
+                specs.remove((name, spec))
+                owner = added[spec.flags[0]][1]
+                if cls.options_title not in (owner.title or ""):
+                    owner.title = f"{owner.title}, {cls.options_title}"
+            elif any(dest is not None for dest in shared):
+                raise AssertionError(f"provider {cls.name}: {spec.flags} clash with another provider's option")
         if not specs:
             continue
         group = parser.add_argument_group(cls.options_title)
+        for name, spec in specs:
+            added.update(dict.fromkeys(spec.flags, (name, group)))
         exclusive: dict[str, Any] = {}
         for name, spec in specs:
             target: Any = group
@@ -445,13 +479,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra DNS name or IP address for the certificate (repeatable)")
     t.add_argument("--force", action="store_true", help="replace existing files")
     t.set_defaults(func=_cmd_tls_init)
+    p = sub.add_parser("reload", parents=[common], help="make the running server read its config again",
+                       description="Check the config as check-config does, then signal the bootserver serve of "
+                       "its state_dir (state_dir/serve.pid) to reload it, and wait for the outcome. Same as "
+                       "SIGHUP or `systemctl reload bootserver`.")
+    p.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS",
+                   help="how long to wait for the server's outcome (default 15)")
+    p.set_defaults(func=_cmd_reload)
     p = sub.add_parser("check-config", parents=[common], help="check the config and exit")
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("provision", parents=[common],
                        help="make each node boot from this server with its provider, and follow its install",
                        description="Each node's provider (profiles.<p>.provider / nodes.<n>.provider: equinix, "
-                       "redfish) makes it boot from this server; then the node timeline is followed until "
+                       "redfish, ipmi) makes it boot from this server; then the node timeline is followed until "
                        "the node is up (its system checked in; with checkin: false, installed in install mode "
                        "or running in live mode).")
     p.add_argument("nodes", nargs="+", metavar="NODE")

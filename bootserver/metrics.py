@@ -157,6 +157,14 @@ class Metrics:
                               "the stage (installed, running, up).", ["stage"], buckets=BOOT_BUCKETS, registry=r)
         for stage in BOOT_DONE_STAGES:
             self.boot.labels(stage)
+        self.reloads = Counter("bootserver_config_reloads", "Config reloads (SIGHUP, bootserver reload) by "
+                               "result: ok, or invalid (the running config stays).", ["result"], registry=r)
+        for result in ("ok", "invalid"):
+            self.reloads.labels(result)
+        # livemin: with --workers, the oldest config any live worker serves
+        self.config_loaded = Gauge("bootserver_config_loaded_timestamp_seconds", "Unix time the running "
+                                   "config was loaded (at start or by the last reload that succeeded).",
+                                   registry=r, multiprocess_mode="livemin")
         self.worker_requests: Gauge | None = None
         #: (route, method, status) -> the request counter and duration histogram of those labels
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
@@ -186,6 +194,12 @@ class Metrics:
         """A node reached ``stage`` (one of :data:`bootserver.timeline.BOOT_DONE_STAGES`) ``seconds``
         after the first script of its boot."""
         self.boot.labels(stage).observe(seconds)
+
+    def config_reloaded(self, ok: bool, loaded_at: float) -> None:
+        """A reload ended (``ok``: the new config serves); ``loaded_at``: unix time the config now
+        serving was loaded."""
+        self.reloads.labels("ok" if ok else "invalid").inc()
+        self.config_loaded.set(loaded_at)
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         """One answered request (``seconds`` until the last byte)."""

@@ -156,6 +156,25 @@ class BootService:
         self._metadata_loads: dict[str, asyncio.Future[None]] = {}
         self._metadata_failed: dict[str, float] = {}
 
+    def reloaded(self, config: Config) -> BootService:
+        """A service for ``config`` (a reload: :mod:`bootserver.reload`; its restart-only keys equal this
+        one's) that shares what outlives a config with this one: the upstream (its mirrors follow
+        ``config``), the state store, the signer, the in-process downloads, the background timeline
+        writes, the stall watch (now watching ``config``'s nodes) and the observers. This service stays
+        usable for the requests that started on it; only the last one is closed (:meth:`close`)."""
+        self.upstream.mirrors = config.mirrors()
+        new = BootService(config, self.urls.signer, upstream=self.upstream, state=self.state)
+        new.artifacts.share_downloads(self.artifacts)
+        new.boot_observer = self.boot_observer
+        new.record_hooks = self.record_hooks
+        new.stall_watch = self.stall_watch
+        self.stall_watch.config = config
+        new._stall_wake = self._stall_wake
+        new._pending = self._pending
+        new._metadata_loads = self._metadata_loads
+        new._metadata_failed = self._metadata_failed
+        return new
+
     async def boot_script(self, node: str) -> str:
         """The node's iPXE script (text). ``node`` must be a configured node name.
 

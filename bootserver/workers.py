@@ -13,10 +13,12 @@ The parent process:
    workers inherit the loaded :class:`~bootserver.config.Config` (no pickling, no re-reading). Each
    worker runs the aiohttp app (:func:`bootserver.http.listeners.run`) with ``SO_REUSEPORT`` and tells the parent
    over a pipe when it listens, or the one-line error that stopped it (printed once, by the parent);
-4. forwards SIGTERM and SIGINT to the workers, waits for them, exits 0 after a clean stop. A worker
-   that exits on its own (crash, ``kill -9``) is logged with its exit status, the others are stopped,
-   and the parent exits 1 (systemd's ``Restart=on-failure`` starts the service again): no half-alive
-   server keeps running with fewer workers than configured. Workers get SIGTERM if the parent dies.
+4. writes ``state_dir/serve.pid`` once every worker listens, passes SIGHUP (a reload: each worker
+   reads and checks the config itself) on to the workers, forwards SIGTERM and SIGINT to the workers,
+   waits for them, exits 0 after a clean stop. A worker that exits on its own (crash, ``kill -9``) is
+   logged with its exit status, the others are stopped, and the parent exits 1 (systemd's
+   ``Restart=on-failure`` starts the service again): no half-alive server keeps running with fewer
+   workers than configured. Workers get SIGTERM if the parent dies.
 
 Why not gunicorn with ``aiohttp.GunicornWebWorker`` (compared in 2026-11): it serves one app on every
 bound socket with one TLS setting, while bootserver serves plain HTTP and HTTPS with different rules
@@ -46,10 +48,13 @@ from .config import Config, split_listen
 from .errors import BootserverError, ConfigError
 from .http.listeners import bind_unix_socket, chain_hint, run, server_ssl_context
 from .metrics import enable_multiprocess, mark_process_dead
+from .reload import remove_pid, write_pid
 
 log = logging.getLogger("bootserver.workers")
 
 _SIGNALS = {signal.SIGTERM, signal.SIGINT}
+#: Blocked while forking: the stop signals and SIGHUP (a reload, passed on to every worker).
+_FORK_MASK = _SIGNALS | {signal.SIGHUP}
 
 
 def prepare(config: Config) -> None:
@@ -123,6 +128,10 @@ class _Supervisor:
         self.stopping = True
         self._signal_all(signum)
 
+    def _on_hup(self, signum: int, frame: object) -> None:
+        """A reload: every worker reads the config again (:meth:`bootserver.web.Running.reload`)."""
+        self._signal_all(signal.SIGHUP)
+
     def _signal_all(self, signum: int) -> None:
         for pid in list(self.children):
             with contextlib.suppress(ProcessLookupError):
@@ -137,11 +146,13 @@ class _Supervisor:
         if threading.active_count() != 1:  # fork copies only this thread; never fork a threaded parent
             raise BootserverError("serve --workers: the server process has threads before forking")
         old = {s: signal.signal(s, self._on_signal) for s in _SIGNALS}
+        old[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hup)
         try:
             return self._run()
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            remove_pid(self.config)
 
     def _run(self) -> int:
         for _ in range(self.workers):
@@ -162,6 +173,7 @@ class _Supervisor:
             self._stop()
         if error is None and not self.stopping:
             log.info("%d workers serving (pids %s)", len(self.children), " ".join(map(str, self.children)))
+            write_pid(self.config)
             hint = chain_hint(self.config)
             if hint is not None:
                 log.info("%s", hint)
@@ -188,7 +200,7 @@ class _Supervisor:
     def _fork(self) -> None:
         read_fd, write_fd = os.pipe()
         parent = os.getpid()
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORK_MASK)
         pid = os.fork()
         if pid == 0:  # the worker
             os.close(read_fd)
@@ -197,6 +209,7 @@ class _Supervisor:
             self.children = {}
             for s in _SIGNALS:
                 signal.signal(s, signal.SIG_DFL)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the worker's loop reloads on it
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             _worker(self.config, self.mp_dir, write_fd, parent, self.admin_socket)
         self.children[pid] = read_fd

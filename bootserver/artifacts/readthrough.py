@@ -327,6 +327,13 @@ class ReadThrough:
         self.observer: FetchObserver | None = None
         self._inflight: dict[Path, Download] = {}
 
+    def share_downloads(self, other: ReadThrough) -> None:
+        """Follow ``other``'s downloads in this process (and it this one's): a reload's new
+        :class:`ReadThrough` joins a download the previous config started instead of following it as
+        another process's; the same observer is told about them."""
+        self._inflight = other._inflight
+        self.observer = other.observer
+
     async def resolve(self, segments: tuple[str, ...]) -> tuple[Release, Artifact] | None:
         """The artifact of the current release that URL ``segments`` (stream, arch, release, file)
         name, or ``None``. Raises as :meth:`StreamCatalog.get` when the metadata cannot be had."""

@@ -6,9 +6,12 @@ wrong>`` (exit 2).
 
 from __future__ import annotations
 
+import dataclasses
+import glob
 import json
 import os
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -119,6 +122,7 @@ def _check_references(doc: Document, cfg: Config) -> None:
             raise ConfigError(src, f"nodes.{name}.default", "the default node must use a live-mode profile: "
                               "any machine that chains /boot.ipxe boots it, and an install would wipe its disk")
     check_network_settings(cfg, src)
+    check_boot_sources(cfg, src)
     for name, sc in doc.streams.items():
         if not sc.is_url:
             path = cfg.resolve_path(sc.metadata)
@@ -224,22 +228,48 @@ def parse_config(raw: Any, source: str, base_dir: Path) -> Config:
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """Load the config from ``path``, else ``$BOOTSERVER_CONFIG``, else the embedded default.
+    """Load the config from ``path``, else ``$BOOTSERVER_CONFIG``, else the embedded default, with the
+    files its ``include:`` names (:func:`read_includes`).
 
     Raises :class:`ConfigError` (exit 2) for a missing or unreadable file, YAML syntax errors, unknown
-    keys, wrong types and dangling references, naming the file and the key path.
+    keys, wrong types and dangling references, naming the file and the key path (the included file
+    for a key that came from one).
     """
     if path is None:
         path = os.environ.get("BOOTSERVER_CONFIG") or None
     if path is None:
         return parse_config(default_document(), "<default>", Path.cwd())
     p = Path(path)
+    raw = _load_yaml(p)
+    base_dir = p.resolve().parent
+    origins: dict[str, str] = {}
+    if isinstance(raw, dict) and "include" in raw:
+        raw["include"] = _include_patterns(raw["include"], str(p))
+        origins = read_includes(raw, str(p), base_dir, tuple(raw["include"]))
+    try:
+        cfg = parse_config(raw, str(p), base_dir)
+    except ConfigError as e:
+        origin = _origin(origins, e.keypath)
+        if origin is None:
+            raise
+        raise ConfigError(origin, e.keypath, e.message) from None
+    return dataclasses.replace(cfg, origins=MappingProxyType(origins))
+
+
+#: The top-level keys an included file may hold: what it adds to the main file's mappings.
+INCLUDABLE = ("profiles", "nodes")
+
+
+def _load_yaml(p: Path) -> Any:
+    """The YAML document of file ``p`` (:class:`UniqueKeyLoader`). Raises :class:`ConfigError` naming ``p``."""
     try:
         text = p.read_text()
     except OSError as e:
         raise ConfigError(str(p), "", f"cannot read config: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(p), "", "not UTF-8 text") from None
     try:
-        raw = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except DuplicateKeyError as e:
         raise ConfigError(str(p), keypath(e.loc), f"duplicate key on lines {e.lines[0]} and {e.lines[1]}") from None
     except yaml.YAMLError as e:
@@ -247,7 +277,105 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         where = f"line {mark.line + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(str(p), "", f"{where}invalid YAML: {problem}") from None
-    return parse_config(raw, str(p), p.resolve().parent)
+
+
+def _include_patterns(value: Any, source: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(source, "include", "expected a list of files or globs (e.g. nodes.d/*.yaml)")
+    return value
+
+
+def include_files(base_dir: Path, patterns: tuple[str, ...]) -> list[Path]:
+    """The files ``include:`` ``patterns`` name (relative to ``base_dir``, ``~`` expanded; globs with
+    ``*``, ``?``, ``[...]`` and ``**``), each once, in the order of the patterns and by name within a
+    glob. A pattern without glob characters names one file, which must exist (a glob may match none)."""
+    seen: dict[Path, None] = {}
+    for pattern in patterns:
+        full = os.path.join(base_dir, os.path.expanduser(pattern))
+        if glob.has_magic(full):
+            matches = sorted(Path(m) for m in glob.glob(full, recursive=True) if os.path.isfile(m))
+        else:
+            matches = [Path(full)]
+        for m in matches:
+            seen.setdefault(m.resolve() if m.exists() else m, None)
+    return list(seen)
+
+
+def read_includes(raw: dict[str, Any], source: str, base_dir: Path, patterns: tuple[str, ...]) -> dict[str, str]:
+    """Merge the ``profiles`` and ``nodes`` of every file ``patterns`` name (:func:`include_files`) into
+    the main document ``raw`` (in place); returns where each included entry came from
+    (``"nodes.<name>"`` -> file). A relative ``ignition`` path of an included profile is relative to
+    its own file.
+
+    Raises :class:`ConfigError` naming the included file: unreadable or not YAML, a key other than
+    ``profiles``/``nodes``, or a name defined twice (the message names both files).
+    """
+    origins: dict[str, str] = {}
+    for section in INCLUDABLE:
+        if isinstance(raw.get(section), dict):
+            origins.update({f"{section}.{name}": source for name in raw[section]})
+    for path in include_files(base_dir, patterns):
+        doc = _load_yaml(path)
+        if doc is None:
+            continue
+        name = str(path)
+        if not isinstance(doc, dict):
+            raise ConfigError(name, "", f"expected a mapping with {' and/or '.join(INCLUDABLE)} (included by {source})")
+        for key in doc:
+            if key not in INCLUDABLE:
+                raise ConfigError(name, str(key), f"an included file holds only {' and '.join(INCLUDABLE)} "
+                                  f"(included by {source})")
+        for section in INCLUDABLE:
+            entries = doc.get(section)
+            if entries is None:
+                continue
+            if not isinstance(entries, dict):
+                raise ConfigError(name, section, "expected a mapping of names")
+            target = raw.setdefault(section, {})
+            if target is None:
+                target = raw[section] = {}
+            if not isinstance(target, dict):
+                raise ConfigError(source, section, "expected a mapping of names")
+            for entry, value in entries.items():
+                where = f"{section}.{entry}"
+                if where in origins:
+                    raise ConfigError(name, where, f"{section[:-1]} {entry!r} is defined in {origins[where]} "
+                                      f"and in {name}; a name may be defined once")
+                if section == "profiles" and isinstance(value, dict) and isinstance(value.get("ignition"), str):
+                    value = {**value, "ignition": str(path.parent / os.path.expanduser(value["ignition"]))}
+                target[entry] = value
+                origins[where] = name
+    return origins
+
+
+def _origin(origins: dict[str, str], key: str) -> str | None:
+    """The included file the entry at key path ``key`` (``nodes.<name>...``) came from, if any."""
+    parts = key.split(".", 2)
+    if len(parts) < 2:
+        return None
+    return origins.get(f"{parts[0]}.{parts[1].split('[', 1)[0]}")
+
+
+def check_boot_sources(config: Config, source: str) -> None:
+    """Virtual media is Redfish's: a node whose provider is ``ipmi`` with ``boot_source: virtual-media``
+    (in its ``ipmi:`` or its ``redfish:`` settings, its own or its profile's) is refused, naming the
+    node and the key, rather than booted over PXE instead of its image.
+
+    Raises :class:`~bootserver.errors.ConfigError`."""
+    for name, node in config.nodes.items():
+        profile = config.profiles.get(node.profile)
+        if profile is None or provider_of(config, name) != "ipmi":
+            continue
+        for key in ("ipmi", "redfish"):
+            own, inherited = getattr(node, key).boot_source, getattr(profile, key).boot_source
+            if (own or inherited) != "virtual-media":
+                continue
+            where = f"nodes.{name}.{key}.boot_source" if own else f"profiles.{node.profile}.{key}.boot_source"
+            raise ConfigError(source, where, f"node {name} uses provider ipmi, and IPMI has no virtual media: "
+                              "boot it over the network (boot_source: pxe, with a DHCP server) or drive its BMC "
+                              "over Redfish (provider: redfish)")
 
 
 def check_network_settings(config: Config, source: str) -> None:

@@ -29,6 +29,7 @@ from ..ipxe import UnsafeValueError, check_extra_karg
 from ..nmstate import NetworkSetting
 from ..providers.base import REGISTRY
 from ..providers.equinix_settings import MetalGlobal, MetalSettings
+from ..providers.ipmi_settings import IpmiField, IpmiSettings
 from ..providers.redfish_settings import RedfishField, RedfishSettings
 from ..values import (
     UUID_RE,
@@ -262,6 +263,7 @@ class Profile(SettingsModel):
     provider: ProviderName | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     redfish: RedfishField = Field(default_factory=RedfishSettings)
+    ipmi: IpmiField = Field(default_factory=IpmiSettings)
     boot_once: bool | None = None
     #: Whether the node's stub carries the check-in unit (``bootserver-checkin.service``): the booted
     #: system calls its signed check-in URL once on the network, stage ``up`` (bootserver.timeline).
@@ -307,6 +309,7 @@ class Node(SettingsModel):
     provider: ProviderName | None = None
     metal: _MetalSettingsField = Field(default_factory=MetalSettings)
     redfish: RedfishField = Field(default_factory=RedfishSettings)
+    ipmi: IpmiField = Field(default_factory=IpmiSettings)
     addresses: Networks = ()
     selectable: bool = False
     #: ``/boot.ipxe`` hands this node's script to a machine no other node is selected for (no selector,
@@ -339,7 +342,6 @@ class Node(SettingsModel):
 
 class Document(SettingsModel):
     """The whole YAML document, as written (paths unresolved); :class:`Config` is what the code uses."""
-
     server: ServerConfig = Field(default_factory=ServerConfig)
     cache_dir: str | None = None
     state_dir: str | None = None
@@ -354,6 +356,8 @@ class Document(SettingsModel):
     timeline: Annotated[TimelineSettings, BeforeValidator(null_as_empty)] = Field(
         default_factory=TimelineSettings)
     state_store: StateStoreField = None
+    #: Files or globs whose ``profiles`` and ``nodes`` are merged in (``bootserver.config.loader.read_includes``).
+    include: YamlList[str] = ()
 
 
 
@@ -368,7 +372,8 @@ class Config:
     from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
     ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`), ``timeline``
     (:class:`TimelineSettings`) and ``state_store`` (:class:`StateStoreSettings`, or ``None`` for sqlite
-    in ``state_dir``).
+    in ``state_dir``), ``origins`` (the file each profile and node came from, see
+    :func:`~bootserver.config.loader.read_includes`).
     """
 
     source: str
@@ -386,6 +391,11 @@ class Config:
     timeline: TimelineSettings
     state_store: StateStoreSettings | None
     _mac_index: Mapping[str, str] = field(repr=False, compare=False)
+    #: The ``include:`` patterns of the main file, as written (relative to ``base_dir``).
+    includes: tuple[str, ...] = ()
+    #: Where each ``profiles``/``nodes`` entry was defined: ``"nodes.<name>"`` -> file (only when the
+    #: config has ``include:``; else every entry is from ``source``).
+    origins: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
 
     @classmethod
     def from_document(cls, doc: Document, source: str, base_dir: Path) -> Config:
@@ -408,6 +418,7 @@ class Config:
             timeline=doc.timeline,
             state_store=doc.state_store,
             _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
+            includes=doc.include,
         )
 
     def resolve_path(self, value: str) -> Path:

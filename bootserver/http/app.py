@@ -18,11 +18,13 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import ETag, hdrs, web
 
+from .. import reload
 from ..artifacts.readthrough import Transfer
 from ..config import Config
 from ..errors import (
@@ -46,15 +48,91 @@ from .gate import Gate, Limits, forbidden
 
 log = logging.getLogger("bootserver.web")
 
+#: The service the application was built with (tests; a reload replaces it: :data:`RUNNING`).
 SERVICE = web.AppKey("service", BootService)
-#: The request-level checks, also the one resolution of a request's client address (``Gate.client``).
-GATE = web.AppKey("gate", Gate)
 #: The concurrency cap and handler timeout (shared by the device and admin applications).
 LIMITS = web.AppKey("limits", Limits)
 #: The admin application (``/nodes``, ``/metrics``) sharing the device application's service.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One loaded config of a running server and what serves it: the service, the request-level checks
+    (also the one resolution of a request's client address, ``Gate.client``) and the unix time it was
+    loaded. A request is answered by the one that was current when it came (``request[LOADED]``)."""
+
+    svc: BootService
+    gate: Gate
+    at: float
+
+
+#: What answers this request (:class:`Loaded`), set by :func:`front`.
+LOADED = web.RequestKey("loaded", Loaded)
+
+
+class Running:
+    """The config a server serves now (:attr:`current`), which :meth:`reload` replaces in one step.
+
+    Requests in flight finish on the :class:`Loaded` they started with (:func:`front` hands it to the
+    handler); the state store, the upstream, the downloads in flight and the live page's listeners
+    carry over (:meth:`BootService.reloaded`). One reload runs at a time; more signals meanwhile make
+    one more."""
+
+    def __init__(self, loaded: Loaded, metrics: Metrics, live: page.Page) -> None:
+        self.current = loaded
+        self.metrics = metrics
+        self.page = live
+        self._lock = asyncio.Lock()
+        metrics.config_loaded.set(loaded.at)
+
+    def swap(self, config: Config) -> Loaded:
+        """Serve ``config`` (loaded and checked, its restart-only keys the running ones) from now on."""
+        svc = self.current.svc.reloaded(config)
+        loaded = Loaded(svc, Gate(config, svc.urls.signer.check), time.time())
+        self.page.use(svc, loaded.at)
+        self.current = loaded
+        return loaded
+
+    async def reload(self) -> bool:
+        """Read the config file again (with its includes), check it as ``check-config`` does and serve it
+        (:mod:`bootserver.reload`); returns whether it serves now. An invalid config is one error line
+        naming the file and key, and the running config stays; changed restart-only keys are one
+        warning line. Counted in ``bootserver_config_reloads_total{result}`` and recorded in
+        ``state_dir/reload.json``."""
+        async with self._lock:
+            running = self.current.svc.config
+            try:
+                config = await asyncio.to_thread(reload.load_checked, running.source)
+            except Exception as e:  # an invalid config (ConfigError), or a bug: the running config stays
+                message = str(e) if isinstance(e, BootserverError) else f"{type(e).__name__}: {e}"
+                log.error("reload refused; the config loaded at %s keeps serving: %s",
+                          time.strftime("%H:%M:%S", time.localtime(self.current.at)), message,
+                          exc_info=not isinstance(e, BootserverError))
+                self.metrics.config_reloaded(False, self.current.at)
+                await asyncio.to_thread(reload.write_status, running, ok=False, message=message,
+                                        loaded_at=self.current.at)
+                return False
+            config, changed = reload.keep_running(running, config)
+            if changed:
+                log.warning("%s", reload.restart_warning(changed))
+            loaded = self.swap(config)
+            message = (f"{config.source}: {len(config.streams)} streams, {len(config.profiles)} profiles, "
+                       f"{len(config.nodes)} nodes")
+            log.info("reloaded %s", message)
+            self.metrics.config_reloaded(True, loaded.at)
+            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at)
+            return True
+
+    async def close(self) -> None:
+        """Close the current service (with what every loaded config shared: :meth:`BootService.close`)."""
+        await self.current.svc.close()
+
+
+#: The running config of both applications (:class:`Running`).
+RUNNING = web.AppKey("running", Running)
 
 class ArtifactResponse(web.FileResponse):
     """A cached artifact sent with sendfile; its ``ETag`` is the artifact's sha256: FileResponse sets
@@ -119,20 +197,21 @@ def error_answer(request: web.Request, e: BootserverError) -> web.Response:
 
 
 def _service(request: web.Request) -> BootService:
-    return request.app[SERVICE]
+    return request[LOADED].svc
 
 
 def _client(request: web.Request) -> str | None:
     """The client address the timeline records (resolved through ``server.trusted_proxies``)."""
-    return request.app[GATE].client(request)
+    return request[LOADED].gate.client(request)
 
 
-def front(svc: BootService, gate: Gate, limits: Limits, spec: Route, handler: Handler) -> Handler:
+def front(running: Running, limits: Limits, spec: Route, handler: Handler) -> Handler:
     """``handler`` of route ``spec`` behind what every request needs first: notes the route
-    (``request[ROUTE]``), runs the handler under :class:`~bootserver.http.gate.Limits`, refuses signed
-    routes that fail :meth:`Gate.refusal` (the one 403), resolves the node (``request[NODE]``: by name
-    from the path, or for the generic entry by selector and source address) and maps domain errors
-    with :func:`error_answer`.
+    (``request[ROUTE]``) and the config it is answered with (``request[LOADED]``, the one ``running``
+    serves now, kept for the whole request), runs the handler under
+    :class:`~bootserver.http.gate.Limits`, refuses signed routes that fail :meth:`Gate.refusal` (the one
+    403), resolves the node (``request[NODE]``: by name from the path, or for the generic entry by
+    selector and source address) and maps domain errors with :func:`error_answer`.
 
     Bound to each route when the application is built rather than run as a middleware: an
     application without middlewares calls its handlers directly, which saves every request two
@@ -141,6 +220,8 @@ def front(svc: BootService, gate: Gate, limits: Limits, spec: Route, handler: Ha
     named = spec.signed or "{node}" in spec.pattern
 
     async def answer(request: web.Request) -> web.StreamResponse:
+        loaded = request[LOADED] = running.current
+        svc, gate = loaded.svc, loaded.gate
         try:
             if named:
                 name = request[NODE] = request.match_info["node"]
@@ -169,7 +250,7 @@ def front(svc: BootService, gate: Gate, limits: Limits, spec: Route, handler: Ha
 
 def add_route(app: web.Application, route: Route, handler: Handler) -> None:
     """Serve ``route`` on ``app`` (one of :func:`create_app`'s) with ``handler`` behind :func:`front`."""
-    fronted = front(app[SERVICE], app[GATE], app[LIMITS], route, handler)
+    fronted = front(app[RUNNING], app[LIMITS], route, handler)
     if route.method == "GET":  # and HEAD
         app.router.add_get(route.pattern, fronted, name=route.name or None)
     else:
@@ -429,8 +510,9 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def _start_service(app: web.Application) -> None:
-    await app[SERVICE].start()
-    app[SERVICE].start_stall_watch()
+    svc = app[RUNNING].current.svc
+    await svc.start()
+    svc.start_stall_watch()
 
 
 async def nodes(request: web.Request) -> web.Response:
@@ -458,8 +540,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 #: The handler of each route of :data:`bootserver.urls.ROUTES`, by route name.
 HANDLERS: dict[str, Handler] = {
-    "chain": ipxe_script, "generic": ipxe_script, "stub": ignition_stub, "real_config": ignition_config,
-    "grub": grub_config, "iso": boot_image,
+    "chain": ipxe_script, "generic": ipxe_script, "stub": ignition_stub,
+    "real_config": ignition_config, "grub": grub_config, "iso": boot_image,
     "checkin": checkin,
     "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,
     "metrics": metrics, **page.HANDLERS,
@@ -467,7 +549,7 @@ HANDLERS: dict[str, Handler] = {
 
 
 async def _close_service(app: web.Application) -> None:
-    await app[SERVICE].close()
+    await app[RUNNING].close()
 
 
 #: Largest request body accepted, in bytes (no endpoint takes a body).
@@ -478,13 +560,13 @@ MAX_FIELD_SIZE = 8190
 MAX_HEADERS = 64
 
 
-def _app(svc: BootService, metrics: Metrics, listener: str, gate: Gate, limits: Limits,
+def _app(svc: BootService, running: Running, metrics: Metrics, listener: str, limits: Limits,
          token: str | None = None) -> web.Application:
     routes = {r.name: r for r in ROUTES if listener in r.listeners}
     middlewares = [] if token is None else [page.token_middleware(token)]
     app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=middlewares)
     app[SERVICE] = svc
-    app[GATE] = gate
+    app[RUNNING] = running
     app[LIMITS] = limits
     app[accesslog.METRICS] = metrics
     for route in routes.values():
@@ -505,14 +587,15 @@ def create_app(config: Config, signer: Signer | None = None, state: StateStore |
     metrics = Metrics(svc.stall_watch.node_stages)
     svc.artifacts.observer = metrics
     svc.boot_observer = metrics.boot_done
-    gate = Gate(config, svc.urls.signer.check)
     limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
-    app = _app(svc, metrics, DEVICE, gate, limits)
+    live = page.Page(svc)
+    running = Running(Loaded(svc, Gate(config, svc.urls.signer.check), live.loaded_at), metrics, live)
+    app = _app(svc, running, metrics, DEVICE, limits)
     app.on_startup.append(_start_service)
     app.on_cleanup.append(_close_service)
     token = config.admin_token()
-    admin = app[ADMIN_APP] = _app(svc, metrics, ADMIN, gate, limits, token)
-    admin[page.PAGE] = page.Page(svc)
+    admin = app[ADMIN_APP] = _app(svc, running, metrics, ADMIN, limits, token)
+    admin[page.PAGE] = live
     admin.on_shutdown.append(page.close_hub)
     return app
 

@@ -4,7 +4,9 @@ The device listener is ``server.listen`` (HTTP) and ``server.tls.listen`` (HTTPS
 :func:`server_ssl_context`); the admin listener is ``server.admin.listen``, a TCP address or a Unix
 socket (:func:`bind_unix_socket`). :func:`serve` opens them all, says on which addresses it listens and
 how to boot a machine from them (:func:`chain_hint`), and serves until told to stop; :func:`run` until
-SIGINT/SIGTERM. A socket that cannot be bound is a :class:`~bootserver.errors.ConfigError` naming its key.
+SIGINT/SIGTERM. ``SIGHUP`` reloads the config (:meth:`bootserver.web.Running.reload`); the process id
+is in ``state_dir/serve.pid`` while it serves (:mod:`bootserver.reload`). A socket that cannot be
+bound is a :class:`~bootserver.errors.ConfigError` naming its key.
 ``serve --workers N`` (:mod:`bootserver.workers`) runs :func:`run` in each worker with ``SO_REUSEPORT``.
 """
 
@@ -22,11 +24,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from .. import __version__
+from .. import __version__, reload
 from ..config import Config, split_listen
 from ..errors import ConfigError
 from ..inventory import default_node
-from .app import ADMIN_APP, create_app, runner_kwargs
+from .app import ADMIN_APP, RUNNING, create_app, runner_kwargs
 
 log = logging.getLogger("bootserver.listeners")
 
@@ -125,6 +127,9 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
     await admin_runner.setup()
     reuse = True if reuse_port else None
     own_socket = None
+    reloads: set[asyncio.Future[bool]] = set()  # SIGHUP: a reload (bootserver.web.Running.reload)
+    hup = False
+    pid_file = None
     try:
         host, port = config.server.host, config.server.port
         await _start_site(config, "server.listen", web.TCPSite(runner, host or None, port, reuse_port=reuse),
@@ -151,10 +156,25 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
         hint = None if reuse_port else chain_hint(config)  # with --workers the parent says it once
         if hint is not None:
             log.info("%s", hint)
+        def on_hup() -> None:
+            task = asyncio.ensure_future(app[RUNNING].reload())
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
+        hup = True
+        if not reuse_port:  # with --workers the parent writes it and passes SIGHUP on
+            pid_file = reload.write_pid(config)
         if ready is not None:
             ready()
         await stop.wait()
     finally:
+        if hup:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+        if reloads:
+            await asyncio.gather(*reloads, return_exceptions=True)
+        if pid_file is not None:
+            reload.remove_pid(config)
         await admin_runner.cleanup()
         await runner.cleanup()
         if own_socket is not None:

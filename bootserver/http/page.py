@@ -198,7 +198,17 @@ class Page:
     :class:`Hub`. The handlers below reach it as ``request.app[PAGE]``."""
 
     def __init__(self, svc: BootService) -> None:
+        self.env = _environment()
+        self._row_template = self.env.get_template("row.html.j2")
+        self.hub = Hub(self)
+        svc.record_hooks.append(self.hub.recorded)
+        self.use(svc, time.time())
+
+    def use(self, svc: BootService, loaded_at: float) -> None:
+        """Show ``svc`` from now on (a reload: its config loaded at unix time ``loaded_at``), in one step;
+        the live listeners stay. ``svc`` shares the record hooks of the service it replaces."""
         self.svc = svc
+        self.loaded_at = loaded_at
         config = svc.config
         #: what a row shows that only the config decides (it is immutable): node -> profile, mode,
         #: configured provider, MACs
@@ -207,17 +217,13 @@ class Page:
         #: each fleet row's cells that only the config decides, escaped once (:class:`RowView`)
         self.row_heads = {name: Markup('<th scope="row"><a href="/ui/nodes/{0}">{0}</a></th><td>{1}</td><td>{2}</td>')
                           .format(name, profile, mode) for name, (profile, mode, _, _) in self._static.items()}
-        self.env = _environment()
-        self._row_template = self.env.get_template("row.html.j2")
         #: each node's last rendered fleet row (``row.html.j2``) and the view it was rendered from
         self._row_html: dict[str, tuple[RowView, Markup]] = {}
-        self.hub = Hub(self)
-        svc.record_hooks.append(self.hub.recorded)
 
     def render(self, template: str, **context: Any) -> web.Response:
         """``templates/page/<template>`` rendered as an HTML answer with :data:`CSP`."""
         body = self.env.get_template(template).render(version=__version__, stages=STAGES, rendered=time.time(),
-                                                      **context)
+                                                      config_loaded=self.loaded_at, **context)
         return web.Response(text=body, content_type="text/html", headers={
             "Content-Security-Policy": CSP, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
             "Referrer-Policy": "no-referrer"})
@@ -238,14 +244,15 @@ class Page:
         ``device`` (id) and ``device_state`` (its provider's last word), ``stage``, ``stage_at`` and
         ``last_at`` (unix seconds), ``stall_at`` (unix seconds from which it is stalled, or ``None``),
         ``last_event``, ``last_ip``, ``macs``. Raises ``UnavailableError``."""
-        config = self.svc.config
+        svc, static = self.svc, self._static  # as they were when the request came (a reload may follow)
+        config = svc.config
         names = list(config.nodes)
-        states = [s for s in await self.svc.state.nodes(names) if s.node in config.nodes]
-        devices = await self.svc.state.devices(names)
+        states = [s for s in await svc.state.nodes(names) if s.node in config.nodes]
+        devices = await svc.state.devices(names)
         deadlines = stall_deadlines(config, states)
         rows = []
         for st in states:
-            profile, mode, provider, macs = self._static[st.node]
+            profile, mode, provider, macs = static[st.node]
             device = devices.get(st.node) or {}
             rows.append({
                 "node": st.node, "profile": profile, "mode": mode, "provider": device.get("provider") or provider,
@@ -393,6 +400,7 @@ async def fleet(request: web.Request) -> web.Response:
     as one types, and a row that changes stage may come into view); counts per stage are of every node."""
     page = request.app[PAGE]
     await page.svc.drain()
+    heads = page.row_heads  # of the config rows() reads (no await in between)
     rows = await page.rows()
     counts = dict.fromkeys(STAGES, 0)
     for r in rows:
@@ -401,7 +409,7 @@ async def fleet(request: web.Request) -> web.Response:
     q = request.query.get("q", "").strip()
     needle = q.lower()
     now = time.time()
-    views = [RowView.of(r, page.row_heads[r["node"]], (not stage or r["stage"] == stage) and (
+    views = [RowView.of(r, heads[r["node"]], (not stage or r["stage"] == stage) and (
         not needle or needle in r["node"].lower() or any(needle in m.lower() for m in r["macs"])), now) for r in rows]
     return page.render("fleet.html.j2", rows=[page.row_html(v) for v in views], total=len(rows), counts=counts,
                        shown=sum(not v.hidden for v in views), stalled=sum(bool(v.stalled) for v in views),

@@ -4,7 +4,8 @@ loaded config, is :mod:`bootserver.providers.interface` (above the config).
 
 A *provider* is what ``bootserver provision``, ``deprovision`` and ``devices`` drive to make a machine
 boot from bootserver: Equinix Metal's API (``equinix``: create a ``custom_ipxe`` device that chains to
-the node's signed URL) or a BMC over Redfish (``redfish``: boot from the network once, power on). Each
+the node's signed URL) or a BMC over Redfish (``redfish``) or IPMI (``ipmi``): boot from the network
+once, power on. Each
 provider is one module of this package with one ``Provider`` subclass that owns
 
 * its settings: the key it reads in ``profiles.<p>`` / ``nodes.<n>`` (``Provider.settings_key``),
@@ -60,6 +61,7 @@ class Registered(NamedTuple):
 REGISTRY: dict[str, Registered] = {
     "equinix": Registered("bootserver.providers.equinix", "metal", "packet"),
     "redfish": Registered("bootserver.providers.redfish", "redfish", "metal"),
+    "ipmi": Registered("bootserver.providers.ipmi", "ipmi", "metal"),
 }
 
 #: The provider ``provision`` uses for a node whose profile and node name none (today's behaviour:

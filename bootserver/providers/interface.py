@@ -11,11 +11,22 @@ config and the command's URLs); the registry, errors, options and retry policy i
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from bootserver.config import Config
-from bootserver.providers.base import DEFAULT_PROVIDER, REGISTRY, Outcome, Poll, ProviderOptions, provider_of
+from bootserver.errors import InputError
+from bootserver.providers.base import (
+    DEFAULT_PROVIDER,
+    REGISTRY,
+    MissingCredentials,
+    Outcome,
+    Poll,
+    ProviderOptions,
+    provider_of,
+)
 from bootserver.urls import Urls
 
 OptionsT = TypeVar("OptionsT", bound=ProviderOptions)
@@ -125,6 +136,37 @@ def node_settings(config: Config, node: str, provider: type[Provider[Any]]) -> A
     spec = config.nodes[node]
     profile = config.node_profile(node)
     return getattr(spec, provider.settings_key).merged_over(getattr(profile, provider.settings_key))
+
+
+def required_settings(node: str, provider: type[Provider[Any]], settings: Any, *keys: str) -> None:
+    """Raise ``InputError`` (exit 2) naming the node and the first of ``keys`` its merged ``settings``
+    (of ``provider``) leave unset: ``node rf-0: no redfish.address: set it on the node or its profile``."""
+    for key in keys:
+        if getattr(settings, key) is None:
+            raise InputError(f"node {node}: no {provider.settings_key}.{key}: set it on the node or its profile")
+
+
+def bmc_password(config: Config, node: str, provider: type[Provider[Any]], settings: Any) -> str:
+    """The BMC password of a node from its merged settings' ``password_env`` (an environment variable)
+    or ``password_file`` (a file, relative to the config file; one trailing newline dropped). Raises
+    :class:`~bootserver.providers.base.MissingCredentials` (exit 2) naming the node and the key, never
+    the value. The value goes to the BMC client only: never printed, logged or recorded."""
+    key = provider.settings_key
+    if settings.password_env is not None:
+        value = os.environ.get(settings.password_env)
+        if not value:
+            raise MissingCredentials(f"node {node}: {key}.password_env: ${settings.password_env} is not set")
+        return value
+    if settings.password_file is not None:
+        path = config.resolve_path(settings.password_file)
+        try:
+            value = Path(path).read_text(encoding="utf-8").strip("\r\n")
+        except OSError as exc:
+            raise MissingCredentials(f"node {node}: {key}.password_file: {path}: {exc.strerror or exc}") from None
+        if not value:
+            raise MissingCredentials(f"node {node}: {key}.password_file: {path} is empty")
+        return value
+    raise MissingCredentials(f"node {node}: no BMC password: set {key}.password_file or {key}.password_env")
 
 
 def boot_platform(config: Config, node: str) -> str:

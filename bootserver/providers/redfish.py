@@ -35,7 +35,6 @@ carrying its own words (``@Message.ExtendedInfo``); a BMC that is down or does n
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,7 +51,6 @@ from bootserver.config import Config
 from bootserver.errors import InputError
 from bootserver.images.network import boot_network
 from bootserver.providers.base import (
-    MissingCredentials,
     Outcome,
     Poll,
     ProviderError,
@@ -62,7 +60,7 @@ from bootserver.providers.base import (
     option,
     provider_of,
 )
-from bootserver.providers.interface import Provider, node_settings
+from bootserver.providers.interface import Provider, bmc_password, node_settings, required_settings
 from bootserver.providers.redfish_settings import RedfishSettings
 from bootserver.urls import Urls
 
@@ -217,8 +215,8 @@ class RedfishOptions(ProviderOptions):
     """The Redfish provider's command-line options: ``deprovision --grace SECONDS``."""
 
     grace: float = option("--grace", default=DEFAULT_GRACE, commands=("deprovision",), parse=float,
-                          metavar="SECONDS", help=f"wait this long after a graceful shutdown before ForceOff "
-                                                  f"(default {DEFAULT_GRACE:g})")
+                          metavar="SECONDS", help=f"wait this long after a graceful shutdown before forcing the "
+                                                  f"power off (default {DEFAULT_GRACE:g})")
 
 
 class Redfish(Provider[RedfishOptions]):
@@ -259,28 +257,8 @@ class Redfish(Provider[RedfishOptions]):
     def settings(self, node: str) -> RedfishSettings:
         """The node's merged settings, with ``address`` and ``username`` present (else ``InputError``)."""
         s = node_settings(self.config, node, type(self))
-        for key in ("address", "username"):
-            if getattr(s, key) is None:
-                raise InputError(f"node {node}: no redfish.{key}: set it on the node or its profile")
+        required_settings(node, type(self), s, "address", "username")
         return s
-
-    def _password(self, node: str, s: RedfishSettings) -> str:
-        if s.password_env is not None:
-            value = os.environ.get(s.password_env)
-            if not value:
-                raise MissingCredentials(f"node {node}: redfish.password_env: ${s.password_env} is not set")
-            return value
-        if s.password_file is not None:
-            path = self.config.resolve_path(s.password_file)
-            try:
-                value = Path(path).read_text(encoding="utf-8").strip("\r\n")
-            except OSError as exc:
-                raise MissingCredentials(f"node {node}: redfish.password_file: {path}: "
-                                         f"{exc.strerror or exc}") from None
-            if not value:
-                raise MissingCredentials(f"node {node}: redfish.password_file: {path} is empty")
-            return value
-        raise MissingCredentials(f"node {node}: no BMC password: set redfish.password_file or redfish.password_env")
 
     def _verify(self, node: str, s: RedfishSettings) -> bool | str:
         if s.verify_tls is None or isinstance(s.verify_tls, bool):
@@ -297,7 +275,8 @@ class Redfish(Provider[RedfishOptions]):
         assert address is not None and username is not None  # self.settings() checked both
         key = (address, username)
         if key not in self._bmcs:
-            self._bmcs[key] = Bmc(address, username, self._password(node, s), verify=self._verify(node, s),
+            password = bmc_password(self.config, node, type(self), s)
+            self._bmcs[key] = Bmc(address, username, password, verify=self._verify(node, s),
                                   timeout=s.timeout or DEFAULT_TIMEOUT)
         return self._bmcs[key], s
 

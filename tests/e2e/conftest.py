@@ -110,6 +110,11 @@ ISO_NETWORK = {
 }
 
 
+#: A node whose machine sits behind an IPMI BMC (tests/e2e/test_ipmi_boot.py): live mode, found by its MAC
+#: through the generic entry, as a DHCP server's chain URL finds it; its BMC settings are the test's.
+IPMI_NODE = Node("ipmi-0", "52:54:00:e2:e0:05", "live")
+
+
 @dataclasses.dataclass
 class Stack:
     """A running ``bootserver serve`` subprocess with its config, and what it was fed."""
@@ -237,6 +242,9 @@ def write_stack_config(work: Path, name: str, port: int, base_url: str, state_di
             "e2e-install": {"stream": "fcos-e2e", "mode": "install", "install_dev": "/dev/vda",
                             "ignition": "real.ign"},
             "e2e-live": {"stream": "fcos-e2e", "mode": "live", "ignition": "real.ign"},
+            # a machine behind a BMC boots platform metal, which names no console: this one says where
+            "e2e-live-ttys0": {"stream": "fcos-e2e", "mode": "live", "ignition": "real.ign",
+                               "console": "console=ttyS0,115200n8"},
             "e2e-live-newer-spec": {"stream": "fcos-e2e", "mode": "live", "ignition": "real.ign",
                                     "ignition_version": NEWER_SPEC},
         },
@@ -246,6 +254,8 @@ def write_stack_config(work: Path, name: str, port: int, base_url: str, state_di
     }
     doc["nodes"][NEWER_SPEC_NODE.name] = {"profile": "e2e-live-newer-spec", "mac": NEWER_SPEC_NODE.mac}
     doc["nodes"][ISO_NODE.name] = {"profile": "e2e-install", "mac": ISO_NODE.mac, "network": ISO_NETWORK}
+    doc["nodes"][IPMI_NODE.name] = {"profile": "e2e-live-ttys0", "mac": IPMI_NODE.mac, "selectable": True,
+                                    "provider": "ipmi"}
     path = work / name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

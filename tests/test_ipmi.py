@@ -1,0 +1,308 @@
+"""``bootserver provision / deprovision / devices`` with the IPMI provider against Debian's real BMC
+simulator ``ipmi_sim`` (tests/support/ipmi_sim.py) through the real ``ipmitool``: the boot-flags bytes the BMC
+receives, power, the faults (wrong password, unknown user, a silent BMC, a BMC refusing the boot flags)
+as one line within the node's timeout, the config's refusals, and ``--wait`` following the node through
+a running server. The QEMU guest behind the simulator is tests/e2e/test_ipmi_boot.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import requests
+import yaml
+from support.helpers import checkin_command, free_port, recorded_devices, run_cli, write_config
+from support.ipmi_sim import PASSWORD, USERNAME, free_udp_port, sim_fixture, start_sim  # noqa: F401 - the sim fixture
+from support.server import ServerProcess
+
+from bootserver.cli import build_parser, main, provider_options
+from bootserver.config import load_config
+from bootserver.providers.ipmi import Bmc, boot_flags, failure_reason
+from bootserver.provision import WaitPolicy, provision
+
+CHASSIS, SET_BOOT_OPTIONS, CHASSIS_CONTROL = 0x00, 0x08, 0x02
+
+
+def make_config(tmp_path: Path, reference: Path, bmc_port: int, **profile_ipmi: Any) -> Path:
+    ipmi = {"address": "127.0.0.1", "port": bmc_port, "username": USERNAME, "password_env": "BMC_PASSWORD",
+            "timeout": 4, **profile_ipmi}
+    doc = {
+        "server": {"listen": "127.0.0.1:8080", "base_url": "http://boot.example:8080"},
+        "cache_dir": "cache",
+        "state_dir": "state",
+        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
+        "profiles": {"onprem": {"stream": "r", "install_dev": "/dev/sda", "provider": "ipmi", "ipmi": ipmi}},
+        "nodes": {"bmc-0": {"profile": "onprem", "mac": ["52:54:00:00:00:21"]}},
+    }
+    return write_config(tmp_path / "bootserver.yaml", doc)
+
+
+@pytest.fixture
+def bmc_password(monkeypatch):
+    monkeypatch.setenv("BMC_PASSWORD", PASSWORD)
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_boot_flags_are_ironics_bytes():
+    assert boot_flags("uefi", False) == (0x05, 0xa0, 0x04, 0, 0, 0)
+    assert boot_flags("uefi", True) == (0x05, 0xe0, 0x04, 0, 0, 0)
+    assert boot_flags("legacy", False) == (0x05, 0x80, 0x04, 0, 0, 0)
+    assert boot_flags("legacy", True) == (0x05, 0xc0, 0x04, 0, 0, 0)
+
+
+def test_provision_sets_a_one_time_uefi_network_boot_then_powers_on(sim, bmc_password, tmp_path, reference,
+                                                                   capsys, caplog):
+    config = make_config(tmp_path, reference, sim.port)
+    rc, out, err = cli(capsys, "provision", "bmc-0", "--no-wait", "--config", str(config), "--log-level", "debug")
+    assert rc == 0, err
+    assert out == f"bmc-0 127.0.0.1:{sim.port} On\n"
+    assert f"bootserver: bmc-0: BMC 127.0.0.1:{sim.port}: next boot from the network (uefi, once); " \
+           "power up (was Off)" in err
+    # what the BMC received (ipmi_sim's debug log): Set System Boot Options, parameter 5, 0xa0 = valid,
+    # one time, EFI; 0x04 = PXE; then Chassis Control power up
+    assert sim.requests(CHASSIS, SET_BOOT_OPTIONS) == ["05 a0 04 00 00 00"]
+    assert sim.requests(CHASSIS, CHASSIS_CONTROL) == ["01"]
+    assert sim.calls()[-3:] == ["set boot pxe", "set power 1", "get power"]
+    state = recorded_devices(tmp_path / "state")["bmc-0"]
+    assert {k: state[k] for k in ("provider", "id", "address", "port", "state", "boot")} == {
+        "provider": "ipmi", "id": f"127.0.0.1:{sim.port}", "address": "127.0.0.1", "port": sim.port,
+        "state": "On", "boot": {"device": "pxe", "mode": "uefi", "persistent": False}}
+    assert PASSWORD not in out + err + caplog.text + json.dumps(state)
+
+
+def test_a_machine_that_is_on_is_power_cycled_and_persistent_legacy_is_sent_when_asked(
+        sim, bmc_password, tmp_path, reference, capsys):
+    (sim.state / "power").write_text("1")
+    config = make_config(tmp_path, reference, sim.port, boot_mode="legacy", persistent=True)
+    rc, _out, err = cli(capsys, "provision", "bmc-0", "--no-wait", "--config", str(config))
+    assert rc == 0, err
+    assert "next boot from the network (legacy, every boot); power cycle (was On)" in err
+    assert sim.requests(CHASSIS, SET_BOOT_OPTIONS) == ["05 c0 04 00 00 00"]
+    assert sim.requests(CHASSIS, CHASSIS_CONTROL) == ["02"]
+    assert "set power 0" in sim.calls()  # the simulator cycles: off, then on a second later
+
+
+def test_devices_then_deprovision_soft_then_hard_off_and_clear_the_boot_flags(sim, bmc_password, tmp_path,
+                                                                             reference, capsys):
+    config = make_config(tmp_path, reference, sim.port)
+    rc, out, err = cli(capsys, "devices", "--config", str(config))
+    assert rc == 0, err
+    assert out == f"bmc-0 127.0.0.1:{sim.port} Off new\n"
+    rc, _out, err = cli(capsys, "provision", "bmc-0", "--no-wait", "--config", str(config))
+    assert rc == 0, err
+    rc, out, err = cli(capsys, "devices", "--config", str(config))
+    assert out == f"bmc-0 127.0.0.1:{sim.port} On new\n"
+    started = time.monotonic()
+    rc, out, err = cli(capsys, "deprovision", "bmc-0", "--grace", "1", "--config", str(config))
+    assert rc == 0, err
+    assert time.monotonic() - started < 10
+    assert out == f"bmc-0 127.0.0.1:{sim.port} Off\n"
+    assert f"BMC 127.0.0.1:{sim.port}: powered down after 1 s of soft shutdown" in err
+    # soft shutdown (0x05; the machine has no ACPI handler and stays on), then power down (0x00)
+    assert sim.requests(CHASSIS, CHASSIS_CONTROL)[-2:] == ["05", "00"]
+    assert sim.requests(CHASSIS, SET_BOOT_OPTIONS)[-1] == "05 00 00 00 00 00"  # boot flags no longer valid
+    assert (sim.state / "power").read_text() == "0"
+    assert "bmc-0" not in recorded_devices(tmp_path / "state")
+
+
+def one_line_error(capsys, config: Path, *, within: float) -> str:
+    started = time.monotonic()
+    rc, out, err = cli(capsys, "provision", "bmc-0", "--no-wait", "--config", str(config))
+    elapsed = time.monotonic() - started
+    assert rc == 1, err
+    assert out == "" and len(err.splitlines()) == 1, err
+    assert PASSWORD not in err
+    assert elapsed < within, f"{elapsed:.1f} s"
+    return err
+
+
+def test_a_wrong_password_is_one_line_naming_the_node_and_bmc(sim, tmp_path, reference, capsys, monkeypatch,
+                                                              caplog):
+    monkeypatch.setenv("BMC_PASSWORD", "not-the-password")
+    err = one_line_error(capsys, make_config(tmp_path, reference, sim.port), within=4)
+    assert err == (f"bootserver: node bmc-0: BMC 127.0.0.1:{sim.port}: Get Chassis Status: wrong password for "
+                   f"user {USERNAME} (RAKP 2 HMAC is invalid)\n")
+    assert "not-the-password" not in err + caplog.text
+    assert sim.calls() == []
+
+
+def test_an_unknown_user_is_one_line(sim, bmc_password, tmp_path, reference, capsys):
+    err = one_line_error(capsys, make_config(tmp_path, reference, sim.port, username="nobody"), within=4)
+    assert err == (f"bootserver: node bmc-0: BMC 127.0.0.1:{sim.port}: Get Chassis Status: no user nobody on "
+                   "the BMC (RAKP 2: unauthorized name)\n")
+
+
+def test_a_cipher_suite_the_bmc_lacks_is_one_line(sim, bmc_password, tmp_path, reference, capsys):
+    err = one_line_error(capsys, make_config(tmp_path, reference, sim.port, cipher_suite=17), within=4)
+    assert f"node bmc-0: BMC 127.0.0.1:{sim.port}: Get Chassis Status: the BMC does not offer cipher suite 17" in err
+
+
+def test_a_silent_bmc_is_one_line_within_the_node_timeout(bmc_password, tmp_path, reference, capsys):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:  # takes every datagram, answers none
+        silent.bind(("127.0.0.1", free_udp_port()))
+        port = silent.getsockname()[1]
+        err = one_line_error(capsys, make_config(tmp_path, reference, port, timeout=3), within=3.5)
+    assert err == f"bootserver: node bmc-0: BMC 127.0.0.1:{port}: Get Chassis Status: no answer within 3 s\n"
+
+
+def test_a_bmc_refusing_the_boot_flags_fails_before_anything_is_powered(bmc_password, tmp_path, reference,
+                                                                        capsys):
+    sim = start_sim(tmp_path / "ipmi", chassis=False)  # refuses boot parameter 5 with 0xcc
+    try:
+        err = one_line_error(capsys, make_config(tmp_path, reference, sim.port), within=4)
+        assert err == (f"bootserver: node bmc-0: BMC 127.0.0.1:{sim.port}: Set System Boot Options (boot flags): "
+                       "the BMC answered completion code 0xcc: Invalid data field in request\n")
+        assert sim.requests(CHASSIS, SET_BOOT_OPTIONS) == ["05 a0 04 00 00 00"]
+        assert sim.requests(CHASSIS, CHASSIS_CONTROL) == []  # nothing was powered
+    finally:
+        sim.stop()
+    assert "bmc-0" not in recorded_devices(tmp_path / "state")
+
+
+def test_a_missing_password_is_bad_input_before_any_call(tmp_path, reference, capsys, monkeypatch):
+    monkeypatch.delenv("BMC_PASSWORD", raising=False)
+    rc, _out, err = cli(capsys, "provision", "bmc-0", "--config", str(make_config(tmp_path, reference, 9)))
+    assert rc == 2
+    assert err == "bootserver: node bmc-0: ipmi.password_env: $BMC_PASSWORD is not set\n"
+
+
+def test_password_file_relative_to_the_config(sim, tmp_path, reference, capsys, monkeypatch):
+    monkeypatch.delenv("BMC_PASSWORD", raising=False)
+    (tmp_path / "bmc.pw").write_text(PASSWORD + "\n")
+    config = make_config(tmp_path, reference, sim.port)
+    doc = yaml.safe_load(config.read_text())
+    del doc["profiles"]["onprem"]["ipmi"]["password_env"]
+    doc["nodes"]["bmc-0"]["ipmi"] = {"password_file": "bmc.pw"}
+    write_config(config, doc)
+    rc, _out, err = cli(capsys, "provision", "bmc-0", "--no-wait", "--config", str(config))
+    assert rc == 0, err
+    # ipmitool reads the password from its environment (-E), never from its command line
+    argv = Bmc("bmc-0", "127.0.0.1", sim.port, USERNAME, PASSWORD).argv(0x00, 0x01)
+    assert "-E" in argv and PASSWORD not in " ".join(argv)
+
+
+@pytest.mark.parametrize(("where", "key"), [("node", "ipmi"), ("profile", "redfish")])
+def test_check_config_refuses_virtual_media_on_an_ipmi_node(tmp_path, reference, capsys, where, key):
+    config = make_config(tmp_path, reference, 623)
+    doc = yaml.safe_load(config.read_text())
+    holder = doc["nodes"]["bmc-0"] if where == "node" else doc["profiles"]["onprem"]
+    holder.setdefault(key, {})["boot_source"] = "virtual-media"
+    write_config(config, doc)
+    rc, _, err = cli(capsys, "check-config", "--config", str(config))
+    assert rc == 2
+    keypath = "nodes.bmc-0.ipmi.boot_source" if where == "node" else "profiles.onprem.redfish.boot_source"
+    assert err.startswith(f"bootserver: {config}: {keypath}: node bmc-0 uses provider ipmi, and IPMI has no "
+                          "virtual media")
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ({"cipher_suite": 0}, "profiles.onprem.ipmi.cipher_suite: cipher suite 0 authenticates nothing"),
+    ({"address": "https://bmc.example"}, "profiles.onprem.ipmi.address: must be the BMC's host name"),
+    ({"port": 0}, "profiles.onprem.ipmi.port: "),
+    ({"boot_mode": "bios"}, "profiles.onprem.ipmi.boot_mode: "),
+    ({"password_file": "pw"}, "set password_file or password_env, not both"),
+])
+def test_bad_ipmi_settings_name_the_key(tmp_path, reference, capsys, setting, message):
+    config = make_config(tmp_path, reference, 623, **setting)
+    rc, _, err = cli(capsys, "check-config", "--config", str(config))
+    assert rc == 2
+    assert message in err, err
+
+
+def test_ipmi_nodes_boot_the_metal_platform_without_a_console(tmp_path, reference, capsys):
+    rc, out, err = cli(capsys, "render", "ipxe", "bmc-0", "--config", str(make_config(tmp_path, reference, 623)))
+    assert rc == 0, err
+    kernel = next(line for line in out.splitlines() if line.startswith("kernel "))
+    assert "coreos.inst.platform_id=metal" in kernel.split()
+    assert not any(w.startswith("console=") for w in kernel.split())
+
+
+def test_grace_reaches_both_bmc_providers():
+    args = build_parser().parse_args(["deprovision", "n", "--grace", "7"])
+    options = provider_options(args)
+    assert options["ipmi"].grace == 7 and options["redfish"].grace == 7
+
+
+def test_failure_reasons_of_ipmitool():
+    """ipmitool's own words (``-v``) for what the simulator cannot produce."""
+    assert failure_reason("Address lookup for bmc.invalid failed\nCould not open socket!\n"
+                          "Error: Unable to establish IPMI v2 / RMCP+ session\n", "u", 3, 5) == \
+        "Address lookup for bmc.invalid failed"
+    assert failure_reason("RAKP 2 message indicates an error : insufficient resources for session\n"
+                          "Error: Unable to establish IPMI v2 / RMCP+ session\n", "u", 3, 5) == \
+        "the BMC refused the session: insufficient resources for session"
+    assert failure_reason("Error: something new\n", "u", 3, 5) == "Error: something new"
+
+
+async def test_wait_follows_the_node_through_script_stub_and_config(sim, bmc_password, tmp_path, boot_setup):
+    """``provision`` (with the simulator) waits while the node boots from a running server: its script
+    through ``/boot.ipxe?mac=``, the stub, the real config, its check-in. Each pause of the wait plays
+    the next step, so every stage is seen."""
+    setup = boot_setup(100_000, {"bmc-0": {"profile": "master", "mac": ["52:54:00:00:00:21"],
+                                           "addresses": ["127.0.0.1"]}})
+    doc = yaml.safe_load(setup.config.read_text())
+    doc["server"]["admin"] = {"listen": f"127.0.0.1:{free_port()}"}
+    doc["profiles"]["master"] |= {"provider": "ipmi", "ipmi": {
+        "address": "127.0.0.1", "port": sim.port, "username": USERNAME, "password_env": "BMC_PASSWORD",
+        "timeout": 5}}
+    write_config(setup.config, doc)
+    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
+    assert rc == 0, err
+    config = load_config(str(setup.config))
+    server = ServerProcess(setup.config, setup.port)
+    seen: dict[str, Any] = {}
+
+    def step_script() -> None:
+        r = requests.get(f"{server.url}/boot.ipxe?mac=52:54:00:00:00:21", timeout=10)
+        assert r.status_code == 200, r.text
+        seen["kargs"] = next(line for line in r.text.splitlines() if line.startswith("kernel ")).split()[2:]
+
+    def step_stub() -> None:
+        url = next(w.split("=", 1)[1] for w in seen["kargs"] if w.startswith("coreos.inst.ignition_url="))
+        r = requests.get(url, timeout=10)
+        assert r.status_code == 200
+        seen["stub"] = r.json()
+        seen["merge"] = seen["stub"]["ignition"]["config"]["merge"][0]["source"]
+
+    def step_config() -> None:
+        r = requests.get(seen["merge"], timeout=10)
+        assert r.status_code == 200 and r.content == setup.master_ign.read_bytes()
+
+    def step_checkin() -> None:
+        done = subprocess.run(checkin_command(seen["stub"]), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+
+    steps = [step_script, step_stub, step_config, step_checkin]
+    said: list[str] = []
+
+    def pause(seconds: float) -> None:
+        if steps:
+            steps.pop(0)()
+
+    args = provider_options(build_parser().parse_args(["provision", "bmc-0"]))
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        try:
+            await server.start(http)
+            lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
+                config, args, ["bmc-0"], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
+                say=lambda node, message: said.append(message)))
+        finally:
+            await server.stop()
+    assert [m for m in said if m.startswith(("stage", "waiting"))] == [
+        "waiting for stage up: its system checks in once on the network (now new)", "stage ipxe",
+        "stage installing", "stage installed", "stage up"]
+    assert lines == [f"bmc-0 127.0.0.1:{sim.port} On"]
+    assert "coreos.inst.platform_id=metal" in seen["kargs"]
+    assert sim.requests(CHASSIS, SET_BOOT_OPTIONS) == ["05 a0 04 00 00 00"]
