@@ -292,10 +292,16 @@ class Upstream:
         """The upstream of ``config``: the mirrors of ``facility`` (default ``server.facility``),
         ``upstream.read_timeout``, and the signature checks (``upstream.signature_keys``, each stream's
         ``verify_signatures``)."""
+        return cls(mirrors=config.mirrors(facility), read_timeout=config.upstream.read_timeout,
+                   signatures=cls.signature_policy(config))
+
+    @staticmethod
+    def signature_policy(config: Config) -> SignaturePolicy:
+        """Which artifacts of ``config``'s streams have their OpenPGP signature checked, against which
+        keyring (``upstream.signature_keys``, relative to the config's folder, else Fedora's shipped keys)."""
         keys = config.upstream.signature_keys
-        policy = SignaturePolicy(config.base_dir / keys if keys else default_keyring(),
-                                 {name: s.verify_signatures for name, s in config.streams.items()})
-        return cls(mirrors=config.mirrors(facility), read_timeout=config.upstream.read_timeout, signatures=policy)
+        return SignaturePolicy(config.base_dir / keys if keys else default_keyring(),
+                               {name: s.verify_signatures for name, s in config.streams.items()})
 
     @property
     def session(self) -> aiohttp.ClientSession:
