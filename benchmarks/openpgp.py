@@ -82,6 +82,8 @@ async def main() -> None:
         print(markdown_table(["run", "check", "sync-images wall s", "largest process peak RSS MiB",
                               "tree peak RSS MiB (sum)", "processes"], rows))
     finally:
+        subprocess.run(["gpgconf", "--homedir", str(work / "gnupg"), "--kill", "gpg-agent"], timeout=30,
+                       capture_output=True)
         rmtree(work)
 
 

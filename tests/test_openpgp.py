@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,9 @@ def gpg(home: Path, *args: str, data: bytes | None = None) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Two signing keys (``good``, in the configured keyring, and ``other``, not in it): their homes,
-    key IDs, and the good key's public keyring file (armored)."""
+    key IDs, and the good key's public keyring file (armored). gpg's agents stop afterwards."""
     out: dict[str, Any] = {}
     for name in ("good", "other"):
         home = tmp_path_factory.mktemp(f"gnupg-{name}")
@@ -47,7 +48,12 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     keyring = tmp_path_factory.mktemp("keyring") / "keys.asc"
     keyring.write_bytes(gpg(out["good"]["home"], "--armor", "--export"))
     out["keyring"] = keyring
-    return out
+    try:
+        yield out
+    finally:
+        for name in ("good", "other"):
+            subprocess.run(["gpgconf", "--homedir", str(out[name]["home"]), "--kill", "gpg-agent"], timeout=30,
+                           capture_output=True)
 
 
 def sign(keys: dict[str, Any], who: str, data: bytes) -> bytes:
