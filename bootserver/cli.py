@@ -84,7 +84,7 @@ def _cmd_render(args: argparse.Namespace, config: Config) -> int:
             if args.what == "ipxe":
                 return (await svc.boot_script(node)).encode()
             if args.what == "grub":
-                return (await svc.grub_config(node)).encode()
+                return (await svc.boot_script(node, grub=True)).encode()
             return svc.stub(node, args.ignition_version)
         finally:
             await svc.close()
@@ -310,7 +310,7 @@ def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
 def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
     import time
 
-    from .inventory import stall_deadlines
+    from .fleet import read_fleet
     from .nodes_view import format_events, format_table
     from .timeline import Record
 
@@ -333,9 +333,7 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
                                                   f"{device.get('id', '-')} {device.get('state', '-')}\n")
                 return head + format_events(await store.events(nodes[0]), await store.node(nodes[0]),
                                             store.keep_events)
-            profiles = {n: node.profile for n, node in config.nodes.items()}
-            states = await store.nodes(list(config.nodes))
-            return format_table(states, time.time(), profiles, stall_deadlines(config, states))
+            return format_table(await read_fleet(config, store), time.time())
         finally:
             await store.close()
 

@@ -1,36 +1,38 @@
-"""From a node (by name or by selector) to what it boots: its profile and its boot script's context.
+"""Which configured node a request or a command concerns: by name, by selector (MAC, SMBIOS UUID,
+hostname) and the asking address (a node's ``addresses``, ``selectable``, the ``default`` node).
 
-Pure domain code: no aiohttp web layer. The server and ``bootserver render`` both come through here,
-so ``render`` prints exactly what the server sends.
+Pure domain code: no aiohttp web layer.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import ipaddress
-from collections.abc import Iterable
+from dataclasses import dataclass
 
-from .artifacts.cache import ArtifactCache
-from .artifacts.catalog import StreamCatalog
-from .artifacts.upstream import Upstream
-from .config import Config
-from .errors import MetadataError, UnknownNodeError
-from .ipxe import (
-    CommandLineTooLong,
-    GrubUnsupported,
-    ScriptContext,
-    build_kargs,
-    check_command_line,
-    render_grub_config,
-)
-from .network import node_kargs
-from .providers.base import DeviceRecordError
-from .providers.interface import boot_platform, boots_virtual_media
-from .signing import KeyEntry, Keyring, Signer
-from .streams import Release
-from .timeline import NodeState, final_stages, stall_deadline
-from .urls import Urls
+from .config import Config, Node, Profile
+from .errors import UnknownNodeError
+from .providers.base import provider_of
+
+
+@dataclass(frozen=True, slots=True)
+class NodeContext:
+    """A configured node resolved once, as a request carries it down (matchbox keeps the profile in
+    the request context): its ``name``, its settings (``spec``: ``nodes.<name>``), its profile's name
+    and settings, and its provider (``None``: none; :func:`~bootserver.providers.base.provider_of`)."""
+
+    name: str
+    spec: Node
+    profile_name: str
+    profile: Profile
+    provider: str | None
+
+
+def node_contexts(config: Config) -> dict[str, NodeContext]:
+    """Every configured node of ``config`` resolved (:class:`NodeContext`); a loaded config never
+    changes, so this is built once per service."""
+    return {name: NodeContext(name, spec, spec.profile, config.profiles[spec.profile], provider_of(config, name))
+            for name, spec in config.nodes.items()}
 
 
 def find_node(config: Config, *, name: str | None = None, mac: str | None = None,
@@ -52,22 +54,6 @@ def find_node(config: Config, *, name: str | None = None, mac: str | None = None
                 raise UnknownNodeError(f"no node with {key} {value} in {config.source}")
             return found
     raise UnknownNodeError("no selector given: use ?mac=, ?uuid= or ?hostname=")
-
-
-def node_final_stages(config: Config, node: str) -> tuple[str, ...]:
-    """The stages where configured node ``node`` has nothing more to do
-    (:func:`bootserver.timeline.final_stages` of its profile: ``up`` when it checks in)."""
-    profile = config.node_profile(node)
-    return final_stages(profile.mode, checkin=profile.checkin)
-
-
-def stall_deadlines(config: Config, states: Iterable[NodeState]) -> dict[str, float | None]:
-    """Each configured node's stall deadline (:func:`bootserver.timeline.stall_deadline`, unix
-    seconds; ``None``: it cannot stall now) under ``timeline.stall_after``; nodes not in the config
-    (history of a removed node) are left out."""
-    limits = config.timeline.stall_limits
-    return {st.node: stall_deadline(st, limits, node_final_stages(config, st.node))
-            for st in states if st.node in config.nodes}
 
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -127,70 +113,3 @@ def select_node(config: Config, addr: Address | None, *, mac: str | None = None,
 def default_node(config: Config) -> str | None:
     """The node with ``default: true`` (at most one; see :func:`select_node`), or ``None``."""
     return next((name for name, n in config.nodes.items() if n.default), None)
-
-
-def script_context(config: Config, urls: Urls, node: str, release: Release,
-                   network: tuple[str, ...] | None = None, stub_ttl: int | None = None) -> ScriptContext:
-    """Build the boot script context of ``node`` for ``release`` (its profile's stream and arch).
-    ``stub_ttl``: how long the stub URL in the kargs is valid (seconds; default ``install_ttl``).
-
-    ``network`` is the node's network kargs (default: :func:`bootserver.network.node_kargs` without a
-    device record: right for every node but a ``network: provider`` one, whose record the caller reads).
-    Raises ``KeyError`` for an unknown node (use :func:`find_node` first), ``ValueError`` if the
-    kernel arguments cannot be built (see :func:`bootserver.ipxe.build_kargs`),
-    :class:`~bootserver.ipxe.CommandLineTooLong` when they do not fit the kernel, and
-    :class:`~bootserver.providers.base.DeviceRecordError` (503) for a ``network: provider`` node without a
-    usable device record.
-    """
-    n = config.nodes[node]
-    profile = config.node_profile(node)
-    kernel_url = urls.artifact(node, release, release.kernel)
-    kargs = build_kargs(
-        arch=profile.arch, mode=profile.mode,
-        rootfs_url=urls.artifact(node, release, release.rootfs),
-        stub_url=urls.stub(node, stub_ttl), install_dev=profile.install_dev,
-        console=profile.console, extra=profile.kargs, platform=boot_platform(config, node),
-        network=node_kargs(config, node, None) if network is None else network,
-    )
-    check_command_line(node, profile.arch, kernel_url, kargs)
-    return ScriptContext(
-        node=node, profile=n.profile, stream=release.stream, release=release.version, arch=release.arch,
-        mode=profile.mode, kernel_url=kernel_url,
-        initramfs_url=urls.artifact(node, release, release.initramfs), kargs=kargs,
-    )
-
-
-def check_command_lines(config: Config) -> list[str]:
-    """``check-config``'s look at every node's kernel command line, built as the server would build it
-    (with a throwaway signing key: a signature has the same length under every key).
-
-    Needs the release: a node whose stream metadata is not at hand without the network (not synced
-    yet), or whose network is ``network: provider`` (its device record is in the state store, which
-    ``check-config`` does not open), is left to ``render`` and the server, and returned. A node that
-    boots its image (``redfish.boot_source: virtual-media``) is also checked in GRUB's form, whose
-    ``BOOT_IMAGE=`` counts too (:func:`~bootserver.ipxe.render_grub_config`). Raises
-    :class:`~bootserver.ipxe.CommandLineTooLong` (exit 2) naming the config file and the first node
-    whose command line does not fit.
-    """
-    urls = Urls(config, Signer(Keyring(config.state_dir / "keys.json", [KeyEntry(bytes(32), 0)])))
-    catalog = StreamCatalog(config, ArtifactCache(config.cache_dir), Upstream.for_config(config))  # cached() only
-    later = []
-    for node in config.nodes:
-        profile = config.node_profile(node)
-        try:
-            meta = catalog.cached(profile.stream)
-            network = node_kargs(config, node, None)
-        except (MetadataError, DeviceRecordError):
-            meta = None
-        release = None if meta is None else meta.releases.get(profile.arch)
-        if release is None:
-            later.append(node)
-            continue
-        try:
-            ctx = script_context(config, urls, node, release, network)
-            if boots_virtual_media(config, node):  # GRUB puts BOOT_IMAGE=<kernel> first: longer
-                with contextlib.suppress(GrubUnsupported):  # an https base URL: iso.check_boot_networks
-                    render_grub_config(ctx)
-        except CommandLineTooLong as e:
-            raise CommandLineTooLong(f"{config.source}: {e}") from None
-    return later

@@ -1,5 +1,5 @@
-"""Build kernel arguments and render per-node iPXE scripts, and their GRUB form for the boot image's UEFI
-boot (Jinja2 templates in ``templates/``).
+"""Build kernel arguments and render per-node iPXE scripts (Jinja2 templates in ``templates/``, this
+module's own environment); their GRUB form is :mod:`bootserver.grub`'s.
 
 Everything put into a script is either built here from checked parts or checked by
 :func:`check_script_word`, because iPXE expands ``${...}`` and treats ``&&``, ``||`` and a leading ``#``
@@ -176,35 +176,10 @@ class ScriptContext:
     kargs: tuple[str, ...]
 
 
-class GrubUnsupported(BootserverError):
-    """A node's boot cannot be written for GRUB (exit 2; 500 from the server): GRUB's ``http`` module
-    fetches plain ``http://`` URLs of a host name or IPv4 address only."""
-
-    exit_code = 2
-
-
-def grub_path(url: str) -> str:
-    """An ``http://HOST[:PORT]/PATH[?QUERY]`` URL in GRUB's file name form,
-    ``(http,HOST:PORT)/PATH?QUERY`` (port 80 when the URL names none; GRUB 2.06 ``grub-core/net/http.c``
-    sends the path and query as given). Raises :class:`GrubUnsupported` for another scheme or an IPv6
-    address."""
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname or ":" in parts.hostname:
-        raise GrubUnsupported(f"GRUB fetches plain http URLs of a host name or IPv4 address only, not {url}",
-                              public="this node's boot cannot be fetched by GRUB (it needs plain http URLs)")
-    path = parts.path or "/"
-    return f"(http,{parts.hostname}:{parts.port or 80}){path}" + (f"?{parts.query}" if parts.query else "")
-
-
-def grub_quote(word: str) -> str:
-    """``word`` as one literal GRUB word: single-quoted (GRUB reads everything up to the next ``'``
-    literally). Raises :class:`UnsafeValueError` for what :func:`check_script_word` refuses, which
-    includes quotes."""
-    return f"'{check_script_word(word)}'"
-
-
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
+    """iPXE's templates: plain text (every value is a checked word: :func:`check_script_word`),
+    undefined names raise."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         autoescape=False,
@@ -213,7 +188,6 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["grub_quote"] = grub_quote
     return env
 
 
@@ -245,34 +219,3 @@ def render_localboot_script(node: str, stage: str) -> str:
     check_script_word(node)
     check_script_word(stage)
     return _template("localboot.ipxe.j2").render(node=node, stage=stage, version=__version__)
-
-
-def render_grub_config(ctx: ScriptContext) -> str:
-    """Render ``templates/boot.grub.j2``: the node's boot script in GRUB's form, for the boot image's
-    UEFI boot: ``linux`` with the same kernel and the same kargs (each one quoted word), ``initrd``,
-    ``boot``, three attempts, then ``exit`` to the next boot device.
-
-    GRUB puts ``BOOT_IMAGE=<kernel file>`` first on the kernel's command line (GRUB 2.06
-    ``grub-core/loader/i386/linux.c``), which counts against the kernel's buffer. Raises
-    :class:`GrubUnsupported` for an https or IPv6 URL, :class:`CommandLineTooLong` when the command line
-    does not fit, and :class:`UnsafeValueError` for a value GRUB or iPXE would not read literally.
-    """
-    for word in (ctx.node, ctx.profile, ctx.stream, ctx.release, ctx.arch, ctx.mode, *ctx.kargs):
-        check_script_word(word)
-    kernel, initramfs = grub_path(ctx.kernel_url), grub_path(ctx.initramfs_url)
-    size = len(f"BOOT_IMAGE={kernel} {' '.join(ctx.kargs)}".encode()) + 1
-    limit = COMMAND_LINE_SIZE.get(ctx.arch, 2048)
-    if size > limit:
-        raise CommandLineTooLong(f"node {ctx.node}: the kernel command line under GRUB needs {size} bytes "
-                                 f"(BOOT_IMAGE= included), more than the {limit} of {ctx.arch}; shorten the "
-                                 "profile's kargs, the network, or the URLs")
-    return _template("boot.grub.j2").render(ctx=ctx, kernel=kernel, initramfs=initramfs, version=__version__)
-
-
-def render_grub_localboot(node: str, stage: str) -> str:
-    """Render ``templates/localboot.grub.j2``: the boot-once answer in GRUB's form; ``exit`` returns
-    to the firmware, which boots its next boot option (the local disk). Raises
-    :class:`UnsafeValueError` for a value GRUB would not read literally."""
-    check_script_word(node)
-    check_script_word(stage)
-    return _template("localboot.grub.j2").render(node=node, stage=stage, version=__version__)

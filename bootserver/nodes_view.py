@@ -6,8 +6,9 @@ watch's warnings (:mod:`bootserver.stalls`), so it sits below all three.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
+from .fleet import FleetNode
 from .timeline import Event, NodeState
 
 
@@ -50,18 +51,15 @@ def format_stalled(deadline: float | None, now: float) -> str:
     return "stalled " + format_age(now - deadline).removesuffix(" ago")
 
 
-def format_table(states: list[NodeState], now: float, profiles: Mapping[str, str] | None = None,
-                 deadlines: Mapping[str, float | None] | None = None) -> str:
-    """The ``bootserver nodes`` table: node, profile, stage, since, stalled (``deadlines``: each node's
-    :func:`~bootserver.timeline.stall_deadline`, see :func:`format_stalled`), last event, when (plain
-    text)."""
-    profiles = profiles or {}
-    deadlines = deadlines or {}
+def format_table(fleet: Sequence[FleetNode], now: float) -> str:
+    """The ``bootserver nodes`` table of the fleet view (:func:`bootserver.fleet.read_fleet`): node,
+    profile, stage, since, stalled (see :func:`format_stalled`), last event, when (plain text)."""
     rows = [("NODE", "PROFILE", "STAGE", "SINCE", "STALLED", "LAST EVENT", "WHEN")]
-    for st in states:
-        rows.append((st.node, profiles.get(st.node, "-"), st.stage,
+    for seen in fleet:
+        st = seen.state
+        rows.append((st.node, seen.profile or "-", st.stage,
                      format_age(None if st.stage_at is None else now - st.stage_at),
-                     format_stalled(deadlines.get(st.node), now),
+                     format_stalled(seen.stall_at, now),
                      st.last_event or "-", format_age(None if st.last_at is None else now - st.last_at)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)

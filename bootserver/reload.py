@@ -29,7 +29,7 @@ from .config import Config, check_local_inputs, load_config
 from .errors import BootserverError, InputError
 from .files import write_atomic
 from .images.network import check_boot_networks
-from .inventory import check_command_lines
+from .scripts import check_command_lines
 
 #: The keys a reload cannot change, each with why: they keep their running values, and a reload that
 #: changes them says so in one warning line.
@@ -57,7 +57,7 @@ STATUS_FILE = "reload.json"
 def check_config(config: Config) -> None:
     """Everything ``check-config`` checks beyond loading: the local files the config names
     (:func:`~bootserver.config.check_local_inputs`), every node's kernel command line
-    (:func:`~bootserver.inventory.check_command_lines`) and boot network
+    (:func:`~bootserver.scripts.check_command_lines`) and boot network
     (:func:`~bootserver.images.network.check_boot_networks`). Raises :class:`~bootserver.errors.ConfigError`
     naming the file and key."""
     check_local_inputs(config)

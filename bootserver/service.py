@@ -18,17 +18,22 @@ from typing import Any, Generic, TypeVar
 from .artifacts.cache import ArtifactCache
 from .artifacts.catalog import StreamCatalog
 from .artifacts.readthrough import ReadThrough, Transfer
+from .artifacts.report import cache_report
 from .artifacts.upstream import Upstream
 from .butane import ButaneError
 from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
+from .fleet import FleetNode, read_fleet
+from .grub import render_grub_config, render_grub_localboot
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .images.netboot import node_image
 from .images.overlay import NodeImage
 from .images.secureboot import check_secure_boot, secureboot_image
-from .inventory import script_context
-from .ipxe import render_boot_script, render_grub_config, render_grub_localboot, render_localboot_script
+from .inventory import NodeContext, node_contexts
+from .ipxe import render_boot_script, render_localboot_script
+from .metrics import Metrics
 from .network import node_kargs
+from .scripts import script_context
 from .signing import Signer
 from .stalls import StallWatch
 from .state import StateStore
@@ -38,7 +43,10 @@ from .timeline import (
     BOOT_DONE_STAGES,
     INSTALLED_STAGES,
     Current,
+    Event,
+    NodeState,
     Record,
+    Recorded,
     artifact_event,
     boot_started,
 )
@@ -112,16 +120,52 @@ class CachedArtifact:
     sha256: str | None
 
 
+#: An observer of recorded events (:attr:`BootService.observers`): called on the event loop with each
+#: :class:`~bootserver.timeline.Recorded` once it is committed (or queued, for a repeat); it must not
+#: block, and may return an awaitable that the service runs in the background (:meth:`BootService.drain`
+#: waits for it).
+RecordObserver = Callable[[Recorded], Awaitable[None] | None]
+
+#: Events that may end a boot (:data:`~bootserver.timeline.BOOT_DONE_STAGES`): the stage before them
+#: is read for :class:`~bootserver.timeline.Recorded`.
+BOOT_ENDING_EVENTS = ("config", "checkin")
+
+
+class BootDurations:
+    """The boot-duration observer (:data:`RecordObserver`): when a node reaches one of
+    :data:`~bootserver.timeline.BOOT_DONE_STAGES` it reports ``(stage, seconds)`` since its boot's first
+    script, read from ``state`` (:func:`~bootserver.timeline.boot_started`), to ``report``
+    (:meth:`bootserver.metrics.Metrics.boot_done`)."""
+
+    def __init__(self, state: StateStore, report: Callable[[str, float], None]) -> None:
+        self.state = state
+        self.report = report
+
+    def recorded(self, event: Recorded) -> Awaitable[None] | None:
+        """The measurement to run when ``event`` ended a boot, else ``None``."""
+        if event.before is None or event.stage == event.before or event.stage not in BOOT_DONE_STAGES:
+            return None
+        return self._measure(event)
+
+    async def _measure(self, event: Recorded) -> None:
+        started = boot_started(await self.state.events(event.node))
+        if started is not None and event.at >= started:
+            self.report(event.stage, event.at - started)
+
+
 class BootService:
     """Domain operations for one loaded :class:`~bootserver.config.Config`."""
 
     def __init__(self, config: Config, signer: Signer | None = None,
-                 upstream: Upstream | None = None, state: StateStore | None = None) -> None:
+                 upstream: Upstream | None = None, state: StateStore | None = None, *,
+                 measured: bool = False) -> None:
         """``signer`` signs per-node URLs (default: the keys of the state store and the wall clock);
         ``upstream`` is where metadata and artifacts come from (default: :meth:`Upstream.for_config`,
         the mirrors of ``server.facility``); ``state`` is the state store (default: the one the config
-        selects, :func:`~bootserver.state.backends.open_store`). Call :meth:`close` when done (it
-        closes the upstream and the state store)."""
+        selects, :func:`~bootserver.state.backends.open_store`); ``measured``: keep the server's
+        Prometheus metrics (:attr:`metrics`: upstream fetches, boot durations, the nodes' stages). The
+        one place the service's parts are made and wired to each other. Call :meth:`close` when done
+        (it closes the upstream and the state store)."""
         self.config = config
         #: Where stream metadata and artifacts come from (see :mod:`bootserver.artifacts.upstream`).
         self.upstream = Upstream.for_config(config) if upstream is None else upstream
@@ -133,17 +177,20 @@ class BootService:
         self.state = open_store(config) if state is None else state
         self.urls = Urls(config, signer, keys=self.state.keyring)
         self.real_configs = RealConfigs()
-        #: Called with ``(stage, seconds)`` when a node reaches one of
-        #: :data:`~bootserver.timeline.BOOT_DONE_STAGES`, seconds after its boot's first script
-        #: (:meth:`bootserver.metrics.Metrics.boot_done`); ``None``: not measured.
-        self.boot_observer: Callable[[str, float], None] | None = None
-        #: Called with the node's name after each event recorded in this process (the live page's
-        #: :class:`bootserver.http.page.Hub`); they must not block.
-        self.record_hooks: list[Callable[[str], None]] = []
-        #: The stall watch (one warning per stalled node; the nodes' stages for metrics scrapes), and
-        #: what wakes it after a recorded event (see :meth:`start_stall_watch`).
+        #: Every configured node resolved once (profile, settings, provider): what a request carries down.
+        self._nodes = node_contexts(config)
+        #: The stall watch (one warning per stalled node; the nodes' stages for metrics scrapes).
         self.stall_watch = StallWatch(config, self.state)
-        self._stall_wake: asyncio.Event | None = None
+        #: The observers of every event recorded in this process (see :meth:`observe`), in order: the
+        #: stall watch, the boot-duration metric when measured, then those added (the live page's hub).
+        self.observers: list[RecordObserver] = [self.stall_watch.recorded]
+        #: The server's metrics (``None``: not measured), fed by the read-through's downloads, the
+        #: boot durations and the stall watch's reading of the nodes' stages.
+        self.metrics: Metrics | None = None
+        if measured:
+            self.metrics = Metrics(self.stall_watch.node_stages)
+            self.artifacts.observer = self.metrics
+            self.observers.append(BootDurations(self.state, self.metrics.boot_done).recorded)
         self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
         self._grub_configs: RenderCache[ScriptInputs, str] = RenderCache(self._render_grub_config)
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
@@ -151,54 +198,49 @@ class BootService:
         self._kargs: dict[str, tuple[Mapping[str, Any] | None, tuple[str, ...]]] = {}
         #: Timeline writes started after an answer went out (see :meth:`artifact_answered`).
         self._pending: set[asyncio.Task[Any]] = set()
-        #: Background stream metadata loads (see :meth:`load_metadata_soon`) and the monotonic time of
+        #: Background stream metadata loads (see :meth:`_load_metadata_soon`) and the monotonic time of
         #: each stream's last failed one.
         self._metadata_loads: dict[str, asyncio.Future[None]] = {}
         self._metadata_failed: dict[str, float] = {}
 
     def reloaded(self, config: Config) -> BootService:
         """A service for ``config`` (a reload: :mod:`bootserver.reload`; its restart-only keys equal this
-        one's) that shares what outlives a config with this one: the upstream (its mirrors follow
-        ``config``, and its signature checks: ``upstream.signature_keys``, ``verify_signatures``), the state
-        store, the signer, the in-process downloads, the background timeline
-        writes, the stall watch (now watching ``config``'s nodes) and the observers. This service stays
-        usable for the requests that started on it; only the last one is closed (:meth:`close`)."""
+        one's) that shares what outlives a config with this one: the upstream (its mirrors and its
+        signature checks, ``verify_signatures``, follow ``config``), the state store, the signer, the
+        in-process downloads, the background timeline writes, the metrics, the stall watch (now watching
+        ``config``'s nodes) and the observers. This service stays usable for the requests that started
+        on it; only the last one is closed (:meth:`close`)."""
         self.upstream.mirrors = config.mirrors()
         self.upstream.signatures = Upstream.signature_policy(config)
         new = BootService(config, self.urls.signer, upstream=self.upstream, state=self.state)
         new.artifacts.share_downloads(self.artifacts)
-        new.boot_observer = self.boot_observer
-        new.record_hooks = self.record_hooks
+        new.artifacts.observer = self.artifacts.observer
+        new.metrics = self.metrics
+        new.observers = self.observers
         new.stall_watch = self.stall_watch
         self.stall_watch.config = config
-        new._stall_wake = self._stall_wake
         new._pending = self._pending
         new._metadata_loads = self._metadata_loads
         new._metadata_failed = self._metadata_failed
         return new
 
-    async def boot_script(self, node: str) -> str:
-        """The node's iPXE script (text). ``node`` must be a configured node name.
+    async def boot_script(self, node: str, *, grub: bool = False) -> str:
+        """The node's iPXE script (text) as :meth:`serve_script` answers now, recording nothing (for
+        ``render`` and the live page); in GRUB's form with ``grub``. ``node`` must be a configured node
+        name.
 
         Raises :class:`~bootserver.errors.UnavailableError` when the timeline cannot be read, or
-        ``FetchError``/``MetadataError`` when the stream's metadata must be fetched and cannot be.
+        ``FetchError``/``MetadataError`` when the stream's metadata must be fetched and cannot be; with
+        ``grub``, :class:`~bootserver.grub.GrubUnsupported` when an artifact URL is not plain http.
         """
-        return (await self._script(node, await self.state.current(node)))[1]
+        return (await self._script(self._nodes[node], await self.state.current(node), grub=grub))[1]
 
-    async def stage(self, node: str) -> str:
-        """The node's timeline stage (one indexed row, read on the event loop: see
-        :class:`~bootserver.state.sqlite_timeline.Timeline`).
-
-        Raises :class:`UnavailableError` (HTTP 503) when the timeline cannot be read: without it the
-        server cannot tell an installed node from a new one, and guessing could reinstall a node.
-        """
-        return await self.state.stage(node)
-
-    async def _script(self, node: str, current: Current, grub: bool = False) -> tuple[str, str, dict[str, Any]]:
+    async def _script(self, resolved: NodeContext, current: Current, grub: bool = False
+                      ) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)`` for the node as read (``current``: its stage and device record):
         the boot-disk script when boot-once applies, else the boot script; in GRUB's form with ``grub``
         (the boot image's UEFI boot), the same boot either way."""
-        profile = self.config.node_profile(node)
+        node, profile = resolved.name, resolved.profile
         stage = current.stage
         if profile.boots_once and stage in INSTALLED_STAGES:
             script = render_grub_localboot(node, stage) if grub else render_localboot_script(node, stage)
@@ -240,53 +282,45 @@ class BootService:
         config served without its event would defeat boot-once, so the client is asked to retry
         (iPXE's script retries, Ignition retries 5xx answers).
         """
-        profile = self.config.node_profile(node)
+        return await self._record(self._nodes[node], event, ip=ip, detail=detail, at=at, current=current)
+
+    async def _record(self, resolved: NodeContext, event: str, *, ip: str | None = None,
+                      detail: Mapping[str, Any] | None = None, at: float | None = None,
+                      current: Current | None = None) -> str:
+        """:meth:`record` for the node as resolved."""
+        node, profile = resolved.name, resolved.profile
         record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
                         real_config=profile.ignition is not None)
         before = None
-        if event in ("config", "checkin") and self.boot_observer is not None:  # rare: once per boot
+        if event in BOOT_ENDING_EVENTS:  # rare: once per boot
             before = current.stage if current is not None else await self.state.stage(node)
         stage = await self.state.record(record, current)
-        if self._stall_wake is not None:
-            self._stall_wake.set()
-        for hook in self.record_hooks:
-            hook(node)
-        if before is not None and stage != before and stage in BOOT_DONE_STAGES:
-            self._spawn(self._observe_boot(node, stage, record.at))
+        recorded = Recorded(node, event, stage, before, record.at)
+        for observer in self.observers:
+            later = observer(recorded)
+            if later is not None:
+                self._spawn(later)
         return stage
 
-    async def _observe_boot(self, node: str, stage: str, at: float) -> None:
-        """Report how long ``node`` took from its boot's first script to ``stage`` (reached at ``at``)."""
-        started = boot_started(await self.state.events(node))
-        if started is not None and at >= started and self.boot_observer is not None:
-            self.boot_observer(stage, at - started)
+    def observe(self, observer: RecordObserver) -> None:
+        """Call ``observer`` after each event recorded in this process from now on (see
+        :data:`RecordObserver`)."""
+        self.observers.append(observer)
 
-    async def serve_script(self, node: str, client: str | None) -> str:
+    async def serve_script(self, node: str, client: str | None, *, grub: bool = False) -> str:
         """What the server answers a node's script request from address ``client``: the boot script,
         or with boot-once the boot-disk script once the node is installed; records ``script`` or
         ``localboot`` in the timeline. One read of the node (:meth:`StateStore.current`); a repeat
-        of the node's last event is written behind, anything new before the answer. Raises as
-        :meth:`boot_script`.
+        of the node's last event is written behind, anything new before the answer. With ``grub``,
+        in GRUB's form (``GET /grub/<node>``, fetched by the UEFI boot of the node's boot image): the
+        same boot (kernel, initramfs, kargs), the same boot-once rule, the same timeline event. Raises
+        as :meth:`boot_script`.
         """
+        resolved = self._nodes[node]
         current = await self.state.current(node)
-        event, script, detail = await self._script(node, current)
-        await self.record(node, event, ip=client, detail=detail, current=current)
+        event, script, detail = await self._script(resolved, current, grub=grub)
+        await self._record(resolved, event, ip=client, detail=detail, current=current)
         return script
-
-    async def serve_grub_config(self, node: str, client: str | None) -> str:
-        """:meth:`serve_script` in GRUB's form (``GET /grub/<node>``, fetched by the UEFI boot of the
-        node's boot image): the same boot (kernel, initramfs, kargs), the same boot-once rule, and the
-        same timeline event (``script`` or ``localboot``). Raises as :meth:`boot_script`, and
-        :class:`~bootserver.ipxe.GrubUnsupported` when an artifact URL is not plain http."""
-        current = await self.state.current(node)
-        event, script, detail = await self._script(node, current, grub=True)
-        await self.record(node, event, ip=client, detail=detail, current=current)
-        return script
-
-    async def grub_config(self, node: str) -> str:
-        """The node's GRUB config as :meth:`serve_grub_config` answers now, recording nothing (for
-        ``render``)."""
-        return (await self._script(node, await self.state.current(node), grub=True))[1]
 
     async def node_image(self, node: str) -> NodeImage:
         """The node's boot image: for a ``secure_boot`` node the Secure Boot one
@@ -300,7 +334,7 @@ class BootService:
         current = await self.state.current(node)
         if not self.config.node_secure_boot(node):
             return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
-        profile = self.config.node_profile(node)
+        profile = self._nodes[node].profile
         release = await self.catalog.release(profile.stream, profile.arch)
         check_secure_boot(node, release)
         assert release.live_iso is not None
@@ -328,24 +362,20 @@ class BootService:
         ``stub`` in the timeline. Raises :class:`~bootserver.ignition.NotAcceptableError` (HTTP 406,
         nothing recorded) when the client accepts no version the profile allows, else as :meth:`stub`.
         """
-        version = negotiate_version(accept, self.config.node_profile(node).ignition_version, IGNITION_VERSIONS)
-        data = self.stub(node, version)
-        await self.record(node, "stub", ip=client)
+        resolved = self._nodes[node]
+        version = negotiate_version(accept, resolved.profile.ignition_version, IGNITION_VERSIONS)
+        data = self._stub(resolved, version)
+        await self._record(resolved, "stub", ip=client)
         return data
 
     async def serve_real_config(self, node: str, client: str | None) -> bytes | None:
         """:meth:`real_config`, recording ``config`` when there is one. Raises as :meth:`real_config`."""
-        data = self.real_config(node)
-        if data is not None:
-            await self.record(node, "config", ip=client)
-        return data
-
-    async def serve_checkin(self, node: str, client: str | None) -> str:
-        """Record ``checkin`` for ``node`` from address ``client`` (its booted system is on the network;
-        see :func:`~bootserver.timeline.next_stage`) and return the node's stage after it (``up``, or
-        the stage it keeps while marked for reinstall or network-booting). Raises
-        :class:`UnavailableError` when the timeline cannot be written."""
-        return await self.record(node, "checkin", ip=client)
+        resolved = self._nodes[node]
+        pinned = self._real_config_pinned(resolved)
+        if pinned is None:
+            return None
+        await self._record(resolved, "config", ip=client)
+        return pinned[0]
 
     async def artifact(self, segments: tuple[str, ...]) -> CachedArtifact | Transfer | None:
         """The artifact at URL segments ``(stream, arch, release, file)``: the cached file, a
@@ -362,10 +392,10 @@ class BootService:
 
     async def artifact_requested(self, segments: tuple[str, ...], client: str | None) -> tuple[str, str | None]:
         """``(kind, node)`` of an artifact request from address ``client``: its kind (see
-        :meth:`artifact_kind`) and the node it is attributed to (docs/design.md; ``None`` when none),
+        :meth:`_artifact_kind`) and the node it is attributed to (docs/design.md; ``None`` when none),
         after recording ``<kind>-requested`` for it. Never raises: artifacts are served whatever
         happens to the timeline (a failure is logged)."""
-        kind = self.artifact_kind(segments)
+        kind = self._artifact_kind(segments)
         if not client:
             return kind, None
         try:
@@ -407,54 +437,91 @@ class BootService:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
         await self.state.flush()
 
-    async def nodes(self) -> list[dict[str, Any]]:
-        """Every configured node (and any other with events), as ``GET /nodes`` shows them: stage,
-        since when, last event, profile (ages in seconds, see :meth:`NodeState.as_dict`)."""
+    async def fleet(self, *, devices: bool = False) -> list[FleetNode]:
+        """The fleet view (:func:`bootserver.fleet.read_fleet`: every configured node and any other with
+        events; with ``devices``, their device records) once this process's background writes are in.
+        Raises :class:`UnavailableError`."""
         await self.drain()
-        states = await self.state.nodes(list(self.config.nodes))
-        now = time.time()
-        return [{**st.as_dict(now), "profile": self.config.nodes[st.node].profile if st.node in self.config.nodes
-                 else None} for st in states]
+        return await read_fleet(self.config, self.state, devices=devices)
+
+    async def history(self, node: str, limit: int | None = None) -> tuple[NodeState, list[Event]]:
+        """Node ``node``'s timeline state and its events, oldest first (``limit``: the last N), once this
+        process's background writes are in. Raises :class:`UnavailableError`."""
+        await self.drain()
+        events = await self.state.events(node, limit=limit)
+        return await self.state.node(node), events
 
     async def node_report(self, node: str, limit: int | None = None) -> dict[str, Any]:
         """Configured node ``node``'s stage and events, oldest first (``limit``: the last N), as
         ``GET /nodes/{node}`` shows them."""
-        await self.drain()
-        events = await self.state.events(node, limit=limit)
-        state = await self.state.node(node)
-        return {**state.as_dict(time.time()), "profile": self.config.nodes[node].profile,
+        state, events = await self.history(node, limit)
+        return {**state.as_dict(time.time()), "profile": self._nodes[node].profile_name,
                 "events": [e.as_dict() for e in events]}
 
-    async def start(self) -> None:
-        """Open the state store (see :meth:`bootserver.state.StateStore.start`). Raises
+    def cache_report(self) -> dict[str, Any]:
+        """What the artifact cache holds, for the live page's cache page
+        (:func:`bootserver.artifacts.report.cache_report`; reads ``cache_dir``, no network)."""
+        return cache_report(self.artifacts)
+
+    def chain_url(self, node: str) -> str:
+        """The node's signed chain URL (:meth:`bootserver.urls.Urls.chain`)."""
+        return self.urls.chain(node)
+
+    def check_signature(self, node: str, path: str, exp: str | None, sig: str | None) -> bool:
+        """Whether a request's ``exp``/``sig`` are valid for ``node`` and ``path`` now
+        (:meth:`bootserver.signing.Signer.check`; the ``check`` of :class:`bootserver.http.gate.Gate`).
+        Raises :class:`~bootserver.signing.KeysUnavailableError` as that does."""
+        return self.urls.signer.check(node, path, exp, sig)
+
+    async def start(self, *, watch_stalls: bool = False) -> None:
+        """Open the state store (see :meth:`bootserver.state.StateStore.start`); with ``watch_stalls``
+        (``serve``), also start the stall watch (:meth:`StallWatch.start
+        <bootserver.stalls.StallWatch.start>`, until :meth:`close`) if this process is the one of this
+        machine that holds its lock. Call on the event loop. Raises
         :class:`~bootserver.state.StateStoreError`."""
         await self.state.start()
+        if watch_stalls:
+            self.stall_watch.start()
 
-    def start_stall_watch(self) -> None:
-        """Start the stall watch (:meth:`StallWatch.start <bootserver.stalls.StallWatch.start>`, until
-        :meth:`close`) if this process is the one of this machine that holds its lock (``serve``; call on
-        the event loop after :meth:`start`); from then on every recorded event wakes it."""
-        self._stall_wake = self.stall_watch.start()
+    async def scrape(self) -> bytes:
+        """The Prometheus text exposition of :attr:`metrics` (``GET /metrics``), once this process's
+        background writes are in and the nodes' stages are read (rendered in a worker thread: with
+        ``serve --workers N`` it reads every worker's files). Only when ``measured``."""
+        assert self.metrics is not None, "scrape() needs BootService(measured=True)"
+        await self.drain()
+        await self.stall_watch.read_stages()
+        return await asyncio.to_thread(self.metrics.render)
 
-    def readiness(self) -> tuple[bool, dict[str, Any]]:
+    async def readiness(self) -> tuple[bool, dict[str, Any]]:
         """``(ready, report)`` of ``GET /readyz``: ready when every profile's stream metadata is loaded
-        (scripts can be answered) and every artifact it names is cached or read-through is on (see
-        :meth:`ReadThrough.readiness` for the report). A stream whose metadata is missing gets a
-        background load (:meth:`load_metadata_soon`), so a probe that keeps asking sees the server
-        become ready as soon as the metadata can be had. Never blocks on the network."""
+        (scripts can be answered), every artifact it names is cached or read-through is on (see
+        :meth:`ReadThrough.readiness` for the report), and the state store answers (``state_store``:
+        ``{"backend": "sqlite"|"postgresql", "ready": bool}``; why not goes to the log). A stream whose
+        metadata is missing gets a background load (:meth:`_load_metadata_soon`), so a probe that
+        keeps asking sees the server become ready as soon as the metadata can be had. Never blocks on
+        the network."""
+        ready, report = self._artifacts_readiness()
+        problem = await self.state.ready()
+        if problem is not None:
+            log.warning("readyz: %s", problem)
+        ready = ready and problem is None
+        return ready, {**report, "state_store": {"backend": self.state.backend, "ready": problem is None},
+                       "ready": ready}
+
+    def _artifacts_readiness(self) -> tuple[bool, dict[str, Any]]:
         ready, report = self.artifacts.readiness()
         waiting = sorted({i["stream"] for i in report["artifacts"] if i["release"] is None})
         for item in report["artifacts"]:
             if item["release"] is None and item["stream"] in self._metadata_failed:
                 item["reason"] = "stream metadata could not be loaded; the server log has the details"
         for stream in waiting:
-            self.load_metadata_soon(stream)
+            self._load_metadata_soon(stream)
         if waiting:
             ready = False
             report = {**report, "ready": False}
         return ready, report
 
-    def load_metadata_soon(self, stream: str) -> None:
+    def _load_metadata_soon(self, stream: str) -> None:
         """Start loading ``stream``'s metadata in the background unless a load is running or the last
         one failed less than :data:`METADATA_RETRY` seconds ago (a failure is logged once per try).
         Call on the event loop."""
@@ -486,7 +553,7 @@ class BootService:
         await self.upstream.close()
         await self.state.close()
 
-    def artifact_kind(self, segments: tuple[str, ...]) -> str:
+    def _artifact_kind(self, segments: tuple[str, ...]) -> str:
         """``kernel``, ``initramfs`` or ``rootfs`` when the artifact URL segments ``(stream, arch,
         release, file)`` name an artifact of a stream's current release (from its metadata), else
         ``other``. Never raises."""
@@ -508,12 +575,13 @@ class BootService:
         Raises :class:`~bootserver.errors.UnavailableError` when the file cannot be read (or, for a
         Butane config, translated) now.
         """
-        pinned = self._real_config_pinned(node)
+        pinned = self._real_config_pinned(self._nodes[node])
         return None if pinned is None else pinned[0]
 
-    def _real_config_pinned(self, node: str) -> tuple[bytes, str] | None:
+    def _real_config_pinned(self, resolved: NodeContext) -> tuple[bytes, str] | None:
         """``(bytes, sha512 hash)`` of the node's real config, or ``None``. Raises as :meth:`real_config`."""
-        path: Path | None = self.config.ignition_path(self.config.nodes[node].profile)
+        node = resolved.name
+        path: Path | None = self.config.ignition_path(resolved.profile_name)
         if path is None:
             return None
         try:
@@ -525,7 +593,7 @@ class BootService:
             raise UnavailableError(f"node {node}: {e}",
                                    public=f"node {node}: its Butane config cannot be translated now") from None
 
-    def ca_pem(self) -> bytes | None:
+    def _ca_pem(self) -> bytes | None:
         """The CA certificate (PEM) embedded into stubs when ``server.tls`` is set, else ``None``.
 
         Raises :class:`~bootserver.errors.UnavailableError` when the CA file cannot be read.
@@ -550,21 +618,24 @@ class BootService:
         (3.1.0 or newer) up to the profile's ``ignition_version``;
         :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
         """
-        name = self.config.nodes[node].profile
-        maximum = self.config.node_profile(node).ignition_version
+        return self._stub(self._nodes[node], version)
+
+    def _stub(self, resolved: NodeContext, version: str | None) -> bytes:
+        """:meth:`stub` for the node as resolved."""
+        node, name, profile = resolved.name, resolved.profile_name, resolved.profile
+        maximum = profile.ignition_version
         if version is None:
             version = maximum
         elif version not in stub_versions(maximum, IGNITION_VERSIONS):
             raise NotAcceptableError(
                 f"node {node}: Ignition spec {version} is not one its stub can be written in: profile "
                 f"{name} allows 3.1.0 to {maximum} (profiles.{name}.ignition_version)")
-        pinned = self._real_config_pinned(node)
+        pinned = self._real_config_pinned(resolved)
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        checkin = (self.urls.signer.state(self.config.server.signing.chain_ttl)
-                   if self.config.node_profile(node).checkin else None)
+        checkin = self.urls.signer.state(self.config.server.signing.chain_ttl) if profile.checkin else None
         # One cache slot per node and version, so clients of different versions do not evict each other.
         return self._stubs.get(f"{node} {version}", StubInputs(node, version, None if pinned is None else pinned[1],
-                                                               signing, self.ca_pem(), checkin))
+                                                               signing, self._ca_pem(), checkin))
 
     def _render_stub(self, inputs: StubInputs) -> bytes:
         node = inputs.node

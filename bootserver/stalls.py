@@ -1,10 +1,10 @@
 """The stall watch: one warning per node that stays in a stage past ``timeline.stall_after``, and the
 ``(stage, stalled)`` of every node for the metrics.
 
-A node *stalls* when it is still in a stage past its limit (:func:`bootserver.inventory.stall_deadlines`
+A node *stalls* when it is still in a stage past its limit (:func:`bootserver.fleet.stall_deadlines`
 over ``timeline.stall_after``; a node's final stage never stalls). The watch (:meth:`StallWatch.run`) is
 a task of ``serve`` that reads every configured node from the state store when the next deadline comes,
-when an event was recorded (the service sets :attr:`StallWatch.wake`, at most one read per
+when an event was recorded (:meth:`StallWatch.recorded`, at most one read per
 :data:`STALL_READ_MIN` seconds) and at least every :data:`STALL_READ_MAX` seconds, and logs each stall
 once. One process per machine runs it (the lock ``state_dir``/:data:`STALL_LOCK`), so ``serve
 --workers N`` logs a stall once, not N times.
@@ -21,10 +21,10 @@ import time
 
 from .config import Config
 from .errors import UnavailableError
-from .inventory import stall_deadlines
+from .fleet import FleetNode, read_fleet
 from .nodes_view import format_age
 from .state import StateStore
-from .timeline import NodeState
+from .timeline import NodeState, Recorded
 
 log = logging.getLogger("bootserver.stalls")
 
@@ -45,7 +45,7 @@ class StallWatch:
     def __init__(self, config: Config, state: StateStore) -> None:
         self.config = config
         self.state = state
-        #: Set by the service after each recorded event (``None`` until :meth:`start` started the watch).
+        #: Set after each recorded event (:meth:`recorded`; ``None`` until :meth:`start` started the watch).
         self.wake: asyncio.Event | None = None
         #: What the watch warned about: node -> its stage and ``stage_at`` then.
         self._warned: dict[str, tuple[str, float | None]] = {}
@@ -54,32 +54,37 @@ class StallWatch:
         #: The configured nodes' stages and whether each is stalled, as last read (see :meth:`read_stages`).
         self._stages: list[tuple[str, bool]] = []
 
+    def recorded(self, event: Recorded) -> None:
+        """An observer of recorded events (:attr:`bootserver.service.BootService.observers`): wakes the
+        watch, when it runs, to read the nodes again (see :meth:`run`)."""
+        if self.wake is not None:
+            self.wake.set()
+
     async def read_stages(self) -> None:
         """Read every configured node's stage and whether it is stalled for :meth:`node_stages` (before
         a metrics scrape; none when the state store cannot answer: the scrape still answers)."""
-        nodes = self.config.nodes
         try:
-            states = [s for s in await self.state.nodes(list(nodes)) if s.node in nodes]
+            fleet = [seen for seen in await read_fleet(self.config, self.state) if seen.configured]
         except UnavailableError as e:
             log.warning("metrics: node stages not read: %s", e)
             self._stages = []
             return
-        deadlines, now = stall_deadlines(self.config, states), time.time()
-        self._stages = [(s.stage, (d := deadlines.get(s.node)) is not None and now >= d) for s in states]
+        now = time.time()
+        self._stages = [(seen.state.stage, seen.stalled(now)) for seen in fleet]
 
     def node_stages(self) -> list[tuple[str, bool]]:
         """``(stage, stalled)`` of every configured node as last read by :meth:`read_stages` (for metrics)."""
         return self._stages
 
-    def stalls(self, states: list[NodeState], now: float) -> list[NodeState]:
-        """The nodes of ``states`` that became stalled (past their stage's ``timeline.stall_after``) and
-        were not reported yet for that stage, each logged once as a warning; forgets nodes that left
-        the stage they stalled in. Returns them, for the caller to pass on."""
-        deadlines = stall_deadlines(self.config, states)
+    def stalls(self, fleet: list[FleetNode], now: float) -> list[NodeState]:
+        """The nodes of the ``fleet`` view that became stalled (past their stage's
+        ``timeline.stall_after``) and were not reported yet for that stage, each logged once as a
+        warning; forgets nodes that left the stage they stalled in. Returns their states, for the
+        caller to pass on."""
         limits = self.config.timeline.stall_limits
         new = []
-        for st in states:
-            deadline = deadlines.get(st.node)
+        for seen in fleet:
+            st, deadline = seen.state, seen.stall_at
             key = (st.stage, st.stage_at)
             if deadline is None or now < deadline:  # not stalled (any more): a new stall is new
                 self._warned.pop(st.node, None)
@@ -93,8 +98,9 @@ class StallWatch:
                         format_age(limits[st.stage]).removesuffix(" ago"))
         return new
 
-    def _next_deadline(self, states: list[NodeState], now: float) -> float | None:
-        later = [d for d in stall_deadlines(self.config, states).values() if d is not None and d > now]
+    @staticmethod
+    def _next_deadline(fleet: list[FleetNode], now: float) -> float | None:
+        later = [seen.stall_at for seen in fleet if seen.stall_at is not None and seen.stall_at > now]
         return min(later, default=None)
 
     async def run(self, wake: asyncio.Event) -> None:
@@ -102,18 +108,17 @@ class StallWatch:
         configured node when the next stall deadline comes, when ``wake`` is set (an event was
         recorded; at most once per :data:`STALL_READ_MIN` seconds), and at least every
         :data:`STALL_READ_MAX` seconds. A state store that cannot answer is tried again at the next read."""
-        names = list(self.config.nodes)
         while True:
             wake.clear()
             read_at = time.time()
             try:
-                states = await self.state.nodes(names)
+                fleet = await read_fleet(self.config, self.state)
             except UnavailableError as e:
                 log.debug("stall watch: nodes not read: %s", e)
-                states = []
+                fleet = []
             now = time.time()
-            self.stalls(states, now)
-            deadline = self._next_deadline(states, now)
+            self.stalls(fleet, now)
+            deadline = self._next_deadline(fleet, now)
             until = now + STALL_READ_MAX if deadline is None else min(deadline, now + STALL_READ_MAX)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, until - time.time())):  # (wait_for may eat a cancel)

@@ -80,7 +80,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .streams import ARTIFACT_KINDS
 
@@ -253,6 +253,20 @@ class NodeState:
                 "last_event": self.last_event, "last_at": self.last_at,
                 "last_age": None if self.last_at is None else round(now - self.last_at, 3),
                 "dropped_events": self.dropped, "last_ip": self.last_ip}
+
+
+class Recorded(NamedTuple):
+    """A timeline event recorded in this process, as its observers see it (the stall watch, the live
+    page, the boot-duration metric: :attr:`bootserver.service.BootService.observers`): the ``node``,
+    the ``event``, the node's ``stage`` after it, its stage ``before`` it (read for ``config`` and
+    ``checkin`` only, the events that may end a boot; ``None`` otherwise) and when (``at``, unix
+    seconds). A named tuple: one is made per recorded event, on the script path."""
+
+    node: str
+    event: str
+    stage: str
+    before: str | None
+    at: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,7 +73,7 @@ ARTIFACT = Route("artifact", "/artifacts/{stream}/{arch}/{release}/{file}", time
 HEALTHZ = Route("healthz", "/healthz", capped=False, listeners=(DEVICE, ADMIN))
 READYZ = Route("readyz", "/readyz", listeners=(DEVICE, ADMIN))
 NODES = Route("nodes", "/nodes", listeners=(ADMIN,))
-NODE = Route("node", "/nodes/{node}", listeners=(ADMIN,))
+NODE_REPORT = Route("node", "/nodes/{node}", listeners=(ADMIN,))
 METRICS = Route("metrics", "/metrics", listeners=(ADMIN,))
 #: The live page (:mod:`bootserver.http.page`): the fleet, a node, the cache, the live updates (a
 #: long-lived stream: neither timed nor counted in the cap, bounded by the page itself), its static files.
@@ -85,7 +85,7 @@ PAGE_STATIC = Route("page_static", "/ui/static/{file}", listeners=(ADMIN,))
 
 #: Every route of the server, in routing order.
 ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, STUB, REAL_CONFIG, CHECKIN, GRUB, ISO, ARTIFACT, HEALTHZ, READYZ,
-                             NODES, NODE, METRICS, FLEET, PAGE_NODE, PAGE_CACHE, PAGE_EVENTS, PAGE_STATIC)
+                             NODES, NODE_REPORT, METRICS, FLEET, PAGE_NODE, PAGE_CACHE, PAGE_EVENTS, PAGE_STATIC)
 
 
 class Urls:

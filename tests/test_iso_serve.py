@@ -1,11 +1,10 @@
 """The served boot image and its GRUB config: ``GET /iso/{node}.iso`` (signed, 403 when tampered, Range
 and HEAD as for artifacts, built once per node and inputs, rebuilt when the network or the key changes),
-``GET /grub/{node}`` (the node's boot in GRUB's form: the same kargs as its iPXE script, the same
-boot-once rule and timeline event), and ``bootserver url NODE --iso``."""
+and ``bootserver url NODE --iso``. The GRUB config the image's UEFI boot sources (``GET /grub/{node}``)
+is in tests/test_grub.py."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from support.signing import fixed_signer, relative, signed
 from test_iso import STATIC
 
 from bootserver.config import load_config, parse_config
-from bootserver.http.app import ADMIN_APP, create_app
+from bootserver.http.app import create_app
 
 KEY_B = bytes(range(1, 33))
 
@@ -80,38 +79,6 @@ async def test_an_image_is_built_once_and_again_when_the_network_or_the_key_chan
     third = await (await client.get(signed("/iso/master-0.iso", key=KEY_B))).read()
     assert third != second
     assert len(list(images.iterdir())) == 1
-
-
-def kernel_line(ipxe: str) -> list[str]:
-    return next(line for line in ipxe.splitlines() if line.startswith("kernel ")).split()[1:-3]  # no "|| goto retry"
-
-
-async def test_the_grub_config_is_the_node_boot_and_follows_boot_once(aiohttp_client, config) -> None:
-    client = await aiohttp_client(create_app(config, fixed_signer()))
-    ipxe = await (await client.get(signed("/ipxe/master-0"))).text()
-    r = await client.get(signed("/grub/master-0"))
-    assert r.status == 200 and r.content_type == "text/plain"
-    grub = await r.text()
-    kernel_url, *kargs = kernel_line(ipxe)
-    linux = next(line for line in grub.splitlines() if line.strip().startswith("if linux "))
-    words = shlex.split(linux.strip().removeprefix("if ").removesuffix("; then"))
-    path = kernel_url.removeprefix("http://boot.example.net:8080")
-    assert words == ["linux", f"(http,boot.example.net:8080){path}", *kargs]  # the same kernel and kargs
-    initrd = next(line for line in ipxe.splitlines() if line.startswith("initrd ")).split()[3]
-    assert f"initrd '(http,boot.example.net:8080){initrd.removeprefix('http://boot.example.net:8080')}'" in grub
-    assert "ip=192.0.2.10::192.0.2.1:24:master-0:nic0:none" in kargs
-    # the GRUB config request is a script request for the timeline
-    admin = await aiohttp_client(client.app[ADMIN_APP])
-    report = await (await admin.get("/nodes/master-0")).json()
-    assert report["stage"] == "ipxe"
-    assert [(e["event"], e["count"]) for e in report["events"]] == [("script", 2)], report  # iPXE's, GRUB's
-    # boot-once: once the installer fetched its stub, GRUB is told to boot the local disk, as iPXE is
-    assert (await client.get(signed("/ignition/master-0"))).status == 200
-    grub = await (await client.get(signed("/grub/master-0"))).text()
-    assert "echo 'bootserver: node master-0 is installed, booting from the local disk'\nexit\n" in grub
-    assert "linux" not in grub.split("\n", 2)[2]
-    r = await client.get(signed("/grub/master-0").replace("sig=", "sig=A"))
-    assert r.status == 403
 
 
 async def test_url_iso_prints_a_url_the_server_accepts(aiohttp_client, reference: Path, tmp_path: Path) -> None:

@@ -326,7 +326,7 @@ async def test_cache_page_shows_a_download_in_progress_with_its_progress(tmp_pat
 
     assert (await (await device.get(served("kernel"))).read()) == files[pxe["kernel"]["location"][len(faulty.url):]]
     end = time.monotonic() + 20  # the last byte can go out before the file is published (fsync, rename)
-    while {i["kind"]: i["status"] for i in app[SERVICE].readiness()[1]["artifacts"]}["kernel"] != "cached":
+    while {i["kind"]: i["status"] for i in (await app[SERVICE].readiness())[1]["artifacts"]}["kernel"] != "cached":
         assert time.monotonic() < end, "the kernel was not published"
         await asyncio.sleep(0.02)  # polling interval, bounded by the deadline
     size = len(files[pxe["rootfs"]["location"][len(faulty.url):]])

@@ -17,7 +17,7 @@ from support.helpers import checkin_command, run_cli, write_config
 from support.server import ServerProcess
 
 from bootserver.config import parse_config
-from bootserver.inventory import stall_deadlines
+from bootserver.fleet import stall_deadlines
 from bootserver.timeline import DEFAULT_STALL_AFTER, Event, NodeState, boot_started
 
 

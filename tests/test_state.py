@@ -152,7 +152,7 @@ async def test_boot_once_and_reinstall_hold_whichever_service_answers(backend) -
         assert "kernel " not in localboot and localboot.rstrip().endswith("exit")
         await b.record("master-0", "reinstall")
         assert await a.serve_script("master-0", "10.0.0.5") == install
-        assert await b.stage("master-0") == "ipxe"
+        assert (await b.history("master-0"))[0].stage == "ipxe"
     finally:
         await a.close()
         await b.close()

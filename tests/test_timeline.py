@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bootserver.fleet import FleetNode
 from bootserver.nodes_view import format_events, format_table
 from bootserver.state.sqlite import GroupCommit
 from bootserver.state.sqlite_timeline import SCHEMA_VERSION, Timeline, TimelineDamagedError
@@ -143,13 +144,14 @@ def test_attribution_by_client_ip_within_window(tmp_path: Path) -> None:
 def test_table_lists_configured_nodes_without_events(tmp_path: Path) -> None:
     tl = Timeline(tmp_path)
     tl.record("m0", "config", mode="install", at=1000.0)
-    text = format_table(tl.nodes(["m0", "w0"]), 1000.0 + 300, {"m0": "master", "w0": "worker"})
+    text = format_table([FleetNode(st, {"m0": "master", "w0": "worker"}[st.node], None)
+                         for st in tl.nodes(["m0", "w0"])], 1000.0 + 300)
     lines = text.splitlines()
     assert lines[0].split() == ["NODE", "PROFILE", "STAGE", "SINCE", "STALLED", "LAST", "EVENT", "WHEN"]
     assert lines[1].split() == ["m0", "master", "installed", "5m", "ago", "-", "config", "5m", "ago"]
     assert lines[2].split() == ["w0", "worker", "new", "-", "-", "-", "-"]
     # past its deadline by 3 minutes
-    text = format_table(tl.nodes(["m0"]), 1000.0 + 300, {"m0": "master"}, {"m0": 1000.0 + 120})
+    text = format_table([FleetNode(st, "master", 1000.0 + 120) for st in tl.nodes(["m0"])], 1000.0 + 300)
     assert text.splitlines()[1].split() == ["m0", "master", "installed", "5m", "ago", "stalled", "3m",
                                             "config", "5m", "ago"]
 

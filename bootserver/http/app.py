@@ -91,7 +91,7 @@ class Running:
     def swap(self, config: Config) -> Loaded:
         """Serve ``config`` (loaded and checked, its restart-only keys the running ones) from now on."""
         svc = self.current.svc.reloaded(config)
-        loaded = Loaded(svc, Gate(config, svc.urls.signer.check), time.time())
+        loaded = Loaded(svc, Gate(config, svc.check_signature), time.time())
         self.page.use(svc, loaded.at)
         self.current = loaded
         return loaded
@@ -142,7 +142,11 @@ class ArtifactResponse(web.FileResponse):
 
     When the client goes away mid-body, the bytes the kernel did send are recorded for the access log
     (asyncio leaves the file position after the last byte ``sendfile`` sent); aiohttp then logs the
-    request as usual, without a traceback."""
+    request as usual, without a traceback.
+
+    Both hooks are aiohttp's private API (``FileResponse._sendfile``; ``FileResponse.prepare`` setting
+    ``self.etag``): ``pyproject.toml`` pins aiohttp to the minor version they were checked against, and
+    ``tests/test_web.py`` fails when either moves."""
 
     def __init__(self, path: Path, sha256: str | None, *, headers: Mapping[str, str] | None = None) -> None:
         self.sha256 = sha256
@@ -265,7 +269,7 @@ async def ipxe_script(request: web.Request) -> web.Response:
 
 async def grub_config(request: web.Request) -> web.Response:
     """``GET /grub/{node}``: the GRUB form of the node's script, which its boot image's UEFI boot sources."""
-    script = await _service(request).serve_grub_config(request[NODE], _client(request))
+    script = await _service(request).serve_script(request[NODE], _client(request), grub=True)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -367,7 +371,7 @@ async def ignition_config(request: web.Request) -> web.Response:
 async def checkin(request: web.Request) -> web.Response:
     """``POST /checkin/{node}``: the node's booted system is on the network (its stub's check-in unit);
     records ``checkin`` (stage ``up``) with the client address. Nothing is read from the body."""
-    stage = await _service(request).serve_checkin(request[NODE], _client(request))
+    stage = await _service(request).record(request[NODE], "checkin", ip=_client(request))
     return _text(200, f"{request[NODE]}: {stage}")
 
 
@@ -493,14 +497,7 @@ async def readyz(request: web.Request) -> web.Response:
     """``GET /readyz``: every referenced artifact as cached, fetching or missing (:meth:`BootService.readiness`),
     and whether the state store answers (``state_store``: ``{"backend": "sqlite"|"postgresql", "ready":
     bool}``; why not goes to the log) (JSON); 200 when both are ready."""
-    svc = _service(request)
-    ready, report = svc.readiness()
-    problem = await svc.state.ready()
-    if problem is not None:
-        log.warning("readyz: %s", problem)
-    report = {**report, "state_store": {"backend": svc.state.backend, "ready": problem is None}}
-    ready = ready and problem is None
-    report["ready"] = ready
+    ready, report = await _service(request).readiness()
     return web.json_response(report, status=200 if ready else 503)
 
 
@@ -510,15 +507,16 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def _start_service(app: web.Application) -> None:
-    svc = app[RUNNING].current.svc
-    await svc.start()
-    svc.start_stall_watch()
+    await app[RUNNING].current.svc.start(watch_stalls=True)
 
 
 async def nodes(request: web.Request) -> web.Response:
     """``GET /nodes`` (admin): every configured node (and any other with events): stage, since when,
     last event (JSON)."""
-    return web.json_response({"now": time.time(), "nodes": await _service(request).nodes()})
+    fleet = await _service(request).fleet()
+    now = time.time()
+    return web.json_response({"now": now, "nodes": [{**seen.state.as_dict(now), "profile": seen.profile}
+                                                    for seen in fleet]})
 
 
 async def node_report(request: web.Request) -> web.Response:
@@ -532,9 +530,7 @@ async def node_report(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     """``GET /metrics`` (admin): Prometheus text exposition format."""
-    await _service(request).drain()
-    await _service(request).stall_watch.read_stages()
-    body = await asyncio.to_thread(request.app[accesslog.METRICS].render)
+    body = await _service(request).scrape()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
@@ -583,13 +579,12 @@ def create_app(config: Config, signer: Signer | None = None, state: StateStore |
     ``signer`` signs and verifies per-node URLs (default: the keys of the state store, wall clock);
     ``state`` is the state store (default: the one ``config`` selects, see :class:`BootService`).
     """
-    svc = BootService(config, signer, state=state)
-    metrics = Metrics(svc.stall_watch.node_stages)
-    svc.artifacts.observer = metrics
-    svc.boot_observer = metrics.boot_done
+    svc = BootService(config, signer, state=state, measured=True)
+    metrics = svc.metrics
+    assert metrics is not None
     limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
     live = page.Page(svc)
-    running = Running(Loaded(svc, Gate(config, svc.urls.signer.check), live.loaded_at), metrics, live)
+    running = Running(Loaded(svc, Gate(config, svc.check_signature), live.loaded_at), metrics, live)
     app = _app(svc, running, metrics, DEVICE, limits)
     app.on_startup.append(_start_service)
     app.on_cleanup.append(_close_service)

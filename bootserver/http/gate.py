@@ -1,5 +1,6 @@
-"""Request-level security of ``bootserver serve``: signed-URL and source-address checks, the
-concurrency cap, handler timeouts and an access log that never shows query strings.
+"""Request-level security of ``bootserver serve``: signed-URL and source-address checks (:class:`Gate`),
+the concurrency cap and handler timeouts (:class:`Limits`). The access log (no query strings) is
+:mod:`bootserver.http.accesslog`'s.
 
 Every refusal is the same ``403`` with the same body (:data:`FORBIDDEN_BODY`), whatever the reason
 (missing, forged, expired or other-node signature, wrong source address, plain HTTP where HTTPS is

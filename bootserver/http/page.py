@@ -42,14 +42,12 @@ from aiohttp import web
 from markupsafe import Markup
 
 from .. import __version__
-from ..artifacts.report import cache_report
 from ..errors import BootserverError
-from ..inventory import stall_deadlines
 from ..nodes_view import format_age
 from ..providers.base import provider_of
 from ..resources import data_dir
 from ..service import BootService
-from ..timeline import STAGES, Event, final_stages, next_stage
+from ..timeline import STAGES, Event, Recorded, final_stages, next_stage
 
 log = logging.getLogger("bootserver.page")
 
@@ -126,8 +124,9 @@ class Hub:
         self._wake = asyncio.Event()
         self._closed = False
 
-    def recorded(self, node: str) -> None:
-        """An event of ``node`` was recorded in this process: read the nodes soon."""
+    def recorded(self, event: Recorded) -> None:
+        """An observer of recorded events (:attr:`bootserver.service.BootService.observers`): an event
+        was recorded in this process, read the nodes soon."""
         self._wake.set()
 
     def listen(self) -> asyncio.Queue[tuple[str | None, str] | None] | None:
@@ -201,12 +200,12 @@ class Page:
         self.env = _environment()
         self._row_template = self.env.get_template("row.html.j2")
         self.hub = Hub(self)
-        svc.record_hooks.append(self.hub.recorded)
+        svc.observe(self.hub.recorded)
         self.use(svc, time.time())
 
     def use(self, svc: BootService, loaded_at: float) -> None:
         """Show ``svc`` from now on (a reload: its config loaded at unix time ``loaded_at``), in one step;
-        the live listeners stay. ``svc`` shares the record hooks of the service it replaces."""
+        the live listeners stay. ``svc`` shares the observers of the service it replaces."""
         self.svc = svc
         self.loaded_at = loaded_at
         config = svc.config
@@ -245,19 +244,17 @@ class Page:
         ``last_at`` (unix seconds), ``stall_at`` (unix seconds from which it is stalled, or ``None``),
         ``last_event``, ``last_ip``, ``macs``. Raises ``UnavailableError``."""
         svc, static = self.svc, self._static  # as they were when the request came (a reload may follow)
-        config = svc.config
-        names = list(config.nodes)
-        states = [s for s in await svc.state.nodes(names) if s.node in config.nodes]
-        devices = await svc.state.devices(names)
-        deadlines = stall_deadlines(config, states)
         rows = []
-        for st in states:
+        for seen in await svc.fleet(devices=True):
+            if not seen.configured:
+                continue
+            st = seen.state
             profile, mode, provider, macs = static[st.node]
-            device = devices.get(st.node) or {}
+            device = seen.device or {}
             rows.append({
                 "node": st.node, "profile": profile, "mode": mode, "provider": device.get("provider") or provider,
                 "device": device.get("id"), "device_state": device.get("state"),
-                "stage": st.stage, "stage_at": st.stage_at, "stall_at": deadlines.get(st.node),
+                "stage": st.stage, "stage_at": st.stage_at, "stall_at": seen.stall_at,
                 "last_event": st.last_event, "last_at": st.last_at, "last_ip": st.last_ip, "macs": macs,
             })
         return rows
@@ -267,10 +264,8 @@ class Page:
         (:func:`stage_spans`), its script and stub (as ``bootserver render`` prints them; an error's
         public text when they cannot be rendered now) and its chain URL."""
         svc = self.svc
-        await svc.drain()
         row = next(r for r in await self.rows() if r["node"] == name)
-        events = await svc.state.events(name)
-        state = await svc.state.node(name)
+        state, events = await svc.history(name)
         profile = svc.config.node_profile(name)
         try:
             script = await svc.boot_script(name)
@@ -284,8 +279,8 @@ class Page:
         spans = stage_spans(events, profile.mode, real_config=profile.ignition is not None,
                             final=final_stages(profile.mode, checkin=profile.checkin), now=now)
         return {"row": row, "events": events, "state": state, "spans": spans, "script": script, "stub": stub,
-                "chain": svc.urls.chain(name), "now": now, "checkin": profile.checkin,
-                "keep_events": svc.state.keep_events}
+                "chain": svc.chain_url(name), "now": now, "checkin": profile.checkin,
+                "keep_events": svc.config.timeline.keep_events}
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,7 +394,6 @@ async def fleet(request: web.Request) -> web.Response:
     or a MAC contains TEXT (case-insensitive); the other rows are sent hidden (the page's script filters
     as one types, and a row that changes stage may come into view); counts per stage are of every node."""
     page = request.app[PAGE]
-    await page.svc.drain()
     heads = page.row_heads  # of the config rows() reads (no await in between)
     rows = await page.rows()
     counts = dict.fromkeys(STAGES, 0)
@@ -426,7 +420,7 @@ async def node_page(request: web.Request) -> web.Response:
 async def cache_page(request: web.Request) -> web.Response:
     """``GET /ui/cache`` (admin): the artifact cache per stream, architecture and release."""
     page = request.app[PAGE]
-    report = cache_report(page.svc.artifacts)  # a few stat calls on the cache; reads the in-flight downloads
+    report = page.svc.cache_report()  # a few stat calls on the cache; reads the in-flight downloads
     return page.render("cache.html.j2", **report)
 
 

@@ -10,7 +10,7 @@ The loaders are Debian's (:mod:`.loaders`): **BIOS**: ISOLINUX boots ``ipxe.lkrn
 commands on the ``APPEND`` line of the node's ``/node/isolinux.cfg``, which iPXE runs as a script
 (:func:`ipxe_commands`); **UEFI**: a standalone GRUB reads the node's ``/node/grub.cfg``
 (:func:`grub_cfg`): the static address, then the node's signed GRUB config (``GET /grub/<node>``,
-:func:`bootserver.ipxe.render_grub_config`). ``xorriso -as mkisofs`` writes both El Torito entries,
+:func:`bootserver.grub.render_grub_config`). ``xorriso -as mkisofs`` writes both El Torito entries,
 hybrid (an MBR from ``isohdpfx.bin``, a GPT for the EFI image) so it also boots written to a stick.
 
 Cached (docs/design.md, "Boot images"): the loaders in ``<cache_dir>/iso/loaders-<digest>``, the base
@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from ..ipxe import check_script_word, grub_path, grub_quote
+from ..grub import grub_path, grub_quote
+from ..ipxe import check_script_word
 from ..urls import Urls
 from .base import REGION_DIR, BaseImage, base_image
 from .loaders import netboot_loaders
@@ -82,8 +83,8 @@ def grub_cfg(boot: BootNetwork, url: str) -> str:
     on each card sets ``$net_probe_mac``; default ``efinet0``), then either give it the static address,
     the route to its subnet, the default route and DNS (``net_add_addr``, ``net_add_route``,
     ``net_add_dns``: no DHCP) or run ``net_bootp`` on it (:attr:`BootNetwork.dhcp`), then ``source``
-    ``url`` (the node's signed GRUB config, :func:`~bootserver.ipxe.grub_path`); when that fails, ``exit``
-    to the next boot device. Raises :class:`~bootserver.ipxe.GrubUnsupported` for a URL that is not
+    ``url`` (the node's signed GRUB config, :func:`~bootserver.grub.grub_path`); when that fails, ``exit``
+    to the next boot device. Raises :class:`~bootserver.grub.GrubUnsupported` for a URL that is not
     plain http and :class:`~bootserver.ipxe.UnsafeValueError` for one GRUB would not read literally.
     """
     source = grub_quote(grub_path(url))
@@ -155,7 +156,7 @@ def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] 
 
     ``device``: the node's device record (for ``network: provider``). Raises as
     :func:`~.network.boot_network` and :func:`netboot_base`, :class:`~.base.RegionTooSmall`, and
-    :class:`~bootserver.ipxe.GrubUnsupported` / :class:`~bootserver.ipxe.UnsafeValueError` for URLs
+    :class:`~bootserver.grub.GrubUnsupported` / :class:`~bootserver.ipxe.UnsafeValueError` for URLs
     GRUB or iPXE cannot read.
     """
     boot = boot_network(config, node, device)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import ConfigError, InputError
-from ..ipxe import GrubUnsupported, grub_path
+from ..grub import GrubUnsupported, grub_path
 from ..network import effective_network, node_network
 from ..nmstate import Interface, NetworkConfigError, NetworkState, check_network
 from ..providers.interface import boots_virtual_media

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..errors import BootserverError, InputError
-from ..ipxe import grub_quote
+from ..grub import grub_quote
 from ..streams import Release
 from ..urls import Urls
 from .base import REGION_DIR, BaseImage, base_image

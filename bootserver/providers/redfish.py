@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 
 import requests
 import sushy
+import sushy.auth
 import sushy.exceptions as sx
 
 from bootserver.config import Config
@@ -129,6 +130,9 @@ class Bmc:
         self.timeout = timeout
         self.retry = retry or RetryPolicy(retries=2, backoff=0.5, backoff_max=5.0)
         self._root: Any = None
+        #: sushy's session-or-basic authentication of :attr:`root`, held here so :meth:`close` can log
+        #: out through sushy's public API (``AuthBase.close``).
+        self._auth: sushy.auth.AuthBase | None = None
 
     def __repr__(self) -> str:
         return f"Bmc(address={self.address!r})"
@@ -160,8 +164,9 @@ class Bmc:
     def root(self) -> Any:
         """The ``sushy.Sushy`` service root (connects on first use)."""
         if self._root is None:
+            self._auth = sushy.auth.SessionOrBasicAuth(username=self._username, password=self._password)
             self._root = self.call("service root", lambda: sushy.Sushy(
-                self.address, username=self._username, password=self._password, verify=self.verify,
+                self.address, auth=self._auth, verify=self.verify,
                 server_side_retries=1, server_side_retries_delay=0, read_timeout=self.timeout,
                 connect_timeout=self.timeout))
         return self._root
@@ -182,8 +187,7 @@ class Bmc:
 
     def close(self) -> None:
         """Log out of the BMC's session, if sushy opened one."""
-        root, self._root = self._root, None
-        auth = getattr(root, "_auth", None)
+        auth, self._auth, self._root = self._auth, None, None
         if auth is not None:
             try:
                 auth.close()

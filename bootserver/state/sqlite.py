@@ -18,7 +18,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from ..errors import UnavailableError
 from ..signing import Keyring
@@ -85,6 +85,28 @@ class GroupCommit(Batches):
         self._executor = self._checkpointer = None
 
 
+class Answering:
+    """``with answering:`` around a read or write of the timeline while serving: an ``sqlite3.Error``
+    or ``OSError`` (and the ``also`` types) raised inside becomes
+    :class:`~bootserver.errors.UnavailableError` (HTTP 503, public text
+    :data:`~bootserver.state.PUBLIC_UNAVAILABLE`) naming the timeline file ``path``, without the
+    driver's traceback. A class rather than ``contextlib.contextmanager``: it runs on every script
+    request."""
+
+    __slots__ = ("errors", "path")
+
+    def __init__(self, path: Path, *also: type[Exception]) -> None:
+        self.path = path
+        self.errors: tuple[type[Exception], ...] = (sqlite3.Error, OSError, *also)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: object) -> None:
+        if e is not None and isinstance(e, self.errors):
+            raise UnavailableError(f"node timeline {self.path}: {e}", public=PUBLIC_UNAVAILABLE) from None
+
+
 class SqliteStore(StateStore):
     """The sqlite timeline ``<state_dir>/timeline.sqlite3`` and ``<state_dir>/keys.json``.
 
@@ -105,9 +127,10 @@ class SqliteStore(StateStore):
         #: The nodes as read (:meth:`current`) under the timeline generation ``_seen``.
         self._currents: dict[str, Current] = {}
         self._seen = b""
+        #: What turns the timeline's errors into a 503 while serving (one place: :class:`Answering`).
+        self._answering = Answering(self.timeline.path)
+        self._answering_devices = Answering(self.timeline.path, ValueError)  # a device record not JSON
 
-    def _unavailable(self, e: Exception) -> NoReturn:
-        raise UnavailableError(f"node timeline {self.timeline.path}: {e}", public=PUBLIC_UNAVAILABLE) from None
 
     async def start(self) -> None:
         """Nothing: the timeline opens on first use, the keys file on first signature."""
@@ -155,15 +178,13 @@ class SqliteStore(StateStore):
         return (await self.current(node)).stage
 
     async def attribute(self, ip: str, now: float | None = None) -> str | None:
-        try:
+        with self._answering:
             return self.timeline.attribute(ip, now=now)
-        except (sqlite3.Error, OSError) as e:
-            self._unavailable(e)
 
     async def current(self, node: str) -> Current:
         """The node as last read, while the timeline's generation is unchanged (no process on this
         machine changed a stage or a newest row since: :meth:`Timeline.generation`), else read now."""
-        try:
+        with self._answering:
             generation = self.timeline.generation()
             if generation != self._seen:
                 self._currents.clear()
@@ -172,49 +193,35 @@ class SqliteStore(StateStore):
             if hit is None:
                 hit = self._currents[node] = self.timeline.current(node)
             return hit
-        except (sqlite3.Error, OSError) as e:
-            self._unavailable(e)
 
     async def record(self, record: Record, current: Current | None = None) -> str:
-        try:
+        with self._answering:
             return await self._record(self.writes, record, current)
-        except (sqlite3.Error, OSError) as e:
-            self._unavailable(e)
 
     async def flush(self) -> None:
         await self.writes.drained()
 
     async def events(self, node: str, limit: int | None = None) -> list[Event]:
-        try:
+        with self._answering:
             return await asyncio.to_thread(self.timeline.events, node, limit=limit)
-        except (sqlite3.Error, OSError) as e:
-            self._unavailable(e)
 
     async def node(self, node: str) -> NodeState:
-        try:
+        with self._answering:
             return await asyncio.to_thread(self.timeline.node, node)
-        except (sqlite3.Error, OSError) as e:
-            self._unavailable(e)
 
     async def nodes(self, names: Iterable[str] = ()) -> list[NodeState]:
-        try:
+        with self._answering:
             return await asyncio.to_thread(self.timeline.nodes, list(names))
-        except (sqlite3.Error, OSError) as e:
-            self._unavailable(e)
 
     async def devices(self, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
         wanted = None if names is None else list(names)
-        try:
+        with self._answering_devices:
             return await asyncio.to_thread(self.timeline.devices, wanted)
-        except (sqlite3.Error, OSError, ValueError) as e:
-            self._unavailable(e)
 
     async def write_devices(self, records: Mapping[str, Mapping[str, Any] | None], *,
                             replace: bool = True) -> list[str]:
-        try:
+        with self._answering:
             return await asyncio.to_thread(self.timeline.write_devices, dict(records), replace=replace)
-        except (sqlite3.Error, OSError) as e:
-            self._unavailable(e)
 
     def keyring(self) -> Keyring:
         """The keys file (created on first use; ``refreshed()`` re-reads it when another process
