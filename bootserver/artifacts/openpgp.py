@@ -193,9 +193,9 @@ class SignaturePolicy:
 
     def keys_for(self, release: Release, artifact: Artifact) -> bytes | None:
         """The binary keys ``artifact`` of ``release`` must be signed by, or ``None`` when it is checked
-        by sha256 only (its stream says ``verify_signatures: false``, or it carries no signature, said
-        once per stream in the log). Raises :class:`SignatureError` for an artifact without a signature
-        of a stream that says ``verify_signatures: true``, and when the keyring cannot be read."""
+        by sha256 only (its stream says ``verify_signatures: false``, or it carries no signature: a debug
+        line once per stream and process). Raises :class:`SignatureError` for an artifact without a
+        signature of a stream that says ``verify_signatures: true``, and when the keyring cannot be read."""
         verify = self.verify.get(release.stream)
         what = f"{release.stream} {release.version} {artifact.filename}"
         if verify is False:
@@ -206,8 +206,8 @@ class SignaturePolicy:
                                      "stream metadata names no signature for it")
             if release.stream not in self._said:
                 self._said.add(release.stream)
-                log.info("stream %s carries no artifact signatures (RHCOS): its artifacts are checked by "
-                         "their sha256 only", release.stream)
+                log.debug("stream %s carries no artifact signatures (RHCOS): its artifacts are checked by "
+                          "their sha256 only", release.stream)
             return None
         if self._keys is None:
             try:
