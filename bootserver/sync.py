@@ -25,11 +25,13 @@ from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
+from .artifacts.cache import ArtifactCache
+from .artifacts.catalog import StreamCatalog
+from .artifacts.readthrough import ReadThrough
 from .artifacts.retention import prune as prune_cache
 from .artifacts.upstream import DownloadHooks, Upstream
 from .config import Config
 from .errors import BootserverError, InputError
-from .service import BootService
 from .streams import Artifact, Release
 
 #: Artifacts downloaded at the same time.
@@ -96,7 +98,11 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
     ``MetadataError``) after the other downloads in flight have finished or failed cleanly.
     """
     targets = wanted_targets(config, stream=stream, facility=facility)
-    svc = BootService(config, upstream=Upstream.for_config(config, facility))
+    # the artifacts' parts only: sync-images needs neither the state store nor the service
+    upstream = Upstream.for_config(config, facility)
+    cache = ArtifactCache(config.cache_dir)
+    catalog = StreamCatalog(config, cache, upstream)
+    artifacts = ReadThrough(config, cache, catalog, upstream)
     tty = out.isatty()
     try:
         items: list[SyncItem] = []
@@ -104,7 +110,7 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
         secure = {(config.node_profile(n).stream, config.node_profile(n).arch) for n in config.nodes
                   if config.node_secure_boot(n)}
         for s in sorted({s for s, _ in targets}):
-            meta = await svc.catalog.refresh(s)
+            meta = await catalog.refresh(s)
             for st, arch in targets:
                 if st == s:
                     rel = meta.releases[arch]
@@ -116,7 +122,7 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
         async def one(item: SyncItem, position: int) -> bool:
             rel, art = item.release, item.artifact
             label = f"{rel.stream} {rel.arch} {rel.version} {art.kind}"
-            if svc.cache.is_cached(rel, art):
+            if cache.is_cached(rel, art):
                 print(f"{label}: already cached ({art.filename})", file=out, flush=True)
                 return False
             async with sem:
@@ -124,7 +130,7 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
                                 position=position, leave=True)) if tty else None
                 started = time.monotonic()
                 try:
-                    got = await svc.artifacts.fetch(rel, art, hooks=bar)
+                    got = await artifacts.fetch(rel, art, hooks=bar)
                 finally:
                     if bar is not None:
                         bar.bar.close()
@@ -142,7 +148,8 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
 
         results = await asyncio.gather(*(one(it, i) for i, it in enumerate(items)), return_exceptions=True)
     finally:
-        await svc.close()
+        await artifacts.close()
+        await upstream.close()
     errors = [r for r in results if isinstance(r, BaseException)]
     for e in errors:
         if not isinstance(e, BootserverError):
@@ -150,6 +157,6 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
     if errors:
         raise errors[0]
     if prune:
-        for path in prune_cache(config, svc.cache, svc.catalog):
+        for path in prune_cache(config, cache, catalog):
             print(f"pruned {path}", file=out, flush=True)
     return sum(1 for r in results if r is True)
