@@ -1,7 +1,7 @@
 """The ``bootserver`` command line (argparse).
 
-Every subcommand takes ``--config PATH``, before or after the subcommand's name (fallback
-``$BOOTSERVER_CONFIG``, then the embedded default).
+Every subcommand takes the global options ``--config PATH`` (fallback ``$BOOTSERVER_CONFIG``, then the
+embedded default), ``--log-level`` and ``--log-format``, before or after the subcommand's name.
 Exit status: 0 ok, 1 runtime failure, 2 bad usage or bad input; errors are one line on stderr.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from . import __version__
-from .config import Config, check_local_inputs, load_config
+from .config import Config, check_local_inputs, load_config, no_machine_boots
 from .errors import BootserverError, InputError, UnknownNodeError
 from .logs import setup_logging
 
@@ -37,9 +38,13 @@ def _cmd_serve(args: argparse.Namespace, config: Config) -> int:
     # a damaged timeline or an unreachable database stops the server here, with or without --workers
     prepare_store(config)
     if workers > 1:
+        setup_logging(args.log_level, args.log_format, pid=True)
+    warning = no_machine_boots(config)
+    if warning is not None:
+        logging.getLogger("bootserver.cli").warning("%s", warning)
+    if workers > 1:
         from .workers import serve_workers
 
-        setup_logging(args.log_level, args.log_format, pid=True)
         return serve_workers(config, workers)
     from .http.listeners import run
 
@@ -200,6 +205,17 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
+    from pathlib import Path
+
+    from .images.firmware import write_loaders
+
+    arm64 = any(profile.arch == "aarch64" for profile in config.profiles.values())
+    for path in write_loaders(Path(args.dir), config.cache_dir, config.server.effective_base_url, need_arm64=arm64):
+        print(path)
+    return 0
+
+
 def _cmd_keys_rotate(args: argparse.Namespace, config: Config) -> int:
     grace = config.server.signing.key_grace if args.grace is None else args.grace
 
@@ -280,6 +296,9 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     from .reload import check_config
 
     check_config(config)  # what a reload checks too
+    warning = no_machine_boots(config)
+    if warning is not None:
+        print(f"bootserver: warning: {warning}", file=sys.stderr)
     included = len(set(config.origins.values()) - {config.source})
     print(f"{config.source}: ok: {len(config.streams)} streams, {len(config.profiles)} profiles, "
           f"{len(config.nodes)} nodes" + (f" ({included} included files, include: {', '.join(config.includes)})"
@@ -417,18 +436,27 @@ def provider_options(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand of the user contract."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="PATH", help="config file (default: $BOOTSERVER_CONFIG, "
                         "else the embedded default)")
-    common.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    common.add_argument("--log-format", default="text", choices=["text", "json"],
+    common.add_argument("--log-level", choices=LOG_LEVELS, help="(default info)")
+    common.add_argument("--log-format", choices=["text", "json"],
                         help="log lines as text or as one JSON object per line (default text)")
-    parser = argparse.ArgumentParser(prog="bootserver", description="Boot CoreOS on bare metal through iPXE.")
+    parser = argparse.ArgumentParser(prog="bootserver", description="Boot CoreOS on bare metal through iPXE.",
+                                     epilog="The global options work before or after COMMAND; one given "
+                                     "after it wins.")
     parser.add_argument("--version", action="version", version=f"bootserver {__version__}")
     # also before the subcommand (`bootserver --config x.yaml check-config`); one given after it wins
-    parser.add_argument("--config", dest="config_before", metavar="PATH", help="config file, as after COMMAND")
+    parser.add_argument("--config", dest="config_before", metavar="PATH", help="config file (default: "
+                        "$BOOTSERVER_CONFIG, else the embedded default)")
+    parser.add_argument("--log-level", dest="log_level_before", choices=LOG_LEVELS, help="(default info)")
+    parser.add_argument("--log-format", dest="log_format_before", choices=["text", "json"],
+                        help="log lines as text or as one JSON object per line (default text)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", parents=[common], help="run the HTTP server")
@@ -462,6 +490,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("node")
     p.add_argument("--output", "-o", metavar="FILE", help="where to write the image (default NODE.iso)")
     p.set_defaults(func=_cmd_iso)
+    p = sub.add_parser("loaders", parents=[common], help="write the boot loaders of a TFTP root into a folder",
+                       description="Write into DIR what a DHCP server's TFTP root hands machines' firmware: the "
+                       "standalone arm64 GRUB (grubaa64.efi, client architecture 11), which sources this "
+                       "server's /boot.grub?mac=..., and Debian's iPXE for x86_64 (ipxe.efi, undionly.kpxe). "
+                       "One path per line on stdout.")
+    p.add_argument("dir", metavar="DIR")
+    p.set_defaults(func=_cmd_loaders)
     p = sub.add_parser("keys", help="manage the URL signing keys in state_dir")
     ksub = p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     k = ksub.add_parser("rotate", parents=[common], help="make a new signing key; the old one stays "
@@ -530,8 +565,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if len(args.nodes) < wanted[0] or (wanted[1] is not None and len(args.nodes) > wanted[1]):
             parser.error(f"nodes {args.action}: expected "
                          + ("no NODE" if wanted[1] == 0 else "one NODE" if wanted[1] == 1 else "NODE..."))
-    if getattr(args, "config", None) is None:
-        args.config = args.config_before
+    # a global option given after COMMAND wins over the same one before it
+    for name, default in (("config", None), ("log_level", "info"), ("log_format", "text")):
+        if getattr(args, name, None) is None:
+            setattr(args, name, getattr(args, f"{name}_before") or default)
     setup_logging(args.log_level, args.log_format)
     try:
         config = load_config(args.config)

@@ -126,8 +126,9 @@ def build_kargs(*, arch: str, mode: str, rootfs_url: str, stub_url: str, install
     ``mode`` is ``install`` (coreos-installer writes the disk and embeds the stub at ``stub_url``) or
     ``live`` (Ignition runs from RAM and fetches ``stub_url``). ``platform`` is the Ignition/Afterburn
     platform (``packet``: Equinix Metal; ``metal``: any other bare metal). ``console`` is the console
-    karg; ``None`` means Equinix's serial console of the architecture on ``packet`` and none on
-    ``metal``. ``network`` (the node's dracut network arguments, see
+    karg; ``None`` means Equinix's serial console of the architecture on ``packet``, none for x86_64 on
+    ``metal``, and ``console=ttyAMA0,115200`` for aarch64 anywhere (the PL011 UART of arm64 servers and of
+    QEMU's ``virt``; docs/design.md, rule 4). ``network`` (the node's dracut network arguments, see
     :func:`bootserver.nmstate.dracut_kargs`) follows it, ``extra`` is appended last. Raises
     :class:`UnsafeValueError` for a value iPXE would misread and ``ValueError`` for a non-http(s) URL or
     an unknown mode/arch/platform.
@@ -149,7 +150,7 @@ def build_kargs(*, arch: str, mode: str, rootfs_url: str, stub_url: str, install
         args += ["ignition.firstboot", f"ignition.platform.id={platform}", f"ignition.config.url={stub_url}"]
     else:
         raise ValueError(f"unknown mode {mode!r}")
-    if console or platform == "packet":
+    if console or platform == "packet" or arch == "aarch64":
         args.append(console or CONSOLES[arch])
     args.extend(network)
     args.extend(extra)

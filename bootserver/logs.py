@@ -4,6 +4,11 @@ Request lines come from logger ``bootserver.access`` (see :mod:`bootserver.http.
 ``remote``, ``method``, ``path`` (never the query string: URLs will carry signatures), ``route``,
 ``node``, ``status``, ``bytes`` and ``duration`` (seconds) as record attributes; the text format shows
 them in the message, the JSON format as keys of one object per line.
+
+**No forged lines.** A request path, query value, header or selector is data: a ``%0a`` in a path must not
+start a log line of the requester's choosing. The text format escapes every control character of every
+message in one place (:class:`TextFormatter`, :func:`escape_controls`), whatever logger wrote it and
+whatever it quotes, so no call site has to remember; JSON escapes them by its own rules.
 """
 
 from __future__ import annotations
@@ -16,6 +21,29 @@ from typing import TextIO
 
 #: Record attributes copied into JSON lines when present.
 FIELDS = ("remote", "method", "path", "route", "node", "status", "bytes", "duration")
+
+
+#: What :func:`escape_controls` replaces: C0 controls (``\n``, ``\r``, ``\t``, others ``\xNN``), DEL and
+#: the C1 controls (``\xNN``), the Unicode line and paragraph separators (``\u2028``, ``\u2029``), and
+#: the backslash itself (``\\``), so an escaped line reads one way only.
+_ESCAPES = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))},
+    0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r", 0x5C: "\\\\", 0x2028: "\\u2028", 0x2029: "\\u2029",
+}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character escaped (:data:`_ESCAPES`): one line, whatever it held."""
+    return text.translate(_ESCAPES)
+
+
+class TextFormatter(logging.Formatter):
+    """The text format: ``time level logger: message``, the message with :func:`escape_controls` applied
+    (what a request sent cannot start a line of its own); a traceback follows on its own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_controls(record.message)
+        return super().formatMessage(record)
 
 
 class JSONFormatter(logging.Formatter):
@@ -54,7 +82,7 @@ def setup_logging(level: str = "info", fmt: str = "text", stream: TextIO | None 
         handler.setFormatter(JSONFormatter(pid))
     elif fmt == "text":
         name = "%(name)s[%(process)d]" if pid else "%(name)s"
-        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {name}: %(message)s"))
+        handler.setFormatter(TextFormatter(f"%(asctime)s %(levelname)s {name}: %(message)s"))
     else:
         raise ValueError(f"unknown log format {fmt!r}: use text or json")
     handler.set_name("bootserver")

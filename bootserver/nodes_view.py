@@ -29,7 +29,7 @@ def format_age(seconds: float | None) -> str:
 def format_events(events: Sequence[Event], state: NodeState, keep_events: int) -> str:
     """The ``bootserver nodes show NODE`` text: one line per history row (local time, event, client
     address, detail), coalesced repeats as ``(N times, last at <time>)``, and first a line saying how
-    many older rows ``keep_events`` dropped, if any."""
+    many older rows ``keep_events`` dropped, if any; a node without any says so in one line."""
     def stamp(t: float) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
@@ -40,6 +40,9 @@ def format_events(events: Sequence[Event], state: NodeState, keep_events: int) -
         detail = " ".join(f"{k}={v}" for k, v in e.detail.items())
         repeats = f" ({e.count} times, last at {stamp(e.last_at or e.at)})" if e.count > 1 else ""
         lines.append(f"{stamp(e.at)}  {e.event:<20} {e.ip or '-':<15} {detail}".rstrip() + repeats)
+    if not lines:
+        lines.append(f"{state.node}: no events yet (stage {state.stage}): no request of this node has reached "
+                     "the server")
     return "".join(line + "\n" for line in lines)
 
 

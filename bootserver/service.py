@@ -11,11 +11,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from .artifacts.cache import ArtifactCache
+from .artifacts.cache import ArtifactCache, Published
 from .artifacts.catalog import StreamCatalog
 from .artifacts.readthrough import ReadThrough, Transfer
 from .artifacts.report import cache_report
@@ -23,9 +22,11 @@ from .artifacts.upstream import Upstream
 from .butane import ButaneError
 from .config import IGNITION_VERSIONS, Config
 from .errors import BootserverError, InputError, UnavailableError
+from .files import LinkRefused
 from .fleet import FleetNode, read_fleet
 from .grub import render_grub_config, render_grub_localboot
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
+from .images.firmware import arm64_grub
 from .images.netboot import node_image
 from .images.overlay import NodeImage
 from .images.secureboot import check_secure_boot, secureboot_image
@@ -33,12 +34,13 @@ from .inventory import NodeContext, node_contexts
 from .ipxe import render_boot_script, render_localboot_script
 from .metrics import Metrics
 from .network import node_kargs
+from .renders import RenderCache, ScriptInputs, StubInputs
 from .scripts import script_context
 from .signing import Signer
 from .stalls import StallWatch
 from .state import StateStore
 from .state.backends import open_store
-from .streams import ARTIFACT_KINDS, Release
+from .streams import ARTIFACT_KINDS
 from .timeline import (
     BOOT_DONE_STAGES,
     INSTALLED_STAGES,
@@ -57,68 +59,6 @@ log = logging.getLogger("bootserver.service")
 #: Seconds between background loads of a stream's metadata after one failed (see
 #: :meth:`BootService.load_metadata_soon`).
 METADATA_RETRY = 30.0
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class RenderCache(Generic[K, V]):
-    """Rendered answers (scripts, stubs), one per node, reused while their inputs are unchanged.
-
-    The key is ONE value holding every input of the render (a frozen dataclass such as
-    :class:`ScriptInputs`), and the render function receives only that key: an input the key does not
-    hold cannot reach the render, so it cannot be left out of the cache key by mistake.
-    """
-
-    def __init__(self, render: Callable[[K], V]) -> None:
-        self._render = render
-        self._entries: dict[str, tuple[K, V]] = {}
-
-    def get(self, node: str, inputs: K) -> V:
-        """The answer for ``inputs`` (rendered when the node's last answer had other inputs)."""
-        hit = self._entries.get(node)
-        if hit is not None and hit[0] == inputs:
-            return hit[1]
-        value = self._render(inputs)
-        self._entries[node] = (inputs, value)
-        return value
-
-
-@dataclass(frozen=True)
-class ScriptInputs:
-    """Everything a node's boot script depends on besides the (fixed) config: the node, the release
-    (:class:`~bootserver.streams.Release`), the signing state of the stub URL (its expiry is rounded
-    up to the hour, and the key may rotate) and the node's network kargs (a provider's device record
-    may change: :func:`bootserver.network.node_kargs`)."""
-
-    node: str
-    release: Release
-    signing: tuple[int, bytes]
-    network: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class StubInputs:
-    """Everything a node's stub depends on besides the config: the node, the spec version it is written
-    in (negotiated per request), the real config's hash (``None``: no real config), the signing state
-    of its URL, the CA (PEM) we embed, and the signing state of its check-in URL (``None``: the
-    profile says ``checkin: false``)."""
-
-    node: str
-    version: str
-    config_hash: str | None
-    signing: tuple[int, bytes]
-    ca_pem: bytes | None
-    checkin: tuple[int, bytes] | None = None
-
-
-@dataclass(frozen=True)
-class CachedArtifact:
-    """A cached artifact file and its sha256 (hex, ``None`` when the cache has no record of it)."""
-
-    path: Path
-    sha256: str | None
-
 
 #: An observer of recorded events (:attr:`BootService.observers`): called on the event loop with each
 #: :class:`~bootserver.timeline.Recorded` once it is committed (or queued, for a repeat); it must not
@@ -356,6 +296,12 @@ class BootService:
             raise BootserverError(str(e), public=f"node {node}: its boot image cannot be built from its settings; "
                                   "the server log has the details") from None
 
+    async def arm64_grub(self) -> Path:
+        """The standalone arm64 GRUB for this server's base URL (:func:`bootserver.images.firmware.arm64_grub`:
+        built once, cached in ``cache_dir/loaders``), built in a worker thread (grub-mkstandalone, about
+        0.2 s). Raises as :func:`~bootserver.images.firmware.arm64_grub`."""
+        return await asyncio.to_thread(arm64_grub, self.config.cache_dir, self.config.server.effective_base_url)
+
     async def serve_stub(self, node: str, client: str | None, accept: str | None = None) -> bytes:
         """:meth:`stub` in the spec version negotiated with the client's ``Accept`` header (see
         :func:`~bootserver.ignition.negotiate_version`; ``None``: the profile's version), recording
@@ -377,14 +323,16 @@ class BootService:
         await self._record(resolved, "config", ip=client)
         return pinned[0]
 
-    async def artifact(self, segments: tuple[str, ...]) -> CachedArtifact | Transfer | None:
-        """The artifact at URL segments ``(stream, arch, release, file)``: the cached file, a
-        :class:`~bootserver.artifacts.readthrough.Transfer` of it (read-through), or ``None`` (not served: see
-        :meth:`artifact_missing`). Raises as :meth:`ReadThrough.open`."""
-        found = await self.artifacts.open(segments)
-        if found is None or isinstance(found, Transfer):
-            return found
-        return CachedArtifact(found, self.cache.recorded_sha256(found))
+    async def artifact(self, segments: tuple[str, ...]) -> Published | Transfer | None:
+        """The artifact at URL segments ``(stream, arch, release, file)``: the cached file opened
+        (:class:`~bootserver.artifacts.cache.Published`; the caller closes its descriptor), a
+        :class:`~bootserver.artifacts.readthrough.Transfer` of it (read-through), or ``None`` (not served:
+        see :meth:`artifact_missing`; also when a link stands anywhere from ``cache_dir`` to it, which the
+        cache logged). Raises as :meth:`ReadThrough.open` otherwise."""
+        try:
+            return await self.artifacts.open(segments)
+        except LinkRefused:
+            return None
 
     def artifact_missing(self) -> str:
         """Why :meth:`artifact` found nothing, in public words."""

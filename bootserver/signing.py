@@ -44,7 +44,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .errors import BootserverError, InputError, UnavailableError
-from .files import write_atomic
+from .files import open_file, write_atomic
 from .values import parse_duration  # noqa: F401  (re-exported: the one duration parser)
 
 #: Expiries are rounded up to a multiple of this many seconds (one hour).
@@ -191,7 +191,8 @@ class Keyring:
 
     @classmethod
     def _read(cls, path: Path) -> Keyring:
-        with open(path, "rb") as f:
+        # never through a link in state_dir (files.LinkRefused): keys read from elsewhere would sign URLs
+        with open(open_file(path.parent, path.name), "rb") as f:
             st = os.fstat(f.fileno())
             data = f.read()
         return cls(path, cls._parse(path, data), (st.st_mtime_ns, st.st_size, st.st_ino))
@@ -295,7 +296,7 @@ class Keyring:
                for e in self.entries]
         entries = [KeyEntry(secrets.token_bytes(KEY_BYTES), t)] + [
             e for e in old if e.retires is not None and e.retires > t]
-        write_atomic(self.path, _dump(entries), mode=0o600)
+        write_atomic(self.path, _dump(entries), mode=0o600, root=self.path.parent)
         return Keyring._read(self.path)
 
 

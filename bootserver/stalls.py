@@ -130,7 +130,7 @@ class StallWatch:
         """Whether this process holds ``state_dir``/:data:`STALL_LOCK` (taken now, kept until close)."""
         try:
             self.config.state_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.config.state_dir / STALL_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.config.state_dir / STALL_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as e:
             log.warning("stall watch: %s: %s; every process logs stalls", STALL_LOCK, e.strerror)
             return True

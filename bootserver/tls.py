@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .errors import InputError
-from .files import write_atomic
+from .files import LinkRefused, open_dir, write_atomic
 
 #: Validity of the CA certificate, in days (10 years).
 CA_DAYS = 3650
@@ -71,7 +71,8 @@ def init_tls(directory: Path, names: list[str], *, force: bool = False,
     """Create the CA and server certificate for ``names`` (DNS names or IP addresses) in ``directory``.
 
     Returns ``{file name: path}``. Raises :class:`TLSExistsError` if a file exists and not ``force``,
-    ``ValueError`` for no names, and ``OSError`` when the folder cannot be written.
+    ``ValueError`` for no names, :class:`~bootserver.errors.InputError` when a link stands in ``state_dir``
+    where a file or the folder belongs, and ``OSError`` when the folder cannot be written.
     """
     if not names:
         raise ValueError("no names for the server certificate")
@@ -113,11 +114,20 @@ def init_tls(directory: Path, names: list[str], *, force: bool = False,
                            critical=False)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(directory, 0o700)
     pem = serialization.Encoding.PEM
-    write_atomic(paths["ca.key"], _key_pem(ca_key), mode=0o600)
-    write_atomic(paths["server.key"], _key_pem(key), mode=0o600)
-    write_atomic(paths["ca.crt"], ca.public_bytes(pem), mode=0o644)
-    write_atomic(paths["server.crt"], cert.public_bytes(pem), mode=0o644)
+    # below state_dir, never through a link (files.LinkRefused): a private key written elsewhere is lost
+    root = directory.parent
+    try:
+        fd = open_dir(root, directory.name, create=True, mode=0o700)
+        try:
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+        write_atomic(paths["ca.key"], _key_pem(ca_key), mode=0o600, root=root)
+        write_atomic(paths["server.key"], _key_pem(key), mode=0o600, root=root)
+        write_atomic(paths["ca.crt"], ca.public_bytes(pem), mode=0o644, root=root)
+        write_atomic(paths["server.crt"], cert.public_bytes(pem), mode=0o644, root=root)
+    except LinkRefused as e:
+        raise InputError(f"{e.filename}: is a link; refused: bootserver writes its TLS files in a real folder "
+                         "of state_dir only") from None
     return paths

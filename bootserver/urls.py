@@ -4,6 +4,8 @@ Layout (relative to ``server.base_url``, or for artifacts to the node's facility
 
     /ipxe/<node>                                   the node's iPXE script (its chain URL)
     /boot.ipxe?mac=<mac>                           generic entry, node chosen by selector
+    /boot.grub?mac=<mac>                           its GRUB form (what the arm64 GRUB sources)
+    /loaders/grubaa64.efi                          the standalone arm64 GRUB (arm64 UEFI firmware loads it)
     /ignition/<node>                               the node's merge-style Ignition stub
     /ignition/<node>/config                        the node's real Ignition config, byte for byte
     /checkin/<node>                                POST: the node's booted system is up (stage ``up``)
@@ -64,6 +66,11 @@ class Route:
 
 CHAIN = Route("chain", "/ipxe/{node}", signed=True)
 GENERIC = Route("generic", "/boot.ipxe")
+#: The generic entry in GRUB's form: what the arm64 GRUB (:mod:`bootserver.images.firmware`) sources by the MAC
+#: it booted from.
+GENERIC_GRUB = Route("generic_grub", "/boot.grub")
+#: The standalone arm64 GRUB (:func:`bootserver.images.firmware.arm64_grub`), at a stable path.
+LOADER_ARM64 = Route("loader_arm64", "/loaders/grubaa64.efi", timed=False)
 STUB = Route("stub", "/ignition/{node}", signed=True)
 REAL_CONFIG = Route("real_config", "/ignition/{node}/config", signed=True, real_config=True)
 CHECKIN = Route("checkin", "/checkin/{node}", signed=True, method="POST")
@@ -84,8 +91,9 @@ PAGE_EVENTS = Route("page_events", "/ui/events", timed=False, capped=False, list
 PAGE_STATIC = Route("page_static", "/ui/static/{file}", listeners=(ADMIN,))
 
 #: Every route of the server, in routing order.
-ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, STUB, REAL_CONFIG, CHECKIN, GRUB, ISO, ARTIFACT, HEALTHZ, READYZ,
-                             NODES, NODE_REPORT, METRICS, FLEET, PAGE_NODE, PAGE_CACHE, PAGE_EVENTS, PAGE_STATIC)
+ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, GENERIC_GRUB, STUB, REAL_CONFIG, CHECKIN, GRUB, ISO, LOADER_ARM64,
+                             ARTIFACT, HEALTHZ, READYZ, NODES, NODE_REPORT, METRICS, FLEET, PAGE_NODE, PAGE_CACHE,
+                             PAGE_EVENTS, PAGE_STATIC)
 
 
 class Urls:

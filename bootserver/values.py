@@ -80,6 +80,11 @@ class SettingsModel(BaseModel):
     #: set here drops the base's other keys of that group.
     one_of: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
+    #: Keys whose text value names a local file (relative to the config file) that must exist and be
+    #: readable: ``check-config`` and ``serve`` check them (:func:`bootserver.config.check_local_inputs`);
+    #: a ``bool`` value (``verify_tls: true``) names none.
+    local_files: ClassVar[tuple[str, ...]] = ()
+
     def merged_over(self, base: Self) -> Self:
         """Return ``base`` with every key set here (not ``None``) taking precedence; for each group of
         :attr:`one_of`, a key of the group set here drops the base's other keys of the group. The

@@ -46,7 +46,7 @@ from typing import NoReturn
 
 from .config import Config, split_listen
 from .errors import BootserverError, ConfigError
-from .http.listeners import bind_unix_socket, chain_hint, run, server_ssl_context
+from .http.listeners import bind_unix_socket, chain_hint, run, server_ssl_context, unreachable_warning
 from .metrics import enable_multiprocess, mark_process_dead
 from .reload import remove_pid, write_pid
 
@@ -123,9 +123,12 @@ class _Supervisor:
         self.admin_socket = admin_socket
         self.children: dict[int, int] = {}  # pid -> read end of its readiness pipe
         self.stopping = False
+        #: The signal that stopped the server (its name), for the one line that says so.
+        self.stopped_by: str | None = None
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.stopping = True
+        self.stopped_by = self.stopped_by or signal.Signals(signum).name
         self._signal_all(signum)
 
     def _on_hup(self, signum: int, frame: object) -> None:
@@ -174,6 +177,9 @@ class _Supervisor:
         if error is None and not self.stopping:
             log.info("%d workers serving (pids %s)", len(self.children), " ".join(map(str, self.children)))
             write_pid(self.config)
+            warning = unreachable_warning(self.config)
+            if warning is not None:
+                log.warning("%s", warning)
             hint = chain_hint(self.config)
             if hint is not None:
                 log.info("%s", hint)
@@ -195,6 +201,9 @@ class _Supervisor:
             elif exit_code not in (0, -signal.SIGTERM, -signal.SIGINT) and error is None:
                 log.error("worker %d: %s while stopping", pid, describe(exit_code))
                 status = status or 1
+        if self.stopped_by is not None and error is None:
+            log.info("bootserver stopped (%s): the workers answered the requests in progress and closed every "
+                     "listener", self.stopped_by)
         return status
 
     def _fork(self) -> None:

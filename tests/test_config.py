@@ -369,7 +369,11 @@ def test_shipped_configs_pass_check_config(tmp_path: Path, reference: Path, ship
     shutil.copy(source, path)
     shutil.copy(reference / "openshift-pointer-master.ign.json", tmp_path / "master.ign")
     proc = _bootserver("check-config", "--config", str(path))
-    assert (proc.returncode, proc.stderr) == (0, "")
+    # the container's config names no node yet (its comments say how): the one warning says so
+    warning = "" if load_config(path).nodes else (f"bootserver: warning: {path}: no nodes and no default node: no "
+                                                  "machine would boot from this server (add nodes:, or a node with "
+                                                  "default: true for any machine that chains /boot.ipxe)\n")
+    assert (proc.returncode, proc.stderr) == (0, warning)
     assert proc.stdout.startswith(f"{path}: ok: ")
 
 
@@ -381,3 +385,123 @@ def test_every_shipped_config_is_tested() -> None:
         for p in repo.glob(pattern)
     }
     assert found == set(SHIPPED)
+
+
+# --- issue 30: config files and CLI manners ---------------------------------------------------------
+
+
+def test_a_config_that_is_not_utf8_is_one_line_with_the_byte_offset(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference)
+    text = path.read_bytes()
+    path.write_bytes(text + b"# caf\xe9\n")  # Latin-1
+    proc = _bootserver("check-config", "--config", str(path))
+    assert proc.returncode == 2
+    assert proc.stderr == (f"bootserver: {path}: not UTF-8 text: byte {len(text) + 5} (0xe9) is not valid UTF-8; "
+                           "save the file as UTF-8\n")
+
+
+@pytest.mark.parametrize(("nodes", "message"), [
+    ("  master-1: {profile: master, hostname: MASTER-0}\n",
+     "nodes.master-0: hostname master-0 is already the hostname of node 'master-1'; two nodes cannot share one"),
+    ("  m1: {profile: master, hostname: shared}\n  shared: {profile: master}\n",
+     "nodes.shared: hostname shared is already the hostname of node 'm1'; two nodes cannot share one"),
+    ("  m1: {profile: master, uuid: 4c4c4544-0042-3510-8052-b3c04f4e3132}\n"
+     "  m2: {profile: master, uuid: 4C4C4544-0042-3510-8052-B3C04F4E3132}\n",
+     "nodes.m2.uuid: 4c4c4544-0042-3510-8052-b3c04f4e3132 is already the SMBIOS UUID of node 'm1'"),
+])
+def test_two_nodes_with_one_hostname_or_uuid_are_refused_naming_both(tmp_path: Path, reference: Path, nodes: str,
+                                                                      message: str) -> None:
+    path = write(tmp_path, reference, replace=("nodes:\n", "nodes:\n" + nodes))
+    proc = _bootserver("check-config", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (2, f"bootserver: {path}: {message}\n")
+
+
+@pytest.mark.parametrize(("extra", "key", "missing"), [
+    ("  master-0: {profile: master, provider: redfish, redfish: {address: 'https://bmc.example', "
+     "username: root, password_file: bmc.pass}}\n", "nodes.master-0.redfish.password_file", "bmc.pass"),
+    ("  master-0: {profile: master, provider: redfish, redfish: {address: 'https://bmc.example', "
+     "username: root, password_env: X, verify_tls: bmc-ca.pem}}\n", "nodes.master-0.redfish.verify_tls", "bmc-ca.pem"),
+    ("state_store: {url: 'postgresql://boot@db.example/boot', password_file: db.pass}\n",
+     "state_store.password_file", "db.pass"),
+    ("server: {admin: {token_file: admin.token}}\n", "server.admin.token_file", "admin.token"),
+])
+def test_check_config_names_a_local_file_the_config_names_that_cannot_be_read(tmp_path: Path, reference: Path,
+                                                                              extra: str, key: str,
+                                                                              missing: str) -> None:
+    if extra.startswith("  "):
+        node = "  master-0: {profile: master, mac: \"52:54:00:12:34:56\"}\n"
+        path = write(tmp_path, reference, replace=(node, extra))
+    else:
+        path = write(tmp_path, reference, extra)
+    for command in ("check-config", "serve"):
+        proc = _bootserver(command, "--config", str(path))
+        assert (proc.returncode, proc.stderr) == (
+            2, f"bootserver: {path}: {key}: cannot read {tmp_path / missing}: No such file or directory\n"), command
+    (tmp_path / missing).write_text("a-secret-of-32-characters-at-least\n")
+    proc = _bootserver("check-config", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+@pytest.mark.parametrize(("server", "message"), [
+    ("{listen: '127.0.0.1:8080', admin: {listen: '127.0.0.1:8080'}}",
+     "127.0.0.1:8080 is also the device listener's address (server.listen: 127.0.0.1:8080)"),
+    ("{listen: '0.0.0.0:8080', admin: {listen: 'localhost:8080'}}",
+     "localhost:8080 is also the device listener's address (server.listen: 0.0.0.0:8080)"),
+    ("{listen: '[::]:9000', admin: {listen: '[::1]:9000'}}",
+     "[::1]:9000 is also the device listener's address (server.listen: [::]:9000)"),
+    ("{listen: '127.0.0.1:8080', tls: {listen: '127.0.0.1:8443'}, admin: {listen: '127.0.0.1:8443'}}",
+     "127.0.0.1:8443 is also the device listener's address (server.tls.listen: 127.0.0.1:8443)"),
+])
+def test_check_config_refuses_an_admin_address_a_device_listener_takes(tmp_path: Path, reference: Path, server: str,
+                                                                       message: str) -> None:
+    path = write(tmp_path, reference, f"server: {server}\n")
+    proc = _bootserver("check-config", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (2, f"bootserver: {path}: server.admin.listen: {message}; give the "
+                                                 "admin listener a port of its own\n")
+
+
+def test_an_admin_address_beside_the_device_one_passes(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, "server: {listen: '10.0.0.5:8080', admin: {listen: '127.0.0.1:8080'}}\n")
+    proc = _bootserver("check-config", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_check_config_refuses_a_unix_socket_in_a_folder_that_does_not_exist(tmp_path: Path, reference: Path) -> None:
+    sock = tmp_path / "run" / "admin.sock"
+    path = write(tmp_path, reference, f"server: {{admin: {{listen: '{sock}'}}}}\n")
+    proc = _bootserver("check-config", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (
+        2, f"bootserver: {path}: server.admin.listen: {sock}: no folder {sock.parent} for the Unix socket\n")
+
+
+@pytest.mark.parametrize("text", ["", "{}\n", "null\n", "streams: {}\nprofiles: {}\n"])
+def test_a_config_with_no_node_says_no_machine_would_boot(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "bootserver.yaml"
+    path.write_text(text)
+    proc = _bootserver("check-config", "--config", str(path))
+    assert proc.returncode == 0
+    assert proc.stderr == (f"bootserver: warning: {path}: no nodes and no default node: no machine would boot from "
+                           "this server (add nodes:, or a node with default: true for any machine that chains "
+                           "/boot.ipxe)\n")
+
+
+def test_global_options_work_before_or_after_the_command(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, f"state_dir: {tmp_path / 'state'}\n")
+    help_text = _bootserver("--help").stdout
+    for option in ("--config PATH", "--log-level", "--log-format"):
+        assert option in help_text.split("COMMAND ...")[1]
+    for argv in (["--log-level", "debug", "--log-format", "json", "nodes", "--config", str(path)],
+                 ["nodes", "--log-level", "debug", "--config", str(path), "--log-format", "json"],
+                 ["--config", str(path), "--log-level", "warning", "nodes"]):
+        proc = _bootserver(*argv)
+        assert proc.returncode == 0, (argv, proc.stderr)
+        assert proc.stdout.startswith("NODE"), proc.stdout
+    proc = _bootserver("--log-level", "loud", "nodes")
+    assert proc.returncode == 2 and "invalid choice: 'loud'" in proc.stderr
+
+
+def test_nodes_show_says_a_node_has_no_events(tmp_path: Path, reference: Path) -> None:
+    path = write(tmp_path, reference, f"state_dir: {tmp_path / 'state'}\n")
+    proc = _bootserver("nodes", "show", "master-0", "--config", str(path))
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == "master-0: no events yet (stage new): no request of this node has reached the server\n"

@@ -52,11 +52,13 @@ ANSWERS: list[tuple[str, str, str, Path_, int]] = [
     ("chain", "device", "GET", lambda u, a: relative(u.chain(NODE)), 503),                  # iPXE script
     ("chain", "device", "GET", lambda u, a: foreign_chain(u), 503),                        # key not in hand
     ("generic", "device", "GET", lambda u, a: "/boot.ipxe?mac=52:54:00:12:34:56", 503),
+    ("generic_grub", "device", "GET", lambda u, a: "/boot.grub?mac=52:54:00:12:34:56", 503),  # arm64 GRUB's
     ("stub", "device", "GET", lambda u, a: relative(u.stub(NODE)), 503),                    # Ignition stub
     ("real_config", "device", "GET", lambda u, a: relative(u.real_config(NODE)), 503),
     ("checkin", "device", "POST", lambda u, a: relative(u.checkin(NODE)), 503),
     ("grub", "device", "GET", lambda u, a: relative(u.grub(NODE)), 503),                    # GRUB config
     ("iso", "device", "GET", lambda u, a: relative(u.iso(NODE)), 503),                      # boot image
+    ("loader_arm64", "device", "GET", lambda u, a: "/loaders/grubaa64.efi", 200),           # needs no store
     ("artifact", "device", "GET", lambda u, a: a["kernel"], 200),                          # attributed
     ("artifact", "device", "HEAD", lambda u, a: a["kernel"], 200),
     ("healthz", "device", "GET", lambda u, a: "/healthz", 200),

@@ -67,7 +67,8 @@ def test_provision_prints_devices_and_records_state(env, tmp_path, capsys):
     state = recorded_devices(tmp_path / "state")["master-1"]
     assert state["id"] == ids["m1"] and state["state"] == "queued"
     rc, out_show, err = cli(capsys, "nodes", "show", "master-1", "--config", str(config))
-    assert rc == 0 and out_show == f"device: equinix {ids['m1']} queued\n", err  # no events yet
+    assert rc == 0 and out_show == (f"device: equinix {ids['m1']} queued\nmaster-1: no events yet (stage new): "
+                                    "no request of this node has reached the server\n"), err
 
     # idempotent: a second run reuses both devices (and their chain URLs, still current)
     rc, out2, err = cli(capsys, "provision", "master-0", "master-1", "--no-wait", "--config", str(config))

@@ -379,7 +379,8 @@ async def test_malformed_requests_get_400_an_access_line_and_a_count(aiohttp_ser
     assert not [r for r in caplog.records if r.exc_info or "Unhandled exception" in r.getMessage()]
     access = [r for r in caplog.records if r.name == "bootserver.access"]
     assert [(r.status, r.route) for r in access] == [(400, "unmatched")] * 3
-    text = (await raw_exchange(admin.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")).decode()
+    text = (await raw_exchange(admin.port, f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{admin.port}\r\n"
+                                           "Connection: close\r\n\r\n".encode())).decode()
     assert 'bootserver_http_requests_total{method="UNKNOWN",route="unmatched",status="400"} 3.0' in text.splitlines()
 
 

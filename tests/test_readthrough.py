@@ -356,7 +356,7 @@ async def test_sigkill_mid_download_leaves_nothing_servable_and_rerun_resumes(tm
     faulty.gate.set()
     rootfs_url_path = served_path(paths, "rootfs").removeprefix("/artifacts/")
     assert rootfs_url_path not in published(cache.cache_dir)
-    assert cache.lookup(tuple(rootfs_url_path.split("/"))) is None
+    assert cache.open_published(tuple(rootfs_url_path.split("/"))) is None
     assert part.stat().st_size == half
 
     rc, _out, err = await run_cli("sync-images", "--config", str(config))

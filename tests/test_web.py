@@ -264,22 +264,3 @@ async def test_serve_prints_the_line_that_chains_the_default_node(reference: Pat
     err = (await server.proc.stderr.read()).decode()  # type: ignore[union-attr]
     assert (f"to boot any machine into node fcos-live (live mode): at its iPXE prompt, chain "
             f"http://127.0.0.1:{port}/boot.ipxe -- that URL reaches this machine only") in err
-
-
-def test_the_private_aiohttp_names_artifact_response_relies_on_are_where_they_were() -> None:
-    """ArtifactResponse overrides ``FileResponse._sendfile`` (the bytes sent before a client went away,
-    for the access log) and replaces the ETag ``FileResponse.prepare`` sets through
-    ``StreamResponse.etag``'s setter: aiohttp's private API, pinned in pyproject.toml. An aiohttp that
-    renames or stops calling them fails here, not silently in production."""
-    import inspect
-
-    from aiohttp import web_fileresponse, web_response
-
-    from bootserver.http.app import ArtifactResponse
-
-    hook = web_fileresponse.FileResponse._sendfile
-    assert list(inspect.signature(hook).parameters) == ["self", "request", "fobj", "offset", "count"]
-    assert list(inspect.signature(ArtifactResponse._sendfile).parameters) == list(inspect.signature(hook).parameters)
-    source = inspect.getsource(web_fileresponse.FileResponse)
-    assert "await self._sendfile(" in source and "self.etag = " in source
-    assert isinstance(vars(web_response.StreamResponse)["etag"], property)

@@ -9,6 +9,11 @@ Layout under ``cache_dir``::
     tmp/<sha256>.size                                    its full size in bytes, once upstream told it
     tmp/<file>.<random>.part                             a download that could not take the resumable name
 
+Nothing below ``cache_dir`` is reached through a link (:mod:`bootserver.files`): a published file, its
+sidecar, ``tmp/`` and what is written there are opened one real folder at a time from ``cache_dir``, so
+a link planted by anyone who can write there is refused (:class:`~bootserver.files.LinkRefused`), never
+followed, also when it is swapped in between two looks.
+
 A file appears under ``artifacts/`` only by an atomic ``rename`` after its bytes were fsynced and their
 sha256 matched the stream metadata, so whatever the server finds there is complete and correct; a
 crash (even ``kill -9``) leaves at most a file in ``tmp/``. ``tmp/`` lives on the same filesystem so the
@@ -26,20 +31,24 @@ if the file is now under ``artifacts/`` with its sidecar, else abandoned.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
+import logging
 import os
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from ..errors import DiskFullError, IntegrityError
-from ..files import fsync_dir, write_atomic
+from ..files import LinkRefused, open_dir, open_file, read_file, write_atomic
 from ..streams import SAFE_SEGMENT_RE, Artifact, Release
 from .openpgp import SignatureError, StreamVerifier
+
+log = logging.getLogger("bootserver.cache")
 
 
 class PartialBusy(Exception):
@@ -66,41 +75,118 @@ class ArtifactCache:
         """Where the published artifact lives (it may not exist yet)."""
         return self.root / self.relpath(release, artifact)
 
-    def lookup(self, segments: tuple[str, ...]) -> Path | None:
-        """Map URL segments ``(stream, arch, release, file)`` to a published file, or ``None``.
+    def open_published(self, segments: tuple[str, ...], *, quiet: bool = False) -> Published | None:
+        """Open the published file at URL segments ``(stream, arch, release, file)``: its descriptor (a
+        regular file; the caller closes it) and the sha256 recorded when it was published, or ``None``
+        when there is none.
 
-        Every segment must be a plain name (no ``..``, no leading ``.``, no ``/``), and the result must
-        be a regular file inside ``artifacts/`` after resolving symlinks, so nothing outside the cache
-        can be reached.
+        Every segment must be a plain name (no ``..``, no leading ``.``, no ``/``), and no link may
+        stand in any place from ``cache_dir`` down to the file or its sidecar: raises
+        :class:`~bootserver.files.LinkRefused` naming the link (one warning is logged, never its
+        target; not with ``quiet``, for a look that serves nothing), so nothing outside the cache is served
+        even when a link is swapped in after a look.
         """
         if len(segments) != 4 or not all(SAFE_SEGMENT_RE.match(s) for s in segments):
             return None
-        candidate = self.root.joinpath(*segments)
+        rel = "artifacts/" + "/".join(segments)
         try:
-            resolved = candidate.resolve(strict=True)
-        except (OSError, RuntimeError):
+            fd = open_file(self.cache_dir, rel)
+        except LinkRefused as e:
+            if not quiet:
+                self.refused(e)
+            raise
+        except OSError:
             return None
-        root = self.root.resolve()
-        if root not in resolved.parents or not resolved.is_file():
-            return None
-        return candidate
+        try:
+            sha = self._recorded(self.sidecar(Path(rel)))
+        except LinkRefused as e:
+            os.close(fd)
+            if not quiet:
+                self.refused(e)
+            raise
+        return Published(fd, sha)
+
+    def refused(self, e: LinkRefused) -> None:
+        """Log the one warning of a link found in the cache (its path below ``cache_dir``, never the target)."""
+        where = Path(e.filename)
+        with contextlib.suppress(ValueError):
+            where = where.relative_to(self.cache_dir)
+        log.warning("cache_dir: %s is a link; refused (nothing below cache_dir is served or written through "
+                    "a link)", where)
 
     @staticmethod
     def sidecar(path: Path) -> Path:
         """The file holding the sha256 of the published artifact at ``path``."""
         return path.with_name(f".{path.name}.sha256")
 
-    def recorded_sha256(self, path: Path) -> str | None:
-        """The sha256 recorded when ``path`` was published, or ``None`` if none was recorded."""
+    def _recorded(self, rel: Path) -> str | None:
+        """The sha256 in the sidecar ``rel`` (below ``cache_dir``), or ``None``. Raises ``LinkRefused``."""
         try:
-            return self.sidecar(path).read_text().strip() or None
+            return read_file(self.cache_dir, rel).decode("ascii", "replace").strip() or None
+        except LinkRefused:
+            raise
         except OSError:
             return None
 
+    def recorded_sha256(self, path: Path) -> str | None:
+        """The sha256 recorded when ``path`` (below ``cache_dir``) was published, or ``None`` if none was
+        recorded or a link stands in its way."""
+        try:
+            return self._recorded(self.sidecar(path).relative_to(self.cache_dir))
+        except (LinkRefused, ValueError):
+            return None
+
+    def open_cached(self, release: Release, artifact: Artifact, *, quiet: bool = False) -> Published | None:
+        """The published artifact opened (as :meth:`open_published`) when it was verified against the same
+        sha256, else ``None``. Raises :class:`~bootserver.files.LinkRefused` for a link on its way."""
+        found = self.open_published((release.stream, release.arch, release.version, artifact.filename),
+                                    quiet=quiet)
+        if found is not None and found.sha256 != artifact.sha256:
+            os.close(found.fd)
+            return None
+        return found
+
     def is_cached(self, release: Release, artifact: Artifact) -> bool:
-        """True when the artifact is published and was verified against the same sha256."""
-        path = self.path(release, artifact)
-        return path.is_file() and self.recorded_sha256(path) == artifact.sha256
+        """True when the artifact is published and was verified against the same sha256 (never through a
+        link: a link on its way counts as not cached; not logged here, where nothing is served)."""
+        try:
+            found = self.open_cached(release, artifact, quiet=True)
+        except LinkRefused:
+            return False
+        if found is None:
+            return False
+        os.close(found.fd)
+        return True
+
+    def is_cached_at(self, dest: Path, artifact: Artifact) -> bool:
+        """:meth:`is_cached` for the artifact's published path ``dest`` (below ``artifacts/``)."""
+        segments = tuple(dest.relative_to(self.root).parts)
+        try:
+            found = self.open_published(segments, quiet=True)
+        except LinkRefused:
+            return False
+        if found is None:
+            return False
+        os.close(found.fd)
+        return found.sha256 == artifact.sha256
+
+    def size_of(self, release: Release, artifact: Artifact) -> int:
+        """The published artifact's size in bytes (no link followed). Raises ``OSError``
+        (``FileNotFoundError`` when it is not published)."""
+        fd = open_file(self.cache_dir, self.path(release, artifact).relative_to(self.cache_dir))
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
+    def tmp_dir(self) -> int:
+        """A descriptor of ``tmp/`` (made when missing), a real folder below ``cache_dir``. Raises
+        :class:`~bootserver.files.LinkRefused` (logged) when it is a link; the caller closes it."""
+        try:
+            return open_dir(self.cache_dir, "tmp", create=True)
+        except LinkRefused as e:
+            self.refused(e)
+            raise
 
     def writer(self, release: Release, artifact: Artifact, *, resume: bool = False,
                exclusive: bool = False, verifier: StreamVerifier | None = None) -> ArtifactWriter:
@@ -119,14 +205,10 @@ class ArtifactCache:
         """The deterministic name of the artifact's resumable download: ``tmp/<sha256>.part``."""
         return self.tmp / f"{artifact.sha256}.part"
 
-    def size_path(self, artifact: Artifact) -> Path:
-        """Where the writer of ``tmp/<sha256>.part`` records the artifact's full size (decimal bytes)."""
-        return self.tmp / f"{artifact.sha256}.size"
-
     def expected_size(self, artifact: Artifact) -> int | None:
         """The full size (bytes) the writer of the artifact's partial recorded, or ``None``."""
         try:
-            return int(self.size_path(artifact).read_text())
+            return int(read_file(self.cache_dir, f"tmp/{artifact.sha256}.size"))
         except (OSError, ValueError):
             return None
 
@@ -136,10 +218,15 @@ class ArtifactCache:
 
         Probing ``free`` takes the lock for a moment; a writer starting at that very moment falls back
         (or, when exclusive, sees :class:`PartialBusy` and retries)."""
-        path = self.partial_path(artifact)
+        name = f"{artifact.sha256}.part"
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
+            tmp = open_dir(self.cache_dir, "tmp")
+        except OSError:  # no tmp/ (nothing is downloading), or a link (refused where it is written)
+            return "absent"
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=tmp)
+        except OSError:
+            os.close(tmp)
             return "absent"
         try:
             try:
@@ -147,12 +234,21 @@ class ArtifactCache:
             except BlockingIOError:
                 return "busy"
             try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+                same = os.fstat(fd).st_ino == os.stat(name, dir_fd=tmp, follow_symlinks=False).st_ino
             except FileNotFoundError:
                 return "absent"
             return "free" if same else "absent"
         finally:
             os.close(fd)
+            os.close(tmp)
+
+    def open_partial(self, artifact: Artifact) -> int | None:
+        """A read descriptor of ``tmp/<sha256>.part`` (a download another process runs), or ``None`` when
+        there is none; never through a link."""
+        try:
+            return open_file(self.cache_dir, f"tmp/{artifact.sha256}.part")
+        except OSError:
+            return None
 
     def clean_tmp(self, keep: Iterable[str] = ()) -> list[Path]:
         """Remove stale files from ``tmp/``; return what was removed.
@@ -163,6 +259,9 @@ class ArtifactCache:
         """
         keep_names = {f"{sha}.part" for sha in keep}
         removed: list[Path] = []
+        if self.tmp.is_symlink():
+            self.refused(LinkRefused(self.tmp))
+            return removed
         try:
             entries = list(self.tmp.iterdir())
         except FileNotFoundError:
@@ -181,6 +280,10 @@ class ArtifactCache:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry)
                 continue
+            if entry.is_symlink():  # planted: removing the link itself is all it takes
+                entry.unlink(missing_ok=True)
+                removed.append(entry)
+                continue
             fd = _lock(entry)
             if fd is None:
                 continue
@@ -196,19 +299,32 @@ class ArtifactCache:
         return self.cache_dir / "streams" / f"{stream}.json"
 
 
-def _lock(path: Path, flags: int = os.O_RDWR) -> int | None:
-    """Open ``path`` and take an exclusive ``flock`` without waiting.
+class Published(NamedTuple):
+    """A published artifact as opened (:meth:`ArtifactCache.open_published`): its read descriptor ``fd``
+    (the caller closes it) and the ``sha256`` recorded when it was published (``None``: no record)."""
 
-    Returns the file descriptor, or ``None`` when another process holds the lock or the path no
-    longer names the inode we locked (it was renamed or removed meanwhile).
+    fd: int
+    sha256: str | None
+
+
+def _lock(path: Path | str, flags: int = os.O_RDWR, dir_fd: int | None = None) -> int | None:
+    """Open ``path`` (relative to ``dir_fd`` when given; never through a link at its name) and take an
+    exclusive ``flock`` without waiting.
+
+    Returns the file descriptor, or ``None`` when another process holds the lock, the path no
+    longer names the inode we locked (it was renamed or removed meanwhile), or it is a link.
     """
     try:
-        fd = os.open(path, flags, 0o600)
-    except FileNotFoundError:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    except (FileNotFoundError, LinkRefused):
         return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return None
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.fstat(fd).st_ino != os.stat(path).st_ino:
+        if os.fstat(fd).st_ino != os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_ino:
             raise BlockingIOError
     except (BlockingIOError, FileNotFoundError):
         os.close(fd)
@@ -224,6 +340,10 @@ class ArtifactWriter:
     from its length (``bytes_written`` starts there, the hash covers the old bytes); when another process
     holds that file it falls back to a fresh uniquely named temp file. The temp file is locked (flock)
     while open.
+
+    Every file is written relative to descriptors of real folders below ``cache_dir`` (``tmp/`` and the
+    release folder, :mod:`bootserver.files`): a link in ``tmp/``, in the release folder's place or on its
+    way raises :class:`~bootserver.files.LinkRefused` and nothing is written through it.
 
     Leaving the block without :meth:`commit` removes the temp file, except that a resumable partial is
     kept after a failure other than :class:`IntegrityError` or :class:`DiskFullError` (a dropped
@@ -242,10 +362,11 @@ class ArtifactWriter:
         self.bytes_written = 0
         self.resumed_from = 0
         self._expected_size: int | None = None
-        self._size_file: Path | None = None
+        self._size_file: str | None = None
         self._hash = hashlib.sha256()
         self._file: BinaryIO | None = None
-        self._tmp: Path | None = None
+        self._tmp: str | None = None  # the temp file's name in tmp/
+        self._tmp_dir: int | None = None
 
     @property
     def expected_size(self) -> int | None:
@@ -255,42 +376,71 @@ class ArtifactWriter:
 
     @expected_size.setter
     def expected_size(self, value: int | None) -> None:
-        if value is not None and value != self._expected_size and self.resumable:
-            size_file = self.cache.size_path(self.artifact)
-            tmp = size_file.with_name(f"{size_file.name}.{os.getpid()}")
+        if value is not None and value != self._expected_size and self.resumable and self._tmp_dir is not None:
+            size_file = f"{self.artifact.sha256}.size"
+            tmp = f"{size_file}.{os.getpid()}"
             try:
-                tmp.write_text(str(value))
-                os.replace(tmp, size_file)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                             dir_fd=self._tmp_dir)
+                try:
+                    os.write(fd, str(value).encode())
+                finally:
+                    os.close(fd)
+                os.replace(tmp, size_file, src_dir_fd=self._tmp_dir, dst_dir_fd=self._tmp_dir)
                 self._size_file = size_file
             except OSError:  # followers then learn the size when the file is published
-                tmp.unlink(missing_ok=True)
+                self._unlink(tmp)
         self._expected_size = value
+
+    def _unlink(self, name: str) -> None:
+        if self._tmp_dir is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=self._tmp_dir)
 
     def _drop_size_file(self) -> None:
         # The holder of the resumable partial's lock is the only writer of its size file, so it also
         # removes one left by a process killed mid-download, not only the one it wrote itself.
         if self._size_file is not None or self.resumable:
-            self.cache.size_path(self.artifact).unlink(missing_ok=True)
+            self._unlink(f"{self.artifact.sha256}.size")
             self._size_file = None
 
     @property
     def path(self) -> Path:
         """The temp file being written (valid inside the ``with`` block, before :meth:`commit`)."""
         assert self._tmp is not None
-        return self._tmp
+        return self.cache.tmp / self._tmp
+
+    @property
+    def reader_path(self) -> str:
+        """A path that opens the very temp file being written (``/proc/self/fd/N``: no name lookup, so no
+        link can stand in), for readers following the download."""
+        assert self._file is not None
+        return f"/proc/self/fd/{self._file.fileno()}"
 
     def __enter__(self) -> ArtifactWriter:
-        self.cache.tmp.mkdir(parents=True, exist_ok=True)
+        self._tmp_dir = self.cache.tmp_dir()
+        try:
+            self._open()
+        except BaseException:
+            os.close(self._tmp_dir)
+            self._tmp_dir = None
+            raise
+        return self
+
+    def _open(self) -> None:
         fd = None
+        tmp_dir = self._tmp_dir
+        assert tmp_dir is not None
         if self.resume:
-            part = self.cache.partial_path(self.artifact)
-            fd = _lock(part, os.O_RDWR | os.O_CREAT)
+            part = f"{self.artifact.sha256}.part"
+            fd = _lock(part, os.O_RDWR | os.O_CREAT, dir_fd=tmp_dir)
             if fd is None and self.exclusive:
-                raise PartialBusy(part)
-            if fd is not None and self.exclusive and self.dest.is_file() and \
-                    self.cache.recorded_sha256(self.dest) == self.artifact.sha256:
-                part.unlink(missing_ok=True)  # published meanwhile: what is left here is of no use
+                raise PartialBusy(self.cache.tmp / part)
+            if fd is not None and self.exclusive and self.cache.is_cached_at(self.dest, self.artifact):
+                self._tmp = part
+                self._unlink(part)  # published meanwhile: what is left here is of no use
                 os.close(fd)
+                self._tmp = None
                 raise AlreadyCached(self.dest)
             if fd is not None:
                 self._tmp = part
@@ -304,12 +454,18 @@ class ArtifactWriter:
                 self.resumed_from = self.bytes_written
                 os.lseek(fd, 0, os.SEEK_END)
         if fd is None:
-            fd, tmp = tempfile.mkstemp(dir=self.cache.tmp, prefix=f"{self.artifact.filename}.", suffix=".part")
+            while True:
+                name = f"{self.artifact.filename}.{secrets.token_hex(6)}.part"
+                try:
+                    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                                 dir_fd=tmp_dir)
+                    break
+                except FileExistsError:
+                    continue
             fcntl.flock(fd, fcntl.LOCK_EX)
-            self._tmp = Path(tmp)
+            self._tmp = name
         self._file = os.fdopen(fd, "r+b")
         self._file.seek(0, os.SEEK_END)
-        return self
 
     def write(self, chunk: bytes) -> None:
         """Append ``chunk`` (bytes) to the temp file and the running sha256, and flush it to the OS
@@ -361,26 +517,42 @@ class ArtifactWriter:
 
         Raises :class:`IntegrityError` (naming ``url``, the expected and the actual hash) on a mismatch;
         nothing is published then (the temp file stays until the block ends, or :meth:`restart`).
-        Raises :class:`DiskFullError` when the fsync or the sidecar write hits a full disk.
+        Raises :class:`DiskFullError` when the fsync or the sidecar write hits a full disk, and
+        :class:`~bootserver.files.LinkRefused` (logged) when a link stands where the release folder or a
+        folder above it belongs: nothing is published through it.
         """
-        assert self._file is not None and self._tmp is not None
+        assert self._file is not None and self._tmp is not None and self._tmp_dir is not None
         self.check(url)
         actual = self.artifact.sha256
+        rel = self.dest.relative_to(self.cache.cache_dir)
         try:
             self._file.flush()
             os.fsync(self._file.fileno())
-            os.chmod(self._tmp, 0o644)
-            self.dest.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.cache.sidecar(self.dest), (actual + "\n").encode())
+            os.fchmod(self._file.fileno(), 0o644)
+            try:
+                release_dir = open_dir(self.cache.cache_dir, rel.parent, create=True)
+            except LinkRefused as e:
+                self.cache.refused(e)
+                raise
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise self._disk_full(0) from None
             raise
-        # The size file goes before the publish: a process killed in between leaves a complete partial
-        # (resumed next time), never a published artifact with a stale size file beside it.
-        self._drop_size_file()
-        os.replace(self._tmp, self.dest)
-        fsync_dir(self.dest.parent)
+        try:
+            try:
+                write_atomic(self.dest.with_name(f".{self.dest.name}.sha256"), (actual + "\n").encode(),
+                             root=self.cache.cache_dir)
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise self._disk_full(0) from None
+                raise
+            # The size file goes before the publish: a process killed in between leaves a complete partial
+            # (resumed next time), never a published artifact with a stale size file beside it.
+            self._drop_size_file()
+            os.replace(self._tmp, self.dest.name, src_dir_fd=self._tmp_dir, dst_dir_fd=release_dir)
+            os.fsync(release_dir)
+        finally:
+            os.close(release_dir)
         self._file.close()  # releases the lock only after the rename
         self._tmp = None
         return self.dest
@@ -391,8 +563,11 @@ class ArtifactWriter:
         if self.verifier is not None:
             self.verifier.close()
         if self._tmp is not None and not keep:
-            self._tmp.unlink(missing_ok=True)
+            self._unlink(self._tmp)
         self._drop_size_file()
         self._tmp = None
         if self._file is not None and not self._file.closed:
             self._file.close()
+        if self._tmp_dir is not None:
+            os.close(self._tmp_dir)
+            self._tmp_dir = None

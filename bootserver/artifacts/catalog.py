@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from ..config import Config
-from ..errors import MetadataError
-from ..files import write_atomic
+from ..errors import FetchError, MetadataError
+from ..files import LinkRefused, open_file, write_atomic
 from ..streams import Release, StreamMetadata, parse_stream
 from .cache import ArtifactCache
 from .upstream import Upstream
@@ -67,14 +67,23 @@ class StreamCatalog:
             return hit[1]
         path, source = self._local_file(stream)
         try:
-            st = os.stat(path)
+            if self.config.metadata_path(stream) is None:  # the synced copy: no link below cache_dir
+                fd = open_file(self.cache.cache_dir, path.relative_to(self.cache.cache_dir))
+            else:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except LinkRefused as e:
+            self.cache.refused(e)
+            return None
         except OSError:
             return None
-        key = (st.st_mtime_ns, st.st_size)
-        if hit is not None and hit[0] == key:
-            self._cache[stream] = (key, hit[1], looked)
-            return hit[1]
-        meta = self._parse(stream, path.read_bytes(), source)
+        with open(fd, "rb") as f:
+            st = os.fstat(fd)
+            key = (st.st_mtime_ns, st.st_size)
+            if hit is not None and hit[0] == key:
+                self._cache[stream] = (key, hit[1], looked)
+                return hit[1]
+            data = f.read()
+        meta = self._parse(stream, data, source)
         self._cache[stream] = (key, meta, looked)
         return meta
 
@@ -92,7 +101,11 @@ class StreamCatalog:
             return meta
         data = await self.upstream.document(sc.metadata)
         meta = self._parse(stream, data, sc.metadata)
-        write_atomic(self.cache.metadata_path(stream), data)
+        try:
+            write_atomic(self.cache.metadata_path(stream), data, root=self.cache.cache_dir)
+        except LinkRefused as e:
+            self.cache.refused(e)
+            raise FetchError(f"{sc.metadata}: cannot keep a copy in cache_dir: {e.filename} is a link") from None
         self._cache.pop(stream, None)
         return meta
 

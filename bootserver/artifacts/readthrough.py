@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 from ..config import Config
 from ..errors import FetchError, MetadataError
 from ..streams import SAFE_SEGMENT_RE, Artifact, Release
-from .cache import AlreadyCached, ArtifactCache, PartialBusy
+from .cache import AlreadyCached, ArtifactCache, PartialBusy, Published
 from .catalog import StreamCatalog
 from .upstream import CHUNK_SIZE, DownloadHooks, FetchObserver, Upstream
 
@@ -97,6 +97,8 @@ class Download(DownloadHooks):
         self.listeners: list[DownloadHooks] = []
         self._restart_reason = "download restarted"
         self._fd: int | None = None
+        #: The published file's read descriptor, kept by :meth:`finish` (see :meth:`drop_published`).
+        self.published: int | None = None
         self._changed = asyncio.Event()
         self._thresholds: list[tuple[int, asyncio.Future[None]]] = []
 
@@ -132,9 +134,10 @@ class Download(DownloadHooks):
         """An event set at the next change (take it *before* checking the state, then await it)."""
         return self._changed
 
-    def opened(self, path: Path) -> None:
-        """Called by the downloader with the temp file it writes: keep a read descriptor to it."""
-        self._set_fd(os.open(path, os.O_RDONLY))
+    def opened(self, path: str) -> None:
+        """Called by the downloader with the temp file it writes (``/proc/self/fd/N``): keep a read
+        descriptor to it."""
+        self._set_fd(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
 
     def _set_fd(self, fd: int) -> None:
         if self._fd is not None:
@@ -158,8 +161,8 @@ class Download(DownloadHooks):
         ``sendfile`` left it at, whatever other readers do)."""
         if self._fd is not None:
             return os.open(f"/proc/self/fd/{self._fd}", os.O_RDONLY)
-        if self.ok:
-            return os.open(self.dest, os.O_RDONLY)
+        if self.ok and self.published is not None:
+            return os.open(f"/proc/self/fd/{self.published}", os.O_RDONLY)
         return None
 
     def restarted(self, reason: str) -> None:
@@ -200,13 +203,24 @@ class Download(DownloadHooks):
         self._notify()
 
     def finish(self, error: BaseException | None) -> None:
-        """Mark the download ended (``error`` ``None`` when published); wake every reader."""
+        """Mark the download ended (``error`` ``None`` when published); wake every reader. The read
+        descriptor of a published download is kept (:attr:`published`, the very file renamed into place)
+        for readers that start later, until :meth:`drop_published`."""
         self.finished = True
         self.error = error
         if self._fd is not None:
-            os.close(self._fd)
+            if error is None and self.published is None:
+                self.published = self._fd
+            else:
+                os.close(self._fd)
             self._fd = None
         self._notify()
+
+    def drop_published(self) -> None:
+        """Close the descriptor :meth:`finish` kept, once no reader will start any more."""
+        if self.published is not None:
+            os.close(self.published)
+            self.published = None
 
     def sendable(self) -> int:
         """How many bytes readers may send now: all once the sha256 matched, else all but the last."""
@@ -307,6 +321,8 @@ class Transfer:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self.download.finished and not self.download.readers:
+            self.download.drop_published()
 
 
 class ReadThrough:
@@ -349,14 +365,16 @@ class ReadThrough:
         artifact = next((a for a in release.artifacts if a.filename == filename), None)
         return None if artifact is None else (release, artifact)
 
-    async def open(self, segments: tuple[str, ...]) -> Path | Transfer | None:
-        """What to send for URL ``segments``: a published file's :class:`Path`, a :class:`Transfer` of
-        a download in flight (started now if needed), or ``None`` (not cached and not a known artifact,
-        or read-through off). Raises ``FetchError``/``MetadataError`` when the stream metadata is needed
-        and cannot be had."""
-        path = self.cache.lookup(segments)
-        if path is not None or not self.enabled:
-            return path
+    async def open(self, segments: tuple[str, ...]) -> Published | Transfer | None:
+        """What to send for URL ``segments``: a published file opened (:class:`Published`: its descriptor,
+        which the caller closes, and its recorded sha256), a :class:`Transfer` of a download in flight
+        (started now if needed), or ``None`` (not cached and not a known artifact, or read-through off).
+        Raises :class:`~bootserver.files.LinkRefused` when a link stands anywhere from ``cache_dir`` to
+        the file (nothing is served, fetched or written through it), ``FetchError``/``MetadataError``
+        when the stream metadata is needed and cannot be had."""
+        found_file = self.cache.open_published(segments)
+        if found_file is not None or not self.enabled:
+            return found_file
         found = await self.resolve(segments)
         if found is None:
             return None
@@ -364,8 +382,9 @@ class ReadThrough:
         dest = self.cache.path(release, artifact)
         dl = self._inflight.get(dest)
         if dl is None:
-            if self.cache.is_cached(release, artifact):
-                return dest
+            opened = self.cache.open_cached(release, artifact)
+            if opened is not None:
+                return opened
             dl = self._start(release, artifact, dest)
             log.info("%s: not cached; fetching it for waiting clients",
                      self.cache.relpath(release, artifact))
@@ -411,12 +430,17 @@ class ReadThrough:
         finally:
             self._inflight.pop(dl.dest, None)
             dl.finish(error)
+            if not dl.readers:
+                dl.drop_published()
 
     def _adopt_published(self, dl: Download) -> None:
-        """The artifact is published: make ``dl`` a finished view of the published file."""
-        fd = os.open(dl.dest, os.O_RDONLY)
-        dl._set_fd(fd)
-        size = os.fstat(fd).st_size
+        """The artifact is published: make ``dl`` a finished view of the published file (opened without
+        following a link; raises ``OSError`` when it is gone or refused)."""
+        found = self.cache.open_cached(dl.release, dl.artifact)
+        if found is None:
+            raise FetchError(f"{self.cache.relpath(dl.release, dl.artifact)}: published, then gone")
+        dl._set_fd(found.fd)
+        size = os.fstat(found.fd).st_size
         dl.progress(size, size)
 
     async def _follow(self, dl: Download) -> bool:
@@ -427,10 +451,8 @@ class ReadThrough:
         not the one followed and bytes of the followed one were already sent.
         """
         rel = self.cache.relpath(dl.release, dl.artifact)
-        part = self.cache.partial_path(dl.artifact)
-        try:
-            fd = os.open(part, os.O_RDONLY)
-        except FileNotFoundError:
+        fd = self.cache.open_partial(dl.artifact)
+        if fd is None:
             if self.cache.is_cached(dl.release, dl.artifact):
                 self._adopt_published(dl)
                 return True
@@ -442,11 +464,10 @@ class ReadThrough:
             size = os.fstat(fd).st_size
             if size != dl.available or total != dl.total:
                 dl.progress(size, total)
-            if self.cache.is_cached(dl.release, dl.artifact):
-                try:
-                    same = os.stat(dl.dest).st_ino == os.fstat(fd).st_ino
-                except FileNotFoundError:
-                    same = False
+            published = self.cache.open_cached(dl.release, dl.artifact)
+            if published is not None:
+                same = os.fstat(published.fd).st_ino == os.fstat(fd).st_ino
+                os.close(published.fd)
                 if not same:
                     if dl.sent_any():
                         raise FetchError(f"{dl.artifact.url}: {rel} was published from another file than "
@@ -474,7 +495,7 @@ class ReadThrough:
         dl = self._inflight.get(dest)
         if dl is None:
             if self.cache.is_cached(release, artifact):
-                return Fetched(dest, os.stat(dest).st_size, None, False)
+                return Fetched(dest, self.cache.size_of(release, artifact), None, False)
             dl = self._start(release, artifact, dest)
         if hooks is not None:
             dl.listeners.append(hooks)
@@ -486,7 +507,7 @@ class ReadThrough:
                 dl.listeners.remove(hooks)
         if dl.error is not None:
             raise dl.error
-        return Fetched(dest, os.stat(dest).st_size, dl.source, True)
+        return Fetched(dest, self.cache.size_of(release, artifact), dl.source, True)
 
     def status(self, release: Release, artifact: Artifact) -> str:
         """``cached``, ``fetching`` (a download is in flight, here or in another process) or ``missing``."""

@@ -40,6 +40,8 @@ def cache_report(artifacts: ReadThrough) -> dict[str, Any]:
         for path in sorted(cache.root.glob("*/*/*/*")):
             if path.name.startswith(".") or not path.is_file():
                 continue
+            if any(p.is_symlink() for p in (path, *list(path.parents)[:4])):  # not served: not listed
+                continue
             stream, arch, version = path.relative_to(cache.root).parts[:3]
             size = path.stat().st_size
             total, files = total + size, files + 1

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..errors import MetadataError
+from ..files import LinkRefused
 from .cache import ArtifactCache
 from .catalog import StreamCatalog
 
@@ -69,14 +70,15 @@ def prune(config: Config, cache: ArtifactCache, catalog: StreamCatalog) -> list[
             versions.add(release.version)
         wanted_sha.update(a.sha256 for a in release.artifacts)
     removed: list[str] = []
-    if cache.root.is_dir():
-        for stream_dir in sorted(p for p in cache.root.iterdir() if p.is_dir()):
-            for arch_dir in sorted(p for p in stream_dir.iterdir() if p.is_dir()):
+    if cache.root.is_dir() and not _linked(cache, cache.root):
+        for stream_dir in sorted(p for p in cache.root.iterdir() if _real_dir(cache, p)):
+            for arch_dir in sorted(p for p in stream_dir.iterdir() if _real_dir(cache, p)):
                 key = (stream_dir.name, arch_dir.name)
                 if key in used and used[key] is None:
                     continue
                 current = used.get(key) or set()
-                releases = sorted((p for p in arch_dir.iterdir() if p.is_dir()), key=publish_time, reverse=True)
+                releases = sorted((p for p in arch_dir.iterdir() if _real_dir(cache, p)), key=publish_time,
+                                  reverse=True)
                 keep = set(current)
                 if key in used and stream_dir.name in config.streams:
                     keep.update(p.name for p in releases[:config.streams[stream_dir.name].keep_releases])
@@ -91,6 +93,19 @@ def prune(config: Config, cache: ArtifactCache, catalog: StreamCatalog) -> list[
     for path in cache.clean_tmp(keep=wanted_sha):
         removed.append(str(path.relative_to(cache.cache_dir)))
     return removed
+
+
+def _linked(cache: ArtifactCache, path: Path) -> bool:
+    """Whether ``path`` is a link (logged once as the cache logs every link it finds): prune never walks
+    into, renames or deletes what a link in the cache points at."""
+    if path.is_symlink():
+        cache.refused(LinkRefused(path))
+        return True
+    return False
+
+
+def _real_dir(cache: ArtifactCache, path: Path) -> bool:
+    return not _linked(cache, path) and path.is_dir()
 
 
 def _remove(cache: ArtifactCache, path: Path) -> None:

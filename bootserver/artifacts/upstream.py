@@ -37,7 +37,6 @@ import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
@@ -178,8 +177,9 @@ class DownloadHooks:
     once the complete bytes matched the sha256 (before the fsync and the rename that publish them).
     """
 
-    def opened(self, path: Path) -> None:
-        """The temp file being written (readers may stream from it)."""
+    def opened(self, path: str) -> None:
+        """The temp file being written (readers may stream from it): ``path`` opens that very file
+        (``/proc/self/fd/N``, :attr:`~bootserver.artifacts.cache.ArtifactWriter.reader_path`)."""
 
     def progress(self, done: int, total: int | None) -> None:
         """``done`` bytes in the temp file of ``total`` (bytes, ``None`` while unknown)."""
@@ -247,7 +247,7 @@ class _Counting(DownloadHooks):
         self.received = 0
         self._last = 0
 
-    def opened(self, path: Path) -> None:
+    def opened(self, path: str) -> None:
         self.inner.opened(path)
 
     def progress(self, done: int, total: int | None) -> None:
@@ -408,7 +408,7 @@ class Upstream:
             if writer.bytes_written:
                 log.debug("%s: found %d bytes of an earlier download in %s", artifact.url,
                           writer.bytes_written, writer.path)
-            hooks.opened(writer.path)
+            hooks.opened(writer.reader_path)
             async for attempt in self._retrying(artifact.url):
                 with attempt:
                     used = await _try_chain(self.session, writer, sources, hooks)

@@ -52,7 +52,7 @@ from ..values import (
     parse_networks,
     split_listen,
 )
-from .loader import check_local_inputs, check_real_config, load_config, parse_config
+from .loader import check_local_inputs, check_real_config, load_config, no_machine_boots, parse_config
 from .messages import describe_error, known_keys
 from .schema import (
     ARCHITECTURES,
@@ -76,6 +76,6 @@ __all__ = [
     "MetalGlobal", "MetalSettings", "MetalUUID", "MetalWord", "Name", "Node", "Profile", "ServerConfig",
     "SettingsModel", "SigningConfig", "StreamConfig", "TLSConfig", "YamlList", "check_http_url",
     "check_local_inputs", "check_real_config", "default_document", "describe_error", "is_uuid", "known_keys",
-    "load_config", "normalize_mac",
+    "load_config", "no_machine_boots", "normalize_mac",
     "parse_config", "parse_networks", "split_listen",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import ipaddress
 import json
 import os
 from pathlib import Path
@@ -25,7 +26,7 @@ from ..ipxe import NETWORK_KARGS
 from ..nmstate import NetworkConfigError, NetworkState, check_network, dracut_kargs
 from ..providers.base import provider_of
 from ..streams import parse_stream
-from ..values import HOSTNAME_RULE, check_hostname
+from ..values import HOSTNAME_RULE, SettingsModel, check_hostname, split_listen
 from .messages import describe_error, keypath
 from .schema import Config, Document, default_document
 
@@ -97,6 +98,8 @@ def _check_references(doc: Document, cfg: Config) -> None:
         if prof.ignition is not None:
             check_real_config(cfg.resolve_path(prof.ignition), src, f"profiles.{name}.ignition")
     seen_macs: dict[str, str] = {}
+    seen_hostnames: dict[str, str] = {}
+    seen_uuids: dict[str, str] = {}
     for name, node in doc.nodes.items():
         if node.hostname is None:
             try:
@@ -113,6 +116,18 @@ def _check_references(doc: Document, cfg: Config) -> None:
             if mac in seen_macs:
                 raise ConfigError(src, f"nodes.{name}.mac", f"{mac} is already the MAC of node {seen_macs[mac]!r}")
             seen_macs[mac] = name
+        # the generic entry's ?hostname= and ?uuid= must name one node, as ?mac= does (any case)
+        hostname = (node.hostname or name).lower()
+        if hostname in seen_hostnames:
+            raise ConfigError(src, f"nodes.{name}.hostname" if node.hostname else f"nodes.{name}",
+                              f"hostname {hostname} is already the hostname of node {seen_hostnames[hostname]!r}; "
+                              "two nodes cannot share one")
+        seen_hostnames[hostname] = name
+        if node.uuid is not None:
+            if node.uuid in seen_uuids:
+                raise ConfigError(src, f"nodes.{name}.uuid", f"{node.uuid} is already the SMBIOS UUID of node "
+                                  f"{seen_uuids[node.uuid]!r}")
+            seen_uuids[node.uuid] = name
     defaults = [name for name, node in doc.nodes.items() if node.default]
     if len(defaults) > 1:
         raise ConfigError(src, f"nodes.{defaults[1]}.default", f"node {defaults[0]!r} is the default already; "
@@ -121,6 +136,7 @@ def _check_references(doc: Document, cfg: Config) -> None:
         if doc.profiles[doc.nodes[name].profile].mode != "live":
             raise ConfigError(src, f"nodes.{name}.default", "the default node must use a live-mode profile: "
                               "any machine that chains /boot.ipxe boots it, and an install would wipe its disk")
+    _check_admin_address(cfg)
     check_network_settings(cfg, src)
     check_boot_sources(cfg, src)
     for name, sc in doc.streams.items():
@@ -128,6 +144,46 @@ def _check_references(doc: Document, cfg: Config) -> None:
             path = cfg.resolve_path(sc.metadata)
             if not path.is_file():
                 raise ConfigError(src, f"streams.{name}.metadata", f"no such file: {path}")
+
+
+def _covers(a: str, b: str) -> bool:
+    """Whether listening on host ``a`` and on host ``b`` (same port) would take the same address: the
+    same host, or a wildcard covering the other (``0.0.0.0`` every IPv4 address, ``::`` or no host
+    every address); ``localhost`` counts as ``127.0.0.1``."""
+    a, b = ("127.0.0.1" if h == "localhost" else h or "::" for h in (a, b))
+    if a == b or "::" in (a, b):
+        return True
+    try:
+        return "0.0.0.0" in (a, b) and all(ipaddress.ip_address(h).version == 4 for h in (a, b))
+    except ValueError:  # a DNS name: only the same name is known to be the same address
+        return False
+
+
+def _check_admin_address(cfg: Config) -> None:
+    """Refuse an admin listener on a device listener's address (``server.listen``, ``server.tls.listen``):
+    the same host and port, or a wildcard device listener covering it, so the admin page would be on
+    the device network (or ``serve`` would fail to bind). Raises :class:`ConfigError`."""
+    where = cfg.server.admin_listen
+    if where.startswith("/"):
+        return
+    ahost, aport = split_listen(where)
+    device = [("server.listen", cfg.server.listen)]
+    if cfg.server.tls is not None:
+        device.append(("server.tls.listen", cfg.server.tls.listen))
+    for key, listen in device:
+        host, port = split_listen(listen)
+        if port == aport and _covers(host, ahost):
+            raise ConfigError(cfg.source, "server.admin.listen", f"{where} is also the device listener's "
+                              f"address ({key}: {listen}); give the admin listener a port of its own")
+
+
+def no_machine_boots(cfg: Config) -> str | None:
+    """The one warning line for a config under which no machine would boot (no node at all: an empty
+    config, ``{}`` or ``null``, or one with streams and profiles only), or ``None``."""
+    if cfg.nodes:
+        return None
+    return (f"{cfg.source}: no nodes and no default node: no machine would boot from this server "
+            "(add nodes:, or a node with default: true for any machine that chains /boot.ipxe)")
 
 
 def check_real_config(path: Path, source: str, keypath: str) -> bytes:
@@ -194,6 +250,12 @@ def check_local_inputs(cfg: Config) -> None:
         except IgnitionSchemaError as e:
             raise ConfigError(src, key, f"{path}: not a valid Ignition config: {e}") from None
     cfg.admin_token()
+    for key, path in _named_files(cfg):
+        _readable(path, src, key)
+    where = cfg.server.admin_listen
+    if where.startswith("/") and not Path(where).parent.is_dir():
+        raise ConfigError(src, "server.admin.listen", f"{where}: no folder {Path(where).parent} for the "
+                          "Unix socket")
     if cfg.server.tls is not None:
         for key, path in zip(("cert", "key", "ca"), cfg.tls_files(), strict=True):
             try:
@@ -202,6 +264,38 @@ def check_local_inputs(cfg: Config) -> None:
             except OSError as e:
                 raise ConfigError(src, f"server.tls.{key}", f"cannot read {path}: {e.strerror} "
                                   "(run `bootserver tls init`?)") from None
+
+
+def _named_files(cfg: Config) -> list[tuple[str, Path]]:
+    """``(key path, file)`` of every local file a settings mapping names (its
+    :attr:`~bootserver.values.SettingsModel.local_files`): ``state_store.password_file``, and each
+    profile's and node's provider settings (``redfish.password_file``, ``redfish.verify_tls`` as a CA
+    file), as written, even where a node overrides its profile's."""
+    holders: list[tuple[str, Any]] = [("state_store", cfg.state_store)]
+    for kind, items in (("profiles", cfg.profiles), ("nodes", cfg.nodes)):
+        for name, item in items.items():
+            holders += [(f"{kind}.{name}.{field}", value) for field, value in item
+                        if isinstance(value, SettingsModel)]
+    out = []
+    for prefix, settings in holders:
+        if settings is None:
+            continue
+        for field in settings.local_files:
+            value = getattr(settings, field)
+            if isinstance(value, str):
+                out.append((f"{prefix}.{field}", cfg.resolve_path(value)))
+    return out
+
+
+def _readable(path: Path, source: str, keypath: str) -> None:
+    """Raise :class:`ConfigError` naming ``keypath`` unless ``path`` is a file this process can read."""
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as e:
+        raise ConfigError(source, keypath, f"cannot read {path}: {e.strerror}") from None
+    if not path.is_file():
+        raise ConfigError(source, keypath, f"{path} is not a file")
 
 
 def _read(path: Path, source: str, keypath: str) -> bytes:
@@ -263,11 +357,14 @@ INCLUDABLE = ("profiles", "nodes")
 def _load_yaml(p: Path) -> Any:
     """The YAML document of file ``p`` (:class:`UniqueKeyLoader`). Raises :class:`ConfigError` naming ``p``."""
     try:
-        text = p.read_text()
+        data = p.read_bytes()
     except OSError as e:
         raise ConfigError(str(p), "", f"cannot read config: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(str(p), "", "not UTF-8 text") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(p), "", f"not UTF-8 text: byte {e.start} (0x{data[e.start]:02x}) is not "
+                          "valid UTF-8; save the file as UTF-8") from None
     try:
         return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except DuplicateKeyError as e:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,16 +110,33 @@ class SigningConfig(SettingsModel):
     key_grace: Duration = 86400
 
 
+#: An entry of ``server.admin.hosts``: a DNS name or an IP address (IPv6 in brackets), with an optional port.
+ADMIN_HOST_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?)(:\d{1,5})?$")
+
+
 class AdminConfig(SettingsModel):
     """``server.admin``: the admin listener (the live page ``/``, ``/nodes``, ``/nodes/{node}``,
     ``/metrics``, also ``/healthz`` and ``/readyz``), kept off the device network. ``listen`` is
     ``host:port`` or the absolute path of a Unix socket; default ``127.0.0.1:<server.listen port + 1>``.
     ``token_file``: a file (relative to the config file) whose first line is the bearer token every admin
     request but ``/healthz`` and ``/readyz`` must carry; required when ``listen`` is not a loopback
-    address or a Unix socket (:meth:`Config.admin_token`)."""
+    address or a Unix socket (:meth:`Config.admin_token`). ``hosts``: more names the admin listener
+    answers to (the ``Host`` a reverse proxy or a DNS name puts in requests), ``name`` (any port) or
+    ``name:port``; besides them a TCP admin listener answers only requests whose ``Host`` is its own
+    address, ``localhost``, ``127.0.0.1`` or ``[::1]`` with its port (else ``421``: a page of another
+    site cannot read it by DNS rebinding; :class:`bootserver.http.gate.AdminNames`)."""
 
     listen: ListenAddressOrSocket | None = None
     token_file: str | None = None
+    hosts: YamlList[str] = ()
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for i, host in enumerate(value):
+            if not ADMIN_HOST_RE.match(host):
+                raise ValueError(f"item {i}: not a host name or address with an optional :port: {host!r}")
+        return tuple(h.lower() for h in value)
 
 
 class ServerConfig(SettingsModel):

@@ -57,6 +57,8 @@ class StateStoreSettings(SettingsModel):
     url: str
     password_file: str | None = None
 
+    local_files = ("password_file",)
+
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:

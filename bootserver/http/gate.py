@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from ..config import Config
+from ..config import Config, split_listen
 from ..inventory import Address, address_allowed, cidr_network
 from ..urls import Route
 
@@ -60,6 +60,51 @@ def client_address(request: web.BaseRequest, trusted_proxies: tuple[str, ...]) -
         if not trusted(addr):
             return addr
     return addr
+
+
+class AdminNames:
+    """The names the admin listener answers to (``Host``, docs/config.md ``server.admin.hosts``): its own
+    address, ``localhost``, ``127.0.0.1`` and ``[::1]``, each with the port the request arrived on; the
+    entries of ``server.admin.hosts`` as given (one without a port stands for that name with any port or
+    none); on a wildcard listener (``0.0.0.0``, ``::``) any IP address literal with its port, since an
+    address, unlike a DNS name, cannot be rebound to another site's page. A request that arrived on a Unix
+    socket, which no web page can reach, may name any host."""
+
+    def __init__(self, config: Config) -> None:
+        where = config.server.admin_listen
+        host = "" if where.startswith("/") else split_listen(where)[0]
+        self.wildcard = host in ("", "0.0.0.0", "::")
+        own = f"[{host}]" if ":" in host else host
+        self.names = frozenset({own, "localhost", "127.0.0.1", "[::1]"} - {"", "0.0.0.0", "[::]"})
+        self.extra = frozenset(config.server.admin.hosts)
+
+    def allowed(self, request: web.BaseRequest) -> bool:
+        """Whether ``request`` (on the admin listener) is for one of its names (else ``421``)."""
+        transport = request.transport
+        sock = transport.get_extra_info("sockname") if transport is not None else None
+        if not isinstance(sock, tuple):  # a Unix socket
+            return True
+        host = (request.headers.get("Host") or "").strip().lower()
+        if not host:
+            return False
+        if host.startswith("["):  # [v6] or [v6]:port
+            name, _, rest = host.partition("]")
+            name, port = name + "]", rest.removeprefix(":")
+        else:
+            name, _, port = host.partition(":")
+        if host in self.extra or name in self.extra:
+            return True
+        if port != str(sock[1]):
+            return False
+        if name in self.names:
+            return True
+        if not self.wildcard:
+            return False
+        try:
+            ipaddress.ip_address(name.strip("[]"))
+        except ValueError:
+            return False
+        return True
 
 
 class Gate:

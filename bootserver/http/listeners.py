@@ -51,7 +51,9 @@ def server_ssl_context(config: Config) -> ssl.SSLContext:
 
 
 def _listen_error(config: Config, key: str, where: str, e: OSError) -> ConfigError:
-    return ConfigError(config.source, key, f"cannot listen on {where}: {e.strerror or e}")
+    # asyncio puts the address into strerror ("error while attempting to bind on address ..."): the errno's
+    # own text names the cause once
+    return ConfigError(config.source, key, f"cannot listen on {where}: {os.strerror(e.errno) if e.errno else e}")
 
 
 async def _start_site(config: Config, key: str, site: web.BaseSite, where: str) -> None:
@@ -127,22 +129,20 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
     await admin_runner.setup()
     reuse = True if reuse_port else None
     own_socket = None
+    where = config.server.admin_listen
     reloads: set[asyncio.Future[bool]] = set()  # SIGHUP: a reload (bootserver.web.Running.reload)
     hup = False
     pid_file = None
     try:
+        # every socket is bound before anything says "listening": a port taken is one error, nothing bound
         host, port = config.server.host, config.server.port
         await _start_site(config, "server.listen", web.TCPSite(runner, host or None, port, reuse_port=reuse),
                           config.server.listen)
-        log.info("bootserver %s listening on %s:%d, base URL %s, cache %s", __version__, host, port,
-                 config.server.effective_base_url, config.cache_dir)
         if config.server.tls is not None and ssl_ctx is not None:
             thost, tport = split_listen(config.server.tls.listen)
             await _start_site(config, "server.tls.listen",
                               web.TCPSite(runner, thost or None, tport, ssl_context=ssl_ctx, reuse_port=reuse),
                               config.server.tls.listen)
-            log.info("HTTPS on %s:%d, base URL %s", thost, tport, config.server.https_base_url)
-        where = config.server.admin_listen
         if where.startswith("/"):
             if admin_socket is None:
                 admin_socket = own_socket = bind_unix_socket(config, where)
@@ -151,11 +151,20 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
             ahost, aport = split_listen(where)
             site = web.TCPSite(admin_runner, ahost or None, aport, reuse_port=reuse)
         await _start_site(config, "server.admin.listen", site, where)
+        log.info("bootserver %s listening on %s:%d, base URL %s, cache %s", __version__, host, port,
+                 config.server.effective_base_url, config.cache_dir)
+        if config.server.tls is not None:
+            log.info("HTTPS on %s, base URL %s", config.server.tls.listen, config.server.https_base_url)
         log.info("admin endpoints (the page /, /nodes, /metrics) on %s%s", where,
                  "" if config.server.admin.token_file is None else " (bearer token: server.admin.token_file)")
-        hint = None if reuse_port else chain_hint(config)  # with --workers the parent says it once
-        if hint is not None:
-            log.info("%s", hint)
+        if not reuse_port:  # with --workers the parent says these once
+            warning = unreachable_warning(config)
+            if warning is not None:
+                log.warning("%s", warning)
+            hint = chain_hint(config)
+            if hint is not None:
+                log.info("%s", hint)
+
         def on_hup() -> None:
             task = asyncio.ensure_future(app[RUNNING].reload())
             reloads.add(task)
@@ -182,14 +191,39 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
             Path(where).unlink(missing_ok=True)
 
 
+def unreachable_warning(config: Config) -> str | None:
+    """The warning for a server that listens on every address (``0.0.0.0``, ``::``) but hands out URLs at
+    ``localhost``/``127.0.0.1`` (``server.base_url``, or none set): other machines cannot reach them.
+    ``None`` otherwise."""
+    if config.server.host not in ("", "0.0.0.0", "::"):
+        return None
+    base = config.server.effective_base_url
+    host = urlsplit(base).hostname or ""
+    if host != "localhost" and not host.startswith("127.") and host != "::1":
+        return None
+    return (f"server.listen is {config.server.listen} but the URLs handed out start with {base}: other machines "
+            f"cannot reach them; set server.base_url in {config.source} to an address they reach")
+
+
 def run(config: Config, *, reuse_port: bool = False, ready: Callable[[], None] | None = None,
         admin_socket: socket.socket | None = None) -> None:
-    """Serve ``config`` until SIGINT/SIGTERM (see :func:`serve`)."""
+    """Serve ``config`` until SIGINT/SIGTERM (see :func:`serve`); then one line says why it stopped, once the
+    requests in progress were answered (aiohttp's graceful shutdown). With ``reuse_port`` (a worker of
+    ``serve --workers``) the parent says it instead."""
+    why: list[str] = []
+
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        def on_signal(sig: signal.Signals) -> None:
+            why.append(sig.name)
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
         await serve(config, stop, reuse_port=reuse_port, ready=ready, admin_socket=admin_socket)
 
     asyncio.run(main())
+    if not reuse_port:
+        log.info("bootserver stopped (%s): the requests in progress were answered, every listener closed",
+                 why[0] if why else "stop requested")

@@ -11,6 +11,8 @@ a further node costs its region on disk (a few KiB) and no build. The modules:
 * :mod:`.base`: building a base image with its region, and finding the region in it.
 * :mod:`.overlay`: a node's image as base plus region (size, byte ranges, writing it whole).
 * :mod:`.network`: a node's boot interface and static address, from its ``network``.
+* :mod:`.firmware`: what a machine's firmware loads over the network before it reaches bootserver: the
+  standalone arm64 GRUB (``/loaders/grubaa64.efi``, ``bootserver loaders DIR``).
 * :mod:`.netboot`: the image that brings up the node's network and chains the node's signed script
   (``bootserver iso NODE``, ``GET /iso/<node>.iso``).
 

@@ -40,6 +40,10 @@ PLACEHOLDER = "# bootserver: a base image's placeholder; a node's image holds it
 HYBRID_BOOT = ("-b", "isolinux/isolinux.bin", "-c", "isolinux/boot.cat", "-no-emul-boot", "-boot-load-size", "4",
                "-boot-info-table", "-eltorito-alt-boot", "-e", "{efi}", "-no-emul-boot", "-isohybrid-gpt-basdat")
 
+#: ``-as mkisofs`` options of a UEFI-only image (arm64 machines have no BIOS): one El Torito entry, the
+#: FAT image ``{efi}``.
+UEFI_BOOT = ("-e", "{efi}", "-no-emul-boot")
+
 _REPORT = re.compile(r"^File data lba:\s*\d+\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*'(.*)'$")
 
 
@@ -119,13 +123,14 @@ def locate_region(image: Path, files: Sequence[str]) -> tuple[int, tuple[str, ..
 
 
 def base_image(root: Path, name: str, populate: Callable[[Path], None], region: Sequence[str],
-               efi_image: str, volume: str) -> BaseImage:
+               efi_image: str, volume: str, boot_options: Sequence[str] = HYBRID_BOOT) -> BaseImage:
     """The base image ``root/name`` (``image.iso``, ``region.json``), built when missing (see
     :func:`~.tools.made_once`): ``populate(tree)`` puts the image's files into the folder ``tree``,
     the region's files (paths relative to the tree, all in :data:`REGION_DIR`) get placeholders, and
-    ``xorriso -as mkisofs`` writes a hybrid image (:data:`HYBRID_BOOT`, the FAT image ``efi_image``)
-    labelled ``volume``. Raises :class:`~.tools.IsoToolMissing`, :class:`~bootserver.errors.BootserverError`
-    when a tool fails or the region is not where it must be, and ``OSError``."""
+    ``xorriso -as mkisofs`` writes a hybrid image (``boot_options``: :data:`HYBRID_BOOT`, with the FAT
+    image ``efi_image``; or :data:`UEFI_BOOT`, UEFI only, not hybrid) labelled ``volume``. Raises
+    :class:`~.tools.IsoToolMissing`, :class:`~bootserver.errors.BootserverError` when a tool fails or the
+    region is not where it must be, and ``OSError``."""
     if any(Path(f).parent != Path(REGION_DIR) for f in region):
         raise ValueError(f"region files must lie in /{REGION_DIR}: {region}")
     placeholder = (PLACEHOLDER.encode() + b"\n" * REGION_FILE_SIZE)[:REGION_FILE_SIZE]
@@ -137,9 +142,10 @@ def base_image(root: Path, name: str, populate: Callable[[Path], None], region: 
         for file in region:
             (tree / file).write_bytes(placeholder)
         image = folder / "image.iso"
-        boot = [arg.replace("{efi}", efi_image) for arg in HYBRID_BOOT]
-        run([str(need(XORRISO)), "-as", "mkisofs", "-quiet", "-o", str(image), "-V", volume,
-             "-isohybrid-mbr", str(need(ISOHYBRID_MBR)), *boot, str(tree)], "xorriso")
+        boot = [arg.replace("{efi}", efi_image) for arg in boot_options]
+        hybrid = ["-isohybrid-mbr", str(need(ISOHYBRID_MBR))] if "-isohybrid-gpt-basdat" in boot else []
+        run([str(need(XORRISO)), "-as", "mkisofs", "-quiet", "-o", str(image), "-V", volume, *hybrid, *boot,
+             str(tree)], "xorriso")
         offset, order = locate_region(image, region)
         with open(image, "rb") as f:
             f.seek(offset)

@@ -14,6 +14,7 @@ import hashlib
 from pathlib import Path
 
 from .tools import (
+    GRUB_ARM64_MODULES,
     GRUB_EFI_MODULES,
     GRUB_MKSTANDALONE,
     IPXE_LKRN,
@@ -45,23 +46,30 @@ exit
 """
 
 
-def _efi_boot_image(folder: Path) -> None:
-    """Write ``folder/efiboot.img``: a FAT image holding ``EFI/BOOT/BOOTX64.EFI``, a standalone GRUB
-    (``grub-mkstandalone -O x86_64-efi``, only :data:`GRUB_MODULES`) whose embedded config is
-    :data:`GRUB_EMBEDDED_CFG`."""
+#: Per architecture of the image's UEFI boot: GRUB's target, its modules (path, package), and the file
+#: name UEFI firmware boots from removable media (UEFI 2.10, section 3.5.1.1).
+EFI_TARGETS = {"x86_64": ("x86_64-efi", GRUB_EFI_MODULES, "BOOTX64.EFI"),
+               "aarch64": ("arm64-efi", GRUB_ARM64_MODULES, "BOOTAA64.EFI")}
+
+
+def _efi_boot_image(folder: Path, arch: str = "x86_64") -> None:
+    """Write ``folder/efiboot.img``: a FAT image holding ``EFI/BOOT/BOOTX64.EFI`` (``BOOTAA64.EFI`` for
+    ``arch`` aarch64), a standalone GRUB (``grub-mkstandalone -O x86_64-efi`` or ``arm64-efi``, only
+    :data:`GRUB_MODULES`) whose embedded config is :data:`GRUB_EMBEDDED_CFG`."""
+    target, modules, name = EFI_TARGETS[arch]
     mkstandalone = need(GRUB_MKSTANDALONE)
-    need(GRUB_EFI_MODULES)
+    modules_dir = need(modules)
     mformat, mmd, mcopy = need(MFORMAT), need(MMD), need(MCOPY)
     (folder / "embedded.cfg").write_text(GRUB_EMBEDDED_CFG)
-    efi = folder / "BOOTX64.EFI"
-    run([str(mkstandalone), "-O", "x86_64-efi", f"--install-modules={' '.join(GRUB_MODULES)}", "--modules=",
-         "--locales=", "--fonts=", "--themes=", "-o", str(efi), f"boot/grub/grub.cfg={folder / 'embedded.cfg'}"],
-        "grub-mkstandalone")
+    efi = folder / name
+    run([str(mkstandalone), "-O", target, "-d", str(modules_dir), f"--install-modules={' '.join(GRUB_MODULES)}",
+         "--modules=", "--locales=", "--fonts=", "--themes=", "-o", str(efi),
+         f"boot/grub/grub.cfg={folder / 'embedded.cfg'}"], "grub-mkstandalone")
     img = folder / "efiboot.img"
     # 1440 KiB: BOOTX64.EFI is about 0.7 MB; -C creates the image file
     run([str(mformat), "-C", "-f", "1440", "-i", str(img), "::"], "mformat")
     run([str(mmd), "-i", str(img), "::/EFI", "::/EFI/BOOT"], "mmd")
-    run([str(mcopy), "-i", str(img), str(efi), "::/EFI/BOOT/BOOTX64.EFI"], "mcopy")
+    run([str(mcopy), "-i", str(img), str(efi), f"::/EFI/BOOT/{name}"], "mcopy")
     efi.unlink()
     (folder / "embedded.cfg").unlink()
 
@@ -89,3 +97,15 @@ def netboot_loaders(cache_dir: Path) -> Path:
         _efi_boot_image(folder)
 
     return made_once(cache_dir / "iso", f"loaders-{digest.hexdigest()[:16]}", make)
+
+
+def netboot_arm64_loaders(cache_dir: Path) -> Path:
+    """The aarch64 netboot image's loader, made once: a folder ``<cache_dir>/iso/loaders-arm64-<digest>``
+    holding ``efiboot.img`` with ``EFI/BOOT/BOOTAA64.EFI``, the same standalone GRUB and embedded config
+    as the x86_64 UEFI boot, built for ``arm64-efi`` from Debian's ``grub-efi-arm64-bin``. No BIOS boot:
+    arm64 machines boot UEFI only. ``<digest>`` covers GRUB's arm64 ``kernel.img``, the embedded config and
+    the modules. Raises as :func:`netboot_loaders`."""
+    digest = hashlib.sha256((need(GRUB_ARM64_MODULES) / "kernel.img").read_bytes())
+    digest.update(GRUB_EMBEDDED_CFG.encode() + " ".join(GRUB_MODULES).encode())
+    return made_once(cache_dir / "iso", f"loaders-arm64-{digest.hexdigest()[:16]}",
+                     lambda folder: _efi_boot_image(folder, "aarch64"))

@@ -32,8 +32,8 @@ from ..config import Config
 from ..grub import grub_path, grub_quote
 from ..ipxe import check_script_word
 from ..urls import Urls
-from .base import REGION_DIR, BaseImage, base_image
-from .loaders import netboot_loaders
+from .base import REGION_DIR, UEFI_BOOT, BaseImage, base_image
+from .loaders import netboot_arm64_loaders, netboot_loaders
 from .network import BootNetwork, boot_network
 from .overlay import NodeImage, cached_region
 
@@ -142,10 +142,26 @@ def netboot_base(cache_dir: Path) -> BaseImage:
                       (NODE_ISOLINUX, NODE_GRUB), "efiboot.img", "BOOTSERVER")
 
 
+def netboot_arm64_base(cache_dir: Path) -> BaseImage:
+    """The aarch64 netboot base image, UEFI only: ``efiboot.img`` with the arm64 GRUB
+    (:func:`~.loaders.netboot_arm64_loaders`) and the region's GRUB placeholder, in
+    ``<cache_dir>/iso/netboot-arm64-<digest>``. Raises as :func:`~.base.base_image`."""
+    loaders = netboot_arm64_loaders(cache_dir)
+    digest = hashlib.sha256(repr((loaders.name, NODE_GRUB)).encode())
+
+    def populate(tree: Path) -> None:
+        os.link(loaders / "efiboot.img", tree / "efiboot.img")
+
+    return base_image(cache_dir / "iso", f"netboot-arm64-{digest.hexdigest()[:16]}", populate, (NODE_GRUB,),
+                      "efiboot.img", "BOOTSERVER", UEFI_BOOT)
+
+
 def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] | None = None) -> NodeImage:
     """Node ``node``'s netboot image: the base (:func:`netboot_base`) with the node's region, whose
     ``isolinux.cfg`` (:func:`isolinux_cfg`) and ``grub.cfg`` (:func:`grub_cfg`) bring up the node's
-    boot network (:func:`~.network.boot_network`) and chain its signed chain URL or GRUB config.
+    boot network (:func:`~.network.boot_network`) and chain its signed chain URL or GRUB config. A node
+    whose profile is aarch64 gets the UEFI-only image (:func:`netboot_arm64_base`): its region is the
+    ``grub.cfg`` alone, read by the arm64 GRUB, which sources the node's ``/grub/<node>``.
 
     The region is kept as ``<cache_dir>/iso/nodes/<node>-<digest>-<exp>.region``, where ``<digest>``
     covers every input but the URLs' expiry (the boot network, the chain and GRUB URLs' base and path,
@@ -162,6 +178,11 @@ def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] 
     boot = boot_network(config, node, device)
     chain, grub = urls.chain(node), urls.grub(node)
     exp, key = urls.signer.state(config.server.signing.chain_ttl)
+    if config.node_profile(node).arch == "aarch64":  # UEFI only, through the arm64 GRUB
+        base = netboot_arm64_base(config.cache_dir)
+        digest = hashlib.sha256(repr((boot, grub.split("?")[0], hashlib.sha256(key).hexdigest(),
+                                      base.name)).encode()).hexdigest()[:16]
+        return cached_region(config, urls, node, base, digest, exp, lambda: {NODE_GRUB: grub_cfg(boot, grub)})
     base = netboot_base(config.cache_dir)
     digest = hashlib.sha256(repr((boot, chain.split("?")[0], grub.split("?")[0], hashlib.sha256(key).hexdigest(),
                                   base.name)).encode()).hexdigest()[:16]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Config
-from ..files import fsync_dir, write_atomic
+from ..files import fsync_dir, read_file, write_atomic
 from ..urls import Urls
 from .base import BaseImage
 
@@ -108,12 +108,12 @@ def cached_region(config: Config, urls: Urls, node: str, base: BaseImage, digest
     for have in sorted(folder.glob(f"{node}-{digest}-*.region"), reverse=True):
         stamp = have.stem.rsplit("-", 1)[1]
         if stamp.isdigit() and int(stamp) > later:
-            region = have.read_bytes()
+            region = read_file(config.cache_dir, have.relative_to(config.cache_dir))  # no link (LinkRefused)
             if len(region) == base.region_size:
                 return NodeImage(node, base, region)
     region = base.region(texts(), node)
     path = folder / f"{node}-{digest}-{exp}.region"
-    write_atomic(path, region)
+    write_atomic(path, region, root=config.cache_dir)
     for old in folder.glob(f"{node}-*.region"):
         if old != path and old.stem.count("-") == node.count("-") + 2:
             old.unlink(missing_ok=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import BootserverError
-from ..files import fsync_dir
+from ..files import LinkRefused, fsync_dir
 
 #: Debian's files the images are made of (path or command, Debian package).
 ISOLINUX_BIN = ("/usr/lib/ISOLINUX/isolinux.bin", "isolinux")
@@ -21,6 +21,9 @@ IPXE_LKRN = ("/usr/lib/ipxe/ipxe.lkrn", "ipxe")
 XORRISO = ("xorriso", "xorriso")
 GRUB_MKSTANDALONE = ("grub-mkstandalone", "grub-common")
 GRUB_EFI_MODULES = ("/usr/lib/grub/x86_64-efi", "grub-efi-amd64-bin")
+#: Debian's arm64 GRUB modules: an arm64 package, installed on any architecture (``Multi-Arch: foreign``).
+GRUB_ARM64_MODULES = ("/usr/lib/grub/arm64-efi",
+                      "grub-efi-arm64-bin:arm64, after `dpkg --add-architecture arm64 && apt-get update`")
 MFORMAT, MMD, MCOPY, MDIR = ("mformat", "mtools"), ("mmd", "mtools"), ("mcopy", "mtools"), ("mdir", "mtools")
 
 #: Seconds one tool run may take before the build is abandoned.
@@ -63,8 +66,12 @@ def made_once(root: Path, name: str, make: Callable[[Path], None]) -> Path:
     """The folder ``root/name``, made by ``make(folder)`` when it does not exist yet: ``make`` fills a
     temporary folder beside it, which is then renamed into place, so a reader sees no folder or a whole
     one, and two processes making it at once both end up with one (the first rename wins, the other's
-    work is dropped). Raises what ``make`` raises (its temporary folder is removed) and ``OSError``."""
+    work is dropped). Raises what ``make`` raises (its temporary folder is removed), ``OSError``, and
+    :class:`~bootserver.files.LinkRefused` when ``root`` or the folder is a link."""
     final = root / name
+    for place in (root, final):  # a folder of the cache, never one a link points at (files.LinkRefused)
+        if place.is_symlink():
+            raise LinkRefused(place)
     if final.is_dir():
         return final
     root.mkdir(parents=True, exist_ok=True)

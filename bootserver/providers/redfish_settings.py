@@ -77,6 +77,8 @@ class RedfishSettings(SettingsModel):
 
     #: The password source is one unit: setting one here drops the other from the base.
     one_of = (("password_file", "password_env"),)
+    #: Checked by ``check-config``: the password file and a CA file given as ``verify_tls``.
+    local_files = ("password_file", "verify_tls")
 
 
 RedfishField = Annotated[RedfishSettings, BeforeValidator(null_as_empty)]

@@ -25,7 +25,7 @@ from ..signing import Keyring
 from ..timeline import Current, Event, NodeState, Record
 from . import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
 from .batches import Batches
-from .sqlite_timeline import SCHEMA_VERSION, Timeline
+from .sqlite_timeline import SCHEMA_VERSION, Timeline, connect
 
 log = logging.getLogger("bootserver.timeline")
 
@@ -149,7 +149,7 @@ class SqliteStore(StateStore):
         def version() -> int:
             if not self.timeline.path.exists():
                 return 0
-            with contextlib.closing(sqlite3.connect(self.timeline.path)) as db:
+            with contextlib.closing(connect(self.timeline.path)) as db:
                 before: int = db.execute("PRAGMA user_version").fetchone()[0]
                 if before == 0 and db.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone():
                     before = 1

@@ -24,8 +24,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ..errors import InputError
+from ..files import LinkRefused
 from ..timeline import (
     ATTRIBUTION_WINDOW,
     BATCH_ROWS_SQL,
@@ -127,6 +129,20 @@ def _migrate(db: sqlite3.Connection) -> None:
         raise
 
 
+def connect(path: Path, **kwargs: Any) -> sqlite3.Connection:
+    """``sqlite3.connect(path, **kwargs)`` that never opens the database through a link (SQLite's
+    ``nofollow`` URI parameter, SQLite 3.31+) nor its ``-wal``/``-shm`` files (looked at first): the
+    timeline is written, and a link in ``state_dir`` must not make the server write elsewhere. Raises
+    :class:`~bootserver.files.LinkRefused` or ``sqlite3.Error``."""
+    for suffix in ("-wal", "-shm"):
+        side = path.with_name(path.name + suffix)
+        if side.is_symlink():
+            raise LinkRefused(side)
+    if path.is_symlink():
+        raise LinkRefused(path)
+    return sqlite3.connect(f"file:{quote(str(path))}?nofollow=1", uri=True, **kwargs)
+
+
 class TimelineDamagedError(StateStoreError, InputError):
     """The timeline database is not a usable sqlite database (exit 2, as bad input). The message names
     the file and what to do."""
@@ -176,7 +192,7 @@ class Timeline:
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
+            conn = connect(self.path, timeout=5.0, check_same_thread=False, isolation_level=None)
             try:
                 # two processes creating the file at once: the switch to WAL can answer "locked" at
                 # once (no busy handler), so it waits here as a write does
@@ -218,7 +234,7 @@ class Timeline:
         """Copy the WAL's committed pages into the database file (``PRAGMA wal_checkpoint(PASSIVE)``:
         it never blocks writers or readers). Blocking; opens and closes its own connection.
         Raises ``sqlite3.Error``."""
-        conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        conn = connect(self.path, timeout=5.0, isolation_level=None)
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         finally:
@@ -229,8 +245,7 @@ class Timeline:
         if self._reader is None:
             with self._lock:
                 self._db()  # creates the file, WAL mode and the schema
-            self._reader = sqlite3.connect(self.path, timeout=1.0, check_same_thread=False,
-                                           isolation_level=None)
+            self._reader = connect(self.path, timeout=1.0, check_same_thread=False, isolation_level=None)
         return self._reader
 
     def close(self) -> None:
@@ -298,7 +313,8 @@ class Timeline:
             if self._gen is not None:
                 return self._gen
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path.with_name(GENERATION_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+            # never through a link: this file is written on every commit (files.LinkRefused)
+            fd = os.open(self.path.with_name(GENERATION_FILE), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             try:
                 if os.fstat(fd).st_size < GENERATION_BYTES:
                     os.pwrite(fd, os.urandom(GENERATION_BYTES), 0)

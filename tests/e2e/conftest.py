@@ -170,18 +170,19 @@ REAL_IGNITION = {
 }
 
 
-def stream_metadata(upstream_url: str, artifacts: dict[str, bytes], release: str = "40.20240101.3.0") -> dict:
-    """A CoreOS stream metadata document (FCOS format) whose x86_64 metal PXE artifacts live on
+def stream_metadata(upstream_url: str, artifacts: dict[str, bytes], release: str = "40.20240101.3.0",
+                    arch: str = "x86_64") -> dict:
+    """A CoreOS stream metadata document (FCOS format) whose ``arch`` metal PXE artifacts live on
     ``upstream_url`` with the sha256 of ``artifacts`` (kind -> bytes)."""
-    names = {"kernel": f"fedora-coreos-{release}-live-kernel.x86_64",
-             "initramfs": f"fedora-coreos-{release}-live-initramfs.x86_64.img",
-             "rootfs": f"fedora-coreos-{release}-live-rootfs.x86_64.img"}
+    names = {"kernel": f"fedora-coreos-{release}-live-kernel.{arch}",
+             "initramfs": f"fedora-coreos-{release}-live-initramfs.{arch}.img",
+             "rootfs": f"fedora-coreos-{release}-live-rootfs.{arch}.img"}
     pxe = {kind: {"location": f"{upstream_url}/{release}/{names[kind]}",
                   "sha256": hashlib.sha256(data).hexdigest()} for kind, data in artifacts.items()}
     return {
         "stream": "e2e",
         "metadata": {"last-modified": "2024-01-01T00:00:00Z", "generator": "bootserver e2e"},
-        "architectures": {"x86_64": {"artifacts": {"metal": {"release": release, "formats": {"pxe": pxe}}}}},
+        "architectures": {arch: {"artifacts": {"metal": {"release": release, "formats": {"pxe": pxe}}}}},
     }
 
 

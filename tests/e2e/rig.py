@@ -26,6 +26,7 @@ import gzip
 import io
 import os
 import re
+import shlex
 import shutil
 import stat
 import struct
@@ -628,6 +629,99 @@ def expected_cmdline(script: str, firmware: str) -> str:
     """
     name, args = _kernel_line_words(script)
     return " ".join(([name] if firmware == "uefi" else []) + args)
+
+
+# --- arm64 (qemu-system-aarch64 -M virt, AAVMF) -------------------------------------------------
+
+#: Where ``.ci/prepare.d/arm64.sh`` unpacks Debian's arm64 kernel (``kernel/``) and busybox (``busybox/``).
+DEFAULT_ARM64_DIR = "/var/cache/bootserver-e2e/arm64"
+#: Debian's UEFI firmware for QEMU's arm64 ``virt`` machine (package ``qemu-efi-aarch64``): code and a
+#: variable store template (copied per boot: the firmware writes its boot options into it).
+AAVMF_CODE = "/usr/share/AAVMF/AAVMF_CODE.fd"
+AAVMF_VARS = "/usr/share/AAVMF/AAVMF_VARS.fd"
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm64Tools:
+    """The pieces of an arm64 guest; ``None`` where one is missing."""
+
+    qemu: str | None
+    aavmf_code: str | None
+    aavmf_vars: str | None
+    vmlinuz: str | None
+    modules_dir: str | None
+    busybox: str | None
+    host_busybox: str | None  # the host's busybox, for the guest's forwarder (guestfwd ... nc)
+
+    def missing(self) -> list[str]:
+        """A description of each missing piece."""
+        hints = {"qemu": "qemu-system-aarch64 (Debian package qemu-system-arm)",
+                 "aavmf_code": f"{AAVMF_CODE} (Debian package qemu-efi-aarch64)",
+                 "aavmf_vars": f"{AAVMF_VARS} (Debian package qemu-efi-aarch64)",
+                 "vmlinuz": f"Debian's arm64 kernel in $BOOTSERVER_E2E_ARM64_DIR/kernel or {DEFAULT_ARM64_DIR}/kernel"
+                            " (run .ci/prepare.d/arm64.sh)",
+                 "modules_dir": "the arm64 kernel's lib/modules folder (run .ci/prepare.d/arm64.sh)",
+                 "busybox": "busybox-static:arm64, unpacked by .ci/prepare.d/arm64.sh",
+                 "host_busybox": "a static busybox (Debian package busybox-static)"}
+        return [hint for name, hint in hints.items() if getattr(self, name) is None]
+
+
+def find_arm64_tools(host_busybox: str | None) -> Arm64Tools:
+    """Locate QEMU's aarch64 system emulator, AAVMF and the unpacked arm64 kernel and busybox
+    (``BOOTSERVER_E2E_ARM64_DIR`` overrides :data:`DEFAULT_ARM64_DIR`). Never raises."""
+    root = Path(os.environ.get("BOOTSERVER_E2E_ARM64_DIR", DEFAULT_ARM64_DIR))
+    vmlinuz = modules_dir = None
+    kernels = sorted((root / "kernel").glob("boot/vmlinuz-*"))
+    if kernels:
+        vmlinuz = str(kernels[-1])
+        release = kernels[-1].name.removeprefix("vmlinuz-")
+        for base in (root / "kernel" / "lib" / "modules" / release,
+                     root / "kernel" / "usr" / "lib" / "modules" / release):
+            if base.is_dir():
+                modules_dir = str(base)
+                break
+    return Arm64Tools(qemu=shutil.which("qemu-system-aarch64"), aavmf_code=_first_existing(AAVMF_CODE),
+                      aavmf_vars=_first_existing(AAVMF_VARS), vmlinuz=vmlinuz, modules_dir=modules_dir,
+                      busybox=_first_existing(str(root / "busybox" / "bin" / "busybox")), host_busybox=host_busybox)
+
+
+def arm64_command(tools: Arm64Tools, tftp_root: str | Path | None, bootfile: str | None, vars_file: str | Path,
+                  log_path: str | Path, port: int, mac: str, memory_mb: int = 1024,
+                  cdrom: str | Path | None = None) -> list[str]:
+    """Return the QEMU argv of an arm64 machine that network-boots as an arm64 server's firmware does:
+    ``qemu-system-aarch64 -M virt`` (TCG, Cortex-A57) with AAVMF in its two flash banks (``vars_file``:
+    a copy of the variable store), PL011 serial (``ttyAMA0``) into ``log_path``, a virtio NIC without
+    option ROM whose firmware PXE-boots: QEMU's user network answers DHCP with ``bootfile`` and serves
+    it from ``tftp_root`` over TFTP, and, as in :func:`qemu_command`, reaches nothing but
+    ``GUEST_HOST:port`` (forwarded to ``127.0.0.1:port``). ``-no-reboot``. With ``cdrom`` (an ISO
+    image, and no ``tftp_root``) the machine boots that CD first (virtio-scsi, ``bootindex=0``), the NIC
+    after it in the boot order (``bootindex=1``), as :func:`image_command` does. Raises
+    :class:`RigError` when a piece is missing."""
+    missing = tools.missing()
+    if missing:
+        raise RigError("missing: " + "; ".join(missing))
+    pxe = f"tftp={tftp_root},bootfile={bootfile}," if tftp_root is not None else ""
+    netdev = (f"user,id=n0,restrict=on,{pxe}"
+              f"guestfwd=tcp:{GUEST_HOST}:{port}-cmd:{tools.host_busybox} nc 127.0.0.1 {port}")
+    cd = ["-drive", f"file={cdrom},media=cdrom,if=none,id=cd0,readonly=on", "-device", "virtio-scsi-pci,id=scsi0",
+          "-device", "scsi-cd,drive=cd0,bootindex=0"] if cdrom is not None else []
+    nic = f"virtio-net-pci,netdev=n0,mac={mac},romfile=" + (",bootindex=1" if cdrom is not None else "")
+    return [tools.qemu or "", "-machine", "virt,accel=tcg", "-cpu", "cortex-a57", "-m", str(memory_mb), "-smp", "1",
+            "-nodefaults", "-display", "none", "-no-reboot",
+            "-drive", f"if=pflash,format=raw,readonly=on,file={tools.aavmf_code}",
+            "-drive", f"if=pflash,format=raw,file={vars_file}",
+            "-chardev", f"file,id=s0,path={log_path}", "-serial", "chardev:s0",
+            *cd, "-netdev", netdev, "-device", nic]
+
+
+def grub_kernel_line(config: str) -> list[str]:
+    """The words of the ``linux`` line (``if linux ...; then``) of a GRUB config bootserver renders (each
+    single-quoted), unquoted: the kernel's file name first, then its arguments. Raises ``ValueError`` without one."""
+    lines = [line.strip().removeprefix("if ") for line in config.splitlines()
+             if line.strip().startswith(("linux ", "if linux "))]
+    if len(lines) != 1:
+        raise ValueError(f"expected one linux line, found {len(lines)}")
+    return shlex.split(lines[0].removesuffix("; then"))[1:]
 
 
 # --- a static HTTP server on 127.0.0.1 (upstream for artifacts, and the rig's self-test) -------------

@@ -1,0 +1,185 @@
+"""Answers with the bytes of a file the server opened itself: artifacts and boot images.
+
+:class:`FileAnswer` sends an open descriptor, never a path (aiohttp's ``FileResponse`` opens a path
+again, after our checks, and would follow a link swapped in meanwhile: :mod:`bootserver.files`), with
+sendfile on plain TCP, and applies the conditional and range rules of RFC 9110 itself, where aiohttp's
+differ from them:
+
+* ``If-None-Match`` (the ETag, or ``*``) answers ``304``; ``If-Modified-Since`` too when there is no
+  ``If-None-Match`` (§13.1.2, §13.1.3).
+* ``Range`` (§14.2), GET and HEAD only: :func:`byte_range`. A unit other than ``bytes`` is ignored
+  (``200``, the whole body); an invalid ``bytes`` range set is ignored as well (our choice, which §14.2
+  allows: a client that sends one gets the whole body rather than an error); one satisfiable range is
+  ``206`` with ``Content-Range``; a set with several ranges of which any is satisfiable gets the whole
+  body (§14.2 allows it; no ``multipart/byteranges``); a set none of whose ranges is satisfiable
+  (``bytes=-0``, a first byte beyond the end) is ``416`` with ``Content-Range: bytes */<size>``.
+* ``If-Range`` (§13.1.5): the range applies only when its validator is our strong ETag, or a date equal
+  to our ``Last-Modified``; otherwise the whole body (``200``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from datetime import UTC, datetime
+from email.utils import format_datetime, parsedate_to_datetime
+
+from aiohttp import hdrs, web
+from aiohttp.abc import AbstractStreamWriter
+
+from . import accesslog
+
+#: ``first-last``, ``first-`` or ``-suffix`` (RFC 9110 §14.1.1, ``int-range`` / ``suffix-range``).
+_RANGE_SPEC = re.compile(r"^(\d*)-(\d*)$")
+
+#: What :func:`byte_range` answers for a range set none of whose ranges can be satisfied (416).
+UNSATISFIABLE = "unsatisfiable"
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
+    """What a ``Range`` header value asks of a representation of ``size`` bytes (RFC 9110 §14.1.1,
+    §14.2): ``(start, end)`` (byte offsets, ``end`` exclusive) for one satisfiable range;
+    :data:`UNSATISFIABLE` when no range of a valid ``bytes`` set can be satisfied; ``None`` for the whole
+    body (no header, another unit, an invalid set, or several ranges of which one is satisfiable)."""
+    if header is None:
+        return None
+    unit, eq, ranges = header.partition("=")
+    if not eq or unit.strip().lower() != "bytes":
+        return None
+    specs: list[tuple[int, int]] = []  # the satisfiable ranges
+    valid = False
+    for item in ranges.split(","):
+        item = item.strip()
+        if not item:
+            continue  # RFC 9110 §5.6.1: empty list elements are allowed and ignored
+        m = _RANGE_SPEC.match(item)
+        if m is None or m[1] == m[2] == "":
+            return None
+        valid = True
+        if m[1] == "":  # suffix-range: the last N bytes
+            length = int(m[2])
+            if length > 0 and size > 0:
+                specs.append((max(0, size - length), size))
+            continue
+        first = int(m[1])
+        last = int(m[2]) if m[2] else None
+        if last is not None and last < first:
+            return None  # invalid range-spec: the whole set is invalid
+        if first < size:
+            specs.append((first, size if last is None else min(last + 1, size)))
+    if not specs:
+        return UNSATISFIABLE if valid else None
+    if len(specs) != 1:
+        return None
+    return specs[0]
+
+
+def _http_date(t: float) -> str:
+    return format_datetime(datetime.fromtimestamp(int(t), UTC), usegmt=True)
+
+
+def _if_range_holds(value: str, etag: str, last_modified: float) -> bool:
+    """RFC 9110 §13.1.5: a strong ETag equal to ours, or an HTTP date equal to our Last-Modified."""
+    value = value.strip()
+    if value.startswith(('"', "W/")):
+        return value == f'"{etag}"'
+    try:
+        return int(parsedate_to_datetime(value).timestamp()) == int(last_modified)
+    except (TypeError, ValueError, IndexError):
+        return False
+
+
+class FileAnswer(web.StreamResponse):
+    """The answer of a ``GET``/``HEAD`` with the bytes of the regular file open at ``fd`` (closed when
+    the answer is done, or by :meth:`close` if it is never sent); ``etag`` (default: ``<mtime>-<size>``
+    in hex, as aiohttp's) and the other headers as given. Conditionals and ranges as in the module
+    docstring; the bytes go out with ``sendfile`` on plain TCP and in writes of at most 1 MiB over TLS.
+    When the client goes away mid-body, the bytes sent are recorded for the access log
+    (:data:`bootserver.http.accesslog.BODY_SENT`)."""
+
+    def __init__(self, fd: int, *, etag: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(headers=headers)
+        self._fd: int | None = fd
+        self._etag_value = etag
+
+    def close(self) -> None:
+        """Close the descriptor (done by :meth:`prepare`; for an answer that is never sent)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        try:
+            return await self._answer(request)
+        finally:
+            self.close()
+
+    async def _answer(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
+        assert self._fd is not None
+        st = os.fstat(self._fd)
+        size, mtime = st.st_size, st.st_mtime
+        etag = self._etag_value or f"{st.st_mtime_ns:x}-{size:x}"
+        self.etag = etag
+        self.headers[hdrs.LAST_MODIFIED] = _http_date(mtime)
+        self.headers[hdrs.ACCEPT_RANGES] = "bytes"
+        inm = request.if_none_match
+        ims = request.if_modified_since
+        if (inm and any(tag.value in (etag, "*") for tag in inm)) or \
+                (inm is None and ims is not None and int(mtime) <= ims.timestamp()):
+            self.set_status(304)
+            return await super().prepare(request)
+        wanted = byte_range(request.headers.get(hdrs.RANGE), size)
+        if_range = request.headers.get(hdrs.IF_RANGE)
+        if wanted is not None and if_range is not None and not _if_range_holds(if_range, etag, mtime):
+            wanted = None
+        if wanted == UNSATISFIABLE:
+            self.set_status(416)
+            self.headers[hdrs.CONTENT_RANGE] = f"bytes */{size}"
+            self.content_length = 0
+            return await super().prepare(request)
+        start, end = (0, size) if not isinstance(wanted, tuple) else wanted
+        if isinstance(wanted, tuple):
+            self.set_status(206)
+            self.headers[hdrs.CONTENT_RANGE] = f"bytes {start}-{end - 1}/{size}"
+        self.content_length = end - start
+        writer = await super().prepare(request)
+        if request.method == "HEAD" or end == start:
+            await self.write_eof()
+            return writer
+        await self._send(request, start, end - start)
+        await self.write_eof()
+        return writer
+
+    async def _send(self, request: web.BaseRequest, offset: int, count: int) -> None:
+        assert self._fd is not None
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("Connection lost")
+        sent = 0
+        fobj = open(self._fd, "rb", buffering=0, closefd=False)  # noqa: SIM115 - closed in finally
+        try:
+            if transport.get_extra_info("sslcontext") is None:
+                fobj.seek(offset)
+                try:
+                    await asyncio.get_running_loop().sendfile(transport, fobj, offset, count)
+                    return
+                except NotImplementedError:
+                    pass
+                except ConnectionError:
+                    sent = max(0, fobj.tell() - offset)
+                    raise
+            end = offset + count
+            while offset < end:
+                data = os.pread(self._fd, min(1 << 20, end - offset), offset)
+                if not data:
+                    raise ConnectionResetError("file shorter than it was")
+                await self.write(data)
+                offset += len(data)
+                sent += len(data)
+        except ConnectionError:
+            if isinstance(request, web.Request):
+                request[accesslog.BODY_SENT] = (sent, False)
+            raise
+        finally:
+            fobj.close()

@@ -1,0 +1,159 @@
+"""An arm64 machine boots from bootserver through its arm64 GRUB: Debian's AAVMF firmware in
+``qemu-system-aarch64 -M virt`` PXE-loads ``grubaa64.efi`` over TFTP from the folder ``bootserver loaders``
+wrote (QEMU's user network plays the DHCP and TFTP server, answering client architecture 11 with that
+file, as docs/on-premises.md's DHCP examples do); that GRUB sources ``/boot.grub?mac=<its MAC>`` from a
+real ``serve``, which answers the node's boot in GRUB's form; GRUB fetches the node's arm64 kernel
+(Debian's ``linux-image-*-arm64``, unpacked by .ci/prepare.d/arm64.sh) and initramfs over HTTP and
+boots them with the node's kernel arguments, ``console=ttyAMA0,115200`` among them. One boot, ~30 s
+under TCG (the 32 MB kernel is most of it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from support.helpers import free_port
+
+from . import rig
+from .conftest import REAL_IGNITION, _wait_healthy, bootserver_command, in_ci, run_bootserver, stream_metadata
+
+pytestmark = pytest.mark.e2e
+
+BOOT_TIMEOUT = 180.0  # seconds; a healthy boot takes ~30 s under TCG
+NODE, MAC = "arm-0", "52:54:00:e2:e0:a1"
+#: A node with a static network in QEMU's user network: it boots its own image (``bootserver iso``), no DHCP.
+ISO_NODE, ISO_MAC = "arm-iso-0", "52:54:00:e2:e0:a2"
+ISO_NETWORK = {
+    "interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": ISO_MAC,
+                    "ipv4": {"enabled": True, "address": [{"ip": "10.0.2.15", "prefix-length": 24}]}}],
+    "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "10.0.2.2"}]},
+    "dns-resolver": {"config": {"server": ["10.0.2.3"]}},
+}
+
+
+@pytest.fixture(scope="module")
+def arm64(tools: rig.Tools) -> rig.Arm64Tools:
+    found = rig.find_arm64_tools(tools.busybox)
+    missing = found.missing()
+    if missing:
+        msg = "e2e tool missing: " + "; ".join(missing) + " (see docs/testing.md)"
+        if in_ci():
+            pytest.fail(msg + " [CI is set, so this is a failure, not a skip]", pytrace=False)
+        pytest.skip(msg)
+    return found
+
+
+@pytest.fixture(scope="module")
+def arm64_stack(arm64: rig.Arm64Tools, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int, dict]]:
+    """An upstream with the arm64 kernel, the test initramfs built for arm64 and a rootfs; ``sync-images``;
+    then ``serve`` on 127.0.0.1 with base URL ``http://GUEST_HOST:port``, one live aarch64 node found by
+    its MAC. Yields (config, port, artifacts)."""
+    work = tmp_path_factory.mktemp("arm64")
+    assert arm64.busybox and arm64.modules_dir and arm64.vmlinuz
+    rig.build_initramfs(work / "initramfs.img", arm64.busybox, arm64.modules_dir)
+    artifacts = {"kernel": Path(arm64.vmlinuz).read_bytes(), "initramfs": (work / "initramfs.img").read_bytes(),
+                 "rootfs": os.urandom(1 << 20)}
+    port = free_port()
+    with rig.StaticServer({}) as upstream:
+        doc = stream_metadata(upstream.url(""), artifacts, arch="aarch64")
+        for kind, art in doc["architectures"]["aarch64"]["artifacts"]["metal"]["formats"]["pxe"].items():
+            upstream.routes[art["location"].removeprefix(upstream.url(""))] = artifacts[kind]
+        (work / "stream.json").write_text(json.dumps(doc))
+        (work / "real.ign").write_text(json.dumps(REAL_IGNITION))
+        config = work / "bootserver.yaml"
+        config.write_text(yaml.safe_dump({
+            "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://{rig.GUEST_HOST}:{port}",
+                       "admin": {"listen": f"127.0.0.1:{free_port()}"}},
+            "cache_dir": str(work / "cache"), "state_dir": str(work / "state"),
+            "streams": {"fcos-arm": {"metadata": str(work / "stream.json"), "architectures": ["aarch64"]}},
+            "profiles": {"arm-live": {"stream": "fcos-arm", "arch": "aarch64", "mode": "live",
+                                      "ignition": "real.ign", "platform_id": "metal", "kargs": ["e2e.arm64=yes"]}},
+            "nodes": {NODE: {"profile": "arm-live", "mac": MAC, "selectable": True},
+                      ISO_NODE: {"profile": "arm-live", "mac": ISO_MAC, "network": ISO_NETWORK}},
+        }, sort_keys=False))
+        p = run_bootserver("sync-images", "--config", str(config), timeout=120)
+        assert p.returncode == 0, p.stderr
+    log = work / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*bootserver_command(), "serve", "--config", str(config)],
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_healthy(proc, f"http://127.0.0.1:{port}/healthz", log)
+        yield config, port, artifacts
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_arm64_guest_boots_through_the_servers_grub_to_its_kernel_with_its_kargs(
+        arm64: rig.Arm64Tools, arm64_stack: tuple[Path, int, dict], tmp_path: Path) -> None:
+    config, port, artifacts = arm64_stack
+    tftp = tmp_path / "tftp"
+    p = run_bootserver("loaders", str(tftp), "--config", str(config), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert sorted(Path(line).name for line in p.stdout.split()) == ["grubaa64.efi", "ipxe.efi", "undionly.kpxe"]
+    # the same GRUB at the server's stable path (for UEFI HTTP boot)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/loaders/grubaa64.efi", timeout=30) as r:
+        assert r.read() == (tftp / "grubaa64.efi").read_bytes()
+    rendered = run_bootserver("render", "grub", NODE, "--config", str(config), timeout=60)
+    assert rendered.returncode == 0, rendered.stderr
+    kernel, *kargs = rig.grub_kernel_line(rendered.stdout)
+
+    assert arm64.aavmf_vars is not None
+    vars_file = Path(tempfile.mkdtemp(dir=tmp_path)) / "vars.fd"
+    shutil.copy(arm64.aavmf_vars, vars_file)
+    log = tmp_path / "serial.log"
+    argv = rig.arm64_command(arm64, tftp, "grubaa64.efi", vars_file, log, port, MAC)
+    result = rig.run_guest(argv, log, "uefi", BOOT_TIMEOUT)
+    assert result.reached_init, f"the guest never ran the initramfs's /init:\n{result.tail(60)}"
+    assert result.done and result.failure is None, f"/init failed: {result.failure}\n{result.tail(60)}"
+    # GRUB names the kernel it loaded first (BOOT_IMAGE=), then the node's kernel arguments, exactly
+    assert result.cmdline == " ".join([f"BOOT_IMAGE={kernel}", *kargs]), (result.cmdline, kargs)
+    assert "console=ttyAMA0,115200" in kargs and "e2e.arm64=yes" in kargs
+    assert "ignition.platform.id=metal" in kargs
+    assert kernel.startswith(f"(http,{rig.GUEST_HOST}:{port})/artifacts/fcos-arm/aarch64/")
+    assert result.rootfs_sha256 == hashlib.sha256(artifacts["rootfs"]).hexdigest()
+    # the node timeline saw the GRUB boot as it sees an iPXE one: script, kernel, initramfs, rootfs
+    nodes = run_bootserver("nodes", "show", NODE, "--config", str(config), timeout=60)
+    assert nodes.returncode == 0, nodes.stderr
+    assert "script" in nodes.stdout and "rootfs" in nodes.stdout, nodes.stdout
+
+
+def test_arm64_guest_boots_its_uefi_only_image_without_dhcp(arm64: rig.Arm64Tools,
+                                                            arm64_stack: tuple[Path, int, dict],
+                                                            tmp_path: Path) -> None:
+    """``bootserver iso`` of an aarch64 node: a UEFI-only image whose arm64 GRUB sets the node's static
+    address and sources its signed ``/grub/<node>``; the kernel runs with the node's ``ip=`` karg."""
+    config, port, artifacts = arm64_stack
+    image = tmp_path / "arm-iso-0.iso"
+    p = run_bootserver("iso", ISO_NODE, "--output", str(image), "--config", str(config), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "static 10.0.2.15/24 via 10.0.2.2" in p.stderr
+    rendered = run_bootserver("render", "grub", ISO_NODE, "--config", str(config), timeout=60)
+    kernel, *kargs = rig.grub_kernel_line(rendered.stdout)
+    assert arm64.aavmf_vars is not None
+    vars_file = tmp_path / "vars.fd"
+    shutil.copy(arm64.aavmf_vars, vars_file)
+    log = tmp_path / "serial.log"
+    argv = rig.arm64_command(arm64, None, None, vars_file, log, port, ISO_MAC, cdrom=image)
+    result = rig.run_guest(argv, log, "uefi", BOOT_TIMEOUT)
+    assert result.reached_init, f"the guest never ran the initramfs's /init:\n{result.tail(60)}"
+    assert result.done and result.failure is None, f"/init failed: {result.failure}\n{result.tail(60)}"
+    assert result.cmdline == " ".join([f"BOOT_IMAGE={kernel}", *kargs]), (result.cmdline, kargs)
+    assert "ip=10.0.2.15::10.0.2.2:24:arm-iso-0:nic0:none" in kargs and "console=ttyAMA0,115200" in kargs
+    assert result.net == "static 10.0.2.15/24 via 10.0.2.2"
+    assert result.rootfs_sha256 == hashlib.sha256(artifacts["rootfs"]).hexdigest()
