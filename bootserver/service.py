@@ -11,9 +11,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from .artifacts.cache import ArtifactCache, Published
 from .artifacts.catalog import StreamCatalog
@@ -35,12 +34,13 @@ from .inventory import NodeContext, node_contexts
 from .ipxe import render_boot_script, render_localboot_script
 from .metrics import Metrics
 from .network import node_kargs
+from .renders import RenderCache, ScriptInputs, StubInputs
 from .scripts import script_context
 from .signing import Signer
 from .stalls import StallWatch
 from .state import StateStore
 from .state.backends import open_store
-from .streams import ARTIFACT_KINDS, Release
+from .streams import ARTIFACT_KINDS
 from .timeline import (
     BOOT_DONE_STAGES,
     INSTALLED_STAGES,
@@ -59,60 +59,6 @@ log = logging.getLogger("bootserver.service")
 #: Seconds between background loads of a stream's metadata after one failed (see
 #: :meth:`BootService.load_metadata_soon`).
 METADATA_RETRY = 30.0
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class RenderCache(Generic[K, V]):
-    """Rendered answers (scripts, stubs), one per node, reused while their inputs are unchanged.
-
-    The key is ONE value holding every input of the render (a frozen dataclass such as
-    :class:`ScriptInputs`), and the render function receives only that key: an input the key does not
-    hold cannot reach the render, so it cannot be left out of the cache key by mistake.
-    """
-
-    def __init__(self, render: Callable[[K], V]) -> None:
-        self._render = render
-        self._entries: dict[str, tuple[K, V]] = {}
-
-    def get(self, node: str, inputs: K) -> V:
-        """The answer for ``inputs`` (rendered when the node's last answer had other inputs)."""
-        hit = self._entries.get(node)
-        if hit is not None and hit[0] == inputs:
-            return hit[1]
-        value = self._render(inputs)
-        self._entries[node] = (inputs, value)
-        return value
-
-
-@dataclass(frozen=True)
-class ScriptInputs:
-    """Everything a node's boot script depends on besides the (fixed) config: the node, the release
-    (:class:`~bootserver.streams.Release`), the signing state of the stub URL (its expiry is rounded
-    up to the hour, and the key may rotate) and the node's network kargs (a provider's device record
-    may change: :func:`bootserver.network.node_kargs`)."""
-
-    node: str
-    release: Release
-    signing: tuple[int, bytes]
-    network: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class StubInputs:
-    """Everything a node's stub depends on besides the config: the node, the spec version it is written
-    in (negotiated per request), the real config's hash (``None``: no real config), the signing state
-    of its URL, the CA (PEM) we embed, and the signing state of its check-in URL (``None``: the
-    profile says ``checkin: false``)."""
-
-    node: str
-    version: str
-    config_hash: str | None
-    signing: tuple[int, bytes]
-    ca_pem: bytes | None
-    checkin: tuple[int, bytes] | None = None
-
 
 #: An observer of recorded events (:attr:`BootService.observers`): called on the event loop with each
 #: :class:`~bootserver.timeline.Recorded` once it is committed (or queued, for a repeat); it must not
@@ -199,12 +145,13 @@ class BootService:
 
     def reloaded(self, config: Config) -> BootService:
         """A service for ``config`` (a reload: :mod:`bootserver.reload`; its restart-only keys equal this
-        one's) that shares what outlives a config with this one: the upstream (its mirrors follow
-        ``config``), the state store, the signer, the in-process downloads, the background timeline
-        writes, the metrics, the stall watch (now watching ``config``'s nodes) and the observers. This
-        service stays usable for the requests that started on it; only the last one is closed
-        (:meth:`close`)."""
+        one's) that shares what outlives a config with this one: the upstream (its mirrors and its
+        signature checks, ``verify_signatures``, follow ``config``), the state store, the signer, the
+        in-process downloads, the background timeline writes, the metrics, the stall watch (now watching
+        ``config``'s nodes) and the observers. This service stays usable for the requests that started
+        on it; only the last one is closed (:meth:`close`)."""
         self.upstream.mirrors = config.mirrors()
+        self.upstream.signatures = Upstream.signature_policy(config)
         new = BootService(config, self.urls.signer, upstream=self.upstream, state=self.state)
         new.artifacts.share_downloads(self.artifacts)
         new.artifacts.observer = self.artifacts.observer
