@@ -358,13 +358,15 @@ def bench_stream(upstream_url: str, rel: str, shas: dict[str, str], release: str
 
 def rewrite_stream_locations(doc: dict[str, Any], upstream_url: str) -> dict[str, Any]:
     """Point every metal PXE location of a real stream document at ``upstream_url`` (same URL path), so
-    nothing the benchmark runs can reach the internet. Changes ``doc`` in place and returns it."""
+    nothing the benchmark runs can reach the internet; their ``signature`` is dropped (the benchmarks'
+    stand-in bytes have none). Changes ``doc`` in place and returns it."""
     from urllib.parse import urlsplit
 
     for arch in doc["architectures"].values():
         pxe = arch.get("artifacts", {}).get("metal", {}).get("formats", {}).get("pxe", {})
         for art in pxe.values():
             art["location"] = upstream_url + urlsplit(art["location"]).path
+            art.pop("signature", None)
     return doc
 
 

@@ -58,7 +58,7 @@ def check_config(config: Config) -> None:
     """Everything ``check-config`` checks beyond loading: the local files the config names
     (:func:`~bootserver.config.check_local_inputs`), every node's kernel command line
     (:func:`~bootserver.scripts.check_command_lines`) and boot network
-    (:func:`~bootserver.iso.check_boot_networks`). Raises :class:`~bootserver.errors.ConfigError`
+    (:func:`~bootserver.images.network.check_boot_networks`). Raises :class:`~bootserver.errors.ConfigError`
     naming the file and key."""
     check_local_inputs(config)
     check_command_lines(config)

@@ -162,12 +162,13 @@ class BootService:
 
     def reloaded(self, config: Config) -> BootService:
         """A service for ``config`` (a reload: :mod:`bootserver.reload`; its restart-only keys equal this
-        one's) that shares what outlives a config with this one: the upstream (its mirrors follow
-        ``config``), the state store, the signer, the in-process downloads, the background timeline
-        writes, the metrics, the stall watch (now watching ``config``'s nodes) and the observers. This
-        service stays usable for the requests that started on it; only the last one is closed
-        (:meth:`close`)."""
+        one's) that shares what outlives a config with this one: the upstream (its mirrors and its
+        signature checks, ``verify_signatures``, follow ``config``), the state store, the signer, the
+        in-process downloads, the background timeline writes, the metrics, the stall watch (now watching
+        ``config``'s nodes) and the observers. This service stays usable for the requests that started
+        on it; only the last one is closed (:meth:`close`)."""
         self.upstream.mirrors = config.mirrors()
+        self.upstream.signatures = Upstream.signature_policy(config)
         new = BootService(config, self.urls.signer, upstream=self.upstream, state=self.state)
         new.artifacts.share_downloads(self.artifacts)
         new.artifacts.observer = self.artifacts.observer

@@ -34,3 +34,18 @@ def test_request_parts_benchmark_runs() -> None:
     assert re.search(r"^\| the same inside `asyncio.timeout\(60\)` \| [0-9.]+ \|$", proc.stdout, re.M), proc.stdout
     assert re.search(r"^\| `Signer.check`, the same signature again \(remembered\) \| [0-9.]+ \|$", proc.stdout,
                      re.M), proc.stdout
+
+
+def test_node_images_benchmark_runs() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "node_images.py"), "--nodes", "3", "--cli", "1"],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "byte for byte equal to the served image: 1 of 1" in proc.stdout, proc.stdout
+    assert re.search(r"^\| a further node \(its region only\) \| 2 \|", proc.stdout, re.M), proc.stdout
+
+
+def test_openpgp_benchmark_runs() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "openpgp.py"), "--size-mb", "4", "--runs", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"^\| 1 \| sha256 \+ OpenPGP \(gpgv\) \| [0-9.]+ \|", proc.stdout, re.M), proc.stdout

@@ -421,6 +421,8 @@ def test_two_nodes_with_one_hostname_or_uuid_are_refused_naming_both(tmp_path: P
      "username: root, password_file: bmc.pass}}\n", "nodes.master-0.redfish.password_file", "bmc.pass"),
     ("  master-0: {profile: master, provider: redfish, redfish: {address: 'https://bmc.example', "
      "username: root, password_env: X, verify_tls: bmc-ca.pem}}\n", "nodes.master-0.redfish.verify_tls", "bmc-ca.pem"),
+    ("  master-0: {profile: master, provider: ipmi, ipmi: {address: 10.0.0.9, username: root, "
+     "password_file: ipmi.pass}}\n", "nodes.master-0.ipmi.password_file", "ipmi.pass"),
     ("state_store: {url: 'postgresql://boot@db.example/boot', password_file: db.pass}\n",
      "state_store.password_file", "db.pass"),
     ("server: {admin: {token_file: admin.token}}\n", "server.admin.token_file", "admin.token"),

@@ -92,7 +92,8 @@ def test_devices_then_deprovision_powers_off_and_clears_the_override(emulator, b
     config = make_config(tmp_path, reference, emulator.url)
     rc, out, err = cli(capsys, "devices", "--config", str(config))
     assert rc == 0, err
-    assert out == f"rf-0 {emulator.path(0)} Off new\nrf-1 {emulator.path(1)} On new\n"
+    assert out == (f"rf-0 {emulator.path(0)} Off new secure-boot:off\n"
+                   f"rf-1 {emulator.path(1)} On new secure-boot:off\n")
     rc, out, err = cli(capsys, "provision", "rf-1", "--no-wait", "--config", str(config))
     assert rc == 0, err
     assert "rf-1" in recorded_devices(tmp_path / "state")
@@ -286,3 +287,37 @@ def test_a_bmc_error_line_carries_every_extended_info_message():
                               "acceptable values.; Successfully Completed Request")
     response._content = json.dumps({"error": {"code": "Base.1.8.GeneralError", "message": "Busy"}}).encode()
     assert _detail(sushy.exceptions.ServerSideError("GET", "https://bmc.example/", response)) == "Busy"
+
+
+def test_secure_boot_on_refuses_a_boot_that_cannot_run_under_it_before_any_power_action(
+        emulator, bmc_password, tmp_path, reference, capsys):
+    """sushy-tools' systems expose ``SecureBoot``: with it on, ``provision`` of a network-booted node (and of
+    an image boot without ``secure_boot``) is one line naming the node and what to set, exit 2, and no
+    power action or boot override reaches the BMC; ``devices`` shows the state."""
+    r = requests.patch(emulator.url + emulator.path(0) + "/SecureBoot", json={"SecureBootEnable": True},
+                       auth=(USERNAME, PASSWORD), timeout=10)
+    assert r.status_code in (200, 202, 204), r.text
+    assert emulator.get(emulator.path(0) + "/SecureBoot")["SecureBootEnable"] is True
+    before = emulator.system(0)
+    config = make_config(tmp_path, reference, emulator.url)
+    rc, out, err = cli(capsys, "provision", "rf-1", "rf-0", "--no-wait", "--config", str(config))
+    assert (rc, out) == (2, "")
+    assert err == (f"bootserver: node rf-0: Secure Boot is on in {emulator.path(0)}, and its boot from the "
+                   "network (our iPXE) is not signed: set redfish.boot_source: virtual-media and secure_boot: "
+                   "true (the release's signed shim, GRUB and kernel), or turn Secure Boot off\n")
+    after = emulator.system(0)
+    assert after["PowerState"] == before["PowerState"] == "Off" and after["Boot"] == before["Boot"]
+    assert emulator.system(1)["Boot"]["BootSourceOverrideTarget"] != "Pxe"  # rf-1 untouched too
+    assert recorded_devices(tmp_path / "state") == {}
+    # an image boot that is not the Secure Boot one: refused too, naming what to set
+    doc = yaml.safe_load(config.read_text())
+    doc["profiles"]["onprem"]["redfish"]["boot_source"] = "virtual-media"
+    config.write_text(yaml.safe_dump(doc))
+    rc, out, err = cli(capsys, "provision", "rf-0", "--no-wait", "--config", str(config))
+    assert (rc, out) == (2, "") and err.endswith(
+        "its boot image is not the Secure Boot one: set secure_boot: true (the release's signed shim, GRUB "
+        "and kernel), or turn Secure Boot off\n"), err
+    assert emulator.system(0)["PowerState"] == "Off"
+    rc, out, err = cli(capsys, "devices", "--config", str(config))
+    assert rc == 0, err
+    assert out.splitlines()[0] == f"rf-0 {emulator.path(0)} Off new secure-boot:on"

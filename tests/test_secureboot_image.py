@@ -60,8 +60,8 @@ def setup(reference: Path, tmp_path: Path, upstream: Upstream):
                                 {k: payload(k) for k in ("kernel", "initramfs", "rootfs")})
     metal = doc["architectures"]["x86_64"]["artifacts"]["metal"]
     iso = stand_in_live_iso(tmp_path)
-    metal["formats"]["iso"]["disk"] |= {"location": f"{upstream.url}/live.x86_64.iso",
-                                        "sha256": hashlib.sha256(iso).hexdigest()}
+    metal["formats"]["iso"]["disk"] = {"location": f"{upstream.url}/live.x86_64.iso",
+                                       "sha256": hashlib.sha256(iso).hexdigest()}  # no signature: a stand-in
     files["/live.x86_64.iso"] = iso
     upstream.files.update(files)
     (tmp_path / "fcos.json").write_text(json.dumps(doc))

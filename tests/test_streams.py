@@ -86,3 +86,21 @@ def test_not_json(tmp_path: Path) -> None:
     path.write_text("<html>")
     with pytest.raises(MetadataError, match=r"x\.json: not JSON"):
         parse(path)
+
+
+def test_the_live_iso_of_a_release_is_read_where_the_stream_has_one(reference: Path, tmp_path: Path) -> None:
+    fcos = parse(reference / "fcos-stream-stable.json").releases["x86_64"]
+    assert fcos.live_iso is not None and fcos.live_iso.kind == "iso"
+    assert fcos.live_iso.filename == "fedora-coreos-39.20231101.3.0-live.x86_64.iso"
+    assert fcos.live_iso.sha256 == "0b09997ca0170a2d8634b5942c9437a18b6d354b020c7e24aa9fe41f1458f33e"
+    assert fcos.live_iso.signature is not None and fcos.live_iso.signature.endswith(".iso.sig")
+    rhcos = parse(reference / "rhcos-stream-4.16.json").releases["x86_64"]
+    assert rhcos.live_iso is not None and rhcos.live_iso.signature is None
+    doc = json.loads((reference / "fcos-stream-stable.json").read_text())
+    del doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["iso"]
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    assert parse(tmp_path / "s.json").releases["x86_64"].live_iso is None
+    doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["iso"] = {"disk": {"location": "ftp://x/y.iso"}}
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    with pytest.raises(MetadataError, match=r"architectures\.x86_64\.artifacts\.metal\.formats\.iso\.disk\.location"):
+        parse(tmp_path / "s.json")

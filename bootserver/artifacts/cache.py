@@ -46,6 +46,7 @@ from typing import BinaryIO, NamedTuple
 from ..errors import DiskFullError, IntegrityError
 from ..files import LinkRefused, open_dir, open_file, read_file, write_atomic
 from ..streams import SAFE_SEGMENT_RE, Artifact, Release
+from .openpgp import SignatureError, StreamVerifier
 
 log = logging.getLogger("bootserver.cache")
 
@@ -188,16 +189,17 @@ class ArtifactCache:
             raise
 
     def writer(self, release: Release, artifact: Artifact, *, resume: bool = False,
-               exclusive: bool = False) -> ArtifactWriter:
+               exclusive: bool = False, verifier: StreamVerifier | None = None) -> ArtifactWriter:
         """A writer that downloads into ``tmp/`` and publishes on :meth:`ArtifactWriter.commit`.
 
         With ``resume`` it continues ``tmp/<sha256>.part`` when one is left from an earlier run. With
         ``exclusive`` (implies ``resume``) entering it raises :class:`PartialBusy` instead of falling
         back to a private temp file when another process holds that file, and :class:`AlreadyCached`
-        when the artifact turns out to be published once the lock is held.
+        when the artifact turns out to be published once the lock is held. ``verifier``: the artifact's
+        OpenPGP signature check, fed the same bytes as the sha256 (:class:`ArtifactWriter`).
         """
         return ArtifactWriter(self, self.path(release, artifact), artifact, resume=resume or exclusive,
-                              exclusive=exclusive)
+                              exclusive=exclusive, verifier=verifier)
 
     def partial_path(self, artifact: Artifact) -> Path:
         """The deterministic name of the artifact's resumable download: ``tmp/<sha256>.part``."""
@@ -349,8 +351,9 @@ class ArtifactWriter:
     """
 
     def __init__(self, cache: ArtifactCache, dest: Path, artifact: Artifact, *, resume: bool = False,
-                 exclusive: bool = False) -> None:
+                 exclusive: bool = False, verifier: StreamVerifier | None = None) -> None:
         self.cache = cache
+        self.verifier = verifier
         self.dest = dest
         self.artifact = artifact
         self.resume = resume
@@ -445,6 +448,8 @@ class ArtifactWriter:
                 with open(fd, "rb", closefd=False) as f:
                     while block := f.read(1 << 20):
                         self._hash.update(block)
+                        if self.verifier is not None:
+                            self.verifier.update(block)
                         self.bytes_written += len(block)
                 self.resumed_from = self.bytes_written
                 os.lseek(fd, 0, os.SEEK_END)
@@ -474,6 +479,8 @@ class ArtifactWriter:
                 raise self._disk_full(len(chunk)) from None
             raise
         self._hash.update(chunk)
+        if self.verifier is not None:
+            self.verifier.update(chunk)
         self.bytes_written += len(chunk)
 
     def _disk_full(self, at_least: int) -> DiskFullError:
@@ -490,14 +497,20 @@ class ArtifactWriter:
         self._file.seek(0)
         self._file.truncate()
         self._hash = hashlib.sha256()
+        if self.verifier is not None:
+            self.verifier.restart()
         self.bytes_written = 0
         self.resumed_from = 0
 
     def check(self, url: str) -> None:
-        """Raise :class:`IntegrityError` (naming ``url``) unless the bytes so far have the right sha256."""
+        """Raise :class:`IntegrityError` (naming ``url``) unless the bytes so far have the right sha256,
+        then, with a ``verifier``, :class:`~bootserver.artifacts.openpgp.SignatureError` unless their
+        OpenPGP signature holds (the verdict is given once: later calls repeat it)."""
         actual = self._hash.hexdigest()
         if actual != self.artifact.sha256:
             raise IntegrityError(url, self.artifact.sha256, actual)
+        if self.verifier is not None:
+            self.verifier.verify()
 
     def commit(self, url: str) -> Path:
         """Check the sha256, fsync and publish. Returns the published path.
@@ -545,8 +558,10 @@ class ArtifactWriter:
         return self.dest
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        keep = (self.resumable and exc is not None and not isinstance(exc, (IntegrityError, DiskFullError))
-                and self.bytes_written > 0)
+        keep = (self.resumable and exc is not None
+                and not isinstance(exc, (IntegrityError, DiskFullError, SignatureError)) and self.bytes_written > 0)
+        if self.verifier is not None:
+            self.verifier.close()
         if self._tmp is not None and not keep:
             self._unlink(self._tmp)
         self._drop_size_file()

@@ -47,6 +47,7 @@ from .. import __version__
 from ..errors import DiskFullError, FetchError, IntegrityError
 from ..streams import Artifact, Release
 from .cache import ArtifactCache, ArtifactWriter
+from .openpgp import SignatureError, SignaturePolicy, StreamVerifier, default_keyring
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -221,6 +222,8 @@ async def _try_chain(session: aiohttp.ClientSession, writer: ArtifactWriter, sou
             if i == last:
                 raise
             log.warning("%s; trying the next source", e)
+        except SignatureError:  # the bytes matched their sha256: another source gives the same verdict
+            raise
         except FetchError as e:
             if i == last:
                 raise
@@ -274,8 +277,11 @@ class Upstream:
     """
 
     def __init__(self, *, mirrors: Sequence[str] = (), retry: RetryPolicy = RetryPolicy(),
-                 connect_timeout: float = 30.0, read_timeout: float = 60.0) -> None:
+                 connect_timeout: float = 30.0, read_timeout: float = 60.0,
+                 signatures: SignaturePolicy | None = None) -> None:
         self.mirrors = tuple(mirrors)
+        #: which artifacts have their OpenPGP signature checked, with which keys (``None``: none)
+        self.signatures = signatures
         self.retry = retry
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
@@ -283,9 +289,19 @@ class Upstream:
 
     @classmethod
     def for_config(cls, config: Config, facility: str | None = None) -> Upstream:
-        """The upstream of ``config``: the mirrors of ``facility`` (default ``server.facility``) and
-        ``upstream.read_timeout``."""
-        return cls(mirrors=config.mirrors(facility), read_timeout=config.upstream.read_timeout)
+        """The upstream of ``config``: the mirrors of ``facility`` (default ``server.facility``),
+        ``upstream.read_timeout``, and the signature checks (``upstream.signature_keys``, each stream's
+        ``verify_signatures``)."""
+        return cls(mirrors=config.mirrors(facility), read_timeout=config.upstream.read_timeout,
+                   signatures=cls.signature_policy(config))
+
+    @staticmethod
+    def signature_policy(config: Config) -> SignaturePolicy:
+        """Which artifacts of ``config``'s streams have their OpenPGP signature checked, against which
+        keyring (``upstream.signature_keys``, relative to the config's folder, else Fedora's shipped keys)."""
+        keys = config.upstream.signature_keys
+        return SignaturePolicy(config.base_dir / keys if keys else default_keyring(),
+                               {name: s.verify_signatures for name, s in config.streams.items()})
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -351,7 +367,8 @@ class Upstream:
         process is downloading the artifact (it holds ``tmp/<sha256>.part``), and
         :class:`~bootserver.artifacts.cache.AlreadyCached` when it was published meanwhile; the observer is not told.
         """
-        writer = cache.writer(release, artifact, resume=True, exclusive=exclusive)
+        verifier = await self._verifier(release, artifact)
+        writer = cache.writer(release, artifact, resume=True, exclusive=exclusive, verifier=verifier)
         # hashing a resumed partial (up to ~1 GB) runs off the event loop
         await asyncio.to_thread(writer.__enter__)
         hooks = hooks or DownloadHooks()
@@ -367,6 +384,21 @@ class Upstream:
             return result
         finally:
             observer.fetch_finished(artifact, counting.received, time.monotonic() - started, ok)
+
+    async def _verifier(self, release: Release, artifact: Artifact) -> StreamVerifier | None:
+        """The OpenPGP check of ``artifact`` (its signature fetched now, with the retry policy), or
+        ``None`` when it is checked by sha256 only (:meth:`SignaturePolicy.keys_for`). Raises
+        :class:`SignatureError` when the signature cannot be had (missing upstream)."""
+        keys = self.signatures.keys_for(release, artifact) if self.signatures is not None else None
+        if keys is None or artifact.signature is None:
+            return None
+        what = f"{release.stream} {release.version} {artifact.filename}"
+        try:
+            signature = await self.document(artifact.signature, limit=1 << 20)
+        except FetchError as e:
+            raise SignatureError(f"{what}: its OpenPGP signature cannot be fetched ({e}); nothing is published "
+                                 "without it") from None
+        return StreamVerifier(what, signature, keys)
 
     async def _download(self, writer: ArtifactWriter, release: Release, artifact: Artifact,
                         hooks: DownloadHooks) -> tuple[int, str]:

@@ -248,6 +248,9 @@ class UpstreamConfig(SettingsModel):
     #: Seconds to wait for the next bytes from an upstream source before the attempt fails (the
     #: next source is tried, then the whole chain again); not a limit on a whole transfer.
     read_timeout: Annotated[Duration, Field(ge=1, le=3600)] = 60
+    #: An OpenPGP keyring file (armored or binary) whose keys artifact signatures must be made by;
+    #: unset: Fedora's keys as coreos-installer ships them (bootserver.artifacts.openpgp).
+    signature_keys: str | None = None
 
 
 class StreamConfig(SettingsModel):
@@ -257,6 +260,9 @@ class StreamConfig(SettingsModel):
     architectures: YamlList[Literal["x86_64", "aarch64"]] = ("x86_64",)
     #: ``sync-images --prune`` keeps this many newest releases per architecture (at least 1).
     keep_releases: Annotated[int, Field(ge=1)] = 2
+    #: Check each artifact's OpenPGP ``signature`` while it streams; unset: where the stream carries
+    #: signatures (FCOS); ``true`` also refuses an artifact without one; ``false``: sha256 only.
+    verify_signatures: bool | None = None
 
     @field_validator("metadata")
     @classmethod

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import hdrs, web
@@ -45,7 +45,7 @@ from ..state import StateStore
 from ..urls import ADMIN, DEVICE, GENERIC, GENERIC_GRUB, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
-from .fileanswer import UNSATISFIABLE, FileAnswer, byte_range
+from .fileanswer import UNSATISFIABLE, FileAnswer, byte_range, send_pieces, sendfile_ranges
 from .gate import AdminNames, Gate, Limits, forbidden
 
 log = logging.getLogger("bootserver.web")
@@ -319,47 +319,13 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
         if request.method == "HEAD":
             return resp
         try:
-            await _send_pieces(request, resp, fd, image.pieces(start, stop))
+            await send_pieces(request, resp, fd, image.pieces(start, stop))
         except ConnectionError:  # the client went away: the access log says so ("incomplete")
             return resp
         await resp.write_eof()
         return resp
     finally:
         os.close(fd)
-
-
-async def _send_pieces(request: web.Request, resp: web.StreamResponse, fd: int,
-                       pieces: Iterable[bytes | tuple[int, int]]) -> None:
-    """Send ``pieces`` (:meth:`~bootserver.images.overlay.NodeImage.pieces`): ``bytes`` written as they
-    are, ``(offset, count)`` of the base image ``fd`` with ``loop.sendfile`` (the kernel's sendfile), or with
-    reads of at most 1 MiB over TLS, where the transport cannot sendfile (see :func:`_sendfile_ranges`).
-    ``fd``: the base image, opened by the caller (who closes it). Raises ``ConnectionError`` when the
-    client goes away and ``OSError``."""
-    loop = asyncio.get_running_loop()
-    with open(fd, "rb", buffering=0, closefd=False) as fobj:
-        use_sendfile = request.transport is not None and request.transport.get_extra_info("sslcontext") is None
-        for piece in pieces:
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                raise ConnectionResetError("Connection lost")
-            if isinstance(piece, bytes):
-                await resp.write(piece)
-                continue
-            offset, count = piece
-            if use_sendfile:
-                fobj.seek(offset)
-                try:
-                    await loop.sendfile(transport, fobj, offset, count)
-                    continue
-                except NotImplementedError:
-                    use_sendfile = False
-            end = offset + count
-            while offset < end:
-                data = os.pread(fd, min(1 << 20, end - offset), offset)
-                if not data:
-                    raise OSError("the base image is shorter than it was")
-                await resp.write(data)
-                offset += len(data)
 
 
 async def arm64_grub(request: web.Request) -> web.StreamResponse:
@@ -453,7 +419,7 @@ async def _send_transfer(request: web.Request, transfer: Transfer) -> web.Stream
                 async for chunk in transfer.chunks():
                     await resp.write(chunk)
             else:
-                await _sendfile_ranges(request, resp, transfer)
+                await sendfile_ranges(request, resp, transfer)
         except ConnectionError:  # the client went away: the access log says so ("incomplete"), in one line
             return resp
         except BootserverError as e:
@@ -465,52 +431,6 @@ async def _send_transfer(request: web.Request, transfer: Transfer) -> web.Stream
         return resp
     finally:
         transfer.close()
-
-
-async def _sendfile_ranges(request: web.Request, resp: web.StreamResponse, transfer: Transfer) -> None:
-    """Send every range :meth:`Transfer.ranges` yields with ``loop.sendfile`` (the kernel's sendfile,
-    as aiohttp's FileResponse does), or with writes of at most 1 MiB over TLS or where the transport
-    cannot sendfile.
-
-    TLS gets our own writes: the bytes must pass through Python to be encrypted anyway, and asyncio's
-    sendfile fallback, called once per range on an SSL transport, lost bytes in our tests (clients got
-    short bodies while the server saw them all sent)."""
-    loop = asyncio.get_running_loop()
-    fobj = None
-    sent = 0  # body bytes sent; with sendfile, asyncio leaves the file position after the last one
-    try:
-        async for offset, count in transfer.ranges():
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                raise ConnectionResetError("Connection lost")
-            if fobj is None:
-                fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115 - closed in finally
-                use_sendfile = transport.get_extra_info("sslcontext") is None
-            if use_sendfile:
-                fobj.seek(offset)
-                try:
-                    await loop.sendfile(transport, fobj, offset, count)
-                    sent += count
-                    continue
-                except NotImplementedError:
-                    use_sendfile = False
-                except ConnectionError:
-                    sent += max(0, fobj.tell() - offset)
-                    raise
-            end = offset + count
-            while offset < end:
-                data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
-                if not data:
-                    raise FetchError(f"{request.path}: data file shorter than expected")
-                await resp.write(data)
-                offset += len(data)
-                sent += len(data)
-    except ConnectionError:
-        request[accesslog.BODY_SENT] = (sent, False)
-        raise
-    finally:
-        if fobj is not None:
-            fobj.close()
 
 
 async def readyz(request: web.Request) -> web.Response:

@@ -15,6 +15,10 @@ differ from them:
   (``bytes=-0``, a first byte beyond the end) is ``416`` with ``Content-Range: bytes */<size>``.
 * ``If-Range`` (§13.1.5): the range applies only when its validator is our strong ETag, or a date equal
   to our ``Last-Modified``; otherwise the whole body (``200``).
+
+Below :class:`FileAnswer`, the two senders of bodies that are not one whole file: :func:`send_pieces`
+(a boot image: a base image's ranges with a node's region written in) and :func:`sendfile_ranges` (an
+artifact still being downloaded, in the ranges its download has ready).
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 
 from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 
+from ..artifacts.readthrough import Transfer
+from ..errors import FetchError
 from . import accesslog
 
 #: ``first-last``, ``first-`` or ``-suffix`` (RFC 9110 §14.1.1, ``int-range`` / ``suffix-range``).
@@ -182,4 +189,84 @@ class FileAnswer(web.StreamResponse):
                 request[accesslog.BODY_SENT] = (sent, False)
             raise
         finally:
+            fobj.close()
+
+
+async def send_pieces(request: web.Request, resp: web.StreamResponse, fd: int,
+                       pieces: Iterable[bytes | tuple[int, int]]) -> None:
+    """Send ``pieces`` (:meth:`~bootserver.images.overlay.NodeImage.pieces`): ``bytes`` written as they
+    are, ``(offset, count)`` of the base image ``fd`` with ``loop.sendfile`` (the kernel's sendfile), or with
+    reads of at most 1 MiB over TLS, where the transport cannot sendfile (see :func:`sendfile_ranges`).
+    ``fd``: the base image, opened by the caller (who closes it). Raises ``ConnectionError`` when the
+    client goes away and ``OSError``."""
+    loop = asyncio.get_running_loop()
+    with open(fd, "rb", buffering=0, closefd=False) as fobj:
+        use_sendfile = request.transport is not None and request.transport.get_extra_info("sslcontext") is None
+        for piece in pieces:
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("Connection lost")
+            if isinstance(piece, bytes):
+                await resp.write(piece)
+                continue
+            offset, count = piece
+            if use_sendfile:
+                fobj.seek(offset)
+                try:
+                    await loop.sendfile(transport, fobj, offset, count)
+                    continue
+                except NotImplementedError:
+                    use_sendfile = False
+            end = offset + count
+            while offset < end:
+                data = os.pread(fd, min(1 << 20, end - offset), offset)
+                if not data:
+                    raise OSError("the base image is shorter than it was")
+                await resp.write(data)
+                offset += len(data)
+
+
+async def sendfile_ranges(request: web.Request, resp: web.StreamResponse, transfer: Transfer) -> None:
+    """Send every range :meth:`Transfer.ranges` yields with ``loop.sendfile`` (the kernel's sendfile,
+    as aiohttp's FileResponse does), or with writes of at most 1 MiB over TLS or where the transport
+    cannot sendfile.
+
+    TLS gets our own writes: the bytes must pass through Python to be encrypted anyway, and asyncio's
+    sendfile fallback, called once per range on an SSL transport, lost bytes in our tests (clients got
+    short bodies while the server saw them all sent)."""
+    loop = asyncio.get_running_loop()
+    fobj = None
+    sent = 0  # body bytes sent; with sendfile, asyncio leaves the file position after the last one
+    try:
+        async for offset, count in transfer.ranges():
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                raise ConnectionResetError("Connection lost")
+            if fobj is None:
+                fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115 - closed in finally
+                use_sendfile = transport.get_extra_info("sslcontext") is None
+            if use_sendfile:
+                fobj.seek(offset)
+                try:
+                    await loop.sendfile(transport, fobj, offset, count)
+                    sent += count
+                    continue
+                except NotImplementedError:
+                    use_sendfile = False
+                except ConnectionError:
+                    sent += max(0, fobj.tell() - offset)
+                    raise
+            end = offset + count
+            while offset < end:
+                data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
+                if not data:
+                    raise FetchError(f"{request.path}: data file shorter than expected")
+                await resp.write(data)
+                offset += len(data)
+                sent += len(data)
+    except ConnectionError:
+        request[accesslog.BODY_SENT] = (sent, False)
+        raise
+    finally:
+        if fobj is not None:
             fobj.close()

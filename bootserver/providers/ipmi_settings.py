@@ -95,6 +95,8 @@ class IpmiSettings(SettingsModel):
 
     #: The password source is one unit: setting one here drops the other from the base.
     one_of = (("password_file", "password_env"),)
+    #: Checked by ``check-config`` (:func:`bootserver.config.check_local_inputs`): the password file.
+    local_files = ("password_file",)
 
 
 IpmiField = Annotated[IpmiSettings, BeforeValidator(null_as_empty)]

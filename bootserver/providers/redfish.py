@@ -20,7 +20,10 @@ and ``EthernetInterface`` of DSP8010) is the standard BMC API; ``sushy`` is the 
 * ``deprovision``: ``GracefulShutdown``, then ``ForceOff`` when it is still on after ``--grace``
   seconds; then the override is cleared (``BootSourceOverrideEnabled: Disabled``) and, with
   ``virtual-media``, the image ejected.
-* ``devices``: each Redfish node's system, power state and bootserver's stage.
+* ``devices``: each Redfish node's system, power state, bootserver's stage and its Secure Boot state.
+* Secure Boot: ``provision`` reads each system's ``SecureBoot`` resource (``SecureBootEnable``) first; a
+  node whose Secure Boot is on but whose boot cannot run under it (the network boot, or an image without
+  ``secure_boot``) fails before any power action on any node, one line naming it and what to set.
 
 This module loads (and with it ``sushy``) only when a command uses the provider
 (:func:`bootserver.providers.interface.provider_class`). Credentials come from ``password_file`` or
@@ -206,6 +209,11 @@ def _value(v: Any) -> str | None:
     return None if v is None else str(getattr(v, "value", v))
 
 
+class SecureBootRefused(InputError):
+    """A node's firmware has Secure Boot on, but its boot cannot run under it (exit 2, before any power
+    action; names the node and what to set)."""
+
+
 @dataclass(frozen=True)
 class RedfishOptions(ProviderOptions):
     """The Redfish provider's command-line options: ``deprovision --grace SECONDS``."""
@@ -314,10 +322,16 @@ class Redfish(Provider[RedfishOptions]):
         for node in nodes:
             if self.settings(node).boot_source == "virtual-media" and not self.config.node_secure_boot(node):
                 boot_network(self.config, node)  # exit 2 naming the node and key, before any BMC call
+        systems = {}
+        for node in nodes:  # every node's Secure Boot is read before any power action (on any node)
+            bmc, s = self.bmc(node)
+            system = bmc.system(s.system, node)
+            self._check_secure_boot(node, s, system, self.secure_boot(bmc, system))
+            systems[node] = system
         out = []
         for node in nodes:
             bmc, s = self.bmc(node)
-            system = bmc.system(s.system, node)
+            system = systems[node]
             mode = {"uefi": sushy.BOOT_SOURCE_MODE_UEFI, "legacy": sushy.BOOT_SOURCE_MODE_BIOS}.get(s.boot_mode or "")
             media = None
             target, source = sushy.BOOT_SOURCE_TARGET_PXE, "the network"
@@ -342,6 +356,34 @@ class Redfish(Provider[RedfishOptions]):
             record(node, device)
             out.append(Outcome(node, device, self.line(node, device)))
         return out
+
+    def secure_boot(self, bmc: Bmc, system: Any) -> bool | None:
+        """Whether UEFI Secure Boot is on in ``system``'s firmware: its ``SecureBoot`` resource's
+        ``SecureBootEnable`` (Redfish ``#SecureBoot.v1_0_0``, DSP2046), read through sushy; ``None`` when
+        the BMC offers no such resource. Raises ``ProviderError`` when the BMC fails."""
+        if not (system.json or {}).get("SecureBoot"):
+            return None
+        try:
+            resource = bmc.call(f"GET {system.path}/SecureBoot", lambda: system.secure_boot)
+        except ProviderNotFound:
+            return None
+        return None if resource.enabled is None else bool(resource.enabled)
+
+    def _check_secure_boot(self, node: str, s: RedfishSettings, system: Any, enabled: bool | None) -> None:
+        """Raise :class:`SecureBootRefused` (exit 2) naming ``node`` and what to set when Secure Boot is
+        on (``enabled``) but the node's boot cannot run under it: the network boot (iPXE and the GRUB we
+        build are not signed), or a boot image that is not the Secure Boot one (``secure_boot``)."""
+        if not enabled:
+            return
+        if s.boot_source != "virtual-media":
+            raise SecureBootRefused(
+                f"node {node}: Secure Boot is on in {system.path}, and its boot from the network (our iPXE) is "
+                "not signed: set redfish.boot_source: virtual-media and secure_boot: true (the release's signed "
+                "shim, GRUB and kernel), or turn Secure Boot off")
+        if not self.config.node_secure_boot(node):
+            raise SecureBootRefused(
+                f"node {node}: Secure Boot is on in {system.path}, and its boot image is not the Secure Boot one: "
+                "set secure_boot: true (the release's signed shim, GRUB and kernel), or turn Secure Boot off")
 
     def _virtual_cd(self, bmc: Bmc, system: Any) -> Any:
         """The CD/DVD member of the ``VirtualMedia`` collection of the system's manager (``Links.ManagedBy``),
@@ -449,7 +491,8 @@ class Redfish(Provider[RedfishOptions]):
         return out
 
     def devices(self, stages: Mapping[str, str], recorded: Mapping[str, Mapping[str, Any]]) -> list[str]:
-        """``node system power-state stage`` for every Redfish node of the config: the system recorded
+        """``node system power-state stage secure-boot:on|off|-`` for every Redfish node of the config (``-``:
+        the BMC offers no ``SecureBoot`` resource): the system recorded
         at ``provision`` (state store), else ``redfish.system``, else the BMC's only one; a BMC that fails
         gives ``error`` as the power state and its one line in the log."""
 
@@ -460,17 +503,20 @@ class Redfish(Provider[RedfishOptions]):
             s = self.settings(node)
             rec = recorded.get(node) or {}
             path = rec.get("id") if rec.get("provider") == self.name else None
+            secure = "-"
             try:
                 bmc, _ = self.bmc(node)
                 system = bmc.system(path or s.system, node)
                 path, power = system.path, _power(system)
+                enabled = self.secure_boot(bmc, system)
+                secure = "-" if enabled is None else "on" if enabled else "off"
             except ProviderError as exc:
                 log.error("%s", exc)
                 path, power = s.system or "-", "error"
-            lines.append(f"{node} {path} {power} {stages.get(node, 'new')}")
+            lines.append(f"{node} {path} {power} {stages.get(node, 'new')} secure-boot:{secure}")
         return lines
 
 
 PROVIDER = Redfish
 
-__all__ = ["Bmc", "Redfish", "RedfishOptions"]
+__all__ = ["Bmc", "Redfish", "RedfishOptions", "SecureBootRefused"]

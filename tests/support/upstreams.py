@@ -25,7 +25,8 @@ def payload(kind: str, size: int = 64 * 1024) -> bytes:
 def rewrite_stream(source: Path, upstream: str, payloads: dict[str, bytes],
                    arches: tuple[str, ...] = ("x86_64",)) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Copy real stream metadata with each metal PXE location moved to ``upstream`` (same URL path)
-    and its sha256 set to the bytes we will serve. Returns ``(document, {url path: bytes})``."""
+    and its sha256 set to the bytes we will serve; their ``signature`` is dropped (the stand-in bytes
+    have none: tests/test_openpgp.py signs its own). Returns ``(document, {url path: bytes})``."""
     doc = json.loads(source.read_text())
     files: dict[str, bytes] = {}
     for arch in arches:
@@ -35,6 +36,7 @@ def rewrite_stream(source: Path, upstream: str, payloads: dict[str, bytes],
             data = payloads[kind] + arch.encode()
             art["location"] = upstream + path
             art["sha256"] = hashlib.sha256(data).hexdigest()
+            art.pop("signature", None)
             files[path] = data
     return doc, files
 
