@@ -258,7 +258,8 @@ def _digest(tools: StandinTools) -> str:
 
 def build_standin(tools: StandinTools, cache: Path | None = None) -> Standin:
     """Build the stand-in (see the module's docstring) unless ``cache`` (default :func:`standin_dir`)
-    already holds this build (a folder named by the digest of every input), and return its files.
+    already holds this build (a folder named by the digest of every input; older builds are removed),
+    and return its files.
     A build is made in a temporary folder and renamed into place whole. Raises :class:`rig.RigError`
     when a tool is missing or fails, ``OSError`` when a file cannot be read or written."""
     missing = tools.missing()
@@ -270,6 +271,9 @@ def build_standin(tools: StandinTools, cache: Path | None = None) -> Standin:
     if names.rootfs.is_file():
         return names
     cache.mkdir(parents=True, exist_ok=True)
+    for old in cache.iterdir():  # builds of other inputs (about 40 MB each) go
+        if old.is_dir() and not old.name.startswith("."):
+            shutil.rmtree(old, ignore_errors=True)
     work = Path(tempfile.mkdtemp(dir=cache, prefix=".build-"))
     try:
         _build(tools, work)
@@ -372,11 +376,12 @@ class Machine:
 
     ``firmware``: ``bios`` (SeaBIOS) or ``uefi`` (OVMF). The NIC (virtio, iPXE's option ROM from
     ``ipxe-qemu``; under BIOS QEMU's default ROM property, which loads the same file: SeaBIOS offers no
-    network boot when ``romfile=`` names it explicitly) is first in the boot order, the disk (virtio-blk, raw ``disk``) second; QEMU's user
-    network (``restrict=on``, reaching only ``rig.GUEST_HOST:port``) hands out ``chain_url`` as the DHCP
-    boot file, which iPXE chains. A guest reboot resets the machine (the firmware boots again); a
-    power-off ends QEMU. The serial ports go to ``log`` (UEFI: the second one to
-    :func:`rig.second_serial_log`). Use as a context manager: leaving kills QEMU."""
+    network boot when ``romfile=`` names it explicitly) is first in the boot order, the disk
+    (virtio-blk, raw ``disk``) second. QEMU's user network (``restrict=on``, reaching only
+    ``rig.GUEST_HOST:port``) hands out ``chain_url`` as the DHCP boot file, which iPXE chains; ``netdev``
+    replaces that network (QEMU arguments defining netdev ``n0``). A guest reboot resets the machine
+    (the firmware boots again); a power-off ends QEMU. The serial ports go to ``log`` (UEFI: the second
+    one to :func:`rig.second_serial_log`). Use as a context manager: leaving kills QEMU."""
 
     def __init__(self, tools: rig.Tools, firmware: str, disk: Path, log: Path, port: int, mac: str,
                  chain_url: str, memory_mb: int = 768, netdev: list[str] | None = None) -> None:
@@ -444,7 +449,8 @@ class Machine:
                 return at + len(marker)
             if text.find(MARK_FAIL, after) >= 0:
                 raise AssertionError(f"the stand-in failed before {marker!r}:\n" + self.tail())
-            if any(text.find(m, after) >= 0 for m in (*rig.FIRMWARE_GAVE_UP[self.firmware], rig.MARK_KERNEL_PANIC)):
+            # OVMF's "failed to load Boot..." is not its last word here: it goes on to the disk's boot option
+            if any(text.find(m, after) >= 0 for m in (rig.MARK_BIOS_GAVE_UP, rig.MARK_KERNEL_PANIC)):
                 raise AssertionError(f"nothing booted before {marker!r}:\n" + self.tail())
             if self.proc is None or self.proc.poll() is not None:
                 raise AssertionError(f"QEMU ended before {marker!r}:\n" + self.tail())
