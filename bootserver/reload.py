@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -144,11 +145,13 @@ def signal_server(config: Config) -> int:
     return pid
 
 
-def write_status(config: Config, *, ok: bool, message: str, loaded_at: float, at: float | None = None) -> None:
+def write_status(config: Config, *, ok: bool, message: str, loaded_at: float, at: float | None = None,
+                 nodes: Iterable[str] = ()) -> None:
     """Record the outcome of this process's reload in ``state_dir/reload.json``: ``{"pid", "at",
-    "result": "ok"|"invalid", "message", "loaded_at"}`` (unix seconds). Never raises (logged by the caller)."""
+    "result": "ok"|"invalid", "message", "loaded_at", "nodes"}`` (unix seconds; ``nodes``: the names of
+    the nodes served after it, sorted). Never raises (logged by the caller)."""
     doc = {"pid": os.getpid(), "at": time.time() if at is None else at, "result": "ok" if ok else "invalid",
-           "message": message, "loaded_at": loaded_at}
+           "message": message, "loaded_at": loaded_at, "nodes": sorted(nodes)}
     with contextlib.suppress(OSError):
         write_atomic(config.state_dir / STATUS_FILE, json.dumps(doc).encode())
 

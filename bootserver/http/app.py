@@ -125,7 +125,8 @@ class Running:
                        f"{len(config.nodes)} nodes")
             log.info("reloaded %s", message)
             self.metrics.config_reloaded(True, loaded.at)
-            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at)
+            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at,
+                                    nodes=config.nodes)
             return True
 
     async def close(self) -> None:
