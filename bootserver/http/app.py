@@ -45,15 +45,14 @@ from ..state import StateStore
 from ..urls import ADMIN, DEVICE, GENERIC, GENERIC_GRUB, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
+from .admission import LIMITS, Limits
 from .fileanswer import UNSATISFIABLE, FileAnswer, byte_range, send_pieces, sendfile_ranges
-from .gate import AdminNames, Gate, Limits, forbidden
+from .gate import AdminNames, Gate, forbidden
 
 log = logging.getLogger("bootserver.web")
 
 #: The service the application was built with (tests; a reload replaces it: :data:`RUNNING`).
 SERVICE = web.AppKey("service", BootService)
-#: The concurrency cap and handler timeout (shared by the device and admin applications).
-LIMITS = web.AppKey("limits", Limits)
 #: The admin application (``/nodes``, ``/metrics``) sharing the device application's service.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
@@ -562,7 +561,7 @@ def create_app(config: Config, signer: Signer | None = None, state: StateStore |
     svc = BootService(config, signer, state=state, measured=True)
     metrics = svc.metrics
     assert metrics is not None
-    limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
+    limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued, metrics)
     live = page.Page(svc)
     running = Running(Loaded(svc, Gate(config, svc.check_signature), live.loaded_at), metrics, live)
     app = _app(svc, running, metrics, DEVICE, limits)
