@@ -377,12 +377,14 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     svc = _service(request)
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
+    rate = svc.config.server.artifact_rate  # bytes/s held to; an attributed node's profile's first
     if request.method == "GET":
         client = _client(request)
         kind, node = await svc.artifact_requested(segments, client)
         request[accesslog.ARTIFACT_KIND] = kind
         if node is not None:
             request[NODE] = node
+            rate = svc.config.profiles[svc.config.nodes[node].profile].artifact_rate or rate
             request[accesslog.ON_SENT] = lambda status, nbytes, complete: svc.artifact_answered(
                 node, kind, client, status=status, nbytes=nbytes, complete=complete)
     found = await svc.artifact(segments)
@@ -391,12 +393,12 @@ async def artifact(request: web.Request) -> web.StreamResponse:
         log.warning("%s %s: 404 %s", request.method, request.path, what)
         return _text(404, f"{what}: {'/'.join(segments)}")
     if isinstance(found, Transfer):
-        return await _send_transfer(request, found)
-    return FileAnswer(found.fd, etag=found.sha256, headers={
+        return await _send_transfer(request, found, rate)
+    return FileAnswer(found.fd, etag=found.sha256, rate=rate, headers={
         "Content-Type": "application/octet-stream", "Cache-Control": "public, max-age=31536000, immutable"})
 
 
-async def _send_transfer(request: web.Request, transfer: Transfer) -> web.StreamResponse:
+async def _send_transfer(request: web.Request, transfer: Transfer, rate: int | None) -> web.StreamResponse:
     """Stream an artifact that is being downloaded (read-through). On a failure after the headers
     went out, abort the connection so the client sees a body short of its Content-Length.
 
@@ -418,7 +420,7 @@ async def _send_transfer(request: web.Request, transfer: Transfer) -> web.Stream
                 async for chunk in transfer.chunks():
                     await resp.write(chunk)
             else:
-                await sendfile_ranges(request, resp, transfer)
+                await sendfile_ranges(request, resp, transfer, rate)
         except ConnectionError:  # the client went away: the access log says so ("incomplete"), in one line
             return resp
         except BootserverError as e:
