@@ -253,6 +253,8 @@ async def main() -> None:
     args = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("scripts.py: wrk not found (make bench-deps)")
+    if args.profile is not None:
+        args.profile.parent.mkdir(parents=True, exist_ok=True)
 
     work = Path(tempfile.mkdtemp(prefix="bootserver-bench-scripts-"))
     cleanup = contextlib.ExitStack()
