@@ -20,12 +20,19 @@ machine), and the ratio of the medians.
 extra) on the bootserver process during its rounds and writes the collapsed stacks to ``FILE`` (flame
 graph input); the share of samples per top-level function is printed at the end.
 
+``--baseline REF`` serves git ``REF`` too, from a temporary worktree (``_common.git_tree``: this venv's
+libraries, ``PYTHONPATH`` onto the worktree) with its own folder, state store and signed URLs, and
+alternates the two trees with the bare handler (every other round reversed); it prints ``this tree /
+REF`` for CPU per request and requests/s (ratio of the medians, and per round). docs/benchmarks.md
+asks for it before landing a change to the request path.
+
 With ``--state-store postgresql`` the timeline and the keys live in a throwaway PostgreSQL cluster
 (tests/support/pgcluster.py: Debian's ``postgresql``, 127.0.0.1, ``fsync=off``) instead of sqlite in
 ``state_dir``: the per-replica figure of a ``state_store`` deployment (issue 17).
 
 Usage: ``.venv/bin/python benchmarks/scripts.py [--nodes 200] [--workers 1] [--rounds 2]
-[--duration 10] [--connections 50] [--threads 2] [--state-store sqlite|postgresql] [--profile FILE]``
+[--duration 10] [--connections 50] [--threads 2] [--state-store sqlite|postgresql] [--profile FILE]
+[--baseline REF]``
 """
 
 from __future__ import annotations
@@ -261,6 +268,8 @@ async def main() -> None:
     try:
         tree = cleanup.enter_context(git_tree(args.baseline)) if args.baseline else None
         base_name = f"baseline {tree.label}" if tree is not None else ""
+        if tree is not None:
+            print(f"{base_name} checked out in {tree.path}", file=sys.stderr)
         up_dir = work / "upstream"
         doc = json.loads((REFERENCE / "rhcos-stream-4.16.json").read_text())
         nodes = [f"node-{i:04d}" for i in range(args.nodes)]
@@ -296,7 +305,8 @@ async def main() -> None:
                     targets = {"bare": (bare.url, lua, [p.pid for p in bare.procs]),
                                **{n: (s.url, tl, [s.proc.pid]) for n, (s, tl) in trees.items()}}  # type: ignore[union-attr]
                     for name in names:
-                        wrk(targets[name][0], targets[name][1], 2, args.connections, args.threads)  # warm-up
+                        wrk(targets[name][0], targets[name][1], min(2, args.duration), args.connections,
+                            args.threads)  # warm-up
                     for r in range(1, args.rounds + 1):
                         # every other round in reverse order: neither tree always runs right after bare
                         for name in names if r % 2 else names[::-1]:
