@@ -293,16 +293,17 @@ def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
-    from .reload import check_config
+    from .reload import check_config, summary
+    from .values import counted
 
     check_config(config)  # what a reload checks too
     warning = no_machine_boots(config)
     if warning is not None:
         print(f"bootserver: warning: {warning}", file=sys.stderr)
     included = len(set(config.origins.values()) - {config.source})
-    print(f"{config.source}: ok: {len(config.streams)} streams, {len(config.profiles)} profiles, "
-          f"{len(config.nodes)} nodes" + (f" ({included} included files, include: {', '.join(config.includes)})"
-                                          if config.includes else ""))
+    source, held = summary(config).split(": ", 1)
+    print(f"{source}: ok: {held}" + (f" ({counted(included, 'included file')}, include: "
+                                     f"{', '.join(config.includes)})" if config.includes else ""))
     return 0
 
 

@@ -31,6 +31,7 @@ from .errors import BootserverError, InputError
 from .files import write_atomic
 from .images.network import check_boot_networks
 from .scripts import check_command_lines
+from .values import counted
 
 #: The keys a reload cannot change, each with why: they keep their running values, and a reload that
 #: changes them says so in one warning line.
@@ -73,6 +74,13 @@ def load_checked(source: str) -> Config:
     config = load_config(None if source == "<default>" else source)
     check_config(config)
     return config
+
+
+def summary(config: Config) -> str:
+    """``<source>: 1 stream, 2 profiles, 41 nodes``: what a config holds, in the reload and
+    ``check-config`` lines."""
+    return (f"{config.source}: {counted(len(config.streams), 'stream')}, "
+            f"{counted(len(config.profiles), 'profile')}, {counted(len(config.nodes), 'node')}")
 
 
 def _value(config: Config, key: str) -> Any:

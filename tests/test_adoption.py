@@ -21,7 +21,7 @@ from test_reload import main_config
 
 from bootserver.adoption import AdoptionFailed, adopt
 from bootserver.config import load_config
-from bootserver.http.app import RUNNING, create_app
+from bootserver.http.app import ADMIN_APP, RUNNING, create_app
 from bootserver.state.backends import open_store
 
 #: ``server`` of a config whose discovery records every report (no wait per address), for tests that
@@ -120,6 +120,9 @@ async def test_an_architecture_the_profile_does_not_boot_is_refused(tmp_path: Pa
     rc, out, err = await run_cli("nodes", "discovered", "--config", str(path))
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert "aarch64 (arm64)/efi" in rows[mac(1)] and "x86_64 (i386)/pcbios" in rows[mac(2)]
+    page = await (await (await aiohttp_client(app[ADMIN_APP])).get("/")).text()
+    assert "<td>aarch64 (arm64)/efi</td>" in page and "<td>x86_64 (i386)/pcbios</td>" in page
+    assert '<span id="total">1</span> node, ' in page  # one node, not "1 nodes"
     rc, _, err = await run_cli("nodes", "adopt", mac(1), "--name", "arm-1", "--profile", "live",
                                "--config", str(path))
     assert rc == 2 and err.strip() == (f"bootserver: machine {mac(1)} is aarch64 (arm64)/efi; profile live boots "
