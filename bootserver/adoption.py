@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from .config import Config, load_config, normalize_mac
+from .dhcp.engine import signal_engine
 from .discovery import Discovered
 from .errors import BootserverError, InputError
 from .files import write_atomic
@@ -123,7 +124,14 @@ async def adopt(config: Config, store: StateStore, key: str, *, name: str, profi
 
 def reload_server(config: Config, timeout: float) -> str:
     """Signal the running server to reload and wait for its outcome (:mod:`bootserver.reload`); the
-    outcome in words (no server running is not an error: it reads the file when it starts)."""
+    outcome in words (no server running is not an error: it reads the file when it starts). A running
+    ``bootserver dhcp`` is signalled too, so the node's reservation follows (:mod:`bootserver.dhcp.engine`)."""
+    engine = signal_engine(config) if config.dhcp is not None else None
+    dhcp = f"; sent SIGHUP to bootserver dhcp (process {engine}) for its reservation" if engine else ""
+    return _reload_serve(config, timeout) + dhcp
+
+
+def _reload_serve(config: Config, timeout: float) -> str:
     try:
         sent = time.time()
         pid = signal_server(config)
