@@ -29,6 +29,7 @@ import yaml
 
 from .config import Config, load_config, normalize_mac
 from .config.loader import include_files
+from .dhcp.engine import signal_engine
 from .discovery import Discovered
 from .errors import BootserverError, InputError
 from .files import write_atomic
@@ -251,7 +252,14 @@ def reload_server(config: Config, name: str, timeout: float) -> str:
     """Signal the running server to reload and wait for its outcome (:mod:`bootserver.reload`); the
     outcome in words (no server running is not an error: it reads the file when it starts). Raises
     :class:`AdoptionFailed` when the reload failed, brought no outcome within ``timeout`` seconds, or the
-    reloaded config has no node ``name``."""
+    reloaded config has no node ``name``. Then a running ``bootserver dhcp`` is signalled too, so the
+    node's reservation follows (:mod:`bootserver.dhcp.engine`)."""
+    served = _reload_serve(config, name, timeout)
+    engine = signal_engine(config) if config.dhcp is not None else None
+    return served + (f"; sent SIGHUP to bootserver dhcp (process {engine}) for its reservation" if engine else "")
+
+
+def _reload_serve(config: Config, name: str, timeout: float) -> str:
     try:
         sent = time.time()
         pid = signal_server(config)

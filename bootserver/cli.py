@@ -216,6 +216,15 @@ def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _cmd_dhcp(args: argparse.Namespace, config: Config) -> int:
+    from .dhcp.engine import print_config, run_engine
+
+    if args.print is not None:
+        sys.stdout.write(print_config(config, args.print))
+        return 0
+    return asyncio.run(run_engine(config))
+
+
 def _cmd_keys_rotate(args: argparse.Namespace, config: Config) -> int:
     grace = config.server.signing.key_grace if args.grace is None else args.grace
 
@@ -297,6 +306,10 @@ def _cmd_check(args: argparse.Namespace, config: Config) -> int:
     from .values import counted
 
     check_config(config)  # what a reload checks too
+    if config.dhcp is not None:
+        from .dhcp.reservations import check_dhcp
+
+        check_dhcp(config)  # against this machine's interface: where `bootserver dhcp` runs
     warning = no_machine_boots(config)
     if warning is not None:
         print(f"bootserver: warning: {warning}", file=sys.stderr)
@@ -313,6 +326,12 @@ def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
     from .reload import check_config, signal_server, wait_status
 
     check_config(config)  # an invalid config is refused here, with its file and key; nothing is sent
+    if config.dhcp is not None:
+        from .dhcp.engine import signal_engine
+
+        engine = signal_engine(config)  # `bootserver dhcp` re-reads its reservations (no dnsmasq restart)
+        if engine is not None:
+            print(f"bootserver: sent SIGHUP to bootserver dhcp (process {engine})", file=sys.stderr)
     sent = time.time()
     pid = signal_server(config)
     status = wait_status(config, sent, timeout=args.timeout)
@@ -530,6 +549,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "One path per line on stdout.")
     p.add_argument("dir", metavar="DIR")
     p.set_defaults(func=_cmd_loaders)
+    p = sub.add_parser("dhcp", parents=[common], help="run the DHCP and TFTP engine (dnsmasq) of the dhcp: "
+                       "mapping in the foreground, or print its configuration")
+    p.add_argument("--print", nargs="?", const="dnsmasq", choices=("dnsmasq", "kea"), default=None,
+                   help="print the configuration (dnsmasq options, or kea: Kea's Dhcp4 JSON) and exit")
+    p.set_defaults(func=_cmd_dhcp)
     p = sub.add_parser("keys", help="manage the URL signing keys in state_dir")
     ksub = p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     k = ksub.add_parser("rotate", parents=[common], help="make a new signing key; the old one stays "

@@ -36,7 +36,7 @@ CASES = [
     (("profile: master,", "profile: mastr,"), "", "nodes.master-0.profile: no profile 'mastr'"),
     (("stream: rhcos-4.16,", "stream: rhcos-4.9,"), "", "profiles.master.stream: no stream 'rhcos-4.9'"),
     (None, "colour: blue\n", "colour: unknown key (known: server, cache_dir, state_dir, read_through, upstream, "
-     "streams, facilities, profiles, nodes, metal, timeline, state_store, include)"),
+     "streams, facilities, profiles, nodes, metal, timeline, state_store, include, dhcp)"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, colour: red"), "", "profiles.master.colour: unknown key "
      "(known: stream, arch, mode, install_dev, ignition, ignition_version, kargs, console, platform_id, "
      "provider, metal, redfish, ipmi, boot_once, checkin, network, secure_boot, artifact_rate)"),
