@@ -166,7 +166,7 @@ def plan(request: web.BaseRequest, size: int, etag: str, last_modified: float | 
     """The answer to ``request`` for a representation of ``size`` bytes with the strong ``etag`` (without
     quotes) and ``last_modified`` (unix seconds, ``None``: none): conditionals and ranges as the module
     docstring says (RFC 9110 §13.1, §14.2)."""
-    headers = {hdrs.ETAG: f'"{etag}"', hdrs.ACCEPT_RANGES: "bytes"}
+    headers: dict[str, str] = {hdrs.ETAG: f'"{etag}"', hdrs.ACCEPT_RANGES: "bytes"}
     if last_modified is not None:
         headers[hdrs.LAST_MODIFIED] = _http_date(last_modified)
     inm = request.if_none_match
