@@ -120,11 +120,11 @@ class Running:
             if changed:
                 log.warning("%s", reload.restart_warning(changed))
             loaded = self.swap(config)
-            message = (f"{config.source}: {len(config.streams)} streams, {len(config.profiles)} profiles, "
-                       f"{len(config.nodes)} nodes")
+            message = reload.summary(config)
             log.info("reloaded %s", message)
             self.metrics.config_reloaded(True, loaded.at)
-            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at)
+            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at,
+                                    nodes=config.nodes)
             return True
 
     async def close(self) -> None:
