@@ -39,7 +39,7 @@ CASES = [
      "streams, facilities, profiles, nodes, metal, timeline, state_store, include)"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, colour: red"), "", "profiles.master.colour: unknown key "
      "(known: stream, arch, mode, install_dev, ignition, ignition_version, kargs, console, platform_id, "
-     "provider, metal, redfish, ipmi, boot_once, checkin, network, secure_boot)"),
+     "provider, metal, redfish, ipmi, boot_once, checkin, network, secure_boot, artifact_rate)"),
     (None, "server: {tls: {listen: ':8443', lisen: ':1'}}\n", "server.tls.lisen: unknown key "
      "(known: listen, base_url, cert, key, ca, allow_plain_configs)"),
     (None, "metal: {plan: c3.small.x86}\n", "metal.plan: unknown key (known: api_url, project, tag)"),

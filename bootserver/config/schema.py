@@ -34,6 +34,7 @@ from ..providers.ipmi_settings import IpmiField, IpmiSettings
 from ..providers.redfish_settings import RedfishField, RedfishSettings
 from ..values import (
     UUID_RE,
+    ByteRate,
     Duration,
     Hostname,
     HttpUrl,
@@ -169,6 +170,9 @@ class ServerConfig(SettingsModel):
     max_queued: int = Field(default=4096, ge=0, le=1000000)
     request_timeout: Duration = 60
     keepalive_timeout: Duration = 15
+    #: Bytes per second each artifact answer is held to (off: as fast as the network takes them); for
+    #: NICs on which iPXE stalls on large downloads. A node's profile may set its own.
+    artifact_rate: ByteRate | None = None
     #: Worker processes of ``serve`` (``--workers`` overrides); more than 1 shares the ports.
     workers: int = Field(default=1, ge=1, le=256)
     #: The facility this server sits in: its ``mirrors`` come first in the upstream chain.
@@ -311,6 +315,8 @@ class Profile(SettingsModel):
     #: The node's boot image (``bootserver iso``, ``/iso/<node>.iso``) boots the release's own signed
     #: chain (shim, GRUB, kernel from its live ISO) so UEFI Secure Boot accepts it (bootserver.images.secureboot).
     secure_boot: bool = False
+    #: Bytes per second the artifacts of this profile's nodes are sent at (``server.artifact_rate`` when unset).
+    artifact_rate: ByteRate | None = None
 
     @property
     def boots_once(self) -> bool:

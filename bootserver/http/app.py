@@ -48,8 +48,9 @@ from ..state import StateStore
 from ..urls import ADMIN, DEVICE, GENERIC, GENERIC_GRUB, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
+from .admission import LIMITS, Limits
 from .fileanswer import UNSATISFIABLE, FileAnswer, byte_range, send_pieces, sendfile_ranges
-from .gate import AdminNames, Gate, Limits, forbidden
+from .gate import AdminNames, Gate, forbidden
 
 log = logging.getLogger("bootserver.web")
 
@@ -57,8 +58,6 @@ log = logging.getLogger("bootserver.web")
 SERVICE = web.AppKey("service", BootService)
 #: What outlives a reload (:class:`~bootserver.runtime.Runtime`), shared by both applications.
 RUNTIME = web.AppKey("runtime", Runtime)
-#: The concurrency cap and handler timeout (shared by the device and admin applications).
-LIMITS = web.AppKey("limits", Limits)
 #: The admin application (``/nodes``, ``/metrics``) sharing the device application's service.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
@@ -428,12 +427,15 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     desk = request[LOADED].desk
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
+    config = desk.config
+    rate = config.server.artifact_rate  # bytes/s held to; an attributed node's profile's first
     if request.method == "GET":
         client = _client(request)
         kind, node = await desk.requested(segments, client)
         request[accesslog.ARTIFACT_KIND] = kind
         if node is not None:
             request[NODE] = node
+            rate = config.profiles[config.nodes[node].profile].artifact_rate or rate
             request[accesslog.ON_SENT] = lambda status, nbytes, complete: desk.answered(
                 node, kind, client, status=status, nbytes=nbytes, complete=complete)
     found = await desk.open(segments)
@@ -442,12 +444,12 @@ async def artifact(request: web.Request) -> web.StreamResponse:
         log.warning("%s %s: 404 %s", request.method, request.path, what)
         return _text(404, f"{what}: {'/'.join(segments)}")
     if isinstance(found, Transfer):
-        return await _send_transfer(request, found)
-    return FileAnswer(found.fd, etag=found.sha256, headers={
+        return await _send_transfer(request, found, rate)
+    return FileAnswer(found.fd, etag=found.sha256, rate=rate, headers={
         "Content-Type": "application/octet-stream", "Cache-Control": "public, max-age=31536000, immutable"})
 
 
-async def _send_transfer(request: web.Request, transfer: Transfer) -> web.StreamResponse:
+async def _send_transfer(request: web.Request, transfer: Transfer, rate: int | None) -> web.StreamResponse:
     """Stream an artifact that is being downloaded (read-through). On a failure after the headers
     went out, abort the connection so the client sees a body short of its Content-Length.
 
@@ -469,7 +471,7 @@ async def _send_transfer(request: web.Request, transfer: Transfer) -> web.Stream
                 async for chunk in transfer.chunks():
                     await resp.write(chunk)
             else:
-                await sendfile_ranges(request, resp, transfer)
+                await sendfile_ranges(request, resp, transfer, rate)
         except ConnectionError:  # the client went away: the access log says so ("incomplete"), in one line
             return resp
         except BootserverError as e:
@@ -616,7 +618,7 @@ def create_app(config: Config, signer: Signer | None = None, state: StateStore |
     runtime = Runtime(config, signer, state=state, measured=True)
     metrics = runtime.metrics
     assert metrics is not None
-    limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
+    limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued, metrics)
     loaded = Loaded.load(config, runtime, time.time())
     svc = loaded.svc
     live = page.Page(runtime, svc, loaded.at)
