@@ -45,12 +45,12 @@ from ..state import StateStore
 from ..urls import ADMIN, DEVICE, GENERIC, GENERIC_GRUB, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
-from .fileanswer import UNSATISFIABLE, FileAnswer, byte_range, send_pieces, sendfile_ranges
+from .admission import LIMITS, Limits
+from .fileanswer import FileAnswer, plan, send_pieces, sendfile_ranges
 from .gate import (
     CLIENT_MAX_SIZE,
     DEVICE_HEADERS,
     Gate,
-    Limits,
     admin_headers,
     body_too_large,
     forbidden,
@@ -62,8 +62,6 @@ log = logging.getLogger("bootserver.web")
 
 #: The service the application was built with (tests; a reload replaces it: :data:`RUNNING`).
 SERVICE = web.AppKey("service", BootService)
-#: The concurrency cap and handler timeout (shared by the device and admin applications).
-LIMITS = web.AppKey("limits", Limits)
 #: The admin application (``/nodes``, ``/metrics``) sharing the device application's service.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
@@ -131,11 +129,11 @@ class Running:
             if changed:
                 log.warning("%s", reload.restart_warning(changed))
             loaded = self.swap(config)
-            message = (f"{config.source}: {len(config.streams)} streams, {len(config.profiles)} profiles, "
-                       f"{len(config.nodes)} nodes")
+            message = reload.summary(config)
             log.info("reloaded %s", message)
             self.metrics.config_reloaded(True, loaded.at)
-            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at)
+            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at,
+                                    nodes=config.nodes)
             return True
 
     async def close(self) -> None:
@@ -189,7 +187,7 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler, *, st
     """``handler`` of route ``spec`` behind what every request needs first: notes the route
     (``request[ROUTE]``) and the config it is answered with (``request[LOADED]``, the one ``running``
     serves now, kept for the whole request), runs the handler under
-    :class:`~bootserver.http.gate.Limits`, refuses signed routes that fail :meth:`Gate.refusal` (the one
+    :class:`~bootserver.http.admission.Limits`, refuses signed routes that fail :meth:`Gate.refusal` (the one
     403), resolves the node (``request[NODE]``: by name from the path, or for the generic entry by
     selector and source address) and maps domain errors with :func:`error_answer`.
 
@@ -200,7 +198,7 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler, *, st
     Bound to each route when the application is built rather than run as a middleware: an
     application without middlewares calls its handlers directly, which saves every request two
     coroutine layers and a route lookup (docs/benchmarks.md). aiohttp's own 404/405 answers come
-    without it (they need none of it: the access log names them ``unmatched``)."""
+    without it (:func:`~bootserver.http.gate.unmatched`; the access log names them ``unmatched``)."""
     named = spec.signed or "{node}" in spec.pattern
 
     async def answer(request: web.Request) -> web.StreamResponse:
@@ -305,8 +303,8 @@ async def grub_config(request: web.Request) -> web.Response:
 async def boot_image(request: web.Request) -> web.StreamResponse:
     """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (:meth:`BootService.boot_image`), sent as
     its base image's bytes (``loop.sendfile``) with the node's region written in as it goes (docs/design.md,
-    "Boot images"). ``Range``, ``If-Range`` and their answers as RFC 9110 says and artifacts answer
-    (:func:`~bootserver.http.fileanswer.byte_range`), ``HEAD`` and a strong ``ETag``: BMCs read virtual
+    "Boot images"). Conditionals, ``Range`` and ``If-Range`` as every file answer
+    (:func:`~bootserver.http.fileanswer.plan`), ``HEAD`` and a strong ``ETag``: BMCs read virtual
     media in ranges, after a HEAD for the size. The base image is opened below ``cache_dir`` without
     following a link (a link there is a 404, logged)."""
     svc = _service(request)
@@ -315,27 +313,19 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
     except LinkRefused as e:
         svc.cache.refused(e)
         return _text(404, f"node {request[NODE]}: no boot image")
-    headers = {"Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store",
-               hdrs.ACCEPT_RANGES: "bytes", **DEVICE_HEADERS}
-    start, stop, status = 0, image.size, 200
-    wanted = byte_range(request.headers.get(hdrs.RANGE), image.size)
-    if_range = request.headers.get(hdrs.IF_RANGE)
-    if wanted is not None and if_range is not None and if_range.strip() != f'"{image.etag}"':
-        wanted = None  # another validator (or a date: the image has no Last-Modified): the whole image
-    if wanted == UNSATISFIABLE:
-        return web.Response(status=416, headers={hdrs.CONTENT_RANGE: f"bytes */{image.size}"})
-    if isinstance(wanted, tuple):
-        start, stop = wanted
-        status = 206
-        headers[hdrs.CONTENT_RANGE] = f"bytes {start}-{stop - 1}/{image.size}"
+    answer = plan(request, image.size, image.etag)  # no Last-Modified: a dated If-Range gets the whole image
+    start, stop = answer.start, answer.end
+    if answer.status in (304, 416):
+        return web.Response(status=answer.status, headers=answer.headers)
     try:
         fd = open_file(svc.config.cache_dir, image.base.path.relative_to(svc.config.cache_dir))
     except LinkRefused as e:
         svc.cache.refused(e)
         return _text(404, f"node {request[NODE]}: no boot image")
     try:
-        resp = web.StreamResponse(status=status, headers=headers)
-        resp.etag = image.etag
+        resp = web.StreamResponse(status=answer.status, headers={
+            "Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store", **answer.headers,
+            **DEVICE_HEADERS})
         resp.content_length = stop - start
         await resp.prepare(request)
         if request.method == "HEAD":
@@ -352,9 +342,17 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
 
 async def arm64_grub(request: web.Request) -> web.StreamResponse:
     """``GET``/``HEAD /loaders/grubaa64.efi``: the standalone arm64 GRUB (built on first use), which an arm64
-    UEFI machine's firmware loads (UEFI HTTP boot; over TFTP, ``bootserver loaders DIR`` writes it)."""
-    path = await _service(request).arm64_grub()
-    return web.FileResponse(path, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
+    UEFI machine's firmware loads (UEFI HTTP boot; over TFTP, ``bootserver loaders DIR`` writes it). Its
+    ranges and conditionals as every file answer's (:class:`FileAnswer`); opened below ``cache_dir``
+    without following a link."""
+    svc = _service(request)
+    path = await svc.arm64_grub()
+    try:
+        fd = open_file(svc.config.cache_dir, path.relative_to(svc.config.cache_dir))
+    except LinkRefused as e:
+        svc.cache.refused(e)
+        return _text(404, "no arm64 GRUB")
+    return FileAnswer(fd, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
@@ -400,12 +398,14 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     svc = _service(request)
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
+    rate = svc.config.server.artifact_rate  # bytes/s held to; an attributed node's profile's first
     if request.method == "GET":
         client = _client(request)
         kind, node = await svc.artifact_requested(segments, client)
         request[accesslog.ARTIFACT_KIND] = kind
         if node is not None:
             request[NODE] = node
+            rate = svc.config.profiles[svc.config.nodes[node].profile].artifact_rate or rate
             request[accesslog.ON_SENT] = lambda status, nbytes, complete: svc.artifact_answered(
                 node, kind, client, status=status, nbytes=nbytes, complete=complete)
     found = await svc.artifact(segments)
@@ -414,12 +414,12 @@ async def artifact(request: web.Request) -> web.StreamResponse:
         log.warning("%s %s: 404 %s", request.method, request.path, what)
         return _text(404, f"{what}: {'/'.join(segments)}")
     if isinstance(found, Transfer):
-        return await _send_transfer(request, found)
-    return FileAnswer(found.fd, etag=found.sha256, headers={
+        return await _send_transfer(request, found, rate)
+    return FileAnswer(found.fd, etag=found.sha256, rate=rate, headers={
         "Content-Type": "application/octet-stream", "Cache-Control": "public, max-age=31536000, immutable"})
 
 
-async def _send_transfer(request: web.Request, transfer: Transfer) -> web.StreamResponse:
+async def _send_transfer(request: web.Request, transfer: Transfer, rate: int | None) -> web.StreamResponse:
     """Stream an artifact that is being downloaded (read-through). On a failure after the headers
     went out, abort the connection so the client sees a body short of its Content-Length.
 
@@ -442,7 +442,7 @@ async def _send_transfer(request: web.Request, transfer: Transfer) -> web.Stream
                 async for chunk in transfer.chunks():
                     await resp.write(chunk)
             else:
-                await sendfile_ranges(request, resp, transfer)
+                await sendfile_ranges(request, resp, transfer, rate)
         except ConnectionError:  # the client went away: the access log says so ("incomplete"), in one line
             return resp
         except BootserverError as e:
@@ -551,7 +551,7 @@ def create_app(config: Config, signer: Signer | None = None, state: StateStore |
     svc = BootService(config, signer, state=state, measured=True)
     metrics = svc.metrics
     assert metrics is not None
-    limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
+    limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued, metrics)
     live = page.Page(svc)
     running = Running(Loaded(svc, Gate(config, svc.check_signature), live.loaded_at), metrics, live)
     app = _app(svc, running, metrics, DEVICE, limits)

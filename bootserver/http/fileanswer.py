@@ -1,4 +1,9 @@
-"""Answers with the bytes of a file the server opened itself: artifacts and boot images.
+"""Answers with the bytes of a file the server opened itself: artifacts, boot images, loaders.
+
+Every answer with a file's bytes decides its status and range in one place, :func:`plan` (its
+conditionals and ranges below), whatever sends the bytes: :class:`FileAnswer` (artifacts, the arm64
+GRUB) and ``/iso`` (:func:`send_pieces`). Only an artifact still being downloaded answers the whole body
+(200) to any ``Range``, as §14.2 allows.
 
 :class:`FileAnswer` sends an open descriptor, never a path (aiohttp's ``FileResponse`` opens a path
 again, after our checks, and would follow a link swapped in meanwhile: :mod:`bootserver.files`), with
@@ -16,6 +21,11 @@ differ from them:
 * ``If-Range`` (§13.1.5): the range applies only when its validator is our strong ETag, or a date equal
   to our ``Last-Modified``; otherwise the whole body (``200``).
 
+Every sender takes an optional byte rate (``server.artifact_rate``, a profile's ``artifact_rate``): the
+body then goes out in steps of :data:`PACE_STEP` seconds' worth of bytes, each sent (with sendfile) no
+earlier than its share of the rate allows (:func:`paced`), so one answer holds the rate while every
+other connection goes at its own speed.
+
 Below :class:`FileAnswer`, the two senders of bodies that are not one whole file: :func:`send_pieces`
 (a boot image: a base image's ranges with a node's region written in) and :func:`sendfile_ranges` (an
 artifact still being downloaded, in the ranges its download has ready).
@@ -26,7 +36,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 
@@ -42,6 +53,46 @@ _RANGE_SPEC = re.compile(r"^(\d*)-(\d*)$")
 
 #: What :func:`byte_range` answers for a range set none of whose ranges can be satisfied (416).
 UNSATISFIABLE = "unsatisfiable"
+
+
+#: A paced answer sends this many seconds' worth of its rate at a time (at least 16 KiB, at most 1 MiB).
+PACE_STEP = 0.05
+
+
+class Pace:
+    """The clock of one answer held to ``rate`` bytes per second: :meth:`due` waits until the next
+    ``nbytes`` may go, measured from the first call (so time the client spent on earlier bytes counts)."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        #: bytes per step (seconds' worth: :data:`PACE_STEP`)
+        self.step = min(1 << 20, max(16 << 10, int(rate * PACE_STEP)))
+        self._start: float | None = None
+        self._sent = 0
+
+    async def due(self, nbytes: int) -> None:
+        """Wait until ``nbytes`` more may be sent without going over the rate; counts them as sent."""
+        now = asyncio.get_running_loop().time()
+        if self._start is None:
+            self._start = now
+        wait = self._start + self._sent / self.rate - now
+        self._sent += nbytes
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+
+async def paced(offset: int, count: int, pace: Pace | None) -> AsyncIterator[tuple[int, int]]:
+    """``(offset, count)`` pieces covering the byte range ``offset, count``: the whole range at once
+    without ``pace``, else pieces of ``pace.step`` bytes, each yielded when :meth:`Pace.due` allows."""
+    if pace is None:
+        yield offset, count
+        return
+    end = offset + count
+    while offset < end:
+        n = min(pace.step, end - offset)
+        await pace.due(n)
+        yield offset, n
+        offset += n
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
@@ -86,15 +137,55 @@ def _http_date(t: float) -> str:
     return format_datetime(datetime.fromtimestamp(int(t), UTC), usegmt=True)
 
 
-def _if_range_holds(value: str, etag: str, last_modified: float) -> bool:
+def _if_range_holds(value: str, etag: str, last_modified: float | None) -> bool:
     """RFC 9110 §13.1.5: a strong ETag equal to ours, or an HTTP date equal to our Last-Modified."""
     value = value.strip()
     if value.startswith(('"', "W/")):
         return value == f'"{etag}"'
+    if last_modified is None:
+        return False
     try:
         return int(parsedate_to_datetime(value).timestamp()) == int(last_modified)
     except (TypeError, ValueError, IndexError):
         return False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a ``GET``/``HEAD`` of a representation gets (:func:`plan`): ``status`` (200, 206, 304 or
+    416), the byte range ``start``..``end`` (``end`` exclusive) to send, and the headers to add
+    (``ETag``, ``Accept-Ranges``, ``Last-Modified`` when known, ``Content-Range`` for 206 and 416)."""
+
+    status: int
+    start: int
+    end: int
+    headers: dict[str, str]
+
+
+def plan(request: web.BaseRequest, size: int, etag: str, last_modified: float | None = None) -> Plan:
+    """The answer to ``request`` for a representation of ``size`` bytes with the strong ``etag`` (without
+    quotes) and ``last_modified`` (unix seconds, ``None``: none): conditionals and ranges as the module
+    docstring says (RFC 9110 §13.1, §14.2)."""
+    headers: dict[str, str] = {hdrs.ETAG: f'"{etag}"', hdrs.ACCEPT_RANGES: "bytes"}
+    if last_modified is not None:
+        headers[hdrs.LAST_MODIFIED] = _http_date(last_modified)
+    inm = request.if_none_match
+    ims = request.if_modified_since if last_modified is not None else None
+    if (inm and any(tag.value in (etag, "*") for tag in inm)) or \
+            (inm is None and ims is not None and last_modified is not None and int(last_modified) <= ims.timestamp()):
+        return Plan(304, 0, 0, headers)
+    wanted = byte_range(request.headers.get(hdrs.RANGE), size)
+    if_range = request.headers.get(hdrs.IF_RANGE)
+    if wanted is not None and if_range is not None and not _if_range_holds(if_range, etag, last_modified):
+        wanted = None
+    if wanted == UNSATISFIABLE:
+        headers[hdrs.CONTENT_RANGE] = f"bytes */{size}"
+        return Plan(416, 0, 0, headers)
+    if isinstance(wanted, tuple):
+        start, end = wanted
+        headers[hdrs.CONTENT_RANGE] = f"bytes {start}-{end - 1}/{size}"
+        return Plan(206, start, end, headers)
+    return Plan(200, 0, size, headers)
 
 
 class FileAnswer(web.StreamResponse):
@@ -103,12 +194,15 @@ class FileAnswer(web.StreamResponse):
     in hex, as aiohttp's) and the other headers as given. Conditionals and ranges as in the module
     docstring; the bytes go out with ``sendfile`` on plain TCP and in writes of at most 1 MiB over TLS.
     When the client goes away mid-body, the bytes sent are recorded for the access log
-    (:data:`bootserver.http.accesslog.BODY_SENT`)."""
+    (:data:`bootserver.http.accesslog.BODY_SENT`). ``rate``: bytes per second the body is held to
+    (:class:`Pace`), or ``None`` for as fast as the connection takes it."""
 
-    def __init__(self, fd: int, *, etag: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, fd: int, *, etag: str | None = None, headers: dict[str, str] | None = None,
+                 rate: int | None = None) -> None:
         super().__init__(headers=headers)
         self._fd: int | None = fd
         self._etag_value = etag
+        self._rate = rate
 
     def close(self) -> None:
         """Close the descriptor (done by :meth:`prepare`; for an answer that is never sent)."""
@@ -125,31 +219,13 @@ class FileAnswer(web.StreamResponse):
     async def _answer(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         assert self._fd is not None
         st = os.fstat(self._fd)
-        size, mtime = st.st_size, st.st_mtime
-        etag = self._etag_value or f"{st.st_mtime_ns:x}-{size:x}"
-        self.etag = etag
-        self.headers[hdrs.LAST_MODIFIED] = _http_date(mtime)
-        self.headers[hdrs.ACCEPT_RANGES] = "bytes"
-        inm = request.if_none_match
-        ims = request.if_modified_since
-        if (inm and any(tag.value in (etag, "*") for tag in inm)) or \
-                (inm is None and ims is not None and int(mtime) <= ims.timestamp()):
-            self.set_status(304)
-            return await super().prepare(request)
-        wanted = byte_range(request.headers.get(hdrs.RANGE), size)
-        if_range = request.headers.get(hdrs.IF_RANGE)
-        if wanted is not None and if_range is not None and not _if_range_holds(if_range, etag, mtime):
-            wanted = None
-        if wanted == UNSATISFIABLE:
-            self.set_status(416)
-            self.headers[hdrs.CONTENT_RANGE] = f"bytes */{size}"
-            self.content_length = 0
-            return await super().prepare(request)
-        start, end = (0, size) if not isinstance(wanted, tuple) else wanted
-        if isinstance(wanted, tuple):
-            self.set_status(206)
-            self.headers[hdrs.CONTENT_RANGE] = f"bytes {start}-{end - 1}/{size}"
-        self.content_length = end - start
+        size = st.st_size
+        answer = plan(request, size, self._etag_value or f"{st.st_mtime_ns:x}-{size:x}", st.st_mtime)
+        self.set_status(answer.status)
+        self.headers.update(answer.headers)
+        start, end = answer.start, answer.end
+        if answer.status != 304:
+            self.content_length = end - start
         writer = await super().prepare(request)
         if request.method == "HEAD" or end == start:
             await self.write_eof()
@@ -164,12 +240,15 @@ class FileAnswer(web.StreamResponse):
         if transport is None or transport.is_closing():
             raise ConnectionResetError("Connection lost")
         sent = 0
+        pace = None if self._rate is None else Pace(self._rate)
         fobj = open(self._fd, "rb", buffering=0, closefd=False)  # noqa: SIM115 - closed in finally
         try:
             if transport.get_extra_info("sslcontext") is None:
                 fobj.seek(offset)
+                loop = asyncio.get_running_loop()
                 try:
-                    await asyncio.get_running_loop().sendfile(transport, fobj, offset, count)
+                    async for start, n in paced(offset, count, pace):
+                        await loop.sendfile(transport, fobj, start, n)
                     return
                 except NotImplementedError:
                     pass
@@ -177,13 +256,13 @@ class FileAnswer(web.StreamResponse):
                     sent = max(0, fobj.tell() - offset)
                     raise
             end = offset + count
-            while offset < end:
-                data = os.pread(self._fd, min(1 << 20, end - offset), offset)
-                if not data:
-                    raise ConnectionResetError("file shorter than it was")
-                await self.write(data)
-                offset += len(data)
-                sent += len(data)
+            async for start, n in paced(offset + sent, end - offset - sent, pace):
+                for off in range(start, start + n, 1 << 20):
+                    data = os.pread(self._fd, min(1 << 20, start + n - off), off)
+                    if not data:
+                        raise ConnectionResetError("file shorter than it was")
+                    await self.write(data)
+                    sent += len(data)
         except ConnectionError:
             if isinstance(request, web.Request):
                 request[accesslog.BODY_SENT] = (sent, False)
@@ -226,44 +305,47 @@ async def send_pieces(request: web.Request, resp: web.StreamResponse, fd: int,
                 offset += len(data)
 
 
-async def sendfile_ranges(request: web.Request, resp: web.StreamResponse, transfer: Transfer) -> None:
+async def sendfile_ranges(request: web.Request, resp: web.StreamResponse, transfer: Transfer,
+                          rate: int | None = None) -> None:
     """Send every range :meth:`Transfer.ranges` yields with ``loop.sendfile`` (the kernel's sendfile,
     as aiohttp's FileResponse does), or with writes of at most 1 MiB over TLS or where the transport
-    cannot sendfile.
+    cannot sendfile; held to ``rate`` bytes per second when given (:class:`Pace`).
 
     TLS gets our own writes: the bytes must pass through Python to be encrypted anyway, and asyncio's
     sendfile fallback, called once per range on an SSL transport, lost bytes in our tests (clients got
     short bodies while the server saw them all sent)."""
     loop = asyncio.get_running_loop()
     fobj = None
+    pace = None if rate is None else Pace(rate)
     sent = 0  # body bytes sent; with sendfile, asyncio leaves the file position after the last one
     try:
-        async for offset, count in transfer.ranges():
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                raise ConnectionResetError("Connection lost")
-            if fobj is None:
-                fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115 - closed in finally
-                use_sendfile = transport.get_extra_info("sslcontext") is None
-            if use_sendfile:
-                fobj.seek(offset)
-                try:
-                    await loop.sendfile(transport, fobj, offset, count)
-                    sent += count
-                    continue
-                except NotImplementedError:
-                    use_sendfile = False
-                except ConnectionError:
-                    sent += max(0, fobj.tell() - offset)
-                    raise
-            end = offset + count
-            while offset < end:
-                data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
-                if not data:
-                    raise FetchError(f"{request.path}: data file shorter than expected")
-                await resp.write(data)
-                offset += len(data)
-                sent += len(data)
+        async for whole_offset, whole_count in transfer.ranges():
+            async for offset, count in paced(whole_offset, whole_count, pace):
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    raise ConnectionResetError("Connection lost")
+                if fobj is None:
+                    fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115 - closed in finally
+                    use_sendfile = transport.get_extra_info("sslcontext") is None
+                if use_sendfile:
+                    fobj.seek(offset)
+                    try:
+                        await loop.sendfile(transport, fobj, offset, count)
+                        sent += count
+                        continue
+                    except NotImplementedError:
+                        use_sendfile = False
+                    except ConnectionError:
+                        sent += max(0, fobj.tell() - offset)
+                        raise
+                end = offset + count
+                while offset < end:
+                    data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
+                    if not data:
+                        raise FetchError(f"{request.path}: data file shorter than expected")
+                    await resp.write(data)
+                    offset += len(data)
+                    sent += len(data)
     except ConnectionError:
         request[accesslog.BODY_SENT] = (sent, False)
         raise
