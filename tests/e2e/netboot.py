@@ -129,7 +129,8 @@ def stack(net: TestNetwork, source: tuple[Path, dict[str, bytes], dict], dhcp: d
             serve.wait(timeout=0.2)
     s = NetStack(net, config, folder, serve_log, dhcp_log)
     if dhcp is not None and engine:
-        s.dhcp = net.start([*bootserver_command(), "dhcp", "--config", str(config), "--log-level", "debug"], log=dhcp_log)
+        s.dhcp = net.start([*bootserver_command(), "dhcp", "--config", str(config), "--log-level", "debug"],
+                           log=dhcp_log)
         s.wait_log(r"bootserver.dhcp: dnsmasq \(process \d+\) answers on")
     try:
         yield s

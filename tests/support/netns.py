@@ -46,7 +46,8 @@ def unavailable() -> str | None:
 
 class TestNetwork:
     """A network namespace with ``br0`` (:data:`SERVER_IPV4`/24, :data:`SERVER_IPV6`/64, no STP, no
-    forward delay; a veth port ``carrier0`` keeps it running) and taps. ``prefix``: the namespace's name prefix (the helper's or test's own)."""
+    forward delay; a veth port ``carrier0`` keeps it running) and taps. ``prefix``: the namespace's
+    name prefix (the helper's or test's own)."""
 
     __test__ = False  # not a pytest test class
 
