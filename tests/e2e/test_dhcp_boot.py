@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -175,3 +176,33 @@ def test_refusals_are_one_line_naming_the_key_and_start_nothing(net: netns.TestN
             assert p.returncode == 2 and p.stderr == (
                 f"bootserver: {s.config}: dhcp.interface: mode: full needs an IPv4 address on prov0 (the subnet "
                 "addresses are handed out of), and it has none\n"), p.stderr
+
+
+def test_reloads_change_reservations_in_place_and_restart_dnsmasq_only_for_its_own_options(
+        net: netns.TestNetwork, e2e_source: tuple) -> None:
+    nodes = {"a": node(BIOS_MAC, "192.0.2.10/24"), "b": node(UEFI_MAC, "192.0.2.11/24")}
+    with netboot.stack(net, e2e_source, {"interface": netns.BRIDGE, "mode": "full"}, nodes) as s:
+        pid = s.dnsmasq_pid()
+        hosts = s.work / "state" / "dhcp" / "hosts" / "nodes"
+        # b leaves (b-gone comes), a moves: the hosts file follows, dnsmasq stays
+        doc = s.config.read_text().replace("192.0.2.10", "192.0.2.12").replace("\n  b:\n", "\n  b-gone:\n")
+        s.config.write_text(doc)
+        p = s.bootserver("reload")  # serve's pid file and the engine's
+        assert p.returncode == 0 and "sent SIGHUP to bootserver dhcp" in p.stderr, p.stderr
+        s.wait_log(r"reload: 2 reservations \(1 added, 1 removed, 1 changed\) without restarting dnsmasq")
+        assert f"{BIOS_MAC},set:node-a,192.0.2.12,a\n" in hosts.read_text()
+        assert "node-b," not in hosts.read_text() and "node-b-gone," in hosts.read_text()
+        assert s.dnsmasq_pid() == pid
+        # an invalid config is refused and changes nothing (SIGHUP: what systemd's reload sends)
+        s.config.write_text(doc.replace("mode: full", "mode: fool"))
+        os.kill(s.dhcp.pid, signal.SIGHUP)
+        s.wait_log(r"reload refused, the running config stays: .*dhcp\.mode")
+        assert s.dnsmasq_pid() == pid and f"{BIOS_MAC},set:node-a,192.0.2.12,a\n" in hosts.read_text()
+        # dnsmasq's own options (the lease time) restart it; its lease file keeps the leases
+        s.config.write_text(doc.replace("mode: full", "mode: full\n  lease_time: 20m"))
+        os.kill(s.dhcp.pid, signal.SIGHUP)
+        s.wait_log(r"dnsmasq's options changed: restarting it")
+        s.wait_log(rf"dnsmasq \(process (?!{pid}\))\d+\) answers on br0 in full mode: 2 reservations")
+        assert s.dnsmasq_pid() != pid
+        assert "dhcp-range=192.0.2.0,static,255.255.255.0,1200\n" in (s.work / "state/dhcp/dnsmasq.conf").read_text()
+        assert s.dhcp.poll() is None
