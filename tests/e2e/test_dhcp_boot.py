@@ -14,6 +14,8 @@ guests on taps of its bridge.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -21,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -206,3 +209,30 @@ def test_reloads_change_reservations_in_place_and_restart_dnsmasq_only_for_its_o
         assert s.dnsmasq_pid() != pid
         assert "dhcp-range=192.0.2.0,static,255.255.255.0,1200\n" in (s.work / "state/dhcp/dnsmasq.conf").read_text()
         assert s.dhcp.poll() is None
+
+
+def test_an_adopted_machine_gets_its_reservation_from_the_same_dnsmasq(
+        tools: rig.Tools, net: netns.TestNetwork, e2e_source: tuple, tmp_path: Path) -> None:
+    need(tools, "qemu", "ipxe_efi_rom")
+    net.tap("tapa")
+    dhcp = {"interface": netns.BRIDGE, "mode": "full", "range": "192.0.2.100-192.0.2.150"}
+    with netboot.stack(net, e2e_source, dhcp, {"bios-0": node(UEFI_MAC, "192.0.2.10/24")}) as s, \
+            concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pid = s.dnsmasq_pid()
+        # an unknown machine: a pool address, the discovery script, reported and waiting
+        guest = pool.submit(netboot.boot, tools, net, "tapa", tmp_path / "bios.log", BIOS_MAC, "bios", 150)
+        end = time.monotonic() + 90
+        while BIOS_MAC not in s.bootserver("nodes", "discovered").stdout:
+            assert time.monotonic() < end and not guest.done(), (tmp_path / "bios.log").read_text()[-2000:]
+            with contextlib.suppress(concurrent.futures.TimeoutError):
+                guest.result(timeout=1)  # waits on the guest, not a bare sleep
+        target = s.work / "nodes.d" / "adopted-0.yaml"
+        p = s.bootserver("nodes", "adopt", BIOS_MAC, "--name", "adopted-0", "--profile", "e2e-live",
+                         "--file", str(target))
+        assert p.returncode == 0 and "sent SIGHUP to bootserver dhcp" in p.stdout + p.stderr, p.stdout + p.stderr
+        s.wait_log(r"reload: 2 reservations \(1 added, 0 removed, 0 changed\) without restarting dnsmasq")
+        hosts = (s.work / "state" / "dhcp" / "hosts" / "nodes").read_text()
+        assert f"{BIOS_MAC},set:node-adopted-0,adopted-0\n" in hosts, hosts
+        result = guest.result(timeout=160)  # the same machine, never reset, boots its node's script
+        assert_booted(s, "adopted-0", result, "bios")
+        assert s.dnsmasq_pid() == pid
