@@ -184,7 +184,9 @@ def test_refusals_are_one_line_naming_the_key_and_start_nothing(net: netns.TestN
 def test_reloads_change_reservations_in_place_and_restart_dnsmasq_only_for_its_own_options(
         net: netns.TestNetwork, e2e_source: tuple) -> None:
     nodes = {"a": node(BIOS_MAC, "192.0.2.10/24"), "b": node(UEFI_MAC, "192.0.2.11/24")}
-    with netboot.stack(net, e2e_source, {"interface": netns.BRIDGE, "mode": "full"}, nodes) as s:
+    nodes["a"]["network"] = netboot.static_network(BIOS_MAC, "192.0.2.10/24", ipv6="2001:db8::10/64")
+    with netboot.stack(net, e2e_source, {"interface": netns.BRIDGE, "mode": "full", "ipv6": True}, nodes) as s:
+        s.wait_log(r"router advertisement on 2001:db8::, constructed for br0")  # ipv6: RA and DHCPv6
         pid = s.dnsmasq_pid()
         hosts = s.work / "state" / "dhcp" / "hosts" / "nodes"
         # b leaves (b-gone comes), a moves: the hosts file follows, dnsmasq stays
@@ -193,16 +195,16 @@ def test_reloads_change_reservations_in_place_and_restart_dnsmasq_only_for_its_o
         p = s.bootserver("reload")  # serve's pid file and the engine's
         assert p.returncode == 0 and "sent SIGHUP to bootserver dhcp" in p.stderr, p.stderr
         s.wait_log(r"reload: 2 reservations \(1 added, 1 removed, 1 changed\) without restarting dnsmasq")
-        assert f"{BIOS_MAC},set:node-a,192.0.2.12,a\n" in hosts.read_text()
+        assert f"{BIOS_MAC},set:node-a,192.0.2.12,[2001:db8::10],a\n" in hosts.read_text()
         assert "node-b," not in hosts.read_text() and "node-b-gone," in hosts.read_text()
         assert s.dnsmasq_pid() == pid
         # an invalid config is refused and changes nothing (SIGHUP: what systemd's reload sends)
         s.config.write_text(doc.replace("mode: full", "mode: fool"))
         os.kill(s.dhcp.pid, signal.SIGHUP)
         s.wait_log(r"reload refused, the running config stays: .*dhcp\.mode")
-        assert s.dnsmasq_pid() == pid and f"{BIOS_MAC},set:node-a,192.0.2.12,a\n" in hosts.read_text()
+        assert s.dnsmasq_pid() == pid and f"{BIOS_MAC},set:node-a,192.0.2.12,[2001:db8::10],a\n" in hosts.read_text()
         # dnsmasq's own options (the lease time) restart it; its lease file keeps the leases
-        s.config.write_text(doc.replace("mode: full", "mode: full\n  lease_time: 20m"))
+        s.config.write_text(doc.replace("mode: full", "mode: full\n  lease_time: 20m"))  # after ipv6: in the doc
         os.kill(s.dhcp.pid, signal.SIGHUP)
         s.wait_log(r"dnsmasq's options changed: restarting it")
         s.wait_log(rf"dnsmasq \(process (?!{pid}\))\d+\) answers on br0 in full mode: 2 reservations")
