@@ -374,19 +374,21 @@ def blank_disk(path: Path, size: int = IMAGE_BYTES + (16 << 20)) -> Path:
 class Machine:
     """One QEMU machine (TCG) with a disk and a NIC, network-booting first as a server's firmware does.
 
-    ``firmware``: ``bios`` (SeaBIOS) or ``uefi`` (OVMF). The NIC (virtio, iPXE's option ROM from
-    ``ipxe-qemu``; under BIOS QEMU's default ROM property, which loads the same file: SeaBIOS offers no
-    network boot when ``romfile=`` names it explicitly) is first in the boot order, the disk
-    (virtio-blk, raw ``disk``) second. QEMU's user network (``restrict=on``, reaching only
-    ``rig.GUEST_HOST:port``) hands out ``chain_url`` as the DHCP boot file, which iPXE chains; ``netdev``
-    replaces that network (QEMU arguments defining netdev ``n0``); ``extra`` is appended (``-smbios``).
-    A guest reboot resets the machine (the firmware boots again); a power-off ends QEMU. The serial
-    ports go to ``log`` (UEFI: the second one to :func:`rig.second_serial_log`). Use as a context
-    manager: leaving kills QEMU."""
+    ``firmware``: ``bios`` (SeaBIOS) or ``uefi`` (OVMF). The NIC (virtio) is first in the boot order,
+    the disk (virtio-blk, raw ``disk``) second. By default the NIC runs iPXE's option ROM from
+    ``ipxe-qemu`` (under BIOS through QEMU's default ROM property, which loads the same file: SeaBIOS
+    offers no network boot when ``romfile=`` names it explicitly), and QEMU's user network
+    (``restrict=on``, reaching only ``rig.GUEST_HOST:port``) hands out ``chain_url`` as the DHCP boot
+    file. With ``tap`` (``(argv prefix, tap name)``, e.g. ``(["ip", "netns", "exec", NS], "tap0")``)
+    the NIC is that tap device of a DHCP engine's network instead, QEMU runs under the prefix, and under
+    UEFI the firmware's own PXE (no option ROM, IPv6 PXE off) does the first DHCP and TFTP. ``extra``
+    is appended (``-smbios``). A guest reboot resets the machine (the firmware boots again); a
+    power-off ends QEMU. The serial ports go to ``log`` (UEFI: the second one to
+    :func:`rig.second_serial_log`). Use as a context manager: leaving kills QEMU."""
 
     def __init__(self, tools: rig.Tools, firmware: str, disk: Path, log: Path, port: int, mac: str,
-                 chain_url: str, memory_mb: int = 768, netdev: list[str] | None = None,
-                 extra: list[str] | None = None) -> None:
+                 chain_url: str, memory_mb: int = 768, extra: list[str] | None = None,
+                 tap: tuple[list[str], str] | None = None) -> None:
         if firmware not in rig.FIRMWARES:
             raise rig.RigError(f"unknown firmware {firmware!r}")
         missing = tools.missing("qemu", "busybox", "ipxe_efi_rom", *(("ovmf",) if firmware == "uefi" else ()))
@@ -394,10 +396,17 @@ class Machine:
             raise rig.RigError("missing: " + "; ".join(missing))
         self.firmware, self.log, self.proc = firmware, log, None
         rom = f",romfile={tools.ipxe_efi_rom}" if firmware == "uefi" else ""
-        net = netdev or ["-netdev", f"user,id=n0,restrict=on,bootfile={chain_url},guestfwd=tcp:{rig.GUEST_HOST}:"
-                                    f"{port}-cmd:{tools.busybox} nc 127.0.0.1 {port}"]
-        argv = [tools.qemu or "", "-machine", "pc,accel=tcg,graphics=off", "-m", str(memory_mb), "-smp", "1",
-                "-nodefaults", "-display", "none"]
+        net = ["-netdev", f"user,id=n0,restrict=on,bootfile={chain_url},guestfwd=tcp:{rig.GUEST_HOST}:"
+                          f"{port}-cmd:{tools.busybox} nc 127.0.0.1 {port}"]
+        wrap: list[str] = []
+        if tap is not None:  # a DHCP engine's network: the firmware's own PXE under UEFI, not iPXE's ROM
+            wrap, name = tap
+            net = ["-netdev", f"tap,id=n0,ifname={name},script=no,downscript=no"]
+            if firmware == "uefi":
+                rom = ",romfile="
+                net += ["-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"]
+        argv = [*wrap, tools.qemu or "", "-machine", "pc,accel=tcg,graphics=off", "-m", str(memory_mb),
+                "-smp", "1", "-nodefaults", "-display", "none"]
         if firmware == "uefi":
             argv += ["-bios", tools.ovmf or "",
                      "-chardev", f"file,id=s0,path={log}", "-serial", "chardev:s0",

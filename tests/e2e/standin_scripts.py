@@ -28,25 +28,39 @@ COMMON = r"""
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 say() { echo "$*"; }
 fail() { say "STANDIN-FAIL: $*"; say "E2E-INIT-DONE"; sync; poweroff -f; sleep 5; }
-# netup KARGS...: the first static ip=<address>::<gateway>:<prefix>:<hostname>:<interface>:none
-# (dracut's form, as nm-initrd-generator reads it), else DHCP (udhcpc) on eth0.
+# netup KARGS...: dracut's network kargs, as nm-initrd-generator reads them, for one NIC: ifname=<name>:<mac>
+# renames the NIC with that MAC; the first static ip=<address>::<gateway>:<prefix>:<hostname>:<interface>:none
+# configures <interface> (default: the one NIC), else DHCP (udhcpc) on it.
 netup() {
-  static=""
+  static=""; dev=""
   for w in "$@"; do
-    case "$w" in ip=*:none) [ -n "$static" ] || static="${w#ip=}";; esac
+    case "$w" in
+      ip=*:none) [ -n "$static" ] || static="${w#ip=}";;
+      ifname=*:*)
+        spec="${w#ifname=}"; name="${spec%%:*}"; mac="${spec#*:}"
+        for d in /sys/class/net/*; do
+          if [ "$(cat "$d/address")" = "$mac" ] && [ "${d##*/}" != "$name" ]; then
+            ip link set "${d##*/}" name "$name" || fail "ifname: renaming ${d##*/} to $name"
+          fi
+        done;;
+    esac
   done
+  for d in /sys/class/net/*; do [ "${d##*/}" = lo ] || { dev="${d##*/}"; break; }; done
+  [ -n "$dev" ] || fail "no network interface"
   ip link set lo up
-  ip link set eth0 up || fail "no eth0"
   if [ -n "$static" ]; then
-    IFS=: read -r addr _ gw prefix _ <<EOF_IP
+    IFS=: read -r addr _ gw prefix _ iface _ <<EOF_IP
 $static
 EOF_IP
-    ip addr add "$addr/$prefix" dev eth0 || fail "ip addr add $addr/$prefix"
+    dev="${iface:-$dev}"
+    ip link set "$dev" up || fail "no interface $dev"
+    ip addr add "$addr/$prefix" dev "$dev" || fail "ip addr add $addr/$prefix dev $dev"
     [ -z "$gw" ] || ip route add default via "$gw" || fail "ip route add default via $gw"
-    say "E2E-NET:static $addr/$prefix via $gw"
+    say "E2E-NET:static $addr/$prefix via $gw on $dev"
   else
-    udhcpc -i eth0 -n -q -f -t 10 -T 1 -s /etc/udhcpc.script >/dev/null 2>&1 || fail "udhcpc: no lease"
-    say "E2E-NET:dhcp"
+    ip link set "$dev" up || fail "no interface $dev"
+    udhcpc -i "$dev" -n -q -f -t 10 -T 1 -s /etc/udhcpc.script >/dev/null 2>&1 || fail "udhcpc: no lease"
+    say "E2E-NET:dhcp on $dev"
   fi
 }
 # the kernel arguments coreos-installer forwards to the installed system's first boot
@@ -206,7 +220,7 @@ mount -t tmpfs tmpfs /tmp
 say "STANDIN-BOOT: installed system ($PRETTY_NAME)"
 [ ! -f /etc/hostname ] || hostname "$(cat /etc/hostname)"
 say "STANDIN-HOSTNAME:$(hostname)"
-ip -4 addr show dev eth0 2>/dev/null | grep -q inet || netup $(cat /etc/standin-network 2>/dev/null)
+ip -4 addr show scope global 2>/dev/null | grep -q inet || netup $(cat /etc/standin-network 2>/dev/null)
 # systemd.service(5): in ExecStart=, "$$" is a literal "$" and "%%" a literal "%"; a leading "-" ignores
 # the exit status. The words are then read as systemd reads them (double quotes, backslash escapes).
 run_unit() {

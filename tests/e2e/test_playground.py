@@ -1,7 +1,8 @@
-"""``make playground``'s script runs the whole life of its three machines: the BIOS and the UEFI node and
-the unknown machine (discovered, adopted by the playground) install with the stand-in CoreOS, reboot,
-boot their disk through boot-once and check in; it ends with every machine ``up`` and a summary table
-(bounded by ``--minutes``)."""
+"""``make playground``'s script runs the whole life of its three machines on the DHCP engine's network (a
+namespace of its own): the BIOS and the UEFI node at their reserved addresses and the unknown machine
+(discovered, adopted by the playground) install with the stand-in CoreOS, reboot, boot their disk
+through boot-once and check in; it ends with every machine ``up`` and a summary table (bounded by
+``--minutes``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import sys
 
 import pytest
 from support.helpers import REPO
+from support.netns import unavailable
 
-from . import rig, standin
-from .conftest import need
+from . import life, rig, standin
+from .conftest import in_ci, need
 
 pytestmark = pytest.mark.e2e
 
@@ -21,6 +23,10 @@ def test_the_playground_brings_its_three_machines_up() -> None:
     tools = rig.find_tools()
     need(tools, "qemu", "ovmf", "ipxe_efi_rom", "busybox", "vmlinuz", "modules_dir", "ignition")
     assert not standin.find_standin_tools(tools).missing()
+    if unavailable():
+        if in_ci():
+            pytest.fail(f"the playground's network: {unavailable()}", pytrace=False)
+        pytest.skip(f"the playground's network: {unavailable()}")
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "playground.py"), "--minutes", "12"],
                           capture_output=True, text=True, timeout=900)
     out = proc.stdout
@@ -28,14 +34,16 @@ def test_the_playground_brings_its_three_machines_up() -> None:
     assert out.startswith("playground: the installer is a stand-in for CoreOS built from Debian's parts")
     assert "playground: discovered 52:54:00:9a:00:99" in out and "Playground Labs" in out
     assert "nodes adopt 52:54:00:9a:00:99 --name pg-new --profile install" in out
-    for node in ("pg-bios", "pg-uefi", "pg-new"):
+    first_mile = {"pg-bios": ["dhcp"], "pg-uefi": ["dhcp", "tftp"], "pg-new": []}  # pg-new: before adoption
+    for node, before in first_mile.items():
         lines = [line for line in out.splitlines() if line.startswith(f"playground: {node} ")]
         stages = [line.split("->")[1].split()[0] for line in lines if "->" in line]
-        assert stages == ["ipxe", "kernel", "initramfs", "rootfs", "installing", "installed", "up"], lines
+        assert stages == [*before, *life.LIFE_STAGES], lines
         assert any("local-boot answer" in line for line in lines), lines
     table = out.split("playground: summary", 1)[1]
-    for node, firmware in (("pg-bios", "bios"), ("pg-uefi", "uefi"), ("pg-new", "bios")):
+    for node, firmware, address, times in (("pg-bios", "bios", "192.0.2.11", 8), ("pg-uefi", "uefi", "192.0.2.12", 9),
+                                           ("pg-new", "bios", "192.0.2.1", 7)):
         row = next(line for line in table.splitlines() if line.startswith(f"playground:   {node} "))
-        assert row.split()[2] == firmware and row.count(" s") == 7, row
+        assert row.split()[2] == firmware and row.split()[3].startswith(address) and row.count(" s") == times, row
     assert "playground: every machine is up" in out
-    assert out.rstrip().endswith("playground: machines and server stopped")
+    assert out.rstrip().endswith("playground: machines, engine and server stopped")
