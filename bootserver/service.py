@@ -26,7 +26,7 @@ from .discovery import NICS, Discovered, read_report
 from .errors import BootserverError, InputError, UnavailableError
 from .files import LinkRefused
 from .fleet import FleetNode, read_fleet
-from .grub import render_grub_config, render_grub_localboot
+from .grub import render_grub_config, render_grub_discovery, render_grub_localboot
 from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
 from .images.firmware import arm64_grub
 from .images.netboot import node_image
@@ -185,15 +185,20 @@ class BootService:
         new._log_window = self._log_window
         return new
 
-    def discovery_script(self, mac: str | None) -> str:
+    def discovery_script(self, mac: str | None, *, grub: bool = False) -> str:
         """What ``/boot.ipxe`` answers a machine that matches no node while ``server.discovery`` is on
         (:func:`~bootserver.ipxe.render_discovery_script`): report, wait ``server.discovery.every``
-        seconds, ask again. ``mac``: the request's ``mac`` (used when it is one, else iPXE's own)."""
+        seconds, ask again; with ``grub``, what ``/boot.grub`` answers, in GRUB's form
+        (:func:`~bootserver.grub.render_grub_discovery`). ``mac``: the request's ``mac`` (used when it
+        is one, else the machine's own). Raises ``GrubUnsupported`` (a base URL GRUB cannot fetch)."""
         try:
             word = normalize_mac(mac) if mac else None
         except ValueError:
             word = None
-        return render_discovery_script(mac=word, every=self.config.server.discovery.every, nics=NICS)
+        every = self.config.server.discovery.every
+        if grub:
+            return render_grub_discovery(mac=word, every=every, base_url=self.config.server.effective_base_url)
+        return render_discovery_script(mac=word, every=every, nics=NICS)
 
     async def report(self, query: Mapping[str, str], client: str | None, at: float | None = None) -> bool:
         """Record a machine's report (``GET /discover``, its query decoded: :func:`~bootserver.discovery.
