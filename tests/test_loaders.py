@@ -7,6 +7,7 @@ tests/e2e/test_arm64_boot.py."""
 from __future__ import annotations
 
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,10 @@ async def test_the_server_offers_the_grub_and_the_generic_grub_entry(aiohttp_cli
     assert "source '(http,boot.example.net:8080)/boot.grub?mac='\"${bs_mac}\"" in waiting
     odd = await (await client.get("/boot.grub?mac=%27%3Breboot")).text()  # not a MAC: GRUB's own is used
     assert 'set bs_mac="$net_default_mac"' in odd and "reboot" not in odd
+    for script in (waiting, odd):  # GRUB's own parser reads it (grub-common's grub-script-check)
+        (tmp_path / "discover.grub").write_text(script)
+        check = subprocess.run(["grub-script-check", str(tmp_path / "discover.grub")], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
     # a script request for the timeline, as /boot.ipxe; boot-once once the installer fetched its stub
     admin = await aiohttp_client(client.app[ADMIN_APP])
     report = await (await admin.get("/nodes/arm-0")).json()
