@@ -17,7 +17,8 @@ from .artifacts.upstream import Upstream
 from .config import Config
 from .errors import MetadataError
 from .grub import GrubUnsupported, render_grub_config
-from .ipxe import CommandLineTooLong, ScriptContext, build_kargs, check_command_line
+from .ipxe import ScriptContext
+from .kargs import CommandLineTooLong, build_kargs, check_command_line
 from .network import node_kargs
 from .providers.base import DeviceRecordError
 from .providers.interface import boot_platform, boots_virtual_media
@@ -34,8 +35,8 @@ def script_context(config: Config, urls: Urls, node: str, release: Release,
     ``network`` is the node's network kargs (default: :func:`bootserver.network.node_kargs` without a
     device record: right for every node but a ``network: provider`` one, whose record the caller reads).
     Raises ``KeyError`` for an unknown node (use :func:`bootserver.inventory.find_node` first), ``ValueError`` if the
-    kernel arguments cannot be built (see :func:`bootserver.ipxe.build_kargs`),
-    :class:`~bootserver.ipxe.CommandLineTooLong` when they do not fit the kernel, and
+    kernel arguments cannot be built (see :func:`bootserver.kargs.build_kargs`),
+    :class:`~bootserver.kargs.CommandLineTooLong` when they do not fit the kernel, and
     :class:`~bootserver.providers.base.DeviceRecordError` (503) for a ``network: provider`` node without a
     usable device record.
     """
@@ -66,7 +67,7 @@ def check_command_lines(config: Config) -> list[str]:
     ``check-config`` does not open), is left to ``render`` and the server, and returned. A node that
     boots its image (``redfish.boot_source: virtual-media``) is also checked in GRUB's form, whose
     ``BOOT_IMAGE=`` counts too (:func:`~bootserver.grub.render_grub_config`). Raises
-    :class:`~bootserver.ipxe.CommandLineTooLong` (exit 2) naming the config file and the first node
+    :class:`~bootserver.kargs.CommandLineTooLong` (exit 2) naming the config file and the first node
     whose command line does not fit.
     """
     urls = Urls(config, Signer(Keyring(config.state_dir / "keys.json", [KeyEntry(bytes(32), 0)])))

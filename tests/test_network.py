@@ -17,7 +17,7 @@ from support.signing import FIXED_KEY, FIXED_NOW, fixed_signer
 from bootserver.config import parse_config
 from bootserver.errors import ConfigError
 from bootserver.http.app import create_app
-from bootserver.ipxe import CommandLineTooLong, command_line_bytes
+from bootserver.kargs import CommandLineTooLong, command_line_bytes
 from bootserver.nmstate import NetworkState, dracut_kargs
 from bootserver.providers.base import DeviceRecordError
 from bootserver.providers.equinix_network import equinix_network

@@ -174,7 +174,7 @@ def boot_platform(config: Config, node: str) -> str:
     its profile's ``platform_id`` if set, else its provider's (``packet`` for Equinix, ``metal`` for
     Redfish: the registry's ``platform_id``), else ``packet`` (a node with no provider, as before
     providers existed). Imports no provider module. The console follows the platform
-    (:func:`bootserver.ipxe.build_kargs`)."""
+    (:func:`bootserver.kargs.build_kargs`)."""
     profile = config.node_profile(node)
     if profile.platform_id:
         return profile.platform_id
