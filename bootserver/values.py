@@ -117,6 +117,12 @@ else:
     YamlList = _YamlList
 
 
+def counted(count: int, noun: str) -> str:
+    """``count`` and the English ``noun`` in its number: ``1 node``, ``2 nodes``, ``0 nodes`` (a noun
+    whose plural is not ``-s`` is not handled)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def null_as_empty(value: Any) -> Any:
     """An empty mapping key (YAML null, e.g. ``metal:`` alone) means the same as ``{}``."""
     return {} if value is None else value

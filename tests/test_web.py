@@ -229,9 +229,9 @@ async def test_readyz_is_not_ready_without_stream_metadata_and_loads_it(aiohttp_
     import asyncio
     import time
 
-    from bootserver import service
+    from bootserver import runtime
 
-    monkeypatch.setattr(service, "METADATA_RETRY", 0.0)  # retry on every probe instead of every 30 s
+    monkeypatch.setattr(runtime, "METADATA_RETRY", 0.0)  # retry on every probe instead of every 30 s
     config = parse_config({
         "server": {"base_url": "http://boot.example.net:8080"}, "cache_dir": "cache", "state_dir": "state",
         "streams": {"s": {"metadata": upstream.url + "/stable.json"}},

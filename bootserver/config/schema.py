@@ -50,6 +50,7 @@ from ..values import (
     null_as_empty,
     split_listen,
 )
+from .dhcp import DhcpSettings
 from .state import StateStoreField, StateStoreSettings, TimelineSettings
 
 #: Default stream of the embedded config: Fedora CoreOS ``stable``, from its official stream URL.
@@ -403,6 +404,8 @@ class Document(SettingsModel):
     state_store: StateStoreField = None
     #: Files or globs whose ``profiles`` and ``nodes`` are merged in (``bootserver.config.loader.read_includes``).
     include: YamlList[str] = ()
+    #: The DHCP engine (``bootserver dhcp``, :mod:`bootserver.dhcp`); off when absent.
+    dhcp: DhcpSettings | None = None
 
 
 
@@ -417,7 +420,8 @@ class Config:
     from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
     ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`), ``timeline``
     (:class:`TimelineSettings`) and ``state_store`` (:class:`StateStoreSettings`, or ``None`` for sqlite
-    in ``state_dir``), ``origins`` (the file each profile and node came from, see
+    in ``state_dir``), ``dhcp`` (:class:`~bootserver.config.dhcp.DhcpSettings` or ``None``),
+    ``origins`` (the file each profile and node came from, see
     :func:`~bootserver.config.loader.read_includes`).
     """
 
@@ -441,6 +445,8 @@ class Config:
     #: Where each ``profiles``/``nodes`` entry was defined: ``"nodes.<name>"`` -> file (only when the
     #: config has ``include:``; else every entry is from ``source``).
     origins: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
+    #: The ``dhcp:`` mapping (:class:`~bootserver.config.dhcp.DhcpSettings`), ``None`` when absent.
+    dhcp: DhcpSettings | None = None
 
     @classmethod
     def from_document(cls, doc: Document, source: str, base_dir: Path) -> Config:
@@ -464,6 +470,7 @@ class Config:
             state_store=doc.state_store,
             _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
             includes=doc.include,
+            dhcp=doc.dhcp,
         )
 
     def resolve_path(self, value: str) -> Path:

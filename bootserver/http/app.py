@@ -49,7 +49,7 @@ from ..urls import ADMIN, DEVICE, GENERIC, GENERIC_GRUB, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
 from .admission import LIMITS, Limits
-from .fileanswer import UNSATISFIABLE, FileAnswer, byte_range, send_pieces, sendfile_ranges
+from .fileanswer import FileAnswer, plan, send_pieces, sendfile_ranges
 from .gate import AdminNames, Gate, forbidden
 
 log = logging.getLogger("bootserver.web")
@@ -142,11 +142,11 @@ class Running:
             if changed:
                 log.warning("%s", reload.restart_warning(changed))
             loaded = self.swap(config)
-            message = (f"{config.source}: {len(config.streams)} streams, {len(config.profiles)} profiles, "
-                       f"{len(config.nodes)} nodes")
+            message = reload.summary(config)
             log.info("reloaded %s", message)
             self.metrics.config_reloaded(True, loaded.at)
-            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at)
+            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at,
+                                    nodes=config.nodes)
             return True
 
     async def close(self) -> None:
@@ -332,8 +332,8 @@ async def grub_config(request: web.Request) -> web.Response:
 async def boot_image(request: web.Request) -> web.StreamResponse:
     """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (:meth:`BootService.image`), sent as
     its base image's bytes (``loop.sendfile``) with the node's region written in as it goes (docs/design.md,
-    "Boot images"). ``Range``, ``If-Range`` and their answers as RFC 9110 says and artifacts answer
-    (:func:`~bootserver.http.fileanswer.byte_range`), ``HEAD`` and a strong ``ETag``: BMCs read virtual
+    "Boot images"). Conditionals, ``Range`` and ``If-Range`` as every file answer
+    (:func:`~bootserver.http.fileanswer.plan`), ``HEAD`` and a strong ``ETag``: BMCs read virtual
     media in ranges, after a HEAD for the size. The base image is opened below ``cache_dir`` without
     following a link (a link there is a 404, logged). Bad input (the node's network or release cannot be
     written into an image) is a 500 whose public text names no key or path; the log has both."""
@@ -347,27 +347,18 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
     except InputError as e:
         raise BootserverError(str(e), public=f"node {node}: its boot image cannot be built from its settings; "
                               "the server log has the details") from None
-    headers = {"Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store",
-               hdrs.ACCEPT_RANGES: "bytes"}
-    start, stop, status = 0, image.size, 200
-    wanted = byte_range(request.headers.get(hdrs.RANGE), image.size)
-    if_range = request.headers.get(hdrs.IF_RANGE)
-    if wanted is not None and if_range is not None and if_range.strip() != f'"{image.etag}"':
-        wanted = None  # another validator (or a date: the image has no Last-Modified): the whole image
-    if wanted == UNSATISFIABLE:
-        return web.Response(status=416, headers={hdrs.CONTENT_RANGE: f"bytes */{image.size}"})
-    if isinstance(wanted, tuple):
-        start, stop = wanted
-        status = 206
-        headers[hdrs.CONTENT_RANGE] = f"bytes {start}-{stop - 1}/{image.size}"
+    answer = plan(request, image.size, image.etag)  # no Last-Modified: a dated If-Range gets the whole image
+    start, stop = answer.start, answer.end
+    if answer.status in (304, 416):
+        return web.Response(status=answer.status, headers=answer.headers)
     try:
         fd = open_file(svc.config.cache_dir, image.base.path.relative_to(svc.config.cache_dir))
     except LinkRefused as e:
         cache.refused(e)
         return _text(404, f"node {node}: no boot image")
     try:
-        resp = web.StreamResponse(status=status, headers=headers)
-        resp.etag = image.etag
+        resp = web.StreamResponse(status=answer.status, headers={
+            "Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store", **answer.headers})
         resp.content_length = stop - start
         await resp.prepare(request)
         if request.method == "HEAD":
@@ -384,9 +375,18 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
 
 async def arm64_grub(request: web.Request) -> web.StreamResponse:
     """``GET``/``HEAD /loaders/grubaa64.efi``: the standalone arm64 GRUB (built on first use), which an arm64
-    UEFI machine's firmware loads (UEFI HTTP boot; over TFTP, ``bootserver loaders DIR`` writes it)."""
-    path = await request[LOADED].desk.arm64_grub()
-    return web.FileResponse(path, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
+    UEFI machine's firmware loads (UEFI HTTP boot; over TFTP, ``bootserver loaders DIR`` writes it). Its
+    ranges and conditionals as every file answer's (:class:`FileAnswer`); opened below ``cache_dir``
+    without following a link."""
+    desk = request[LOADED].desk
+    path = await desk.arm64_grub()
+    cache = desk.runtime.cache
+    try:
+        fd = open_file(cache.cache_dir, path.relative_to(cache.cache_dir))
+    except LinkRefused as e:
+        cache.refused(e)
+        return _text(404, "no arm64 GRUB")
+    return FileAnswer(fd, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
