@@ -35,6 +35,7 @@ from ..errors import (
     InputError,
     UnavailableError,
     UnknownNodeError,
+    shown,
 )
 from ..files import LinkRefused, open_file
 from ..ignition import MEDIA_TYPE, NotAcceptableError
@@ -447,7 +448,7 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     if found is None:
         what = desk.missing()
         log.warning("%s %s: 404 %s", request.method, request.path, what)
-        return _text(404, f"{what}: {'/'.join(segments)}")
+        return _text(404, f"{what}: {shown('/'.join(segments), 200)}")
     if isinstance(found, Transfer):
         return await _send_transfer(request, found, rate)
     return FileAnswer(found.fd, etag=found.sha256, rate=rate, headers={
