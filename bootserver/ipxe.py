@@ -118,7 +118,9 @@ def render_localboot_script(node: str, stage: str) -> str:
 
     It ends in ``exit``, which hands control back to the firmware so it boots the next device, the
     local disk (what Equinix documents for custom iPXE, and what tinkerbell/smee does when it has
-    nothing to boot); ``sanboot --drive 0x80`` would work on BIOS only. Raises
+    nothing to boot); ``sanboot --drive 0x80`` would work on BIOS only. Seen end to end
+    (tests/e2e/test_life.py): SeaBIOS boots its next device, the disk, at once; OVMF tries its own
+    remaining network boot options, then boots the disk's removable path. Raises
     :class:`UnsafeValueError` for a value iPXE would not read literally.
     """
     check_script_word(node)

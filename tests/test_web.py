@@ -303,3 +303,17 @@ async def test_a_new_release_in_the_metadata_file_is_served_without_a_restart(
         meta.write_text(json.dumps(doc))
     text = await (await client.get(signed("/ipxe/master-0", "master-0"))).text()
     assert "/416.94.20241201-0/" in text and f"/{old}/" not in text
+
+
+async def test_an_unexpected_error_is_a_plain_500_with_the_device_headers(
+        client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from bootserver.service import BootService
+
+    async def broken(*args: object, **kwargs: object) -> str:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(BootService, "script", broken)  # a fault no real input causes
+    r = await client.get(signed("/ipxe/master-0", "master-0"))
+    assert r.status == 500 and await r.text() == "internal error; the server log has the details\n"
+    assert r.headers["Server"] == "bootserver" and r.headers["X-Content-Type-Options"] == "nosniff"
+    assert any("500 unexpected error" in rec.getMessage() and rec.exc_info for rec in caplog.records)

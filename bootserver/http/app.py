@@ -51,7 +51,16 @@ from . import accesslog, page
 from .accesslog import NODE, ROUTE
 from .admission import LIMITS, Limits
 from .fileanswer import FileAnswer, plan, send_pieces, sendfile_ranges
-from .gate import AdminNames, Gate, forbidden
+from .gate import (
+    CLIENT_MAX_SIZE,
+    DEVICE_HEADERS,
+    Gate,
+    admin_headers,
+    body_too_large,
+    forbidden,
+    host_middleware,
+    unmatched,
+)
 
 log = logging.getLogger("bootserver.web")
 
@@ -222,23 +231,27 @@ def _client(request: web.Request) -> str | None:
     return request[LOADED].gate.client(request)
 
 
-def front(running: Running, limits: Limits, spec: Route, handler: Handler) -> Handler:
+def front(running: Running, limits: Limits, spec: Route, handler: Handler, *, stamp: bool = False) -> Handler:
     """``handler`` of route ``spec`` behind what every request needs first: notes the route
     (``request[ROUTE]``) and the config it is answered with (``request[LOADED]``, the one ``running``
     serves now, kept for the whole request), runs the handler under
-    :class:`~bootserver.http.gate.Limits`, refuses signed routes that fail :meth:`Gate.refusal` (the one
+    :class:`~bootserver.http.admission.Limits`, refuses signed routes that fail :meth:`Gate.refusal` (the one
     403), resolves the node (``request[RESOLVED]``, its name in ``request[NODE]``: by name from the path,
     or for the generic entry by selector and source address) and maps domain errors with :func:`error_answer`.
+
+    With ``stamp`` (the device listener) every answer gets :data:`DEVICE_HEADERS` here (the returned
+    one, a raised ``HTTPException``, a plain 500 for an unexpected error, logged) instead of in an
+    ``on_response_prepare`` hook, whose signal costs every answer about 3 us (docs/benchmarks.md).
 
     Bound to each route when the application is built rather than run as a middleware: an
     application without middlewares calls its handlers directly, which saves every request two
     coroutine layers and a route lookup (docs/benchmarks.md). aiohttp's own 404/405 answers come
-    without it (they need none of it: the access log names them ``unmatched``)."""
+    without it (:func:`~bootserver.http.gate.unmatched`; the access log names them ``unmatched``)."""
     named = spec.signed or "{node}" in spec.pattern
     intake = running.intake
 
     async def answer(request: web.Request) -> web.StreamResponse:
-        if request.can_read_body and await _body_too_large(request):
+        if request.can_read_body and await body_too_large(request):
             log.warning("%s %s: 413 request body over %d bytes", request.method, request.path, CLIENT_MAX_SIZE)
             refused = _text(413, f"request body too large: at most {CLIENT_MAX_SIZE} bytes")
             refused.force_close()  # the rest of the body is never read
@@ -276,27 +289,35 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler) -> Ha
         request[ROUTE] = spec
         return await limits.run(request, spec, answer)
 
-    return fronted
+    if not stamp:
+        return fronted
+
+    async def stamped(request: web.Request) -> web.StreamResponse:
+        request[ROUTE] = spec
+        try:
+            response = await limits.run(request, spec, answer)
+        except web.HTTPException as e:
+            e.headers.update(DEVICE_HEADERS)
+            raise
+        except Exception:
+            if request.writer.output_size:  # the answer's head went out (with the headers): aiohttp closes
+                raise
+            log.exception("%s %s: 500 unexpected error", request.method, request.path)
+            raise web.HTTPInternalServerError(text="internal error; the server log has the details\n",
+                                              headers=DEVICE_HEADERS) from None
+        if not response.prepared:
+            headers = response.headers
+            headers[hdrs.SERVER] = "bootserver"
+            headers["X-Content-Type-Options"] = "nosniff"
+        return response
+
+    return stamped
 
 
-async def _body_too_large(request: web.Request) -> bool:
-    """Whether the request's body is over :data:`CLIENT_MAX_SIZE` bytes: told by its ``Content-Length``
-    before any of it is read, or, for a chunked body, found while reading it up to the limit (no route
-    uses a body: what was read is dropped)."""
-    length = request.content_length
-    if length is not None:
-        return length > CLIENT_MAX_SIZE
-    total = 0
-    while chunk := await request.content.read(CLIENT_MAX_SIZE + 1 - total):
-        total += len(chunk)
-        if total > CLIENT_MAX_SIZE:
-            return True
-    return False
-
-
-def add_route(app: web.Application, route: Route, handler: Handler) -> None:
-    """Serve ``route`` on ``app`` (one of :func:`create_app`'s) with ``handler`` behind :func:`front`."""
-    fronted = front(app[RUNNING], app[LIMITS], route, handler)
+def add_route(app: web.Application, route: Route, handler: Handler, *, stamp: bool = False) -> None:
+    """Serve ``route`` on ``app`` (one of :func:`create_app`'s) with ``handler`` behind :func:`front`
+    (``stamp``: the device listener's headers, see there)."""
+    fronted = front(app[RUNNING], app[LIMITS], route, handler, stamp=stamp)
     if route.method == "GET":  # and HEAD
         app.router.add_get(route.pattern, fronted, name=route.name or None)
     else:
@@ -359,7 +380,8 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
         return _text(404, f"node {node}: no boot image")
     try:
         resp = web.StreamResponse(status=answer.status, headers={
-            "Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store", **answer.headers})
+            "Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store", **answer.headers,
+            **DEVICE_HEADERS})
         resp.content_length = stop - start
         await resp.prepare(request)
         if request.method == "HEAD":
@@ -465,7 +487,8 @@ async def _send_transfer(request: web.Request, transfer: Transfer, rate: int | N
     try:
         size = await transfer.start()
         resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
-                                           "Cache-Control": "public, max-age=31536000, immutable"})
+                                           "Cache-Control": "public, max-age=31536000, immutable",
+                                           **DEVICE_HEADERS})
         resp.etag = transfer.sha256
         if size is not None:
             resp.content_length = size
@@ -550,47 +573,10 @@ async def _close_service(app: web.Application) -> None:
     await app[RUNNING].close()
 
 
-#: Largest request body accepted, in bytes (no endpoint takes a body): a longer one is ``413`` (from its
-#: ``Content-Length``, or cut there when chunked), see :func:`front`.
-CLIENT_MAX_SIZE = 64 * 1024
 #: Longest request line and header field accepted, in bytes (longer: 400).
 MAX_LINE_SIZE = 8190
 MAX_FIELD_SIZE = 8190
 MAX_HEADERS = 64
-
-
-async def _device_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """On every answer of the device listener: no product version in ``Server``, and ``nosniff``."""
-    response.headers[hdrs.SERVER] = "bootserver"
-    response.headers["X-Content-Type-Options"] = "nosniff"
-
-
-async def _admin_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """On every answer of the admin listener: as :func:`_device_headers`, and since its answers name nodes
-    and carry signed URLs, not stored by caches (unless the answer says otherwise, as the page's static
-    files do) and no ``Referer`` sent from its pages."""
-    headers = response.headers
-    headers[hdrs.SERVER] = "bootserver"
-    headers["X-Content-Type-Options"] = "nosniff"
-    headers.setdefault(hdrs.CACHE_CONTROL, "no-store")
-    headers["Referrer-Policy"] = "no-referrer"
-
-
-def host_middleware(config: Config) -> Middleware:
-    """The admin application's ``Host`` rule (:class:`~bootserver.http.gate.AdminNames`): a request for
-    another name than the listener's own is ``421 Misdirected Request`` with no data, whatever its path
-    but ``/healthz`` and ``/readyz`` (probes use addresses)."""
-    names = AdminNames(config)
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in page.OPEN_PATHS or names.allowed(request):
-            return await handler(request)
-        log.warning("%s %s: 421 Host %r is not a name of the admin listener (server.admin.hosts)",
-                    request.method, request.path, request.headers.get(hdrs.HOST))
-        return web.Response(status=421, text="misdirected request\n", content_type="text/plain")
-
-    return middleware
 
 
 def _app(svc: BootService, running: Running, metrics: Metrics, listener: str, limits: Limits,
@@ -598,17 +584,20 @@ def _app(svc: BootService, running: Running, metrics: Metrics, listener: str, li
     routes = {r.name: r for r in ROUTES if listener in r.listeners}
     middlewares: list[Middleware] = []
     if listener == ADMIN:
-        middlewares.append(host_middleware(svc.config))
+        middlewares.append(host_middleware(svc.config, page.OPEN_PATHS))
         middlewares += [page.token_middleware(token)] if token is not None else []
     app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=middlewares)
-    app.on_response_prepare.append(_admin_headers if listener == ADMIN else _device_headers)
+    if listener == ADMIN:
+        app.on_response_prepare.append(admin_headers)
     app[SERVICE] = svc
     app[RUNTIME] = running.runtime
     app[RUNNING] = running
     app[LIMITS] = limits
     app[accesslog.METRICS] = metrics
     for route in routes.values():
-        add_route(app, route, HANDLERS[route.name])
+        add_route(app, route, HANDLERS[route.name], stamp=listener == DEVICE)
+    if listener == DEVICE:  # last: only what no route takes
+        app.router.add_route("*", "/{path:.*}", unmatched)
     return app
 
 
