@@ -4,7 +4,7 @@
 Routes come from :data:`bootserver.urls.ROUTES` (each declared once: pattern, signed, timed, capped,
 listener); :data:`HANDLERS` names the handler of each. One front (:func:`front`, bound to each route)
 does what every request needs before its handler: concurrency cap and timeout, signature check, and the
-node it concerns resolved once (``request[NODE]``, matchbox's select -> context -> handler). Handlers
+node it concerns resolved once (``request[RESOLVED]``, matchbox's select -> context -> handler). Handlers
 stay thin: read the resolved node, call one :class:`~bootserver.service.BootService` method, shape the
 response. Errors map to statuses in one place (:func:`error_answer`): unknown node 404, not available
 yet 503, bad upstream 502; every refusal is a plain-text reason for a device operator and one log line
@@ -40,7 +40,7 @@ from ..errors import (
 from ..files import LinkRefused, open_file
 from ..ignition import MEDIA_TYPE, NotAcceptableError
 from ..intake import DiscoveryIntake
-from ..inventory import find_node, select_node
+from ..inventory import NodeContext, find_node, select_node
 from ..metrics import Metrics
 from ..runtime import Runtime
 from ..service import BootService
@@ -95,6 +95,9 @@ class Loaded:
 
 #: What answers this request (:class:`Loaded`), set by :func:`front`.
 LOADED = web.RequestKey("loaded", Loaded)
+#: The node the request concerns, resolved once by :func:`front` (:class:`~bootserver.inventory.NodeContext`)
+#: and passed down to the service; ``request[NODE]`` holds its name for the access log.
+RESOLVED = web.RequestKey("resolved", NodeContext)
 
 
 class Running:
@@ -233,8 +236,8 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler, *, st
     (``request[ROUTE]``) and the config it is answered with (``request[LOADED]``, the one ``running``
     serves now, kept for the whole request), runs the handler under
     :class:`~bootserver.http.admission.Limits`, refuses signed routes that fail :meth:`Gate.refusal` (the one
-    403), resolves the node (``request[NODE]``: by name from the path, or for the generic entry by
-    selector and source address) and maps domain errors with :func:`error_answer`.
+    403), resolves the node (``request[RESOLVED]``, its name in ``request[NODE]``: by name from the path,
+    or for the generic entry by selector and source address) and maps domain errors with :func:`error_answer`.
 
     With ``stamp`` (the device listener) every answer gets :data:`DEVICE_HEADERS` here (the returned
     one, a raised ``HTTPException``, a plain 500 for an unexpected error, logged) instead of in an
@@ -263,12 +266,14 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler, *, st
                     if reason is not None:
                         log.warning("%s %s: 403 %s", request.method, request.rel_url.raw_path, reason)
                         return forbidden()
-                request[NODE] = find_node(svc.config, name=name)
+                request[RESOLVED] = svc.node(find_node(svc.config, name=name))
             elif spec is GENERIC or spec is GENERIC_GRUB:
                 q = request.query
                 try:
-                    request[NODE] = select_node(svc.config, gate.address(request), mac=q.get("mac"),
-                                                uuid=q.get("uuid"), hostname=q.get("hostname"))
+                    selected = select_node(svc.config, gate.address(request), mac=q.get("mac"),
+                                           uuid=q.get("uuid"), hostname=q.get("hostname"))
+                    request[NODE] = selected
+                    request[RESOLVED] = svc.node(selected)
                 except UnknownNodeError:
                     if spec is not GENERIC or not svc.config.server.discovery.enabled:
                         raise  # discovery speaks iPXE: the GRUB entry answers 404 as before
@@ -321,7 +326,7 @@ def add_route(app: web.Application, route: Route, handler: Handler, *, stamp: bo
 
 async def ipxe_script(request: web.Request) -> web.Response:
     """``GET /ipxe/{node}`` and ``GET /boot.ipxe?mac=|uuid=|hostname=``: the node's iPXE script."""
-    script = await _service(request).script(request[NODE], client=_client(request), record=True)
+    script = await _service(request).script(request[RESOLVED], client=_client(request), record=True)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -342,7 +347,7 @@ async def discover(request: web.Request) -> web.Response:
 async def grub_config(request: web.Request) -> web.Response:
     """``GET /grub/{node}`` and ``GET /boot.grub?mac=|uuid=|hostname=``: the GRUB form of the node's
     script, which its boot image's UEFI boot and the arm64 GRUB source."""
-    script = await _service(request).script(request[NODE], grub=True, client=_client(request), record=True)
+    script = await _service(request).script(request[RESOLVED], grub=True, client=_client(request), record=True)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -357,7 +362,7 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
     svc, node = _service(request), request[NODE]
     cache = svc.runtime.cache
     try:
-        image = await svc.image(node)
+        image = await svc.image(request[RESOLVED])
     except LinkRefused as e:
         cache.refused(e)
         return _text(404, f"node {node}: no boot image")
@@ -411,7 +416,7 @@ async def ignition_stub(request: web.Request) -> web.Response:
     """``GET /ignition/{node}``: the node's merge-style stub, in the spec version negotiated with the
     ``Accept`` header (406 when none fits); ``Vary: Accept`` either way."""
     try:
-        body = await _service(request).stub(request[NODE], accept=request.headers.get(hdrs.ACCEPT),
+        body = await _service(request).stub(request[RESOLVED], accept=request.headers.get(hdrs.ACCEPT),
                                             client=_client(request), record=True)
     except NotAcceptableError as e:
         log.warning("%s %s: 406 %s", request.method, request.path, e)
@@ -425,7 +430,7 @@ async def ignition_stub(request: web.Request) -> web.Response:
 async def ignition_config(request: web.Request) -> web.Response:
     """``GET /ignition/{node}/config``: the node's real config, byte for byte."""
     node = request[NODE]
-    data = await _service(request).real_config(node, client=_client(request), record=True)
+    data = await _service(request).real_config(request[RESOLVED], client=_client(request), record=True)
     if data is None:
         return _text(404, f"node {node}: its profile has no ignition config")
     return web.Response(body=data, content_type=MEDIA_TYPE)
@@ -434,7 +439,7 @@ async def ignition_config(request: web.Request) -> web.Response:
 async def checkin(request: web.Request) -> web.Response:
     """``POST /checkin/{node}``: the node's booted system is on the network (its stub's check-in unit);
     records ``checkin`` (stage ``up``) with the client address. Nothing is read from the body."""
-    stage = await _service(request).record(request[NODE], "checkin", ip=_client(request))
+    stage = await _service(request).record(request[RESOLVED], "checkin", ip=_client(request))
     return _text(200, f"{request[NODE]}: {stage}")
 
 
