@@ -6,7 +6,9 @@ guests on taps of its bridge.
   same dnsmasq process) OVMF's own PXE (TFTP ``ipxe.efi``, then iPXE) each boot to their node's script
   at exactly their reserved address, with the kargs ``render ipxe`` shows, and the timeline shows the
   first mile (``dhcp``, ``tftp`` before ``ipxe``).
-- ``proxy`` mode beside a second dnsmasq that plays the site's DHCP server (addresses only).
+- ``proxy`` mode beside a second dnsmasq that plays the site's DHCP server (addresses only): SeaBIOS's
+  iPXE follows the PXE menu; OVMF's PXE loads ``ipxe.0`` (the menu's name for ``ipxe.efi``) and that
+  iPXE follows the menu to ``bootserver.0``, the script that chains the generic entry.
 - ``--print kea`` loaded by the real ``kea-dhcp4`` boots a guest.
 - dnsmasq refusing to start (the port taken) is one line naming the key; ``mode: full`` on an interface
   without an address is refused before anything starts.
@@ -111,24 +113,31 @@ def site_dnsmasq(net: netns.TestNetwork, folder: Path) -> netns.TestNetwork:
     return site
 
 
-def test_proxy_mode_boots_beside_the_sites_dhcp_server(
+def test_proxy_mode_boots_bios_and_uefi_beside_the_sites_dhcp_server(
         tools: rig.Tools, net: netns.TestNetwork, e2e_source: tuple, tmp_path: Path) -> None:
-    need(tools, "qemu", "ipxe_efi_rom")
+    need(tools, "qemu", "ovmf", "ipxe_efi_rom")
     net.tap("tapa")
+    net.tap("tapb")
     site_dnsmasq(net, tmp_path)
-    proxy_node = {"profile": "e2e-live", "mac": BIOS_MAC, "selectable": True}  # the site picks its address
-    with netboot.stack(net, e2e_source, {"interface": netns.BRIDGE, "mode": "proxy"}, {"proxy-0": proxy_node}) as s:
-        result = netboot.boot(tools, net, "tapa", tmp_path / "bios.log", BIOS_MAC, "bios")
-        assert_booted(s, "proxy-0", result, "bios")
-        assert "Booting from PXE menu" in result.log, result.tail()
-        site_log = (tmp_path / "site.log").read_text()
-        address = re.search(rf"DHCPACK\(eth0\) (192\.0\.2\.1\d\d) {BIOS_MAC}", site_log)
-        assert address is not None, site_log[-2000:]
+    nodes = {"proxy-bios": {"profile": "e2e-live", "mac": BIOS_MAC, "selectable": True},  # the site picks the address
+             "proxy-uefi": {"profile": "e2e-live", "mac": UEFI_MAC, "selectable": True}}
+    with netboot.stack(net, e2e_source, {"interface": netns.BRIDGE, "mode": "proxy"}, nodes) as s:
+        for name, mac, firmware, tap in (("proxy-bios", BIOS_MAC, "bios", "tapa"),
+                                         ("proxy-uefi", UEFI_MAC, "uefi", "tapb")):
+            result = netboot.boot(tools, net, tap, tmp_path / f"{firmware}.log", mac, firmware, timeout=180)
+            assert_booted(s, name, result, firmware)
+            site_log = (tmp_path / "site.log").read_text()
+            address = re.search(rf"DHCPACK\(eth0\) (192\.0\.2\.1\d\d) {mac}", site_log)
+            assert address is not None, site_log[-2000:]
+            # the PXE menu's iPXE script (BIOS: iPXE's ROM follows the menu; UEFI: the firmware's PXE
+            # loads ipxe.efi from the menu, whose own DHCP follows it again)
+            s.wait_log(rf"dnsmasq-tftp.*sent \S+/bootserver(\.0)? to {re.escape(address.group(1))}")
+            events = s.events(name)
+            assert events.index("dhcp") < events.index("script"), events
+        assert "Booting from PXE menu" in (tmp_path / "bios.log").read_text()
+        s.wait_log(r"dnsmasq-tftp.*sent \S+/ipxe(\.0)? to 192\.0\.2\.1\d\d")
         engine_log = s.dhcp_log.read_text()
         assert "DHCPACK" not in engine_log and "DHCPOFFER" not in engine_log  # proxy: never an address
-        s.wait_log(rf"dnsmasq-tftp.*sent \S+/bootserver\.0 to {re.escape(address.group(1))}")
-        events = s.events("proxy-0")
-        assert events.index("dhcp") < events.index("script"), events
 
 
 def test_kea_loads_print_kea_and_boots_a_guest(
