@@ -11,7 +11,8 @@ Each machine, in the client that makes each request in a real boot:
 
 - **iPXE** (script, kernel, initramfs; src/net/tcp/httpcore.c): a ``503`` with ``Retry-After`` is
   retried after that many seconds, with no limit; a ``503`` without it, any other status, or a
-  connection error fails the boot.
+  connection error fails the ``chain`` (the boot) or the ``kernel``/``initrd`` command, which the script
+  itself tries 3 times, 5 s apart, before it falls through (templates/boot.ipxe.j2).
 - **Ignition** (stub, then the real config its ``merge`` source names, checked against the stub's
   sha512; Ignition's docs/operator-notes.md): a ``5xx``, a connection error or no response headers
   within 10 s is retried after a backoff of 100 ms doubling up to 5 s, with no limit; another non-200
@@ -100,6 +101,8 @@ from scripts import profile_summary, py_spy
 
 STUB_KARGS = ("coreos.inst.ignition_url=", "ignition.config.url=")
 STEPS = ("script", "kernel", "initramfs", "stub", "config", "checkin")
+#: The boot script's own attempts at kernel and initramfs, and its sleep between them (templates/boot.ipxe.j2).
+SCRIPT_ATTEMPTS, SCRIPT_RETRY_DELAY = 3, 5.0
 #: Seconds Ignition waits for response headers before it cancels and retries (operator-notes.md).
 IGNITION_HEADERS_TIMEOUT = 10.0
 #: curl's --retry, --retry-delay and --max-time in the check-in unit (bootserver.ignition.checkin_unit).
@@ -224,10 +227,18 @@ class Storm:
             initrd_url = next(w for w in next(ln for ln in lines if ln.startswith("initrd ")).split()
                               if w.startswith(("http://", "https://")))
             stub_url = next(w.split("=", 1)[1] for w in kargs if w.startswith(STUB_KARGS))
-            for step, url in (("kernel", kernel_url), ("initramfs", initrd_url)):
-                body = await self.ipxe(url, step)
-                if hashlib.sha256(body).hexdigest() != self.shas[url.rsplit("/", 1)[1]]:
-                    raise BootFailed(f"hash: {step}")
+            for attempt in range(1, SCRIPT_ATTEMPTS + 1):  # the script's own loop (templates/boot.ipxe.j2)
+                try:
+                    for step, url in (("kernel", kernel_url), ("initramfs", initrd_url)):
+                        body = await self.ipxe(url, step)
+                        if hashlib.sha256(body).hexdigest() != self.shas[url.rsplit("/", 1)[1]]:
+                            raise BootFailed(f"hash: {step}")
+                    break
+                except BootFailed:
+                    if attempt == SCRIPT_ATTEMPTS:
+                        raise
+                    self.retries["script's own retry"] += 1
+                    await asyncio.sleep(SCRIPT_RETRY_DELAY)
             stub = json.loads(await self.ignition(stub_url, "stub"))
             merge = stub["ignition"]["config"]["merge"][0]
             real = await self.ignition(merge["source"], "config")
@@ -425,7 +436,9 @@ def report(results: list[Result], names: list[str], args: argparse.Namespace) ->
         print(markdown_table(["step", "answered 200", "p50 (s)", "p99 (s)", "max (s)", "retries"], [
             (step, len(r.storm.waits[step]), f"{pct(r.storm.waits[step], 50):.3f}",
              f"{pct(r.storm.waits[step], 99):.3f}", f"{max(r.storm.waits[step], default=0):.3f}",
-             r.storm.retries[step]) for step in STEPS]))
+             r.storm.retries[step]) for step in STEPS] + [
+            ("kernel and initramfs again (the script's own loop)", "", "", "", "", r.storm.retries[k])
+            for k in ("script's own retry",) if r.storm.retries[k]]))
         print()
         if r.storm.failed:
             print(markdown_table(["failed because", "machines"], sorted(r.storm.failed.items(), key=lambda kv: -kv[1])))
