@@ -23,11 +23,12 @@ Each machine, in the client that makes each request in a real boot:
 
 Kernel and initramfs bytes are checked against the stream's sha256. A pooled connection the server closed
 while idle is opened again at once (iPXE opens a new connection for each transfer). The machines are
-spread over ``--clients`` processes, powered on at one instant: one Python process cannot open ten
-thousand connections and send each its request within the server's keep-alive timeout (aiohttp closes
-a connection that sent no request within it), which real machines, each sending its own, do. The
-clients keep at most ``--connections`` connections open in all (file descriptors): more machines wait
-for one in the client.
+spread over ``--clients`` processes (default one per 2,500), powered on at one instant: one Python
+process cannot open ten thousand connections and send each its request within the server's keep-alive
+timeout (aiohttp closes a connection that sent no request within it), which real machines, each sending
+its own, do. Each
+client process keeps at most ``--connections`` connections open (file descriptors): more of its
+machines wait for one in the client.
 
 Reports, per storm: machines booted and failed (by why), the time until the last machine was ``up``,
 per-step wait (from the step's first request to its 200, retries included) p50/p99/max, retries by step,
@@ -48,7 +49,7 @@ PostgreSQL cluster (tests/support/pgcluster.py, ``fsync=off``) and ``--replicas`
 share it, each with its own port, cache and ``state_dir``; machine i boots through replica i mod N.
 
 Usage: ``.venv/bin/python benchmarks/boot_storm.py [--nodes 1000] [--workers 1] [--artifact-kb 64]
-[--clients 2] [--state-store sqlite|postgresql] [--replicas 1] [--baseline REF] [--rounds 1]
+[--clients N] [--state-store sqlite|postgresql] [--replicas 1] [--baseline REF] [--rounds 1]
 [--profile FILE]``
 """
 
@@ -101,6 +102,9 @@ from scripts import profile_summary, py_spy
 
 STUB_KARGS = ("coreos.inst.ignition_url=", "ignition.config.url=")
 STEPS = ("script", "kernel", "initramfs", "stub", "config", "checkin")
+#: Machines one client process powers on by default: the last of them sends its request a few seconds
+#: after its connection opened even on a busy 2-core machine (the server's keep-alive timeout is 15 s).
+MACHINES_PER_CLIENT = 2500
 #: The boot script's own attempts at kernel and initramfs, and its sleep between them (templates/boot.ipxe.j2).
 SCRIPT_ATTEMPTS, SCRIPT_RETRY_DELAY = 3, 5.0
 #: Seconds Ignition waits for response headers before it cancels and retries (operator-notes.md).
@@ -320,7 +324,7 @@ async def run_storm(urls: list[str], shas: dict[str, str], args: argparse.Namesp
     with concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
         start = time.time() + 2.0 + 0.5 * n  # every process imported and waiting before the power-on
         shares = await asyncio.gather(*(loop.run_in_executor(
-            pool, client_process, urls[i::n], shas, args.connections // n, args.timeout, start) for i in range(n)))
+            pool, client_process, urls[i::n], shas, args.connections, args.timeout, start) for i in range(n)))
     storm = Storm(None, shas, started=start)
     for share in shares:
         storm.merge(share)
@@ -461,8 +465,9 @@ async def main() -> None:
     ap.add_argument("--artifact-kb", type=int, default=64, help="size of each fake artifact, KiB (default 64)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="bound of each storm, seconds (default 1800)")
     ap.add_argument("--connections", type=int, default=15000,
-                    help="connections the clients keep open at most, all processes (file descriptors; default 15000)")
-    ap.add_argument("--clients", type=int, default=2, help="client processes the machines are spread over (default 2)")
+                    help="connections each client process keeps open at most (file descriptors; default 15000)")
+    ap.add_argument("--clients", type=int, help="client processes the machines are spread over "
+                    "(default: one per 2,500 machines, at least 2)")
     ap.add_argument("--state-store", choices=["sqlite", "postgresql"], default="sqlite",
                     help="where the timeline and keys live (default sqlite in state_dir)")
     ap.add_argument("--replicas", type=int, default=1, help="serve processes sharing the state store "
@@ -475,6 +480,8 @@ async def main() -> None:
         sys.exit("boot_storm.py: --replicas > 1 needs --state-store postgresql")
     if args.profile is not None:
         args.profile.parent.mkdir(parents=True, exist_ok=True)
+    if args.clients is None:
+        args.clients = max(2, -(-args.nodes // MACHINES_PER_CLIENT))
 
     work = Path(tempfile.mkdtemp(prefix="bootserver-bench-storm-"))
     try:
