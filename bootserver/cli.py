@@ -76,23 +76,21 @@ def _node(config: Config, name: str) -> str:
 
 
 def _cmd_render(args: argparse.Namespace, config: Config) -> int:
+    from .runtime import Runtime
     from .service import BootService
 
     if args.what != "ignition" and args.ignition_version is not None:
         raise InputError(f"render {args.what}: --version applies to render ignition only")
-    svc = BootService(config)
     node = _node(config, args.node)
 
     async def render() -> bytes:
-        await svc.start()
-        try:
+        async with Runtime(config) as runtime:
+            svc = BootService(config, runtime)
             if args.what == "ipxe":
-                return (await svc.boot_script(node)).encode()
+                return (await svc.script(node)).encode()
             if args.what == "grub":
-                return (await svc.boot_script(node, grub=True)).encode()
-            return svc.stub(node, args.ignition_version)
-        finally:
-            await svc.close()
+                return (await svc.script(node, grub=True)).encode()
+            return await svc.stub(node, version=args.ignition_version)
 
     sys.stdout.buffer.write(asyncio.run(render()))
     sys.stdout.flush()
@@ -160,12 +158,12 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
     from .images.netboot import node_image
     from .images.network import boot_network
     from .images.overlay import NodeImage
-    from .network import effective_network
+    from .inventory import node_context
     from .urls import Urls
 
     node = _node(config, args.node)
     device = None
-    if effective_network(config, node) == "provider":  # its addresses are in its device record
+    if node_context(config, node).network == "provider":  # its addresses are in its device record
 
         async def record() -> dict[str, Any] | None:
             store = await _started_store(config)
@@ -176,16 +174,12 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
 
         device = asyncio.run(record())
     if config.node_secure_boot(node):
+        from .runtime import Runtime
         from .service import BootService
 
-        svc = BootService(config)
-
         async def build() -> NodeImage:
-            await svc.start()
-            try:
-                return await svc.node_image(node)
-            finally:
-                await svc.close()
+            async with Runtime(config) as runtime:
+                return await BootService(config, runtime).image(node)
 
         start = time.monotonic()
         image = asyncio.run(build())
@@ -413,35 +407,23 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
 
 
 def _add_provider_options(command: str, parser: argparse.ArgumentParser) -> None:
-    """Add to ``parser`` the options of ``command`` every provider declares (the fields of its
-    ``options_type``, :func:`bootserver.providers.base.option`), one group per provider. An option
-    several providers declare with the same flags and field (``deprovision --grace``) is added once, in
-    the first one's group, and reaches each of them (:func:`provider_options`)."""
+    """Add to ``parser`` the options of ``command`` that the providers declare (the fields of their
+    ``options_type``, :func:`bootserver.providers.base.option`): one group per options type, titled by
+    the providers that share it (the BMC family's ``deprovision --grace``: Redfish and IPMI)."""
     from dataclasses import fields
 
-    from .providers.base import OPTION_KEY, OptionSpec
+    from .providers.base import OPTION_KEY
     from .providers.interface import provider_classes
 
-    # flag -> the field it sets and its group: an option two providers declare is added once
-    added: dict[str, tuple[str, Any]] = {}
+    titles: dict[type[Any], list[str]] = {}
     for cls in provider_classes():
-        specs: list[tuple[str, OptionSpec]] = [(f.name, f.metadata[OPTION_KEY]) for f in fields(cls.options_type)
-                                               if OPTION_KEY in f.metadata]
-        specs = [(name, spec) for name, spec in specs if command in spec.commands]
-        for name, spec in list(specs):
-            shared = [added.get(flag) for flag in spec.flags]
-            if all(dest is not None and dest[0] == name for dest in shared):  # another provider's (--grace)
-                specs.remove((name, spec))
-                owner = added[spec.flags[0]][1]
-                if cls.options_title not in (owner.title or ""):
-                    owner.title = f"{owner.title}, {cls.options_title}"
-            elif any(dest is not None for dest in shared):
-                raise AssertionError(f"provider {cls.name}: {spec.flags} clash with another provider's option")
+        titles.setdefault(cls.options_type, []).append(cls.options_title)
+    for options_type, title in titles.items():
+        specs = [(f.name, f.metadata[OPTION_KEY]) for f in fields(options_type)
+                 if OPTION_KEY in f.metadata and command in f.metadata[OPTION_KEY].commands]
         if not specs:
             continue
-        group = parser.add_argument_group(cls.options_title)
-        for name, spec in specs:
-            added.update(dict.fromkeys(spec.flags, (name, group)))
+        group = parser.add_argument_group(", ".join(title))
         exclusive: dict[str, Any] = {}
         for name, spec in specs:
             target: Any = group

@@ -17,11 +17,11 @@ import pytest
 from support.fake_metal import PROJECT, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
 from support.helpers import write_config
 from support.nm_generator import connections
+from support.services import service
 from support.signing import fixed_signer
 
 from bootserver.cli import main
 from bootserver.config import load_config, parse_config
-from bootserver.service import BootService
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -158,7 +158,7 @@ def network_config(reference: Path, tmp_path: Path, nodes: dict[str, Any], **pro
 
 async def rendered_kargs(config, node: str) -> tuple[str, list[str]]:
     """``(script, kernel arguments of its kernel line)`` of the script the server sends ``node``."""
-    script = await BootService(config, fixed_signer()).boot_script(node)
+    script = await service(config, fixed_signer()).script(node)
     line = next(line for line in script.splitlines() if line.startswith("kernel "))
     words = line.removesuffix(" || goto retry").split()
     return script, words[2:]
@@ -173,7 +173,7 @@ async def test_generator_makes_exactly_the_configured_connections(case: str, ref
     made = connections(kargs)
     assert made["connections"] == expected
     assert made["hostname"] == "node-1.example.net"
-    assert kargs[kargs.index("rd.neednet=1") - 1] == "console=ttyS1,115200n8"  # after bootserver's own
+    assert kargs[kargs.index("rd.neednet=1") - 1] == "coreos.inst.platform_id=metal"  # after bootserver's own
     pinned = {i["name"]: i["mac-address"] for i in network["interfaces"] if "mac-address" in i}
     assert [k for k in kargs if k.startswith("ifname=")] == [f"ifname={n}:{m}" for n, m in pinned.items()]
 
