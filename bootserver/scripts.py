@@ -15,12 +15,11 @@ from .artifacts.cache import ArtifactCache
 from .artifacts.catalog import StreamCatalog
 from .artifacts.upstream import Upstream
 from .config import Config
-from .errors import MetadataError
+from .config.providers import boot_platform, boots_virtual_media
+from .errors import DeviceRecordError, MetadataError
 from .grub import GrubUnsupported, render_grub_config
 from .ipxe import CommandLineTooLong, ScriptContext, build_kargs, check_command_line
 from .network import node_kargs
-from .providers.base import DeviceRecordError
-from .providers.interface import boot_platform, boots_virtual_media
 from .signing import KeyEntry, Keyring, Signer
 from .streams import Release
 from .urls import Urls
@@ -36,7 +35,7 @@ def script_context(config: Config, urls: Urls, node: str, release: Release,
     Raises ``KeyError`` for an unknown node (use :func:`bootserver.inventory.find_node` first), ``ValueError`` if the
     kernel arguments cannot be built (see :func:`bootserver.ipxe.build_kargs`),
     :class:`~bootserver.ipxe.CommandLineTooLong` when they do not fit the kernel, and
-    :class:`~bootserver.providers.base.DeviceRecordError` (503) for a ``network: provider`` node without a
+    :class:`~bootserver.errors.DeviceRecordError` (503) for a ``network: provider`` node without a
     usable device record.
     """
     n = config.nodes[node]
