@@ -76,23 +76,21 @@ def _node(config: Config, name: str) -> str:
 
 
 def _cmd_render(args: argparse.Namespace, config: Config) -> int:
+    from .runtime import Runtime
     from .service import BootService
 
     if args.what != "ignition" and args.ignition_version is not None:
         raise InputError(f"render {args.what}: --version applies to render ignition only")
-    svc = BootService(config)
     node = _node(config, args.node)
 
     async def render() -> bytes:
-        await svc.start()
-        try:
+        async with Runtime(config) as runtime:
+            svc = BootService(config, runtime)
             if args.what == "ipxe":
-                return (await svc.boot_script(node)).encode()
+                return (await svc.script(node)).encode()
             if args.what == "grub":
-                return (await svc.boot_script(node, grub=True)).encode()
-            return svc.stub(node, args.ignition_version)
-        finally:
-            await svc.close()
+                return (await svc.script(node, grub=True)).encode()
+            return await svc.stub(node, version=args.ignition_version)
 
     sys.stdout.buffer.write(asyncio.run(render()))
     sys.stdout.flush()
@@ -176,16 +174,12 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
 
         device = asyncio.run(record())
     if config.node_secure_boot(node):
+        from .runtime import Runtime
         from .service import BootService
 
-        svc = BootService(config)
-
         async def build() -> NodeImage:
-            await svc.start()
-            try:
-                return await svc.node_image(node)
-            finally:
-                await svc.close()
+            async with Runtime(config) as runtime:
+                return await BootService(config, runtime).image(node)
 
         start = time.monotonic()
         image = asyncio.run(build())

@@ -104,11 +104,12 @@ ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, DISCOVER, GENERIC_GRUB, STUB, REAL_
 class Urls:
     """Build absolute URLs for a config. Node and stream names are checked plain names already.
 
-    ``signer`` signs per-node URLs; by default one over ``keys()`` (default: ``<state_dir>/keys.json``,
-    created on first use; a server passes its state store's keys) and the wall clock.
+    ``signer`` signs per-node URLs: a :class:`Signer`, or a function that gives it on first use (a
+    server's :attr:`bootserver.runtime.Runtime.signer`, shared by every config it loads); by default one
+    over ``keys()`` (default: ``<state_dir>/keys.json``, created on first use) and the wall clock.
     """
 
-    def __init__(self, config: Config, signer: Signer | None = None,
+    def __init__(self, config: Config, signer: Signer | Callable[[], Signer] | None = None,
                  keys: Callable[[], Keyring] | None = None) -> None:
         self.config = config
         self.base = config.server.effective_base_url
@@ -119,9 +120,11 @@ class Urls:
     @property
     def signer(self) -> Signer:
         """The :class:`Signer` (loading or creating the keys on first use)."""
-        if self._signer is None:
-            self._signer = Signer(self._keys())
-        return self._signer
+        signer = self._signer
+        if isinstance(signer, Signer):
+            return signer
+        self._signer = signer = Signer(self._keys()) if signer is None else signer()
+        return signer
 
     def _signed(self, base: str, node: str, path: str, ttl: int) -> str:
         return f"{base}{path}?{self.signer.query(node, path, ttl)}"

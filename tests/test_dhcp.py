@@ -260,8 +260,8 @@ def test_the_first_mile_from_dnsmasqs_log() -> None:
         "dnsmasq-dhcp[7]: 1234 DHCPREQUEST(br0) 192.0.2.10 52:54:00:00:00:10",
         "dnsmasq-dhcp[7]: 1234 tags: node-m0, bios, known, br0",
         "dnsmasq-dhcp[7]: 1234 DHCPACK(br0) 192.0.2.10 52:54:00:00:00:10 m0",
-        "dnsmasq-dhcp[7]: 1234 next server: 192.0.2.1",
-        "dnsmasq-dhcp[7]: 1234 bootfile name: undionly.kpxe",
+        "dnsmasq-dhcp[7]: 1234 requested options: 66:tftp-server, 67:bootfile-name",
+        "dnsmasq-dhcp[7]: 1234 sent size: 14 option: 67 bootfile-name  undionly.kpxe",
     ]
     assert [s for line in lines for s in mile.feed(line)] == []
     seen = mile.feed("dnsmasq-tftp[7]: sent /var/lib/bootserver/dhcp/tftp/undionly.kpxe to 192.0.2.10")
@@ -270,6 +270,9 @@ def test_the_first_mile_from_dnsmasqs_log() -> None:
         ("52:54:00:00:00:10", "tftp", "192.0.2.10", {"file": "undionly.kpxe"}),
     ]
     assert mile.feed("dnsmasq-tftp[7]: sent /x/undionly.kpxe to 192.0.2.99") == []  # nobody answered there
+    mile.feed("dnsmasq-dhcp[7]: 55 DHCPACK(br0) 192.0.2.10 52:54:00:00:00:10 m0")
+    mile.feed("dnsmasq-dhcp[7]: 55 bootfile name: ipxe.efi")  # the BOOTP file field
+    assert [s.detail["file"] for s in mile.flush()] == ["ipxe.efi"]
     proxy = FirstMile("proxy")
     assert proxy.feed("dnsmasq-dhcp[7]: 99 PXE(br0) 192.0.2.57 52:54:00:00:00:11 undionly") == []
     assert [(s.event, s.detail) for s in proxy.flush()] == [

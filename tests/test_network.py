@@ -179,13 +179,13 @@ async def test_a_command_line_over_2048_bytes_is_an_error_at_check_config_and_re
 
 async def test_the_limit_counts_what_linux_counts(reference: Path, tmp_path: Path) -> None:
     # The largest network that fits renders; its command line, image name and NUL included, is <= 2048.
-    from bootserver.service import BootService
+    from support.services import service
 
     fits = None
     for n in range(1, 40):
         config = parse_config(doc(reference, tmp_path, long_network(n)), "b.yaml", tmp_path)
         try:
-            script = await BootService(config, fixed_signer()).boot_script("master-0")
+            script = await service(config, fixed_signer()).script("master-0")
         except CommandLineTooLong as e:
             assert str(e).startswith("node master-0: the kernel command line needs ")
             break

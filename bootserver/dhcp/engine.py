@@ -164,7 +164,8 @@ def refusal(config: Config, line: str) -> BootserverError:
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 _DHCP = re.compile(r"^(?:(?P<xid>\d+) )?(?P<what>DHCPACK|PXE)\((?P<iface>[^)]*)\)(?P<rest>( \S+)*)$")
-_BOOTFILE = re.compile(r"^(?P<xid>\d+) bootfile name: (?P<file>\S+)$")
+#: The boot file of a transaction: in the BOOTP ``file`` field, or in option 67 (``log-dhcp``'s option lines).
+_BOOTFILE = re.compile(r"^(?P<xid>\d+) (?:bootfile name: |sent size: *\d+ option: *67 bootfile-name +)(?P<file>\S+)$")
 _TFTP_SENT = re.compile(r"^sent (?P<path>\S+) to (?P<ip>\S+)$")
 
 
