@@ -158,12 +158,12 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
     from .images.netboot import node_image
     from .images.network import boot_network
     from .images.overlay import NodeImage
-    from .network import effective_network
+    from .inventory import node_context
     from .urls import Urls
 
     node = _node(config, args.node)
     device = None
-    if effective_network(config, node) == "provider":  # its addresses are in its device record
+    if node_context(config, node).network == "provider":  # its addresses are in its device record
 
         async def record() -> dict[str, Any] | None:
             store = await _started_store(config)

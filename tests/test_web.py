@@ -312,7 +312,7 @@ async def test_an_unexpected_error_is_a_plain_500_with_the_device_headers(
     async def broken(*args: object, **kwargs: object) -> str:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(BootService, "serve_script", broken)  # a fault no real input causes
+    monkeypatch.setattr(BootService, "script", broken)  # a fault no real input causes
     r = await client.get(signed("/ipxe/master-0", "master-0"))
     assert r.status == 500 and await r.text() == "internal error; the server log has the details\n"
     assert r.headers["Server"] == "bootserver" and r.headers["X-Content-Type-Options"] == "nosniff"

@@ -94,7 +94,7 @@ def boot_platform(config: NodeLookup, node: str) -> str:
     """The ``ignition.platform.id`` / ``coreos.inst.platform_id`` of a node (docs/design.md, rules 4-5):
     its profile's ``platform_id`` if set, else its provider's (``packet`` for Equinix, ``metal`` for
     Redfish and IPMI: the registry's ``platform_id``), else ``metal`` (a node with no provider:
-    :data:`DEFAULT_PLATFORM`). The console follows the platform (:func:`bootserver.ipxe.build_kargs`)."""
+    :data:`DEFAULT_PLATFORM`). The console follows the platform (:func:`bootserver.kargs.build_kargs`)."""
     profile = config.node_profile(node)
     if profile.platform_id:
         return profile.platform_id

@@ -395,6 +395,7 @@ async def run_engine(config: Config) -> int:
     """``bootserver dhcp``: run the engine until SIGTERM/SIGINT (returns 0). Raises
     :class:`~bootserver.errors.ConfigError` and :class:`EngineError` as :func:`prepare` and :func:`refusal`;
     dnsmasq dying on its own is an :class:`EngineError` naming its last line."""
+    engine = Engine(config, None)  # checks the config and the interface first: nothing opened on a refusal
     try:
         store: StateStore | None = open_store(config)
         assert store is not None
@@ -402,7 +403,7 @@ async def run_engine(config: Config) -> int:
     except (StateStoreError, OSError) as e:
         log.warning("the state store cannot be opened (%s): the first mile will not be on the timeline", e)
         store = None
-    engine = Engine(config, store)
+    engine.store = store
     loop = asyncio.get_running_loop()
     stop, hup = asyncio.Event(), asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

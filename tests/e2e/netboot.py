@@ -38,14 +38,17 @@ PORT = 8080
 BASE_URL = f"http://{SERVER_IPV4}:{PORT}"
 
 
-def static_network(mac: str, address: str, gateway: str = SERVER_IPV4) -> dict[str, Any]:
+def static_network(mac: str, address: str, gateway: str = SERVER_IPV4, ipv6: str | None = None) -> dict[str, Any]:
     """An NMState network: the NIC with ``mac`` at the static ``address`` (``192.0.2.N/24``) with its
-    default route via ``gateway``."""
+    default route via ``gateway``, and the static IPv6 address ``ipv6`` (``2001:db8::N/64``) if given."""
     ip, prefix = address.split("/")
-    return {"interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": mac,
-                            "ipv4": {"enabled": True, "address": [{"ip": ip, "prefix-length": int(prefix)}]}}],
-            "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": gateway,
-                                   "next-hop-interface": "nic0"}]}}
+    nic: dict[str, Any] = {"name": "nic0", "type": "ethernet", "mac-address": mac,
+                           "ipv4": {"enabled": True, "address": [{"ip": ip, "prefix-length": int(prefix)}]}}
+    if ipv6:
+        ip6, prefix6 = ipv6.split("/")
+        nic["ipv6"] = {"enabled": True, "address": [{"ip": ip6, "prefix-length": int(prefix6)}]}
+    return {"interfaces": [nic], "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": gateway,
+                                                        "next-hop-interface": "nic0"}]}}
 
 
 @dataclasses.dataclass
