@@ -42,9 +42,9 @@ from aiohttp import web
 from markupsafe import Markup
 
 from .. import __version__
+from ..config.providers import provider_of
 from ..errors import BootserverError
 from ..nodes_view import format_age
-from ..providers.base import provider_of
 from ..resources import data_dir
 from ..runtime import Runtime
 from ..service import BootService
