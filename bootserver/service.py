@@ -57,7 +57,13 @@ class BootService:
         #: Each node's network kargs and the device record they were built from (see :meth:`_network`).
         self._kargs: dict[str, tuple[Mapping[str, Any] | None, tuple[str, ...]]] = {}
 
-    async def script(self, node: str, *, grub: bool = False, client: str | None = None,
+    def node(self, name: str) -> NodeContext:
+        """Configured node ``name`` as resolved once for this config (:class:`~bootserver.inventory.NodeContext`:
+        settings, profile, provider, hostname, network), what a request carries down from the front.
+        Raises ``KeyError`` for a name that is not a node (:func:`bootserver.inventory.find_node` first)."""
+        return self._nodes[name]
+
+    async def script(self, node: NodeContext | str, *, grub: bool = False, client: str | None = None,
                      record: bool = False) -> str:
         """The node's iPXE script (text): the boot script, or with boot-once the boot-disk script once
         the node is installed; in GRUB's form with ``grub`` (``GET /grub/<node>``, the UEFI boot of the
@@ -66,14 +72,14 @@ class BootService:
         records ``script`` or ``localboot`` in the timeline: one read of the node
         (:meth:`StateStore.current`); a repeat of the node's last event is written behind, anything new
         before the answer. Without, records nothing (``render``, the live page). ``node`` must be a
-        configured node name.
+        configured node, as resolved (:meth:`node`) or by name.
 
         Raises :class:`~bootserver.errors.UnavailableError` when the timeline cannot be read or written,
         or ``FetchError``/``MetadataError`` when the stream's metadata must be fetched and cannot be; with
         ``grub``, :class:`~bootserver.grub.GrubUnsupported` when an artifact URL is not plain http.
         """
-        resolved = self._nodes[node]
-        current = await self.runtime.state.current(node)
+        resolved = self._resolved(node)
+        current = await self.runtime.state.current(resolved.name)
         event, script, detail = await self._script(resolved, current, grub=grub)
         if record:
             await self.runtime.record(resolved, event, ip=client, detail=detail, current=current)
@@ -89,40 +95,46 @@ class BootService:
         if profile.boots_once and stage in INSTALLED_STAGES:
             script = render_grub_localboot(node, stage) if grub else render_localboot_script(node, stage)
             return "localboot", script, {"stage": stage}
-        release = await self.desk.catalog.release(profile.stream, profile.arch)
+        catalog = self.desk.catalog
+        meta = catalog.cached(profile.stream)  # the hot path: a copy at hand; else a load waited for briefly
+        meta = meta if meta is not None else await self.runtime.metadata.wait(catalog, profile.stream)
+        release = meta.releases[profile.arch]
         # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        inputs = ScriptInputs(node, release, signing, self._network(node, current.device))
+        inputs = ScriptInputs(node, release, signing, self._network(resolved, current.device))
         script = self._grub_configs.get(node, inputs) if grub else self._scripts.get(node, inputs)
         return "script", script, {"mode": profile.mode, "release": release.version}
 
-    def _network(self, node: str, device: Mapping[str, Any] | None) -> tuple[str, ...]:
+    def _resolved(self, node: NodeContext | str) -> NodeContext:
+        return node if isinstance(node, NodeContext) else self._nodes[node]
+
+    def _network(self, resolved: NodeContext, device: Mapping[str, Any] | None) -> tuple[str, ...]:
         """The node's network kargs (:func:`~bootserver.network.node_kargs`), built again only when its
         device record changed. Raises ``DeviceRecordError`` (never kept: the next request tries again)."""
-        hit = self._kargs.get(node)
+        hit = self._kargs.get(resolved.name)
         if hit is not None and (hit[0] is device or hit[0] == device):
             return hit[1]
-        kargs = node_kargs(self.config, node, device)
-        self._kargs[node] = (device, kargs)
+        kargs = node_kargs(resolved, device)
+        self._kargs[resolved.name] = (device, kargs)
         return kargs
 
     def _render_script(self, inputs: ScriptInputs) -> str:
-        return render_boot_script(script_context(self.config, self.urls, inputs.node, inputs.release,
+        return render_boot_script(script_context(self.urls, self._nodes[inputs.node], inputs.release,
                                                  inputs.network))
 
     def _render_grub_config(self, inputs: ScriptInputs) -> str:
-        return render_grub_config(script_context(self.config, self.urls, inputs.node, inputs.release,
+        return render_grub_config(script_context(self.urls, self._nodes[inputs.node], inputs.release,
                                                  inputs.network))
 
-    async def record(self, node: str, event: str, *, ip: str | None = None,
+    async def record(self, node: NodeContext | str, event: str, *, ip: str | None = None,
                      detail: Mapping[str, Any] | None = None, at: float | None = None) -> str:
-        """Record timeline ``event`` of configured node ``node`` from address ``ip`` (at unix time ``at``,
-        default now; :meth:`bootserver.runtime.Runtime.record`); returns the node's new stage once
-        committed. Raises :class:`~bootserver.errors.UnavailableError` (HTTP 503) when the store cannot
-        be written."""
-        return await self.runtime.record(self._nodes[node], event, ip=ip, detail=detail, at=at)
+        """Record timeline ``event`` of configured node ``node`` (as resolved, or by name) from address
+        ``ip`` (at unix time ``at``, default now; :meth:`bootserver.runtime.Runtime.record`); returns the
+        node's new stage once committed. Raises :class:`~bootserver.errors.UnavailableError` (HTTP 503)
+        when the store cannot be written."""
+        return await self.runtime.record(self._resolved(node), event, ip=ip, detail=detail, at=at)
 
-    async def image(self, node: str) -> NodeImage:
+    async def image(self, node: NodeContext | str) -> NodeImage:
         """The node's boot image: for a ``secure_boot`` node the Secure Boot one
         (:func:`bootserver.images.secureboot.secureboot_image`; the release's live ISO, kernel and
         initramfs fetched into the cache first, sha256-checked, once however many ask), else the
@@ -131,16 +143,17 @@ class BootService:
         build runs xorriso) so the event loop goes on. Raises as those two, :class:`UnavailableError`
         when the state store (the node's device record, for ``network: provider``) cannot be read, and
         the fetch's errors (``FetchError``, ``IntegrityError``)."""
+        resolved = self._resolved(node)
+        node, profile = resolved.name, resolved.profile
         current = await self.runtime.state.current(node)
-        if not self.config.node_secure_boot(node):
+        if not (profile.secure_boot if resolved.spec.secure_boot is None else resolved.spec.secure_boot):
             return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
-        profile = self._nodes[node].profile
         release = await self.desk.catalog.release(profile.stream, profile.arch)
         check_secure_boot(node, release)
         assert release.live_iso is not None
         fetched = await asyncio.gather(*(self.desk.artifacts.fetch(release, a)
                                          for a in (release.live_iso, release.kernel, release.initramfs)))
-        ctx = script_context(self.config, self.urls, node, release, self._network(node, current.device),
+        ctx = script_context(self.urls, resolved, release, self._network(resolved, current.device),
                              stub_ttl=self.config.server.signing.chain_ttl)
         iso, kernel, initramfs = (f.path for f in fetched)
         return await asyncio.to_thread(secureboot_image, self.config, self.urls, node, release,
@@ -180,14 +193,15 @@ class BootService:
         return ready, {**report, "state_store": {"backend": state.backend, "ready": problem is None},
                        "ready": ready}
 
-    async def real_config(self, node: str, *, client: str | None = None, record: bool = False) -> bytes | None:
+    async def real_config(self, node: NodeContext | str, *, client: str | None = None,
+                          record: bool = False) -> bytes | None:
         """The node's real Ignition config bytes, or ``None`` when its profile has none; with ``record``
         (the server's answer to address ``client``), records ``config`` when there is one.
 
         Raises :class:`~bootserver.errors.UnavailableError` when the file cannot be read (or, for a
         Butane config, translated) now, or the event cannot be recorded.
         """
-        resolved = self._nodes[node]
+        resolved = self._resolved(node)
         pinned = self._real_config_pinned(resolved)
         if pinned is None:
             return None
@@ -224,7 +238,7 @@ class BootService:
             raise UnavailableError(f"server.tls.ca: cannot read {ca}: {e.strerror}",
                                    public="the server's CA certificate cannot be read now") from None
 
-    async def stub(self, node: str, *, version: str | None = None, accept: str | None = None,
+    async def stub(self, node: NodeContext | str, *, version: str | None = None, accept: str | None = None,
                    client: str | None = None, record: bool = False) -> bytes:
         """The node's merge-style Ignition stub, as the exact bytes served: in spec ``version`` (default:
         the profile's ``ignition_version``), or with ``accept`` (the client's ``Accept`` header) in the
@@ -238,7 +252,7 @@ class BootService:
         version is not a stub version (3.1.0 or newer) up to the profile's ``ignition_version``, or the
         client accepts none; :class:`~bootserver.errors.UnavailableError` as :meth:`real_config`.
         """
-        resolved = self._nodes[node]
+        resolved = self._resolved(node)
         if accept is not None:
             version = negotiate_version(accept, resolved.profile.ignition_version, IGNITION_VERSIONS)
         data = self._stub(resolved, version)
@@ -267,7 +281,7 @@ class BootService:
         node = inputs.node
         return encode(build_stub(
             version=inputs.version,
-            hostname=self.config.node_hostname(node),
+            hostname=self._nodes[node].hostname,
             config_url=None if inputs.config_hash is None else self.urls.real_config(node),
             config_hash=inputs.config_hash,
             ca_pem=inputs.ca_pem,

@@ -71,6 +71,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
      "equal to 120"),
     ({"interface": "eth0; reboot"}, "dhcp.interface: not a network interface name"),
     ({"interface": "lo", "colour": "blue"}, "dhcp.colour: unknown key"),
+    ({"interface": "lo", "ipv6": True}, "dhcp: ipv6: only with mode: full"),
 ])
 def test_bad_dhcp_keys_are_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    dhcp: dict[str, Any], message: str) -> None:
@@ -105,7 +106,7 @@ def test_check_config_refuses_what_dhcp_cannot_hand_out(tmp_path: Path, capsys: 
     assert err.startswith(f"bootserver: {path}: {message}") and err.count("\n") == 1, err
     rc, out, err = run(capsys, "dhcp", "--config", str(path))  # nothing started, the same line
     assert rc == 2 and err.startswith(f"bootserver: {path}: {message}")
-    assert not (tmp_path / "state" / "dhcp" / "dnsmasq.conf").exists()
+    assert not (tmp_path / "state").exists()  # nothing written: no engine files, no state store
 
 
 def test_reservations_come_from_each_nodes_network(tmp_path: Path) -> None:
@@ -207,7 +208,7 @@ def test_the_chain_url_is_never_signed(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_print_kea(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = fleet({"mode": "full", "range": "127.0.0.100-127.0.0.200", "router": "127.0.0.1"})
-    doc["server"]["base_url"] = "http://127.0.0.1:8080"
+    doc["server"]["base_url"] = "http://192.0.2.1:8080"  # an IPv4 literal: also the TFTP next-server
     path = write(doc, tmp_path)
     rc, out, _ = run(capsys, "dhcp", "--print", "kea", "--config", str(path))
     assert rc == 0
@@ -215,13 +216,13 @@ def test_print_kea(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert got["interfaces-config"] == {"interfaces": ["lo"]}
     assert got["client-classes"] == [
         {"name": "ipxe", "test": "option[77].hex == 'iPXE'",
-         "boot-file-name": "http://127.0.0.1:8080/boot.ipxe?mac=${net0/mac}"},
+         "boot-file-name": "http://192.0.2.1:8080/boot.ipxe?mac=${net0/mac}"},
         {"name": "bios", "test": "(option[93].hex == 0x0000) and not member('ipxe')",
-         "boot-file-name": "undionly.kpxe", "next-server": "127.0.0.1"},
+         "boot-file-name": "undionly.kpxe", "next-server": "192.0.2.1"},
         {"name": "efi64", "test": "(option[93].hex == 0x0007 or option[93].hex == 0x0009) and not member('ipxe')",
-         "boot-file-name": "ipxe.efi", "next-server": "127.0.0.1"},
+         "boot-file-name": "ipxe.efi", "next-server": "192.0.2.1"},
         {"name": "arm64", "test": "(option[93].hex == 0x000b) and not member('ipxe')",
-         "boot-file-name": "grubaa64.efi", "next-server": "127.0.0.1"},
+         "boot-file-name": "grubaa64.efi", "next-server": "192.0.2.1"},
     ]
     subnet = got["subnet4"][0]
     assert subnet["subnet"] == "127.0.0.0/8" and subnet["pools"] == [{"pool": "127.0.0.100 - 127.0.0.200"}]
@@ -287,3 +288,32 @@ def test_a_refusal_names_the_key(tmp_path: Path) -> None:
     assert str(err) == ("t.yaml: dhcp.interface: dnsmasq cannot listen on lo: failed to create listening socket for "
                         "port 67: Address already in use (another DHCP or TFTP server runs there)")
     assert err.exit_code == 1
+
+
+def test_print_without_a_subnet_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(fleet({"interface": "bsnone0"}, a={"profile": "master", "mac": "52:54:00:00:00:01"}), tmp_path)
+    for what in ("dnsmasq", "kea"):
+        rc, out, err = run(capsys, "dhcp", "--print", what, "--config", str(path))
+        assert (rc, out) == (2, "")
+        assert err == (f"bootserver: {path}: dhcp.interface: bsnone0 is not on this machine (or has no IPv4 "
+                       "address) and no reservation tells the subnet to answer on\n")
+
+
+def test_a_config_without_dhcp_has_no_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(config_doc(), tmp_path)
+    for argv in (["dhcp"], ["dhcp", "--print"]):
+        rc, _, err = run(capsys, *argv, "--config", str(path))
+        assert rc == 2 and err == (f"bootserver: {path}: dhcp: not set: add a dhcp: mapping with the interface "
+                                   + ("(docs/config.md) to run the DHCP engine\n" if argv == ["dhcp"]
+                                      else "(docs/config.md)\n")), err
+
+
+@pytest.mark.parametrize("base_url", ["http://localhost:8080", "http://127.0.0.1:8080", None])
+def test_a_chain_url_on_loopback_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            base_url: str | None) -> None:
+    doc = fleet({})
+    doc["server"] = {"listen": "0.0.0.0:8080"} | ({"base_url": base_url} if base_url else {})
+    path = write(doc, tmp_path)
+    rc, _, err = run(capsys, "check-config", "--config", str(path))
+    assert rc == 2 and err.startswith(f"bootserver: {path}: server.base_url: {base_url or 'http://localhost:8080'} "
+                                      "is this machine's loopback: machines on lo would be handed a chain URL"), err

@@ -11,7 +11,8 @@ from support.services import service
 from support.signing import fixed_signer
 
 from bootserver.config import parse_config
-from bootserver.ipxe import UnsafeValueError, build_kargs, check_extra_karg, check_script_word
+from bootserver.ipxe import UnsafeValueError, check_script_word
+from bootserver.kargs import build_kargs, check_extra_karg
 
 GOLDEN = Path(__file__).parent / "golden"
 

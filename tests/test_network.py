@@ -15,12 +15,11 @@ from support.helpers import run_cli, write_config
 from support.signing import FIXED_KEY, FIXED_NOW, fixed_signer
 
 from bootserver.config import parse_config
-from bootserver.errors import ConfigError
+from bootserver.equinix_network import equinix_network
+from bootserver.errors import ConfigError, DeviceRecordError
 from bootserver.http.app import create_app
-from bootserver.ipxe import CommandLineTooLong, command_line_bytes
+from bootserver.kargs import CommandLineTooLong, command_line_bytes
 from bootserver.nmstate import NetworkState, dracut_kargs
-from bootserver.providers.base import DeviceRecordError
-from bootserver.providers.equinix_network import equinix_network
 from bootserver.signing import sign
 from bootserver.state.sqlite_timeline import Timeline
 
@@ -397,10 +396,11 @@ def test_profile_network_is_the_default_of_its_nodes(reference: Path, tmp_path: 
     d = doc(reference, tmp_path, None, network="provider")
     d["nodes"]["worker-0"] = {"profile": "metal", "network": "dhcp"}
     config = parse_config(d, "b.yaml", tmp_path)
-    from bootserver.network import effective_network, node_kargs
+    from bootserver.inventory import node_context
+    from bootserver.network import node_kargs
 
-    assert effective_network(config, "master-0") == "provider"
-    assert node_kargs(config, "worker-0", None) == ()
+    assert node_context(config, "master-0").network == "provider"
+    assert node_kargs(node_context(config, "worker-0"), None) == ()
 
 
 def test_an_nmstate_document_from_openshift_agent_config_reads_as_is() -> None:

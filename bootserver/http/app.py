@@ -4,7 +4,7 @@
 Routes come from :data:`bootserver.urls.ROUTES` (each declared once: pattern, signed, timed, capped,
 listener); :data:`HANDLERS` names the handler of each. One front (:func:`front`, bound to each route)
 does what every request needs before its handler: concurrency cap and timeout, signature check, and the
-node it concerns resolved once (``request[NODE]``, matchbox's select -> context -> handler). Handlers
+node it concerns resolved once (``request[RESOLVED]``, matchbox's select -> context -> handler). Handlers
 stay thin: read the resolved node, call one :class:`~bootserver.service.BootService` method, shape the
 response. Errors map to statuses in one place (:func:`error_answer`): unknown node 404, not available
 yet 503, bad upstream 502; every refusal is a plain-text reason for a device operator and one log line
@@ -13,20 +13,16 @@ with the details, never a bare 500 and never a local path in a public body.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
 
-from .. import reload
 from ..artifacts.readthrough import Transfer
 from ..config import Config
-from ..desk import ArtifactDesk
 from ..discovery import ReportError
 from ..errors import (
     BootserverError,
@@ -39,7 +35,6 @@ from ..errors import (
 )
 from ..files import LinkRefused, open_file
 from ..ignition import MEDIA_TYPE, NotAcceptableError
-from ..intake import DiscoveryIntake
 from ..inventory import find_node, select_node
 from ..metrics import Metrics
 from ..runtime import Runtime
@@ -54,13 +49,13 @@ from .fileanswer import FileAnswer, plan, send_pieces, sendfile_ranges
 from .gate import (
     CLIENT_MAX_SIZE,
     DEVICE_HEADERS,
-    Gate,
     admin_headers,
     body_too_large,
     forbidden,
     host_middleware,
     unmatched,
 )
+from .running import LOADED, RESOLVED, RUNNING, Loaded, Running
 
 log = logging.getLogger("bootserver.web")
 
@@ -72,122 +67,6 @@ RUNTIME = web.AppKey("runtime", Runtime)
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """One loaded config of a running server and what serves it: the service, its artifact desk, the
-    request-level checks (also the one resolution of a request's client address, ``Gate.client``) and
-    the unix time it was loaded. A request is answered by the one that was current when it came
-    (``request[LOADED]``)."""
-
-    svc: BootService
-    desk: ArtifactDesk
-    gate: Gate
-    at: float
-
-    @classmethod
-    def load(cls, config: Config, runtime: Runtime, at: float) -> Loaded:
-        """What serves ``config`` over ``runtime``, loaded at unix time ``at``."""
-        svc = BootService(config, runtime)
-        return cls(svc, svc.desk, Gate(config, runtime.check_signature), at)
-
-
-#: What answers this request (:class:`Loaded`), set by :func:`front`.
-LOADED = web.RequestKey("loaded", Loaded)
-
-
-class Running:
-    """The config a server serves now (:attr:`current`), which :meth:`reload` replaces in one step.
-
-    Requests in flight finish on the :class:`Loaded` they started with (:func:`front` hands it to the
-    handler); what outlives a config (the :class:`~bootserver.runtime.Runtime`: state store, upstream,
-    downloads in flight, metrics, observers such as the live page's listeners) carries over. One reload
-    runs at a time; more signals meanwhile make one more."""
-
-    def __init__(self, loaded: Loaded, runtime: Runtime, metrics: Metrics, live: page.Page) -> None:
-        self.current = loaded
-        self.runtime = runtime
-        #: Discovered machines' scripts and reports (outlives reloads, as its rate limit must).
-        self.intake = DiscoveryIntake(runtime)
-        self.metrics = metrics
-        self.page = live
-        self._lock = asyncio.Lock()
-        metrics.config_loaded.set(loaded.at)
-
-    def swap(self, config: Config) -> Loaded:
-        """Serve ``config`` (loaded and checked, its restart-only keys the running ones) from now on; a
-        stream whose metadata source changed is loaded in the background (:func:`follow_streams`)."""
-        before = self.current
-        self.runtime.follow(config)
-        loaded = Loaded.load(config, self.runtime, time.time())
-        self.page.use(loaded.svc, loaded.at)
-        self.current = loaded
-        self.runtime.spawn(follow_streams(before.desk, loaded.desk))
-        return loaded
-
-    async def reload(self) -> bool:
-        """Read the config file again (with its includes), check it as ``check-config`` does and serve it
-        (:mod:`bootserver.reload`); returns whether it serves now. An invalid config is one error line
-        naming the file and key, and the running config stays; changed restart-only keys are one
-        warning line. Counted in ``bootserver_config_reloads_total{result}`` and recorded in
-        ``state_dir/reload.json``."""
-        async with self._lock:
-            running = self.runtime.config
-            try:
-                config = await asyncio.to_thread(reload.load_checked, running.source)
-            except Exception as e:  # an invalid config (ConfigError), or a bug: the running config stays
-                message = str(e) if isinstance(e, BootserverError) else f"{type(e).__name__}: {e}"
-                log.error("reload refused; the config loaded at %s keeps serving: %s",
-                          time.strftime("%H:%M:%S", time.localtime(self.current.at)), message,
-                          exc_info=not isinstance(e, BootserverError))
-                self.metrics.config_reloaded(False, self.current.at)
-                await asyncio.to_thread(reload.write_status, running, ok=False, message=message,
-                                        loaded_at=self.current.at)
-                return False
-            config, changed = reload.keep_running(running, config)
-            if changed:
-                log.warning("%s", reload.restart_warning(changed))
-            loaded = self.swap(config)
-            message = reload.summary(config)
-            log.info("reloaded %s", message)
-            self.metrics.config_reloaded(True, loaded.at)
-            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at,
-                                    nodes=config.nodes)
-            return True
-
-    async def close(self) -> None:
-        """Close what every loaded config shared (:meth:`bootserver.runtime.Runtime.close`)."""
-        await self.runtime.close()
-
-
-async def follow_streams(before: ArtifactDesk, after: ArtifactDesk) -> None:
-    """After a reload from ``before``'s config to ``after``'s: load the metadata of every stream whose
-    source (``streams.<s>.metadata``) changed or is new, and log one line per stream whose current
-    release changed (``reload: stream S serves release R (was Q)``). Failures are logged, never raised."""
-    old = before.config.streams
-    for name, spec in after.config.streams.items():
-        if name in old and old[name].metadata == spec.metadata:
-            continue
-        was = None
-        try:
-            meta = before.catalog.cached(name) if name in old else None
-            was = None if meta is None else {a: r.version for a, r in meta.releases.items()}
-        except BootserverError:
-            pass
-        try:
-            now = {a: r.version for a, r in (await after.catalog.get(name)).releases.items()}
-        except BootserverError as e:
-            log.warning("reload: stream %s: metadata of %s not loaded: %s", name, spec.metadata, e)
-            continue
-        if now != was:
-            log.info("reload: stream %s serves release %s (was %s)", name,
-                     ", ".join(f"{v} ({a})" for a, v in sorted(now.items())),
-                     "none" if not was else ", ".join(f"{v} ({a})" for a, v in sorted(was.items())))
-
-
-#: The running config of both applications (:class:`Running`).
-RUNNING = web.AppKey("running", Running)
 
 
 def _text(status: int, reason: str) -> web.Response:
@@ -233,8 +112,8 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler, *, st
     (``request[ROUTE]``) and the config it is answered with (``request[LOADED]``, the one ``running``
     serves now, kept for the whole request), runs the handler under
     :class:`~bootserver.http.admission.Limits`, refuses signed routes that fail :meth:`Gate.refusal` (the one
-    403), resolves the node (``request[NODE]``: by name from the path, or for the generic entry by
-    selector and source address) and maps domain errors with :func:`error_answer`.
+    403), resolves the node (``request[RESOLVED]``, its name in ``request[NODE]``: by name from the path,
+    or for the generic entry by selector and source address) and maps domain errors with :func:`error_answer`.
 
     With ``stamp`` (the device listener) every answer gets :data:`DEVICE_HEADERS` here (the returned
     one, a raised ``HTTPException``, a plain 500 for an unexpected error, logged) instead of in an
@@ -263,17 +142,19 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler, *, st
                     if reason is not None:
                         log.warning("%s %s: 403 %s", request.method, request.rel_url.raw_path, reason)
                         return forbidden()
-                request[NODE] = find_node(svc.config, name=name)
+                request[RESOLVED] = svc.node(find_node(svc.config, name=name))
             elif spec is GENERIC or spec is GENERIC_GRUB:
                 q = request.query
                 try:
-                    request[NODE] = select_node(svc.config, gate.address(request), mac=q.get("mac"),
-                                                uuid=q.get("uuid"), hostname=q.get("hostname"))
+                    selected = select_node(svc.config, gate.address(request), mac=q.get("mac"),
+                                           uuid=q.get("uuid"), hostname=q.get("hostname"))
+                    request[NODE] = selected
+                    request[RESOLVED] = svc.node(selected)
                 except UnknownNodeError:
-                    if spec is not GENERIC or not svc.config.server.discovery.enabled:
-                        raise  # discovery speaks iPXE: the GRUB entry answers 404 as before
-                    # the same answer whether no node matches or one may not be handed out here
-                    return web.Response(text=intake.script(svc.config, q.get("mac")), content_type="text/plain")
+                    if not svc.config.server.discovery.enabled:
+                        raise  # off: 404; on: the same script whether no node matches or not here
+                    script = intake.script(svc.config, q.get("mac"), grub=spec is GENERIC_GRUB)
+                    return web.Response(text=script, content_type="text/plain")
             return await handler(request)
         except web.HTTPException:
             raise
@@ -321,7 +202,7 @@ def add_route(app: web.Application, route: Route, handler: Handler, *, stamp: bo
 
 async def ipxe_script(request: web.Request) -> web.Response:
     """``GET /ipxe/{node}`` and ``GET /boot.ipxe?mac=|uuid=|hostname=``: the node's iPXE script."""
-    script = await _service(request).script(request[NODE], client=_client(request), record=True)
+    script = await _service(request).script(request[RESOLVED], client=_client(request), record=True)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -342,7 +223,7 @@ async def discover(request: web.Request) -> web.Response:
 async def grub_config(request: web.Request) -> web.Response:
     """``GET /grub/{node}`` and ``GET /boot.grub?mac=|uuid=|hostname=``: the GRUB form of the node's
     script, which its boot image's UEFI boot and the arm64 GRUB source."""
-    script = await _service(request).script(request[NODE], grub=True, client=_client(request), record=True)
+    script = await _service(request).script(request[RESOLVED], grub=True, client=_client(request), record=True)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -357,7 +238,7 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
     svc, node = _service(request), request[NODE]
     cache = svc.runtime.cache
     try:
-        image = await svc.image(node)
+        image = await svc.image(request[RESOLVED])
     except LinkRefused as e:
         cache.refused(e)
         return _text(404, f"node {node}: no boot image")
@@ -411,7 +292,7 @@ async def ignition_stub(request: web.Request) -> web.Response:
     """``GET /ignition/{node}``: the node's merge-style stub, in the spec version negotiated with the
     ``Accept`` header (406 when none fits); ``Vary: Accept`` either way."""
     try:
-        body = await _service(request).stub(request[NODE], accept=request.headers.get(hdrs.ACCEPT),
+        body = await _service(request).stub(request[RESOLVED], accept=request.headers.get(hdrs.ACCEPT),
                                             client=_client(request), record=True)
     except NotAcceptableError as e:
         log.warning("%s %s: 406 %s", request.method, request.path, e)
@@ -425,7 +306,7 @@ async def ignition_stub(request: web.Request) -> web.Response:
 async def ignition_config(request: web.Request) -> web.Response:
     """``GET /ignition/{node}/config``: the node's real config, byte for byte."""
     node = request[NODE]
-    data = await _service(request).real_config(node, client=_client(request), record=True)
+    data = await _service(request).real_config(request[RESOLVED], client=_client(request), record=True)
     if data is None:
         return _text(404, f"node {node}: its profile has no ignition config")
     return web.Response(body=data, content_type=MEDIA_TYPE)
@@ -434,7 +315,7 @@ async def ignition_config(request: web.Request) -> web.Response:
 async def checkin(request: web.Request) -> web.Response:
     """``POST /checkin/{node}``: the node's booted system is on the network (its stub's check-in unit);
     records ``checkin`` (stage ``up``) with the client address. Nothing is read from the body."""
-    stage = await _service(request).record(request[NODE], "checkin", ip=_client(request))
+    stage = await _service(request).record(request[RESOLVED], "checkin", ip=_client(request))
     return _text(200, f"{request[NODE]}: {stage}")
 
 

@@ -6,7 +6,9 @@ guests on taps of its bridge.
   same dnsmasq process) OVMF's own PXE (TFTP ``ipxe.efi``, then iPXE) each boot to their node's script
   at exactly their reserved address, with the kargs ``render ipxe`` shows, and the timeline shows the
   first mile (``dhcp``, ``tftp`` before ``ipxe``).
-- ``proxy`` mode beside a second dnsmasq that plays the site's DHCP server (addresses only).
+- ``proxy`` mode beside a second dnsmasq that plays the site's DHCP server (addresses only): SeaBIOS's
+  iPXE follows the PXE menu; OVMF's PXE loads ``ipxe.0`` (the menu's name for ``ipxe.efi``) and that
+  iPXE follows the menu to ``bootserver.0``, the script that chains the generic entry.
 - ``--print kea`` loaded by the real ``kea-dhcp4`` boots a guest.
 - dnsmasq refusing to start (the port taken) is one line naming the key; ``mode: full`` on an interface
   without an address is refused before anything starts.
@@ -82,8 +84,10 @@ def test_full_mode_boots_bios_and_uefi_at_their_reserved_addresses(
         pid = s.dnsmasq_pid()
         (s.work / "nodes.d" / "uefi-0.yaml").write_text(json.dumps({"nodes": {"uefi-0": node(UEFI_MAC,
                                                                                               "192.0.2.11/24")}}))
-        p = s.bootserver("reload")
+        p = s.bootserver("reload")  # serve and the engine, each with its outcome
         assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines()[-1] == ("bootserver dhcp reloaded: 2 reservations (1 added, 0 removed, 0 changed) "
+                                             "without restarting dnsmasq"), p.stdout
         s.wait_log(r"reload: 2 reservations \(1 added, 0 removed, 0 changed\) without restarting dnsmasq")
         assert f"{UEFI_MAC},set:node-uefi-0,192.0.2.11,uefi-0" in (s.work / "state/dhcp/hosts/nodes").read_text()
         assert s.dnsmasq_pid() == pid
@@ -111,24 +115,31 @@ def site_dnsmasq(net: netns.TestNetwork, folder: Path) -> netns.TestNetwork:
     return site
 
 
-def test_proxy_mode_boots_beside_the_sites_dhcp_server(
+def test_proxy_mode_boots_bios_and_uefi_beside_the_sites_dhcp_server(
         tools: rig.Tools, net: netns.TestNetwork, e2e_source: tuple, tmp_path: Path) -> None:
-    need(tools, "qemu", "ipxe_efi_rom")
+    need(tools, "qemu", "ovmf", "ipxe_efi_rom")
     net.tap("tapa")
+    net.tap("tapb")
     site_dnsmasq(net, tmp_path)
-    proxy_node = {"profile": "e2e-live", "mac": BIOS_MAC, "selectable": True}  # the site picks its address
-    with netboot.stack(net, e2e_source, {"interface": netns.BRIDGE, "mode": "proxy"}, {"proxy-0": proxy_node}) as s:
-        result = netboot.boot(tools, net, "tapa", tmp_path / "bios.log", BIOS_MAC, "bios")
-        assert_booted(s, "proxy-0", result, "bios")
-        assert "Booting from PXE menu" in result.log, result.tail()
-        site_log = (tmp_path / "site.log").read_text()
-        address = re.search(rf"DHCPACK\(eth0\) (192\.0\.2\.1\d\d) {BIOS_MAC}", site_log)
-        assert address is not None, site_log[-2000:]
+    nodes = {"proxy-bios": {"profile": "e2e-live", "mac": BIOS_MAC, "selectable": True},  # the site picks the address
+             "proxy-uefi": {"profile": "e2e-live", "mac": UEFI_MAC, "selectable": True}}
+    with netboot.stack(net, e2e_source, {"interface": netns.BRIDGE, "mode": "proxy"}, nodes) as s:
+        for name, mac, firmware, tap in (("proxy-bios", BIOS_MAC, "bios", "tapa"),
+                                         ("proxy-uefi", UEFI_MAC, "uefi", "tapb")):
+            result = netboot.boot(tools, net, tap, tmp_path / f"{firmware}.log", mac, firmware, timeout=180)
+            assert_booted(s, name, result, firmware)
+            site_log = (tmp_path / "site.log").read_text()
+            address = re.search(rf"DHCPACK\(eth0\) (192\.0\.2\.1\d\d) {mac}", site_log)
+            assert address is not None, site_log[-2000:]
+            # the PXE menu's iPXE script (BIOS: iPXE's ROM follows the menu; UEFI: the firmware's PXE
+            # loads ipxe.efi from the menu, whose own DHCP follows it again)
+            s.wait_log(rf"dnsmasq-tftp.*sent \S+/bootserver(\.0)? to {re.escape(address.group(1))}")
+            events = s.events(name)
+            assert events.index("dhcp") < events.index("script"), events
+        assert "Booting from PXE menu" in (tmp_path / "bios.log").read_text()
+        s.wait_log(r"dnsmasq-tftp.*sent \S+/ipxe(\.0)? to 192\.0\.2\.1\d\d")
         engine_log = s.dhcp_log.read_text()
         assert "DHCPACK" not in engine_log and "DHCPOFFER" not in engine_log  # proxy: never an address
-        s.wait_log(rf"dnsmasq-tftp.*sent \S+/bootserver\.0 to {re.escape(address.group(1))}")
-        events = s.events("proxy-0")
-        assert events.index("dhcp") < events.index("script"), events
 
 
 def test_kea_loads_print_kea_and_boots_a_guest(
@@ -193,7 +204,15 @@ def test_reloads_change_reservations_in_place_and_restart_dnsmasq_only_for_its_o
         doc = s.config.read_text().replace("192.0.2.10", "192.0.2.12").replace("\n  b:\n", "\n  b-gone:\n")
         s.config.write_text(doc)
         p = s.bootserver("reload")  # serve's pid file and the engine's
-        assert p.returncode == 0 and "sent SIGHUP to bootserver dhcp" in p.stderr, p.stderr
+        assert p.returncode == 0 and p.stdout.endswith(
+            "bootserver dhcp reloaded: 2 reservations (1 added, 1 removed, 1 changed) without restarting dnsmasq\n"), p
+        # an invalid config for the engine alone (the interface is gone): serve reloads, the engine refuses
+        s.config.write_text(doc.replace("interface: br0", "interface: br9"))
+        p = s.bootserver("reload")
+        assert p.returncode == 2 and p.stderr.startswith(
+            f"bootserver: bootserver dhcp refused the reload, its running config stays: {s.config}: dhcp.interface: "
+            "no interface br9 on this machine"), p
+        s.config.write_text(doc)
         s.wait_log(r"reload: 2 reservations \(1 added, 1 removed, 1 changed\) without restarting dnsmasq")
         assert f"{BIOS_MAC},set:node-a,192.0.2.12,[2001:db8::10],a\n" in hosts.read_text()
         assert "node-b," not in hosts.read_text() and "node-b-gone," in hosts.read_text()
@@ -231,7 +250,9 @@ def test_an_adopted_machine_gets_its_reservation_from_the_same_dnsmasq(
         target = s.work / "nodes.d" / "adopted-0.yaml"
         p = s.bootserver("nodes", "adopt", BIOS_MAC, "--name", "adopted-0", "--profile", "e2e-live",
                          "--file", str(target))
-        assert p.returncode == 0 and "sent SIGHUP to bootserver dhcp" in p.stdout + p.stderr, p.stdout + p.stderr
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.rstrip().endswith("; bootserver dhcp: 2 reservations (1 added, 0 removed, 0 changed) without "
+                                          "restarting dnsmasq"), p.stdout
         s.wait_log(r"reload: 2 reservations \(1 added, 0 removed, 0 changed\) without restarting dnsmasq")
         hosts = (s.work / "state" / "dhcp" / "hosts" / "nodes").read_text()
         assert f"{BIOS_MAC},set:node-adopted-0,adopted-0\n" in hosts, hosts
