@@ -250,7 +250,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
                 chain = f"{netboot.BASE_URL}/boot.ipxe?mac=${{net0/mac}}"
                 plan = [("unknown", "bios", UNKNOWN_MAC, None, ["-smbios", UNKNOWN_SMBIOS])]
                 plan += [(name, firmware, mac, ip, []) for name, (firmware, mac, ip) in NODES.items()]
-                firmwares = {(ADOPTED if name == "unknown" else name): firmware for name, firmware, *_ in plan}
+                firmwares = {**{name: firmware for name, (firmware, _, _) in NODES.items()}, ADOPTED: "bios"}
                 started: dict[str, float] = {}
                 for i, (name, firmware, mac, ip, extra) in enumerate(plan):
                     disk = standin.blank_disk(work / f"{name}.disk")

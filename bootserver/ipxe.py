@@ -116,11 +116,12 @@ def render_discovery_script(*, mac: str | None, every: int, nics: int) -> str:
 def render_localboot_script(node: str, stage: str) -> str:
     """Render ``templates/localboot.ipxe.j2``: the boot-once answer for an installed node.
 
-    It ends in ``exit``, which hands control back to the firmware so it boots the next device, the
-    local disk (what Equinix documents for custom iPXE, and what tinkerbell/smee does when it has
-    nothing to boot); ``sanboot --drive 0x80`` would work on BIOS only. Seen end to end
-    (tests/e2e/test_life.py): SeaBIOS boots its next device, the disk, at once; OVMF tries its own
-    remaining network boot options, then boots the disk's removable path. Raises
+    It ends in ``exit 1``, which hands control back to the firmware with a failure status so it boots
+    its next device, the local disk (what Equinix documents for custom iPXE, and what tinkerbell/smee
+    does when it has nothing to boot); ``sanboot --drive 0x80`` would work on BIOS only. Seen end to
+    end (tests/e2e/test_life.py, the playground): SeaBIOS boots its next device, the disk, at once; OVMF
+    tries its remaining network boot options, then boots the disk's removable path; with ``exit`` (status
+    0) OVMF opens its boot manager menu instead when iPXE was loaded over PXE. Raises
     :class:`UnsafeValueError` for a value iPXE would not read literally.
     """
     check_script_word(node)

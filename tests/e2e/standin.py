@@ -381,7 +381,7 @@ class Machine:
     (``restrict=on``, reaching only ``rig.GUEST_HOST:port``) hands out ``chain_url`` as the DHCP boot
     file. With ``tap`` (``(argv prefix, tap name)``, e.g. ``(["ip", "netns", "exec", NS], "tap0")``)
     the NIC is that tap device of a DHCP engine's network instead, QEMU runs under the prefix, and under
-    UEFI the firmware's own PXE (no option ROM, IPv6 PXE off) does the first DHCP and TFTP. ``extra``
+    UEFI the firmware's own PXE (no option ROM, no IPv6: the network is IPv4) does the first DHCP and TFTP. ``extra``
     is appended (``-smbios``). A guest reboot resets the machine (the firmware boots again); a
     power-off ends QEMU. The serial ports go to ``log`` (UEFI: the second one to
     :func:`rig.second_serial_log`). Use as a context manager: leaving kills QEMU."""
@@ -404,7 +404,7 @@ class Machine:
             net = ["-netdev", f"tap,id=n0,ifname={name},script=no,downscript=no"]
             if firmware == "uefi":
                 rom = ",romfile="
-                net += ["-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n"]
+                net += ["-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=no"]
         argv = [*wrap, tools.qemu or "", "-machine", "pc,accel=tcg,graphics=off", "-m", str(memory_mb),
                 "-smp", "1", "-nodefaults", "-display", "none"]
         if firmware == "uefi":

@@ -32,7 +32,7 @@ fail() { say "STANDIN-FAIL: $*"; say "E2E-INIT-DONE"; sync; poweroff -f; sleep 5
 # renames the NIC with that MAC; the first static ip=<address>::<gateway>:<prefix>:<hostname>:<interface>:none
 # configures <interface> (default: the one NIC), else DHCP (udhcpc) on it.
 netup() {
-  static=""; dev=""
+  static=""; nic=""
   for w in "$@"; do
     case "$w" in
       ip=*:none) [ -n "$static" ] || static="${w#ip=}";;
@@ -45,22 +45,22 @@ netup() {
         done;;
     esac
   done
-  for d in /sys/class/net/*; do [ "${d##*/}" = lo ] || { dev="${d##*/}"; break; }; done
-  [ -n "$dev" ] || fail "no network interface"
+  for d in /sys/class/net/*; do [ "${d##*/}" = lo ] || { nic="${d##*/}"; break; }; done
+  [ -n "$nic" ] || fail "no network interface"
   ip link set lo up
   if [ -n "$static" ]; then
     IFS=: read -r addr _ gw prefix _ iface _ <<EOF_IP
 $static
 EOF_IP
-    dev="${iface:-$dev}"
-    ip link set "$dev" up || fail "no interface $dev"
-    ip addr add "$addr/$prefix" dev "$dev" || fail "ip addr add $addr/$prefix dev $dev"
+    nic="${iface:-$nic}"
+    ip link set "$nic" up || fail "no interface $nic"
+    ip addr add "$addr/$prefix" dev "$nic" || fail "ip addr add $addr/$prefix dev $nic"
     [ -z "$gw" ] || ip route add default via "$gw" || fail "ip route add default via $gw"
-    say "E2E-NET:static $addr/$prefix via $gw on $dev"
+    say "E2E-NET:static $addr/$prefix via $gw on $nic"
   else
-    ip link set "$dev" up || fail "no interface $dev"
-    udhcpc -i "$dev" -n -q -f -t 10 -T 1 -s /etc/udhcpc.script >/dev/null 2>&1 || fail "udhcpc: no lease"
-    say "E2E-NET:dhcp on $dev"
+    ip link set "$nic" up || fail "no interface $nic"
+    udhcpc -i "$nic" -n -q -f -t 10 -T 1 -s /etc/udhcpc.script >/dev/null 2>&1 || fail "udhcpc: no lease"
+    say "E2E-NET:dhcp on $nic"
   fi
 }
 # the kernel arguments coreos-installer forwards to the installed system's first boot
