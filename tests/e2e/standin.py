@@ -374,17 +374,18 @@ def blank_disk(path: Path, size: int = IMAGE_BYTES + (16 << 20)) -> Path:
 class Machine:
     """One QEMU machine (TCG) with a disk and a NIC, network-booting first as a server's firmware does.
 
-    ``firmware``: ``bios`` (SeaBIOS) or ``uefi`` (OVMF). The NIC (virtio) is first in the boot order,
-    the disk (virtio-blk, raw ``disk``) second. By default the NIC runs iPXE's option ROM from
-    ``ipxe-qemu`` (under BIOS through QEMU's default ROM property, which loads the same file: SeaBIOS
-    offers no network boot when ``romfile=`` names it explicitly), and QEMU's user network
-    (``restrict=on``, reaching only ``rig.GUEST_HOST:port``) hands out ``chain_url`` as the DHCP boot
-    file. With ``tap`` (``(argv prefix, tap name)``, e.g. ``(["ip", "netns", "exec", NS], "tap0")``)
-    the NIC is that tap device of a DHCP engine's network instead, QEMU runs under the prefix, and under
-    UEFI the firmware's own PXE (no option ROM, no IPv6: the network is IPv4) does the first DHCP and TFTP. ``extra``
-    is appended (``-smbios``). A guest reboot resets the machine (the firmware boots again); a
-    power-off ends QEMU. The serial ports go to ``log`` (UEFI: the second one to
-    :func:`rig.second_serial_log`). Use as a context manager: leaving kills QEMU."""
+    ``firmware``: ``bios`` (SeaBIOS) or ``uefi`` (OVMF, without IPv6: ``IPv6Support`` off, so no PXEv6
+    or HTTPv6 boot options on the way to the disk). The NIC (virtio) is first in the boot order, the
+    disk (virtio-blk, raw ``disk``) second. By default the NIC runs iPXE's option ROM from ``ipxe-qemu``
+    (under BIOS through QEMU's default ROM property, which loads the same file: SeaBIOS offers no
+    network boot when ``romfile=`` names it explicitly), and QEMU's user network (``restrict=on``,
+    reaching only ``rig.GUEST_HOST:port``) hands out ``chain_url`` as the DHCP boot file. With ``tap``
+    (``(argv prefix, tap name)``, e.g. ``(["ip", "netns", "exec", NS], "tap0")``) the NIC is that tap
+    device of a DHCP engine's network instead, QEMU runs under the prefix, and under UEFI the
+    firmware's own PXE (no option ROM) does the first DHCP and TFTP. ``extra`` is appended
+    (``-smbios``). A guest reboot resets the machine (the firmware boots again); a power-off ends QEMU.
+    The serial ports go to ``log`` (UEFI: the second one to :func:`rig.second_serial_log`). Use as a
+    context manager: leaving kills QEMU."""
 
     def __init__(self, tools: rig.Tools, firmware: str, disk: Path, log: Path, port: int, mac: str,
                  chain_url: str, memory_mb: int = 768, extra: list[str] | None = None,
@@ -404,11 +405,10 @@ class Machine:
             net = ["-netdev", f"tap,id=n0,ifname={name},script=no,downscript=no"]
             if firmware == "uefi":
                 rom = ",romfile="
-                net += ["-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=no"]
         argv = [*wrap, tools.qemu or "", "-machine", "pc,accel=tcg,graphics=off", "-m", str(memory_mb),
                 "-smp", "1", "-nodefaults", "-display", "none"]
-        if firmware == "uefi":
-            argv += ["-bios", tools.ovmf or "",
+        if firmware == "uefi":  # no IPv6 (the network has none): no PXEv6 or HTTPv6 tries after iPXE's exit
+            argv += ["-bios", tools.ovmf or "", "-fw_cfg", "name=opt/org.tianocore/IPv6Support,string=no",
                      "-chardev", f"file,id=s0,path={log}", "-serial", "chardev:s0",
                      "-chardev", f"file,id=s1,path={rig.second_serial_log(log)}", "-serial", "chardev:s1"]
         else:
