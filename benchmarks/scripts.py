@@ -180,7 +180,7 @@ def inclusive_us(path: Path, cpu_us: float) -> dict[str, float]:
 
 def profile_versus(this: dict[str, float], base: dict[str, float], top: int = 40) -> str:
     """The functions with the most microseconds per request in either tree, side by side (a table)."""
-    skip = ("process ", "thread (", "<module>", "_run_code", "_run_module_as_main", "Runner.run", "run",
+    skip = ("process ", "thread", "<module>", "_run_code", "_run_module_as_main", "Runner.run", "run",
             "main", "_cmd_serve", "BaseEventLoop.run_forever", "BaseEventLoop.run_until_complete")
     names = [f for f in set(this) | set(base) if not f.startswith(skip)]
     names.sort(key=lambda f: -max(this.get(f, 0.0), base.get(f, 0.0)))
