@@ -152,10 +152,10 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler, *, st
                     request[NODE] = selected
                     request[RESOLVED] = svc.node(selected)
                 except UnknownNodeError:
-                    if spec is not GENERIC or not svc.config.server.discovery.enabled:
-                        raise  # discovery speaks iPXE: the GRUB entry answers 404 as before
-                    # the same answer whether no node matches or one may not be handed out here
-                    return web.Response(text=intake.script(svc.config, q.get("mac")), content_type="text/plain")
+                    if not svc.config.server.discovery.enabled:
+                        raise  # off: 404; on: the same script whether no node matches or not here
+                    script = intake.script(svc.config, q.get("mac"), grub=spec is GENERIC_GRUB)
+                    return web.Response(text=script, content_type="text/plain")
             return await handler(request)
         except web.HTTPException:
             raise
