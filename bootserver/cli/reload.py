@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from ..config import Config, no_machine_boots
@@ -34,19 +35,15 @@ def check(args: argparse.Namespace, config: Config) -> int:
 
 
 def reload(args: argparse.Namespace, config: Config) -> int:
-    """Check the config, signal ``bootserver dhcp`` (if it runs) and the running server
-    (:func:`bootserver.reload.reload_server`), print the server's outcome: exit 0 reloaded, 2 refused,
-    1 no outcome within ``--timeout``."""
+    """Check the config, reload the running server (:func:`bootserver.reload.reload_server`) and signal
+    ``bootserver dhcp`` when it runs; print both outcomes: exit 0 reloaded, 2 refused, 1 no outcome within
+    ``--timeout``."""
     from ..reload import check_config, reload_server
 
     check_config(config)  # an invalid config is refused here, with its file and key; nothing is sent
-    if config.dhcp is not None:
-        from ..dhcp.engine import signal_engine
-
-        engine = signal_engine(config)  # `bootserver dhcp` re-reads its reservations (no dnsmasq restart)
-        if engine is not None:
-            print(f"bootserver: sent SIGHUP to bootserver dhcp (process {engine})", file=sys.stderr)
+    sent = time.time()
     pid, status = reload_server(config, args.timeout)
+    engine = signal_dhcp(config)
     if status is None:
         print(f"bootserver: sent SIGHUP to bootserver serve (process {pid}); no outcome within {args.timeout:g} s: "
               "see its log", file=sys.stderr)
@@ -55,6 +52,32 @@ def reload(args: argparse.Namespace, config: Config) -> int:
         print(f"bootserver: reload refused, the running config stays: {status.get('message')}", file=sys.stderr)
         return 2
     print(f"reloaded {status.get('message')}")
+    return 0 if engine is None else dhcp_outcome(config, engine, sent, args.timeout)
+
+
+def signal_dhcp(config: Config) -> int | None:
+    """SIGHUP to a running ``bootserver dhcp`` of this state_dir (its reservations follow the config)."""
+    if config.dhcp is None:
+        return None
+    from ..dhcp.engine import signal_engine
+
+    return signal_engine(config)
+
+
+def dhcp_outcome(config: Config, pid: int, sent: float, timeout: float) -> int:
+    """Print the outcome of ``bootserver dhcp``'s reload (process ``pid``, signalled after unix time ``sent``)."""
+    from ..dhcp.engine import wait_engine_status
+
+    status = wait_engine_status(config, sent, timeout)
+    if status is None:
+        print(f"bootserver: sent SIGHUP to bootserver dhcp (process {pid}); no outcome within {timeout:g} s: "
+              "see its log", file=sys.stderr)
+        return 1
+    if status.get("result") != "ok":
+        print(f"bootserver: bootserver dhcp refused the reload, its running config stays: {status.get('message')}",
+              file=sys.stderr)
+        return 2
+    print(f"bootserver dhcp reloaded: {status.get('message')}")
     return 0
 
 
