@@ -50,7 +50,7 @@ share it, each with its own port, cache and ``state_dir``; machine i boots throu
 
 Usage: ``.venv/bin/python benchmarks/boot_storm.py [--nodes 1000] [--workers 1] [--artifact-kb 64]
 [--clients N] [--state-store sqlite|postgresql] [--replicas 1] [--baseline REF] [--rounds 1]
-[--profile FILE]``
+[--phases cold,warm] [--profile FILE]``
 """
 
 from __future__ import annotations
@@ -385,7 +385,7 @@ async def one_server(args: argparse.Namespace, work: Path, tree: GitTree | None,
             processes = args.replicas * args.workers
             with contextlib.ExitStack() as peaks:
                 rsss = [peaks.enter_context(PeakRss(pid)) for pid in pids]
-                for phase in ("cold", "warm"):
+                for phase in args.phases:
                     cpu0 = sum(cpu_seconds(pid) for pid in pids)
                     queued0 = sum(runqueue_seconds(pid) for pid in pids)
                     with py_spy(pids[0], spy if phase == "cold" else None):
@@ -423,7 +423,7 @@ def report(results: list[Result], names: list[str], args: argparse.Namespace) ->
     print()
     if len(names) > 1:
         rows = []
-        for phase in ("cold", "warm"):
+        for phase in args.phases:
             med = {n: {k: median([getattr_path(r, k) for r in results if r.tree == n and r.phase == phase])
                        for k in ("storm.last_up", "cpu_ms", "drain", "starved")} for n in names}
             a, b = names
@@ -431,7 +431,7 @@ def report(results: list[Result], names: list[str], args: argparse.Namespace) ->
                             ("drain", "drain"), ("starved", "drain with its cores")):
                 ratio = med[a][k] / med[b][k] if med[b][k] else float("nan")
                 rows.append((phase, what, f"{med[a][k]:.2f}", f"{med[b][k]:.2f}", f"{ratio:.2f}"))
-        print(markdown_table(["storm", "median of", f"{names[0]} (this tree)", names[1], "this / baseline"], rows))
+        print(markdown_table(["storm", "median of", names[0], names[1], "this / baseline"], rows))
         print()
     for r in results:
         if r.round != 1:
@@ -474,6 +474,8 @@ async def main() -> None:
                     "(more than 1 needs --state-store postgresql; default 1)")
     ap.add_argument("--baseline", metavar="REF", help="also storm git REF (a temporary worktree), alternating")
     ap.add_argument("--rounds", type=int, default=1, help="rounds per tree (default 1)")
+    ap.add_argument("--phases", type=lambda v: v.split(","), default=["cold", "warm"],
+                    help="storms per server: cold (a fresh server), warm (again right after); default cold,warm")
     ap.add_argument("--profile", type=Path, help="py-spy collapsed stacks of this tree's first cold storm")
     args = ap.parse_args()
     if args.replicas > 1 and args.state_store != "postgresql":
