@@ -21,8 +21,9 @@ Each machine, in the client that makes each request in a real boot:
   its URL read from the stub's ``bootserver-checkin.service``): a ``408``/``429``/``5xx``, a connection
   error or a timeout is retried after 10 s, at most 30 times; the machine is ``up`` when it answers 200.
 
-Kernel and initramfs bytes are checked against the stream's sha256. A pooled connection the server closed
-while idle is opened again at once (iPXE opens a new connection for each transfer). The machines are
+Kernel and initramfs bytes are checked against the stream's sha256. An idle connection is kept 5 s for
+the machine's next request (below the server's keep-alive timeout); one the server closed meanwhile is
+opened again at once. The machines are
 spread over ``--clients`` processes (default one per 2,500), powered on at one instant: one Python
 process cannot open ten thousand connections and send each its request within the server's keep-alive
 timeout (aiohttp closes a connection that sent no request within it), which real machines, each sending
@@ -102,6 +103,8 @@ from scripts import profile_summary, py_spy
 
 STUB_KARGS = ("coreos.inst.ignition_url=", "ignition.config.url=")
 STEPS = ("script", "kernel", "initramfs", "stub", "config", "checkin")
+#: Seconds a client keeps an idle connection for its next request (under the server's 15 s).
+CLIENT_KEEPALIVE = 5.0
 #: Machines one client process powers on by default: the last of them sends its request a few seconds
 #: after its connection opened even on a busy 2-core machine (the server's keep-alive timeout is 15 s).
 MACHINES_PER_CLIENT = 2500
@@ -300,7 +303,9 @@ class Result:
 async def run_share(urls: list[str], shas: dict[str, str], connections: int, timeout: float,
                     start: float) -> Storm:
     """The machines of ``urls`` (chain URLs), all powered on at unix time ``start``."""
-    conn = aiohttp.TCPConnector(limit=connections, force_close=False)
+    # idle pooled connections are dropped after 5 s, before the server's keep-alive timeout (15 s) closes
+    # them: a machine never sends its request on a connection the server already closed
+    conn = aiohttp.TCPConnector(limit=connections, keepalive_timeout=CLIENT_KEEPALIVE)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None,
                                                                                    sock_connect=60)) as session:
         await asyncio.sleep(max(0.0, start - time.time()))
