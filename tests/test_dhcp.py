@@ -317,3 +317,25 @@ def test_a_chain_url_on_loopback_is_refused(tmp_path: Path, capsys: pytest.Captu
     rc, _, err = run(capsys, "check-config", "--config", str(path))
     assert rc == 2 and err.startswith(f"bootserver: {path}: server.base_url: {base_url or 'http://localhost:8080'} "
                                       "is this machine's loopback: machines on lo would be handed a chain URL"), err
+
+
+def test_a_class_with_a_vendor_class_and_architectures_needs_both() -> None:
+    """The shape a new kind of client takes (UEFI HTTP boot: vendor class HTTPClient, architectures 16, 19)."""
+    from bootserver.dhcp.dnsmasq import class_lines
+    from bootserver.dhcp.kea import class_test
+    from bootserver.dhcp.rules import ClientClass
+
+    http = ClientClass("http", vendor_class="HTTPClient", arches=(16, 19))
+    assert class_lines((http,)) == ["dhcp-vendorclass=set:http-vendor,HTTPClient",
+                                    "dhcp-match=set:http-arch,option:client-arch,16",
+                                    "dhcp-match=set:http-arch,option:client-arch,19",
+                                    "tag-if=set:http,tag:http-vendor,tag:http-arch"]
+    assert class_test(http, not_ipxe=True) == ("substring(option[60].hex,0,10) == 'HTTPClient' and "
+                                               "(option[93].hex == 0x0010 or option[93].hex == 0x0013) and "
+                                               "not member('ipxe')")
+
+
+def test_check_config_sums_up_the_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(fleet({"mode": "full"}), tmp_path)
+    rc, out, _ = run(capsys, "check-config", "--config", str(path))
+    assert rc == 0 and out.splitlines()[-1] == f"{path}: dhcp: full mode on lo, 3 reservations (2 with an address)"
