@@ -56,7 +56,7 @@ async def test_boot_once_across_restart_then_reinstall(tmp_path: Path, reference
         try:
             await server.start(http)
             localboot = await _get(http, chain)
-            assert localboot.startswith("#!ipxe\n") and localboot.rstrip().endswith("\nexit")
+            assert localboot.startswith("#!ipxe\n") and localboot.rstrip().endswith("\nexit 1")
             assert "kernel " not in localboot
             rc, out, err = await run_cli("render", "ipxe", "master-0", "--config", str(config))
             assert rc == 0 and out == localboot

@@ -106,12 +106,12 @@ async def test_timeline_of_an_install_and_boot_once(client, config, reference: P
     r = await client.get("/ipxe/master-0")
     localboot = await r.text()
     assert r.status == 200 and localboot.startswith("#!ipxe\n")
-    assert localboot.rstrip().endswith("exit") and "kernel" not in localboot
+    assert localboot.rstrip().endswith("exit 1") and "kernel" not in localboot
     assert (await client.get("/ignition/master-0/config")).status == 200
     info = await node(client, "master-0")
     assert info["stage"] == "installed" and info["last_event"] == "config"
     again = await (await client.get("/ipxe/master-0")).text()
-    assert "(stage installed)" in again and again.rstrip().endswith("exit")
+    assert "(stage installed)" in again and again.rstrip().endswith("exit 1")
 
     events = info["events"]
     assert [e["event"] for e in events] == [

@@ -96,7 +96,7 @@ async def test_two_replicas_behave_as_one_server(two: tuple[PgCluster, Replica, 
         stub_url = re.search(r"coreos\.inst\.ignition_url=(\S+)", install).group(1)
         stub = json.loads(await _get(http, a.on_me(stub_url)))     # the installer reaches replica A
         localboot = await _get(http, b.on_me(chain))                # boot-once holds on B at once
-        assert "kernel " not in localboot and localboot.rstrip().endswith("exit")
+        assert "kernel " not in localboot and localboot.rstrip().endswith("exit 1")
         assert "kernel " not in await _get(http, a.on_me(chain))
         await _get(http, b.on_me(stub["ignition"]["config"]["merge"][0]["source"]))
 

@@ -149,7 +149,7 @@ async def test_boot_once_and_reinstall_hold_whichever_service_answers(backend) -
             assert await a.script("master-0", client="10.0.0.5", record=True) == install
         await b.stub("master-0", client="10.0.0.5", record=True)
         localboot = await a.script("master-0", client="10.0.0.5", record=True)
-        assert "kernel " not in localboot and localboot.rstrip().endswith("exit")
+        assert "kernel " not in localboot and localboot.rstrip().endswith("exit 1")
         await b.record("master-0", "reinstall")
         assert await a.script("master-0", client="10.0.0.5", record=True) == install
         assert (await b.history("master-0"))[0].stage == "ipxe"

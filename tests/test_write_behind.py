@@ -84,7 +84,7 @@ async def test_a_stub_served_by_one_process_makes_the_other_boot_the_disk(two: A
         assert await get(http, chain) == install
     await get(http, stub)  # the installer reaches process B
     localboot = await get(http, chain)  # A: at once, the boot-disk script
-    assert "kernel " not in localboot and localboot.rstrip().endswith("exit")
+    assert "kernel " not in localboot and localboot.rstrip().endswith("exit 1")
     rc, _, err = await run_cli("nodes", "reinstall", "master-0", "--config", str(b.config))
     assert rc == 0, err
     assert await get(http, chain) == install  # A sees the reinstall the command line wrote
