@@ -310,7 +310,13 @@ async def run_share(urls: list[str], shas: dict[str, str], connections: int, tim
                                                                                    sock_connect=60)) as session:
         await asyncio.sleep(max(0.0, start - time.time()))
         storm = Storm(session, shas, started=start)
-        await asyncio.wait_for(asyncio.gather(*(storm.boot(u) for u in urls)), timeout)
+        machines = [asyncio.ensure_future(storm.boot(u)) for u in urls]
+        _done, late = await asyncio.wait(machines, timeout=timeout)
+        for machine in late:
+            machine.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        if late:
+            storm.failed[f"not up within --timeout {timeout:g} s"] += len(late)
     storm.session = None
     return storm
 
