@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 from support.configs import STREAM, config_doc, load
+from support.networks import STATIC
 from support.signing import fixed_signer, signed
-from test_iso import STATIC
 
 from bootserver.grub import GrubUnsupported, grub_path, grub_quote, render_grub_config, render_grub_localboot
 from bootserver.http.app import ADMIN_APP, create_app

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 from . import rig
-from .conftest import NODES, Stack, need
+from .stack import BOOT_TIMEOUT, NODES, Stack, need
 
 pytestmark = pytest.mark.e2e
 
-BOOT_TIMEOUT = 120.0  # seconds per guest boot; a healthy one takes ~10-20 s under TCG
 
 #: What each firmware needs on the host, as :class:`rig.Tools` fields.
 FIRMWARE_TOOLS = {"bios": ("qemu", "ipxe_lkrn"), "uefi": ("qemu", "ovmf", "ipxe_efi_rom")}
