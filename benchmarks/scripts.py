@@ -47,6 +47,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -146,16 +147,23 @@ def py_spy(pid: int, out: Path | None):
             proc.wait()
 
 
+def _stacks(path: Path) -> Iterator[tuple[str, int]]:
+    """``(stack, samples)`` of each line of py-spy's raw (collapsed) output; a line whose frame names
+    came out garbled (a sample taken while the target changed its memory) is left out."""
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, n = line.rpartition(" ")
+        if n.isdigit():
+            yield stack, int(n)
+
+
 def profile_summary(path: Path, top: int = 25) -> str:
     """The share of py-spy samples (busy threads only: py-spy records no idle ones) in each function,
     inclusive (a function's callees count as its own)."""
     total, per = 0, collections.Counter()  # type: ignore[var-annotated]
-    for line in path.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        frames = stack.split(";")
-        total += int(n)
-        for f in set(frames):
-            per[f] += int(n)
+    for stack, n in _stacks(path):
+        total += n
+        for f in set(stack.split(";")):
+            per[f] += n
     lines = [f"{100 * c / max(1, total):5.1f} %  {f}" for f, c in per.most_common(top)]
     return f"{total} busy samples\n" + "\n".join(lines)
 
@@ -170,11 +178,10 @@ def inclusive_us(path: Path, cpu_us: float) -> dict[str, float]:
     """Microseconds per request spent in each function (inclusive, by :func:`_function` name) of a
     py-spy profile: its share of the busy samples times the run's CPU per request ``cpu_us``."""
     total, per = 0, collections.Counter()  # type: ignore[var-annotated]
-    for line in path.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        total += int(n)
+    for stack, n in _stacks(path):
+        total += n
         for f in {_function(f) for f in stack.split(";")}:
-            per[f] += int(n)
+            per[f] += n
     return {f: c / max(1, total) * cpu_us for f, c in per.items()}
 
 

@@ -20,10 +20,11 @@ def check(args: argparse.Namespace, config: Config) -> int:
     from ..values import counted
 
     check_config(config)  # what a reload checks too
+    taken = None
     if config.dhcp is not None:
         from ..dhcp.reservations import check_dhcp
 
-        check_dhcp(config)  # against this machine's interface: where `bootserver dhcp` runs
+        taken = check_dhcp(config)  # against this machine's interface: where `bootserver dhcp` runs
     warning = no_machine_boots(config)
     if warning is not None:
         print(f"bootserver: warning: {warning}", file=sys.stderr)
@@ -31,6 +32,10 @@ def check(args: argparse.Namespace, config: Config) -> int:
     source, held = summary(config).split(": ", 1)
     print(f"{source}: ok: {held}" + (f" ({counted(included, 'included file')}, include: "
                                      f"{', '.join(config.includes)})" if config.includes else ""))
+    if config.dhcp is not None and taken is not None:
+        fixed = sum(1 for r in taken if r.ipv4 is not None)
+        print(f"{source}: dhcp: {config.dhcp.mode} mode on {config.dhcp.interface}, "
+              f"{counted(len(taken), 'reservation')}" + (f" ({fixed} with an address)" if config.dhcp.full else ""))
     return 0
 
 
