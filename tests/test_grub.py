@@ -1,7 +1,7 @@
 """GRUB's form of a node's boot (:mod:`bootserver.grub`), which the UEFI boot of the node's boot image
 sources: URLs as GRUB file names, every word quoted, the kernel command line counted with
 ``BOOT_IMAGE=``, and ``GET /grub/{node}``: the same kernel, initramfs and kargs as its iPXE script, the
-same boot-once rule and timeline event. The image's own ``grub.cfg`` is in tests/test_iso.py; booting it
+same boot-once rule and timeline event. The image's own ``grub.cfg`` is in tests/images/test_iso.py; booting it
 in tests/e2e/test_iso_boot.py."""
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def test_install_node_boots_through_its_chain_url(tools: rig.Tools, guest_stack:
 def test_live_node_boots_through_the_generic_entry_by_the_mac_ipxe_sends(tools: rig.Tools, guest_stack: Stack,
                                                                          tmp_path: Path, firmware: str) -> None:
     # One guest covers both the live mode and the generic entry (the install test covers the chain URL;
-    # tests/test_web.py shows both URLs answer the same script). iPXE expands ${net0/mac} and URL-encodes
+    # tests/http/test_web.py shows both URLs answer the same script). iPXE expands ${net0/mac} and URL-encodes
     # the colons (?mac=52%3A54%3A...); under UEFI the URL reaches iPXE as the DHCP bootfile and iPXE
     # expands it there.
     node = NODES["live-0"]

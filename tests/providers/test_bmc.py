@@ -3,7 +3,7 @@ Redfish with the real ``sushy-emulator`` (tests/support/sushy_emulator.py) and I
 ``ipmi_sim`` through the real ``ipmitool`` (tests/support/ipmi_sim.py). The password sources, the
 settings every BMC has, the platform of a BMC node, ``devices`` then ``deprovision --grace`` (power off,
 boot setting undone, record cleared), and ``provision`` following the node through a running server.
-What only one protocol does is in tests/test_redfish.py and tests/test_ipmi.py."""
+What only one protocol does is in tests/providers/test_redfish.py and tests/providers/test_ipmi.py."""
 
 from __future__ import annotations
 

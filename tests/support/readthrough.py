@@ -1,4 +1,4 @@
-"""Shared by the tests (moved out of tests/test_readthrough.py, which other test modules imported)."""
+"""Shared by the tests (moved out of tests/artifacts/test_readthrough.py, which other test modules imported)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """One table of ``Range``, ``If-Range`` and conditional requests, over every route that answers with a
 file's bytes (issue 41): a cached artifact, a node's boot image and the arm64 GRUB loader all answer it
 alike (:func:`bootserver.http.fileanswer.plan`), as RFC 9110 §13.1 and §14 say. The same table runs
-against a real ``serve`` in tests/test_trust.py."""
+against a real ``serve`` in tests/http/test_trust.py."""
 
 from __future__ import annotations
 

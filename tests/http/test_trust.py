@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yaml
-from support.helpers import free_port, run_cli
+from support.helpers import REPO, free_port, run_cli
 from support.ranges import ranges
 from support.server import ServerProcess
 from support.trust import trust_config
@@ -317,7 +317,7 @@ async def test_a_unix_socket_admin_listener_answers_any_host(tmp_path: Path, ref
 
 # --- item 5: HTTP as RFC 9110 says ---------------------------------------------------------------------
 
-#: The table every file route answers (tests/test_file_ranges.py), for a 10000-byte artifact.
+#: The table every file route answers (tests/http/test_file_ranges.py), for a 10000-byte artifact.
 RANGES = ranges(10000)
 
 
@@ -386,7 +386,7 @@ async def test_a_body_over_the_limit_is_413_before_it_is_read(tmp_path: Path, re
             answer = await raw_request(port, b"POST /checkin/live-0 HTTP/1.1\r\nContent-Length: 0")
             assert status_of(answer) == 403
             # (item 8) the README's /boot.ipxe answers are the real ones
-            readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+            readme = (REPO / "README.md").read_text()
             for target in ("/boot.ipxe", "/boot.ipxe?mac=52:54:00:12:34:56"):
                 async with http.get(server.url + target) as r:
                     body = (await r.text()).strip()
