@@ -46,7 +46,7 @@ from bootserver.timeline import next_stage
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 from e2e import life, netboot, rig, standin  # noqa: E402 (tests/ is on sys.path above)
-from e2e.conftest import bootserver_command, stream_metadata  # noqa: E402
+from e2e.stack import bootserver_command, stream_metadata  # noqa: E402
 from support.helpers import free_port  # noqa: E402
 from support.netns import BRIDGE, SERVER_IPV4, TestNetwork, unavailable  # noqa: E402
 

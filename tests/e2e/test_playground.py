@@ -14,7 +14,7 @@ from support.helpers import REPO
 from support.netns import unavailable
 
 from . import life, rig, standin
-from .conftest import in_ci, need
+from .stack import in_ci, need
 
 pytestmark = pytest.mark.e2e
 

@@ -26,12 +26,12 @@ from pathlib import Path
 import pytest
 import yaml
 from support.helpers import free_port
+from support.server import serving
 
 from . import rig
-from .conftest import (
+from .stack import (
     REAL_IGNITION,
     Stack,
-    _wait_healthy,
     bootserver_command,
     in_ci,
     need,
@@ -154,20 +154,10 @@ def sb_stack(tools: rig.Tools, guest_initramfs: Path, tmp_path_factory: pytest.T
         p = run_bootserver("sync-images", "--config", str(config), timeout=300)
         assert p.returncode == 0, p.stderr
         log = work / "serve.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen([*bootserver_command(), "serve", "--config", str(config)],
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            _wait_healthy(proc, f"http://127.0.0.1:{port}/healthz", log)
+        with serving(["--config", str(config)], f"http://127.0.0.1:{port}/healthz", log,
+                     command=bootserver_command()):
             yield Stack(config=config, port=port, base_url=base_url, artifacts={"rootfs": rootfs}, metadata=doc,
                         real_ignition=work / "real.ign", log=log)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
 
 
 #: Each node's kargs as its iPXE script carries them, read before any boot (a boot that fetches the stub

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 from support.helpers import run_cli, write_config
+from support.networks import STATIC
 from support.signing import relative
 from support.upstreams import Upstream, payload, rewrite_stream
-from test_iso import STATIC
 
 from bootserver.config import load_config
 from bootserver.http.app import create_app
