@@ -35,7 +35,7 @@ from .images.secureboot import check_secure_boot, secureboot_image
 from .inventory import NodeContext, node_contexts
 from .ipxe import render_boot_script, render_discovery_script, render_localboot_script
 from .metrics import Metrics
-from .network import node_kargs
+from .network import client_family, family_kargs, node_kargs
 from .renders import RenderCache, ScriptInputs, StubInputs
 from .scripts import script_context
 from .signing import Signer
@@ -257,11 +257,12 @@ class BootService:
         """
         return (await self._script(self._nodes[node], await self.state.current(node), grub=grub))[1]
 
-    async def _script(self, resolved: NodeContext, current: Current, grub: bool = False
-                      ) -> tuple[str, str, dict[str, Any]]:
+    async def _script(self, resolved: NodeContext, current: Current, grub: bool = False,
+                      family: int | None = None) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)`` for the node as read (``current``: its stage and device record):
         the boot-disk script when boot-once applies, else the boot script; in GRUB's form with ``grub``
-        (the boot image's UEFI boot), the same boot either way."""
+        (the boot image's UEFI boot), the same boot either way. ``family``: the address family the
+        machine asked over (its URLs' base URL, and ``ip=dhcp6`` for a DHCP node asking over IPv6)."""
         node, profile = resolved.name, resolved.profile
         stage = current.stage
         if profile.boots_once and stage in INSTALLED_STAGES:
@@ -270,27 +271,28 @@ class BootService:
         release = await self.catalog.release(profile.stream, profile.arch)
         # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        inputs = ScriptInputs(node, release, signing, self._network(node, current.device))
+        inputs = ScriptInputs(node, release, signing, self._network(node, current.device, family), family)
         script = self._grub_configs.get(node, inputs) if grub else self._scripts.get(node, inputs)
         return "script", script, {"mode": profile.mode, "release": release.version}
 
-    def _network(self, node: str, device: Mapping[str, Any] | None) -> tuple[str, ...]:
-        """The node's network kargs (:func:`~bootserver.network.node_kargs`), built again only when its
-        device record changed. Raises ``DeviceRecordError`` (never kept: the next request tries again)."""
+    def _network(self, node: str, device: Mapping[str, Any] | None, family: int | None = None) -> tuple[str, ...]:
+        """The node's network kargs (:func:`~bootserver.network.node_kargs`) for a machine asking over
+        ``family``, built again only when its device record changed. Raises ``DeviceRecordError`` (never
+        kept: the next request tries again)."""
         hit = self._kargs.get(node)
         if hit is not None and (hit[0] is device or hit[0] == device):
-            return hit[1]
+            return family_kargs(hit[1], family)
         kargs = node_kargs(self.config, node, device)
         self._kargs[node] = (device, kargs)
-        return kargs
+        return family_kargs(kargs, family)
 
     def _render_script(self, inputs: ScriptInputs) -> str:
-        return render_boot_script(script_context(self.config, self.urls, inputs.node, inputs.release,
-                                                 inputs.network))
+        return render_boot_script(script_context(self.config, self.urls.for_family(inputs.family), inputs.node,
+                                                 inputs.release, inputs.network))
 
     def _render_grub_config(self, inputs: ScriptInputs) -> str:
-        return render_grub_config(script_context(self.config, self.urls, inputs.node, inputs.release,
-                                                 inputs.network))
+        return render_grub_config(script_context(self.config, self.urls.for_family(inputs.family), inputs.node,
+                                                 inputs.release, inputs.network))
 
     async def record(self, node: str, event: str, *, ip: str | None = None,
                      detail: Mapping[str, Any] | None = None, at: float | None = None,
@@ -340,7 +342,7 @@ class BootService:
         """
         resolved = self._nodes[node]
         current = await self.state.current(node)
-        event, script, detail = await self._script(resolved, current, grub=grub)
+        event, script, detail = await self._script(resolved, current, grub=grub, family=client_family(client))
         await self._record(resolved, event, ip=client, detail=detail, current=current)
         return script
 
@@ -392,7 +394,7 @@ class BootService:
         """
         resolved = self._nodes[node]
         version = negotiate_version(accept, resolved.profile.ignition_version, IGNITION_VERSIONS)
-        data = self._stub(resolved, version)
+        data = self._stub(resolved, version, client_family(client))
         await self._record(resolved, "stub", ip=client)
         return data
 
@@ -650,8 +652,8 @@ class BootService:
         """
         return self._stub(self._nodes[node], version)
 
-    def _stub(self, resolved: NodeContext, version: str | None) -> bytes:
-        """:meth:`stub` for the node as resolved."""
+    def _stub(self, resolved: NodeContext, version: str | None, family: int | None = None) -> bytes:
+        """:meth:`stub` for the node as resolved, its URLs on the base URL of address family ``family``."""
         node, name, profile = resolved.name, resolved.profile_name, resolved.profile
         maximum = profile.ignition_version
         if version is None:
@@ -665,15 +667,16 @@ class BootService:
         checkin = self.urls.signer.state(self.config.server.signing.chain_ttl) if profile.checkin else None
         # One cache slot per node and version, so clients of different versions do not evict each other.
         return self._stubs.get(f"{node} {version}", StubInputs(node, version, None if pinned is None else pinned[1],
-                                                               signing, self._ca_pem(), checkin))
+                                                               signing, self._ca_pem(), checkin, family))
 
     def _render_stub(self, inputs: StubInputs) -> bytes:
         node = inputs.node
+        urls = self.urls.for_family(inputs.family)
         return encode(build_stub(
             version=inputs.version,
             hostname=self.config.node_hostname(node),
-            config_url=None if inputs.config_hash is None else self.urls.real_config(node),
+            config_url=None if inputs.config_hash is None else urls.real_config(node),
             config_hash=inputs.config_hash,
             ca_pem=inputs.ca_pem,
-            checkin_url=None if inputs.checkin is None else self.urls.checkin(node),
+            checkin_url=None if inputs.checkin is None else urls.checkin(node),
         ))

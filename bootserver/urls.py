@@ -102,16 +102,32 @@ class Urls:
     """Build absolute URLs for a config. Node and stream names are checked plain names already.
 
     ``signer`` signs per-node URLs; by default one over ``keys()`` (default: ``<state_dir>/keys.json``,
-    created on first use; a server passes its state store's keys) and the wall clock.
+    created on first use; a server passes its state store's keys) and the wall clock. ``family`` is the
+    address family (``4``, ``6``) of the machine the URLs are for: they start with the base URL of that
+    family (:meth:`~bootserver.config.ServerConfig.base_url_for`); ``None`` (not known): the first one.
+    A signature covers the node, the route path and the expiry, never the base URL, so a signed URL
+    is valid on every base URL of the server.
     """
 
     def __init__(self, config: Config, signer: Signer | None = None,
-                 keys: Callable[[], Keyring] | None = None) -> None:
+                 keys: Callable[[], Keyring] | None = None, *, family: int | None = None) -> None:
         self.config = config
-        self.base = config.server.effective_base_url
-        self.https_base = config.server.https_base_url
+        self.family = family
+        self.base = config.server.base_url_for(family)
+        self.https_base = config.server.https_base_url_for(family)
         self._signer = signer
         self._keys = keys or (lambda: Keyring.load_or_create(config.state_dir))
+        self._families: dict[int | None, Urls] = {family: self}
+
+    def for_family(self, family: int | None) -> Urls:
+        """These URLs for a machine asking over address family ``family`` (``4``, ``6``, ``None``): the
+        same config and signer, the base URL of that family; made once per family."""
+        urls = self._families.get(family)
+        if urls is None:
+            urls = Urls(self.config, self.signer, family=family)
+            urls._families = self._families
+            self._families[family] = urls
+        return urls
 
     @property
     def signer(self) -> Signer:

@@ -167,7 +167,7 @@ def _check_admin_address(cfg: Config) -> None:
     if where.startswith("/"):
         return
     ahost, aport = split_listen(where)
-    device = [("server.listen", cfg.server.listen)]
+    device = [("server.listen", listen) for listen in cfg.server.listen]
     if cfg.server.tls is not None:
         device.append(("server.tls.listen", cfg.server.tls.listen))
     for key, listen in device:
