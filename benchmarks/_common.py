@@ -17,9 +17,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -285,12 +287,15 @@ class Bootserver:
     """A ``bootserver serve --config CONFIG`` subprocess on 127.0.0.1:``port`` (own process group).
 
     ``log_level`` defaults to ``warning``: the per-request access log lines are off, as nginx's
-    ``access_log off`` in the comparison. Use ``async with``; the server is stopped on exit.
+    ``access_log off`` in the comparison. ``tree``: serve another checkout's bootserver
+    (:func:`git_tree`, e.g. the tree before a change) instead of this venv's. Use ``async with``; the
+    server is stopped on exit.
     """
 
     def __init__(self, config: Path, port: int, *, workers: int = 1, log: Path | None = None,
-                 log_level: str = "warning") -> None:
+                 log_level: str = "warning", tree: GitTree | None = None) -> None:
         self.config = config
+        self.tree = tree
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.cmd = [*BOOTSERVER, "serve", "--config", str(config), "--log-level", log_level,
@@ -300,7 +305,8 @@ class Bootserver:
         self.proc: subprocess.Popen | None = None
 
     async def __aenter__(self) -> Bootserver:
-        self.proc = start(self.cmd, self.log, cwd=self.config.parent)
+        self.proc = start(self.cmd, self.log, cwd=self.config.parent,
+                          env=self.tree.env if self.tree is not None else None)
         try:
             await wait_http(self.url + "/healthz", proc=self.proc)
             await wait_listeners(self.port, self.workers)
@@ -318,8 +324,94 @@ class Bootserver:
         stop(self.proc)
 
 
+@dataclass(frozen=True)
+class GitTree:
+    """A checkout of git ref :attr:`ref` (commit :attr:`commit`) at :attr:`path`, run with this venv's
+    interpreter and libraries: :attr:`env` puts :attr:`path` first on ``PYTHONPATH`` (ahead of the
+    venv's editable install of this checkout), so ``python -m bootserver`` there is that tree's."""
+
+    ref: str
+    commit: str
+    path: Path
+    env: Mapping[str, str]
+
+    @property
+    def label(self) -> str:
+        """``REF (abcdef1)``, or the short commit alone when REF is one."""
+        short = self.commit[:7]
+        return short if self.commit.startswith(self.ref) else f"{self.ref} ({short})"
+
+
+@contextlib.contextmanager
+def git_tree(ref: str, repo: Path = REPO) -> Iterator[GitTree]:
+    """``ref`` of ``repo`` checked out in a temporary ``git worktree`` (detached), removed on exit also on
+    errors (``git worktree remove --force``). The side-by-side runs against the tree before a change
+    (``benchmarks/scripts.py --baseline REF``) start its server as ``Bootserver(..., tree=tree)``.
+
+    Raises ``SystemExit`` with one line naming ``ref`` when git cannot resolve or check it out.
+    Libraries come from this venv: a ref that needs one the venv lacks fails at its server's start."""
+    rev = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                         capture_output=True, text=True)
+    if rev.returncode != 0:
+        raise SystemExit(f"--baseline {ref}: not a commit of {repo}")
+    commit = rev.stdout.strip()
+    parent = Path(tempfile.mkdtemp(prefix="bootserver-baseline-"))
+    path = parent / commit[:12]
+    add = subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "--quiet", str(path), commit],
+                         capture_output=True, text=True)
+    try:
+        if add.returncode != 0:
+            raise SystemExit(f"--baseline {ref}: git worktree add failed: {add.stderr.strip()}")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            [str(path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        yield GitTree(ref, commit, path, env)
+    finally:
+        subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(path)],
+                       capture_output=True)
+        subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
+        rmtree(parent)
+
+
+#: Run by :func:`signed_chain_paths` with a tree's interpreter environment: prints the path and query
+#: of every configured node's signed chain URL (JSON list, config order), as ``bootserver url NODE``.
+_CHAIN_PATHS = """
+import asyncio, json, sys
+from pathlib import Path
+from urllib.parse import urlsplit
+from bootserver.config import load_config
+try:
+    from bootserver.state.backends import open_store
+except ImportError:  # an older tree (e.g. 26ff16e, the issue 22 baseline)
+    from bootserver.state import open_store
+from bootserver.urls import Urls
+
+async def main():
+    cfg = load_config(Path(sys.argv[1]))
+    store = open_store(cfg)
+    await store.start()  # creates the first signing key
+    keys = store.keyring()
+    await store.close()
+    urls = Urls(cfg, keys=lambda: keys)
+    print(json.dumps([urlsplit(u).path + "?" + urlsplit(u).query for u in map(urls.chain, cfg.nodes)]))
+
+asyncio.run(main())
+"""
+
+
+def signed_chain_paths(config: Path, tree: GitTree | None = None) -> list[str]:
+    """Path and query of each configured node's signed chain URL (``/ipxe/NODE?exp=&sig=``, config
+    order), built by ``tree``'s bootserver (default this venv's) from the keys in its state store
+    (created when there are none yet: run it before the server starts). Raises ``RuntimeError`` with
+    the tree's error output when that fails."""
+    p = subprocess.run([PY, "-c", _CHAIN_PATHS, str(config)], capture_output=True, text=True, timeout=120,
+                       cwd=config.parent, env=tree.env if tree is not None else None)
+    if p.returncode != 0:
+        raise RuntimeError(f"signed chain URLs ({tree.label if tree else 'this tree'}): {p.stderr[-2000:]}")
+    return json.loads(p.stdout)
+
+
 class Upstream:
-    """``benchmarks/upstream.py`` serving folder ``root`` on 127.0.0.1 (sendfile; one stdout line per
+    """``benchmarks/upstream.py serving folder ``root`` on 127.0.0.1 (sendfile; one stdout line per
     GET into ``log``). Use ``async with``."""
 
     def __init__(self, root: Path, log: Path) -> None:

@@ -20,12 +20,19 @@ machine), and the ratio of the medians.
 extra) on the bootserver process during its rounds and writes the collapsed stacks to ``FILE`` (flame
 graph input); the share of samples per top-level function is printed at the end.
 
+``--baseline REF`` serves git ``REF`` too, from a temporary worktree (``_common.git_tree``: this venv's
+libraries, ``PYTHONPATH`` onto the worktree) with its own folder, state store and signed URLs, and
+alternates the two trees with the bare handler (every other round reversed); it prints ``this tree /
+REF`` for CPU per request and requests/s (ratio of the medians, and per round). docs/benchmarks.md
+asks for it before landing a change to the request path.
+
 With ``--state-store postgresql`` the timeline and the keys live in a throwaway PostgreSQL cluster
 (tests/support/pgcluster.py: Debian's ``postgresql``, 127.0.0.1, ``fsync=off``) instead of sqlite in
 ``state_dir``: the per-replica figure of a ``state_store`` deployment (issue 17).
 
 Usage: ``.venv/bin/python benchmarks/scripts.py [--nodes 200] [--workers 1] [--rounds 2]
-[--duration 10] [--connections 50] [--threads 2] [--state-store sqlite|postgresql] [--profile FILE]``
+[--duration 10] [--connections 50] [--threads 2] [--state-store sqlite|postgresql] [--profile FILE]
+[--baseline REF]``
 """
 
 from __future__ import annotations
@@ -41,7 +48,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -55,10 +61,12 @@ from _common import (
     cpu_seconds,
     curl,
     free_port,
+    git_tree,
     markdown_table,
     median,
     rewrite_stream_locations,
     rmtree,
+    signed_chain_paths,
     start,
     stop,
     throwaway_state_store,
@@ -181,6 +189,58 @@ class BareApp:
             stop(p)
 
 
+def _config(work: Path, port: int, upstream_url: str, nodes: list[str], state_store: dict[str, str]) -> Path:
+    """One server's config in ``work``: ``nodes`` in one install profile on 127.0.0.1:``port``."""
+    shutil.copy(REFERENCE / "openshift-pointer-master.ign.json", work / "master.ign")
+    return write_config(work / "bootserver.yaml", {
+        "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}"},
+        "cache_dir": "cache", "state_dir": "state", **state_store,
+        "streams": {"rhcos-4.16": {"metadata": f"{upstream_url}/streams/rhcos-4.16.json"}},
+        "profiles": {"master": {"stream": "rhcos-4.16", "mode": "install", "install_dev": "/dev/sda",
+                                "ignition": "master.ign"}},
+        "nodes": {n: {"profile": "master"} for n in nodes}})
+
+
+def _profile_file(profile: Path | None, name: str) -> Path | None:
+    """Where the py-spy stacks of server ``name`` go: ``--profile FILE`` itself for this tree, FILE with
+    ``-baseline`` before its suffix for the baseline."""
+    if profile is None or name == "bootserver":
+        return profile
+    return profile.with_name(f"{profile.stem}-baseline{profile.suffix}")
+
+
+def _summary(res: dict[str, list[dict[str, float]]], names: list[str]) -> list[tuple[str, ...]]:
+    """The medians table's rows: req/s, its ratio to bare, p50, p99, CPU per request and its ratio."""
+    def med(name: str, key: str) -> float:
+        return median([w[key] for w in res[name]])
+
+    b_rps, b_cpu = med("bare", "rps"), med("bare", "cpu_us")
+    rows: list[tuple[str, ...]] = [
+        ("req/s (median of rounds)", *(f"{med(n, 'rps'):.0f}" for n in names), ""),
+        ("req/s / bare", *("" if n == "bare" else f"{med(n, 'rps') / b_rps:.2f}" for n in names),
+         f">= 0.8: {'yes' if med('bootserver', 'rps') / b_rps >= 0.8 else 'no'}"),
+        ("p50 (ms, median of rounds)", *(f"{med(n, 'p50'):.2f}" for n in names), ""),
+        ("p99 (ms, median of rounds)", *(f"{med(n, 'p99'):.2f}" for n in names),
+         f"< 20: {'yes' if med('bootserver', 'p99') < 20 else 'no'}"),
+        ("server CPU per request (us, median of rounds)", *(f"{med(n, 'cpu_us'):.0f}" for n in names), ""),
+        ("CPU per request / bare", *("" if n == "bare" else f"{med(n, 'cpu_us') / b_cpu:.2f}" for n in names), ""),
+    ]
+    return rows
+
+
+def _versus(res: dict[str, list[dict[str, float]]], baseline: str) -> list[tuple[str, str, str]]:
+    """This tree against the baseline: the ratio of their medians, and each round's ratio (the two ran
+    back to back in it, so a round's ratio is the least disturbed by a shared machine's drift)."""
+    cur, base = res["bootserver"], res[baseline]
+    rows = []
+    for key, what in (("cpu_us", "CPU per request, this tree / baseline (lower is better)"),
+                      ("rps", "req/s, this tree / baseline (higher is better)")):
+        per_round = [c[key] / b[key] for c, b in zip(cur, base, strict=True)]
+        rows.append((what, f"{median([w[key] for w in cur]) / median([w[key] for w in base]):.3f}",
+                     ", ".join(f"{r:.3f}" for r in per_round)))
+    return rows
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=200, help="nodes in the config (default 200)")
@@ -192,95 +252,97 @@ async def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="wrk threads (default 2)")
     ap.add_argument("--state-store", choices=["sqlite", "postgresql"], default="sqlite",
                     help="where the timeline and keys live (default sqlite in state_dir)")
-    ap.add_argument("--profile", type=Path, help="py-spy collapsed stacks of bootserver's rounds to this file")
+    ap.add_argument("--profile", type=Path, help="py-spy collapsed stacks of bootserver's rounds to this file "
+                                                  "(with --baseline, the baseline's to FILE-baseline)")
+    ap.add_argument("--baseline", metavar="REF",
+                    help="also serve git REF (a temporary worktree, this venv's libraries) and alternate "
+                         "with it: prints this tree / REF for CPU per request and req/s")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("scripts.py: wrk not found (make bench-deps)")
+    if args.profile is not None:
+        args.profile.parent.mkdir(parents=True, exist_ok=True)
 
     work = Path(tempfile.mkdtemp(prefix="bootserver-bench-scripts-"))
     cleanup = contextlib.ExitStack()
     try:
-        state_store = cleanup.enter_context(throwaway_state_store(args.state_store))
+        tree = cleanup.enter_context(git_tree(args.baseline)) if args.baseline else None
+        base_name = f"baseline {tree.label}" if tree is not None else ""
+        if tree is not None:
+            print(f"{base_name} checked out in {tree.path}", file=sys.stderr)
         up_dir = work / "upstream"
         doc = json.loads((REFERENCE / "rhcos-stream-4.16.json").read_text())
-        shutil.copy(REFERENCE / "openshift-pointer-master.ign.json", work / "master.ign")
-        port = free_port()
         nodes = [f"node-{i:04d}" for i in range(args.nodes)]
         up = Upstream(up_dir, work / "upstream.log")
         write_json(up_dir / "streams" / "rhcos-4.16.json", rewrite_stream_locations(doc, up.url))
-        async with up:
-            config = write_config(work / "bootserver.yaml", {
-                "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}"},
-                "cache_dir": "cache", "state_dir": "state", **state_store,
-                "streams": {"rhcos-4.16": {"metadata": f"{up.url}/streams/rhcos-4.16.json"}},
-                "profiles": {"master": {"stream": "rhcos-4.16", "mode": "install", "install_dev": "/dev/sda",
-                                        "ignition": "master.ign"}},
-                "nodes": {n: {"profile": "master"} for n in nodes}})
-            # bootserver's own URL builder (as `bootserver url NODE`); creates the first signing key
-            from bootserver.config import load_config
-            try:
-                from bootserver.state.backends import open_store
-            except ImportError:  # an older tree on PYTHONPATH (e.g. 26ff16e, the issue 22 baseline)
-                from bootserver.state import open_store  # type: ignore[attr-defined,no-redef]
-            from bootserver.urls import Urls
-
-            cfg = load_config(config)
-            store = open_store(cfg)
-            await store.start()
-            keys = store.keyring()
-            await store.close()
-            urls = Urls(cfg, keys=lambda: keys)
-            chain = [urls.chain(n) for n in nodes]
-            paths = [urlsplit(u).path + "?" + urlsplit(u).query for u in chain]
-            lua = work / "paths.lua"
-            lua.write_text(LUA.format(paths=", ".join(json.dumps(p) for p in paths)))
-
-            async with Bootserver(config, port, workers=args.workers, log=work / "serve.log") as bs:
-                script_path = work / "one.ipxe"
-                _, _, size = await curl(chain[0], out=str(script_path))
-                text = script_path.read_text()
+        async with up, contextlib.AsyncExitStack() as servers:
+            # each tree its own folder, port, state store (and so signing key) and signed URLs
+            trees: dict[str, tuple[Bootserver, Path]] = {}
+            for name, t in (("bootserver", None), *(((base_name, tree),) if tree is not None else ())):
+                sub = work / ("this" if t is None else "baseline")
+                sub.mkdir()
+                port = free_port()
+                state_store = cleanup.enter_context(throwaway_state_store(args.state_store))
+                config = _config(sub, port, up.url, nodes, state_store)
+                lua = sub / "paths.lua"
+                lua.write_text(LUA.format(paths=", ".join(json.dumps(p) for p in signed_chain_paths(config, t))))
+                bs = await servers.enter_async_context(
+                    Bootserver(config, port, workers=args.workers, log=sub / "serve.log", tree=t))
+                trees[name] = (bs, lua)
+            bs, lua = trees["bootserver"]
+            size = 0
+            for name, (server, tree_lua) in trees.items():
+                first = re.search(r'"([^"]+)"', tree_lua.read_text().split("\n")[0])[1]  # type: ignore[index]
+                _, _, size = await curl(server.url + first, out=str(work / "one.ipxe"))
+                text = (work / "one.ipxe").read_text()
                 assert text.startswith("#!ipxe") and "kernel " in text, text[:200]
-                print(f"script of {nodes[0]}: {size} bytes", file=sys.stderr)
-                bare_port = free_port()
-                rows, res = [], {"bare": [], "bootserver": []}  # type: ignore[var-annotated]
-                with PeakRss(bs.proc.pid) as rss:  # type: ignore[union-attr]
-                    async with BareApp(bare_port, size, args.workers, work / "bare.log") as bare:
-                        for _name, base in (("bare", bare.url), ("bootserver", bs.url)):
-                            wrk(base, lua, 2, args.connections, args.threads)  # warm-up
-                        pids = {"bare": [p.pid for p in bare.procs], "bootserver": [bs.proc.pid]}  # type: ignore[union-attr]
-                        for r in range(1, args.rounds + 1):
-                            for name, base in (("bare", bare.url), ("bootserver", bs.url)):
-                                with py_spy(bs.proc.pid, args.profile if name == "bootserver" and r == 1 else None):  # type: ignore[union-attr]
-                                    w = wrk(base, lua, args.duration, args.connections, args.threads, pids[name])
-                                res[name].append(w)
-                                rows.append((r, name, f"{w['rps']:.0f}", f"{w['p50']:.2f}", f"{w['p99']:.2f}",
-                                             f"{w['cpu_us']:.0f}", int(w["non2xx"]), int(w["socket_errors"])))
-                                print(f"round {r} {name}: {w['rps']:.0f} req/s, p99 {w['p99']:.2f} ms, "
-                                      f"CPU {w['cpu_us']:.0f} us/request, non-2xx {int(w['non2xx'])}",
-                                      file=sys.stderr, flush=True)
+                print(f"script of {nodes[0]} ({name}): {size} bytes", file=sys.stderr)
+            bare_port = free_port()
+            names = ["bare", *trees]
+            rows, res = [], {n: [] for n in names}  # type: ignore[var-annotated]
+            with PeakRss(bs.proc.pid) as rss:  # type: ignore[union-attr]
+                async with BareApp(bare_port, size, args.workers, work / "bare.log") as bare:
+                    targets = {"bare": (bare.url, lua, [p.pid for p in bare.procs]),
+                               **{n: (s.url, tl, [s.proc.pid]) for n, (s, tl) in trees.items()}}  # type: ignore[union-attr]
+                    for name in names:
+                        wrk(targets[name][0], targets[name][1], min(2, args.duration), args.connections,
+                            args.threads)  # warm-up
+                    for r in range(1, args.rounds + 1):
+                        # every other round in reverse order: neither tree always runs right after bare
+                        for name in names if r % 2 else names[::-1]:
+                            url, tl, pids = targets[name]
+                            spy = _profile_file(args.profile, name) if name != "bare" and r == 1 else None
+                            with py_spy(pids[0], spy):
+                                w = wrk(url, tl, args.duration, args.connections, args.threads, pids)
+                            res[name].append(w)
+                            rows.append((r, name, f"{w['rps']:.0f}", f"{w['p50']:.2f}", f"{w['p99']:.2f}",
+                                         f"{w['cpu_us']:.0f}", int(w["non2xx"]), int(w["socket_errors"])))
+                            print(f"round {r} {name}: {w['rps']:.0f} req/s, p99 {w['p99']:.2f} ms, "
+                                  f"CPU {w['cpu_us']:.0f} us/request, non-2xx {int(w['non2xx'])}",
+                                  file=sys.stderr, flush=True)
             up_gets = up.gets("/streams/")
         print(f"## iPXE script endpoint ({args.nodes} nodes, wrk -t{args.threads} -c{args.connections} "
               f"-d{args.duration}s, workers: {args.workers}, state store: {args.state_store}, "
-              f"script {size} bytes)\n")
+              f"script {size} bytes{', against ' + base_name if tree else ''})\n")
         print(markdown_table(["round", "server", "req/s", "p50 (ms)", "p99 (ms)", "CPU us/request", "non-2xx",
                               "socket errors"], rows))
         print()
-        b_rps, s_rps = median([w["rps"] for w in res["bare"]]), median([w["rps"] for w in res["bootserver"]])
-        b_p99, s_p99 = median([w["p99"] for w in res["bare"]]), median([w["p99"] for w in res["bootserver"]])
-        print(markdown_table(["measurement", "bare aiohttp", "bootserver", "target"], [
-            ("req/s (median of rounds)", f"{b_rps:.0f}", f"{s_rps:.0f}", ""),
-            ("bootserver / bare", "", f"{s_rps / b_rps:.2f}", f">= 0.45: {'yes' if s_rps / b_rps >= 0.45 else 'no'}"),
-            ("p50 (ms, median of rounds)", f"{median([w['p50'] for w in res['bare']]):.2f}",
-             f"{median([w['p50'] for w in res['bootserver']]):.2f}", ""),
-            ("p99 (ms, median of rounds)", f"{b_p99:.2f}", f"{s_p99:.2f}", f"< 20: {'yes' if s_p99 < 20 else 'no'}"),
-            ("server CPU per request (us, median of rounds)", f"{median([w['cpu_us'] for w in res['bare']]):.0f}",
-             f"{median([w['cpu_us'] for w in res['bootserver']]):.0f}", ""),
-            ("bootserver peak RSS (sum / max process)", "", f"{rss.total_kb / 1024:.0f} / {rss.max_kb / 1024:.0f} MiB",
-             ""),
-            ("stream metadata GETs from the upstream", "", str(up_gets), ""),
+        print(markdown_table(["measurement", *(n if n != "bootserver" else "bootserver (this tree)" for n in names),
+                              "target"], [
+            *_summary(res, names),
+            ("bootserver peak RSS (sum / max process)", "",
+             f"{rss.total_kb / 1024:.0f} / {rss.max_kb / 1024:.0f} MiB", *([""] * (len(names) - 2)), ""),
+            ("stream metadata GETs from the upstream (all trees)", "", str(up_gets), *([""] * (len(names) - 2)), ""),
         ]))
-        if args.profile is not None and args.profile.exists():
-            print(f"\n## py-spy profile of round 1 ({args.profile})\n\n```\n{profile_summary(args.profile)}\n```")
+        if tree is not None:
+            print(f"\n## this tree against {base_name}\n")
+            print(markdown_table(["ratio", "of the medians", "per round"], _versus(res, base_name)))
+        for name in trees:
+            spy = _profile_file(args.profile, name)
+            if spy is not None and spy.exists():
+                print(f"\n## py-spy profile of round 1, {name} ({spy})\n\n```\n{profile_summary(spy)}\n```")
+        if any(w["non2xx"] or w["socket_errors"] for n in trees for w in res[n]):
+            sys.exit("scripts.py: non-2xx answers or socket errors (see the table)")
     finally:
         cleanup.close()
         rmtree(work)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from support.helpers import REPO
 
@@ -49,3 +50,20 @@ def test_openpgp_benchmark_runs() -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"^\| 1 \| sha256 \+ OpenPGP \(gpgv\) \| [0-9.]+ \|", proc.stdout, re.M), proc.stdout
+
+
+def test_scripts_benchmark_against_a_baseline_tree_prints_both_ratios() -> None:
+    """``scripts.py --baseline HEAD``: HEAD served from a temporary git worktree beside this tree, both
+    under wrk in turn; the worktree is gone afterwards."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "scripts.py"), "--baseline", "HEAD",
+                           "--nodes", "5", "--rounds", "1", "--duration", "1", "--connections", "4",
+                           "--threads", "1"], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for ratio in (r"CPU per request, this tree / baseline \(lower is better\)",
+                  r"req/s, this tree / baseline \(higher is better\)"):
+        assert re.search(rf"^\| {ratio} \| [0-9.]+ \| [0-9.]+ \|$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^\| 1 \| baseline HEAD \([0-9a-f]{7}\) \| [0-9]+ \|", proc.stdout, re.M), proc.stdout
+    where = re.search(r"^baseline HEAD \([0-9a-f]{7}\) checked out in (\S+)$", proc.stderr, re.M)
+    assert where, proc.stderr[-3000:]
+    listed = subprocess.run(["git", "-C", str(REPO), "worktree", "list"], capture_output=True, text=True).stdout
+    assert where[1] not in listed and not Path(where[1]).exists()

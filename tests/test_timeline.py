@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bootserver.discovery import Discovered
 from bootserver.fleet import FleetNode
 from bootserver.nodes_view import format_events, format_table
 from bootserver.state.sqlite import GroupCommit
@@ -161,7 +162,7 @@ async def test_group_commit_checkpoints_the_wal_off_the_commit_path(tmp_path: Pa
     """Commits leave pages in the WAL; a separate checkpoint copies them into the database file."""
     tl = Timeline(tmp_path)
     writes = GroupCommit(tl)
-    monkeypatch.setattr(GroupCommit, "CHECKPOINT_EVERY", 50)
+    monkeypatch.setattr(Timeline, "CHECKPOINT_EVERY", 50)
     detail = {"pad": "x" * 2000}
     try:
         await writes.record(Record("m0", "script", "install", 0.0, detail=detail))
@@ -177,6 +178,27 @@ async def test_group_commit_checkpoints_the_wal_off_the_commit_path(tmp_path: Pa
         assert len(tl.nodes()) == 80
     finally:
         writes.close()
+        tl.close()
+
+
+def test_every_write_counts_toward_the_checkpoint_not_only_history_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Discovery reports and device records alone (no history record) get the WAL checkpointed."""
+    tl = Timeline(tmp_path)
+    tl.auto_checkpoint = False
+    monkeypatch.setattr(Timeline, "CHECKPOINT_EVERY", 50)
+    try:
+        tl.write_devices({"m0": {"id": "d-0"}})
+        empty = tl.path.stat().st_size
+        for i in range(40):
+            tl.discover(Discovered(f"52:54:00:00:02:{i:02x}", None, {"serial": "x" * 100}, "10.0.0.9",
+                                   float(i), float(i)), keep=1000)
+        tl.wait_checkpoint()
+        assert tl.path.stat().st_size == empty  # 41 writes: all in the WAL
+        tl.write_devices({f"m{i}": {"id": "d" * 1000} for i in range(10)})
+        tl.wait_checkpoint()
+        assert tl.path.stat().st_size > empty + 10 * 1000
+    finally:
         tl.close()
 
 

@@ -274,3 +274,32 @@ async def test_serve_prints_the_line_that_chains_the_default_node(reference: Pat
     err = (await server.proc.stderr.read()).decode()  # type: ignore[union-attr]
     assert (f"to boot any machine into node fcos-live (live mode): at its iPXE prompt, chain "
             f"http://127.0.0.1:{port}/boot.ipxe -- that URL reaches this machine only") in err
+
+
+@pytest.mark.parametrize("how", ["rewritten in place", "replaced (a new file renamed over it)"])
+async def test_a_new_release_in_the_metadata_file_is_served_without_a_restart(
+        tmp_path: Path, aiohttp_client, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    from support.clients import start_app
+    from support.configs import METADATA, STREAM
+
+    from bootserver.artifacts import catalog
+
+    monkeypatch.setattr(catalog, "STAT_REUSE", 0.0)  # look at the file on every request
+    meta = tmp_path / "stream.json"
+    doc = json.loads(METADATA.read_text())
+    meta.write_text(json.dumps(doc))
+    cfg = load(config_doc(streams={STREAM: {"metadata": str(meta)}}, nodes={"master-0": {"profile": "master"}}),
+               tmp_path)
+    client = await start_app(aiohttp_client, cfg)
+    old = doc["architectures"]["x86_64"]["artifacts"]["metal"]["release"]
+    assert f"/{old}/" in await (await client.get(signed("/ipxe/master-0", "master-0"))).text()
+    assert f"/{old}/" in await (await client.get(signed("/ipxe/master-0", "master-0"))).text()  # kept
+    # another size too: a rewrite within the file system's mtime granularity keeps the mtime
+    doc["architectures"]["x86_64"]["artifacts"]["metal"]["release"] = "416.94.20241201-0"
+    if how.startswith("replaced"):
+        (tmp_path / "new.json").write_text(json.dumps(doc))
+        (tmp_path / "new.json").rename(meta)
+    else:
+        meta.write_text(json.dumps(doc))
+    text = await (await client.get(signed("/ipxe/master-0", "master-0"))).text()
+    assert "/416.94.20241201-0/" in text and f"/{old}/" not in text

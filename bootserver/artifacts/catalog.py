@@ -37,18 +37,21 @@ class StreamCatalog:
         self.config = config
         self.cache = cache
         self.upstream = upstream
-        #: stream -> (the file's (mtime_ns, size), its metadata, time.monotonic() of the last look)
-        self._cache: dict[str, tuple[tuple[int, int], StreamMetadata, float]] = {}
+        #: stream -> (the file read: (st_dev, st_ino, st_mtime_ns, st_size), its metadata, time.monotonic()
+        #: of the last look)
+        self._cache: dict[str, tuple[tuple[int, int, int, int], StreamMetadata, float]] = {}
+        self._files: dict[str, tuple[Path, str, str]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._files: dict[str, tuple[Path, str]] = {}
 
-    def _local_file(self, stream: str) -> tuple[Path, str]:
-        """The file to read and the name to use in errors (path, or the URL for a synced copy)."""
+    def _local_file(self, stream: str) -> tuple[Path, str, str]:
+        """The file to read, the name to use in errors (path, or the URL for a synced copy) and the
+        file's path as text (for the cheap ``stat`` of :meth:`cached`)."""
         hit = self._files.get(stream)
         if hit is None:
             path = self.config.metadata_path(stream)
-            hit = (path, str(path)) if path is not None else (
-                self.cache.metadata_path(stream), self.config.streams[stream].metadata)
+            hit = (path, str(path), str(path)) if path is not None else (
+                self.cache.metadata_path(stream), self.config.streams[stream].metadata,
+                str(self.cache.metadata_path(stream)))
             self._files[stream] = hit
         return hit
 
@@ -59,13 +62,26 @@ class StreamCatalog:
     def cached(self, stream: str) -> StreamMetadata | None:
         """The stream's metadata if it can be had without the network, else ``None``.
 
+        The file is looked at at most every :data:`STAT_REUSE` seconds, with one ``stat``: while it
+        names the file last read (same device, inode, mtime and size) the metadata parsed from it
+        stands. Otherwise it is opened (a synced copy without a link below ``cache_dir``) and read from
+        that descriptor; the stat only tells "still the file we opened", never what to read.
+
         Raises :class:`MetadataError` when the local file is malformed.
         """
         hit = self._cache.get(stream)
         looked = time.monotonic()
-        if hit is not None and looked - hit[2] < STAT_REUSE:
-            return hit[1]
-        path, source = self._local_file(stream)
+        if hit is not None:
+            if looked - hit[2] < STAT_REUSE:
+                return hit[1]
+            try:
+                st = os.stat(self._local_file(stream)[2])
+            except OSError:
+                st = None
+            if st is not None and (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size) == hit[0]:
+                self._cache[stream] = (hit[0], hit[1], looked)
+                return hit[1]
+        path, source, _ = self._local_file(stream)
         try:
             if self.config.metadata_path(stream) is None:  # the synced copy: no link below cache_dir
                 fd = open_file(self.cache.cache_dir, path.relative_to(self.cache.cache_dir))
@@ -78,7 +94,7 @@ class StreamCatalog:
             return None
         with open(fd, "rb") as f:
             st = os.fstat(fd)
-            key = (st.st_mtime_ns, st.st_size)
+            key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
             if hit is not None and hit[0] == key:
                 self._cache[stream] = (key, hit[1], looked)
                 return hit[1]

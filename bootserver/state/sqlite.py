@@ -35,22 +35,18 @@ class GroupCommit(Batches):
     """Asynchronous writes to a sqlite :class:`Timeline` with group commit (:class:`Batches`) on one
     writer thread of its own, so timeline writes never wait behind other blocking work.
 
-    Commits do not checkpoint the WAL: after every :attr:`CHECKPOINT_EVERY` records a second thread
-    does, so its fsync never holds up a batch (it did: p99 latency of the script endpoint went from
-    about 25 ms to 80-450 ms on a VM disk). :meth:`record` raises ``sqlite3.Error`` or ``OSError``.
+    Commits do not checkpoint the WAL: the timeline does it on a thread of its own after every
+    :attr:`Timeline.CHECKPOINT_EVERY` rows written, by this writer or any other (discovery reports,
+    device records), and at once when the WAL grows large
+    (:meth:`~bootserver.state.sqlite_timeline.Timeline._wrote`), so the ``-wal`` file stays below
+    :attr:`Timeline.WAL_BOUND` at any write rate. :meth:`record` raises ``sqlite3.Error`` or ``OSError``.
     """
-
-    #: Records committed between two WAL checkpoints (a record is about 4 KiB of WAL at most).
-    CHECKPOINT_EVERY = 1000
 
     def __init__(self, timeline: Timeline) -> None:
         super().__init__(self._in_thread)
         self.timeline = timeline
         timeline.auto_checkpoint = False
         self._executor: ThreadPoolExecutor | None = None
-        self._checkpointer: ThreadPoolExecutor | None = None
-        self._checkpointing: asyncio.Future[None] | None = None
-        self._since_checkpoint = 0
 
     async def _in_thread(self, records: list[Record]) -> list[str]:
         if self._executor is None:
@@ -58,32 +54,13 @@ class GroupCommit(Batches):
         return await asyncio.get_running_loop().run_in_executor(self._executor, self.timeline.record_many,
                                                                 records)
 
-    def committed(self, count: int) -> None:
-        self._since_checkpoint += count
-        if self._since_checkpoint >= self.CHECKPOINT_EVERY and self._checkpointing is None:
-            self._since_checkpoint = 0
-            self._start_checkpoint(asyncio.get_running_loop())
-
-    def _start_checkpoint(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._checkpointer is None:
-            self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="timeline-checkpoint")
-        fut = loop.run_in_executor(self._checkpointer, self.timeline.checkpoint)
-        self._checkpointing = fut
-
-        def done(f: asyncio.Future[None]) -> None:
-            self._checkpointing = None
-            if not f.cancelled() and f.exception() is not None:
-                log.warning("%s: WAL checkpoint failed: %s", self.timeline.path, f.exception())
-
-        fut.add_done_callback(done)
-
     def close(self) -> None:
-        """Stop the writer and checkpoint threads once their current work is done (call after the
-        last write)."""
-        for executor in (self._executor, self._checkpointer):
-            if executor is not None:
-                executor.shutdown(wait=True)
-        self._executor = self._checkpointer = None
+        """Stop the writer thread once its current work is done (call after the last write), and wait
+        for the timeline's checkpoint, if one runs."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self._executor = None
+        self.timeline.wait_checkpoint()
 
 
 class Answering:
