@@ -209,10 +209,26 @@ def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
     from pathlib import Path
 
     from .images.firmware import write_loaders
+    from .images.netsecure import loader_set, secure_boot_streams, write_secureboot_loaders
+    from .service import BootService
 
     arm64 = any(profile.arch == "aarch64" for profile in config.profiles.values())
-    for path in write_loaders(Path(args.dir), config.cache_dir, config.server.effective_base_url, need_arm64=arm64):
+    base = config.server.base_url_for(4)  # GRUB's http fetches IPv4 and names only
+    for path in write_loaders(Path(args.dir), config.cache_dir, base, need_arm64=arm64):
         print(path)
+    streams = secure_boot_streams(config)
+    if streams:  # the signed shim and GRUB of each secure_boot stream's release, from its live ISO
+        svc = BootService(config)
+
+        async def fetch() -> dict[str, Path]:
+            await svc.start()
+            try:
+                return {s: await loader_set(config, svc.catalog, svc.artifacts, s) for s in streams}
+            finally:
+                await svc.close()
+
+        for path in write_secureboot_loaders(Path(args.dir), asyncio.run(fetch()), base):
+            print(path)
     return 0
 
 

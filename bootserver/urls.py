@@ -6,6 +6,9 @@ Layout (relative to ``server.base_url``, or for artifacts to the node's facility
     /boot.ipxe?mac=<mac>                           generic entry, node chosen by selector
     /boot.grub?mac=<mac>                           its GRUB form (what the arm64 GRUB sources)
     /loaders/grubaa64.efi                          the standalone arm64 GRUB (arm64 UEFI firmware loads it)
+    /loaders/ipxe.efi                              Debian's x86_64 UEFI iPXE (x86_64 UEFI HTTP Boot loads it)
+    /loaders/secureboot/<stream>/<file>            a stream's signed shim, GRUB and their GRUB config
+    /grub/grub.cfg                                 that GRUB config where Debian's network GRUB looks
     /ignition/<node>                               the node's merge-style Ignition stub
     /ignition/<node>/config                        the node's real Ignition config, byte for byte
     /checkin/<node>                                POST: the node's booted system is up (stage ``up``)
@@ -73,6 +76,15 @@ DISCOVER = Route("discover", "/discover")
 GENERIC_GRUB = Route("generic_grub", "/boot.grub")
 #: The standalone arm64 GRUB (:func:`bootserver.images.firmware.arm64_grub`), at a stable path.
 LOADER_ARM64 = Route("loader_arm64", "/loaders/grubaa64.efi", timed=False)
+#: Debian's x86_64 UEFI iPXE (``ipxe.efi``), what an x86_64 UEFI HTTP Boot loads, then asks for its script.
+LOADER_IPXE = Route("loader_ipxe", "/loaders/ipxe.efi", timed=False)
+#: A stream's Secure Boot loader set (:mod:`bootserver.images.netsecure`): the release's signed shim
+#: (``bootx64.efi``), GRUB (``grubx64.efi``), MokManager and the GRUB config next to them (``grub.cfg``).
+LOADER_SECUREBOOT = Route("loader_secureboot", "/loaders/secureboot/{stream}/{file}", timed=False)
+#: That GRUB config where Debian's network GRUB looks (its prefix ``/grub`` on the server it came from);
+#: routed before :data:`GRUB` (a node named ``grub.cfg`` has its image's GRUB config at ``/grub/grub.cfg``
+#: no more).
+GRUB_CFG = Route("grub_cfg", "/grub/grub.cfg")
 STUB = Route("stub", "/ignition/{node}", signed=True)
 REAL_CONFIG = Route("real_config", "/ignition/{node}/config", signed=True, real_config=True)
 CHECKIN = Route("checkin", "/checkin/{node}", signed=True, method="POST")
@@ -93,9 +105,9 @@ PAGE_EVENTS = Route("page_events", "/ui/events", timed=False, capped=False, list
 PAGE_STATIC = Route("page_static", "/ui/static/{file}", listeners=(ADMIN,))
 
 #: Every route of the server, in routing order.
-ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, DISCOVER, GENERIC_GRUB, STUB, REAL_CONFIG, CHECKIN, GRUB, ISO,
-                             LOADER_ARM64, ARTIFACT, HEALTHZ, READYZ, NODES, NODE_REPORT, METRICS, FLEET, PAGE_NODE,
-                             PAGE_CACHE, PAGE_EVENTS, PAGE_STATIC)
+ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, DISCOVER, GENERIC_GRUB, STUB, REAL_CONFIG, CHECKIN, GRUB_CFG, GRUB,
+                             ISO, LOADER_ARM64, LOADER_IPXE, LOADER_SECUREBOOT, ARTIFACT, HEALTHZ, READYZ, NODES,
+                             NODE_REPORT, METRICS, FLEET, PAGE_NODE, PAGE_CACHE, PAGE_EVENTS, PAGE_STATIC)
 
 
 class Urls:

@@ -328,11 +328,13 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
         os.close(fd)
 
 
-async def arm64_grub(request: web.Request) -> web.StreamResponse:
-    """``GET``/``HEAD /loaders/grubaa64.efi``: the standalone arm64 GRUB (built on first use), which an arm64
-    UEFI machine's firmware loads (UEFI HTTP boot; over TFTP, ``bootserver loaders DIR`` writes it)."""
-    path = await _service(request).arm64_grub()
-    return web.FileResponse(path, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
+async def loader(request: web.Request) -> web.StreamResponse:
+    """``GET``/``HEAD`` of a loader a firmware loads before any script (:meth:`BootService.loader`: the arm64 GRUB, a
+    stream's Secure Boot loaders, their GRUB config; ``bootserver loaders DIR`` writes them for TFTP); else 404."""
+    found = await _service(request).loader(request[ROUTE].name, request.match_info)
+    if found is None or isinstance(found, str):
+        return _text(404, "no such loader") if found is None else web.Response(text=found, content_type="text/plain")
+    return web.FileResponse(found, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
@@ -478,10 +480,9 @@ async def metrics(request: web.Request) -> web.Response:
 HANDLERS: dict[str, Handler] = {
     "chain": ipxe_script, "generic": ipxe_script, "discover": discover, "stub": ignition_stub,
     "real_config": ignition_config, "grub": grub_config, "generic_grub": grub_config, "iso": boot_image,
-    "loader_arm64": arm64_grub,
-    "checkin": checkin,
-    "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,
-    "metrics": metrics, **page.HANDLERS,
+    "loader_arm64": loader, "loader_ipxe": loader, "loader_secureboot": loader, "grub_cfg": loader, "checkin": checkin,
+    "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report, "metrics": metrics,
+    **page.HANDLERS,
 }
 
 

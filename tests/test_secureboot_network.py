@@ -1,0 +1,69 @@
+"""Secure Boot over the network (issue 39, item 2), without a firmware: a ``secure_boot`` stream's release
+gives its signed shim, GRUB and MokManager (from its live ISO, fetched through the cache once) as a network
+loader set, over HTTP (``/loaders/secureboot/<stream>/...``) and in a TFTP root (``bootserver loaders``),
+with one GRUB config for every node, where the vendors' network GRUBs look, that sources the node's boot
+by MAC. Booting it under Secure Boot is tests/e2e/test_secureboot_network.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from support.helpers import run_cli
+from support.upstreams import Upstream
+from test_secureboot_image import LOADERS, setup  # noqa: F401  (the fixture)
+
+from bootserver.config import load_config
+from bootserver.http.app import create_app
+
+#: The generic config: the node's boot by the MAC GRUB booted from, over GRUB's http (IPv4 base URL).
+GENERIC = ("# bootserver: Secure Boot over the network; the node's boot comes by the MAC GRUB booted from\n"
+           "set timeout=0\n"
+           "insmod http\n"
+           "source '(http,boot.example.net:8080)/boot.grub?mac='\"$net_default_mac\"\n"
+           "echo 'bootserver: no boot config for this machine; falling through to the next boot device'\n"
+           "sleep 10\n"
+           "exit\n")
+
+
+async def test_the_server_serves_the_release_loaders_and_one_grub_config(aiohttp_client, setup,  # noqa: F811
+                                                                        upstream: Upstream) -> None:
+    path, _ = setup
+    client = await aiohttp_client(create_app(load_config(path)))
+    for served, inside in (("bootx64.efi", "BOOTX64.EFI"), ("grubx64.efi", "grubx64.efi"),
+                           ("mmx64.efi", "mmx64.efi")):
+        r = await client.get(f"/loaders/secureboot/fcos/{served}")
+        assert r.status == 200 and await r.read() == LOADERS[inside], served
+        assert r.headers["Content-Type"] == "application/efi"
+    assert upstream.gets["/live.x86_64.iso"] == 1  # fetched once, extracted once
+    for where in ("/loaders/secureboot/fcos/grub.cfg", "/grub/grub.cfg"):
+        r = await client.get(where)
+        assert r.status == 200 and await r.text() == GENERIC, where
+    # what shim asks for besides (revocations, certificates) and streams no secure_boot node boots from
+    for where in ("/loaders/secureboot/fcos/revocations_sbat.efi", "/loaders/secureboot/plain/bootx64.efi",
+                  "/loaders/secureboot/nope/bootx64.efi"):
+        r = await client.get(where)
+        assert r.status == 404 and await r.text() == "no such loader\n", where
+    # a secure_boot stream whose release has no live ISO: the stream is at fault, said without a path
+    r = await client.get("/loaders/secureboot/no-iso/bootx64.efi")
+    assert r.status == 502 and await r.text() == "no Secure Boot loaders here\n"
+
+
+async def test_loaders_writes_the_set_into_a_tftp_root(setup, tmp_path: Path) -> None:  # noqa: F811
+    path, _ = setup
+    root = tmp_path / "tftp"
+    # a secure_boot node on a stream whose release has no live ISO: one line naming the stream, exit 2
+    rc, out, err = await run_cli("loaders", str(root), "--config", str(path), timeout=120)
+    assert (rc, err) == (2, "bootserver: stream no-iso (release 39.20231101.3.0) offers no live ISO "
+                            "(metal.formats.iso.disk) to take the signed loaders from\n")
+    doc = yaml.safe_load(path.read_text())
+    del doc["nodes"]["no-iso"]
+    path.write_text(yaml.safe_dump(doc))
+    rc, out, err = await run_cli("loaders", str(root), "--config", str(path), timeout=120)
+    assert rc == 0, err
+    written = {Path(line).relative_to(root).as_posix() for line in out.splitlines()}
+    assert {"secureboot/fcos/bootx64.efi", "secureboot/fcos/grubx64.efi", "secureboot/fcos/mmx64.efi",
+            "secureboot/fcos/grub.cfg", "grub/grub.cfg", "ipxe.efi", "undionly.kpxe"} <= written
+    assert (root / "secureboot/fcos/bootx64.efi").read_bytes() == LOADERS["BOOTX64.EFI"]
+    assert (root / "secureboot/fcos/grubx64.efi").read_bytes() == LOADERS["grubx64.efi"]
+    assert (root / "secureboot/fcos/grub.cfg").read_text() == (root / "grub/grub.cfg").read_text() == GENERIC
