@@ -71,8 +71,9 @@ def missing_parts() -> list[str]:
     return found
 
 
-def live_iso(work: Path, kernel: bytes, initramfs: bytes) -> bytes:
-    """A live ISO in CoreOS's layout made of Debian's signed parts (see the module's docstring)."""
+def live_iso(work: Path, kernel: bytes, initramfs: bytes, grub: Path = CD_GRUB) -> bytes:
+    """A live ISO in CoreOS's layout made of Debian's signed parts (see the module's docstring); ``grub``
+    is the GRUB put in as ``grubx64.efi`` (the network test puts Debian's network GRUB there)."""
     tree = work / "live-tree"
     (tree / "images" / "pxeboot").mkdir(parents=True)
     (tree / "images" / "pxeboot" / "vmlinuz").write_bytes(kernel)
@@ -87,7 +88,7 @@ def live_iso(work: Path, kernel: bytes, initramfs: bytes) -> bytes:
     subprocess.run(["mformat", "-i", str(efi), "-T", str(8 * 2048), "-h", "64", "-s", "32", "-v", "EFI-SYSTEM", "::"],
                    check=True, timeout=60)
     subprocess.run(["mmd", "-i", str(efi), "::/EFI", "::/EFI/BOOT"], check=True, timeout=60)
-    for src, name in ((SHIM, "BOOTX64.EFI"), (CD_GRUB, "grubx64.efi"), (MOKMANAGER, "mmx64.efi")):
+    for src, name in ((SHIM, "BOOTX64.EFI"), (grub, "grubx64.efi"), (MOKMANAGER, "mmx64.efi")):
         subprocess.run(["mcopy", "-i", str(efi), str(src), f"::/EFI/BOOT/{name}"], check=True, timeout=60)
     out = work / "live.iso"
     subprocess.run(["xorriso", "-as", "mkisofs", "-quiet", "-o", str(out), "-V", "e2e-live", str(tree)],
