@@ -1,33 +1,47 @@
-"""Benchmark (issue 8, target 4): a boot storm of ``--nodes`` simulated nodes booting at once.
+"""Benchmark (issue 8, target 4; issue 40): a power-on storm of ``--nodes`` machines at once, each
+behaving as the real clients of a boot do.
 
 Setup on 127.0.0.1: a local upstream (benchmarks/upstream.py) serves small fake artifacts (64 KiB
 kernel, initramfs and rootfs by default) named in a stream document; ``bootserver sync-images`` caches
 them; the install profile's ``ignition`` is the real openshift-install pointer config from
-``tests/data``. The config keeps ``server.max_concurrent`` at its default (256).
+``tests/data`` and ``boot_once: false`` (so a second storm boots the same way). The server keeps
+``server.max_concurrent`` and ``server.max_queued`` at their defaults.
 
-Load: one aiohttp client (connector without a connection limit) with every node started at once.
-Each node, like iPXE and Ignition would: GET its signed chain URL -> parse the script for the kernel
-URL, the initrd URL and the stub URL karg (``coreos.inst.ignition_url=`` in install mode,
-``ignition.config.url=`` in live mode) -> GET kernel and initramfs and check their sha256 against the
-stream metadata -> GET the stub -> GET its ``ignition.config.merge[0].source`` and check the bytes
-against the stub's ``verification.hash`` (sha512). A node stops at its first error. By default
-nothing is retried, so every ``503`` is an error; with ``--retries N`` a ``503`` is retried after its
-``Retry-After`` (as Ignition retries 5xx answers). Errors are counted by kind (``status 503 script``,
-``connection kernel``, ``hash initramfs`` ...).
+Each machine, in the client that makes each request in a real boot:
 
-Reports wall time (s) from the first request to the last answer, errors by kind, nodes that completed,
-requests/s, the servers' CPU seconds over the storm (user + system from ``/proc``, every replica and
-worker), and the server's peak RSS (``VmHWM``, sum over its process tree and largest process).
+- **iPXE** (script, kernel, initramfs; src/net/tcp/httpcore.c): a ``503`` with ``Retry-After`` is
+  retried after that many seconds, with no limit; a ``503`` without it, any other status, or a
+  connection error fails the boot.
+- **Ignition** (stub, then the real config its ``merge`` source names, checked against the stub's
+  sha512; Ignition's docs/operator-notes.md): a ``5xx``, a connection error or no response headers
+  within 10 s is retried after a backoff of 100 ms doubling up to 5 s, with no limit; another non-200
+  status fails the boot.
+- **the check-in unit** (``curl --fail --max-time 30 --retry 30 --retry-delay 10 --retry-connrefused``,
+  its URL read from the stub's ``bootserver-checkin.service``): a ``408``/``429``/``5xx``, a connection
+  error or a timeout is retried after 10 s, at most 30 times; the machine is ``up`` when it answers 200.
+
+Kernel and initramfs bytes are checked against the stream's sha256. A pooled connection the server closed
+while idle is opened again at once (iPXE opens a new connection for each transfer). The client keeps at
+most ``--connections`` connections open (file descriptors): more machines wait for one in the client.
+
+Reports, per storm: machines booted and failed (by why), the time until the last machine was ``up``,
+per-step wait (from the step's first request to its 200, retries included) p50/p99/max, retries by step,
+the server's CPU seconds (user + system from ``/proc``, every worker and replica) and CPU per machine
+boot, and peak RSS (``VmHWM``). ``cold``: a fresh server (first render of each script and stub, first
+check of each signature); ``warm``: the same machines again on the same server right after.
+``drain``: the last ``up`` against (server CPU / server processes): 1.0 means the storm drained at the
+server's full speed.
+
+``--baseline REF`` runs the same storms against git ``REF`` (a temporary ``git worktree``, this venv's
+libraries: ``_common.git_tree``), alternating with this tree for ``--rounds`` rounds, and prints both
+side by side. ``--profile FILE``: py-spy collapsed stacks of this tree's cold storm (round 1).
 
 ``--state-store postgresql --replicas 2`` (issue 17): the timeline and keys live in a throwaway
-PostgreSQL cluster (tests/support/pgcluster.py, ``fsync=off``) and ``--replicas`` ``serve`` processes share it,
-each with its own port, cache (its own ``sync-images``) and ``state_dir``; node i boots through replica
-i mod N (a load balancer keeping a node on one replica), with URLs signed by the shared key. The
-replicas start at once on an empty database (they migrate it under the migration lock). Peak RSS is
-then summed over every replica.
+PostgreSQL cluster (tests/support/pgcluster.py, ``fsync=off``) and ``--replicas`` ``serve`` processes
+share it, each with its own port, cache and ``state_dir``; machine i boots through replica i mod N.
 
 Usage: ``.venv/bin/python benchmarks/boot_storm.py [--nodes 1000] [--workers 1] [--artifact-kb 64]
-[--state-store sqlite|postgresql] [--replicas 1]``
+[--state-store sqlite|postgresql] [--replicas 1] [--baseline REF] [--rounds 1] [--profile FILE]``
 """
 
 from __future__ import annotations
@@ -38,108 +52,176 @@ import collections
 import contextlib
 import hashlib
 import json
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
+    BOOTSERVER,
     REFERENCE,
     Bootserver,
+    GitTree,
     PeakRss,
     Upstream,
     bench_stream,
     cpu_seconds,
     free_port,
+    git_tree,
     make_file,
     markdown_table,
+    median,
     rmtree,
-    run_cli,
+    signed_chain_paths,
     throwaway_state_store,
     write_config,
     write_json,
 )
+from scripts import profile_summary, py_spy
 
 STUB_KARGS = ("coreos.inst.ignition_url=", "ignition.config.url=")
+STEPS = ("script", "kernel", "initramfs", "stub", "config", "checkin")
+#: Seconds Ignition waits for response headers before it cancels and retries (operator-notes.md).
+IGNITION_HEADERS_TIMEOUT = 10.0
+#: curl's --retry, --retry-delay and --max-time in the check-in unit (bootserver.ignition.checkin_unit).
+CHECKIN_RETRIES, CHECKIN_DELAY, CHECKIN_MAX_TIME = 30, 10.0, 30.0
+#: Statuses curl --retry retries (curl's man page: "transient" errors).
+CURL_TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
+CHECKIN_URL = re.compile(r"-X POST \"?(https?://[^\s\"]+)")
 
 
-class NodeError(Exception):
-    """One node's boot failed: ``kind`` (e.g. ``status 503 script``) names the error and the step."""
+class BootFailed(Exception):
+    """One machine's boot failed: ``kind`` (e.g. ``status 503 without Retry-After: script``)."""
 
     def __init__(self, kind: str) -> None:
         super().__init__(kind)
         self.kind = kind
 
 
+@dataclass
 class Storm:
-    """Shared state of the simulated nodes: the session, expected hashes (hex sha256 by artifact URL
-    path suffix), and counters."""
+    """The machines of one storm: the session, expected sha256 by artifact file name, and what happened."""
 
-    def __init__(self, session: aiohttp.ClientSession, shas: dict[str, str], retries: int = 0) -> None:
-        self.session = session
-        self.shas = shas
-        self.retries = retries
-        self.retried: collections.Counter[str] = collections.Counter()
-        self.requests = 0
-        self.errors: collections.Counter[str] = collections.Counter()
-        self.done = 0
-        self.step_times: dict[str, list[float]] = collections.defaultdict(list)
+    session: aiohttp.ClientSession
+    shas: dict[str, str]
+    started: float = field(default_factory=time.monotonic)
+    requests: int = 0
+    booted: int = 0
+    last_up: float = 0.0
+    failed: collections.Counter[str] = field(default_factory=collections.Counter)
+    retries: collections.Counter[str] = field(default_factory=collections.Counter)
+    reconnects: int = 0
+    waits: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
 
-    async def get(self, url: str, step: str) -> bytes:
-        """GET ``url``; return the body. A ``503`` is retried after its ``Retry-After`` (seconds) up to
-        ``retries`` times. Raises :class:`NodeError` on a non-200 status or a connection problem (kind
-        names the step)."""
+    async def _once(self, method: str, url: str, timeout: aiohttp.ClientTimeout | None = None
+                    ) -> tuple[int, dict[str, str], bytes]:
+        """One request (again at once when a pooled connection turns out closed by the server)."""
+        for attempt in range(2):
+            self.requests += 1
+            try:
+                async with self.session.request(method, url, timeout=timeout) as r:
+                    return r.status, dict(r.headers), await r.read()
+            except aiohttp.ServerDisconnectedError:
+                if attempt:
+                    raise
+                self.reconnects += 1
+        raise AssertionError("unreachable")
+
+    async def ipxe(self, url: str, step: str) -> bytes:
+        """GET ``url`` as iPXE does (module docstring); the body."""
         t0 = time.monotonic()
-        try:
-            for attempt in range(self.retries + 1):
-                self.requests += 1
-                async with self.session.get(url) as r:
-                    body = await r.read()
-                    if r.status == 503 and attempt < self.retries:
-                        self.retried[step] += 1
-                        await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
-                        continue
-                    if r.status != 200:
-                        raise NodeError(f"status {r.status} {step}")
-                    break
-        except aiohttp.ClientError as e:
-            raise NodeError(f"connection {step} ({type(e).__name__})") from None
-        except TimeoutError:
-            raise NodeError(f"timeout {step}") from None
-        self.step_times[step].append(time.monotonic() - t0)
+        while True:
+            try:
+                status, headers, body = await self._once("GET", url)
+            except (aiohttp.ClientError, TimeoutError) as e:
+                raise BootFailed(f"connection ({type(e).__name__}): {step}") from None
+            if status == 200:
+                break
+            if status == 503 and "Retry-After" in headers:
+                self.retries[step] += 1
+                await asyncio.sleep(int(headers["Retry-After"]))
+                continue
+            raise BootFailed(f"status {status}{' without Retry-After' if status == 503 else ''}: {step}")
+        self.waits[step].append(time.monotonic() - t0)
         return body
 
+    async def ignition(self, url: str, step: str) -> bytes:
+        """GET ``url`` as Ignition does (module docstring); the body."""
+        t0 = time.monotonic()
+        backoff = 0.1
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=IGNITION_HEADERS_TIMEOUT)
+        while True:
+            try:
+                status, _headers, body = await self._once("GET", url, timeout)
+            except (aiohttp.ClientError, TimeoutError):
+                status, body = 599, b""
+            if status == 200:
+                break
+            if status < 500:
+                raise BootFailed(f"status {status}: {step}")
+            self.retries[step] += 1
+            await asyncio.sleep(backoff)
+            backoff = min(5.0, backoff * 2)
+        self.waits[step].append(time.monotonic() - t0)
+        return body
+
+    async def checkin(self, url: str) -> None:
+        """POST ``url`` as the check-in unit's curl does (module docstring)."""
+        t0 = time.monotonic()
+        timeout = aiohttp.ClientTimeout(total=CHECKIN_MAX_TIME)
+        for attempt in range(CHECKIN_RETRIES + 1):
+            try:
+                status, _headers, _body = await self._once("POST", url, timeout)
+            except (aiohttp.ClientError, TimeoutError):
+                status = 0
+            if status == 200:
+                self.waits["checkin"].append(time.monotonic() - t0)
+                return
+            if (status and status not in CURL_TRANSIENT) or attempt == CHECKIN_RETRIES:
+                break
+            self.retries["checkin"] += 1
+            await asyncio.sleep(CHECKIN_DELAY)
+        raise BootFailed(f"status {status or 'no answer'} after {attempt} retries: checkin")
+
     async def boot(self, chain_url: str) -> None:
-        """One node's boot; counts an error (by kind) or a completed node."""
+        """One machine's boot, from its chain URL to its check-in; counts it booted or failed."""
         try:
-            script = (await self.get(chain_url, "script")).decode()
-            kernel_line = next(ln for ln in script.splitlines() if ln.startswith("kernel "))
-            initrd_line = next(ln for ln in script.splitlines() if ln.startswith("initrd "))
-            words = kernel_line.split()
+            script = (await self.ipxe(chain_url, "script")).decode()
+            lines = script.splitlines()
+            words = next(ln for ln in lines if ln.startswith("kernel ")).split()
             kernel_url, kargs = words[1], words[2:]
-            initrd_url = next(w for w in initrd_line.split() if w.startswith(("http://", "https://")))
-            stub_url = next((w.split("=", 1)[1] for w in kargs if w.startswith(STUB_KARGS)), None)
-            if stub_url is None:
-                raise NodeError("parse script (no stub URL)")
+            initrd_url = next(w for w in next(ln for ln in lines if ln.startswith("initrd ")).split()
+                              if w.startswith(("http://", "https://")))
+            stub_url = next(w.split("=", 1)[1] for w in kargs if w.startswith(STUB_KARGS))
             for step, url in (("kernel", kernel_url), ("initramfs", initrd_url)):
-                body = await self.get(url, step)
+                body = await self.ipxe(url, step)
                 if hashlib.sha256(body).hexdigest() != self.shas[url.rsplit("/", 1)[1]]:
-                    raise NodeError(f"hash {step}")
-            stub = json.loads(await self.get(stub_url, "stub"))
+                    raise BootFailed(f"hash: {step}")
+            stub = json.loads(await self.ignition(stub_url, "stub"))
             merge = stub["ignition"]["config"]["merge"][0]
-            real = await self.get(merge["source"], "config")
+            real = await self.ignition(merge["source"], "config")
             if merge["verification"]["hash"] != "sha512-" + hashlib.sha512(real).hexdigest():
-                raise NodeError("hash config")
-            self.done += 1
-        except NodeError as e:
-            self.errors[e.kind] += 1
+                raise BootFailed("hash: config")
+            units = stub.get("systemd", {}).get("units", [])
+            found = [m[1] for u in units for m in [CHECKIN_URL.search(u.get("contents", ""))] if m]
+            if not found:
+                raise BootFailed("no check-in unit in the stub")
+            await self.checkin(found[0])
+            self.booted += 1
+            self.last_up = max(self.last_up, time.monotonic() - self.started)
+        except BootFailed as e:
+            self.failed[e.kind] += 1
         except (StopIteration, KeyError, IndexError, ValueError) as e:
-            self.errors[f"parse ({type(e).__name__})"] += 1
+            self.failed[f"parse ({type(e).__name__})"] += 1
 
 
 def pct(values: list[float], p: float) -> float:
@@ -150,111 +232,186 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
+@dataclass
+class Result:
+    """One storm against one server."""
+
+    tree: str
+    round: int
+    phase: str  # cold or warm
+    nodes: int
+    storm: Storm
+    wall: float
+    server_cpu: float
+    processes: int
+    rss_mib: float = 0.0
+
+    @property
+    def drain(self) -> float:
+        """The last ``up`` over (server CPU / server processes): 1.0 is the server's full speed."""
+        return self.storm.last_up / (self.server_cpu / self.processes) if self.server_cpu else 0.0
+
+
+async def run_storm(urls: list[str], shas: dict[str, str], connections: int, timeout: float) -> tuple[Storm, float]:
+    """Every machine of ``urls`` (chain URLs) at once; the storm and its wall time (s)."""
+    conn = aiohttp.TCPConnector(limit=connections, force_close=False)
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None,
+                                                                                   sock_connect=60)) as session:
+        storm = Storm(session, shas)
+        await asyncio.wait_for(asyncio.gather(*(storm.boot(u) for u in urls)), timeout)
+        return storm, time.monotonic() - storm.started
+
+
+def sync_images(config: Path, tree: GitTree | None) -> None:
+    """``bootserver sync-images`` with ``tree``'s bootserver (default this venv's)."""
+    p = subprocess.run([*BOOTSERVER, "sync-images", "--config", str(config)], capture_output=True, text=True,
+                       timeout=300, cwd=config.parent, env=tree.env if tree is not None else None)
+    if p.returncode != 0:
+        raise RuntimeError(f"sync-images failed ({p.returncode}): {p.stderr[-2000:]}")
+
+
+async def one_server(args: argparse.Namespace, work: Path, tree: GitTree | None, name: str, rnd: int,
+                     up_url: str, rel: str, shas: dict[str, str], spy: Path | None) -> list[Result]:
+    """A fresh server (or replicas) of ``tree``: a cold storm, then a warm one."""
+    with contextlib.ExitStack() as cleanup:
+        state_store = cleanup.enter_context(throwaway_state_store(args.state_store))
+        nodes = [f"node-{i:05d}" for i in range(args.nodes)]
+        ports = [free_port() for _ in range(args.replicas)]
+        configs = []
+        for r, port in enumerate(ports):
+            suffix = "" if args.replicas == 1 else f"-{r}"
+            shutil.copy(REFERENCE / "openshift-pointer-master.ign.json", work / "master.ign")
+            write_json(work / "stream.json", bench_stream(up_url, rel, shas))
+            configs.append(write_config(work / f"bootserver{suffix}.yaml", {
+                "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}",
+                           "admin": {"listen": f"127.0.0.1:{free_port()}"}},
+                "cache_dir": f"cache{suffix}", "state_dir": f"state{suffix}", **state_store,
+                "streams": {"bench": {"metadata": str(work / "stream.json")}},
+                "profiles": {"master": {"stream": "bench", "mode": "install", "install_dev": "/dev/sda",
+                                        "ignition": "master.ign", "boot_once": False}},
+                "nodes": {n: {"profile": "master"} for n in nodes}}))
+            sync_images(configs[-1], tree)
+        paths = signed_chain_paths(configs[0], tree)  # creates the (shared) signing key first
+        urls = [f"http://127.0.0.1:{ports[i % len(ports)]}{p}" for i, p in enumerate(paths)]
+        by_name = {f"live-{k}.x86_64": sha for k, sha in shas.items()}
+        results = []
+        async with contextlib.AsyncExitStack() as servers:
+            replicas = [Bootserver(c, p, workers=args.workers, log=work / f"serve-{i}.log", tree=tree)
+                        for i, (c, p) in enumerate(zip(configs, ports, strict=True))]
+            for bs in replicas:
+                await servers.enter_async_context(bs)
+            pids = [bs.proc.pid for bs in replicas]  # type: ignore[union-attr]
+            processes = args.replicas * args.workers
+            with contextlib.ExitStack() as peaks:
+                rsss = [peaks.enter_context(PeakRss(pid)) for pid in pids]
+                for phase in ("cold", "warm"):
+                    cpu0 = sum(cpu_seconds(pid) for pid in pids)
+                    with py_spy(pids[0], spy if phase == "cold" else None):
+                        storm, wall = await run_storm(urls, by_name, args.connections, args.timeout)
+                    cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
+                    results.append(Result(name, rnd, phase, args.nodes, storm, wall, cpu, processes))
+                    print(f"round {rnd} {name} {phase}: {storm.booted} booted, {sum(storm.failed.values())} "
+                          f"failed, last up {storm.last_up:.1f} s, server CPU {cpu:.1f} s", file=sys.stderr,
+                          flush=True)
+                for rss in rsss:
+                    rss.sample()
+            for res in results:
+                res.rss_mib = sum(r.total_kb for r in rsss) / 1024
+        return results
+
+
+def report(results: list[Result], names: list[str], args: argparse.Namespace) -> None:
+    """Markdown tables: one row per storm, the medians side by side, and the steps of the first of each."""
+    print(f"## Power-on storm ({args.nodes} machines at once, {args.artifact_kb} KiB artifacts, workers: "
+          f"{args.workers}, replicas: {args.replicas}, state store: {args.state_store}, clients modelled: "
+          f"iPXE, Ignition, the check-in unit)\n")
+    print(markdown_table(
+        ["round", "tree", "storm", "booted", "failed", "last up (s)", "requests", "reconnects",
+         "server CPU (s)", "CPU per boot (ms)", "drain", "peak RSS (MiB)"],
+        [(r.round, r.tree, r.phase, r.storm.booted, sum(r.storm.failed.values()), f"{r.storm.last_up:.1f}",
+          r.storm.requests, r.storm.reconnects, f"{r.server_cpu:.1f}", f"{1000 * r.server_cpu / r.nodes:.2f}",
+          f"{r.drain:.2f}", f"{r.rss_mib:.0f}") for r in results]))
+    print()
+    if len(names) > 1:
+        rows = []
+        for phase in ("cold", "warm"):
+            med = {n: {k: median([getattr_path(r, k) for r in results if r.tree == n and r.phase == phase])
+                       for k in ("storm.last_up", "cpu_ms", "drain")} for n in names}
+            a, b = names
+            for k, what in (("storm.last_up", "last up (s)"), ("cpu_ms", "server CPU per boot (ms)"),
+                            ("drain", "drain")):
+                ratio = med[a][k] / med[b][k] if med[b][k] else float("nan")
+                rows.append((phase, what, f"{med[a][k]:.2f}", f"{med[b][k]:.2f}", f"{ratio:.2f}"))
+        print(markdown_table(["storm", "median of", f"{names[0]} (this tree)", names[1], "this / baseline"], rows))
+        print()
+    for r in results:
+        if r.round != 1:
+            continue
+        print(f"### {r.tree}, {r.phase} storm: waits per step and retries\n")
+        print(markdown_table(["step", "answered 200", "p50 (s)", "p99 (s)", "max (s)", "retries"], [
+            (step, len(r.storm.waits[step]), f"{pct(r.storm.waits[step], 50):.3f}",
+             f"{pct(r.storm.waits[step], 99):.3f}", f"{max(r.storm.waits[step], default=0):.3f}",
+             r.storm.retries[step]) for step in STEPS]))
+        print()
+        if r.storm.failed:
+            print(markdown_table(["failed because", "machines"], sorted(r.storm.failed.items(), key=lambda kv: -kv[1])))
+            print()
+
+
+def getattr_path(r: Result, key: str) -> float:
+    if key == "cpu_ms":
+        return 1000 * r.server_cpu / r.nodes
+    obj: Any = r
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return float(obj)
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", type=int, default=1000, help="simulated nodes, all at once (default 1000)")
-    ap.add_argument("--workers", type=int, default=1, help="bootserver serve --workers N (passed only when N != 1)")
+    ap.add_argument("--nodes", type=int, default=1000, help="machines, all at once (default 1000)")
+    ap.add_argument("--workers", type=int, default=1, help="bootserver serve --workers N (default 1)")
     ap.add_argument("--artifact-kb", type=int, default=64, help="size of each fake artifact, KiB (default 64)")
-    ap.add_argument("--retries", type=int, default=0,
-                    help="retry a 503 after its Retry-After up to N times (default 0: a 503 is an error)")
-    ap.add_argument("--timeout", type=float, default=300.0, help="bound of the whole storm, seconds (default 300)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="bound of each storm, seconds (default 1800)")
+    ap.add_argument("--connections", type=int, default=15000,
+                    help="connections the client keeps open at most (file descriptors; default 15000)")
     ap.add_argument("--state-store", choices=["sqlite", "postgresql"], default="sqlite",
                     help="where the timeline and keys live (default sqlite in state_dir)")
     ap.add_argument("--replicas", type=int, default=1, help="serve processes sharing the state store "
                     "(more than 1 needs --state-store postgresql; default 1)")
+    ap.add_argument("--baseline", metavar="REF", help="also storm git REF (a temporary worktree), alternating")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds per tree (default 1)")
+    ap.add_argument("--profile", type=Path, help="py-spy collapsed stacks of this tree's first cold storm")
     args = ap.parse_args()
     if args.replicas > 1 and args.state_store != "postgresql":
         sys.exit("boot_storm.py: --replicas > 1 needs --state-store postgresql")
 
     work = Path(tempfile.mkdtemp(prefix="bootserver-bench-storm-"))
-    cleanup = contextlib.ExitStack()
     try:
-        state_store = cleanup.enter_context(throwaway_state_store(args.state_store))
-        rel = "prod/builds/1.0/x86_64"
-        up_dir = work / "upstream"
-        (up_dir / rel).mkdir(parents=True)
-        shas = {k: make_file(up_dir / rel / f"live-{k}.x86_64", args.artifact_kb << 10)
-                for k in ("kernel", "initramfs", "rootfs")}
-        shutil.copy(REFERENCE / "openshift-pointer-master.ign.json", work / "master.ign")
-        ports = [free_port() for _ in range(args.replicas)]
-        nodes = [f"node-{i:04d}" for i in range(args.nodes)]
-        configs = []
-        async with Upstream(up_dir, work / "upstream.log") as up:
-            write_json(work / "stream.json", bench_stream(up.url, rel, shas))
-            for r, port in enumerate(ports):
-                suffix = "" if args.replicas == 1 else f"-{r}"
-                configs.append(write_config(work / f"bootserver{suffix}.yaml", {
-                    "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}",
-                               "admin": {"listen": f"127.0.0.1:{free_port()}"}},
-                    "cache_dir": f"cache{suffix}", "state_dir": f"state{suffix}", **state_store,
-                    "streams": {"bench": {"metadata": str(work / "stream.json")}},
-                    "profiles": {"master": {"stream": "bench", "mode": "install", "install_dev": "/dev/sda",
-                                            "ignition": "master.ign"}},
-                    "nodes": {n: {"profile": "master"} for n in nodes}}))
-                rc, _out, err = await run_cli("sync-images", "--config", str(configs[-1]), timeout=300)
-                if rc != 0:
-                    raise RuntimeError(f"sync-images failed ({rc}): {err}")
-        from bootserver.config import load_config
-        from bootserver.state.backends import open_store
-        from bootserver.urls import Urls
-
-        cfgs = [load_config(str(c)) for c in configs]
-        by_name = {f"live-{k}.x86_64": sha for k, sha in shas.items()}
-        async with contextlib.AsyncExitStack() as servers:
-            # every replica at once, on an empty database: they migrate it and create the first key
-            # under the migration lock (a race would fail a start)
-            replicas = [Bootserver(c, p, workers=args.workers, log=work / f"serve-{r}.log")
-                        for r, (c, p) in enumerate(zip(configs, ports, strict=True))]
-            await asyncio.gather(*(servers.enter_async_context(bs) for bs in replicas))
-            store = open_store(cfgs[0])
-            await store.start()  # the shared signing key the replicas created
-            keys = store.keyring()
-            await store.close()
-            chain = [Urls(cfgs[i % len(cfgs)], keys=lambda: keys).chain(n) for i, n in enumerate(nodes)]
-            pids = [bs.proc.pid for bs in replicas]  # type: ignore[union-attr]
-            server_cpu0 = sum(cpu_seconds(pid) for pid in pids)
-            with contextlib.ExitStack() as peaks:
-                rsss = [peaks.enter_context(PeakRss(bs.proc.pid)) for bs in replicas]  # type: ignore[union-attr]
-                conn = aiohttp.TCPConnector(limit=0, force_close=False)
-                timeout = aiohttp.ClientTimeout(total=120, sock_connect=30)
-                async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
-                    storm = Storm(session, by_name, args.retries)
-                    t0 = time.monotonic()
-                    cpu0 = time.process_time()
-                    await asyncio.wait_for(asyncio.gather(*(storm.boot(u) for u in chain)), args.timeout)
-                    wall = time.monotonic() - t0
-                    client_cpu = time.process_time() - cpu0
-                    server_cpu = sum(cpu_seconds(pid) for pid in pids) - server_cpu0
-                for rss in rsss:
-                    rss.sample()
-        errors = sum(storm.errors.values())
-        total_kb = sum(r.total_kb for r in rsss)
-        max_kb = max(r.max_kb for r in rsss)
-        processes = sum(r.processes for r in rsss)
-        print(f"## Boot storm ({args.nodes} nodes at once, {args.artifact_kb} KiB artifacts, "
-              f"workers: {args.workers}, replicas: {args.replicas}, state store: {args.state_store}, "
-              f"retries of a 503: {args.retries}, server.max_concurrent: default 256)\n")
-        print(markdown_table(["measurement", "result"], [
-            ("wall time, first request to last answer", f"{wall:.2f} s"),
-            ("nodes that completed all 5 steps", f"{storm.done} of {args.nodes}"),
-            ("errors (nodes that stopped)", f"{errors}"),
-            ("requests sent", f"{storm.requests}"),
-            ("503 answers retried (by step)", ", ".join(f"{k} {v}" for k, v in storm.retried.items()) or "0"),
-            ("requests/s", f"{storm.requests / wall:.0f}"),
-            ("client CPU time (load generator, one process)", f"{client_cpu:.2f} s"),
-            ("bootserver CPU time (user + system, every replica and worker)", f"{server_cpu:.2f} s"),
-            ("bootserver peak RSS, sum over the process tree(s)", f"{total_kb / 1024:.0f} MiB ({processes} processes)"),
-            ("bootserver peak RSS, largest process", f"{max_kb / 1024:.0f} MiB"),
-        ]))
-        print()
-        if storm.errors:
-            print(markdown_table(["error kind", "nodes"], sorted(storm.errors.items(), key=lambda kv: -kv[1])))
-            print()
-        print(markdown_table(["step", "answered 200", "median (s)", "p99 (s)", "max (s)"], [
-            (step, len(v), f"{pct(v, 50):.3f}", f"{pct(v, 99):.3f}", f"{max(v):.3f}")
-            for step, v in storm.step_times.items()]))
+        with contextlib.ExitStack() as cleanup:
+            tree = cleanup.enter_context(git_tree(args.baseline)) if args.baseline else None
+            trees: list[tuple[str, GitTree | None]] = [("this tree", None)]
+            if tree is not None:
+                trees.append((f"baseline {tree.label}", tree))
+            rel = "prod/builds/1.0/x86_64"
+            up_dir = work / "upstream"
+            (up_dir / rel).mkdir(parents=True)
+            shas = {k: make_file(up_dir / rel / f"live-{k}.x86_64", args.artifact_kb << 10)
+                    for k in ("kernel", "initramfs", "rootfs")}
+            results: list[Result] = []
+            async with Upstream(up_dir, work / "upstream.log") as up:
+                for rnd in range(1, args.rounds + 1):
+                    for name, t in trees if rnd % 2 else trees[::-1]:
+                        sub = work / f"{rnd}-{'baseline' if t else 'this'}"
+                        sub.mkdir()
+                        spy = args.profile if (t is None and rnd == 1) else None
+                        results += await one_server(args, sub, t, name, rnd, up.url, rel, shas, spy)
+                        rmtree(sub)
+        report(results, [n for n, _ in trees], args)
+        if args.profile is not None and args.profile.exists():
+            print(f"### Where this tree's cold storm spent its CPU (py-spy, {args.profile})\n")
+            print(profile_summary(args.profile))
     finally:
-        cleanup.close()
         rmtree(work)
 
 

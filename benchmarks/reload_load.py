@@ -124,7 +124,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             ok = True
             if i % 5 == 4:  # every fifth through the command, the others as systemctl reload does (SIGHUP)
                 rc, outp, err = await run_cli("reload", "--config", str(config), timeout=60)
-                ok = rc == 0 and f", {count + 1} nodes" in outp
+                ok = rc == 0 and f", {count + 1} node{'s' if count else ''}" in outp
                 if rc != 0:
                     print(f"reload {i + 1}: exit {rc}: {err.strip()}", file=sys.stderr)
             else:
@@ -132,7 +132,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             # applied once every worker counted it (and the recorded outcome names the new node count)
             ok = ok and await reloads_counted(admin, (i + 1) * args.workers)
             status = await outcome(tmp / "state" / "reload.json", sent)
-            ok = ok and status.get("result") == "ok" and f", {count + 1} nodes" in status.get("message", "")
+            held = f", {count + 1} node{'s' if count else ''}"  # the node count of the recorded outcome
+            ok = ok and status.get("result") == "ok" and held in status.get("message", "")
             reload_seconds.append(time.monotonic() - started)
             applied += ok
             in_flight = in_flight and transfer.returncode is None

@@ -1,26 +1,35 @@
 """``bootserver nodes adopt``: a discovered machine (:mod:`bootserver.discovery`) becomes a node.
 
-The node (its MAC and SMBIOS UUID as reported, ``hostname`` = its name, ``selectable: true`` so that
-``/boot.ipxe`` hands it its script from any address, as it answered the machine while it waited) is
-written as one YAML file that the config's ``include:`` names, atomically
-(:func:`bootserver.files.write_atomic`); the config is then loaded again with it, and a config that does
-not load is refused with the file removed, so nothing half-written stays. Then the running server
-reloads (:mod:`bootserver.reload`), and the waiting machine gets its node's script at its next ask.
+The node (its MAC and SMBIOS UUID as reported, ``hostname`` = its name, ``addresses`` = the address
+its reports came from, or ``--addresses``; ``selectable: true`` and no ``addresses`` only when asked
+for, with a warning: then anyone who knows its MAC gets its script and configs) is written as one YAML file that the
+config's ``include:`` reads, created exclusively (:func:`bootserver.files.write_atomic`). The name and
+the machine are claimed first (:func:`claimed`: of two adoptions at once exactly one goes on, the other
+is refused naming it). The config is then loaded again with the file, and the node must be in it, from
+that file (the loader's own globbing decides, :func:`~bootserver.config.loader.include_files`); else
+the file is removed. Then the running server reloads (:mod:`bootserver.reload`) and must serve the node;
+only then is the machine dropped from the discovered list. A reload that fails, or a node the reloaded
+config lacks, removes the file again: the machine stays discovered (:class:`AdoptionFailed`, exit 1).
 """
 
 from __future__ import annotations
 
-import fnmatch
+import asyncio
+import contextlib
+import ipaddress
 import json
 import os
 import re
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from .config import Config, load_config, normalize_mac
+from .config.loader import include_files
+from .dhcp.engine import signal_engine
 from .discovery import Discovered
 from .errors import BootserverError, InputError
 from .files import write_atomic
@@ -28,14 +37,24 @@ from .reload import check_config, signal_server, wait_status
 from .state import StateStore
 from .values import HOSTNAME_RULE, NAME_RE, UUID_RE, check_hostname
 
+#: ``state_dir/adopting/``: one file per name and per machine being adopted right now (:func:`claimed`).
+CLAIMS = "adopting"
+
+
+class AdoptionFailed(BootserverError):
+    """The node was written but the running server does not serve it (its reload failed, or the reloaded
+    config lacks it): the file was removed again and the machine stays discovered (exit 1)."""
+
 
 @dataclass(frozen=True)
 class Adopted:
-    """What :func:`adopt` did: the node's name, the file written and the machine it was."""
+    """What :func:`adopt` did: the node's name, the file written, the machine it was, and the outcome of
+    the server's reload in words."""
 
     name: str
     file: Path
     machine: Discovered
+    outcome: str = ""
 
 
 def _find(records: list[Discovered], key: str) -> Discovered:
@@ -59,71 +78,188 @@ def default_file(config: Config, name: str) -> Path:
 
 
 def included(config: Config, path: Path) -> bool:
-    """Whether the config's ``include:`` names ``path`` (a pattern of it matches, resolved against the
-    config's folder)."""
-    target = str(path.resolve())
-    return any(fnmatch.fnmatch(target, str(config.base_dir / os.path.expanduser(p))) for p in config.includes)
+    """Whether the config's ``include:`` reads the existing file ``path``, as the loader finds its files
+    (:func:`~bootserver.config.loader.include_files`: its globbing, where ``*`` stays within a folder)."""
+    return path.resolve() in include_files(config.base_dir, config.includes)
 
 
-def node_yaml(name: str, profile: str, machine: Discovered, at: float) -> str:
+def node_yaml(name: str, profile: str, machine: Discovered, at: float, *, addresses: Sequence[str] = (),
+              anywhere: bool = False) -> str:
     """The node's file: two comment lines saying where it came from (the machine's facts as one JSON
     line: quotes, newlines and control characters escaped) and ``nodes: {name: ...}`` written by PyYAML
-    (every value quoted as YAML needs)."""
-    node: dict[str, object] = {"profile": profile, "hostname": name, "mac": [machine.mac], "selectable": True}
+    (every value quoted as YAML needs): the node pinned to ``addresses``, ``selectable`` with
+    ``anywhere``."""
+    node: dict[str, object] = {"profile": profile, "hostname": name, "mac": [machine.mac]}
     if machine.uuid is not None:
         node["uuid"] = machine.uuid
+    if addresses:
+        node["addresses"] = list(addresses)
+    if anywhere:
+        node["selectable"] = True
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
     return (f"# adopted by `bootserver nodes adopt` at {stamp}: the machine discovered as {machine.mac}\n"
             f"# reported facts: {json.dumps(dict(machine.facts), sort_keys=True)}\n"
             + yaml.safe_dump({"nodes": {name: node}}, sort_keys=False))
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def claimed(config: Config, name: str, mac: str) -> Iterator[None]:
+    """Hold the claims on node ``name`` and machine ``mac`` (files in ``state_dir/adopting/``, created
+    exclusively) while the adoption runs; released at the end. A claim whose process is gone is taken
+    over. Raises :class:`~bootserver.errors.InputError` naming the adoption that holds one."""
+    folder = config.state_dir / CLAIMS
+    folder.mkdir(parents=True, exist_ok=True)
+    mine = json.dumps({"pid": os.getpid(), "name": name, "mac": mac}).encode()
+    taken: list[Path] = []
+    try:
+        for what in (f"name-{name}", f"mac-{mac.replace(':', '-')}"):
+            path = folder / what
+            for _ in range(5):
+                try:
+                    write_atomic(path, mine, 0o600, exclusive=True)
+                    taken.append(path)
+                    break
+                except FileExistsError:
+                    try:
+                        holder = json.loads(path.read_bytes())
+                        pid, other, other_mac = int(holder["pid"]), str(holder["name"]), str(holder["mac"])
+                    except FileNotFoundError:  # released meanwhile: claim it now
+                        continue
+                    except (OSError, ValueError, KeyError, TypeError):
+                        pid, other, other_mac = 0, "?", "?"
+                    if pid and not _alive(pid):  # left by an adoption that died: take it over
+                        path.unlink(missing_ok=True)
+                        continue
+                    raise InputError(f"machine {other_mac} is being adopted as node {other} right now "
+                                     f"(process {pid}): {'--name ' + name if what.startswith('name') else mac} "
+                                     "is taken") from None
+            else:
+                raise InputError(f"{path}: cannot claim it (another adoption holds it): try again")
+        yield
+    finally:
+        for path in taken:
+            path.unlink(missing_ok=True)
+
+
+def _check_names(config: Config, name: str, machine: Discovered) -> None:
+    if name in config.nodes:
+        where = config.origins.get(f"nodes.{name}", config.source)
+        raise InputError(f"--name {name}: node {name} exists already ({where})")
+    owner = config.node_by_mac(machine.mac) or (machine.uuid and config.node_by_uuid(machine.uuid))
+    if owner:
+        raise InputError(f"machine {machine.mac} is node {owner} already (its MAC or UUID is in the config)")
+
+
+def _addresses(machine: Discovered, given: Sequence[str] | None, anywhere: bool) -> list[str]:
+    if given:
+        for text in given:
+            try:
+                ipaddress.ip_network(text, strict=False)
+            except ValueError:
+                raise InputError(f"--addresses {text}: not an IP address or network (10.0.0.5, 10.0.0.0/24)") from None
+        return list(given)
+    if anywhere:
+        return []
+    if machine.address:
+        return [machine.address]
+    raise InputError(f"machine {machine.mac}: no address recorded for its reports: pass --addresses (or "
+                     "--selectable-anywhere)")
+
+
+def _write(path: Path, text: str) -> list[Path]:
+    """Create ``path`` with ``text`` (exclusively); returns the folders created for it, deepest first."""
+    made = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        write_atomic(path, text.encode(), exclusive=True)
+    except FileExistsError:
+        _remove(None, made)
+        raise InputError(f"{path} exists already: pass another --file") from None
+    return made
+
+
+def _remove(path: Path | None, made: Sequence[Path]) -> None:
+    if path is not None:
+        path.unlink(missing_ok=True)
+    for folder in made:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
 async def adopt(config: Config, store: StateStore, key: str, *, name: str, profile: str,
-                file: Path | None = None) -> Adopted:
-    """Make the discovered machine ``key`` (its MAC or UUID) node ``name`` of ``profile`` (see the module
-    docstring; then :func:`reload_server`); ``file`` defaults to :func:`default_file`. Returns what was
+                file: Path | None = None, addresses: Sequence[str] | None = None, anywhere: bool = False,
+                reload_timeout: float = 15.0) -> Adopted:
+    """Make the discovered machine ``key`` (its MAC or UUID) node ``name`` of ``profile``, pinned to
+    ``addresses`` (default: the address it reported from; none with ``anywhere``), ``selectable`` with
+    ``anywhere``, and have the running server serve it (see the module docstring); ``file`` defaults to
+    :func:`default_file`; ``reload_timeout``: seconds to wait for the server's reload. Returns what was
     done.
 
     Raises :class:`~bootserver.errors.InputError` (exit 2; nothing written): an unknown machine, a name,
-    MAC or UUID already in use, no such profile, a file that exists or that ``include:`` does not name,
-    a config that would not load with the node (its error)."""
+    MAC or UUID in use or being adopted right now, no such profile, an architecture the profile does not
+    boot, a file that exists or that ``include:`` does not read, a config that would not load with the
+    node (its error). :class:`AdoptionFailed` (exit 1; the file removed again): the server's reload
+    failed or its config lacks the node."""
     if not re.match(NAME_RE, name):
         raise InputError(f"--name {name!r}: a node name is letters, digits, '.', '_' and '-' (at most 63)")
     try:
         check_hostname(name)
     except ValueError:
         raise InputError(f"--name {name!r}: it becomes the node's hostname ({HOSTNAME_RULE})") from None
-    if name in config.nodes:
-        where = config.origins.get(f"nodes.{name}", config.source)
-        raise InputError(f"--name {name}: node {name} exists already ({where})")
+    if config.source == "<default>":
+        raise InputError("nodes adopt writes into the files a config's include: names: pass --config")
     if profile not in config.profiles:
         raise InputError(f"--profile {profile}: no such profile (profiles: {', '.join(config.profiles) or 'none'})")
     machine = _find(await store.discovered(), key)
-    owner = config.node_by_mac(machine.mac) or (machine.uuid and config.node_by_uuid(machine.uuid))
-    if owner:
-        raise InputError(f"machine {machine.mac} is node {owner} already (its MAC or UUID is in the config)")
+    arch, wanted = machine.architecture, config.profiles[profile].arch
+    if arch is not None and arch != wanted:
+        raise InputError(f"machine {machine.mac} is {machine.arch_text()}; profile {profile} boots {wanted}: "
+                         "pass a profile of its architecture")
+    pinned = _addresses(machine, addresses, anywhere)
     path = (file if file is not None else default_file(config, name)).absolute()
-    if config.source == "<default>":
-        raise InputError("nodes adopt writes into the files a config's include: names: pass --config")
-    if not included(config, path):
-        raise InputError(f"{path} is not named by the include: of {config.source}: add e.g. "
-                         "`include: [nodes.d/*.yaml]` to it, or pass a --file it names")
-    if path.exists():
-        raise InputError(f"{path} exists already: pass another --file")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, node_yaml(name, profile, machine, time.time()).encode())
-    try:
-        check_config(load_config(config.source))
-    except BootserverError:
-        path.unlink(missing_ok=True)
-        raise
+    with claimed(config, name, machine.mac):
+        fresh = await asyncio.to_thread(load_config, config.source)  # as it is now, another adoption done
+        _check_names(fresh, name, machine)
+        made = _write(path, node_yaml(name, profile, machine, time.time(), addresses=pinned, anywhere=anywhere))
+        try:
+            if not included(fresh, path):
+                raise InputError(f"{path} is not read by the include: of {config.source} (its patterns: "
+                                 f"{', '.join(fresh.includes) or 'none'}; '*' stays within one folder): add e.g. "
+                                 "`include: [nodes.d/*.yaml]` to it, or pass a --file it reads")
+            loaded = await asyncio.to_thread(load_config, config.source)
+            check_config(loaded)
+            if loaded.origins.get(f"nodes.{name}") not in (str(path), str(path.resolve())):
+                raise InputError(f"{path}: the config loaded with it has no node {name} from it")
+            outcome = await asyncio.to_thread(reload_server, config, name, reload_timeout)
+        except BaseException:
+            _remove(path, made)
+            raise
     await store.forget_discovered([machine.mac])
-    return Adopted(name, path, machine)
+    return Adopted(name, path, machine, outcome)
 
 
-def reload_server(config: Config, timeout: float) -> str:
+def reload_server(config: Config, name: str, timeout: float) -> str:
     """Signal the running server to reload and wait for its outcome (:mod:`bootserver.reload`); the
-    outcome in words (no server running is not an error: it reads the file when it starts)."""
+    outcome in words (no server running is not an error: it reads the file when it starts). Raises
+    :class:`AdoptionFailed` when the reload failed, brought no outcome within ``timeout`` seconds, or the
+    reloaded config has no node ``name``. Then a running ``bootserver dhcp`` is signalled too, so the
+    node's reservation follows (:mod:`bootserver.dhcp.engine`)."""
+    served = _reload_serve(config, name, timeout)
+    engine = signal_engine(config) if config.dhcp is not None else None
+    return served + (f"; sent SIGHUP to bootserver dhcp (process {engine}) for its reservation" if engine else "")
+
+
+def _reload_serve(config: Config, name: str, timeout: float) -> str:
     try:
         sent = time.time()
         pid = signal_server(config)
@@ -131,7 +267,13 @@ def reload_server(config: Config, timeout: float) -> str:
         return "no bootserver serve runs with this state_dir: it reads the node when it starts"
     status = wait_status(config, sent, timeout)
     if status is None:
-        return f"sent SIGHUP to bootserver serve (process {pid}); no outcome within {timeout:g} s: see its log"
+        raise AdoptionFailed(f"{name}: not adopted: bootserver serve (process {pid}) gave no reload outcome within "
+                             f"{timeout:g} s (see its log); the file is removed, the machine stays discovered")
     if status.get("result") != "ok":
-        return f"the server refused the reload: {status.get('message')}"
+        raise AdoptionFailed(f"{name}: not adopted: the server refused the reload ({status.get('message')}); "
+                             "the file is removed, the machine stays discovered")
+    nodes = status.get("nodes")
+    if isinstance(nodes, list) and name not in nodes:
+        raise AdoptionFailed(f"{name}: not adopted: the server reloaded without the node ({status.get('message')}); "
+                             "the file is removed, the machine stays discovered")
     return f"the server reloaded ({status.get('message')})"

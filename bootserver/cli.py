@@ -232,6 +232,15 @@ def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _cmd_dhcp(args: argparse.Namespace, config: Config) -> int:
+    from .dhcp.engine import print_config, run_engine
+
+    if args.print is not None:
+        sys.stdout.write(print_config(config, args.print))
+        return 0
+    return asyncio.run(run_engine(config))
+
+
 def _cmd_keys_rotate(args: argparse.Namespace, config: Config) -> int:
     grace = config.server.signing.key_grace if args.grace is None else args.grace
 
@@ -309,16 +318,21 @@ def _cmd_devices(args: argparse.Namespace, config: Config) -> int:
 
 
 def _cmd_check(args: argparse.Namespace, config: Config) -> int:
-    from .reload import check_config
+    from .reload import check_config, summary
+    from .values import counted
 
     check_config(config)  # what a reload checks too
+    if config.dhcp is not None:
+        from .dhcp.reservations import check_dhcp
+
+        check_dhcp(config)  # against this machine's interface: where `bootserver dhcp` runs
     warning = no_machine_boots(config)
     if warning is not None:
         print(f"bootserver: warning: {warning}", file=sys.stderr)
     included = len(set(config.origins.values()) - {config.source})
-    print(f"{config.source}: ok: {len(config.streams)} streams, {len(config.profiles)} profiles, "
-          f"{len(config.nodes)} nodes" + (f" ({included} included files, include: {', '.join(config.includes)})"
-                                          if config.includes else ""))
+    source, held = summary(config).split(": ", 1)
+    print(f"{source}: ok: {held}" + (f" ({counted(included, 'included file')}, include: "
+                                     f"{', '.join(config.includes)})" if config.includes else ""))
     return 0
 
 
@@ -328,6 +342,12 @@ def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
     from .reload import check_config, signal_server, wait_status
 
     check_config(config)  # an invalid config is refused here, with its file and key; nothing is sent
+    if config.dhcp is not None:
+        from .dhcp.engine import signal_engine
+
+        engine = signal_engine(config)  # `bootserver dhcp` re-reads its reservations (no dnsmasq restart)
+        if engine is not None:
+            print(f"bootserver: sent SIGHUP to bootserver dhcp (process {engine})", file=sys.stderr)
     sent = time.time()
     pid = signal_server(config)
     status = wait_status(config, sent, timeout=args.timeout)
@@ -345,20 +365,26 @@ def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
 def _adopt(args: argparse.Namespace, config: Config) -> int:
     from pathlib import Path
 
-    from .adoption import adopt, reload_server
+    from .adoption import adopt
+
+    if args.selectable_anywhere:
+        print(f"bootserver: warning: node {args.name} is selectable from any address: whoever names its MAC or "
+              "UUID gets its script, stub and config (and marks it installed)", file=sys.stderr)
 
     async def run() -> Any:
         store = await _started_store(config)
         try:
             return await adopt(config, store, args.nodes[0], name=args.name, profile=args.profile,
-                               file=None if args.file is None else Path(args.file))
+                               file=None if args.file is None else Path(args.file),
+                               addresses=args.addresses and [a for a in args.addresses.split(",") if a.strip()],
+                               anywhere=args.selectable_anywhere)
         finally:
             await store.close()
 
     done = asyncio.run(run())
     print(f"{done.name}: adopted machine {done.machine.mac}" + (f" (uuid {done.machine.uuid})" if done.machine.uuid
                                                                 else "") + f" into {done.file}")
-    print(f"{done.name}: {reload_server(config, 15.0)}")
+    print(f"{done.name}: {done.outcome}")
     return 0
 
 
@@ -539,6 +565,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "One path per line on stdout.")
     p.add_argument("dir", metavar="DIR")
     p.set_defaults(func=_cmd_loaders)
+    p = sub.add_parser("dhcp", parents=[common], help="run the DHCP and TFTP engine (dnsmasq) of the dhcp: "
+                       "mapping in the foreground, or print its configuration")
+    p.add_argument("--print", nargs="?", const="dnsmasq", choices=("dnsmasq", "kea"), default=None,
+                   help="print the configuration (dnsmasq options, or kea: Kea's Dhcp4 JSON) and exit")
+    p.set_defaults(func=_cmd_dhcp)
     p = sub.add_parser("keys", help="manage the URL signing keys in state_dir")
     ksub = p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
     k = ksub.add_parser("rotate", parents=[common], help="make a new signing key; the old one stays "
@@ -595,7 +626,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="adopt: the node's name (and hostname)")
     p.add_argument("--profile", help="adopt: the node's profile")
     p.add_argument("--file", metavar="PATH", help="adopt: the file to write (default nodes.d/NAME.yaml beside the "
-                   "config; the config's include: must name it)")
+                   "config; the config's include: must read it)")
+    p.add_argument("--addresses", metavar="IP[,CIDR...]", help="adopt: the addresses the node may boot from "
+                   "(default: the one the machine reported from)")
+    p.add_argument("--selectable-anywhere", action="store_true", help="adopt: hand the node's script to any "
+                   "address that names its MAC or UUID (not only its addresses)")
     p.set_defaults(func=_cmd_nodes)
     p = sub.add_parser("db", help="manage the state store's schema")
     dsub = p.add_subparsers(dest="db_command", required=True, metavar="ACTION")
@@ -619,8 +654,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             else "one NODE" if wanted[1] == 1 else "NODE..."))
         if args.action == "adopt" and (not args.name or not args.profile):
             parser.error("nodes adopt: --name NAME and --profile PROFILE are required")
-        if args.action != "adopt" and (args.name or args.profile or args.file):
-            parser.error(f"nodes {args.action}: --name, --profile and --file are options of nodes adopt")
+        if args.action != "adopt" and (args.name or args.profile or args.file or args.addresses
+                                       or args.selectable_anywhere):
+            parser.error(f"nodes {args.action}: --name, --profile, --file, --addresses and --selectable-anywhere "
+                         "are options of nodes adopt")
     # a global option given after COMMAND wins over the same one before it
     for name, default in (("config", None), ("log_level", "info"), ("log_format", "text")):
         if getattr(args, name, None) is None:

@@ -31,6 +31,13 @@ FACTS = ("serial", "manufacturer", "product", "asset", "buildarch", "platform")
 REPORT_KEYS = ("mac", "uuid", *FACTS, *(f"net{i}{part}" for i in range(NICS) for part in ("", "chip", "busid")))
 #: Longest value kept, in characters (longer ones are cut).
 MAX_VALUE = 128
+#: The CoreOS architecture of a reported ``buildarch`` (iPXE's ``${buildarch}``, ipxe.org/cfg/buildarch;
+#: GRUB's ``$grub_cpu``), by ``platform`` (iPXE's ``${platform}``: ``pcbios``, ``efi``; GRUB's
+#: ``$grub_platform``: ``pc``, ``efi``) where it matters: a BIOS machine runs the 32-bit iPXE build
+#: (``i386``, the only one ``undionly.kpxe`` has), but every BIOS machine CoreOS boots is x86_64; an
+#: ``i386`` UEFI firmware is a 32-bit one, which no CoreOS boots.
+ARCHITECTURE_OF = {("x86_64", None): "x86_64", ("i386", "pcbios"): "x86_64", ("i386", "pc"): "x86_64",
+                   ("i386", ""): "x86_64", ("arm64", None): "aarch64", ("aarch64", None): "aarch64"}
 
 
 class ReportError(ValueError):
@@ -55,7 +62,28 @@ class Discovered:
     def as_dict(self) -> dict[str, Any]:
         """A JSON-able dict (``GET /discovered``, the page's live updates)."""
         return {"mac": self.mac, "uuid": self.uuid, "facts": dict(self.facts), "address": self.address,
-                "first_seen": self.first_seen, "last_seen": self.last_seen, "reports": self.reports}
+                "first_seen": self.first_seen, "last_seen": self.last_seen, "reports": self.reports,
+                "arch": self.arch_text()}
+
+    @property
+    def architecture(self) -> str | None:
+        """The machine's CoreOS architecture (``x86_64``, ``aarch64``: :data:`ARCHITECTURE_OF`) from what
+        it reported; the reported ``buildarch`` as is when it maps to none (e.g. ``i386`` on UEFI);
+        ``None`` when it reported none."""
+        built = self.facts.get("buildarch")
+        if not built:
+            return None
+        platform = self.facts.get("platform", "")
+        return ARCHITECTURE_OF.get((built, None)) or ARCHITECTURE_OF.get((built, platform)) or built
+
+    def arch_text(self) -> str | None:
+        """The architecture and platform as the table and the page show them (``x86_64/pcbios``), the
+        ``buildarch`` reported in brackets when it differs (``x86_64 (i386)/pcbios``); ``None`` for
+        neither."""
+        arch, built = self.architecture, self.facts.get("buildarch")
+        if arch is not None and built != arch:
+            arch = f"{arch} ({built})"
+        return "/".join(x for x in (arch, self.facts.get("platform")) if x) or None
 
     def macs(self) -> list[str]:
         """Every MAC the machine reported (its NICs'), the key first."""

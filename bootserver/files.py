@@ -137,9 +137,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, root: Path | None = None) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, root: Path | None = None,
+                 exclusive: bool = False) -> None:
     """Write ``data`` (bytes) to ``path`` with permissions ``mode``, so that readers see the old file or
-    the whole new one, never a part. Creates the folder.
+    the whole new one, never a part. Creates the folder. With ``exclusive`` the file must not exist
+    (it is linked into place, which fails when it does: of two writers exactly one wins): raises
+    ``FileExistsError`` then.
 
     With ``root`` (a folder the server owns, such as ``cache_dir``; ``path`` below it) no link is
     followed below ``root`` (:func:`open_dir`; :class:`LinkRefused`): the file is written in the real
@@ -161,7 +164,11 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, root: Path | Non
                 f.flush()
                 os.fsync(f.fileno())
                 os.fchmod(f.fileno(), mode)
-            os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            if exclusive:
+                os.link(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+                os.unlink(tmp, dir_fd=dir_fd)
+            else:
+                os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=dir_fd)

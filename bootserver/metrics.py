@@ -43,6 +43,8 @@ DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, float("
 #: Boot-duration buckets (seconds): a live boot takes a minute or two, an install with its first boot
 #: 5 to 30 minutes, a stalled one hours.
 BOOT_BUCKETS = (60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0, 7200.0, float("inf"))
+#: Buckets of the paced Retry-After values (seconds).
+RETRY_AFTER_BUCKETS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, float("inf"))
 
 
 #: The environment variable prometheus-client reads for its multiprocess directory.
@@ -165,6 +167,20 @@ class Metrics:
         self.config_loaded = Gauge("bootserver_config_loaded_timestamp_seconds", "Unix time the running "
                                    "config was loaded (at start or by the last reload that succeeded).",
                                    registry=r, multiprocess_mode="livemin")
+        self.admission_queued = Gauge("bootserver_admission_waiting", "Requests waiting for a slot, by "
+                                      "class: in_boot (a later step of a boot, served first) or new.",
+                                      ["class"], registry=r, multiprocess_mode="livesum")
+        self.admission_refusals = Counter("bootserver_admission_refused", "Requests refused with a paced "
+                                          "503, by class.", ["class"], registry=r)
+        self.admission_retry_after = Histogram("bootserver_admission_retry_after_seconds", "Retry-After "
+                                               "of the paced 503 answers (seconds).",
+                                               buckets=RETRY_AFTER_BUCKETS, registry=r)
+        self.admission_rate = Gauge("bootserver_admission_service_rate", "Requests per second the server "
+                                    "finished in its last busy window (what the pacing assumes).",
+                                    registry=r, multiprocess_mode="livesum")
+        #: admission class -> its waiting gauge and refusal counter
+        self._admission = {cls: (self.admission_queued.labels(cls), self.admission_refusals.labels(cls))
+                           for cls in ("in_boot", "new")}
         self.worker_requests: Gauge | None = None
         #: (route, method, status) -> the request counter and duration histogram of those labels
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
@@ -200,6 +216,17 @@ class Metrics:
         serving was loaded."""
         self.reloads.labels("ok" if ok else "invalid").inc()
         self.config_loaded.set(loaded_at)
+
+    def admission_waiting(self, cls: str, waiting: int) -> None:
+        """``waiting`` requests of admission class ``cls`` (``in_boot``, ``new``) wait for a slot now."""
+        self._admission[cls][0].set(waiting)
+
+    def admission_refused(self, cls: str, retry_after: int, rate: float) -> None:
+        """A request of admission class ``cls`` got a paced 503 with ``Retry-After: retry_after``
+        (seconds); ``rate``: the service rate it was paced at (requests/s)."""
+        self._admission[cls][1].inc()
+        self.admission_retry_after.observe(retry_after)
+        self.admission_rate.set(rate)
 
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
         """One answered request (``seconds`` until the last byte)."""

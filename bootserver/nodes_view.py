@@ -80,15 +80,15 @@ def printable(value: str | None, width: int = 40) -> str:
 
 def format_discovered(records: Sequence[Discovered], now: float) -> str:
     """The ``bootserver nodes discovered`` table: one machine per line, last reported first: MAC, UUID,
-    manufacturer, product, serial, architecture (``buildarch``/``platform``), the address of its last
+    manufacturer, product, serial, architecture (:meth:`Discovered.arch_text`), the address of its last
     report, first and last seen, reports; every reported value through :func:`printable`."""
     rows = [("MAC", "UUID", "MANUFACTURER", "PRODUCT", "SERIAL", "ARCH", "FROM", "FIRST SEEN", "LAST SEEN",
              "REPORTS")]
     for d in records:
         f = d.facts
-        arch = "/".join(x for x in (f.get("buildarch"), f.get("platform")) if x) or None
+        arch = d.arch_text()
         rows.append((d.mac, d.uuid or "-", printable(f.get("manufacturer"), 24), printable(f.get("product"), 24),
-                     printable(f.get("serial"), 24), printable(arch, 16), printable(d.address, 40),
+                     printable(f.get("serial"), 24), printable(arch, 24), printable(d.address, 40),
                      format_age(now - d.first_seen), format_age(now - d.last_seen), str(d.reports)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)

@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from .errors import BootserverError, InputError
 from .files import write_atomic
 from .images.network import check_boot_networks
 from .scripts import check_command_lines
+from .values import counted
 
 #: The keys a reload cannot change, each with why: they keep their running values, and a reload that
 #: changes them says so in one warning line.
@@ -72,6 +74,13 @@ def load_checked(source: str) -> Config:
     config = load_config(None if source == "<default>" else source)
     check_config(config)
     return config
+
+
+def summary(config: Config) -> str:
+    """``<source>: 1 stream, 2 profiles, 41 nodes``: what a config holds, in the reload and
+    ``check-config`` lines."""
+    return (f"{config.source}: {counted(len(config.streams), 'stream')}, "
+            f"{counted(len(config.profiles), 'profile')}, {counted(len(config.nodes), 'node')}")
 
 
 def _value(config: Config, key: str) -> Any:
@@ -144,11 +153,13 @@ def signal_server(config: Config) -> int:
     return pid
 
 
-def write_status(config: Config, *, ok: bool, message: str, loaded_at: float, at: float | None = None) -> None:
+def write_status(config: Config, *, ok: bool, message: str, loaded_at: float, at: float | None = None,
+                 nodes: Iterable[str] = ()) -> None:
     """Record the outcome of this process's reload in ``state_dir/reload.json``: ``{"pid", "at",
-    "result": "ok"|"invalid", "message", "loaded_at"}`` (unix seconds). Never raises (logged by the caller)."""
+    "result": "ok"|"invalid", "message", "loaded_at", "nodes"}`` (unix seconds; ``nodes``: the names of
+    the nodes served after it, sorted). Never raises (logged by the caller)."""
     doc = {"pid": os.getpid(), "at": time.time() if at is None else at, "result": "ok" if ok else "invalid",
-           "message": message, "loaded_at": loaded_at}
+           "message": message, "loaded_at": loaded_at, "nodes": sorted(nodes)}
     with contextlib.suppress(OSError):
         write_atomic(config.state_dir / STATUS_FILE, json.dumps(doc).encode())
 

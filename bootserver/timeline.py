@@ -5,6 +5,9 @@ Equinix marks a custom-iPXE device ``active`` as soon as iPXE is served, so its 
 an install worked; the boot server is the only place that sees a node's whole boot. Events (stable
 names, see docs/troubleshooting.md):
 
+``dhcp``                    the DHCP engine answered the node's firmware (``bootserver dhcp``; detail:
+                            ``address``, ``file``, the boot file it was handed, ``mode``)
+``tftp``                    the DHCP engine's TFTP server sent the node a loader (detail: ``file``)
 ``script``                  the node's iPXE boot script was served (detail: ``mode``, ``release``)
 ``localboot``               the boot-disk script was served instead (boot-once, see below)
 ``<kind>-requested``        ``kind`` in kernel, initramfs, rootfs: an artifact request began
@@ -42,8 +45,12 @@ trusted, the attribution is wrong or missing; the per-node events (script, stub,
 Stages (what :meth:`StateStore.nodes <bootserver.state.StateStore.nodes>` reports), a pure function of
 the event sequence (:func:`next_stage`)::
 
-    new -> ipxe -> kernel -> initramfs -> rootfs -> installing -> installed -> up    (mode install)
-    new -> ipxe -> kernel -> initramfs -> rootfs -> ignition   -> running   -> up    (mode live)
+    new -> dhcp -> tftp -> ipxe -> kernel -> initramfs -> rootfs -> installing -> installed -> up  (install)
+    new -> dhcp -> tftp -> ipxe -> kernel -> initramfs -> rootfs -> ignition   -> running   -> up  (live)
+
+``dhcp`` and ``tftp`` come from the DHCP engine (:mod:`bootserver.dhcp.engine`), where it runs: the first
+mile, before iPXE asks for a script. Like artifacts, they only move a node forward: an installed system
+renewing its address, or a firmware's PXE before boot-once's ``localboot``, leaves the stage as it is.
 
 ``installing``: coreos-installer in the live system fetched the stub (it embeds it in the installed
 disk; it never fetches the real config). ``installed``: the real config was fetched, which in install
@@ -89,14 +96,14 @@ from .streams import ARTIFACT_KINDS
 ATTRIBUTION_WINDOW = 3600.0
 
 #: Every stage, in the order of a boot.
-STAGES = ("new", "reinstall", "ipxe", "kernel", "initramfs", "rootfs", "installing", "installed",
+STAGES = ("new", "reinstall", "dhcp", "tftp", "ipxe", "kernel", "initramfs", "rootfs", "installing", "installed",
           "ignition", "running", "unconfirmed", "up")
 
 #: What can happen to one artifact request (event ``<kind>-<outcome>``).
 ARTIFACT_OUTCOMES = ("requested", "completed", "partial", "unchanged", "failed")
 
 #: Every event name.
-EVENTS = ("script", "localboot", "stub", "config", "reinstall", "checkin",
+EVENTS = ("dhcp", "tftp", "script", "localboot", "stub", "config", "reinstall", "checkin",
           *(f"{k}-{s}" for k in ARTIFACT_KINDS for s in ARTIFACT_OUTCOMES))
 
 _EVENT_NAMES = frozenset(EVENTS)
@@ -108,13 +115,13 @@ INSTALLED_STAGES = frozenset({"installing", "installed", "unconfirmed", "up"})
 #: (a new network boot), ``reinstall`` and ``checkin`` never takes a node to a stage of a lower rank, so a
 #: stub or real config fetched again, or a stray artifact request, goes into the history only.
 STAGE_RANK: Mapping[str, int] = {
-    "new": 0, "reinstall": 0, "ipxe": 1, "kernel": 2, "initramfs": 3, "rootfs": 4, "installing": 5,
-    "ignition": 5, "installed": 6, "running": 6, "unconfirmed": 6, "up": 7,
+    "new": 0, "reinstall": 0, "dhcp": 1, "tftp": 2, "ipxe": 3, "kernel": 4, "initramfs": 5, "rootfs": 6,
+    "installing": 7, "ignition": 7, "installed": 8, "running": 8, "unconfirmed": 8, "up": 9,
 }
 
 #: Stages a ``checkin`` does not leave: the node is marked for reinstall, or it is network-booting, so
 #: the check-in comes from a system booted before (it is kept in the history only).
-_CHECKIN_KEEPS = frozenset({"reinstall", "ipxe", "kernel", "initramfs", "rootfs"})
+_CHECKIN_KEEPS = frozenset({"reinstall", "dhcp", "tftp", "ipxe", "kernel", "initramfs", "rootfs"})
 
 #: The stage a ``checkin`` leads to: the booted system is on the network.
 UP = "up"
@@ -125,8 +132,8 @@ UP = "up"
 #: boot of the installed disk up to an hour; ``installed``/``running``/``unconfirmed`` wait for the
 #: check-in. Stages not named here (``new``, ``reinstall``, ``up``) never stall unless configured.
 DEFAULT_STALL_AFTER: Mapping[str, int] = {
-    "ipxe": 600, "kernel": 600, "initramfs": 600, "rootfs": 1800, "installing": 3600, "ignition": 1800,
-    "installed": 1800, "running": 1800, "unconfirmed": 3600,
+    "dhcp": 300, "tftp": 300, "ipxe": 600, "kernel": 600, "initramfs": 600, "rootfs": 1800, "installing": 3600,
+    "ignition": 1800, "installed": 1800, "running": 1800, "unconfirmed": 3600,
 }
 
 #: The stages that end a boot, whose time since the first script :class:`bootserver.metrics.Metrics`
@@ -156,6 +163,8 @@ def next_stage(stage: str, event: str, mode: str, *, real_config: bool = True) -
         reached = "unconfirmed" if not real_config else "installing" if mode == "install" else "ignition"
     elif event == "config":
         reached = "installed" if mode == "install" else "running"
+    elif event in ("dhcp", "tftp"):
+        reached = event
     else:
         kind, _, what = event.partition("-")
         if kind not in ARTIFACT_KINDS or what not in ARTIFACT_OUTCOMES:

@@ -49,7 +49,9 @@ class Route:
     :meth:`path`; ``real_config``: refused over plain HTTP when ``server.tls`` is set (unless
     ``allow_plain_configs``); ``timed``: cut at ``server.request_timeout``; ``capped``: counted in
     ``server.max_concurrent``; ``listeners``: where it is served (:data:`DEVICE`, :data:`ADMIN`);
-    ``method``: the HTTP method it answers (aiohttp answers ``HEAD`` for every ``GET`` route).
+    ``method``: the HTTP method it answers (aiohttp answers ``HEAD`` for every ``GET`` route);
+    ``in_boot``: a machine asks for it once its boot is under way (after its script), so a storm's
+    admission serves it before new arrivals (:mod:`bootserver.http.admission`).
     """
 
     name: str
@@ -60,6 +62,7 @@ class Route:
     capped: bool = True
     listeners: tuple[str, ...] = (DEVICE,)
     method: str = "GET"
+    in_boot: bool = False
 
     def path(self, **params: str) -> str:
         """The route path with ``params`` filled in, percent-encoded (``/ipxe/master-0``): what a
@@ -85,12 +88,12 @@ LOADER_SECUREBOOT = Route("loader_secureboot", "/loaders/secureboot/{stream}/{fi
 #: routed before :data:`GRUB` (a node named ``grub.cfg`` has its image's GRUB config at ``/grub/grub.cfg``
 #: no more).
 GRUB_CFG = Route("grub_cfg", "/grub/grub.cfg")
-STUB = Route("stub", "/ignition/{node}", signed=True)
-REAL_CONFIG = Route("real_config", "/ignition/{node}/config", signed=True, real_config=True)
-CHECKIN = Route("checkin", "/checkin/{node}", signed=True, method="POST")
+STUB = Route("stub", "/ignition/{node}", signed=True, in_boot=True)
+REAL_CONFIG = Route("real_config", "/ignition/{node}/config", signed=True, real_config=True, in_boot=True)
+CHECKIN = Route("checkin", "/checkin/{node}", signed=True, method="POST", in_boot=True)
 GRUB = Route("grub", "/grub/{node}", signed=True)
 ISO = Route("iso", "/iso/{node}.iso", signed=True, timed=False)
-ARTIFACT = Route("artifact", "/artifacts/{stream}/{arch}/{release}/{file}", timed=False)
+ARTIFACT = Route("artifact", "/artifacts/{stream}/{arch}/{release}/{file}", timed=False, in_boot=True)
 HEALTHZ = Route("healthz", "/healthz", capped=False, listeners=(DEVICE, ADMIN))
 READYZ = Route("readyz", "/readyz", listeners=(DEVICE, ADMIN))
 NODES = Route("nodes", "/nodes", listeners=(ADMIN,))

@@ -141,6 +141,12 @@ else:
     OneOrList = _OneOrList
 
 
+def counted(count: int, noun: str) -> str:
+    """``count`` and the English ``noun`` in its number: ``1 node``, ``2 nodes``, ``0 nodes`` (a noun
+    whose plural is not ``-s`` is not handled)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def null_as_empty(value: Any) -> Any:
     """An empty mapping key (YAML null, e.g. ``metal:`` alone) means the same as ``{}``."""
     return {} if value is None else value
@@ -255,6 +261,33 @@ def _duration(value: Any) -> Any:
     return value
 
 
+#: A byte rate: digits, an optional unit prefix (decimal k, M, G; binary Ki, Mi, Gi), optional ``B/s``.
+_RATE_RE = re.compile(r"^\s*(\d+)\s*(k|K|M|G|Ki|Mi|Gi)?(?:B/s|B)?\s*$")
+_RATE_UNITS = {None: 1, "k": 1000, "K": 1000, "M": 1000**2, "G": 1000**3, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3}
+
+
+def parse_rate(value: int | str) -> int:
+    """Bytes per second from ``value``: an integer, or text such as ``12500000``, ``100M``, ``12MB/s``,
+    ``512Ki`` (k/M/G: powers of 1000; Ki/Mi/Gi: powers of 1024). Raises ``ValueError`` for anything
+    else or a rate under 1024 bytes per second."""
+    if isinstance(value, int):
+        rate = value
+    else:
+        m = _RATE_RE.match(value)
+        if m is None:
+            raise ValueError(f"not a byte rate (bytes per second, e.g. 12500000 or 100M): {value!r}")
+        rate = int(m[1]) * _RATE_UNITS[m[2]]
+    if rate < 1024:
+        raise ValueError(f"a byte rate of at least 1024 bytes per second, got {value!r}")
+    return rate
+
+
+def _rate(value: Any) -> Any:
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return parse_rate(value)
+    return value
+
+
 def _listen(value: str) -> str:
     split_listen(value)
     return value
@@ -266,6 +299,8 @@ Name = Annotated[str, StringConstraints(pattern=NAME_RE)]
 ScriptWord = Annotated[str, AfterValidator(check_script_word)]
 #: Seconds, written as an integer or ``30m``/``24h``/``7d`` (:func:`parse_duration`).
 Duration = Annotated[int, BeforeValidator(_duration)]
+#: Bytes per second, written as an integer or ``100M``/``12MB/s``/``512Ki`` (:func:`parse_rate`).
+ByteRate = Annotated[int, BeforeValidator(_rate)]
 #: ``host:port`` or ``[v6]:port`` (:func:`split_listen`).
 ListenAddress = Annotated[str, AfterValidator(_listen)]
 

@@ -36,10 +36,10 @@ CASES = [
     (("profile: master,", "profile: mastr,"), "", "nodes.master-0.profile: no profile 'mastr'"),
     (("stream: rhcos-4.16,", "stream: rhcos-4.9,"), "", "profiles.master.stream: no stream 'rhcos-4.9'"),
     (None, "colour: blue\n", "colour: unknown key (known: server, cache_dir, state_dir, read_through, upstream, "
-     "streams, facilities, profiles, nodes, metal, timeline, state_store, include)"),
+     "streams, facilities, profiles, nodes, metal, timeline, state_store, include, dhcp)"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, colour: red"), "", "profiles.master.colour: unknown key "
      "(known: stream, arch, mode, install_dev, ignition, ignition_version, kargs, console, platform_id, "
-     "provider, metal, redfish, ipmi, boot_once, checkin, network, secure_boot)"),
+     "provider, metal, redfish, ipmi, boot_once, checkin, network, secure_boot, artifact_rate)"),
     (None, "server: {tls: {listen: ':8443', lisen: ':1'}}\n", "server.tls.lisen: unknown key "
      "(known: listen, base_url, cert, key, ca, allow_plain_configs)"),
     (None, "metal: {plan: c3.small.x86}\n", "metal.plan: unknown key (known: api_url, project, tag)"),
@@ -125,7 +125,7 @@ def test_check_config_ok_and_env_fallback(tmp_path: Path, reference: Path) -> No
     proc = subprocess.run([sys.executable, "-m", "bootserver", "check-config"], capture_output=True, text=True,
                           timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert "1 streams, 1 profiles, 1 nodes" in proc.stdout
+    assert "1 stream, 1 profile, 1 node" in proc.stdout
 
 
 def test_missing_config_file_is_exit_2(tmp_path: Path) -> None:
@@ -258,7 +258,7 @@ def test_config_option_before_the_subcommand(tmp_path: Path, reference: Path) ->
     path = write(tmp_path, reference)
     proc = _bootserver("--config", str(path), "check-config")
     assert (proc.returncode, proc.stderr) == (0, "")
-    assert proc.stdout == f"{path}: ok: 1 streams, 1 profiles, 1 nodes\n"
+    assert proc.stdout == f"{path}: ok: 1 stream, 1 profile, 1 node\n"
     # given twice, the one after the subcommand wins
     proc = _bootserver("--config", str(tmp_path / "nope.yaml"), "check-config", "--config", str(path))
     assert proc.returncode == 0, proc.stderr

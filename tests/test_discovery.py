@@ -144,7 +144,9 @@ async def test_nodes_discovered_and_adopt_then_the_waiting_machine_gets_its_scri
             (["--name", "steady", "--profile", "live"], "node steady exists already"),
             (["--name", "new-1", "--profile", "nope"], "--profile nope: no such profile (profiles: live)"),
             (["--name", "new-1", "--profile", "live", "--file", str(tmp_path / "elsewhere.yaml")],
-             "is not named by the include:"),
+             "is not read by the include:"),
+            (["--name", "new-1", "--profile", "live", "--file", str(tmp_path / "nodes.d/sub/deeper/x.yaml")],
+             "is not read by the include:"),  # the loader's '*' stays within nodes.d/
             (["--name", "Bad_Name!", "--profile", "live"], "--name 'Bad_Name!'")):
         rc, _, err = await run_cli("nodes", "adopt", UNKNOWN, *args, "--config", str(path))
         assert rc == 2 and message in err, err
@@ -159,7 +161,7 @@ async def test_nodes_discovered_and_adopt_then_the_waiting_machine_gets_its_scri
         "rack1-07: no bootserver serve runs with this state_dir: it reads the node when it starts"]
     text = written.read_text()
     assert yaml.safe_load(text) == {"nodes": {"rack1-07": {"profile": "live", "hostname": "rack1-07", "mac": [UNKNOWN],
-                                                           "selectable": True, "uuid": UUID}}}
+                                                           "uuid": UUID, "addresses": ["127.0.0.1"]}}}
     comments = [line for line in text.splitlines() if line.startswith("#")]
     assert len(comments) == 2 and json.loads(comments[1].split(": ", 1)[1])["serial"] == NASTY["serial"]
     rc, _, err = await run_cli("nodes", "adopt", UNKNOWN, "--name", "again", "--profile", "live",

@@ -226,7 +226,7 @@ async def test_bootserver_reload_and_sighup_reload_every_worker(tmp_path: Path, 
             add_node(tmp_path, "added", NEW_MAC)
             rc, out, err = await run_cli("reload", "--config", str(path))
             assert rc == 0, err
-            assert out.strip() == f"reloaded {path}: 1 streams, 1 profiles, 2 nodes"
+            assert out.strip() == f"reloaded {path}: 1 stream, 1 profile, 2 nodes"
             # every worker reloaded: each counted one, and every answer (whichever worker) knows the node
             text = await (await session.get(server.admin_url + "/metrics")).text()
             assert metric(text, 'bootserver_config_reloads_total{result="ok"}') == workers

@@ -39,7 +39,7 @@ def test_stall_after_takes_durations_over_the_defaults_and_null_turns_one_off(tm
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ({"kernal": "10m"}, "timeline.stall_after: unknown stage 'kernal' (stages: new, reinstall, ipxe,"),
+    ({"kernal": "10m"}, "timeline.stall_after: unknown stage 'kernal' (stages: new, reinstall, dhcp, tftp, ipxe,"),
     ({"kernel": "10 minutes"}, "timeline.stall_after.kernel: not a duration"),
 ])
 async def test_a_bad_stall_after_is_one_line_naming_the_key(tmp_path, reference, value, message) -> None:

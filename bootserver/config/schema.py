@@ -34,6 +34,7 @@ from ..providers.ipmi_settings import IpmiField, IpmiSettings
 from ..providers.redfish_settings import RedfishField, RedfishSettings
 from ..values import (
     UUID_RE,
+    ByteRate,
     Duration,
     Hostname,
     HttpUrl,
@@ -50,6 +51,7 @@ from ..values import (
     null_as_empty,
     split_listen,
 )
+from .dhcp import DhcpSettings
 from .state import StateStoreField, StateStoreSettings, TimelineSettings
 
 #: Default stream of the embedded config: Fedora CoreOS ``stable``, from its official stream URL.
@@ -175,6 +177,9 @@ class ServerConfig(SettingsModel):
     max_queued: int = Field(default=4096, ge=0, le=1000000)
     request_timeout: Duration = 60
     keepalive_timeout: Duration = 15
+    #: Bytes per second each artifact answer is held to (off: as fast as the network takes them); for
+    #: NICs on which iPXE stalls on large downloads. A node's profile may set its own.
+    artifact_rate: ByteRate | None = None
     #: Worker processes of ``serve`` (``--workers`` overrides); more than 1 shares the ports.
     workers: int = Field(default=1, ge=1, le=256)
     #: The facility this server sits in: its ``mirrors`` come first in the upstream chain.
@@ -386,6 +391,8 @@ class Profile(SettingsModel):
     #: The node's boot image (``bootserver iso``, ``/iso/<node>.iso``) boots the release's own signed
     #: chain (shim, GRUB, kernel from its live ISO) so UEFI Secure Boot accepts it (bootserver.images.secureboot).
     secure_boot: bool = False
+    #: Bytes per second the artifacts of this profile's nodes are sent at (``server.artifact_rate`` when unset).
+    artifact_rate: ByteRate | None = None
 
     @property
     def boots_once(self) -> bool:
@@ -471,6 +478,8 @@ class Document(SettingsModel):
     state_store: StateStoreField = None
     #: Files or globs whose ``profiles`` and ``nodes`` are merged in (``bootserver.config.loader.read_includes``).
     include: YamlList[str] = ()
+    #: The DHCP engine (``bootserver dhcp``, :mod:`bootserver.dhcp`); off when absent.
+    dhcp: DhcpSettings | None = None
 
 
 
@@ -485,7 +494,8 @@ class Config:
     from upstream), ``upstream`` (:class:`UpstreamConfig`), the mappings ``streams``, ``facilities``,
     ``profiles``, ``nodes`` (name -> model), ``metal`` (:class:`MetalGlobal`), ``timeline``
     (:class:`TimelineSettings`) and ``state_store`` (:class:`StateStoreSettings`, or ``None`` for sqlite
-    in ``state_dir``), ``origins`` (the file each profile and node came from, see
+    in ``state_dir``), ``dhcp`` (:class:`~bootserver.config.dhcp.DhcpSettings` or ``None``),
+    ``origins`` (the file each profile and node came from, see
     :func:`~bootserver.config.loader.read_includes`).
     """
 
@@ -509,6 +519,8 @@ class Config:
     #: Where each ``profiles``/``nodes`` entry was defined: ``"nodes.<name>"`` -> file (only when the
     #: config has ``include:``; else every entry is from ``source``).
     origins: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
+    #: The ``dhcp:`` mapping (:class:`~bootserver.config.dhcp.DhcpSettings`), ``None`` when absent.
+    dhcp: DhcpSettings | None = None
 
     @classmethod
     def from_document(cls, doc: Document, source: str, base_dir: Path) -> Config:
@@ -532,6 +544,7 @@ class Config:
             state_store=doc.state_store,
             _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
             includes=doc.include,
+            dhcp=doc.dhcp,
         )
 
     def resolve_path(self, value: str) -> Path:

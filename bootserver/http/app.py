@@ -45,15 +45,14 @@ from ..state import StateStore
 from ..urls import ADMIN, DEVICE, GENERIC, GENERIC_GRUB, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
+from .admission import LIMITS, Limits
 from .fileanswer import UNSATISFIABLE, FileAnswer, byte_range, send_pieces, sendfile_ranges
-from .gate import AdminNames, Gate, Limits, forbidden
+from .gate import AdminNames, Gate, forbidden
 
 log = logging.getLogger("bootserver.web")
 
 #: The service the application was built with (tests; a reload replaces it: :data:`RUNNING`).
 SERVICE = web.AppKey("service", BootService)
-#: The concurrency cap and handler timeout (shared by the device and admin applications).
-LIMITS = web.AppKey("limits", Limits)
 #: The admin application (``/nodes``, ``/metrics``) sharing the device application's service.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
@@ -121,11 +120,11 @@ class Running:
             if changed:
                 log.warning("%s", reload.restart_warning(changed))
             loaded = self.swap(config)
-            message = (f"{config.source}: {len(config.streams)} streams, {len(config.profiles)} profiles, "
-                       f"{len(config.nodes)} nodes")
+            message = reload.summary(config)
             log.info("reloaded %s", message)
             self.metrics.config_reloaded(True, loaded.at)
-            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at)
+            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at,
+                                    nodes=config.nodes)
             return True
 
     async def close(self) -> None:
@@ -380,12 +379,14 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     svc = _service(request)
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
+    rate = svc.config.server.artifact_rate  # bytes/s held to; an attributed node's profile's first
     if request.method == "GET":
         client = _client(request)
         kind, node = await svc.artifact_requested(segments, client)
         request[accesslog.ARTIFACT_KIND] = kind
         if node is not None:
             request[NODE] = node
+            rate = svc.config.profiles[svc.config.nodes[node].profile].artifact_rate or rate
             request[accesslog.ON_SENT] = lambda status, nbytes, complete: svc.artifact_answered(
                 node, kind, client, status=status, nbytes=nbytes, complete=complete)
     found = await svc.artifact(segments)
@@ -394,12 +395,12 @@ async def artifact(request: web.Request) -> web.StreamResponse:
         log.warning("%s %s: 404 %s", request.method, request.path, what)
         return _text(404, f"{what}: {'/'.join(segments)}")
     if isinstance(found, Transfer):
-        return await _send_transfer(request, found)
-    return FileAnswer(found.fd, etag=found.sha256, headers={
+        return await _send_transfer(request, found, rate)
+    return FileAnswer(found.fd, etag=found.sha256, rate=rate, headers={
         "Content-Type": "application/octet-stream", "Cache-Control": "public, max-age=31536000, immutable"})
 
 
-async def _send_transfer(request: web.Request, transfer: Transfer) -> web.StreamResponse:
+async def _send_transfer(request: web.Request, transfer: Transfer, rate: int | None) -> web.StreamResponse:
     """Stream an artifact that is being downloaded (read-through). On a failure after the headers
     went out, abort the connection so the client sees a body short of its Content-Length.
 
@@ -421,7 +422,7 @@ async def _send_transfer(request: web.Request, transfer: Transfer) -> web.Stream
                 async for chunk in transfer.chunks():
                     await resp.write(chunk)
             else:
-                await sendfile_ranges(request, resp, transfer)
+                await sendfile_ranges(request, resp, transfer, rate)
         except ConnectionError:  # the client went away: the access log says so ("incomplete"), in one line
             return resp
         except BootserverError as e:
@@ -563,7 +564,7 @@ def create_app(config: Config, signer: Signer | None = None, state: StateStore |
     svc = BootService(config, signer, state=state, measured=True)
     metrics = svc.metrics
     assert metrics is not None
-    limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued)
+    limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued, metrics)
     live = page.Page(svc)
     running = Running(Loaded(svc, Gate(config, svc.check_signature), live.loaded_at), metrics, live)
     app = _app(svc, running, metrics, DEVICE, limits)

@@ -16,6 +16,11 @@ differ from them:
 * ``If-Range`` (§13.1.5): the range applies only when its validator is our strong ETag, or a date equal
   to our ``Last-Modified``; otherwise the whole body (``200``).
 
+Every sender takes an optional byte rate (``server.artifact_rate``, a profile's ``artifact_rate``): the
+body then goes out in steps of :data:`PACE_STEP` seconds' worth of bytes, each sent (with sendfile) no
+earlier than its share of the rate allows (:func:`paced`), so one answer holds the rate while every
+other connection goes at its own speed.
+
 Below :class:`FileAnswer`, the two senders of bodies that are not one whole file: :func:`send_pieces`
 (a boot image: a base image's ranges with a node's region written in) and :func:`sendfile_ranges` (an
 artifact still being downloaded, in the ranges its download has ready).
@@ -26,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 
@@ -42,6 +47,46 @@ _RANGE_SPEC = re.compile(r"^(\d*)-(\d*)$")
 
 #: What :func:`byte_range` answers for a range set none of whose ranges can be satisfied (416).
 UNSATISFIABLE = "unsatisfiable"
+
+
+#: A paced answer sends this many seconds' worth of its rate at a time (at least 16 KiB, at most 1 MiB).
+PACE_STEP = 0.05
+
+
+class Pace:
+    """The clock of one answer held to ``rate`` bytes per second: :meth:`due` waits until the next
+    ``nbytes`` may go, measured from the first call (so time the client spent on earlier bytes counts)."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        #: bytes per step (seconds' worth: :data:`PACE_STEP`)
+        self.step = min(1 << 20, max(16 << 10, int(rate * PACE_STEP)))
+        self._start: float | None = None
+        self._sent = 0
+
+    async def due(self, nbytes: int) -> None:
+        """Wait until ``nbytes`` more may be sent without going over the rate; counts them as sent."""
+        now = asyncio.get_running_loop().time()
+        if self._start is None:
+            self._start = now
+        wait = self._start + self._sent / self.rate - now
+        self._sent += nbytes
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+
+async def paced(offset: int, count: int, pace: Pace | None) -> AsyncIterator[tuple[int, int]]:
+    """``(offset, count)`` pieces covering the byte range ``offset, count``: the whole range at once
+    without ``pace``, else pieces of ``pace.step`` bytes, each yielded when :meth:`Pace.due` allows."""
+    if pace is None:
+        yield offset, count
+        return
+    end = offset + count
+    while offset < end:
+        n = min(pace.step, end - offset)
+        await pace.due(n)
+        yield offset, n
+        offset += n
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
@@ -103,12 +148,15 @@ class FileAnswer(web.StreamResponse):
     in hex, as aiohttp's) and the other headers as given. Conditionals and ranges as in the module
     docstring; the bytes go out with ``sendfile`` on plain TCP and in writes of at most 1 MiB over TLS.
     When the client goes away mid-body, the bytes sent are recorded for the access log
-    (:data:`bootserver.http.accesslog.BODY_SENT`)."""
+    (:data:`bootserver.http.accesslog.BODY_SENT`). ``rate``: bytes per second the body is held to
+    (:class:`Pace`), or ``None`` for as fast as the connection takes it."""
 
-    def __init__(self, fd: int, *, etag: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, fd: int, *, etag: str | None = None, headers: dict[str, str] | None = None,
+                 rate: int | None = None) -> None:
         super().__init__(headers=headers)
         self._fd: int | None = fd
         self._etag_value = etag
+        self._rate = rate
 
     def close(self) -> None:
         """Close the descriptor (done by :meth:`prepare`; for an answer that is never sent)."""
@@ -164,12 +212,15 @@ class FileAnswer(web.StreamResponse):
         if transport is None or transport.is_closing():
             raise ConnectionResetError("Connection lost")
         sent = 0
+        pace = None if self._rate is None else Pace(self._rate)
         fobj = open(self._fd, "rb", buffering=0, closefd=False)  # noqa: SIM115 - closed in finally
         try:
             if transport.get_extra_info("sslcontext") is None:
                 fobj.seek(offset)
+                loop = asyncio.get_running_loop()
                 try:
-                    await asyncio.get_running_loop().sendfile(transport, fobj, offset, count)
+                    async for start, n in paced(offset, count, pace):
+                        await loop.sendfile(transport, fobj, start, n)
                     return
                 except NotImplementedError:
                     pass
@@ -177,13 +228,13 @@ class FileAnswer(web.StreamResponse):
                     sent = max(0, fobj.tell() - offset)
                     raise
             end = offset + count
-            while offset < end:
-                data = os.pread(self._fd, min(1 << 20, end - offset), offset)
-                if not data:
-                    raise ConnectionResetError("file shorter than it was")
-                await self.write(data)
-                offset += len(data)
-                sent += len(data)
+            async for start, n in paced(offset + sent, end - offset - sent, pace):
+                for off in range(start, start + n, 1 << 20):
+                    data = os.pread(self._fd, min(1 << 20, start + n - off), off)
+                    if not data:
+                        raise ConnectionResetError("file shorter than it was")
+                    await self.write(data)
+                    sent += len(data)
         except ConnectionError:
             if isinstance(request, web.Request):
                 request[accesslog.BODY_SENT] = (sent, False)
@@ -226,44 +277,47 @@ async def send_pieces(request: web.Request, resp: web.StreamResponse, fd: int,
                 offset += len(data)
 
 
-async def sendfile_ranges(request: web.Request, resp: web.StreamResponse, transfer: Transfer) -> None:
+async def sendfile_ranges(request: web.Request, resp: web.StreamResponse, transfer: Transfer,
+                          rate: int | None = None) -> None:
     """Send every range :meth:`Transfer.ranges` yields with ``loop.sendfile`` (the kernel's sendfile,
     as aiohttp's FileResponse does), or with writes of at most 1 MiB over TLS or where the transport
-    cannot sendfile.
+    cannot sendfile; held to ``rate`` bytes per second when given (:class:`Pace`).
 
     TLS gets our own writes: the bytes must pass through Python to be encrypted anyway, and asyncio's
     sendfile fallback, called once per range on an SSL transport, lost bytes in our tests (clients got
     short bodies while the server saw them all sent)."""
     loop = asyncio.get_running_loop()
     fobj = None
+    pace = None if rate is None else Pace(rate)
     sent = 0  # body bytes sent; with sendfile, asyncio leaves the file position after the last one
     try:
-        async for offset, count in transfer.ranges():
-            transport = request.transport
-            if transport is None or transport.is_closing():
-                raise ConnectionResetError("Connection lost")
-            if fobj is None:
-                fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115 - closed in finally
-                use_sendfile = transport.get_extra_info("sslcontext") is None
-            if use_sendfile:
-                fobj.seek(offset)
-                try:
-                    await loop.sendfile(transport, fobj, offset, count)
-                    sent += count
-                    continue
-                except NotImplementedError:
-                    use_sendfile = False
-                except ConnectionError:
-                    sent += max(0, fobj.tell() - offset)
-                    raise
-            end = offset + count
-            while offset < end:
-                data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
-                if not data:
-                    raise FetchError(f"{request.path}: data file shorter than expected")
-                await resp.write(data)
-                offset += len(data)
-                sent += len(data)
+        async for whole_offset, whole_count in transfer.ranges():
+            async for offset, count in paced(whole_offset, whole_count, pace):
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    raise ConnectionResetError("Connection lost")
+                if fobj is None:
+                    fobj = open(transfer.fileno(), "rb", buffering=0, closefd=False)  # noqa: SIM115 - closed in finally
+                    use_sendfile = transport.get_extra_info("sslcontext") is None
+                if use_sendfile:
+                    fobj.seek(offset)
+                    try:
+                        await loop.sendfile(transport, fobj, offset, count)
+                        sent += count
+                        continue
+                    except NotImplementedError:
+                        use_sendfile = False
+                    except ConnectionError:
+                        sent += max(0, fobj.tell() - offset)
+                        raise
+                end = offset + count
+                while offset < end:
+                    data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
+                    if not data:
+                        raise FetchError(f"{request.path}: data file shorter than expected")
+                    await resp.write(data)
+                    offset += len(data)
+                    sent += len(data)
     except ConnectionError:
         request[accesslog.BODY_SENT] = (sent, False)
         raise

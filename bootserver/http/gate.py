@@ -1,5 +1,6 @@
 """Request-level security of ``bootserver serve``: signed-URL and source-address checks (:class:`Gate`),
-the concurrency cap and handler timeouts (:class:`Limits`). The access log (no query strings) is
+the admin listener's names (:class:`AdminNames`). The concurrency cap, the pacing of a storm and the
+handler timeouts are :mod:`bootserver.http.admission`'s; the access log (no query strings) is
 :mod:`bootserver.http.accesslog`'s.
 
 Every refusal is the same ``403`` with the same body (:data:`FORBIDDEN_BODY`), whatever the reason
@@ -11,7 +12,6 @@ A signature that may come from a key this server cannot read yet is not a refusa
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
@@ -156,108 +156,3 @@ class Gate:
             return request.remote
         addr = self.address(request)
         return None if addr is None else str(addr)
-
-
-class Limits:
-    """The concurrency cap and the handler timeout: at most ``max_concurrent`` requests in their
-    handlers, each timed route cut at ``request_timeout`` seconds (then 503 with ``Retry-After: 5``).
-
-    A request over the cap waits, first come first served, for a slot: a boot storm of a thousand
-    nodes queues for milliseconds instead of being refused (iPXE does not retry a failed chain).
-    Beyond ``max_queued`` waiting requests, or when no slot frees within ``request_timeout`` seconds,
-    the answer is 503 with ``Retry-After: 1``. Routes with ``capped=False`` (``/healthz``) skip it.
-
-    A request holds its slot while its handler runs: a streamed response that the handler prepares
-    itself is counted until sent; a ``FileResponse`` (sendfile) returned unprepared is not.
-
-    The handler timeout is one watch for every timed request rather than an ``asyncio.timeout`` each
-    (a timer in the loop's heap per request: 4.5 us per use measured on the benchmark machine, see
-    docs/benchmarks.md): the requests in their handlers are noted with their deadlines, and while there are any,
-    :meth:`_sweep` runs every :attr:`tick` seconds (a tenth of ``request_timeout``, at most 1 s) and
-    cancels the tasks past theirs, which then answer 503 as ``asyncio.timeout`` would have them (the
-    cancellation is taken back with ``Task.uncancel``). A handler is cut between ``request_timeout``
-    and ``request_timeout + tick`` seconds.
-    """
-
-    def __init__(self, max_concurrent: int, request_timeout: float, max_queued: int = 0) -> None:
-        self.max_concurrent = max_concurrent
-        self.request_timeout = request_timeout
-        self.max_queued = max_queued
-        #: Seconds between two looks at the running handlers' deadlines.
-        self.tick = max(0.01, min(1.0, request_timeout / 10))
-        self._slots = asyncio.Semaphore(max_concurrent)
-        self._waiting = 0
-        #: timed handlers running now: their task -> deadline (``loop.time()``); those cancelled for it
-        self._running: dict[asyncio.Task[object], float] = {}
-        self._expired: set[asyncio.Task[object]] = set()
-        self._watch: asyncio.TimerHandle | None = None
-
-    def _sweep(self) -> None:
-        """Cancel the timed handlers past their deadline; look again in :attr:`tick` seconds while any run."""
-        self._watch = None
-        if not self._running:
-            return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for task, deadline in self._running.items():
-            if deadline <= now and task not in self._expired:
-                self._expired.add(task)
-                task.cancel()
-        self._watch = loop.call_at(now + self.tick, self._sweep)
-
-    async def _timed(self, request: web.Request, call: Call) -> web.StreamResponse:
-        """``await call(request)``, cut after ``request_timeout`` seconds (503, ``Retry-After: 5``)."""
-        task = asyncio.current_task()
-        assert task is not None
-        loop = task.get_loop()
-        cancelling = task.cancelling()
-        self._running[task] = loop.time() + self.request_timeout
-        if self._watch is None:
-            self._watch = loop.call_at(loop.time() + self.tick, self._sweep)
-        try:
-            return await call(request)
-        except asyncio.CancelledError:
-            if task not in self._expired:
-                raise
-            self._expired.discard(task)
-            if task.uncancel() > cancelling:
-                raise  # cancelled by someone else too (shutdown): not ours to answer
-            log.warning("%s %s: 503 no answer within %ss", request.method, request.path, self.request_timeout)
-            return web.Response(status=503, text="timed out, retry later\n", content_type="text/plain",
-                                headers={"Retry-After": "5"})
-        finally:
-            del self._running[task]
-            if task in self._expired:  # cut, but the handler swallowed the cancellation: take it back
-                self._expired.discard(task)
-                task.uncancel()
-
-    def _busy(self, request: web.Request, why: str) -> web.Response:
-        log.warning("%s %s: 503 %s", request.method, request.path, why)
-        return web.Response(status=503, text="busy, retry later\n", content_type="text/plain",
-                            headers={"Retry-After": "1"})
-
-    async def run(self, request: web.Request, route: Route, call: Call) -> web.StreamResponse:
-        """``await call(request)`` under the cap and, for a timed ``route``, the timeout."""
-        if not route.capped:
-            return await call(request)
-        slots = self._slots
-        if slots.locked():
-            if self._waiting >= self.max_queued:
-                return self._busy(request, f"{self.max_concurrent} requests in progress and "
-                                           f"{self._waiting} waiting")
-            self._waiting += 1
-            try:
-                async with asyncio.timeout(self.request_timeout):
-                    await slots.acquire()
-            except TimeoutError:
-                return self._busy(request, f"no free slot within {self.request_timeout}s")
-            finally:
-                self._waiting -= 1
-        else:
-            await slots.acquire()
-        try:
-            if not route.timed:
-                return await call(request)
-            return await self._timed(request, call)
-        finally:
-            slots.release()

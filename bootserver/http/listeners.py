@@ -30,6 +30,11 @@ from ..errors import ConfigError
 from ..inventory import default_node
 from .app import ADMIN_APP, RUNNING, create_app, runner_kwargs
 
+#: Connections the device listeners' kernel queue holds before they are accepted (the kernel caps it at
+#: net.core.somaxconn): a power-on storm connects thousands at once, and with aiohttp's default of 128
+#: the rest lose their SYN and wait a second or more for its retransmission.
+BACKLOG = 4096
+
 log = logging.getLogger("bootserver.listeners")
 
 
@@ -136,12 +141,13 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
     try:
         # every socket is bound before anything says "listening": a port taken is one error, nothing bound
         for listen, (host, port) in zip(config.server.listen, config.server.listens, strict=True):
-            await _start_site(config, "server.listen", web.TCPSite(runner, host or None, port, reuse_port=reuse),
-                              listen)
+            await _start_site(config, "server.listen", web.TCPSite(runner, host or None, port, reuse_port=reuse,
+                                                                    backlog=BACKLOG), listen)
         if config.server.tls is not None and ssl_ctx is not None:
             thost, tport = split_listen(config.server.tls.listen)
             await _start_site(config, "server.tls.listen",
-                              web.TCPSite(runner, thost or None, tport, ssl_context=ssl_ctx, reuse_port=reuse),
+                              web.TCPSite(runner, thost or None, tport, ssl_context=ssl_ctx, reuse_port=reuse,
+                                          backlog=BACKLOG),
                               config.server.tls.listen)
         if where.startswith("/"):
             if admin_socket is None:

@@ -48,6 +48,7 @@ from ..providers.base import provider_of
 from ..resources import data_dir
 from ..service import BootService
 from ..timeline import STAGES, Event, Recorded, final_stages, next_stage
+from .admission import LIMITS
 
 log = logging.getLogger("bootserver.page")
 
@@ -431,7 +432,9 @@ async def fleet(request: web.Request) -> web.Response:
     views = [RowView.of(r, heads[r["node"]], (not stage or r["stage"] == stage) and (
         not needle or needle in r["node"].lower() or any(needle in m.lower() for m in r["macs"])), now) for r in rows]
     found = await page.discovered()
+    pacing = request.app[LIMITS].pacing()
     return page.render("fleet.html.j2", rows=[page.row_html(v) for v in views], total=len(rows), counts=counts,
+                       pacing=pacing,
                        shown=sum(not v.hidden for v in views), stalled=sum(bool(v.stalled) for v in views),
                        stage=stage, q=q, discovered=found, now=now,
                        discovery=page.svc.config.server.discovery.enabled)

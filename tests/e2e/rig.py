@@ -400,7 +400,7 @@ def second_serial_log(log_path: str | Path) -> Path:
 
 
 def qemu_command(tools: Tools, chain_url: str, log_path: str | Path, port: int, mac: str = "52:54:00:12:34:56",
-                 memory_mb: int = 512, firmware: str = "bios") -> list[str]:
+                 memory_mb: int = 512, firmware: str = "bios", extra_ports: tuple[int, ...] = ()) -> list[str]:
     """Return the QEMU argv that boots iPXE, which runs ``dhcp`` and chains ``chain_url``.
 
     Common to both firmwares: TCG only (nested KVM breaks iPXE here); two serial ports (ttyS0, ttyS1:
@@ -408,7 +408,8 @@ def qemu_command(tools: Tools, chain_url: str, log_path: str | Path, port: int, 
     into ``log_path`` and :func:`second_serial_log` under UEFI (OVMF prints to both ports); user-mode
     network with ``restrict=on`` where the only reachable endpoint is ``GUEST_HOST:port``, forwarded to
     ``127.0.0.1:port`` on the host through a ``busybox nc`` per connection; ``-no-reboot`` so a guest
-    reboot ends QEMU. ``memory_mb`` is in MiB.
+    reboot ends QEMU. ``memory_mb`` is in MiB. ``extra_ports``: more host ports the guest reaches the same
+    way (``GUEST_HOST:p``), e.g. a test's own HTTP server in front of ours.
 
     ``firmware="bios"``: SeaBIOS (``graphics=off`` so it and iPXE print to the serial port) runs
     Debian's ``ipxe.lkrn`` as the kernel with the command line ``dhcp && chain <chain_url>``; the NIC has
@@ -426,7 +427,8 @@ def qemu_command(tools: Tools, chain_url: str, log_path: str | Path, port: int, 
     missing = tools.missing("qemu", "busybox", *(("ipxe_lkrn",) if firmware == "bios" else ("ovmf", "ipxe_efi_rom")))
     if missing:
         raise RigError("missing: " + "; ".join(missing))
-    netdev = f"user,id=n0,restrict=on,guestfwd=tcp:{GUEST_HOST}:{port}-cmd:{tools.busybox} nc 127.0.0.1 {port}"
+    netdev = "user,id=n0,restrict=on" + "".join(
+        f",guestfwd=tcp:{GUEST_HOST}:{p}-cmd:{tools.busybox} nc 127.0.0.1 {p}" for p in (port, *extra_ports))
     argv = [
         tools.qemu or "",
         "-machine", "pc,accel=tcg,graphics=off",
@@ -447,20 +449,21 @@ def qemu_command(tools: Tools, chain_url: str, log_path: str | Path, port: int, 
 
 
 def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, timeout: float = 90.0,
-              mac: str = "52:54:00:12:34:56", firmware: str = "bios") -> BootResult:
+              mac: str = "52:54:00:12:34:56", firmware: str = "bios", extra_ports: tuple[int, ...] = ()) -> BootResult:
     """Boot iPXE in QEMU under ``firmware`` (see :func:`qemu_command`), let it chain ``chain_url``, and
     return the parsed serial log.
 
     ``port`` is the host port on 127.0.0.1 the guest may reach, as ``GUEST_HOST:port`` (see
-    :func:`guest_url`). Waits until ``/init`` prints its done marker, the firmware gives up (no more
-    boot options), the kernel panics, QEMU exits, or ``timeout`` seconds pass; QEMU is always killed and reaped before
-    returning. ``chain_url`` must contain no whitespace (nor a comma under UEFI: QEMU's option syntax).
-    Raises :class:`RigError` if QEMU, iPXE, the firmware or busybox is missing.
+    :func:`guest_url`), and ``extra_ports`` more of them. Waits until ``/init`` prints its done marker,
+    the firmware gives up (no more boot options), the kernel panics, QEMU exits, or ``timeout`` seconds
+    pass; QEMU is always killed and reaped before returning. ``chain_url`` must contain no whitespace
+    (nor a comma under UEFI: QEMU's option syntax). Raises :class:`RigError` if QEMU, iPXE, the
+    firmware or busybox is missing.
     """
     if any(ch.isspace() for ch in chain_url) or (firmware == "uefi" and "," in chain_url):
         raise RigError(f"chain URL must not contain whitespace (or a comma under UEFI): {chain_url!r}")
     log_path = Path(log_path)
-    argv = qemu_command(tools, chain_url, log_path, port=port, mac=mac, firmware=firmware)
+    argv = qemu_command(tools, chain_url, log_path, port=port, mac=mac, firmware=firmware, extra_ports=extra_ports)
     return run_guest(argv, log_path, firmware, timeout)
 
 

@@ -26,8 +26,7 @@
       const tr = document.createElement("tr");
       tr.dataset.mac = d.mac;
       const f = d.facts || {};
-      const arch = [f.buildarch, f.platform].filter(Boolean).join("/");
-      const cells = [d.mac, d.uuid || "-", f.manufacturer || "-", f.product || "-", f.serial || "-", arch || "-",
+      const cells = [d.mac, d.uuid || "-", f.manufacturer || "-", f.product || "-", f.serial || "-", d.arch || "-",
                      d.address || "-", age(now() - d.first_seen) + " ago", age(now() - d.last_seen) + " ago",
                      String(d.reports)];
       cells.forEach((text, i) => {

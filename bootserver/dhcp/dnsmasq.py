@@ -1,0 +1,213 @@
+"""dnsmasq's configuration from the config: the boot rules (:mod:`bootserver.dhcp.rules`), the mode,
+and one reservation per node (:mod:`bootserver.dhcp.reservations`).
+
+dnsmasq 2.90's own manual (dnsmasq(8)) is the reference for every option written here. The engine's
+files live in ``state_dir/dhcp/`` (:class:`Layout`), never in a system-wide place:
+
+``dnsmasq.conf``  the options (``--conf-file``): interface, mode, classes, boot rules, TFTP
+``hosts/nodes``   the reservations, one ``dhcp-host`` line each (``--dhcp-hostsdir``)
+``opts/nodes``    each reserved node's own gateway and name servers (``--dhcp-optsdir``)
+``tftp/``         the TFTP root: ``bootserver loaders``' files and ``proxy`` mode's PXE menu files
+``leases``        dnsmasq's lease file
+
+dnsmasq re-reads a file of ``--dhcp-hostsdir`` and ``--dhcp-optsdir`` when it changes (inotify), so a
+reload writes those two files only (:func:`write_reservations`) and never restarts dnsmasq, which keeps
+its leases. Every value written is checked before (MACs, addresses, host names, node names), so no
+line can carry a second option.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import Config
+from ..files import write_atomic
+from .reservations import Reservation
+from .rules import CLASSES, MENU_SCRIPT, BootRule, boot_rules, tag_of
+
+#: dnsmasq's program name, found on ``PATH`` (Debian: ``/usr/sbin/dnsmasq`` from ``dnsmasq-base``).
+DNSMASQ = "dnsmasq"
+
+#: The text of the PXE menu entry in ``proxy`` mode (what a BIOS PXE stack prints).
+MENU_TEXT = "bootserver"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the engine's files are: ``root`` (``state_dir/dhcp``) and the paths below it."""
+
+    root: Path
+
+    @property
+    def conf(self) -> Path:
+        """``dnsmasq.conf``."""
+        return self.root / "dnsmasq.conf"
+
+    @property
+    def hosts_dir(self) -> Path:
+        """``hosts/``: the ``--dhcp-hostsdir``."""
+        return self.root / "hosts"
+
+    @property
+    def opts_dir(self) -> Path:
+        """``opts/``: the ``--dhcp-optsdir``."""
+        return self.root / "opts"
+
+    @property
+    def tftp_root(self) -> Path:
+        """``tftp/``: the TFTP root."""
+        return self.root / "tftp"
+
+    @property
+    def leases(self) -> Path:
+        """``leases``: dnsmasq's lease file."""
+        return self.root / "leases"
+
+
+def layout(config: Config) -> Layout:
+    """The engine's files for ``config``: ``state_dir/dhcp``."""
+    return Layout(config.state_dir / "dhcp")
+
+
+def _tags(rule: BootRule, known_only: bool) -> str:
+    tags = [f"tag:{rule.client.name}"]
+    if rule.not_ipxe:
+        tags.insert(0, "tag:!ipxe")
+    if known_only:
+        tags.append("tag:known")
+    return ",".join(tags) + ","
+
+
+def class_lines() -> list[str]:
+    """The ``dhcp-userclass``/``dhcp-match`` lines that set one tag per :data:`~bootserver.dhcp.rules.CLASSES`."""
+    lines = []
+    for cls in CLASSES:
+        if cls.user_class is not None:
+            lines.append(f"dhcp-userclass=set:{cls.name},{cls.user_class}")
+        lines.extend(f"dhcp-match=set:{cls.name},option:client-arch,{arch}" for arch in cls.arches)
+    return lines
+
+
+def boot_lines(config: Config) -> list[str]:
+    """The boot file of each rule: ``dhcp-boot`` in ``full`` mode; in ``proxy`` mode a PXE menu
+    (``pxe-prompt`` with no wait, a ``pxe-service`` per rule and PXE client system architecture), which
+    a stock iPXE follows where it ignores a proxy offer's file name (shared/DESIGN.md). With
+    ``server.discovery`` off, machines with no reservation get no boot file (``tag:known``)."""
+    assert config.dhcp is not None
+    known_only = not config.server.discovery.enabled
+    rules = boot_rules(config)
+    if config.dhcp.full:
+        return [f"dhcp-boot={_tags(rule, known_only)}{rule.file}" for rule in rules]
+    lines = [f'pxe-prompt="{MENU_TEXT}",0']
+    for rule in rules:
+        tags = ("tag:!ipxe," if rule.not_ipxe else f"tag:{rule.client.name},") + ("tag:known," if known_only else "")
+        lines.extend(f'pxe-service={tags}{csa},"{MENU_TEXT}",{rule.menu}' for csa in rule.client.pxe_csa)
+    return lines
+
+
+def range_lines(config: Config, subnet: ipaddress.IPv4Network | None) -> list[str]:
+    """``dhcp-range`` (and the pool's options) for the mode: ``proxy`` on the subnet; ``full`` with the
+    pool ``dhcp.range``, or ``static`` (only reserved machines get an address); ``router`` and ``dns``
+    given or explicitly empty (dnsmasq would otherwise name itself), ``domain``; with ``ipv6`` router
+    advertisements and stateful DHCPv6 on the interface's prefix (``constructor:``), reserved addresses only."""
+    dhcp = config.dhcp
+    assert dhcp is not None
+    network = subnet.network_address if subnet is not None else "0.0.0.0"
+    if not dhcp.full:
+        return [f"dhcp-range={network},proxy"]
+    mask = f",{subnet.netmask}" if subnet is not None else ""
+    if dhcp.range is not None:
+        lines = [f"dhcp-range={dhcp.range[0]},{dhcp.range[1]}{mask},{dhcp.lease_time}"]
+    else:
+        lines = [f"dhcp-range={network},static{mask},{dhcp.lease_time}"]
+    lines.append("dhcp-option=option:router" + (f",{dhcp.router}" if dhcp.router else ""))
+    lines.append("dhcp-option=option:dns-server" + "".join(f",{d}" for d in dhcp.dns))
+    if dhcp.domain:
+        lines.append(f"dhcp-option=option:domain-name,{dhcp.domain}")
+    if dhcp.ipv6:
+        lines += ["enable-ra", f"dhcp-range=::,constructor:{dhcp.interface},static,64,{dhcp.lease_time}"]
+    return lines
+
+
+def host_line(config: Config, r: Reservation) -> str:
+    """Reservation ``r`` as a ``dhcp-host`` value: ``MAC,set:node-<name>[,IPv4][,[IPv6]],HOSTNAME``;
+    the MAC and tag alone in ``proxy`` mode."""
+    assert config.dhcp is not None
+    fields = [r.mac, f"set:{tag_of(r.node)}"]
+    if config.dhcp.full:
+        if r.ipv4 is not None:
+            fields.append(str(r.ipv4.ip))
+        if config.dhcp.ipv6 and r.ipv6 is not None:
+            fields.append(f"[{r.ipv6.ip}]")
+        fields.append(r.hostname)
+    return ",".join(fields)
+
+
+def option_lines(config: Config, r: Reservation) -> list[str]:
+    """The ``dhcp-option`` values of reservation ``r`` (``full`` mode, a node with a static address):
+    its own gateway and IPv4 name servers, each explicitly empty where its network has none."""
+    assert config.dhcp is not None
+    if not config.dhcp.full or r.ipv4 is None:
+        return []
+    tag = f"tag:{tag_of(r.node)}"
+    return [f"{tag},option:router" + (f",{r.gateway}" if r.gateway else ""),
+            f"{tag},option:dns-server" + "".join(f",{d}" for d in r.dns)]
+
+
+def hosts_text(config: Config, taken: tuple[Reservation, ...]) -> str:
+    """The ``hosts/nodes`` file: one :func:`host_line` per reservation."""
+    return "".join(f"{host_line(config, r)}\n" for r in taken)
+
+
+def opts_text(config: Config, taken: tuple[Reservation, ...]) -> str:
+    """The ``opts/nodes`` file: :func:`option_lines` of every reservation."""
+    return "".join(f"{line}\n" for r in taken for line in option_lines(config, r))
+
+
+def conf_text(config: Config, subnet: ipaddress.IPv4Network | None, files: Layout | None,
+              taken: tuple[Reservation, ...] = ()) -> str:
+    """dnsmasq's options for ``config``. With ``files`` (the engine's own run): bound to
+    ``dhcp.interface`` alone, no DNS, the log on stderr, the hosts and options folders, the lease file
+    and the TFTP root of ``files``. Without (``bootserver dhcp --print``, for a site's own dnsmasq): the
+    reservations ``taken`` inline and the TFTP root ``/srv/tftp`` (where ``bootserver loaders`` writes)."""
+    dhcp = config.dhcp
+    assert dhcp is not None
+    lines = [f"# dnsmasq options for {dhcp.interface} ({dhcp.mode} mode), written by bootserver from {config.source}",
+             "port=0", f"interface={dhcp.interface}", "bind-interfaces", "log-dhcp"]
+    if files is not None:
+        lines += ["log-facility=-", f"dhcp-leasefile={files.leases}", f"dhcp-hostsdir={files.hosts_dir}",
+                  f"dhcp-optsdir={files.opts_dir}"]
+    if dhcp.full:
+        lines.append("dhcp-authoritative")
+    lines += range_lines(config, subnet)
+    lines += class_lines()
+    lines += boot_lines(config)
+    lines += ["enable-tftp", f"tftp-root={files.tftp_root if files is not None else '/srv/tftp'}"]
+    if files is None:
+        lines += [f"dhcp-host={host_line(config, r)}" for r in taken]
+        lines += [f"dhcp-option={line}" for r in taken for line in option_lines(config, r)]
+    return "\n".join(lines) + "\n"
+
+
+def write_reservations(config: Config, files: Layout, taken: tuple[Reservation, ...]) -> bool:
+    """Write ``hosts/nodes`` and ``opts/nodes`` of ``files`` (each whole: temp file and rename, so
+    dnsmasq never reads half a file), options first (a new tag's options are there when its host line
+    appears); returns whether either changed."""
+    changed = False
+    for path, text in ((files.opts_dir / "nodes", opts_text(config, taken)),
+                       (files.hosts_dir / "nodes", hosts_text(config, taken))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if path.read_text() == text:
+                continue
+        except OSError:
+            pass
+        write_atomic(path, text.encode())
+        changed = True
+    return changed
+
+
+__all__ = ["DNSMASQ", "MENU_SCRIPT", "MENU_TEXT", "Layout", "boot_lines", "class_lines", "conf_text",
+           "host_line", "hosts_text", "layout", "option_lines", "opts_text", "range_lines", "write_reservations"]

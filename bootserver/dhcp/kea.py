@@ -1,0 +1,103 @@
+"""ISC Kea's configuration from the same rules and reservations (``bootserver dhcp --print kea``), for
+sites whose DHCP server is Kea: a whole ``Dhcp4`` document that ``kea-dhcp4 -c`` loads as it is, or
+whose ``client-classes`` and ``subnet4`` a site merges into its own.
+
+Kea 2.2's documentation ("Client Classification", "Host Reservations in DHCPv4") is the reference:
+each :class:`~bootserver.dhcp.rules.ClientClass` becomes a client class whose ``test`` reads the
+user class (option 77, ``option[77].hex``) and the client architecture (option 93,
+``option[93].hex``, two bytes); each rule's class sets ``boot-file-name`` (and ``next-server``: the TFTP
+server, for loader files); each reservation is a ``reservations`` entry of the subnet with its
+``hw-address``, ``ip-address``, ``hostname`` and its own router and name servers. Kea reads classes in
+order and a later class's ``boot-file-name`` does not replace an earlier one's, so the iPXE class comes
+first and the loader classes also test ``not member('ipxe')`` (the loop guard).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Any
+
+from ..config import Config
+from .reservations import Reservation
+from .rules import CLASSES, boot_rules
+
+
+def _test(user_class: str | None, arches: tuple[int, ...], not_ipxe: bool) -> str:
+    parts = []
+    if user_class is not None:
+        parts.append(f"option[77].hex == '{user_class}'")
+    if arches:
+        parts.append("(" + " or ".join(f"option[93].hex == 0x{a:04x}" for a in arches) + ")")
+    if not_ipxe:
+        parts.append("not member('ipxe')")
+    return " and ".join(parts) if parts else "true"
+
+
+def client_classes(config: Config, next_server: str | None) -> list[dict[str, Any]]:
+    """One Kea client class per boot rule (:func:`~bootserver.dhcp.rules.boot_rules`), iPXE's first.
+    ``next_server``: the TFTP server's IPv4 address for loader files, or ``None``."""
+    known_only = not config.server.discovery.enabled
+    classes = []
+    order = {cls.name: i for i, cls in enumerate(CLASSES)}
+    for rule in sorted(boot_rules(config), key=lambda r: order[r.client.name]):
+        cls = rule.client
+        test = _test(cls.user_class, cls.arches, rule.not_ipxe)
+        if known_only:
+            test += " and member('KNOWN')"
+        entry: dict[str, Any] = {"name": cls.name, "test": test, "boot-file-name": rule.file}
+        if not rule.url and next_server is not None:
+            entry["next-server"] = next_server
+        classes.append(entry)
+    return classes
+
+
+def reservation_entry(r: Reservation) -> dict[str, Any]:
+    """Reservation ``r`` as a Kea ``reservations`` entry (a node without a static IPv4 address: its MAC
+    and host name only)."""
+    entry: dict[str, Any] = {"hw-address": r.mac, "hostname": r.hostname}
+    if r.ipv4 is not None:
+        entry["ip-address"] = str(r.ipv4.ip)
+        options = [{"name": "routers", "data": r.gateway or ""}] if r.gateway else []
+        if r.dns:
+            options.append({"name": "domain-name-servers", "data": ", ".join(r.dns)})
+        if options:
+            entry["option-data"] = options
+    return entry
+
+
+def kea_config(config: Config, subnet: ipaddress.IPv4Network, taken: tuple[Reservation, ...],
+               next_server: str | None) -> dict[str, Any]:
+    """The ``{"Dhcp4": ...}`` document for ``config`` on ``subnet``: the interface, the client classes,
+    one subnet with the pool (``dhcp.range``; none: reserved machines only), ``dhcp.router``, ``dns``,
+    ``domain`` and the reservations, ``valid-lifetime`` from ``dhcp.lease_time`` (seconds)."""
+    dhcp = config.dhcp
+    assert dhcp is not None
+    options: list[dict[str, Any]] = []
+    if dhcp.router:
+        options.append({"name": "routers", "data": dhcp.router})
+    if dhcp.dns:
+        options.append({"name": "domain-name-servers", "data": ", ".join(dhcp.dns)})
+    if dhcp.domain:
+        options.append({"name": "domain-name", "data": dhcp.domain})
+    sub: dict[str, Any] = {"id": 1, "subnet": str(subnet),
+                           "pools": [{"pool": f"{dhcp.range[0]} - {dhcp.range[1]}"}] if dhcp.range else [],
+                           "reservations": [reservation_entry(r) for r in taken]}
+    if options:
+        sub["option-data"] = options
+    return {"Dhcp4": {
+        "interfaces-config": {"interfaces": [dhcp.interface]},
+        "valid-lifetime": dhcp.lease_time,
+        "authoritative": True,
+        "client-classes": client_classes(config, next_server),
+        "subnet4": [sub],
+    }}
+
+
+def kea_text(config: Config, subnet: ipaddress.IPv4Network, taken: tuple[Reservation, ...],
+             next_server: str | None) -> str:
+    """:func:`kea_config` as indented JSON (what ``--print kea`` prints)."""
+    return json.dumps(kea_config(config, subnet, taken, next_server), indent=2) + "\n"
+
+
+__all__ = ["client_classes", "kea_config", "kea_text", "reservation_entry"]

@@ -1,0 +1,151 @@
+"""Reservations from the inventory, and the checks of the ``dhcp:`` mapping that span keys.
+
+Every node with a MAC gets a reservation for its boot MAC (the NIC its ``network``'s boot interface
+is, :func:`bootserver.images.network.boot_interface`; else its first ``mac``): in ``full`` mode with the
+static IPv4 address of that interface (and its static IPv6 address with ``dhcp.ipv6``), its hostname,
+and its own gateway and name servers, as its ``network`` says ("DHCP, but every address reserved").
+A node whose network is ``dhcp`` or ``provider`` gets a reservation without an address: it is known
+(``server.discovery: false`` answers known machines only) and takes a pool address in ``full`` mode.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from ..config import Config
+from ..errors import ConfigError
+from ..images.network import boot_interface
+from ..network import effective_network
+from ..nmstate import NetworkConfigError, NetworkState, check_network
+from .iface import InterfaceAddresses, NoInterface, interface_addresses
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Node ``node``'s reservation: its boot ``mac`` (lower case, ``:``), ``hostname`` (its first
+    label: DHCP's host name option), and from its ``network`` (``None``/``()`` where it has none):
+    ``ipv4`` (with its prefix), ``gateway``, ``dns`` (IPv4 name servers), ``ipv6`` (with its prefix)."""
+
+    node: str
+    mac: str
+    hostname: str
+    ipv4: ipaddress.IPv4Interface | None = None
+    gateway: str | None = None
+    dns: tuple[str, ...] = ()
+    ipv6: ipaddress.IPv6Interface | None = None
+
+
+def _where(config: Config, node: str) -> str:
+    spec = config.nodes[node]
+    return f"nodes.{node}.network" if spec.network is not None else f"profiles.{spec.profile}.network"
+
+
+def reservation(config: Config, node: str) -> Reservation | None:
+    """Node ``node``'s reservation, or ``None`` when it has no MAC. Raises
+    :class:`~bootserver.errors.ConfigError` naming the node's ``network`` key when its boot interface
+    cannot be told."""
+    spec = config.nodes[node]
+    if not spec.mac:
+        return None
+    hostname = config.node_hostname(node).split(".")[0]
+    network = effective_network(config, node)
+    if not isinstance(network, NetworkState) or not network.interfaces:
+        return Reservation(node, spec.mac[0], hostname)
+    try:
+        plan = check_network(network)
+        _nic, carrier, mac = boot_interface(network, spec.mac)
+    except NetworkConfigError as e:
+        raise ConfigError(config.source, f"{_where(config, node)}.{e.path}", e.message) from None
+    ipv4 = ipv6 = None
+    gateway = None
+    if carrier.ipv4.address and not carrier.ipv4.dhcp:
+        index, gateway = plan.gateways.get((carrier.name, 4), (0, None))
+        chosen = carrier.ipv4.address[index if index >= 0 else 0]
+        ipv4 = ipaddress.IPv4Interface(f"{chosen.ip}/{chosen.prefix_length}")
+    if carrier.ipv6.address and not carrier.ipv6.dhcp:
+        first = carrier.ipv6.address[0]
+        ipv6 = ipaddress.IPv6Interface(f"{first.ip}/{first.prefix_length}")
+    dns = tuple(s for s in network.dns_resolver.config.server if ipaddress.ip_address(s).version == 4)
+    return Reservation(node, mac or spec.mac[0], hostname, ipv4, gateway, dns, ipv6)
+
+
+def reservations(config: Config) -> tuple[Reservation, ...]:
+    """Every node's :func:`reservation`, in the config's node order (nodes without a MAC left out)."""
+    return tuple(r for node in config.nodes if (r := reservation(config, node)) is not None)
+
+
+def subnet_of(config: Config, found: InterfaceAddresses | None, taken: tuple[Reservation, ...]) -> \
+        ipaddress.IPv4Network | None:
+    """The IPv4 subnet addresses are handed out of: ``dhcp.interface``'s (``found``), else, where the
+    interface is not on this machine (``--print`` for another one), the one subnet every reservation's
+    address lies in; ``None`` when neither tells."""
+    if found is not None and found.ipv4 is not None:
+        return found.ipv4.network
+    nets = {r.ipv4.network for r in taken if r.ipv4 is not None}
+    return nets.pop() if len(nets) == 1 else None
+
+
+def check_dhcp(config: Config, *, local: bool = True) -> tuple[Reservation, ...]:
+    """``check-config``'s look at ``dhcp:`` (nothing when it is absent); returns the reservations.
+
+    Refused, each with one :class:`~bootserver.errors.ConfigError` naming the key: two nodes with one
+    address (``nodes.<n>.network``, naming the other node), two nodes with one MAC; and, against the
+    interface's subnet (``local``: the interface must be on this machine; else a reservation's subnet
+    stands in for it, :func:`subnet_of`): ``dhcp.interface`` missing (``local``) or without an IPv4
+    address in ``full`` mode, a reservation outside the subnet, ``dhcp.range`` outside the subnet or
+    overlapping a reservation, ``dhcp.router`` outside the subnet.
+    """
+    dhcp = config.dhcp
+    if dhcp is None:
+        return ()
+    taken = reservations(config)
+    by_address: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = {}
+    by_mac: dict[str, str] = {}
+    for r in taken:
+        if r.mac in by_mac:
+            raise ConfigError(config.source, f"nodes.{r.node}.mac", f"{r.mac} is also node {by_mac[r.mac]}'s boot "
+                              "MAC: one machine cannot have two reservations")
+        by_mac[r.mac] = r.node
+        for address in (r.ipv4, r.ipv6):
+            if address is None:
+                continue
+            if address.ip in by_address:
+                raise ConfigError(config.source, _where(config, r.node), f"address {address.ip} is also node "
+                                  f"{by_address[address.ip]}'s: two reservations cannot share an address")
+            by_address[address.ip] = r.node
+    found = None
+    try:
+        found = interface_addresses(dhcp.interface)
+    except NoInterface:
+        if local:
+            raise ConfigError(config.source, "dhcp.interface",
+                              f"no interface {dhcp.interface} on this machine") from None
+    if not dhcp.full:
+        return taken
+    if local and (found is None or found.ipv4 is None):
+        raise ConfigError(config.source, "dhcp.interface", f"mode: full needs an IPv4 address on {dhcp.interface} "
+                          "(the subnet addresses are handed out of), and it has none")
+    subnet = subnet_of(config, found, taken)
+    if subnet is None:
+        raise ConfigError(config.source, "dhcp.interface", f"{dhcp.interface} is not on this machine and the "
+                          "reservations do not tell one subnet to hand addresses out of")
+    for r in taken:
+        if r.ipv4 is not None and r.ipv4.ip not in subnet:
+            raise ConfigError(config.source, _where(config, r.node), f"node {r.node}'s address {r.ipv4.ip} is "
+                              f"outside {dhcp.interface}'s subnet {subnet}: DHCP cannot hand it out there")
+    if dhcp.range is not None:
+        start, end = (ipaddress.IPv4Address(a) for a in dhcp.range)
+        if start not in subnet or end not in subnet:
+            raise ConfigError(config.source, "dhcp.range", f"{start}-{end} is not inside {dhcp.interface}'s "
+                              f"subnet {subnet}")
+        for r in taken:
+            if r.ipv4 is not None and start <= r.ipv4.ip <= end:
+                raise ConfigError(config.source, "dhcp.range", f"{start}-{end} holds node {r.node}'s reserved "
+                                  f"address {r.ipv4.ip}: keep the pool apart from the reservations")
+    if dhcp.router is not None and ipaddress.IPv4Address(dhcp.router) not in subnet:
+        raise ConfigError(config.source, "dhcp.router", f"{dhcp.router} is outside {dhcp.interface}'s subnet {subnet}")
+    return taken
+
+
+__all__ = ["Reservation", "check_dhcp", "reservation", "reservations", "subnet_of"]

@@ -1,0 +1,83 @@
+"""``server.artifact_rate`` and a profile's ``artifact_rate`` (issue 40): an artifact answer is held to
+the rate (within 10 %) on a real connection on 127.0.0.1, per connection (two paced transfers at once
+each get the whole rate), and a transfer without a rate beside it is not slowed. Nodes are told apart
+by their source address (127.0.0.2, 127.0.0.3: the loopback network), as the timeline attributes an
+artifact to the node whose script that address fetched."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+import pytest
+from support.configs import config_doc, load, master_profile
+from support.signing import fixed_signer, signed
+
+from bootserver.config import parse_config
+from bootserver.errors import ConfigError
+from bootserver.http.app import create_app
+from bootserver.values import parse_rate
+
+RATE = 512 << 10  # bytes per second
+SIZE = 1 << 20  # the kernel: 2 s at RATE
+
+
+async def fetch(base: str, source: str, path: str) -> tuple[float, bytes]:
+    """GET ``base + path`` from address ``source``: (seconds from the request to the last byte, body)."""
+    connector = aiohttp.TCPConnector(local_addr=(source, 0))
+    async with aiohttp.ClientSession(connector=connector) as session:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        async with session.get(base + path) as r:
+            assert r.status == 200
+            body = await r.read()
+        return loop.time() - start, body
+
+
+async def serve(aiohttp_server, config):
+    server = await aiohttp_server(create_app(config, fixed_signer()), host="127.0.0.1")
+    return f"http://127.0.0.1:{server.port}"
+
+
+def held(seconds: float, size: int = SIZE, rate: int = RATE) -> bool:
+    return 0.9 <= (size / seconds) / rate <= 1.1
+
+
+async def test_a_profiles_rate_holds_its_nodes_transfer_and_slows_no_other(aiohttp_server, tmp_path: Path,
+                                                                          publish_kernel) -> None:
+    config = load(config_doc(
+        profiles={"master": master_profile(), "slow-nic": master_profile(artifact_rate=f"{RATE // 1024}Ki")},
+        nodes={"slow-0": {"profile": "slow-nic"}, "fast-0": {"profile": "master"}}), tmp_path)
+    path, data = publish_kernel(config, SIZE)[:2]
+    base = await serve(aiohttp_server, config)
+    async with asyncio.timeout(60):
+        for node, source in (("slow-0", "127.0.0.2"), ("fast-0", "127.0.0.3")):  # each node's script
+            await fetch(base, source, signed(f"/ipxe/{node}", node))
+        (slow, slow_body), (fast, fast_body) = await asyncio.gather(
+            fetch(base, "127.0.0.2", path), fetch(base, "127.0.0.3", path))
+    assert slow_body == fast_body == data
+    assert held(slow), f"{SIZE / slow:.0f} bytes/s, asked {RATE}"
+    assert fast < slow / 4, f"the other transfer took {fast:.2f} s beside {slow:.2f} s"
+
+
+async def test_the_servers_rate_holds_each_connection_on_its_own(aiohttp_server, tmp_path: Path,
+                                                                publish_kernel) -> None:
+    config = load(config_doc(server={"artifact_rate": RATE}), tmp_path)
+    path, data = publish_kernel(config, SIZE)[:2]
+    base = await serve(aiohttp_server, config)
+    async with asyncio.timeout(60):
+        both = await asyncio.gather(fetch(base, "127.0.0.2", path), fetch(base, "127.0.0.3", path))
+    for seconds, body in both:
+        assert body == data
+        assert held(seconds), f"{SIZE / seconds:.0f} bytes/s, asked {RATE} on each connection"
+
+
+def test_rates_are_written_as_bytes_per_second_with_units(tmp_path: Path) -> None:
+    assert [parse_rate(v) for v in (12500000, "100M", "12MB/s", "512Ki", "1Gi")] == [
+        12_500_000, 100_000_000, 12_000_000, 512 << 10, 1 << 30]
+    base = {"streams": {}, "profiles": {}}
+    with pytest.raises(ConfigError, match=r"^t.yaml: server.artifact_rate: .*not a byte rate"):
+        parse_config({**base, "server": {"artifact_rate": "fast"}}, "t.yaml", tmp_path)
+    with pytest.raises(ConfigError, match=r"^t.yaml: server.artifact_rate: .*at least 1024"):
+        parse_config({**base, "server": {"artifact_rate": 10}}, "t.yaml", tmp_path)

@@ -1,0 +1,286 @@
+"""The DHCP engine's configuration without a network: the ``dhcp:`` keys, ``check-config``'s refusals,
+the boot rules as dnsmasq and Kea get them (``bootserver dhcp --print``, whole outputs as golden
+texts), the reservations, and the first mile read from dnsmasq's log lines. Real dnsmasq and Kea boot
+real firmware in ``tests/e2e/test_dhcp_boot.py``; ``kea-dhcp4 -t`` checks the Kea output here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.configs import config_doc, load, write
+
+from bootserver.cli import main
+from bootserver.dhcp.engine import FirstMile, refusal
+from bootserver.dhcp.reservations import reservations
+
+
+def static(mac: str, address: str, gateway: str | None = "127.0.0.1", dns: tuple[str, ...] = ("127.0.0.53",),
+           ipv6: str | None = None) -> dict[str, Any]:
+    """A node network: one NIC with ``mac``, a static IPv4 ``address`` (CIDR), a default route via
+    ``gateway``, name servers ``dns``, and an optional static IPv6 address."""
+    iface: dict[str, Any] = {"name": "nic0", "type": "ethernet", "mac-address": mac,
+                             "ipv4": {"enabled": True, "address": [
+                                 {"ip": address.split("/")[0], "prefix-length": int(address.split("/")[1])}]}}
+    if ipv6:
+        iface["ipv6"] = {"enabled": True, "address": [{"ip": ipv6.split("/")[0],
+                                                        "prefix-length": int(ipv6.split("/")[1])}]}
+    doc: dict[str, Any] = {"interfaces": [iface]}
+    if gateway:
+        doc["routes"] = {"config": [{"destination": "0.0.0.0/0", "next-hop-address": gateway,
+                                     "next-hop-interface": "nic0"}]}
+    if dns:
+        doc["dns-resolver"] = {"config": {"server": list(dns)}}
+    return doc
+
+
+def fleet(dhcp: dict[str, Any], **nodes: dict[str, Any]) -> dict[str, Any]:
+    """A config on the loopback interface (``127.0.0.1/8``: on every machine) with ``dhcp`` and nodes."""
+    default = {
+        "m0": {"profile": "master", "mac": "52:54:00:00:00:10", "network": static("52:54:00:00:00:10", "127.0.0.10/8")},
+        "m1": {"profile": "master", "mac": "52:54:00:00:00:11", "hostname": "m1.lab.example",
+               "network": static("52:54:00:00:00:11", "127.0.0.11/8", gateway=None, dns=())},
+        "spare": {"profile": "master", "mac": "52:54:00:00:00:12"},
+        "nomac": {"profile": "master"},
+    }
+    return config_doc(nodes=nodes or default, dhcp={"interface": "lo", **dhcp})
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+# ---------------------------------------------------------------------------------------- the keys
+
+
+@pytest.mark.parametrize(("dhcp", "message"), [
+    ({}, "dhcp.interface: required key is missing"),
+    ({"interface": "lo", "mode": "relay"}, "dhcp.mode: input should be 'proxy' or 'full', got 'relay'"),
+    ({"interface": "lo", "range": "127.0.0.100-127.0.0.200"}, "dhcp: range: only with mode: full"),
+    ({"interface": "lo", "mode": "full", "range": "127.0.0.200-127.0.0.100"},
+     "dhcp.range: the pool ends (127.0.0.100) before it starts (127.0.0.200)"),
+    ({"interface": "lo", "mode": "full", "range": "127.0.0.1"}, "dhcp.range: give the pool as START-END"),
+    ({"interface": "lo", "mode": "full", "router": "127.0.0"}, "dhcp.router: not an IPv4 address: '127.0.0'"),
+    ({"interface": "lo", "mode": "full", "lease_time": "30s"}, "dhcp.lease_time: input should be greater than or "
+     "equal to 120"),
+    ({"interface": "eth0; reboot"}, "dhcp.interface: not a network interface name"),
+    ({"interface": "lo", "colour": "blue"}, "dhcp.colour: unknown key"),
+])
+def test_bad_dhcp_keys_are_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   dhcp: dict[str, Any], message: str) -> None:
+    path = write(config_doc(dhcp=dhcp), tmp_path)
+    rc, out, err = run(capsys, "check-config", "--config", str(path))
+    assert rc == 2 and out == ""
+    assert err.startswith(f"bootserver: {path}: {message}") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(("dhcp", "nodes", "message"), [
+    ({"mode": "full", "range": "127.0.0.5-127.0.0.20"}, None,
+     "dhcp.range: 127.0.0.5-127.0.0.20 holds node m0's reserved address 127.0.0.10"),
+    ({"mode": "full", "range": "127.0.0.100-128.0.0.20"}, None, "dhcp.range: 127.0.0.100-128.0.0.20 is not inside "
+     "lo's subnet 127.0.0.0/8"),
+    ({"mode": "full", "router": "10.0.0.1"}, None, "dhcp.router: 10.0.0.1 is outside lo's subnet 127.0.0.0/8"),
+    ({"mode": "full"}, {"a": {"profile": "master", "mac": "52:54:00:00:00:01",
+                              "network": static("52:54:00:00:00:01", "10.1.0.5/24", gateway=None)}},
+     "nodes.a.network: node a's address 10.1.0.5 is outside lo's subnet 127.0.0.0/8"),
+    ({"mode": "full"}, {"a": {"profile": "master", "mac": "52:54:00:00:00:01",
+                              "network": static("52:54:00:00:00:01", "127.0.0.9/8")},
+                        "b": {"profile": "master", "mac": "52:54:00:00:00:02",
+                              "network": static("52:54:00:00:00:02", "127.0.0.9/8")}},
+     "nodes.b.network: address 127.0.0.9 is also node a's"),
+    ({"interface": "bsnone0"}, None, "dhcp.interface: no interface bsnone0 on this machine"),
+])
+def test_check_config_refuses_what_dhcp_cannot_hand_out(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        dhcp: dict[str, Any], nodes: dict[str, Any] | None,
+                                                        message: str) -> None:
+    path = write(fleet(dhcp, **(nodes or {})), tmp_path)
+    rc, out, err = run(capsys, "check-config", "--config", str(path))
+    assert rc == 2 and out == ""
+    assert err.startswith(f"bootserver: {path}: {message}") and err.count("\n") == 1, err
+    rc, out, err = run(capsys, "dhcp", "--config", str(path))  # nothing started, the same line
+    assert rc == 2 and err.startswith(f"bootserver: {path}: {message}")
+    assert not (tmp_path / "state" / "dhcp" / "dnsmasq.conf").exists()
+
+
+def test_reservations_come_from_each_nodes_network(tmp_path: Path) -> None:
+    config = load(fleet({"mode": "full"}), tmp_path)
+    got = {r.node: (r.mac, r.hostname, str(r.ipv4) if r.ipv4 else None, r.gateway, r.dns) for r in reservations(config)}
+    assert got == {
+        "m0": ("52:54:00:00:00:10", "m0", "127.0.0.10/8", "127.0.0.1", ("127.0.0.53",)),
+        "m1": ("52:54:00:00:00:11", "m1", "127.0.0.11/8", None, ()),
+        "spare": ("52:54:00:00:00:12", "spare", None, None, ()),
+    }
+
+
+# ---------------------------------------------------------------------------------------- --print
+
+DNSMASQ_FULL = """\
+# dnsmasq options for lo (full mode), written by bootserver from {path}
+port=0
+interface=lo
+bind-interfaces
+log-dhcp
+dhcp-authoritative
+dhcp-range=127.0.0.100,127.0.0.200,255.0.0.0,3600
+dhcp-option=option:router,127.0.0.1
+dhcp-option=option:dns-server,127.0.0.53
+dhcp-option=option:domain-name,lab.example
+dhcp-userclass=set:ipxe,iPXE
+dhcp-match=set:bios,option:client-arch,0
+dhcp-match=set:efi64,option:client-arch,7
+dhcp-match=set:efi64,option:client-arch,9
+dhcp-match=set:arm64,option:client-arch,11
+dhcp-boot=tag:ipxe,http://boot.example.net:8080/boot.ipxe?mac=${{net0/mac}}
+dhcp-boot=tag:!ipxe,tag:efi64,ipxe.efi
+dhcp-boot=tag:!ipxe,tag:arm64,grubaa64.efi
+dhcp-boot=tag:!ipxe,tag:bios,undionly.kpxe
+enable-tftp
+tftp-root=/srv/tftp
+dhcp-host=52:54:00:00:00:10,set:node-m0,127.0.0.10,m0
+dhcp-host=52:54:00:00:00:11,set:node-m1,127.0.0.11,m1
+dhcp-host=52:54:00:00:00:12,set:node-spare,spare
+dhcp-option=tag:node-m0,option:router,127.0.0.1
+dhcp-option=tag:node-m0,option:dns-server,127.0.0.53
+dhcp-option=tag:node-m1,option:router
+dhcp-option=tag:node-m1,option:dns-server
+"""
+
+DNSMASQ_PROXY = """\
+# dnsmasq options for lo (proxy mode), written by bootserver from {path}
+port=0
+interface=lo
+bind-interfaces
+log-dhcp
+dhcp-range=127.0.0.0,proxy
+dhcp-userclass=set:ipxe,iPXE
+dhcp-match=set:bios,option:client-arch,0
+dhcp-match=set:efi64,option:client-arch,7
+dhcp-match=set:efi64,option:client-arch,9
+dhcp-match=set:arm64,option:client-arch,11
+pxe-prompt="bootserver",0
+pxe-service=tag:ipxe,tag:known,x86PC,"bootserver",bootserver
+pxe-service=tag:ipxe,tag:known,X86-64_EFI,"bootserver",bootserver
+pxe-service=tag:ipxe,tag:known,BC_EFI,"bootserver",bootserver
+pxe-service=tag:!ipxe,tag:known,X86-64_EFI,"bootserver",ipxe
+pxe-service=tag:!ipxe,tag:known,BC_EFI,"bootserver",ipxe
+pxe-service=tag:!ipxe,tag:known,ARM64_EFI,"bootserver",grubaa64
+pxe-service=tag:!ipxe,tag:known,x86PC,"bootserver",undionly
+enable-tftp
+tftp-root=/srv/tftp
+dhcp-host=52:54:00:00:00:10,set:node-m0
+dhcp-host=52:54:00:00:00:11,set:node-m1
+dhcp-host=52:54:00:00:00:12,set:node-spare
+"""
+
+
+def test_print_dnsmasq_full_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(fleet({"mode": "full", "range": "127.0.0.100-127.0.0.200", "router": "127.0.0.1",
+                        "dns": ["127.0.0.53"], "domain": "lab.example"}), tmp_path)
+    rc, out, err = run(capsys, "dhcp", "--print", "--config", str(path))
+    assert (rc, err) == (0, "")
+    assert out == DNSMASQ_FULL.format(path=path)
+    assert not (tmp_path / "state" / "dhcp").exists()  # --print starts and writes nothing
+
+
+def test_print_dnsmasq_proxy_mode_answers_known_machines_only_without_discovery(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = fleet({})
+    doc["server"]["discovery"] = False
+    path = write(doc, tmp_path)
+    rc, out, _ = run(capsys, "dhcp", "--print", "dnsmasq", "--config", str(path))
+    assert rc == 0 and out == DNSMASQ_PROXY.format(path=path)
+
+
+def test_the_chain_url_is_never_signed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(fleet({"mode": "full"}), tmp_path)
+    for what in ("dnsmasq", "kea"):
+        rc, out, _ = run(capsys, "dhcp", "--print", what, "--config", str(path))
+        assert rc == 0 and "/boot.ipxe?mac=${net0/mac}" in out
+        assert "sig=" not in out and "exp=" not in out and "/ipxe/" not in out
+
+
+def test_print_kea(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = fleet({"mode": "full", "range": "127.0.0.100-127.0.0.200", "router": "127.0.0.1"})
+    doc["server"]["base_url"] = "http://127.0.0.1:8080"
+    path = write(doc, tmp_path)
+    rc, out, _ = run(capsys, "dhcp", "--print", "kea", "--config", str(path))
+    assert rc == 0
+    got = json.loads(out)["Dhcp4"]
+    assert got["interfaces-config"] == {"interfaces": ["lo"]}
+    assert got["client-classes"] == [
+        {"name": "ipxe", "test": "option[77].hex == 'iPXE'",
+         "boot-file-name": "http://127.0.0.1:8080/boot.ipxe?mac=${net0/mac}"},
+        {"name": "bios", "test": "(option[93].hex == 0x0000) and not member('ipxe')",
+         "boot-file-name": "undionly.kpxe", "next-server": "127.0.0.1"},
+        {"name": "efi64", "test": "(option[93].hex == 0x0007 or option[93].hex == 0x0009) and not member('ipxe')",
+         "boot-file-name": "ipxe.efi", "next-server": "127.0.0.1"},
+        {"name": "arm64", "test": "(option[93].hex == 0x000b) and not member('ipxe')",
+         "boot-file-name": "grubaa64.efi", "next-server": "127.0.0.1"},
+    ]
+    subnet = got["subnet4"][0]
+    assert subnet["subnet"] == "127.0.0.0/8" and subnet["pools"] == [{"pool": "127.0.0.100 - 127.0.0.200"}]
+    assert subnet["reservations"] == [
+        {"hw-address": "52:54:00:00:00:10", "hostname": "m0", "ip-address": "127.0.0.10",
+         "option-data": [{"name": "routers", "data": "127.0.0.1"},
+                         {"name": "domain-name-servers", "data": "127.0.0.53"}]},
+        {"hw-address": "52:54:00:00:00:11", "hostname": "m1", "ip-address": "127.0.0.11"},
+        {"hw-address": "52:54:00:00:00:12", "hostname": "spare"},
+    ]
+    kea = shutil.which("kea-dhcp4") or "/usr/sbin/kea-dhcp4"
+    if not Path(kea).exists():
+        pytest.skip("kea-dhcp4 is not installed (Debian: kea-dhcp4-server)")
+    (tmp_path / "kea.json").write_text(out)
+    check = subprocess.run([kea, "-t", str(tmp_path / "kea.json")], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_print_for_an_interface_not_on_this_machine_takes_the_reservations_subnet(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = fleet({"mode": "full", "interface": "bsnone0"}, a={
+        "profile": "master", "mac": "52:54:00:00:00:01", "network": static("52:54:00:00:00:01", "192.0.2.5/24",
+                                                                            gateway="192.0.2.1")})
+    path = write(doc, tmp_path)
+    rc, out, _ = run(capsys, "dhcp", "--print", "--config", str(path))
+    assert rc == 0 and "dhcp-range=192.0.2.0,static,255.255.255.0,3600\n" in out
+
+
+# ---------------------------------------------------------------------------------------- the log
+
+
+def test_the_first_mile_from_dnsmasqs_log() -> None:
+    mile = FirstMile("full")
+    lines = [
+        "dnsmasq-dhcp[7]: 1234 vendor class: PXEClient:Arch:00000:UNDI:002001",
+        "dnsmasq-dhcp[7]: 1234 DHCPREQUEST(br0) 192.0.2.10 52:54:00:00:00:10",
+        "dnsmasq-dhcp[7]: 1234 tags: node-m0, bios, known, br0",
+        "dnsmasq-dhcp[7]: 1234 DHCPACK(br0) 192.0.2.10 52:54:00:00:00:10 m0",
+        "dnsmasq-dhcp[7]: 1234 next server: 192.0.2.1",
+        "dnsmasq-dhcp[7]: 1234 bootfile name: undionly.kpxe",
+    ]
+    assert [s for line in lines for s in mile.feed(line)] == []
+    seen = mile.feed("dnsmasq-tftp[7]: sent /var/lib/bootserver/dhcp/tftp/undionly.kpxe to 192.0.2.10")
+    assert [(s.mac, s.event, s.ip, s.detail) for s in seen] == [
+        ("52:54:00:00:00:10", "dhcp", "192.0.2.10", {"mode": "full", "address": "192.0.2.10", "file": "undionly.kpxe"}),
+        ("52:54:00:00:00:10", "tftp", "192.0.2.10", {"file": "undionly.kpxe"}),
+    ]
+    assert mile.feed("dnsmasq-tftp[7]: sent /x/undionly.kpxe to 192.0.2.99") == []  # nobody answered there
+    proxy = FirstMile("proxy")
+    assert proxy.feed("dnsmasq-dhcp[7]: 99 PXE(br0) 192.0.2.57 52:54:00:00:00:11 undionly") == []
+    assert [(s.event, s.detail) for s in proxy.flush()] == [
+        ("dhcp", {"mode": "proxy", "address": "192.0.2.57", "file": "undionly"})]
+
+
+def test_a_refusal_names_the_key(tmp_path: Path) -> None:
+    config = load(fleet({}), tmp_path)
+    err = refusal(config, "dnsmasq: unknown interface br9")
+    assert str(err) == "t.yaml: dhcp.interface: dnsmasq refused to start: unknown interface br9" and err.exit_code == 2
+    err = refusal(config, "dnsmasq: failed to create listening socket for port 67: Address already in use")
+    assert str(err) == ("t.yaml: dhcp.interface: dnsmasq cannot listen on lo: failed to create listening socket for "
+                        "port 67: Address already in use (another DHCP or TFTP server runs there)")
+    assert err.exit_code == 1
