@@ -209,7 +209,7 @@ def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
     from pathlib import Path
 
     from .images.firmware import write_loaders
-    from .images.netsecure import loader_set, secure_boot_streams, write_secureboot_loaders
+    from .images.netsecure import TftpNode, loader_set, secure_boot_streams, write_secureboot_loaders
     from .service import BootService
 
     arm64 = any(profile.arch == "aarch64" for profile in config.profiles.values())
@@ -220,14 +220,22 @@ def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
     if streams:  # the signed shim and GRUB of each secure_boot stream's release, from its live ISO
         svc = BootService(config)
 
-        async def fetch() -> dict[str, Path]:
+        async def fetch() -> tuple[dict[str, Path], list[TftpNode]]:
             await svc.start()
             try:
-                return {s: await loader_set(config, svc.catalog, svc.artifacts, s) for s in streams}
+                sets = {s: await loader_set(config, svc.catalog, svc.artifacts, s) for s in streams}
+                nodes = []  # each secure_boot node's own config, for a vendor GRUB without http
+                for node, spec in config.nodes.items():
+                    if config.node_profile(node).stream in streams and config.node_secure_boot(node):
+                        release, (_, kernel, initramfs), kargs = await svc.secure_boot_parts(node)
+                        nodes += [TftpNode(node, mac, release.stream, release.version, kernel, initramfs, kargs)
+                                  for mac in spec.mac]
+                return sets, nodes
             finally:
                 await svc.close()
 
-        for path in write_secureboot_loaders(Path(args.dir), asyncio.run(fetch()), base):
+        sets, nodes = asyncio.run(fetch())
+        for path in write_secureboot_loaders(Path(args.dir), sets, base, nodes):
             print(path)
     return 0
 

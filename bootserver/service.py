@@ -44,7 +44,7 @@ from .signing import Signer
 from .stalls import StallWatch
 from .state import StateStore
 from .state.backends import open_store
-from .streams import ARTIFACT_KINDS
+from .streams import ARTIFACT_KINDS, Release
 from .timeline import (
     BOOT_DONE_STAGES,
     INSTALLED_STAGES,
@@ -357,9 +357,18 @@ class BootService:
         build runs xorriso) so the event loop goes on. Raises as those two, :class:`UnavailableError`
         when the state store (the node's device record, for ``network: provider``) cannot be read, and
         the fetch's errors (``FetchError``, ``IntegrityError``)."""
-        current = await self.state.current(node)
         if not self.config.node_secure_boot(node):
+            current = await self.state.current(node)
             return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
+        release, (iso, kernel, initramfs), kargs = await self.secure_boot_parts(node)
+        return await asyncio.to_thread(secureboot_image, self.config, self.urls, node, release,
+                                       iso, kernel, initramfs, kargs)
+
+    async def secure_boot_parts(self, node: str) -> tuple[Release, tuple[Path, Path, Path], tuple[str, ...]]:
+        """What a ``secure_boot`` node boots, from its image or over the network: its release, the cached
+        live ISO, kernel and initramfs (fetched first, sha256-checked) and its kargs with the stub URL
+        signed for ``chain_ttl`` (they are written to disk). Raises as :meth:`node_image`."""
+        current = await self.state.current(node)
         profile = self._nodes[node].profile
         release = await self.catalog.release(profile.stream, profile.arch)
         check_secure_boot(node, release)
@@ -369,8 +378,7 @@ class BootService:
         ctx = script_context(self.config, self.urls, node, release, self._network(node, current.device),
                              stub_ttl=self.config.server.signing.chain_ttl)
         iso, kernel, initramfs = (f.path for f in fetched)
-        return await asyncio.to_thread(secureboot_image, self.config, self.urls, node, release,
-                                       iso, kernel, initramfs, ctx.kargs)
+        return release, (iso, kernel, initramfs), ctx.kargs
 
     async def boot_image(self, node: str) -> NodeImage:
         """:meth:`node_image` for ``GET /iso/<node>.iso``: bad input (the node's network or release cannot

@@ -20,8 +20,10 @@ from bootserver.http.app import create_app
 #: The generic config: the node's boot by the MAC GRUB booted from, over GRUB's http (IPv4 base URL).
 GENERIC = ("# bootserver: Secure Boot over the network; the node's boot comes by the MAC GRUB booted from\n"
            "set timeout=0\n"
-           "insmod http\n"
-           "source '(http,boot.example.net:8080)/boot.grub?mac='\"$net_default_mac\"\n"
+           "if insmod http; then\n"
+           "  source '(http,boot.example.net:8080)/boot.grub?mac='\"$net_default_mac\"\n"
+           "fi\n"
+           'source "($root)/secureboot/nodes/$net_default_mac.cfg"\n'
            "echo 'bootserver: no boot config for this machine; falling through to the next boot device'\n"
            "sleep 10\n"
            "exit\n")
@@ -51,7 +53,7 @@ async def test_the_server_serves_the_release_loaders_and_one_grub_config(aiohttp
 
 
 async def test_loaders_writes_the_set_into_a_tftp_root(setup, tmp_path: Path) -> None:  # noqa: F811
-    path, _ = setup
+    path, files = setup
     root = tmp_path / "tftp"
     # a secure_boot node on a stream whose release has no live ISO: one line naming the stream, exit 2
     rc, out, err = await run_cli("loaders", str(root), "--config", str(path), timeout=120)
@@ -68,6 +70,15 @@ async def test_loaders_writes_the_set_into_a_tftp_root(setup, tmp_path: Path) ->
     assert (root / "secureboot/fcos/bootx64.efi").read_bytes() == LOADERS["BOOTX64.EFI"]
     assert (root / "secureboot/fcos/grubx64.efi").read_bytes() == LOADERS["grubx64.efi"]
     assert (root / "secureboot/fcos/grub.cfg").read_text() == (root / "grub/grub.cfg").read_text() == GENERIC
+    # for a vendor GRUB without http: each node's own config by MAC, its release's kernel and initramfs
+    own = (root / "secureboot/nodes/52:54:00:00:00:01.cfg").read_text()
+    linux = next(line for line in own.splitlines() if line.startswith("linux "))
+    release = linux.split()[1].split("/")[3]
+    assert linux.startswith(f"linux ($root)/secureboot/fcos/{release}/vmlinuz 'coreos.live.rootfs_url=http")
+    assert "'ip=192.0.2.10::192.0.2.1:24:sb-0:nic0:none'" in linux and "initrd=main" not in linux
+    assert f"initrd ($root)/secureboot/fcos/{release}/initrd.img\nboot\n" in own
+    kernel = next(data for p, data in files.items() if "kernel" in p)
+    assert (root / f"secureboot/fcos/{release}/vmlinuz").read_bytes() == kernel
 
 
 async def test_the_dhcp_engine_hands_a_secure_boot_node_its_shim_never_ipxe(setup) -> None:  # noqa: F811

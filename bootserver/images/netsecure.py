@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..artifacts.catalog import StreamCatalog
@@ -49,6 +51,8 @@ DEBIAN_GRUB_CFG = "grub/grub.cfg"
 
 #: The folder of one stream's network loader set, below a TFTP root or ``/loaders`` on the server.
 SET_DIR = "secureboot"
+#: The folder of the nodes' own configs below :data:`SET_DIR` in a TFTP root.
+NODES_DIR = "nodes"
 
 
 def generic_grub_cfg(base_url: str) -> str:
@@ -61,11 +65,32 @@ def generic_grub_cfg(base_url: str) -> str:
     entry = grub_quote(grub_path(f"{base_url}/boot.grub") + "?mac=")
     return ("# bootserver: Secure Boot over the network; the node's boot comes by the MAC GRUB booted from\n"
             "set timeout=0\n"
-            "insmod http\n"
-            f'source {entry}"$net_default_mac"\n'
+            "if insmod http; then\n"
+            f'  source {entry}"$net_default_mac"\n'
+            "fi\n"
+            f'source "($root)/{SET_DIR}/{NODES_DIR}/$net_default_mac.cfg"\n'
             "echo 'bootserver: no boot config for this machine; falling through to the next boot device'\n"
             "sleep 10\n"
             "exit\n")
+
+
+def node_tftp_cfg(node: str, stream: str, release: str, kargs: Sequence[str]) -> str:
+    """Node ``node``'s own GRUB config in a TFTP root (``secureboot/nodes/<mac>.cfg``), for a vendor GRUB
+    without ``http``: its release's kernel and initramfs from the TFTP root (:func:`release_dir`),
+    ``kargs`` (each one quoted GRUB word; ``initrd=main`` left out: GRUB's ``initrd`` loads it). Raises
+    :class:`~bootserver.ipxe.UnsafeValueError` for a karg GRUB would not read literally."""
+    words = " ".join(grub_quote(k) for k in kargs if k != "initrd=main")
+    where = f"($root)/{release_dir(stream, release)}"
+    return (f"# bootserver: node {node}, Secure Boot over TFTP: the release's signed kernel with the node's kargs\n"
+            f"echo 'bootserver: booting node {node}'\n"
+            f"linux {where}/vmlinuz {words}\n"
+            f"initrd {where}/initrd.img\n"
+            "boot\n")
+
+
+def release_dir(stream: str, release: str) -> str:
+    """Where a release's kernel (``vmlinuz``) and initramfs (``initrd.img``) are in a TFTP root."""
+    return f"{SET_DIR}/{stream}/{release}"
 
 
 def loader_file(loaders: Path, name: str) -> Path | None:
@@ -108,20 +133,48 @@ async def loader_set(config: Config, catalog: StreamCatalog, artifacts: ReadThro
     return await asyncio.to_thread(vendor_loaders, iso.path, release.live_iso.sha256, config.cache_dir)
 
 
-def write_secureboot_loaders(dest: Path, sets: dict[str, Path], base_url: str) -> list[Path]:
+@dataclass(frozen=True)
+class TftpNode:
+    """A ``secure_boot`` node's boot in a TFTP root: its MAC (the config's name), stream, release, the
+    cached kernel and initramfs files, and its kargs."""
+
+    node: str
+    mac: str
+    stream: str
+    release: str
+    kernel: Path
+    initramfs: Path
+    kargs: tuple[str, ...]
+
+
+def write_secureboot_loaders(dest: Path, sets: dict[str, Path], base_url: str,
+                             nodes: Sequence[TftpNode] = ()) -> list[Path]:
     """Write the network loader sets into the TFTP root ``dest``: for each stream of ``sets`` (stream
     name -> its extracted loaders folder), ``secureboot/<stream>/`` with :data:`NET_LOADERS` and the
-    generic :data:`GRUB_CFG`; and :data:`DEBIAN_GRUB_CFG` at the root. Each file whole (temp file,
-    rename). Returns the files written. Raises as :func:`generic_grub_cfg`, and ``OSError``."""
+    generic :data:`GRUB_CFG`; :data:`DEBIAN_GRUB_CFG` at the root; for each of ``nodes`` its
+    ``secureboot/nodes/<mac>.cfg`` (:func:`node_tftp_cfg`) and its release's kernel and initramfs
+    (:func:`release_dir`). Each file whole (temp file, rename). Returns the files written. Raises as
+    :func:`generic_grub_cfg` and :func:`node_tftp_cfg`, and ``OSError``."""
     cfg = generic_grub_cfg(base_url).encode()
     written = []
+    for n in nodes:
+        folder = dest / release_dir(n.stream, n.release)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, src in (("vmlinuz", n.kernel), ("initrd.img", n.initramfs)):
+            if not (folder / name).is_file() or (folder / name).stat().st_size != src.stat().st_size:
+                write_atomic(folder / name, src.read_bytes())
+            written.append(folder / name)
+        own = dest / SET_DIR / NODES_DIR / f"{n.mac}.cfg"
+        own.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(own, node_tftp_cfg(n.node, n.stream, n.release, n.kargs).encode())
+        written.append(own)
     for stream, loaders in sets.items():
         folder = dest / SET_DIR / stream
         folder.mkdir(parents=True, exist_ok=True)
         for name in NET_LOADERS:
-            src = loader_file(loaders, name)
-            if src is not None:
-                write_atomic(folder / name, src.read_bytes())
+            found = loader_file(loaders, name)
+            if found is not None:
+                write_atomic(folder / name, found.read_bytes())
                 written.append(folder / name)
         write_atomic(folder / GRUB_CFG, cfg)
         written.append(folder / GRUB_CFG)
@@ -132,5 +185,6 @@ def write_secureboot_loaders(dest: Path, sets: dict[str, Path], base_url: str) -
     return written
 
 
-__all__ = ["DEBIAN_GRUB_CFG", "GRUB_CFG", "NET_LOADERS", "SET_DIR", "generic_grub_cfg", "loader_file",
-           "loader_set", "secure_boot_streams", "write_secureboot_loaders"]
+__all__ = ["DEBIAN_GRUB_CFG", "GRUB_CFG", "NET_LOADERS", "NODES_DIR", "SET_DIR", "TftpNode", "generic_grub_cfg",
+           "loader_file", "loader_set", "node_tftp_cfg", "release_dir", "secure_boot_streams",
+           "write_secureboot_loaders"]
