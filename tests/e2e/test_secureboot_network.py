@@ -2,14 +2,16 @@
 with ``OVMF_VARS_4M.ms.fd``, Microsoft's UEFI CA enrolled) boots over PXE, with no image and no iPXE, through
 the release's own signed shim and GRUB that ``bootserver loaders`` wrote into a TFTP root, to the release's
 kernel with the node's exact kernel arguments; GRUB finds the node's boot by the MAC it booted from, from a
-config that is the same for every machine, and fetches the kernel and initramfs over HTTP.
+config that is the same for every machine.
 
 The test release is the one of tests/e2e/test_secureboot.py (Debian's signed parts in CoreOS's layout) with
-Debian's signed network GRUB (``grubnetx64.efi.signed``: ``http`` built in, prefix ``/grub`` on the server it
-came from) as the live ISO's ``grubx64.efi``. The first mile is QEMU's own DHCP and TFTP (user networking:
-the firmware's PXE gets ``bootfile`` and TFTP from it; the server is reached through ``guestfwd``), so the
-test needs no network namespace. A second stream's release has the kernel without its signature: shim
-refuses it. Each firmware boots once per case.
+Debian's signed network GRUB (``grubnetx64.efi.signed``: prefix ``/grub`` on the server it came from,
+``tftp`` but no ``http`` built in) as the live ISO's ``grubx64.efi``: the generic config finds no ``http``
+and reads the node's own config by MAC over TFTP, with the release's kernel and initramfs beside it (a
+Fedora or Red Hat GRUB, which has ``http``, takes the node's boot from the server instead). The first mile
+is QEMU's own DHCP and TFTP (user networking: the firmware's PXE gets ``bootfile`` and TFTP from it; the
+server is reached through ``guestfwd``), so the test needs no network namespace. A second stream's release
+has the kernel without its signature: shim refuses it. Each firmware boots once per case.
 """
 
 from __future__ import annotations
@@ -151,15 +153,20 @@ def pxe_secure_boot(tools: rig.Tools, stack: Stack, root: Path, stream: str, mac
 
 def test_pxe_boots_the_release_shim_grub_and_signed_kernel_with_the_node_kargs(
         tools: rig.Tools, sbn_stack: Stack, tftp_root: Path, tmp_path: Path) -> None:
-    kernel, *kargs = rig.grub_kernel_line(sbn_stack.render("grub", NODE))
+    kernel, *kargs = rig.grub_kernel_line((tftp_root / f"secureboot/nodes/{MAC}.cfg").read_text())
     result = pxe_secure_boot(tools, sbn_stack, tftp_root, "sbn", MAC, tmp_path)
     assert result.reached_init, f"the guest never ran the initramfs's /init:\n{result.tail(80)}"
     assert "EFI stub: UEFI Secure Boot is enabled." in result.log, result.tail(80)
     assert "secureboot: Secure boot enabled" in result.log, result.tail(80)
     assert result.done and result.failure is None, f"/init failed: {result.failure}\n{result.tail(60)}"
-    # GRUB names the kernel it loaded (over HTTP) first, then the node's kernel arguments, exactly
-    assert kernel.startswith(f"(http,{rig.GUEST_HOST}:{sbn_stack.port})/artifacts/sbn/x86_64/")
-    assert result.cmdline == " ".join([f"BOOT_IMAGE={kernel}", *kargs]), (result.cmdline, kargs)
+    # GRUB names the kernel it loaded (over TFTP, from the release's folder) first, then the node's kernel
+    # arguments, exactly: those of its script, the stub URL signed for as long as the TFTP root keeps it
+    assert kernel.startswith("($root)/secureboot/sbn/") and kernel.endswith("/vmlinuz")
+    first, *rest = result.cmdline.split()
+    assert first.startswith("BOOT_IMAGE=") and first.endswith(kernel.removeprefix("($root)")), first
+    assert rest == kargs, (result.cmdline, kargs)
+    script = rig.kernel_args_from_script(sbn_stack.render("ipxe", NODE)).split()
+    assert [w.split("?")[0] for w in kargs] == [w.split("?")[0] for w in script if w != "initrd=main"]
     assert "ip=10.0.2.15::10.0.2.2:24:sbn-0:nic0:none" in kargs
     assert result.rootfs_sha256 == hashlib.sha256(sbn_stack.artifacts["rootfs"]).hexdigest()
 
