@@ -21,8 +21,12 @@ Each machine, in the client that makes each request in a real boot:
   error or a timeout is retried after 10 s, at most 30 times; the machine is ``up`` when it answers 200.
 
 Kernel and initramfs bytes are checked against the stream's sha256. A pooled connection the server closed
-while idle is opened again at once (iPXE opens a new connection for each transfer). The client keeps at
-most ``--connections`` connections open (file descriptors): more machines wait for one in the client.
+while idle is opened again at once (iPXE opens a new connection for each transfer). The machines are
+spread over ``--clients`` processes, powered on at one instant: one Python process cannot open ten
+thousand connections and send each its request within the server's keep-alive timeout (aiohttp closes
+a connection that sent no request within it), which real machines, each sending its own, do. The
+clients keep at most ``--connections`` connections open in all (file descriptors): more machines wait
+for one in the client.
 
 Reports, per storm: machines booted and failed (by why), the time until the last machine was ``up``,
 per-step wait (from the step's first request to its 200, retries included) p50/p99/max, retries by step,
@@ -30,7 +34,9 @@ the server's CPU seconds (user + system from ``/proc``, every worker and replica
 boot, and peak RSS (``VmHWM``). ``cold``: a fresh server (first render of each script and stub, first
 check of each signature); ``warm``: the same machines again on the same server right after.
 ``drain``: the last ``up`` against (server CPU / server processes): 1.0 means the storm drained at the
-server's full speed.
+server's full speed. On a shared machine the server also waits for a core (``/proc/PID/task/*/schedstat``);
+``drain with its cores`` counts that wait as time it would have run: 1.0 means it ran or waited for a
+core the whole storm, never for work.
 
 ``--baseline REF`` runs the same storms against git ``REF`` (a temporary ``git worktree``, this venv's
 libraries: ``_common.git_tree``), alternating with this tree for ``--rounds`` rounds, and prints both
@@ -41,7 +47,8 @@ PostgreSQL cluster (tests/support/pgcluster.py, ``fsync=off``) and ``--replicas`
 share it, each with its own port, cache and ``state_dir``; machine i boots through replica i mod N.
 
 Usage: ``.venv/bin/python benchmarks/boot_storm.py [--nodes 1000] [--workers 1] [--artifact-kb 64]
-[--state-store sqlite|postgresql] [--replicas 1] [--baseline REF] [--rounds 1] [--profile FILE]``
+[--clients 2] [--state-store sqlite|postgresql] [--replicas 1] [--baseline REF] [--rounds 1]
+[--profile FILE]``
 """
 
 from __future__ import annotations
@@ -49,9 +56,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import hashlib
 import json
+import multiprocessing
 import re
 import shutil
 import subprocess
@@ -80,6 +89,7 @@ from _common import (
     make_file,
     markdown_table,
     median,
+    process_tree,
     rmtree,
     signed_chain_paths,
     throwaway_state_store,
@@ -111,20 +121,32 @@ class BootFailed(Exception):
 class Storm:
     """The machines of one storm: the session, expected sha256 by artifact file name, and what happened."""
 
-    session: aiohttp.ClientSession
+    session: aiohttp.ClientSession | None
     shas: dict[str, str]
-    started: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.time)  # unix time the machines powered on
     requests: int = 0
     booted: int = 0
     last_up: float = 0.0
     failed: collections.Counter[str] = field(default_factory=collections.Counter)
     retries: collections.Counter[str] = field(default_factory=collections.Counter)
     reconnects: int = 0
-    waits: dict[str, list[float]] = field(default_factory=lambda: collections.defaultdict(list))
+    waits: dict[str, list[float]] = field(default_factory=lambda: {step: [] for step in STEPS})
+
+    def merge(self, other: Storm) -> None:
+        """Add ``other``'s machines (another client process's share of the same storm)."""
+        self.requests += other.requests
+        self.booted += other.booted
+        self.last_up = max(self.last_up, other.last_up)
+        self.failed.update(other.failed)
+        self.retries.update(other.retries)
+        self.reconnects += other.reconnects
+        for step, values in other.waits.items():
+            self.waits[step].extend(values)
 
     async def _once(self, method: str, url: str, timeout: aiohttp.ClientTimeout | None = None
                     ) -> tuple[int, dict[str, str], bytes]:
         """One request (again at once when a pooled connection turns out closed by the server)."""
+        assert self.session is not None
         for attempt in range(2):
             self.requests += 1
             try:
@@ -217,7 +239,7 @@ class Storm:
                 raise BootFailed("no check-in unit in the stub")
             await self.checkin(found[0])
             self.booted += 1
-            self.last_up = max(self.last_up, time.monotonic() - self.started)
+            self.last_up = max(self.last_up, time.time() - self.started)
         except BootFailed as e:
             self.failed[e.kind] += 1
         except (StopIteration, KeyError, IndexError, ValueError) as e:
@@ -244,6 +266,7 @@ class Result:
     wall: float
     server_cpu: float
     processes: int
+    runqueue: float  # seconds the server was runnable but waited for a CPU (all its threads)
     rss_mib: float = 0.0
 
     @property
@@ -251,15 +274,58 @@ class Result:
         """The last ``up`` over (server CPU / server processes): 1.0 is the server's full speed."""
         return self.storm.last_up / (self.server_cpu / self.processes) if self.server_cpu else 0.0
 
+    @property
+    def starved(self) -> float:
+        """The last ``up`` over ((server CPU + its wait for a CPU) / server processes): the drain
+        the server would have had with its cores to itself (1.0: it ran or waited for a core all along)."""
+        busy = self.server_cpu + self.runqueue
+        return self.storm.last_up / (busy / self.processes) if busy else 0.0
 
-async def run_storm(urls: list[str], shas: dict[str, str], connections: int, timeout: float) -> tuple[Storm, float]:
-    """Every machine of ``urls`` (chain URLs) at once; the storm and its wall time (s)."""
+
+async def run_share(urls: list[str], shas: dict[str, str], connections: int, timeout: float,
+                    start: float) -> Storm:
+    """The machines of ``urls`` (chain URLs), all powered on at unix time ``start``."""
     conn = aiohttp.TCPConnector(limit=connections, force_close=False)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None,
                                                                                    sock_connect=60)) as session:
-        storm = Storm(session, shas)
+        await asyncio.sleep(max(0.0, start - time.time()))
+        storm = Storm(session, shas, started=start)
         await asyncio.wait_for(asyncio.gather(*(storm.boot(u) for u in urls)), timeout)
-        return storm, time.monotonic() - storm.started
+    storm.session = None
+    return storm
+
+
+def client_process(urls: list[str], shas: dict[str, str], connections: int, timeout: float, start: float) -> Storm:
+    """One client process's share of a storm (:func:`run_share`), in its own event loop."""
+    return asyncio.run(run_share(urls, shas, connections, timeout, start))
+
+
+async def run_storm(urls: list[str], shas: dict[str, str], args: argparse.Namespace) -> tuple[Storm, float]:
+    """Every machine of ``urls`` at once, spread over ``args.clients`` client processes (machine i in
+    process i mod N: one Python process cannot open thousands of connections and send each its request
+    within the server's keep-alive timeout); the merged storm and its wall time (s)."""
+    n = args.clients
+    loop = asyncio.get_running_loop()
+    with concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
+        start = time.time() + 2.0 + 0.5 * n  # every process imported and waiting before the power-on
+        shares = await asyncio.gather(*(loop.run_in_executor(
+            pool, client_process, urls[i::n], shas, args.connections // n, args.timeout, start) for i in range(n)))
+    storm = Storm(None, shas, started=start)
+    for share in shares:
+        storm.merge(share)
+    return storm, time.time() - start
+
+
+def runqueue_seconds(pid: int) -> float:
+    """Seconds the threads of ``pid`` and its live descendants spent runnable but waiting for a CPU
+    (``/proc/<pid>/task/<tid>/schedstat``, second field, ns): on a shared machine, the time the server
+    would have run had a core been free."""
+    total = 0
+    for p in process_tree(pid):
+        for stat in Path(f"/proc/{p}/task").glob("*/schedstat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += int(stat.read_text().split()[1])
+    return total / 1e9
 
 
 def sync_images(config: Path, tree: GitTree | None) -> None:
@@ -306,17 +372,24 @@ async def one_server(args: argparse.Namespace, work: Path, tree: GitTree | None,
                 rsss = [peaks.enter_context(PeakRss(pid)) for pid in pids]
                 for phase in ("cold", "warm"):
                     cpu0 = sum(cpu_seconds(pid) for pid in pids)
+                    queued0 = sum(runqueue_seconds(pid) for pid in pids)
                     with py_spy(pids[0], spy if phase == "cold" else None):
-                        storm, wall = await run_storm(urls, by_name, args.connections, args.timeout)
+                        storm, wall = await run_storm(urls, by_name, args)
                     cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
-                    results.append(Result(name, rnd, phase, args.nodes, storm, wall, cpu, processes))
+                    queued = sum(runqueue_seconds(pid) for pid in pids) - queued0
+                    results.append(Result(name, rnd, phase, args.nodes, storm, wall, cpu, processes, queued))
                     print(f"round {rnd} {name} {phase}: {storm.booted} booted, {sum(storm.failed.values())} "
-                          f"failed, last up {storm.last_up:.1f} s, server CPU {cpu:.1f} s", file=sys.stderr,
-                          flush=True)
+                          f"failed {dict(storm.failed)}, last up {storm.last_up:.1f} s, server CPU {cpu:.1f} s",
+                          file=sys.stderr, flush=True)
                 for rss in rsss:
                     rss.sample()
             for res in results:
                 res.rss_mib = sum(r.total_kb for r in rsss) / 1024
+        if any(res.storm.failed for res in results):  # what the server said about it
+            for i in range(len(replicas)):
+                lines = (work / f"serve-{i}.log").read_text(errors="replace").splitlines()
+                print(f"{name}: serve-{i}.log, {len(lines)} lines, the last 20:", *lines[-20:], sep="\n",
+                      file=sys.stderr)
         return results
 
 
@@ -327,19 +400,20 @@ def report(results: list[Result], names: list[str], args: argparse.Namespace) ->
           f"iPXE, Ignition, the check-in unit)\n")
     print(markdown_table(
         ["round", "tree", "storm", "booted", "failed", "last up (s)", "requests", "reconnects",
-         "server CPU (s)", "CPU per boot (ms)", "drain", "peak RSS (MiB)"],
+         "server CPU (s)", "CPU per boot (ms)", "server waited for a CPU (s)", "drain", "drain with its cores",
+         "peak RSS (MiB)"],
         [(r.round, r.tree, r.phase, r.storm.booted, sum(r.storm.failed.values()), f"{r.storm.last_up:.1f}",
           r.storm.requests, r.storm.reconnects, f"{r.server_cpu:.1f}", f"{1000 * r.server_cpu / r.nodes:.2f}",
-          f"{r.drain:.2f}", f"{r.rss_mib:.0f}") for r in results]))
+          f"{r.runqueue:.1f}", f"{r.drain:.2f}", f"{r.starved:.2f}", f"{r.rss_mib:.0f}") for r in results]))
     print()
     if len(names) > 1:
         rows = []
         for phase in ("cold", "warm"):
             med = {n: {k: median([getattr_path(r, k) for r in results if r.tree == n and r.phase == phase])
-                       for k in ("storm.last_up", "cpu_ms", "drain")} for n in names}
+                       for k in ("storm.last_up", "cpu_ms", "drain", "starved")} for n in names}
             a, b = names
             for k, what in (("storm.last_up", "last up (s)"), ("cpu_ms", "server CPU per boot (ms)"),
-                            ("drain", "drain")):
+                            ("drain", "drain"), ("starved", "drain with its cores")):
                 ratio = med[a][k] / med[b][k] if med[b][k] else float("nan")
                 rows.append((phase, what, f"{med[a][k]:.2f}", f"{med[b][k]:.2f}", f"{ratio:.2f}"))
         print(markdown_table(["storm", "median of", f"{names[0]} (this tree)", names[1], "this / baseline"], rows))
@@ -374,7 +448,8 @@ async def main() -> None:
     ap.add_argument("--artifact-kb", type=int, default=64, help="size of each fake artifact, KiB (default 64)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="bound of each storm, seconds (default 1800)")
     ap.add_argument("--connections", type=int, default=15000,
-                    help="connections the client keeps open at most (file descriptors; default 15000)")
+                    help="connections the clients keep open at most, all processes (file descriptors; default 15000)")
+    ap.add_argument("--clients", type=int, default=2, help="client processes the machines are spread over (default 2)")
     ap.add_argument("--state-store", choices=["sqlite", "postgresql"], default="sqlite",
                     help="where the timeline and keys live (default sqlite in state_dir)")
     ap.add_argument("--replicas", type=int, default=1, help="serve processes sharing the state store "
@@ -385,6 +460,8 @@ async def main() -> None:
     args = ap.parse_args()
     if args.replicas > 1 and args.state_store != "postgresql":
         sys.exit("boot_storm.py: --replicas > 1 needs --state-store postgresql")
+    if args.profile is not None:
+        args.profile.parent.mkdir(parents=True, exist_ok=True)
 
     work = Path(tempfile.mkdtemp(prefix="bootserver-bench-storm-"))
     try:

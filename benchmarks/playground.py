@@ -64,8 +64,9 @@ def write_config(work: Path, port: int) -> Path:
                    "admin": {"listen": f"127.0.0.1:{port + 1}"}, "discovery": {"every": 10}},
         "cache_dir": str(work / "cache"), "state_dir": str(work / "state"),
         "streams": {"playground": {"metadata": str(work / "stream.json")}},
+        # no provider: platform metal, which names no console; the machines' serial port, which is read here
         "profiles": {"install": {"stream": "playground", "mode": "install", "install_dev": "/dev/vda",
-                                 "ignition": "real.ign"}},
+                                 "ignition": "real.ign", "console": "console=ttyS1,115200n8"}},
         # selectable: the machines reach the server through a forwarder on 127.0.0.1
         "nodes": {name: {"profile": "install", "mac": [mac], "selectable": True} for name, (_, mac) in NODES.items()},
         "include": ["nodes.d/*.yaml"],

@@ -437,35 +437,23 @@ def _cmd_nodes(args: argparse.Namespace, config: Config) -> int:
 
 
 def _add_provider_options(command: str, parser: argparse.ArgumentParser) -> None:
-    """Add to ``parser`` the options of ``command`` every provider declares (the fields of its
-    ``options_type``, :func:`bootserver.providers.base.option`), one group per provider. An option
-    several providers declare with the same flags and field (``deprovision --grace``) is added once, in
-    the first one's group, and reaches each of them (:func:`provider_options`)."""
+    """Add to ``parser`` the options of ``command`` that the providers declare (the fields of their
+    ``options_type``, :func:`bootserver.providers.base.option`): one group per options type, titled by
+    the providers that share it (the BMC family's ``deprovision --grace``: Redfish and IPMI)."""
     from dataclasses import fields
 
-    from .providers.base import OPTION_KEY, OptionSpec
+    from .providers.base import OPTION_KEY
     from .providers.interface import provider_classes
 
-    # flag -> the field it sets and its group: an option two providers declare is added once
-    added: dict[str, tuple[str, Any]] = {}
+    titles: dict[type[Any], list[str]] = {}
     for cls in provider_classes():
-        specs: list[tuple[str, OptionSpec]] = [(f.name, f.metadata[OPTION_KEY]) for f in fields(cls.options_type)
-                                               if OPTION_KEY in f.metadata]
-        specs = [(name, spec) for name, spec in specs if command in spec.commands]
-        for name, spec in list(specs):
-            shared = [added.get(flag) for flag in spec.flags]
-            if all(dest is not None and dest[0] == name for dest in shared):  # another provider's (--grace)
-                specs.remove((name, spec))
-                owner = added[spec.flags[0]][1]
-                if cls.options_title not in (owner.title or ""):
-                    owner.title = f"{owner.title}, {cls.options_title}"
-            elif any(dest is not None for dest in shared):
-                raise AssertionError(f"provider {cls.name}: {spec.flags} clash with another provider's option")
+        titles.setdefault(cls.options_type, []).append(cls.options_title)
+    for options_type, title in titles.items():
+        specs = [(f.name, f.metadata[OPTION_KEY]) for f in fields(options_type)
+                 if OPTION_KEY in f.metadata and command in f.metadata[OPTION_KEY].commands]
         if not specs:
             continue
-        group = parser.add_argument_group(cls.options_title)
-        for name, spec in specs:
-            added.update(dict.fromkeys(spec.flags, (name, group)))
+        group = parser.add_argument_group(", ".join(title))
         exclusive: dict[str, Any] = {}
         for name, spec in specs:
             target: Any = group

@@ -7,6 +7,8 @@ runtime failures (network, integrity, disk).
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 
 class BootserverError(Exception):
     """Base of every error bootserver reports to a user. ``exit_code`` is the CLI exit status.
@@ -95,3 +97,10 @@ class UnavailableError(BootserverError):
 
     #: Seconds a client is asked to wait before it retries (the ``Retry-After`` header).
     retry_after: int = 5
+
+
+def shown(value: str, limit: int = 64) -> str:
+    """A value taken from a request, as a public HTTP body may name it: its first ``limit`` characters
+    percent-encoded (RFC 3986 §2.1) but for letters, digits and ``:-._~`` (so no newline, NUL, quote,
+    markup or script syntax gets through), ``...`` after a cut."""
+    return quote(value[:limit], safe=":-._~") + ("..." if len(value) > limit else "")

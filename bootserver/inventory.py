@@ -11,7 +11,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from .config import Config, Node, Profile
-from .errors import UnknownNodeError
+from .errors import UnknownNodeError, shown
 from .providers.base import provider_of
 
 
@@ -92,7 +92,7 @@ def select_node(config: Config, addr: Address | None, *, mac: str | None = None,
     given = [(k, v) for k, v in (("mac", mac), ("uuid", uuid), ("hostname", hostname)) if v]
     if given:
         key, value = given[0]
-        public = f"no node to boot for {key} {value} from this address"
+        public = f"no node to boot for {key} {shown(value)} from this address"  # escaped: request text
         try:
             node = find_node(config, **{key: value})
         except UnknownNodeError as e:

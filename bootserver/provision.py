@@ -29,13 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bootserver.config import Config
-from bootserver.providers.base import (
-    DEFAULT_PROVIDER,
-    Outcome,
-    ProviderError,
-    ProviderOptions,
-    provider_of,
-)
+from bootserver.errors import InputError
+from bootserver.providers.base import REGISTRY, Outcome, ProviderError, ProviderOptions, provider_of
 from bootserver.providers.interface import Provider, provider_class, provider_classes
 from bootserver.state.backends import open_store
 from bootserver.timeline import INSTALLED_STAGES, UP, final_stages
@@ -79,11 +74,15 @@ class DeviceFailed(ProviderError):
 
 
 def by_provider(config: Config, nodes: Sequence[str]) -> dict[str, list[str]]:
-    """``{provider name: its nodes, in the given order}``; a node that names no provider goes to
-    :data:`~bootserver.providers.base.DEFAULT_PROVIDER` (``equinix``, as before providers existed)."""
+    """``{provider name: its nodes, in the given order}``. Raises ``InputError`` (exit 2, before any
+    call) naming the first node that has no provider (it names none and has no provider's settings)."""
     groups: dict[str, list[str]] = {}
     for node in dict.fromkeys(nodes):
-        groups.setdefault(provider_of(config, node) or DEFAULT_PROVIDER, []).append(node)
+        provider = provider_of(config, node)
+        if provider is None:
+            raise InputError(f"node {node}: no provider: set provider ({', '.join(REGISTRY)}) on the node or "
+                             f"its profile {config.nodes[node].profile}")
+        groups.setdefault(provider, []).append(node)
     return groups
 
 
@@ -325,7 +324,7 @@ def deprovision(config: Config, options: Mapping[str, ProviderOptions], nodes: S
 
 def devices(config: Config, options: Mapping[str, ProviderOptions]) -> list[str]:
     """The lines of ``bootserver devices``: each provider in use (nodes of its own, or options naming
-    it; Equinix when none is) lists its devices with bootserver's stage of each node, given the device
+    it; none: no line) lists its devices with bootserver's stage of each node, given the device
     records of the state store (whichever replica's config recorded them). ``options`` as for
     :func:`provision`."""
     names = [cls.name for cls in provider_classes() if cls.used_by(config, _options_of(cls, options))]
@@ -334,7 +333,7 @@ def devices(config: Config, options: Mapping[str, ProviderOptions]) -> list[str]
         stages = {s.node: s.stage for s in store.nodes(list(config.nodes))}
         recorded = store.all_devices()
         urls = Urls(config, keys=store.keyring)
-        for name in names or [DEFAULT_PROVIDER]:
+        for name in names:
             with _open(name, config, options, urls) as provider:
                 lines += provider.devices(stages, recorded)
     return lines

@@ -56,7 +56,7 @@ async def test_sync_serve_and_boot_like_a_device(boot_setup, upstream) -> None:
                     got.add(digest)
             assert got == expected
 
-            assert kargs["coreos.inst.platform_id"] == "packet"
+            assert kargs["coreos.inst.platform_id"] == "metal"  # a node with no provider (issue 37)
             async with http.get(kargs["coreos.inst.ignition_url"]) as r:
                 assert r.status == 200
                 assert r.content_type == "application/vnd.coreos.ignition+json"

@@ -1,31 +1,25 @@
 """``bootserver provision / deprovision / devices`` with the IPMI provider against Debian's real BMC
 simulator ``ipmi_sim`` (tests/support/ipmi_sim.py) through the real ``ipmitool``: the boot-flags bytes the BMC
 receives, power, the faults (wrong password, unknown user, a silent BMC, a BMC refusing the boot flags)
-as one line within the node's timeout, the config's refusals, and ``--wait`` following the node through
-a running server. The QEMU guest behind the simulator is tests/e2e/test_ipmi_boot.py."""
+as one line within the node's timeout, the config's refusals. What every BMC provider does alike (password
+sources, ``--grace``, ``--wait`` through a running server) is tests/providers/test_bmc.py; the QEMU guest
+behind the simulator is tests/e2e/test_ipmi_boot.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-import requests
 import yaml
-from support.helpers import checkin_command, free_port, recorded_devices, run_cli, write_config
+from support.helpers import recorded_devices, write_config
 from support.ipmi_sim import PASSWORD, USERNAME, free_udp_port, sim_fixture, start_sim  # noqa: F401 - the sim fixture
-from support.server import ServerProcess
 
-from bootserver.cli import build_parser, main, provider_options
-from bootserver.config import load_config
+from bootserver.cli import main
 from bootserver.providers.ipmi import Bmc, boot_flags, failure_reason
-from bootserver.provision import WaitPolicy, provision
 
 CHASSIS, SET_BOOT_OPTIONS, CHASSIS_CONTROL = 0x00, 0x08, 0x02
 
@@ -171,28 +165,6 @@ def test_a_bmc_refusing_the_boot_flags_fails_before_anything_is_powered(bmc_pass
     assert "bmc-0" not in recorded_devices(tmp_path / "state")
 
 
-def test_a_missing_password_is_bad_input_before_any_call(tmp_path, reference, capsys, monkeypatch):
-    monkeypatch.delenv("BMC_PASSWORD", raising=False)
-    rc, _out, err = cli(capsys, "provision", "bmc-0", "--config", str(make_config(tmp_path, reference, 9)))
-    assert rc == 2
-    assert err == "bootserver: node bmc-0: ipmi.password_env: $BMC_PASSWORD is not set\n"
-
-
-def test_password_file_relative_to_the_config(sim, tmp_path, reference, capsys, monkeypatch):
-    monkeypatch.delenv("BMC_PASSWORD", raising=False)
-    (tmp_path / "bmc.pw").write_text(PASSWORD + "\n")
-    config = make_config(tmp_path, reference, sim.port)
-    doc = yaml.safe_load(config.read_text())
-    del doc["profiles"]["onprem"]["ipmi"]["password_env"]
-    doc["nodes"]["bmc-0"]["ipmi"] = {"password_file": "bmc.pw"}
-    write_config(config, doc)
-    rc, _out, err = cli(capsys, "provision", "bmc-0", "--no-wait", "--config", str(config))
-    assert rc == 0, err
-    # ipmitool reads the password from its environment (-E), never from its command line
-    argv = Bmc("bmc-0", "127.0.0.1", sim.port, USERNAME, PASSWORD).argv(0x00, 0x01)
-    assert "-E" in argv and PASSWORD not in " ".join(argv)
-
-
 @pytest.mark.parametrize(("where", "key"), [("node", "ipmi"), ("profile", "redfish")])
 def test_check_config_refuses_virtual_media_on_an_ipmi_node(tmp_path, reference, capsys, where, key):
     config = make_config(tmp_path, reference, 623)
@@ -221,20 +193,6 @@ def test_bad_ipmi_settings_name_the_key(tmp_path, reference, capsys, setting, me
     assert message in err, err
 
 
-def test_ipmi_nodes_boot_the_metal_platform_without_a_console(tmp_path, reference, capsys):
-    rc, out, err = cli(capsys, "render", "ipxe", "bmc-0", "--config", str(make_config(tmp_path, reference, 623)))
-    assert rc == 0, err
-    kernel = next(line for line in out.splitlines() if line.startswith("kernel "))
-    assert "coreos.inst.platform_id=metal" in kernel.split()
-    assert not any(w.startswith("console=") for w in kernel.split())
-
-
-def test_grace_reaches_both_bmc_providers():
-    args = build_parser().parse_args(["deprovision", "n", "--grace", "7"])
-    options = provider_options(args)
-    assert options["ipmi"].grace == 7 and options["redfish"].grace == 7
-
-
 def test_failure_reasons_of_ipmitool():
     """ipmitool's own words (``-v``) for what the simulator cannot produce."""
     assert failure_reason("Address lookup for bmc.invalid failed\nCould not open socket!\n"
@@ -246,63 +204,7 @@ def test_failure_reasons_of_ipmitool():
     assert failure_reason("Error: something new\n", "u", 3, 5) == "Error: something new"
 
 
-async def test_wait_follows_the_node_through_script_stub_and_config(sim, bmc_password, tmp_path, boot_setup):
-    """``provision`` (with the simulator) waits while the node boots from a running server: its script
-    through ``/boot.ipxe?mac=``, the stub, the real config, its check-in. Each pause of the wait plays
-    the next step, so every stage is seen."""
-    setup = boot_setup(100_000, {"bmc-0": {"profile": "master", "mac": ["52:54:00:00:00:21"],
-                                           "addresses": ["127.0.0.1"]}})
-    doc = yaml.safe_load(setup.config.read_text())
-    doc["server"]["admin"] = {"listen": f"127.0.0.1:{free_port()}"}
-    doc["profiles"]["master"] |= {"provider": "ipmi", "ipmi": {
-        "address": "127.0.0.1", "port": sim.port, "username": USERNAME, "password_env": "BMC_PASSWORD",
-        "timeout": 5}}
-    write_config(setup.config, doc)
-    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
-    assert rc == 0, err
-    config = load_config(str(setup.config))
-    server = ServerProcess(setup.config, setup.port)
-    seen: dict[str, Any] = {}
-
-    def step_script() -> None:
-        r = requests.get(f"{server.url}/boot.ipxe?mac=52:54:00:00:00:21", timeout=10)
-        assert r.status_code == 200, r.text
-        seen["kargs"] = next(line for line in r.text.splitlines() if line.startswith("kernel ")).split()[2:]
-
-    def step_stub() -> None:
-        url = next(w.split("=", 1)[1] for w in seen["kargs"] if w.startswith("coreos.inst.ignition_url="))
-        r = requests.get(url, timeout=10)
-        assert r.status_code == 200
-        seen["stub"] = r.json()
-        seen["merge"] = seen["stub"]["ignition"]["config"]["merge"][0]["source"]
-
-    def step_config() -> None:
-        r = requests.get(seen["merge"], timeout=10)
-        assert r.status_code == 200 and r.content == setup.master_ign.read_bytes()
-
-    def step_checkin() -> None:
-        done = subprocess.run(checkin_command(seen["stub"]), capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-
-    steps = [step_script, step_stub, step_config, step_checkin]
-    said: list[str] = []
-
-    def pause(seconds: float) -> None:
-        if steps:
-            steps.pop(0)()
-
-    args = provider_options(build_parser().parse_args(["provision", "bmc-0"]))
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-        try:
-            await server.start(http)
-            lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
-                config, args, ["bmc-0"], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
-                say=lambda node, message: said.append(message)))
-        finally:
-            await server.stop()
-    assert [m for m in said if m.startswith(("stage", "waiting"))] == [
-        "waiting for stage up: its system checks in once on the network (now new)", "stage ipxe",
-        "stage installing", "stage installed", "stage up"]
-    assert lines == [f"bmc-0 127.0.0.1:{sim.port} On"]
-    assert "coreos.inst.platform_id=metal" in seen["kargs"]
-    assert sim.requests(CHASSIS, SET_BOOT_OPTIONS) == ["05 a0 04 00 00 00"]
+def test_the_password_reaches_ipmitool_in_its_environment_never_on_its_command_line():
+    argv = Bmc("bmc-0", "127.0.0.1", 623, USERNAME, PASSWORD).argv(0x00, 0x01)
+    assert "-E" in argv and PASSWORD not in " ".join(argv)
+    assert PASSWORD not in repr(Bmc("bmc-0", "127.0.0.1", 623, USERNAME, PASSWORD))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.signing import fixed_signer
@@ -15,7 +16,8 @@ from bootserver.service import BootService
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def golden_config(reference: Path, tmp_path: Path):
+def golden_config(reference: Path, tmp_path: Path, **live: Any):
+    """The golden files' config; ``live``: more keys of the live profile ``fcos-live``."""
     ign = tmp_path / "master.ign"
     ign.write_bytes((reference / "openshift-pointer-master.ign.json").read_bytes())
     return parse_config({
@@ -30,7 +32,7 @@ def golden_config(reference: Path, tmp_path: Path):
         "profiles": {
             "master": {"stream": "rhcos-4.16", "mode": "install", "install_dev": "/dev/sda",
                        "ignition": str(ign), "kargs": ["nosmt"]},
-            "fcos-live": {"stream": "fcos-stable", "mode": "live"},
+            "fcos-live": {"stream": "fcos-stable", "mode": "live", **live},
             "fcos-arm": {"stream": "fcos-stable", "arch": "aarch64", "mode": "install",
                          "install_dev": "/dev/nvme0n1"},
         },
@@ -54,7 +56,10 @@ async def test_script_matches_golden_file(node: str, golden: str, reference: Pat
 
 
 async def test_live_mode_pairs_platform_packet_with_a_config_url(reference: Path, tmp_path: Path) -> None:
-    script = await BootService(golden_config(reference, tmp_path), fixed_signer()).boot_script("live-0")
+    """An Equinix node in live mode (platform ``packet``) carries a config URL, which outranks the
+    platform's userdata (docs/design.md, rule 5)."""
+    config = golden_config(reference, tmp_path, provider="equinix")
+    script = await BootService(config, fixed_signer()).boot_script("live-0")
     kernel = next(line for line in script.splitlines() if line.startswith("kernel "))
     assert "ignition.platform.id=packet" in kernel.split()
     assert any(w.startswith("ignition.config.url=http://boot.example.net:8080/ignition/live-0?exp=")

@@ -183,8 +183,9 @@ def test_always_pxe_follows_boot_once_unless_set(tmp_path, reference) -> None:
 
 
 def test_a_nodes_platform_comes_from_the_registry_without_importing_a_provider(reference) -> None:
-    """``packet`` for a node with no provider (and Equinix nodes), ``metal`` for Redfish nodes, a profile's
-    ``platform_id`` first; read from the registry, so no provider module (sushy, requests) is loaded."""
+    """``metal`` for a node with no provider (since issue 37; it was Equinix's ``packet``) and for Redfish
+    nodes, ``packet`` for Equinix nodes only, a profile's ``platform_id`` first; read from the registry,
+    so no provider module (sushy, requests) is loaded."""
     import subprocess
     import sys
 
@@ -198,14 +199,15 @@ doc = {{"streams": {{"r": {{"metadata": "rhcos-stream-4.16.json"}}}},
                     "bmc": {{"stream": "r", "install_dev": "/dev/sda", "provider": "redfish",
                              "redfish": {{"address": "http://127.0.0.1:1", "username": "u",
                                          "password_env": "P"}}}},
-                    "own": {{"stream": "r", "install_dev": "/dev/sda", "platform_id": "metal"}}}},
+                    "own": {{"stream": "r", "install_dev": "/dev/sda", "platform_id": "packet"}},
+                    "eq": {{"stream": "r", "install_dev": "/dev/sda", "provider": "equinix"}}}},
        "nodes": {{"n": {{"profile": "p"}}, "b": {{"profile": "bmc", "redfish": {{"system": "/redfish/v1/Systems/1"}}}},
-                 "q": {{"profile": "own"}}}}}}
+                 "q": {{"profile": "own"}}, "e": {{"profile": "eq"}}}}}}
 config = parse_config(doc, "c.yaml", Path({str(reference)!r}))
-print(*(boot_platform(config, n) for n in ("n", "b", "q")))
+print(*(boot_platform(config, n) for n in ("n", "b", "q", "e")))
 print(sorted(m for m in sys.modules if m.startswith("bootserver.providers.") and m.split(".")[-1] in
              ("equinix", "redfish")))
 """
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["packet metal metal", "[]"]
+    assert done.stdout.splitlines() == ["metal metal packet packet", "[]"]

@@ -173,7 +173,7 @@ async def test_generator_makes_exactly_the_configured_connections(case: str, ref
     made = connections(kargs)
     assert made["connections"] == expected
     assert made["hostname"] == "node-1.example.net"
-    assert kargs[kargs.index("rd.neednet=1") - 1] == "console=ttyS1,115200n8"  # after bootserver's own
+    assert kargs[kargs.index("rd.neednet=1") - 1] == "coreos.inst.platform_id=metal"  # after bootserver's own
     pinned = {i["name"]: i["mac-address"] for i in network["interfaces"] if "mac-address" in i}
     assert [k for k in kargs if k.startswith("ifname=")] == [f"ifname={n}:{m}" for n, m in pinned.items()]
 

@@ -1,28 +1,23 @@
 """``bootserver provision / deprovision / devices`` with the Redfish provider against the real
-``sushy-emulator`` (tests/support/sushy_emulator.py): boot override, power, errors as one line, and
-``--wait`` following a node through script, stub and real config on a running server."""
+``sushy-emulator`` (tests/support/sushy_emulator.py): boot override, power, the system recorded, errors as
+one line, Secure Boot. What every BMC provider does alike (password sources, ``--grace``, ``devices`` and
+``deprovision``, ``--wait`` through a running server) is tests/providers/test_bmc.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import requests
 import yaml
-from support.helpers import checkin_command, free_port, recorded_devices, run_cli, write_config
-from support.server import ServerProcess
+from support.helpers import free_port, recorded_devices, write_config
 from support.sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
 
-from bootserver.cli import build_parser, main, provider_options
-from bootserver.config import load_config
-from bootserver.provision import WaitPolicy, provision
+from bootserver.cli import main
 
 
 def make_config(tmp_path: Path, reference: Path, address: str, **profile_redfish: Any) -> Path:
@@ -87,25 +82,6 @@ def test_a_system_that_is_on_is_force_restarted(emulator, bmc_password, tmp_path
     assert emulator.wait_power(1, "On") == "On"
 
 
-def test_devices_then_deprovision_powers_off_and_clears_the_override(emulator, bmc_password, tmp_path,
-                                                                     reference, capsys):
-    config = make_config(tmp_path, reference, emulator.url)
-    rc, out, err = cli(capsys, "devices", "--config", str(config))
-    assert rc == 0, err
-    assert out == (f"rf-0 {emulator.path(0)} Off new secure-boot:off\n"
-                   f"rf-1 {emulator.path(1)} On new secure-boot:off\n")
-    rc, out, err = cli(capsys, "provision", "rf-1", "--no-wait", "--config", str(config))
-    assert rc == 0, err
-    assert "rf-1" in recorded_devices(tmp_path / "state")
-    emulator.wait_power(1, "On")
-    rc, out, err = cli(capsys, "deprovision", "rf-1", "--grace", "1", "--config", str(config))
-    assert rc == 0, err
-    assert out == f"rf-1 {emulator.path(1)} Off\n"
-    assert emulator.system(1)["PowerState"] == "Off"
-    assert emulator.system(1)["Boot"]["BootSourceOverrideTarget"] == "Hdd"  # no "None" on this BMC
-    assert "rf-1" not in recorded_devices(tmp_path / "state")
-
-
 def test_devices_finds_the_system_recorded_at_provision(emulator, bmc_password, tmp_path, reference, capsys):
     """A config that no longer names rf-1's system (the BMC has two): `devices` asks for the system the
     state store recorded when rf-1 was provisioned, instead of failing on "set redfish.system"."""
@@ -163,14 +139,6 @@ def test_a_bmc_that_hangs_is_one_line_after_its_timeout(bmc_password, tmp_path, 
     assert err == f"bootserver: BMC {address}: service root: no answer within 1 s\n"
 
 
-def test_a_missing_password_is_bad_input_before_any_call(tmp_path, reference, capsys, monkeypatch):
-    monkeypatch.delenv("BMC_PASSWORD", raising=False)
-    rc, _out, err = cli(capsys, "provision", "rf-0", "--config",
-                       str(make_config(tmp_path, reference, "http://127.0.0.1:9")))
-    assert rc == 2
-    assert err == "bootserver: node rf-0: redfish.password_env: $BMC_PASSWORD is not set\n"
-
-
 def test_bad_redfish_settings_name_the_key(tmp_path, reference, capsys):
     config = make_config(tmp_path, reference, "ftp://bmc.example")
     rc, _, err = cli(capsys, "check-config", "--config", str(config))
@@ -179,92 +147,6 @@ def test_bad_redfish_settings_name_the_key(tmp_path, reference, capsys):
     config = make_config(tmp_path, reference, "https://bmc.example", password_file="pw")
     rc, _, err = cli(capsys, "check-config", "--config", str(config))
     assert rc == 2 and "set password_file or password_env, not both" in err
-
-
-def test_password_file_relative_to_the_config(emulator, tmp_path, reference, capsys, monkeypatch):
-    monkeypatch.delenv("BMC_PASSWORD", raising=False)
-    (tmp_path / "bmc.pw").write_text(PASSWORD + "\n")
-    config = make_config(tmp_path, reference, emulator.url)
-    doc = yaml.safe_load(config.read_text())
-    del doc["profiles"]["onprem"]["redfish"]["password_env"]
-    doc["nodes"]["rf-0"]["redfish"]["password_file"] = "bmc.pw"
-    write_config(config, doc)
-    rc, _out, err = cli(capsys, "provision", "rf-0", "--no-wait", "--config", str(config))
-    assert rc == 0, err
-
-
-def test_redfish_nodes_boot_the_metal_platform_without_a_console(tmp_path, reference, capsys, monkeypatch):
-    config = make_config(tmp_path, reference, "https://bmc.example")
-    rc, out, err = cli(capsys, "render", "ipxe", "rf-0", "--config", str(config))
-    assert rc == 0, err
-    kernel = next(line for line in out.splitlines() if line.startswith("kernel "))
-    assert "coreos.inst.platform_id=metal" in kernel.split()
-    assert not any(w.startswith("console=") for w in kernel.split())
-
-
-async def test_wait_follows_the_node_through_script_stub_and_config(emulator, bmc_password, tmp_path,
-                                                                    boot_setup, monkeypatch):
-    """``provision`` (with the emulator) waits while the node boots from a running server: its
-    script through ``/boot.ipxe?mac=``, the stub, then (its installed system's first boot) the real
-    config, then its check-in unit's command. Each poll pause of the wait plays the next step, so every
-    stage is seen."""
-    setup = boot_setup(100_000, {"rf-0": {"profile": "master", "mac": ["52:54:00:00:00:01"],
-                                          "addresses": ["127.0.0.1"]}})
-    doc = yaml.safe_load(setup.config.read_text())
-    doc["server"]["admin"] = {"listen": f"127.0.0.1:{free_port()}"}  # not listen's port + 1, which may be taken
-    doc["profiles"]["master"] |= {"provider": "redfish", "redfish": {
-        "address": emulator.url, "system": emulator.path(0), "username": USERNAME,
-        "password_env": "BMC_PASSWORD", "timeout": 5}}
-    write_config(setup.config, doc)
-    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
-    assert rc == 0, err
-    config = load_config(str(setup.config))
-    server = ServerProcess(setup.config, setup.port)
-    seen: dict[str, Any] = {}
-
-    def step_script() -> None:
-        r = requests.get(f"{server.url}/boot.ipxe?mac=52:54:00:00:00:01", timeout=10)
-        assert r.status_code == 200, r.text
-        seen["kargs"] = next(line for line in r.text.splitlines() if line.startswith("kernel ")).split()[2:]
-
-    def step_stub() -> None:
-        url = next(w.split("=", 1)[1] for w in seen["kargs"] if w.startswith("coreos.inst.ignition_url="))
-        r = requests.get(url, timeout=10)
-        assert r.status_code == 200
-        seen["stub"] = r.json()
-        seen["merge"] = seen["stub"]["ignition"]["config"]["merge"][0]["source"]
-
-    def step_config() -> None:
-        r = requests.get(seen["merge"], timeout=10)
-        assert r.status_code == 200 and r.content == setup.master_ign.read_bytes()
-
-    def step_checkin() -> None:  # the installed system's check-in unit: its own command, real curl
-        done = subprocess.run(checkin_command(seen["stub"]), capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-
-    steps = [step_script, step_stub, step_config, step_checkin]
-    said: list[str] = []
-
-    def pause(seconds: float) -> None:
-        if steps:
-            steps.pop(0)()
-
-    args = provider_options(build_parser().parse_args(["provision", "rf-0"]))
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-        try:
-            await server.start(http)
-            lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
-                config, args, ["rf-0"], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
-                say=lambda node, message: said.append(message)))
-        finally:
-            await server.stop()
-    assert [m for m in said if m.startswith(("stage", "waiting"))] == [
-        "waiting for stage up: its system checks in once on the network (now new)", "stage ipxe",
-        "stage installing", "stage installed", "stage up"]
-    assert lines[0].startswith(f"rf-0 {emulator.path(0)} ")
-    assert "coreos.inst.platform_id=metal" in seen["kargs"]
-    assert not any(w.startswith("console=") for w in seen["kargs"])
-    assert emulator.system(0)["Boot"]["BootSourceOverrideTarget"] == "Pxe"
 
 
 def test_a_bmc_error_line_carries_every_extended_info_message():

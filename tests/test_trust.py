@@ -15,6 +15,7 @@ import pytest
 import yaml
 from support.helpers import free_port, run_cli, write_config
 from support.server import ServerProcess
+from test_file_ranges import ranges
 
 #: How every line of the text log starts (logs.TextFormatter): a forged line would not have to.
 LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+(\[\d+\])?: ")
@@ -316,20 +317,8 @@ async def test_a_unix_socket_admin_listener_answers_any_host(tmp_path: Path, ref
 
 # --- item 5: HTTP as RFC 9110 says ---------------------------------------------------------------------
 
-#: (Range, If-Range, status, (start, end) of the body or None for the whole) for a 10000-byte artifact:
-#: RFC 9110 §14.1.2's examples first, then the cases of §14.2 and §13.1.5.
-RANGES = [
-    ("bytes=0-499", None, 206, (0, 500)), ("bytes=500-999", None, 206, (500, 1000)),
-    ("bytes=-500", None, 206, (9500, 10000)), ("bytes=9500-", None, 206, (9500, 10000)),
-    ("bytes=0-0,-1", None, 200, None), ("bytes= 500-600,601-999", None, 200, None),
-    ("bytes=500-700,601-999", None, 200, None),
-    ("pages=0-9", None, 200, None), ("bytes=-0", None, 416, None), ("bytes=10000-", None, 416, None),
-    ("bytes=10000-20000,-0", None, 416, None), ("bytes=9990-20000", None, 206, (9990, 10000)),
-    ("bytes=5-2", None, 200, None), ("bytes=abc", None, 200, None), ("BYTES=0-9", None, 206, (0, 10)),
-    ("bytes=0-9,20000-", None, 206, (0, 10)), ("bytes=0-9", "ETAG", 206, (0, 10)),
-    ("bytes=0-9", '"0123"', 200, None), ("bytes=0-9", "W/ETAG", 200, None),
-    ("bytes=0-9", "LAST_MODIFIED", 206, (0, 10)), ("bytes=0-9", "Thu, 01 Jan 1970 00:00:00 GMT", 200, None),
-]
+#: The table every file route answers (tests/test_file_ranges.py), for a 10000-byte artifact.
+RANGES = ranges(10000)
 
 
 async def test_range_and_if_range_as_rfc_9110_says(boot_setup, tmp_path: Path) -> None:

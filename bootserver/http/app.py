@@ -34,6 +34,7 @@ from ..errors import (
     InputError,
     UnavailableError,
     UnknownNodeError,
+    shown,
 )
 from ..files import LinkRefused, open_file
 from ..ignition import MEDIA_TYPE, NotAcceptableError
@@ -46,7 +47,7 @@ from ..urls import ADMIN, DEVICE, GENERIC, GENERIC_GRUB, ROUTES, Route
 from . import accesslog, page
 from .accesslog import NODE, ROUTE
 from .admission import LIMITS, Limits
-from .fileanswer import UNSATISFIABLE, FileAnswer, byte_range, send_pieces, sendfile_ranges
+from .fileanswer import FileAnswer, plan, send_pieces, sendfile_ranges
 from .gate import AdminNames, Gate, forbidden
 
 log = logging.getLogger("bootserver.web")
@@ -282,8 +283,8 @@ async def grub_config(request: web.Request) -> web.Response:
 async def boot_image(request: web.Request) -> web.StreamResponse:
     """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (:meth:`BootService.boot_image`), sent as
     its base image's bytes (``loop.sendfile``) with the node's region written in as it goes (docs/design.md,
-    "Boot images"). ``Range``, ``If-Range`` and their answers as RFC 9110 says and artifacts answer
-    (:func:`~bootserver.http.fileanswer.byte_range`), ``HEAD`` and a strong ``ETag``: BMCs read virtual
+    "Boot images"). Conditionals, ``Range`` and ``If-Range`` as every file answer
+    (:func:`~bootserver.http.fileanswer.plan`), ``HEAD`` and a strong ``ETag``: BMCs read virtual
     media in ranges, after a HEAD for the size. The base image is opened below ``cache_dir`` without
     following a link (a link there is a 404, logged)."""
     svc = _service(request)
@@ -292,27 +293,18 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
     except LinkRefused as e:
         svc.cache.refused(e)
         return _text(404, f"node {request[NODE]}: no boot image")
-    headers = {"Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store",
-               hdrs.ACCEPT_RANGES: "bytes"}
-    start, stop, status = 0, image.size, 200
-    wanted = byte_range(request.headers.get(hdrs.RANGE), image.size)
-    if_range = request.headers.get(hdrs.IF_RANGE)
-    if wanted is not None and if_range is not None and if_range.strip() != f'"{image.etag}"':
-        wanted = None  # another validator (or a date: the image has no Last-Modified): the whole image
-    if wanted == UNSATISFIABLE:
-        return web.Response(status=416, headers={hdrs.CONTENT_RANGE: f"bytes */{image.size}"})
-    if isinstance(wanted, tuple):
-        start, stop = wanted
-        status = 206
-        headers[hdrs.CONTENT_RANGE] = f"bytes {start}-{stop - 1}/{image.size}"
+    answer = plan(request, image.size, image.etag)  # no Last-Modified: a dated If-Range gets the whole image
+    start, stop = answer.start, answer.end
+    if answer.status in (304, 416):
+        return web.Response(status=answer.status, headers=answer.headers)
     try:
         fd = open_file(svc.config.cache_dir, image.base.path.relative_to(svc.config.cache_dir))
     except LinkRefused as e:
         svc.cache.refused(e)
         return _text(404, f"node {request[NODE]}: no boot image")
     try:
-        resp = web.StreamResponse(status=status, headers=headers)
-        resp.etag = image.etag
+        resp = web.StreamResponse(status=answer.status, headers={
+            "Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store", **answer.headers})
         resp.content_length = stop - start
         await resp.prepare(request)
         if request.method == "HEAD":
@@ -328,12 +320,19 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
 
 
 async def loader(request: web.Request) -> web.StreamResponse:
-    """``GET``/``HEAD`` of a loader a firmware loads before any script (:meth:`BootService.loader`: the arm64 GRUB, a
-    stream's Secure Boot loaders, their GRUB config; ``bootserver loaders DIR`` writes them for TFTP); else 404."""
-    found = await _service(request).loader(request[ROUTE].name, request.match_info)
+    """``GET``/``HEAD`` of a loader a firmware loads before any script (:meth:`BootService.loader`), else 404; as every
+    file answer (:class:`FileAnswer`), opened without following a link below ``cache_dir``."""
+    svc = _service(request)
+    found = await svc.loader(request[ROUTE].name, request.match_info)
     if found is None or isinstance(found, str):
         return _text(404, "no such loader") if found is None else web.Response(text=found, content_type="text/plain")
-    return web.FileResponse(found, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
+    try:
+        cache = svc.config.cache_dir
+        fd = open_file(cache, found.relative_to(cache)) if found.is_relative_to(cache) else os.open(found, os.O_RDONLY)
+    except LinkRefused as e:
+        svc.cache.refused(e)
+        return _text(404, "no such loader")
+    return FileAnswer(fd, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
 
 
 async def ignition_stub(request: web.Request) -> web.Response:
@@ -393,7 +392,7 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     if found is None:
         what = svc.artifact_missing()
         log.warning("%s %s: 404 %s", request.method, request.path, what)
-        return _text(404, f"{what}: {'/'.join(segments)}")
+        return _text(404, f"{what}: {shown('/'.join(segments), 200)}")
     if isinstance(found, Transfer):
         return await _send_transfer(request, found, rate)
     return FileAnswer(found.fd, etag=found.sha256, rate=rate, headers={

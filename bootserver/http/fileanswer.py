@@ -1,4 +1,9 @@
-"""Answers with the bytes of a file the server opened itself: artifacts and boot images.
+"""Answers with the bytes of a file the server opened itself: artifacts, boot images, loaders.
+
+Every answer with a file's bytes decides its status and range in one place, :func:`plan` (its
+conditionals and ranges below), whatever sends the bytes: :class:`FileAnswer` (artifacts, the arm64
+GRUB) and ``/iso`` (:func:`send_pieces`). Only an artifact still being downloaded answers the whole body
+(200) to any ``Range``, as §14.2 allows.
 
 :class:`FileAnswer` sends an open descriptor, never a path (aiohttp's ``FileResponse`` opens a path
 again, after our checks, and would follow a link swapped in meanwhile: :mod:`bootserver.files`), with
@@ -32,6 +37,7 @@ import asyncio
 import os
 import re
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 
@@ -131,15 +137,55 @@ def _http_date(t: float) -> str:
     return format_datetime(datetime.fromtimestamp(int(t), UTC), usegmt=True)
 
 
-def _if_range_holds(value: str, etag: str, last_modified: float) -> bool:
+def _if_range_holds(value: str, etag: str, last_modified: float | None) -> bool:
     """RFC 9110 §13.1.5: a strong ETag equal to ours, or an HTTP date equal to our Last-Modified."""
     value = value.strip()
     if value.startswith(('"', "W/")):
         return value == f'"{etag}"'
+    if last_modified is None:
+        return False
     try:
         return int(parsedate_to_datetime(value).timestamp()) == int(last_modified)
     except (TypeError, ValueError, IndexError):
         return False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a ``GET``/``HEAD`` of a representation gets (:func:`plan`): ``status`` (200, 206, 304 or
+    416), the byte range ``start``..``end`` (``end`` exclusive) to send, and the headers to add
+    (``ETag``, ``Accept-Ranges``, ``Last-Modified`` when known, ``Content-Range`` for 206 and 416)."""
+
+    status: int
+    start: int
+    end: int
+    headers: dict[str, str]
+
+
+def plan(request: web.BaseRequest, size: int, etag: str, last_modified: float | None = None) -> Plan:
+    """The answer to ``request`` for a representation of ``size`` bytes with the strong ``etag`` (without
+    quotes) and ``last_modified`` (unix seconds, ``None``: none): conditionals and ranges as the module
+    docstring says (RFC 9110 §13.1, §14.2)."""
+    headers: dict[str, str] = {hdrs.ETAG: f'"{etag}"', hdrs.ACCEPT_RANGES: "bytes"}
+    if last_modified is not None:
+        headers[hdrs.LAST_MODIFIED] = _http_date(last_modified)
+    inm = request.if_none_match
+    ims = request.if_modified_since if last_modified is not None else None
+    if (inm and any(tag.value in (etag, "*") for tag in inm)) or \
+            (inm is None and ims is not None and last_modified is not None and int(last_modified) <= ims.timestamp()):
+        return Plan(304, 0, 0, headers)
+    wanted = byte_range(request.headers.get(hdrs.RANGE), size)
+    if_range = request.headers.get(hdrs.IF_RANGE)
+    if wanted is not None and if_range is not None and not _if_range_holds(if_range, etag, last_modified):
+        wanted = None
+    if wanted == UNSATISFIABLE:
+        headers[hdrs.CONTENT_RANGE] = f"bytes */{size}"
+        return Plan(416, 0, 0, headers)
+    if isinstance(wanted, tuple):
+        start, end = wanted
+        headers[hdrs.CONTENT_RANGE] = f"bytes {start}-{end - 1}/{size}"
+        return Plan(206, start, end, headers)
+    return Plan(200, 0, size, headers)
 
 
 class FileAnswer(web.StreamResponse):
@@ -173,31 +219,13 @@ class FileAnswer(web.StreamResponse):
     async def _answer(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         assert self._fd is not None
         st = os.fstat(self._fd)
-        size, mtime = st.st_size, st.st_mtime
-        etag = self._etag_value or f"{st.st_mtime_ns:x}-{size:x}"
-        self.etag = etag
-        self.headers[hdrs.LAST_MODIFIED] = _http_date(mtime)
-        self.headers[hdrs.ACCEPT_RANGES] = "bytes"
-        inm = request.if_none_match
-        ims = request.if_modified_since
-        if (inm and any(tag.value in (etag, "*") for tag in inm)) or \
-                (inm is None and ims is not None and int(mtime) <= ims.timestamp()):
-            self.set_status(304)
-            return await super().prepare(request)
-        wanted = byte_range(request.headers.get(hdrs.RANGE), size)
-        if_range = request.headers.get(hdrs.IF_RANGE)
-        if wanted is not None and if_range is not None and not _if_range_holds(if_range, etag, mtime):
-            wanted = None
-        if wanted == UNSATISFIABLE:
-            self.set_status(416)
-            self.headers[hdrs.CONTENT_RANGE] = f"bytes */{size}"
-            self.content_length = 0
-            return await super().prepare(request)
-        start, end = (0, size) if not isinstance(wanted, tuple) else wanted
-        if isinstance(wanted, tuple):
-            self.set_status(206)
-            self.headers[hdrs.CONTENT_RANGE] = f"bytes {start}-{end - 1}/{size}"
-        self.content_length = end - start
+        size = st.st_size
+        answer = plan(request, size, self._etag_value or f"{st.st_mtime_ns:x}-{size:x}", st.st_mtime)
+        self.set_status(answer.status)
+        self.headers.update(answer.headers)
+        start, end = answer.start, answer.end
+        if answer.status != 304:
+            self.content_length = end - start
         writer = await super().prepare(request)
         if request.method == "HEAD" or end == start:
             await self.write_eof()

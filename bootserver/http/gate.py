@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -68,7 +69,9 @@ class AdminNames:
     entries of ``server.admin.hosts`` as given (one without a port stands for that name with any port or
     none); on a wildcard listener (``0.0.0.0``, ``::``) any IP address literal with its port, since an
     address, unlike a DNS name, cannot be rebound to another site's page. A request that arrived on a Unix
-    socket, which no web page can reach, may name any host."""
+    socket, which no web page can reach, may name any host. A request whose target is in absolute form
+    (``GET http://host:port/path``) names the target's authority, not its ``Host`` header (RFC 9112
+    §3.2.2: a server ignores ``Host`` then)."""
 
     def __init__(self, config: Config) -> None:
         where = config.server.admin_listen
@@ -84,7 +87,11 @@ class AdminNames:
         sock = transport.get_extra_info("sockname") if transport is not None else None
         if not isinstance(sock, tuple):  # a Unix socket
             return True
-        host = (request.headers.get("Host") or "").strip().lower()
+        target = request.raw_path
+        if target.startswith("/") or target == "*":  # origin form (or OPTIONS *): the Host header
+            host = (request.headers.get("Host") or "").strip().lower()
+        else:  # absolute form: its authority (no userinfo)
+            host = urlsplit(target).netloc.rpartition("@")[2].strip().lower()
         if not host:
             return False
         if host.startswith("["):  # [v6] or [v6]:port

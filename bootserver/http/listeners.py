@@ -29,6 +29,7 @@ from ..config import Config, split_listen
 from ..errors import ConfigError
 from ..inventory import default_node
 from .app import ADMIN_APP, RUNNING, create_app, runner_kwargs
+from .parse_errors import ADMIN_HEADERS, DEVICE_HEADERS, fence
 
 #: Connections the device listeners' kernel queue holds before they are accepted (the kernel caps it at
 #: net.core.somaxconn): a power-on storm connects thousands at once, and with aiohttp's default of 128
@@ -132,6 +133,8 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
     admin_runner = web.AppRunner(admin, **runner_kwargs(admin))
     await runner.setup()
     await admin_runner.setup()
+    fence(runner, DEVICE_HEADERS)  # aiohttp's own 400s follow our header rules too
+    fence(admin_runner, ADMIN_HEADERS)
     reuse = True if reuse_port else None
     own_socket = None
     where = config.server.admin_listen

@@ -5,7 +5,7 @@ loaded config, is :mod:`bootserver.providers.interface` (above the config).
 A *provider* is what ``bootserver provision``, ``deprovision`` and ``devices`` drive to make a machine
 boot from bootserver: Equinix Metal's API (``equinix``: create a ``custom_ipxe`` device that chains to
 the node's signed URL) or a BMC over Redfish (``redfish``) or IPMI (``ipmi``): boot from the network
-once, power on. Each
+once, power on (the two BMC providers share one flow, :mod:`bootserver.providers.bmc`). Each
 provider is one module of this package with one ``Provider`` subclass that owns
 
 * its settings: the key it reads in ``profiles.<p>`` / ``nodes.<n>`` (``Provider.settings_key``),
@@ -64,9 +64,11 @@ REGISTRY: dict[str, Registered] = {
     "ipmi": Registered("bootserver.providers.ipmi", "ipmi", "metal"),
 }
 
-#: The provider ``provision`` uses for a node whose profile and node name none (today's behaviour:
-#: the ``metal:`` settings and the ``packet`` platform).
-DEFAULT_PROVIDER = "equinix"
+#: The platform of a node that has no provider (it names none and has no provider's settings): ``metal``,
+#: CoreOS's platform for bare metal. Equinix's ``packet`` is for nodes of the ``equinix`` provider only:
+#: with it, Afterburn on the installed system asks Equinix's metadata service, which exists nowhere else
+#: (docs/design.md, rule 4). Such a node has no provider for ``provision`` either.
+DEFAULT_PLATFORM = "metal"
 
 #: The commands whose options a provider declares.
 COMMANDS = ("provision", "deprovision", "devices")

@@ -11,17 +11,13 @@ config and the command's URLs); the registry, errors, options and retry policy i
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from bootserver.config import Config
-from bootserver.errors import InputError
 from bootserver.providers.base import (
-    DEFAULT_PROVIDER,
+    DEFAULT_PLATFORM,
     REGISTRY,
-    MissingCredentials,
     Outcome,
     Poll,
     ProviderOptions,
@@ -59,8 +55,11 @@ class Provider(Generic[OptionsT]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A provider class takes its ``settings_key`` and ``platform_id`` from its registry entry
-        (``KeyError`` at import for a provider missing from :data:`~bootserver.providers.base.REGISTRY`)."""
+        (``KeyError`` at import for a provider missing from :data:`~bootserver.providers.base.REGISTRY`);
+        a base without a ``name`` (a family's, :class:`~bootserver.providers.bmc.BmcProvider`) takes none."""
         super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            return
         registered = REGISTRY[cls.name]
         cls.settings_key = registered.settings_key
         cls.platform_id = registered.platform_id
@@ -138,47 +137,17 @@ def node_settings(config: Config, node: str, provider: type[Provider[Any]]) -> A
     return getattr(spec, provider.settings_key).merged_over(getattr(profile, provider.settings_key))
 
 
-def required_settings(node: str, provider: type[Provider[Any]], settings: Any, *keys: str) -> None:
-    """Raise ``InputError`` (exit 2) naming the node and the first of ``keys`` its merged ``settings``
-    (of ``provider``) leave unset: ``node rf-0: no redfish.address: set it on the node or its profile``."""
-    for key in keys:
-        if getattr(settings, key) is None:
-            raise InputError(f"node {node}: no {provider.settings_key}.{key}: set it on the node or its profile")
-
-
-def bmc_password(config: Config, node: str, provider: type[Provider[Any]], settings: Any) -> str:
-    """The BMC password of a node from its merged settings' ``password_env`` (an environment variable)
-    or ``password_file`` (a file, relative to the config file; one trailing newline dropped). Raises
-    :class:`~bootserver.providers.base.MissingCredentials` (exit 2) naming the node and the key, never
-    the value. The value goes to the BMC client only: never printed, logged or recorded."""
-    key = provider.settings_key
-    if settings.password_env is not None:
-        value = os.environ.get(settings.password_env)
-        if not value:
-            raise MissingCredentials(f"node {node}: {key}.password_env: ${settings.password_env} is not set")
-        return value
-    if settings.password_file is not None:
-        path = config.resolve_path(settings.password_file)
-        try:
-            value = Path(path).read_text(encoding="utf-8").strip("\r\n")
-        except OSError as exc:
-            raise MissingCredentials(f"node {node}: {key}.password_file: {path}: {exc.strerror or exc}") from None
-        if not value:
-            raise MissingCredentials(f"node {node}: {key}.password_file: {path} is empty")
-        return value
-    raise MissingCredentials(f"node {node}: no BMC password: set {key}.password_file or {key}.password_env")
-
-
 def boot_platform(config: Config, node: str) -> str:
     """The ``ignition.platform.id`` / ``coreos.inst.platform_id`` of a node (docs/design.md, rules 4-5):
     its profile's ``platform_id`` if set, else its provider's (``packet`` for Equinix, ``metal`` for
-    Redfish: the registry's ``platform_id``), else ``packet`` (a node with no provider, as before
-    providers existed). Imports no provider module. The console follows the platform
-    (:func:`bootserver.ipxe.build_kargs`)."""
+    Redfish and IPMI: the registry's ``platform_id``), else ``metal`` (a node with no provider:
+    :data:`~bootserver.providers.base.DEFAULT_PLATFORM`). Imports no provider module. The console
+    follows the platform (:func:`bootserver.ipxe.build_kargs`)."""
     profile = config.node_profile(node)
     if profile.platform_id:
         return profile.platform_id
-    return REGISTRY[provider_of(config, node) or DEFAULT_PROVIDER].platform_id
+    provider = provider_of(config, node)
+    return DEFAULT_PLATFORM if provider is None else REGISTRY[provider].platform_id
 
 
 def boots_virtual_media(config: Config, node: str) -> bool:

@@ -35,18 +35,13 @@ import logging
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from bootserver.config import Config
 from bootserver.errors import BootserverError, InputError
-from bootserver.providers.base import Outcome, Poll, ProviderError, ProviderOptions, option, provider_of
-from bootserver.providers.interface import Provider, bmc_password, node_settings, required_settings
+from bootserver.providers.base import Outcome, ProviderError
+from bootserver.providers.bmc import BmcProvider, now
 from bootserver.providers.ipmi_settings import DEFAULT_CIPHER_SUITE, DEFAULT_PORT, IpmiSettings
-from bootserver.urls import Urls
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +50,6 @@ IPMITOOL = "ipmitool"
 
 #: Seconds one BMC command may take, when ``ipmi.timeout`` is not set.
 DEFAULT_TIMEOUT = 30.0
-
-#: Seconds ``deprovision`` waits after a soft shutdown before it powers the machine down (``--grace``).
-DEFAULT_GRACE = 60.0
 
 #: Seconds ``deprovision`` waits for the power to go off after a power down before it gives up.
 POWER_DOWN_TIMEOUT = 30.0
@@ -209,63 +201,73 @@ class Bmc:
         self.raw("Set System Boot Options (boot flags)", CHASSIS, SET_BOOT_OPTIONS, *data)
 
 
-@dataclass(frozen=True)
-class IpmiOptions(ProviderOptions):
-    """The IPMI provider's command-line options: ``deprovision --grace SECONDS``."""
-
-    grace: float = option("--grace", default=DEFAULT_GRACE, commands=("deprovision",), parse=float,
-                          metavar="SECONDS", help=f"wait this long after a graceful shutdown before forcing the "
-                                                  f"power off (default {DEFAULT_GRACE:g})")
-
-
-class Ipmi(Provider[IpmiOptions]):
-    """The ``ipmi`` provider: one BMC per node, over IPMI v2.0 (see the module docstring)."""
+class Ipmi(BmcProvider[IpmiSettings, Bmc]):
+    """The ``ipmi`` provider: one BMC per node, over IPMI v2.0 (see the module docstring); the power-off
+    flow, ``poll`` and ``devices`` are the BMC family's (:class:`~bootserver.providers.bmc.BmcProvider`)."""
 
     name = "ipmi"
-    options_type = IpmiOptions
     options_title = "IPMI (provider ipmi)"
+    soft_off_name = "soft shutdown"
+    hard_off_name = "a power down"
+    hard_off_done = "powered down"
+    hard_off_timeout = POWER_DOWN_TIMEOUT
+    #: The ipmitool binary found on PATH (:meth:`prepare`).
+    binary = IPMITOOL
 
-    def __init__(self, config: Config, options: IpmiOptions, *, binary: str = IPMITOOL,
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-                 poll_interval: float = 1.0) -> None:
-        self.config = config
-        self.options = options
-        self.binary = binary
-        self.sleep = sleep
-        self.clock = clock
-        self.poll_interval = poll_interval
-
-    @classmethod
-    def open(cls, config: Config, options: IpmiOptions, urls: Urls) -> Ipmi:
-        """Check the options and that ipmitool is installed; no BMC is asked yet. Raises ``InputError``
-        for a bad option, :class:`BootserverError` (exit 1) without ipmitool."""
-        if not options.grace >= 0:
-            raise InputError(f"--grace: must not be negative, got {options.grace:g}")
+    def prepare(self) -> None:
+        """Find ipmitool; raises :class:`BootserverError` (exit 1) without it."""
         binary = shutil.which(IPMITOOL)
         if binary is None:
             raise BootserverError(f"the ipmi provider needs {IPMITOOL} (Debian package ipmitool), "
                                   "and it is not on PATH")
-        return cls(config, options, binary=binary)
-
-    # -- settings
-
-    def settings(self, node: str) -> IpmiSettings:
-        """The node's merged settings, with ``address`` and ``username`` present (else ``InputError``)."""
-        s = node_settings(self.config, node, type(self))
-        required_settings(node, type(self), s, "address", "username")
-        return s
+        self.binary = binary
 
     def bmc(self, node: str) -> tuple[Bmc, IpmiSettings]:
         """The node's BMC client and its merged settings. Raises ``InputError`` for missing settings or
         a password that cannot be read."""
         s = self.settings(node)
         assert s.address is not None and s.username is not None  # self.settings() checked both
-        password = bmc_password(self.config, node, type(self), s)
+        password = self.password(node, s)
         if len(password.encode()) > 20:
             raise InputError(f"node {node}: ipmi: the password is longer than IPMI's 20 bytes")
         return Bmc(node, s.address, s.port or DEFAULT_PORT, s.username, password,
                    cipher_suite=s.cipher_suite or DEFAULT_CIPHER_SUITE, timeout=s.timeout or DEFAULT_TIMEOUT,
                    binary=self.binary), s
+
+    # -- the BMC family's steps
+
+    def machine(self, node: str, device: Mapping[str, Any]) -> Bmc:
+        """The node's BMC client (no request yet)."""
+        return self.bmc(node)[0]
+
+    def machine_id(self, machine: Bmc) -> str:
+        return machine.name
+
+    def where(self, machine: Bmc) -> str:
+        return f"BMC {machine.name}"
+
+    def power_state(self, machine: Bmc, *, fresh: bool = False) -> str:
+        """Get Chassis Status, every time (IPMI keeps nothing between requests)."""
+        return machine.power()
+
+    def soft_off(self, machine: Bmc) -> bool:
+        """Chassis Control soft shutdown (ACPI)."""
+        machine.chassis_control(SOFT_SHUTDOWN)
+        return True
+
+    def hard_off(self, machine: Bmc) -> None:
+        """Chassis Control power down."""
+        machine.chassis_control(POWER_DOWN)
+
+    def clear_boot(self, node: str, machine: Bmc, device: Mapping[str, Any],
+                   say: Callable[[str, str], None]) -> None:
+        """The boot flags, no longer valid (parameter 5 with the valid bit clear)."""
+        machine.set_boot_flags((BOOT_FLAGS, 0x00, 0x00, 0x00, 0x00, 0x00))
+
+    def unreachable(self, node: str, device: Mapping[str, Any]) -> list[str]:
+        s = self.settings(node)
+        assert s.address is not None
+        return [bmc_name(s.address, s.port or DEFAULT_PORT), "error"]
 
     # -- records
 
@@ -279,7 +281,7 @@ class Ipmi(Provider[IpmiOptions]):
             "port": bmc.port,
             "state": power,
             "boot": {"device": "pxe", "mode": s.boot_mode or "uefi", "persistent": bool(s.persistent)},
-            "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "updated_at": now(),
         }
 
     def line(self, node: str, device: Mapping[str, Any]) -> str:
@@ -309,65 +311,7 @@ class Ipmi(Provider[IpmiOptions]):
             out.append(Outcome(node, device, self.line(node, device)))
         return out
 
-    def poll(self, node: str, device: Mapping[str, Any]) -> Poll:
-        """The machine's power state (a BMC reports no failure of an install)."""
-        bmc, _ = self.bmc(node)
-        current = dict(device, state=bmc.power(), updated_at=datetime.now(UTC).isoformat(timespec="seconds"))
-        return Poll(current["state"], current)
-
-    def _wait_off(self, bmc: Bmc, seconds: float) -> bool:
-        deadline = self.clock() + seconds
-        while True:
-            if not bmc.power_is_on():
-                return True
-            remaining = deadline - self.clock()
-            if remaining <= 0:
-                return False
-            self.sleep(min(self.poll_interval, remaining))
-
-    def deprovision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
-                    say: Callable[[str, str], None]) -> list[Outcome]:
-        """Power each node's machine off (soft shutdown, then power down after ``--grace`` seconds) and
-        clear its boot flags."""
-        grace = self.options.grace
-        bmcs = [self.bmc(node) for node in nodes]
-        out = []
-        for node, (bmc, _) in zip(nodes, bmcs, strict=True):
-            if bmc.power_is_on():
-                off = False
-                if grace > 0:
-                    bmc.chassis_control(SOFT_SHUTDOWN)
-                    off = self._wait_off(bmc, grace)
-                if off:
-                    say(node, f"BMC {bmc.name}: shut down")
-                else:
-                    bmc.chassis_control(POWER_DOWN)
-                    if not self._wait_off(bmc, POWER_DOWN_TIMEOUT):
-                        raise ProviderError(f"node {node}: BMC {bmc.name}: the power is still on "
-                                            f"{POWER_DOWN_TIMEOUT:g} s after a power down")
-                    say(node, f"BMC {bmc.name}: powered down" + (f" after {grace:g} s of soft shutdown"
-                                                                 if grace > 0 else ""))
-            bmc.set_boot_flags((BOOT_FLAGS, 0x00, 0x00, 0x00, 0x00, 0x00))
-            out.append(Outcome(node, None, f"{node} {bmc.name} Off"))
-        return out
-
-    def devices(self, stages: Mapping[str, str], recorded: Mapping[str, Mapping[str, Any]]) -> list[str]:
-        """``node BMC power-state stage`` for every IPMI node of the config; a BMC that fails gives
-        ``error`` as the power state and its one line in the log."""
-        lines = []
-        for node in self.config.nodes:
-            if provider_of(self.config, node) != self.name:
-                continue
-            bmc, _ = self.bmc(node)
-            try:
-                power = bmc.power()
-            except ProviderError as exc:
-                log.error("%s", exc)
-                power = "error"
-            lines.append(f"{node} {bmc.name} {power} {stages.get(node, 'new')}")
-        return lines
-
 
 PROVIDER = Ipmi
 
-__all__ = ["Bmc", "Ipmi", "IpmiOptions", "boot_flags", "failure_reason"]
+__all__ = ["Bmc", "Ipmi", "boot_flags", "failure_reason"]

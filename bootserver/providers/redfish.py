@@ -35,10 +35,8 @@ carrying its own words (``@Message.ExtendedInfo``); a BMC that is down or does n
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,17 +49,8 @@ import sushy.exceptions as sx
 from bootserver.config import Config
 from bootserver.errors import InputError
 from bootserver.images.network import boot_network
-from bootserver.providers.base import (
-    Outcome,
-    Poll,
-    ProviderError,
-    ProviderNotFound,
-    ProviderOptions,
-    RetryPolicy,
-    option,
-    provider_of,
-)
-from bootserver.providers.interface import Provider, bmc_password, node_settings, required_settings
+from bootserver.providers.base import Outcome, ProviderError, ProviderNotFound, RetryPolicy
+from bootserver.providers.bmc import BmcOptions, BmcProvider, now
 from bootserver.providers.redfish_settings import RedfishSettings
 from bootserver.urls import Urls
 
@@ -71,9 +60,6 @@ T = TypeVar("T")
 
 #: Seconds to wait for a BMC's answer, when ``redfish.timeout`` is not set.
 DEFAULT_TIMEOUT = 30.0
-
-#: Seconds ``deprovision`` waits after ``GracefulShutdown`` before ``ForceOff`` (``--grace``).
-DEFAULT_GRACE = 60.0
 
 #: Seconds ``deprovision`` waits for ``Off`` after ``ForceOff`` before it gives up.
 FORCE_OFF_TIMEOUT = 60.0
@@ -215,40 +201,32 @@ class SecureBootRefused(InputError):
 
 
 @dataclass(frozen=True)
-class RedfishOptions(ProviderOptions):
-    """The Redfish provider's command-line options: ``deprovision --grace SECONDS``."""
+class System:
+    """A node's machine at its BMC: the BMC client and the sushy ``ComputerSystem`` in it."""
 
-    grace: float = option("--grace", default=DEFAULT_GRACE, commands=("deprovision",), parse=float,
-                          metavar="SECONDS", help=f"wait this long after a graceful shutdown before forcing the "
-                                                  f"power off (default {DEFAULT_GRACE:g})")
+    bmc: Bmc
+    system: Any
 
 
-class Redfish(Provider[RedfishOptions]):
-    """The ``redfish`` provider: one BMC ``ComputerSystem`` per node (see the module docstring)."""
+class Redfish(BmcProvider[RedfishSettings, System]):
+    """The ``redfish`` provider: one BMC ``ComputerSystem`` per node (see the module docstring); the
+    power-off flow, ``poll`` and ``devices`` are the BMC family's
+    (:class:`~bootserver.providers.bmc.BmcProvider`)."""
 
     name = "redfish"
-    options_type = RedfishOptions
     options_title = "Redfish (provider redfish)"
+    soft_off_name = "graceful shutdown"
+    hard_off_name = "ForceOff"
+    hard_off_done = "forced off"
+    hard_off_timeout = FORCE_OFF_TIMEOUT
 
-    def __init__(self, config: Config, options: RedfishOptions, urls: Urls, *,
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-                 poll_interval: float = 1.0) -> None:
-        self.config = config
-        self.options = options
-        self.urls = urls
-        self.sleep = sleep
-        self.clock = clock
-        self.poll_interval = poll_interval
+    def __init__(self, config: Config, options: BmcOptions, urls: Urls) -> None:
+        super().__init__(config, options, urls)
         self._bmcs: dict[tuple[str, str | None], Bmc] = {}
 
-    @classmethod
-    def open(cls, config: Config, options: RedfishOptions, urls: Urls) -> Redfish:
-        """No connection yet: each node's BMC is opened when first used."""
-        if not options.grace >= 0:
-            raise InputError(f"--grace: must not be negative, got {options.grace:g}")
-        # sushy logs its own view of every failure; ours is the one line the command prints
+    def prepare(self) -> None:
+        """sushy logs its own view of every failure; ours is the one line the command prints."""
         logging.getLogger("sushy").setLevel(logging.NOTSET if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL)
-        return cls(config, options, urls)
 
     def close(self) -> None:
         """Log out of every BMC session."""
@@ -257,12 +235,6 @@ class Redfish(Provider[RedfishOptions]):
         self._bmcs.clear()
 
     # -- settings
-
-    def settings(self, node: str) -> RedfishSettings:
-        """The node's merged settings, with ``address`` and ``username`` present (else ``InputError``)."""
-        s = node_settings(self.config, node, type(self))
-        required_settings(node, type(self), s, "address", "username")
-        return s
 
     def _verify(self, node: str, s: RedfishSettings) -> bool | str:
         if s.verify_tls is None or isinstance(s.verify_tls, bool):
@@ -279,7 +251,7 @@ class Redfish(Provider[RedfishOptions]):
         assert address is not None and username is not None  # self.settings() checked both
         key = (address, username)
         if key not in self._bmcs:
-            password = bmc_password(self.config, node, type(self), s)
+            password = self.password(node, s)
             self._bmcs[key] = Bmc(address, username, password, verify=self._verify(node, s),
                                   timeout=s.timeout or DEFAULT_TIMEOUT)
         return self._bmcs[key], s
@@ -303,7 +275,7 @@ class Redfish(Provider[RedfishOptions]):
             "state": _power(system),
             "boot": {"target": _value(boot.target), "enabled": _value(boot.enabled), "mode": _value(boot.mode)},
             "macs": macs,
-            "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "updated_at": now(),
         }
 
     def line(self, node: str, device: Mapping[str, Any]) -> str:
@@ -436,87 +408,64 @@ class Redfish(Provider[RedfishOptions]):
             log.warning("node %s: none of the system's MACs (%s) is in nodes.%s.mac: /boot.ipxe?mac= will "
                         "not find it", node, ", ".join(device["macs"]), node)
 
-    def poll(self, node: str, device: Mapping[str, Any]) -> Poll:
-        """The system's power state (a BMC reports no failure of an install)."""
-        bmc, _ = self.bmc(node)
-        system = bmc.system(device["id"], node)
-        current = dict(device, state=_power(system), updated_at=datetime.now(UTC).isoformat(timespec="seconds"))
-        return Poll(current["state"], current)
+    # -- the BMC family's steps
 
-    def _wait_off(self, bmc: Bmc, system: Any, seconds: float) -> bool:
-        deadline = self.clock() + seconds
-        while True:
-            bmc.call(f"GET {system.path}", partial(system.refresh, force=True))
-            if _power(system) == "Off":
-                return True
-            remaining = deadline - self.clock()
-            if remaining <= 0:
-                return False
-            self.sleep(min(self.poll_interval, remaining))
+    def machine(self, node: str, device: Mapping[str, Any]) -> System:
+        """The node's system: the one recorded (``device``'s ``id``), else ``redfish.system``, else the
+        BMC's only one."""
+        bmc, s = self.bmc(node)
+        return System(bmc, bmc.system(device.get("id") or s.system, node))
 
-    def deprovision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
-                    say: Callable[[str, str], None]) -> list[Outcome]:
-        """Power each node's system off (graceful, then ``ForceOff`` after ``--grace`` seconds) and
-        clear the boot override."""
-        grace = self.options.grace
-        out = []
-        for node in nodes:
-            bmc, s = self.bmc(node)
-            system = bmc.system((recorded.get(node) or {}).get("id") or s.system, node)
-            power = _power(system)
-            if power != "Off":
-                allowed = bmc.call(f"GET {system.path} reset values", system.get_allowed_reset_system_values)
-                off = False
-                if sushy.RESET_GRACEFUL_SHUTDOWN in allowed and grace > 0:
-                    bmc.call(f"POST {system.path} Reset GracefulShutdown",
-                             partial(system.reset_system, sushy.RESET_GRACEFUL_SHUTDOWN))
-                    off = self._wait_off(bmc, system, grace)
-                if not off:
-                    bmc.call(f"POST {system.path} Reset ForceOff", partial(system.reset_system, sushy.RESET_FORCE_OFF))
-                    if not self._wait_off(bmc, system, FORCE_OFF_TIMEOUT):
-                        raise ProviderError(f"BMC {bmc.address}: {system.path} is still {_power(system)} "
-                                            f"{FORCE_OFF_TIMEOUT:g} s after ForceOff")
-                    say(node, f"{system.path}: forced off" + (f" after {grace:g} s of graceful shutdown"
-                                                              if grace > 0 else ""))
-                else:
-                    say(node, f"{system.path}: shut down")
-            if (recorded.get(node) or {}).get("media") or s.boot_source == "virtual-media":
-                self._eject(bmc, self._virtual_cd(bmc, system), node, say)
-            allowed_targets = bmc.call(f"GET {system.path}", system.get_allowed_system_boot_source_values)
-            target = sushy.BOOT_SOURCE_TARGET_NONE if sushy.BOOT_SOURCE_TARGET_NONE in allowed_targets \
-                else sushy.BOOT_SOURCE_TARGET_HDD
-            bmc.call(f"PATCH {system.path} Boot", partial(
-                system.set_system_boot_options, target, enabled=sushy.BOOT_SOURCE_ENABLED_DISABLED))
-            out.append(Outcome(node, None, f"{node} {system.path} Off"))
-        return out
+    def machine_id(self, machine: System) -> str:
+        return str(machine.system.path)
 
-    def devices(self, stages: Mapping[str, str], recorded: Mapping[str, Mapping[str, Any]]) -> list[str]:
-        """``node system power-state stage secure-boot:on|off|-`` for every Redfish node of the config (``-``:
-        the BMC offers no ``SecureBoot`` resource): the system recorded
-        at ``provision`` (state store), else ``redfish.system``, else the BMC's only one; a BMC that fails
-        gives ``error`` as the power state and its one line in the log."""
+    def power_state(self, machine: System, *, fresh: bool = False) -> str:
+        """The system's ``PowerState``; ``fresh``: GET the system again first."""
+        if fresh:
+            machine.bmc.call(f"GET {machine.system.path}", partial(machine.system.refresh, force=True))
+        return _power(machine.system)
 
-        lines = []
-        for node in self.config.nodes:
-            if provider_of(self.config, node) != self.name:
-                continue
-            s = self.settings(node)
-            rec = recorded.get(node) or {}
-            path = rec.get("id") if rec.get("provider") == self.name else None
-            secure = "-"
-            try:
-                bmc, _ = self.bmc(node)
-                system = bmc.system(path or s.system, node)
-                path, power = system.path, _power(system)
-                enabled = self.secure_boot(bmc, system)
-                secure = "-" if enabled is None else "on" if enabled else "off"
-            except ProviderError as exc:
-                log.error("%s", exc)
-                path, power = s.system or "-", "error"
-            lines.append(f"{node} {path} {power} {stages.get(node, 'new')} secure-boot:{secure}")
-        return lines
+    def soft_off(self, machine: System) -> bool:
+        """``Reset GracefulShutdown``, when the system's allowed reset values have it."""
+        bmc, system = machine.bmc, machine.system
+        allowed = bmc.call(f"GET {system.path} reset values", system.get_allowed_reset_system_values)
+        if sushy.RESET_GRACEFUL_SHUTDOWN not in allowed:
+            return False
+        bmc.call(f"POST {system.path} Reset GracefulShutdown",
+                 partial(system.reset_system, sushy.RESET_GRACEFUL_SHUTDOWN))
+        return True
+
+    def hard_off(self, machine: System) -> None:
+        """``Reset ForceOff``."""
+        bmc, system = machine.bmc, machine.system
+        bmc.call(f"POST {system.path} Reset ForceOff", partial(system.reset_system, sushy.RESET_FORCE_OFF))
+
+    def clear_boot(self, node: str, machine: System, device: Mapping[str, Any],
+                   say: Callable[[str, str], None]) -> None:
+        """Eject the boot image (a virtual-media node, or one whose record holds ``media``), then turn
+        the boot override off (target ``None``, else ``Hdd`` on a BMC without ``None``)."""
+        bmc, system = machine.bmc, machine.system
+        if device.get("media") or self.settings(node).boot_source == "virtual-media":
+            self._eject(bmc, self._virtual_cd(bmc, system), node, say)
+        allowed_targets = bmc.call(f"GET {system.path}", system.get_allowed_system_boot_source_values)
+        target = sushy.BOOT_SOURCE_TARGET_NONE if sushy.BOOT_SOURCE_TARGET_NONE in allowed_targets \
+            else sushy.BOOT_SOURCE_TARGET_HDD
+        bmc.call(f"PATCH {system.path} Boot", partial(
+            system.set_system_boot_options, target, enabled=sushy.BOOT_SOURCE_ENABLED_DISABLED))
+
+    def look(self, node: str, device: Mapping[str, Any]) -> list[str]:
+        """``[system, power-state, secure-boot:on|off|-]`` (``-``: the BMC offers no ``SecureBoot``
+        resource); the system is the one recorded at ``provision`` (state store), else
+        ``redfish.system``, else the BMC's only one."""
+        machine = self.machine(node, device)
+        enabled = self.secure_boot(machine.bmc, machine.system)
+        secure = "-" if enabled is None else "on" if enabled else "off"
+        return [self.machine_id(machine), self.power_state(machine), f"secure-boot:{secure}"]
+
+    def unreachable(self, node: str, device: Mapping[str, Any]) -> list[str]:
+        return [self.settings(node).system or "-", "error", "secure-boot:-"]
 
 
 PROVIDER = Redfish
 
-__all__ = ["Bmc", "Redfish", "RedfishOptions", "SecureBootRefused"]
+__all__ = ["Bmc", "Redfish", "SecureBootRefused", "System"]

@@ -161,6 +161,9 @@ class Stack:
         return self.metadata["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"][kind]["sha256"]
 
 
+#: The console karg of the e2e profiles: the guest's second serial port (tests/e2e/rig.py, ``qemu_command``).
+SERIAL_CONSOLE = "console=ttyS1,115200n8"
+
 #: The real Ignition config the e2e profiles merge: self-contained (no further remote sources).
 REAL_IGNITION = {
     "ignition": {"version": "3.2.0"},
@@ -239,15 +242,17 @@ def write_stack_config(work: Path, name: str, port: int, base_url: str, state_di
         "cache_dir": str(work / "cache"),
         "state_dir": str(state_dir or work / "state"),
         "streams": {"fcos-e2e": {"metadata": str(work / "stream.json")}},
+        # the nodes have no provider, so platform metal, which names no console: the profiles name the
+        # guest's second serial port, which the rig reads (as an operator names their machines' own)
         "profiles": {
             "e2e-install": {"stream": "fcos-e2e", "mode": "install", "install_dev": "/dev/vda",
-                            "ignition": "real.ign"},
-            "e2e-live": {"stream": "fcos-e2e", "mode": "live", "ignition": "real.ign"},
+                            "ignition": "real.ign", "console": SERIAL_CONSOLE},
+            "e2e-live": {"stream": "fcos-e2e", "mode": "live", "ignition": "real.ign", "console": SERIAL_CONSOLE},
             # a machine behind a BMC boots platform metal, which names no console: this one says where
             "e2e-live-ttys0": {"stream": "fcos-e2e", "mode": "live", "ignition": "real.ign",
                                "console": "console=ttyS0,115200n8"},
             "e2e-live-newer-spec": {"stream": "fcos-e2e", "mode": "live", "ignition": "real.ign",
-                                    "ignition_version": NEWER_SPEC},
+                                    "ignition_version": NEWER_SPEC, "console": SERIAL_CONSOLE},
         },
         # selectable: /boot.ipxe?mac= may hand out the script (the guest reaches us through a forwarder
         # on 127.0.0.1, so a source-address binding would prove nothing here)

@@ -69,7 +69,7 @@ def test_install_node_boots_through_its_chain_url(tools: rig.Tools, guest_stack:
     assert "coreos.inst.install_dev=/dev/vda" in args
     assert any(a.startswith(f"coreos.inst.ignition_url={guest_stack.base_url}/ignition/{node.name}?exp=")
                for a in args), args
-    assert "coreos.inst.platform_id=packet" in args
+    assert "coreos.inst.platform_id=metal" in args  # a node with no provider
     assert not any(a.startswith("ignition.platform.id=") for a in args)
 
     # The installer fetches the stub (coreos.inst.ignition_url): the node is installing. Boot-once: its
@@ -96,9 +96,9 @@ def test_live_node_boots_through_the_generic_entry_by_the_mac_ipxe_sends(tools: 
     before = guest_stack.render("ipxe", node.name)
     result = boot(tools, guest_stack, "/boot.ipxe?mac=${net0/mac}", node.mac, tmp_path / "serial.log", firmware)
     args = check_boot(guest_stack, node.name, result, firmware, before)
-    # The script is live-0's (found by its MAC), in live mode: never ignition.platform.id=packet without
-    # a config source that outranks the platform.
-    assert "ignition.platform.id=packet" in args
+    # The script is live-0's (found by its MAC), in live mode, with no provider: platform metal, and the
+    # config source Ignition reads (it would also outrank packet's userdata, docs/design.md rule 5).
+    assert "ignition.platform.id=metal" in args
     assert any(a.startswith(f"ignition.config.url={guest_stack.base_url}/ignition/{node.name}?exp=")
                for a in args), args
     assert not any(a.startswith("coreos.inst.") for a in args)
