@@ -38,8 +38,9 @@ screenshots: $(STAMP)
 	$(BIN)/python benchmarks/screenshots.py docs/screenshots
 
 # The playground (README, "Quick start"): installs what it needs as .ci/run does (.ci/install-packages:
-# apt, as root or through sudo), then boots three QEMU machines through a local server, on loopback.
-# PLAYGROUND_ARGS goes to benchmarks/playground.py (e.g. --minutes 5, or --until-seen as CI runs it).
+# apt, as root or through sudo), then takes three QEMU machines through their whole life (install, reboot,
+# boot-once, check-in) with a stand-in CoreOS built from Debian's parts, through a local server on loopback.
+# PLAYGROUND_ARGS goes to benchmarks/playground.py (e.g. --minutes 5, --screenshot PNG).
 PLAYGROUND_ARGS ?=
 playground: $(STAMP)
 	bash .ci/install-packages

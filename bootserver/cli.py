@@ -76,23 +76,21 @@ def _node(config: Config, name: str) -> str:
 
 
 def _cmd_render(args: argparse.Namespace, config: Config) -> int:
+    from .runtime import Runtime
     from .service import BootService
 
     if args.what != "ignition" and args.ignition_version is not None:
         raise InputError(f"render {args.what}: --version applies to render ignition only")
-    svc = BootService(config)
     node = _node(config, args.node)
 
     async def render() -> bytes:
-        await svc.start()
-        try:
+        async with Runtime(config) as runtime:
+            svc = BootService(config, runtime)
             if args.what == "ipxe":
-                return (await svc.boot_script(node)).encode()
+                return (await svc.script(node)).encode()
             if args.what == "grub":
-                return (await svc.boot_script(node, grub=True)).encode()
-            return svc.stub(node, args.ignition_version)
-        finally:
-            await svc.close()
+                return (await svc.script(node, grub=True)).encode()
+            return await svc.stub(node, version=args.ignition_version)
 
     sys.stdout.buffer.write(asyncio.run(render()))
     sys.stdout.flush()
@@ -160,12 +158,12 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
     from .images.netboot import node_image
     from .images.network import boot_network
     from .images.overlay import NodeImage
-    from .network import effective_network
+    from .inventory import node_context
     from .urls import Urls
 
     node = _node(config, args.node)
     device = None
-    if effective_network(config, node) == "provider":  # its addresses are in its device record
+    if node_context(config, node).network == "provider":  # its addresses are in its device record
 
         async def record() -> dict[str, Any] | None:
             store = await _started_store(config)
@@ -176,16 +174,12 @@ def _cmd_iso(args: argparse.Namespace, config: Config) -> int:
 
         device = asyncio.run(record())
     if config.node_secure_boot(node):
+        from .runtime import Runtime
         from .service import BootService
 
-        svc = BootService(config)
-
         async def build() -> NodeImage:
-            await svc.start()
-            try:
-                return await svc.node_image(node)
-            finally:
-                await svc.close()
+            async with Runtime(config) as runtime:
+                return await BootService(config, runtime).image(node)
 
         start = time.monotonic()
         image = asyncio.run(build())
@@ -210,6 +204,7 @@ def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
 
     from .images.firmware import write_loaders
     from .images.netsecure import TftpNode, loader_set, secure_boot_streams, write_secureboot_loaders
+    from .runtime import Runtime
     from .service import BootService
 
     arm64 = any(profile.arch == "aarch64" for profile in config.profiles.values())
@@ -218,12 +213,10 @@ def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
         print(path)
     streams = secure_boot_streams(config)
     if streams:  # the signed shim and GRUB of each secure_boot stream's release, from its live ISO
-        svc = BootService(config)
-
         async def fetch() -> tuple[dict[str, Path], list[TftpNode]]:
-            await svc.start()
-            try:
-                sets = {s: await loader_set(config, svc.catalog, svc.artifacts, s) for s in streams}
+            async with Runtime(config) as runtime:
+                svc = BootService(config, runtime)
+                sets = {s: await loader_set(config, svc.desk.catalog, svc.desk.artifacts, s) for s in streams}
                 nodes = []  # each secure_boot node's own config, for a vendor GRUB without http
                 for node, spec in config.nodes.items():
                     if config.node_profile(node).stream in streams and config.node_secure_boot(node):
@@ -231,8 +224,6 @@ def _cmd_loaders(args: argparse.Namespace, config: Config) -> int:
                         nodes += [TftpNode(node, mac, release.stream, release.version, kernel, initramfs, kargs)
                                   for mac in spec.mac]
                 return sets, nodes
-            finally:
-                await svc.close()
 
         sets, nodes = asyncio.run(fetch())
         for path in write_secureboot_loaders(Path(args.dir), sets, base, nodes):

@@ -19,7 +19,8 @@ import jinja2
 
 from . import __version__
 from .errors import BootserverError
-from .ipxe import COMMAND_LINE_SIZE, CommandLineTooLong, ScriptContext, check_script_word
+from .ipxe import ScriptContext, check_script_word
+from .kargs import COMMAND_LINE_SIZE, CommandLineTooLong
 from .resources import data_dir
 
 
@@ -78,7 +79,7 @@ def render_grub_config(ctx: ScriptContext) -> str:
 
     GRUB puts ``BOOT_IMAGE=<kernel file>`` first on the kernel's command line (GRUB 2.06
     ``grub-core/loader/i386/linux.c``), which counts against the kernel's buffer. Raises
-    :class:`GrubUnsupported` for an https or IPv6 URL, :class:`~bootserver.ipxe.CommandLineTooLong`
+    :class:`GrubUnsupported` for an https or IPv6 URL, :class:`~bootserver.kargs.CommandLineTooLong`
     when the command line does not fit, and :class:`~bootserver.ipxe.UnsafeValueError` for a value
     GRUB or iPXE would not read literally.
     """

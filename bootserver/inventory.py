@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .config import Config, Node, Profile
 from .errors import UnknownNodeError, shown
+from .nmstate import NetworkState
 from .providers.base import provider_of
 
 
@@ -19,20 +20,33 @@ from .providers.base import provider_of
 class NodeContext:
     """A configured node resolved once, as a request carries it down (matchbox keeps the profile in
     the request context): its ``name``, its settings (``spec``: ``nodes.<name>``), its profile's name
-    and settings, and its provider (``None``: none; :func:`~bootserver.providers.base.provider_of`)."""
+    and settings, its provider (``None``: none; :func:`~bootserver.providers.base.provider_of`), its
+    ``hostname`` (its own, else its name) and its ``network`` (its own, else its profile's, else
+    ``"dhcp"``: ``"dhcp"``, ``"provider"`` or an NMState document)."""
 
     name: str
     spec: Node
     profile_name: str
     profile: Profile
     provider: str | None
+    hostname: str
+    network: str | NetworkState
+
+
+def node_context(config: Config, name: str) -> NodeContext:
+    """Configured node ``name`` of ``config`` resolved (:class:`NodeContext`). Raises ``KeyError`` for an
+    unknown node (use :func:`find_node` first)."""
+    spec = config.nodes[name]
+    profile = config.profiles[spec.profile]
+    network = spec.network if spec.network is not None else profile.network
+    return NodeContext(name, spec, spec.profile, profile, provider_of(config, name), config.node_hostname(name),
+                       "dhcp" if network is None else network)
 
 
 def node_contexts(config: Config) -> dict[str, NodeContext]:
     """Every configured node of ``config`` resolved (:class:`NodeContext`); a loaded config never
     changes, so this is built once per service."""
-    return {name: NodeContext(name, spec, spec.profile, config.profiles[spec.profile], provider_of(config, name))
-            for name, spec in config.nodes.items()}
+    return {name: node_context(config, name) for name in config.nodes}
 
 
 def find_node(config: Config, *, name: str | None = None, mac: str | None = None,

@@ -4,7 +4,8 @@
 device, :func:`bootserver.providers.equinix_network.equinix_network`) or an NMState document
 (:mod:`bootserver.nmstate`, which owns its models, its checks and its kargs, and the key's type,
 ``NetworkSetting``). This module answers for a node of a loaded config: which of the three it has
-(:func:`effective_network`), its NMState document (:func:`node_network`), its kargs (:func:`node_kargs`).
+(:attr:`bootserver.inventory.NodeContext.network`), its NMState document (:func:`node_network`), its kargs
+(:func:`node_kargs`), each for the node as resolved once (:class:`~bootserver.inventory.NodeContext`).
 The config checks every ``network`` key at load (:func:`bootserver.config.loader.check_network_settings`).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .config import Config
+from .inventory import NodeContext
 from .nmstate import NetworkConfigError, NetworkState, dracut_kargs
 from .providers.base import DeviceRecordError
 from .providers.equinix_network import equinix_network
@@ -22,23 +23,14 @@ from .values import host_family
 # ------------------------------------------------------------------------------------------ a node
 
 
-def effective_network(config: Config, node: str) -> str | NetworkState:
-    """The node's ``network``: its own, else its profile's, else ``"dhcp"``."""
-    spec = config.nodes[node]
-    if spec.network is not None:
-        return spec.network
-    profile = config.node_profile(node)
-    return profile.network if profile.network is not None else "dhcp"
-
-
-def node_network(config: Config, node: str, device: Mapping[str, Any] | None) -> NetworkState | None:
-    """The NMState document of a node in a loaded config, ``None`` for ``dhcp``. For ``provider``, derived
+def node_network(resolved: NodeContext, device: Mapping[str, Any] | None) -> NetworkState | None:
+    """The NMState document of a node as resolved, ``None`` for ``dhcp``. For ``provider``, derived
     from ``device``, the node's device record as the state store holds it (:attr:`Current.device
     <bootserver.timeline.Current.device>`; ``None`` without one) by :func:`equinix_network`.
 
     Raises :class:`DeviceRecordError` (503, exit 1) when a ``provider`` node has no usable device record.
     """
-    network = effective_network(config, node)
+    node, network = resolved.name, resolved.network
     if network == "dhcp":
         return None
     if network == "provider":
@@ -53,19 +45,20 @@ def node_network(config: Config, node: str, device: Mapping[str, Any] | None) ->
     return network
 
 
-def node_kargs(config: Config, node: str, device: Mapping[str, Any] | None) -> tuple[str, ...]:
+def node_kargs(resolved: NodeContext, device: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The dracut network kernel arguments of a node (``()`` for ``dhcp``), with its hostname; ``device``
     is its device record (``None`` without one), read by ``network: provider`` only.
 
     Raises :class:`DeviceRecordError` as :func:`node_network`.
     """
-    state = node_network(config, node, device)
+    state = node_network(resolved, device)
     if state is None:
         return ()
     try:
-        return dracut_kargs(state, config.node_hostname(node))
+        return dracut_kargs(state, resolved.hostname)
     except NetworkConfigError as e:  # a provider record that does not add up
-        raise DeviceRecordError(f"node {node}: the device record does not describe a network: {e}") from None
+        raise DeviceRecordError(f"node {resolved.name}: the device record does not describe a network: {e}") from None
+
 
 
 def client_family(client: str | None) -> int | None:

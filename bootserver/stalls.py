@@ -24,7 +24,7 @@ from .errors import UnavailableError
 from .fleet import FleetNode, read_fleet
 from .nodes_view import format_age
 from .state import StateStore
-from .timeline import NodeState, Recorded
+from .timeline import DISCOVERED, NodeState, Recorded
 
 log = logging.getLogger("bootserver.stalls")
 
@@ -55,9 +55,10 @@ class StallWatch:
         self._stages: list[tuple[str, bool]] = []
 
     def recorded(self, event: Recorded) -> None:
-        """An observer of recorded events (:attr:`bootserver.service.BootService.observers`): wakes the
-        watch, when it runs, to read the nodes again (see :meth:`run`)."""
-        if self.wake is not None:
+        """An observer of recorded events (:meth:`bootserver.runtime.Runtime.observe`): wakes the
+        watch, when it runs, to read the nodes again (see :meth:`run`); a discovered machine's report
+        concerns no node."""
+        if self.wake is not None and event.event != DISCOVERED:
             self.wake.set()
 
     async def read_stages(self) -> None:

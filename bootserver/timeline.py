@@ -264,9 +264,15 @@ class NodeState:
                 "dropped_events": self.dropped, "last_ip": self.last_ip}
 
 
+#: The event (and stage) of a :class:`Recorded` that tells a discovered machine's report was recorded
+#: (its ``node`` is the machine's MAC; no node's timeline holds it).
+DISCOVERED = "discovered"
+
+
 class Recorded(NamedTuple):
     """A timeline event recorded in this process, as its observers see it (the stall watch, the live
-    page, the boot-duration metric: :attr:`bootserver.service.BootService.observers`): the ``node``,
+    page, the boot-duration metric: :meth:`bootserver.runtime.Runtime.observe`), or a discovered
+    machine's report (event and stage :data:`DISCOVERED`, ``node`` its MAC): the ``node``,
     the ``event``, the node's ``stage`` after it, its stage ``before`` it (read for ``config`` and
     ``checkin`` only, the events that may end a boot; ``None`` otherwise) and when (``at``, unix
     seconds). A named tuple: one is made per recorded event, on the script path."""

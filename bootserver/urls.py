@@ -116,15 +116,16 @@ ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, DISCOVER, GENERIC_GRUB, STUB, REAL_
 class Urls:
     """Build absolute URLs for a config. Node and stream names are checked plain names already.
 
-    ``signer`` signs per-node URLs; by default one over ``keys()`` (default: ``<state_dir>/keys.json``,
-    created on first use; a server passes its state store's keys) and the wall clock. ``family`` is the
-    address family (``4``, ``6``) of the machine the URLs are for: they start with the base URL of that
-    family (:meth:`~bootserver.config.ServerConfig.base_url_for`); ``None`` (not known): the first one.
-    A signature covers the node, the route path and the expiry, never the base URL, so a signed URL
-    is valid on every base URL of the server.
+    ``signer`` signs per-node URLs: a :class:`Signer`, or a function that gives it on first use (a
+    server's :attr:`bootserver.runtime.Runtime.signer`, shared by every config it loads); by default one
+    over ``keys()`` (default: ``<state_dir>/keys.json``, created on first use) and the wall clock.
+    ``family`` is the address family (``4``, ``6``) of the machine the URLs are for: they start with the
+    base URL of that family (:meth:`~bootserver.config.ServerConfig.base_url_for`); ``None`` (not known):
+    the first one. A signature covers the node, the route path and the expiry, never the base URL, so a
+    signed URL is valid on every base URL of the server.
     """
 
-    def __init__(self, config: Config, signer: Signer | None = None,
+    def __init__(self, config: Config, signer: Signer | Callable[[], Signer] | None = None,
                  keys: Callable[[], Keyring] | None = None, *, family: int | None = None) -> None:
         self.config = config
         self.family = family
@@ -139,7 +140,7 @@ class Urls:
         same config and signer, the base URL of that family; made once per family."""
         urls = self._families.get(family)
         if urls is None:
-            urls = Urls(self.config, self.signer, family=family)
+            urls = Urls(self.config, lambda: self.signer, family=family)
             urls._families = self._families
             self._families[family] = urls
         return urls
@@ -147,9 +148,11 @@ class Urls:
     @property
     def signer(self) -> Signer:
         """The :class:`Signer` (loading or creating the keys on first use)."""
-        if self._signer is None:
-            self._signer = Signer(self._keys())
-        return self._signer
+        signer = self._signer
+        if isinstance(signer, Signer):
+            return signer
+        self._signer = signer = Signer(self._keys()) if signer is None else signer()
+        return signer
 
     def _signed(self, base: str, node: str, path: str, ttl: int) -> str:
         return f"{base}{path}?{self.signer.query(node, path, ttl)}"

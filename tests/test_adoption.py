@@ -92,7 +92,7 @@ async def test_selectable_anywhere_only_when_asked_and_with_a_warning(tmp_path: 
     client = await aiohttp_client(app)
     for i in range(3):
         assert (await client.get(report_path(mac(i), uuid=""))).status == 200
-    await app[RUNNING].current.svc.drain()
+    await app[RUNNING].runtime.drain()
     rc, _, err = await run_cli("nodes", "adopt", mac(0), "--name", "open-0", "--profile", "live",
                                  "--selectable-anywhere", "--config", str(path))
     assert rc == 0 and "warning: node open-0 is selectable from any address" in err, err
@@ -116,7 +116,7 @@ async def test_an_architecture_the_profile_does_not_boot_is_refused(tmp_path: Pa
     client = await aiohttp_client(app)
     assert (await client.get(report_path(mac(1), uuid="", buildarch="arm64", platform="efi"))).status == 200
     assert (await client.get(report_path(mac(2), uuid="", buildarch="i386", platform="pcbios"))).status == 200
-    await app[RUNNING].current.svc.drain()
+    await app[RUNNING].runtime.drain()
     rc, out, err = await run_cli("nodes", "discovered", "--config", str(path))
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert "aarch64 (arm64)/efi" in rows[mac(1)] and "x86_64 (i386)/pcbios" in rows[mac(2)]

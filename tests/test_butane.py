@@ -18,12 +18,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 from support.helpers import BOOTSERVER, SCHEMAS, write_config
+from support.services import service
 from support.signing import fixed_signer
 
 from bootserver.butane import ButaneError, is_butane, translate
 from bootserver.config import parse_config
 from bootserver.errors import ConfigError, UnavailableError
-from bootserver.service import BootService
 
 STANDIN = Path(__file__).parent / "support" / "butane_standin.py"
 
@@ -115,24 +115,24 @@ def test_translation_is_butanes_and_valid_against_its_spec_schema(butane_path: P
     assert files["/etc/e2e-local"] == "data:,embedded%20from%20--files-dir%0A"  # --files-dir is the file's folder
 
 
-def test_butane_profile_serves_the_translation_and_follows_edits(butane_path: Path, reference: Path,
+async def test_butane_profile_serves_the_translation_and_follows_edits(butane_path: Path, reference: Path,
                                                                  tmp_path: Path) -> None:
     path = butane_config(tmp_path)
-    svc = BootService(parse_config(config_doc(reference, path), "t.yaml", tmp_path), fixed_signer())
-    served = svc.real_config("n0")
+    svc = service(parse_config(config_doc(reference, path), "t.yaml", tmp_path), fixed_signer())
+    served = (await svc.real_config("n0"))
     assert served == translate(path)
-    merge = json.loads(svc.stub("n0"))["ignition"]["config"]["merge"][0]
+    merge = json.loads(await svc.stub("n0"))["ignition"]["config"]["merge"][0]
     assert merge["verification"]["hash"] == "sha512-" + hashlib.sha512(served).hexdigest()
     # The operator edits the Butane file: the next request serves and pins the new translation.
     path.write_text(BUTANE.replace("hello from butane", "hello again"))
-    edited = svc.real_config("n0")
+    edited = (await svc.real_config("n0"))
     assert edited != served and b"hello%20again" in edited
-    assert json.loads(svc.stub("n0"))["ignition"]["config"]["merge"][0]["verification"]["hash"] == \
+    assert json.loads(await svc.stub("n0"))["ignition"]["config"]["merge"][0]["verification"]["hash"] == \
         "sha512-" + hashlib.sha512(edited).hexdigest()
     # ... into one butane refuses: 503 with butane's message (Ignition retries), not a stale config.
     path.write_text(BUTANE + "bogus: 1\n")
     with pytest.raises(UnavailableError, match=r"node n0: .*node\.bu: butane: warning at \$\.bogus"):
-        svc.real_config("n0")
+        (await svc.real_config("n0"))
 
 
 def test_check_config_reports_butanes_own_message(butane_path: Path, reference: Path, tmp_path: Path) -> None:

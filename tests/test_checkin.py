@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -19,6 +21,12 @@ from bootserver.config import load_config
 from bootserver.http.app import SERVICE, create_app
 from bootserver.signing import expiry
 from bootserver.timeline import next_stage
+
+
+async def node_report(svc: Any, node: str) -> dict[str, Any]:
+    """The node's stage and events as ``GET /nodes/<node>`` shows them."""
+    state, events = await svc.history(node)
+    return {**state.as_dict(time.time()), "events": [e.as_dict() for e in events]}
 
 
 @pytest.mark.parametrize(("stage", "mode", "after"), [
@@ -46,7 +54,7 @@ def config(tmp_path: Path):
 
 async def test_the_stub_carries_an_enabled_unit_that_posts_to_the_signed_checkin_url(client, config) -> None:
     svc = client.app[SERVICE]
-    stub = json.loads(svc.stub("master-0"))
+    stub = json.loads(await svc.stub("master-0"))
     [unit] = stub["systemd"]["units"]
     assert unit["name"] == "bootserver-checkin.service" and unit["enabled"] is True
     lines = unit["contents"].splitlines()
@@ -63,15 +71,15 @@ async def test_the_stub_carries_an_enabled_unit_that_posts_to_the_signed_checkin
 
 
 async def test_checkin_false_leaves_the_unit_out(client) -> None:
-    stub = json.loads(client.app[SERVICE].stub("quiet-0"))
+    stub = json.loads(await client.app[SERVICE].stub("quiet-0"))
     assert "systemd" not in stub
 
 
 async def test_a_signed_checkin_moves_the_node_to_up_with_its_address(client) -> None:
-    url = relative(checkin_command(json.loads(client.app[SERVICE].stub("master-0")))[-1])
+    url = relative(checkin_command(json.loads(await client.app[SERVICE].stub("master-0")))[-1])
     r = await client.post(url)
     assert r.status == 200 and await r.text() == "master-0: up\n"
-    r = await client.app[SERVICE].node_report("master-0")
+    r = await node_report(client.app[SERVICE], "master-0")
     assert r["stage"] == "up"
     assert [(e["event"], e["ip"]) for e in r["events"]] == [("checkin", "127.0.0.1")]
     assert (await client.get(url)).status == 405  # POST only
@@ -84,7 +92,7 @@ async def test_a_bad_or_missing_signature_is_403_and_records_nothing(client, que
         query = signed("/checkin/quiet-0", "quiet-0", exp).removeprefix("/checkin/quiet-0")
     r = await client.post("/checkin/master-0" + query)
     assert r.status == 403 and await r.text() == "forbidden\n"
-    report = await client.app[SERVICE].node_report("master-0")
+    report = await node_report(client.app[SERVICE], "master-0")
     assert report["stage"] == "new" and report["events"] == []
 
 
@@ -140,9 +148,9 @@ async def test_a_checkin_url_works_after_keys_rotate_within_the_grace_only(aioht
         "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
         "profiles": {"live": {"stream": "r", "mode": "live"}}, "nodes": {"live-0": {"profile": "live"}}})
     client = await aiohttp_client(create_app(load_config(str(path))))  # the keys of state_dir, the wall clock
-    url = relative(checkin_command(json.loads(client.app[SERVICE].stub("live-0")))[-1])
+    url = relative(checkin_command(json.loads(await client.app[SERVICE].stub("live-0")))[-1])
     rc, _, err = await run_cli("keys", "rotate", "--grace", grace, "--config", str(path))
     assert rc == 0, err
     r = await client.post(url)
     assert r.status == status
-    assert (await client.app[SERVICE].node_report("live-0"))["stage"] == ("up" if status == 200 else "new")
+    assert (await node_report(client.app[SERVICE], "live-0"))["stage"] == ("up" if status == 200 else "new")

@@ -22,7 +22,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMD = REPO / "systemd"
 CONTAINERFILE = REPO / "container" / "Containerfile"
-UNITS = ["bootserver.service", "bootserver-sync.service", "bootserver-sync.timer"]
+UNITS = ["bootserver.service", "bootserver-sync.service", "bootserver-sync.timer", "bootserver-dhcp.service"]
 SERVICES = UNITS[:2]
 CONFIG = "/etc/bootserver/bootserver.yaml"
 TIMEOUT = 60  # seconds for every tool run; each takes well under a second here
@@ -112,6 +112,22 @@ def _exposure_exceeds(unit: Path, threshold: int) -> subprocess.CompletedProcess
 def test_services_score_as_hardened(tmp_path, service):
     unit = next(p for p in _install_units(tmp_path) if p.name == service)
     result = _exposure_exceeds(unit, 20)  # "2.0 OK"; an unhardened service scores 9.6 "UNSAFE"
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+
+
+def test_the_dhcp_engine_unit_is_bound_to_the_server_and_hardened_but_for_a_dhcp_servers_needs(tmp_path):
+    unit = "bootserver-dhcp.service"
+    assert _setting(unit, "ExecStart") == [f"/usr/bin/bootserver dhcp --config {CONFIG}"]
+    assert _setting(unit, "BindsTo") == ["bootserver.service"]
+    assert _setting(unit, "ReloadPropagatedFrom") == ["bootserver.service"]  # systemctl reload bootserver
+    assert _setting(unit, "ExecReload") == ["/bin/kill -HUP $MAINPID"]
+    for key in ("DynamicUser", "User", "StateDirectory", "CacheDirectory"):  # state_dir/dhcp is the server's
+        assert _setting(unit, key) == _setting("bootserver.service", key), key
+    caps = {"CAP_NET_BIND_SERVICE", "CAP_NET_RAW", "CAP_NET_ADMIN"}  # ports 67/69, raw and ARP for DHCP
+    assert set(_setting(unit, "CapabilityBoundingSet")[0].split()) == caps
+    assert set(_setting(unit, "AmbientCapabilities")[0].split()) == caps
+    path = next(p for p in _install_units(tmp_path) if p.name == unit)
+    result = _exposure_exceeds(path, 30)  # the capabilities and packet sockets cost a little (2.1 here)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
 
 
@@ -231,6 +247,8 @@ def test_containerfile_runtime_contract():
     assert [json.loads(args) for op, args in final if op == "CMD"] == [["serve", "--config", CONFIG]]
     copied = [args.split() for op, args in final if op == "COPY" and "--from" not in args]
     assert ["container/bootserver.yaml", CONFIG] in copied
+    installs = " ".join(args for op, args in final if op == "RUN" and "apt-get install" in args)
+    assert "dnsmasq-base" in installs.split()  # the DHCP engine of `bootserver dhcp` (issue 38)
 
 
 def _healthcheck_argv(port: int) -> list[str]:

@@ -71,6 +71,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
      "equal to 120"),
     ({"interface": "eth0; reboot"}, "dhcp.interface: not a network interface name"),
     ({"interface": "lo", "colour": "blue"}, "dhcp.colour: unknown key"),
+    ({"interface": "lo", "ipv6": True}, "dhcp: ipv6: only with mode: full"),
 ])
 def test_bad_dhcp_keys_are_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    dhcp: dict[str, Any], message: str) -> None:
@@ -105,7 +106,7 @@ def test_check_config_refuses_what_dhcp_cannot_hand_out(tmp_path: Path, capsys: 
     assert err.startswith(f"bootserver: {path}: {message}") and err.count("\n") == 1, err
     rc, out, err = run(capsys, "dhcp", "--config", str(path))  # nothing started, the same line
     assert rc == 2 and err.startswith(f"bootserver: {path}: {message}")
-    assert not (tmp_path / "state" / "dhcp" / "dnsmasq.conf").exists()
+    assert not (tmp_path / "state").exists()  # nothing written: no engine files, no state store
 
 
 def test_reservations_come_from_each_nodes_network(tmp_path: Path) -> None:
@@ -274,8 +275,8 @@ def test_the_first_mile_from_dnsmasqs_log() -> None:
         "dnsmasq-dhcp[7]: 1234 DHCPREQUEST(br0) 192.0.2.10 52:54:00:00:00:10",
         "dnsmasq-dhcp[7]: 1234 tags: node-m0, bios, known, br0",
         "dnsmasq-dhcp[7]: 1234 DHCPACK(br0) 192.0.2.10 52:54:00:00:00:10 m0",
-        "dnsmasq-dhcp[7]: 1234 next server: 192.0.2.1",
-        "dnsmasq-dhcp[7]: 1234 bootfile name: undionly.kpxe",
+        "dnsmasq-dhcp[7]: 1234 requested options: 66:tftp-server, 67:bootfile-name",
+        "dnsmasq-dhcp[7]: 1234 sent size: 14 option: 67 bootfile-name  undionly.kpxe",
     ]
     assert [s for line in lines for s in mile.feed(line)] == []
     seen = mile.feed("dnsmasq-tftp[7]: sent /var/lib/bootserver/dhcp/tftp/undionly.kpxe to 192.0.2.10")
@@ -284,6 +285,9 @@ def test_the_first_mile_from_dnsmasqs_log() -> None:
         ("52:54:00:00:00:10", "tftp", "192.0.2.10", {"file": "undionly.kpxe"}),
     ]
     assert mile.feed("dnsmasq-tftp[7]: sent /x/undionly.kpxe to 192.0.2.99") == []  # nobody answered there
+    mile.feed("dnsmasq-dhcp[7]: 55 DHCPACK(br0) 192.0.2.10 52:54:00:00:00:10 m0")
+    mile.feed("dnsmasq-dhcp[7]: 55 bootfile name: ipxe.efi")  # the BOOTP file field
+    assert [s.detail["file"] for s in mile.flush()] == ["ipxe.efi"]
     proxy = FirstMile("proxy")
     assert proxy.feed("dnsmasq-dhcp[7]: 99 PXE(br0) 192.0.2.57 52:54:00:00:00:11 undionly") == []
     assert [(s.event, s.detail) for s in proxy.flush()] == [
@@ -298,3 +302,21 @@ def test_a_refusal_names_the_key(tmp_path: Path) -> None:
     assert str(err) == ("t.yaml: dhcp.interface: dnsmasq cannot listen on lo: failed to create listening socket for "
                         "port 67: Address already in use (another DHCP or TFTP server runs there)")
     assert err.exit_code == 1
+
+
+def test_print_without_a_subnet_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(fleet({"interface": "bsnone0"}, a={"profile": "master", "mac": "52:54:00:00:00:01"}), tmp_path)
+    for what in ("dnsmasq", "kea"):
+        rc, out, err = run(capsys, "dhcp", "--print", what, "--config", str(path))
+        assert (rc, out) == (2, "")
+        assert err == (f"bootserver: {path}: dhcp.interface: bsnone0 is not on this machine (or has no IPv4 "
+                       "address) and no reservation tells the subnet to answer on\n")
+
+
+def test_a_config_without_dhcp_has_no_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(config_doc(), tmp_path)
+    for argv in (["dhcp"], ["dhcp", "--print"]):
+        rc, _, err = run(capsys, *argv, "--config", str(path))
+        assert rc == 2 and err == (f"bootserver: {path}: dhcp: not set: add a dhcp: mapping with the interface "
+                                   + ("(docs/config.md) to run the DHCP engine\n" if argv == ["dhcp"]
+                                      else "(docs/config.md)\n")), err

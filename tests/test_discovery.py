@@ -95,7 +95,7 @@ async def test_an_unknown_machine_is_told_to_report_and_wait_and_is_recorded_onc
     r = await client.get(report_path(**NASTY))
     assert (r.status, await r.text()) == (200, "ok\n")
     svc = app[RUNNING].current.svc
-    [d] = await svc.state.discovered()
+    [d] = await svc.runtime.state.discovered()
     assert (d.mac, d.uuid, d.address) == (UNKNOWN, UUID, "127.0.0.1")
     assert {k: d.facts[k] for k in NASTY} == NASTY and d.facts["net0chip"] == "virtio-net"
     # one log line, every reported value a JSON string: no raw newline, quote or markup breaks it
@@ -103,11 +103,11 @@ async def test_an_unknown_machine_is_told_to_report_and_wait_and_is_recorded_onc
     assert "\n" not in line and '\\"; reboot #' in line and "a\\nb" in line
     # a second report from the same address within per_address: answered alike, not recorded
     assert (await (await client.get(report_path("52:54:00:aa:bb:02"))).text()) == "ok\n"
-    assert [x.mac for x in await svc.state.discovered()] == [UNKNOWN]
+    assert [x.mac for x in await svc.runtime.state.discovered()] == [UNKNOWN]
     # a node's MAC is never recorded, and answered alike; a report without a valid MAC is a 400
-    svc._reported.clear()
+    app[RUNNING].intake._reported.clear()
     assert (await (await client.get(report_path("52:54:00:00:00:09"))).text()) == "ok\n"
-    assert [x.mac for x in await svc.state.discovered()] == [UNKNOWN]
+    assert [x.mac for x in await svc.runtime.state.discovered()] == [UNKNOWN]
     assert (await client.get("/discover?serial=x")).status == 400
 
     # the page shows the machine with every value as text, not markup
@@ -130,7 +130,7 @@ async def test_nodes_discovered_and_adopt_then_the_waiting_machine_gets_its_scri
     app = create_app(load_config(path))
     client = await aiohttp_client(app)
     assert (await client.get(report_path(**NASTY))).status == 200
-    await app[RUNNING].current.svc.drain()
+    await app[RUNNING].runtime.drain()
 
     rc, out, err = await run_cli("nodes", "discovered", "--config", str(path))
     assert rc == 0, err

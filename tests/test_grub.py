@@ -16,7 +16,8 @@ from test_iso import STATIC
 
 from bootserver.grub import GrubUnsupported, grub_path, grub_quote, render_grub_config, render_grub_localboot
 from bootserver.http.app import ADMIN_APP, create_app
-from bootserver.ipxe import CommandLineTooLong, ScriptContext, UnsafeValueError, render_boot_script
+from bootserver.ipxe import ScriptContext, UnsafeValueError, render_boot_script
+from bootserver.kargs import CommandLineTooLong
 
 CTX = ScriptContext(node="n0", profile="p", stream="s", release="416.94.1", arch="x86_64", mode="install",
                     kernel_url="http://boot.example.net:8080/artifacts/s/x86_64/416.94.1/kernel?x=1",

@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from support.helpers import SCHEMAS
+from support.services import service as new_service
 from support.signing import FIXED_KEY, FIXED_NOW, fixed_signer
 
 from bootserver.config import IGNITION_VERSIONS, parse_config
@@ -21,7 +22,6 @@ from bootserver.ignition import (
     parse_accept,
 )
 from bootserver.resources import data_dir
-from bootserver.service import BootService
 from bootserver.signing import sign
 
 
@@ -33,7 +33,7 @@ def schema(reference: Path, version: str) -> dict:
 def service(reference: Path, tmp_path: Path, version: str, pointer: str = "openshift-pointer-master.ign.json"):
     ign = tmp_path / "master.ign"
     ign.write_bytes((reference / pointer).read_bytes())
-    return BootService(parse_config({
+    return new_service(parse_config({
         "server": {"base_url": "http://boot.example.net:8080"},
         "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
         "profiles": {"p": {"stream": "r", "install_dev": "/dev/sda", "ignition": "master.ign",
@@ -45,39 +45,39 @@ def service(reference: Path, tmp_path: Path, version: str, pointer: str = "opens
 
 
 @pytest.mark.parametrize("version", IGNITION_VERSIONS)
-def test_stub_validates_against_official_schema(version: str, reference: Path, tmp_path: Path) -> None:
+async def test_stub_validates_against_official_schema(version: str, reference: Path, tmp_path: Path) -> None:
     svc, _ign = service(reference, tmp_path, version)
     for node in ("master-0", "live-0"):
-        stub = json.loads(svc.stub(node))
+        stub = json.loads(await svc.stub(node))
         jsonschema.validate(stub, schema(reference, version))
         assert stub["ignition"]["version"] == version
 
 
-def test_stub_pins_the_exact_bytes_of_the_real_config(reference: Path, tmp_path: Path) -> None:
+async def test_stub_pins_the_exact_bytes_of_the_real_config(reference: Path, tmp_path: Path) -> None:
     svc, ign = service(reference, tmp_path, "3.2.0", "openshift-pointer-master-v3.1.ign.json")
-    stub = json.loads(svc.stub("master-0"))
+    stub = json.loads(await svc.stub("master-0"))
     merge = stub["ignition"]["config"]["merge"]
     exp = FIXED_NOW + 86400
     sig = sign(FIXED_KEY, "master-0", "/ignition/master-0/config", exp)
     assert merge == [{"source": f"http://boot.example.net:8080/ignition/master-0/config?exp={exp}&sig={sig}",
                       "verification": {"hash": "sha512-" + hashlib.sha512(ign.read_bytes()).hexdigest()}}]
-    assert svc.real_config("master-0") == ign.read_bytes()
+    assert (await svc.real_config("master-0")) == ign.read_bytes()
     files = stub["storage"]["files"]
     assert files[0]["path"] == "/etc/hostname"
     assert files[0]["contents"]["source"] == "data:,master-0.ocp.example.net%0A"
 
 
-def test_stub_follows_a_regenerated_real_config(reference: Path, tmp_path: Path) -> None:
+async def test_stub_follows_a_regenerated_real_config(reference: Path, tmp_path: Path) -> None:
     svc, ign = service(reference, tmp_path, "3.2.0")
-    before = json.loads(svc.stub("master-0"))["ignition"]["config"]["merge"][0]["verification"]["hash"]
+    before = json.loads(await svc.stub("master-0"))["ignition"]["config"]["merge"][0]["verification"]["hash"]
     ign.write_bytes((reference / "openshift-pointer-master-v3.1.ign.json").read_bytes())
-    after = json.loads(svc.stub("master-0"))["ignition"]["config"]["merge"][0]["verification"]["hash"]
+    after = json.loads(await svc.stub("master-0"))["ignition"]["config"]["merge"][0]["verification"]["hash"]
     assert before != after == "sha512-" + hashlib.sha512(ign.read_bytes()).hexdigest()
 
 
-def test_profile_without_config_gets_no_merge(reference: Path, tmp_path: Path) -> None:
+async def test_profile_without_config_gets_no_merge(reference: Path, tmp_path: Path) -> None:
     svc, _ = service(reference, tmp_path, "3.4.0")
-    stub = json.loads(svc.stub("live-0"))
+    stub = json.loads(await svc.stub("live-0"))
     assert "config" not in stub["ignition"]
 
 
@@ -134,26 +134,26 @@ def test_parse_accept() -> None:
         ("application/json", {"charset": "utf-8"}, 0.5), ("text/*", {}, 1.0), ("*/*", {}, 1.0)]
 
 
-def test_stub_per_version_pins_and_signs_the_same_real_config(reference: Path, tmp_path: Path) -> None:
+async def test_stub_per_version_pins_and_signs_the_same_real_config(reference: Path, tmp_path: Path) -> None:
     svc, ign = service(reference, tmp_path, "3.4.0")
-    newest, older = json.loads(svc.stub("master-0")), json.loads(svc.stub("master-0", "3.2.0"))
+    newest, older = json.loads(await svc.stub("master-0")), json.loads(await svc.stub("master-0", version="3.2.0"))
     assert (newest["ignition"]["version"], older["ignition"]["version"]) == ("3.4.0", "3.2.0")
     jsonschema.validate(older, schema(reference, "3.2.0"))
     assert newest["ignition"]["config"] == older["ignition"]["config"]  # same signed URL, same sha512
-    assert svc.stub("master-0") == encode(newest)  # the cache keeps one stub per version
-    assert svc.stub("master-0", "3.2.0") == encode(older)
+    assert (await svc.stub("master-0")) == encode(newest)  # the cache keeps one stub per version
+    assert (await svc.stub("master-0", version="3.2.0")) == encode(older)
     ign.write_bytes((reference / "openshift-pointer-master-v3.1.ign.json").read_bytes())
     pin = "sha512-" + hashlib.sha512(ign.read_bytes()).hexdigest()
     for version in ("3.2.0", "3.4.0"):  # a regenerated real config re-pins every version's stub
-        assert json.loads(svc.stub("master-0", version))["ignition"]["config"]["merge"][0]["verification"] == \
-            {"hash": pin}
+        stub = json.loads(await svc.stub("master-0", version=version))
+        assert stub["ignition"]["config"]["merge"][0]["verification"] == {"hash": pin}
 
 
 @pytest.mark.parametrize("version", ["3.0.0", "3.5.0", "banana"])
-def test_stub_refuses_a_version_outside_the_profile(reference: Path, tmp_path: Path, version: str) -> None:
+async def test_stub_refuses_a_version_outside_the_profile(reference: Path, tmp_path: Path, version: str) -> None:
     svc, _ = service(reference, tmp_path, "3.4.0")
     with pytest.raises(NotAcceptableError, match=rf"node master-0: Ignition spec {version} .* 3\.1\.0 to 3\.4\.0"):
-        svc.stub("master-0", version)
+        (await svc.stub("master-0", version=version))
 
 
 async def test_server_negotiates_the_stub_version(aiohttp_client, reference: Path, tmp_path: Path) -> None:
@@ -167,13 +167,13 @@ async def test_server_negotiates_the_stub_version(aiohttp_client, reference: Pat
     assert r.status == 200 and r.headers["Vary"] == "Accept"
     body = await r.read()
     assert json.loads(body)["ignition"]["version"] == "3.3.0"
-    assert body == client.app[SERVICE].stub("master-0", "3.3.0")
+    assert body == (await client.app[SERVICE].stub("master-0", version="3.3.0"))
     r = await client.get("/ignition/master-0", headers={"Accept": "*/*"})
     assert json.loads(await r.read())["ignition"]["version"] == "3.4.0"
     r = await client.get("/ignition/master-0", headers={"Accept": "text/html"})
     assert r.status == 406 and r.content_type == "text/plain" and r.headers["Vary"] == "Accept"
     assert (await r.text()).startswith("no Ignition config version this node can be served (3.1.0 to 3.4.0) ")
-    events = client.app[SERVICE].state.timeline.events("master-0")
+    events = client.app[SERVICE].runtime.state.timeline.events("master-0")
     assert sum(e.count for e in events if e.event == "stub") == 2, events  # the 406 recorded nothing
 
 

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.services import service
 from support.signing import fixed_signer
 
 from bootserver.config import parse_config
-from bootserver.ipxe import UnsafeValueError, build_kargs, check_extra_karg, check_script_word
-from bootserver.service import BootService
+from bootserver.ipxe import UnsafeValueError, check_script_word
+from bootserver.kargs import build_kargs, check_extra_karg
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -48,7 +49,7 @@ def golden_config(reference: Path, tmp_path: Path, **live: Any):
                                          ("live-0", "live-fcos-x86_64.ipxe"),
                                          ("arm-0", "install-fcos-aarch64.ipxe")])
 async def test_script_matches_golden_file(node: str, golden: str, reference: Path, tmp_path: Path) -> None:
-    script = await BootService(golden_config(reference, tmp_path), fixed_signer()).boot_script(node)
+    script = await service(golden_config(reference, tmp_path), fixed_signer()).script(node)
     path = GOLDEN / golden
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(script)
@@ -59,7 +60,7 @@ async def test_live_mode_pairs_platform_packet_with_a_config_url(reference: Path
     """An Equinix node in live mode (platform ``packet``) carries a config URL, which outranks the
     platform's userdata (docs/design.md, rule 5)."""
     config = golden_config(reference, tmp_path, provider="equinix")
-    script = await BootService(config, fixed_signer()).boot_script("live-0")
+    script = await service(config, fixed_signer()).script("live-0")
     kernel = next(line for line in script.splitlines() if line.startswith("kernel "))
     assert "ignition.platform.id=packet" in kernel.split()
     assert any(w.startswith("ignition.config.url=http://boot.example.net:8080/ignition/live-0?exp=")

@@ -19,7 +19,7 @@ from bootserver.config import parse_config
 from bootserver.grub import GrubUnsupported
 from bootserver.http.app import ADMIN_APP, create_app
 from bootserver.images.firmware import arm64_grub, embedded_config
-from bootserver.ipxe import build_kargs
+from bootserver.kargs import build_kargs
 
 MAC = "52:54:00:00:00:a1"
 

@@ -17,7 +17,7 @@ from support.signing import FIXED_KEY, FIXED_NOW, fixed_signer
 from bootserver.config import parse_config
 from bootserver.errors import ConfigError
 from bootserver.http.app import create_app
-from bootserver.ipxe import CommandLineTooLong, command_line_bytes
+from bootserver.kargs import CommandLineTooLong, command_line_bytes
 from bootserver.nmstate import NetworkState, dracut_kargs
 from bootserver.providers.base import DeviceRecordError
 from bootserver.providers.equinix_network import equinix_network
@@ -180,13 +180,13 @@ async def test_a_command_line_over_2048_bytes_is_an_error_at_check_config_and_re
 
 async def test_the_limit_counts_what_linux_counts(reference: Path, tmp_path: Path) -> None:
     # The largest network that fits renders; its command line, image name and NUL included, is <= 2048.
-    from bootserver.service import BootService
+    from support.services import service
 
     fits = None
     for n in range(1, 40):
         config = parse_config(doc(reference, tmp_path, long_network(n)), "b.yaml", tmp_path)
         try:
-            script = await BootService(config, fixed_signer()).boot_script("master-0")
+            script = await service(config, fixed_signer()).script("master-0")
         except CommandLineTooLong as e:
             assert str(e).startswith("node master-0: the kernel command line needs ")
             break
@@ -397,10 +397,11 @@ def test_profile_network_is_the_default_of_its_nodes(reference: Path, tmp_path: 
     d = doc(reference, tmp_path, None, network="provider")
     d["nodes"]["worker-0"] = {"profile": "metal", "network": "dhcp"}
     config = parse_config(d, "b.yaml", tmp_path)
-    from bootserver.network import effective_network, node_kargs
+    from bootserver.inventory import node_context
+    from bootserver.network import node_kargs
 
-    assert effective_network(config, "master-0") == "provider"
-    assert node_kargs(config, "worker-0", None) == ()
+    assert node_context(config, "master-0").network == "provider"
+    assert node_kargs(node_context(config, "worker-0"), None) == ()
 
 
 def test_an_nmstate_document_from_openshift_agent_config_reads_as_is() -> None:

@@ -17,11 +17,11 @@ import pytest
 from support.fake_metal import PROJECT, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
 from support.helpers import write_config
 from support.nm_generator import connections
+from support.services import service
 from support.signing import fixed_signer
 
 from bootserver.cli import main
 from bootserver.config import load_config, parse_config
-from bootserver.service import BootService
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -158,7 +158,7 @@ def network_config(reference: Path, tmp_path: Path, nodes: dict[str, Any], **pro
 
 async def rendered_kargs(config, node: str) -> tuple[str, list[str]]:
     """``(script, kernel arguments of its kernel line)`` of the script the server sends ``node``."""
-    script = await BootService(config, fixed_signer()).boot_script(node)
+    script = await service(config, fixed_signer()).script(node)
     line = next(line for line in script.splitlines() if line.startswith("kernel "))
     words = line.removesuffix(" || goto retry").split()
     return script, words[2:]

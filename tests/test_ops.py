@@ -125,7 +125,7 @@ async def test_timeline_of_an_install_and_boot_once(client, config, reference: P
     assert (await node(client, "master-1"))["events"] == []
 
     # marked for reinstall: the next boot installs again
-    client.app[SERVICE].state.timeline.record("master-0", "reinstall", mode="install")
+    client.app[SERVICE].runtime.state.timeline.record("master-0", "reinstall", mode="install")
     assert await (await client.get("/ipxe/master-0")).text() == install_script
     assert (await node(client, "master-0"))["stage"] == "ipxe"
 
@@ -246,11 +246,11 @@ async def test_upstream_download_is_counted(config, reference: Path, upstream) -
                                filename=rel.kernel.filename)
     app = create_app(config)
     svc = app[SERVICE]
-    metrics = svc.artifacts.observer
-    async with svc.upstream as up:
-        assert (await up.download(svc.cache, rel, good, observer=metrics))[0] == len(data)
+    metrics = svc.runtime.metrics
+    async with svc.runtime.upstream as up:
+        assert (await up.download(svc.runtime.cache, rel, good, observer=metrics))[0] == len(data)
         with pytest.raises(Exception, match="sha256 mismatch"):
-            await up.download(svc.cache, rel, bad, observer=metrics)
+            await up.download(svc.runtime.cache, rel, bad, observer=metrics)
     text = metrics.render().decode()
     assert 'bootserver_upstream_fetches_total{result="ok"} 1.0' in text
     assert 'bootserver_upstream_fetches_total{result="error"} 1.0' in text
@@ -436,7 +436,7 @@ async def test_the_timeline_records_the_client_address_resolved_through_trusted_
     events = (await node(client, "master-0"))["events"]
     assert [(e["event"], e["ip"]) for e in events] == [
         ("script", expected), ("kernel-requested", expected), ("kernel-completed", expected), ("stub", expected)]
-    await client.app[SERVICE].drain()
+    await client.app[SERVICE].runtime.drain()
     rc, out, err = await run_cli("nodes", "show", "master-0", "--config", str(path))
     assert rc == 0, err
     assert [line.split()[2:4] for line in out.splitlines()] == [

@@ -317,7 +317,7 @@ async def test_cache_page_shows_a_download_in_progress_with_its_progress(tmp_pat
     app = create_app(config)
     device = await aiohttp_client(app)
     admin = await aiohttp_client(app[ADMIN_APP])
-    app[SERVICE].upstream.retry = RetryPolicy(attempts=5, initial=0.01, maximum=0.05, jitter=0.01)
+    app[SERVICE].runtime.upstream.retry = RetryPolicy(attempts=5, initial=0.01, maximum=0.05, jitter=0.01)
     pxe = doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"]
     release = doc["architectures"]["x86_64"]["artifacts"]["metal"]["release"]
 

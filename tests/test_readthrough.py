@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 from support.helpers import BOOTSERVER, run_cli, write_config
+from support.services import service
 from support.upstreams import FaultyUpstream, payload, rewrite_stream
 
 from bootserver.artifacts.cache import ArtifactCache
@@ -24,7 +25,6 @@ from bootserver.artifacts.upstream import RetryPolicy, Upstream, source_urls
 from bootserver.config import parse_config
 from bootserver.errors import DiskFullError, FetchError, IntegrityError
 from bootserver.http.app import SERVICE, create_app
-from bootserver.service import BootService
 
 FAST = RetryPolicy(attempts=5, initial=0.01, maximum=0.05, jitter=0.01)
 DEADLINE = 20.0
@@ -93,8 +93,8 @@ async def settled(rt, paths: dict[str, str], kind: str):
 async def app_client(aiohttp_client, config, retry: RetryPolicy = FAST):
     app = create_app(config)
     client = await aiohttp_client(app)
-    app[SERVICE].upstream.retry = retry
-    return client, app[SERVICE].artifacts
+    app[SERVICE].runtime.upstream.retry = retry
+    return client, app[SERVICE].desk.artifacts
 
 
 # --- 1. read-through, single flight ------------------------------------------------------------------
@@ -171,7 +171,7 @@ async def test_client_disconnect_does_not_cancel_the_download(tmp_path, referenc
 
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     app = create_app(make_config(tmp_path, meta))
-    app[SERVICE].upstream.retry = FAST
+    app[SERVICE].runtime.upstream.retry = FAST
     ended = asyncio.Event()
 
     @web.middleware
@@ -182,7 +182,7 @@ async def test_client_disconnect_does_not_cancel_the_download(tmp_path, referenc
             ended.set()
 
     app.middlewares.insert(0, note_the_end)
-    client, rt = await aiohttp_client(app), app[SERVICE].artifacts
+    client, rt = await aiohttp_client(app), app[SERVICE].desk.artifacts
     rootfs = paths["rootfs"]
     faulty.pause[rootfs] = ROOTFS_SIZE // 2
     r = await client.get(served_path(paths, "rootfs"))
@@ -246,11 +246,11 @@ async def test_mirror_with_wrong_bytes_falls_through_to_origin(tmp_path, referen
     k = paths["kernel"]
     faulty.files["/bad" + k] = b"Y" + files[k][1:]
     config = make_config(tmp_path, meta)
-    svc = BootService(config)
-    rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
+    svc = service(config)
+    rel = (await svc.desk.catalog.get("rhcos")).releases["x86_64"]
     async with Upstream(mirrors=[faulty.url + "/bad"], retry=FAST) as up:
-        _size, used = await up.download(svc.cache, rel, rel.kernel)
-    assert used == faulty.url + k and svc.cache.is_cached(rel, rel.kernel)
+        _size, used = await up.download(svc.runtime.cache, rel, rel.kernel)
+    assert used == faulty.url + k and svc.runtime.cache.is_cached(rel, rel.kernel)
 
 
 # --- 3. resume and retry ----------------------------------------------------------------------------
@@ -258,10 +258,10 @@ async def test_mirror_with_wrong_bytes_falls_through_to_origin(tmp_path, referen
 async def _download(tmp_path: Path, reference: Path, faulty: FaultyUpstream, kind: str = "rootfs",
                     retry: RetryPolicy = FAST):
     meta, paths, files = make_stream(tmp_path, reference, faulty)
-    svc = BootService(make_config(tmp_path, meta))
-    rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
+    svc = service(make_config(tmp_path, meta))
+    rel = (await svc.desk.catalog.get("rhcos")).releases["x86_64"]
     art = next(a for a in rel.artifacts if a.kind == kind)
-    return svc.cache, rel, art, paths[kind], files[paths[kind]]
+    return svc.runtime.cache, rel, art, paths[kind], files[paths[kind]]
 
 
 async def test_dropped_connection_resumes_with_range(tmp_path, reference, faulty) -> None:
@@ -444,14 +444,14 @@ async def test_disk_full_on_real_tmpfs(tmp_path, reference, faulty) -> None:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
     try:
         meta, _paths, _files = make_stream(tmp_path, reference, faulty)
-        svc = BootService(parse_config({"cache_dir": str(mnt), "streams": {"rhcos": {"metadata": str(meta)}}},
+        svc = service(parse_config({"cache_dir": str(mnt), "streams": {"rhcos": {"metadata": str(meta)}}},
                                        "t.yaml", tmp_path))
-        rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
+        rel = (await svc.desk.catalog.get("rhcos")).releases["x86_64"]
         async with Upstream(retry=FAST) as up:
-            await up.download(svc.cache, rel, rel.kernel)
-            with pytest.raises(DiskFullError, match=str(svc.cache.path(rel, rel.rootfs))):
-                await up.download(svc.cache, rel, rel.rootfs)
-        assert svc.cache.is_cached(rel, rel.kernel) and not svc.cache.path(rel, rel.rootfs).exists()
+            await up.download(svc.runtime.cache, rel, rel.kernel)
+            with pytest.raises(DiskFullError, match=str(svc.runtime.cache.path(rel, rel.rootfs))):
+                await up.download(svc.runtime.cache, rel, rel.rootfs)
+        assert svc.runtime.cache.is_cached(rel, rel.kernel) and not svc.runtime.cache.path(rel, rel.rootfs).exists()
         assert tmp_files(mnt) == []
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
@@ -616,12 +616,12 @@ async def test_sync_images_uses_the_facility_mirrors(tmp_path, reference, faulty
 
 async def test_fetch_is_shielded_from_a_cancelled_caller(tmp_path, reference, faulty) -> None:
     meta, paths, files = make_stream(tmp_path, reference, faulty)
-    svc = BootService(make_config(tmp_path, meta))
-    svc.upstream.retry = FAST
-    rt = svc.artifacts
-    rel = (await svc.catalog.get("rhcos")).releases["x86_64"]
+    svc = service(make_config(tmp_path, meta))
+    svc.runtime.upstream.retry = FAST
+    rt = svc.desk.artifacts
+    rel = (await svc.desk.catalog.get("rhcos")).releases["x86_64"]
     faulty.pause[paths["rootfs"]] = 500_000
-    async with svc.upstream:
+    async with svc.runtime.upstream:
         caller = asyncio.create_task(rt.fetch(rel, rel.rootfs))
         await asyncio.wait_for(faulty.paused.wait(), DEADLINE)
         caller.cancel()

@@ -167,6 +167,39 @@ async def test_restart_only_keys_keep_their_running_values_in_one_warning(tmp_pa
     assert now.server.effective_base_url == "http://10.0.2.2:9999"
 
 
+async def test_a_reload_that_points_a_stream_elsewhere_serves_its_release(tmp_path: Path, reference: Path,
+                                                                         upstream: Any, aiohttp_client: Any,
+                                                                         caplog: Any) -> None:
+    """Issue 37: a stream's ``metadata`` URL changed by a reload is loaded at once (not the synced copy of the
+    old URL), its new release is logged, served in scripts and listed by ``/readyz``; a restart with the
+    changed URL does the same (the copy names its source)."""
+    for name, release in (("old", "416.94.202405100000-0"), ("new", "417.94.202411270000-0")):
+        doc = json.loads((reference / "rhcos-stream-4.16.json").read_text())
+        doc["architectures"]["x86_64"]["artifacts"]["metal"]["release"] = release
+        upstream.files[f"/{name}.json"] = json.dumps(doc).encode()
+    path = main_config(tmp_path, reference, streams={"rhcos": {"metadata": upstream.url + "/old.json"}})
+    app = create_app(load_config(path))
+    client = await aiohttp_client(app)
+    running = app[RUNNING]
+    assert "/416.94.202405100000-0/" in await (await client.get(f"/boot.ipxe?mac={MAC}")).text()
+    doc = yaml.safe_load(path.read_text())
+    doc["streams"]["rhcos"]["metadata"] = upstream.url + "/new.json"
+    write_config(path, doc)
+    with caplog.at_level(logging.INFO, logger="bootserver.web"):
+        assert await running.reload()
+        await running.runtime.drain()  # the reload's load of the new source
+    assert "reload: stream rhcos serves release 417.94.202411270000-0 (x86_64) (was 416.94.202405100000-0 " \
+           "(x86_64))" in [r.getMessage() for r in caplog.records]
+    assert "/417.94.202411270000-0/" in await (await client.get(f"/boot.ipxe?mac={MAC}")).text()
+    report = await (await client.get("/readyz")).json()
+    assert {a["release"] for a in report["artifacts"]} == {"417.94.202411270000-0"}
+    # a restart with the URL changed back: the copy of new.json is not taken for old.json
+    doc["streams"]["rhcos"]["metadata"] = upstream.url + "/old.json"
+    write_config(path, doc)
+    again = await aiohttp_client(create_app(load_config(path)))
+    assert "/416.94.202405100000-0/" in await (await again.get(f"/boot.ipxe?mac={MAC}")).text()
+
+
 async def test_a_request_in_flight_finishes_on_the_config_it_started_with(tmp_path: Path, reference: Path,
                                                                            aiohttp_client: Any) -> None:
     """The node's script request is held inside the state store read while its node is removed by a
@@ -179,19 +212,19 @@ async def test_a_request_in_flight_finishes_on_the_config_it_started_with(tmp_pa
     running = app[RUNNING]
     svc = running.current.svc
     entered, release = asyncio.Event(), asyncio.Event()
-    read = svc.state.current
+    read = svc.runtime.state.current
 
     async def held(node: str) -> Any:
         entered.set()
         await release.wait()
         return await read(node)
 
-    svc.state.current = held  # type: ignore[method-assign]
+    svc.runtime.state.current = held  # type: ignore[method-assign]
     request = asyncio.ensure_future(client.get(f"/boot.ipxe?mac={NEW_MAC}"))
     await asyncio.wait_for(entered.wait(), 10)
     (tmp_path / "nodes.d" / "leaving.yaml").unlink()
     assert await running.reload()
-    svc.state.current = read  # type: ignore[method-assign]
+    svc.runtime.state.current = read  # type: ignore[method-assign]
     release.set()
     r = await asyncio.wait_for(request, 10)
     assert r.status == 200 and "kernel " in await r.text()

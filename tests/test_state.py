@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from support.configs import config_doc, load
 from support.pgcluster import BINDIR, PgCluster
+from support.services import service
 
 from bootserver.errors import UnavailableError
-from bootserver.service import BootService
 from bootserver.signing import Signer
 from bootserver.state import StateStore, StateStoreError
 from bootserver.state import postgresql as pgstate
@@ -139,54 +139,54 @@ async def test_signing_keys_are_shared_and_rotation_reaches_the_other(stores: li
 async def test_boot_once_and_reinstall_hold_whichever_service_answers(backend) -> None:
     """Replica B serves the stub; replica A's next script boots the disk, although A holds the node in
     memory and wrote its repeats behind; a reinstall through either store makes both install again."""
-    a, b = BootService(backend()), BootService(backend())
-    await a.start()
-    await b.start()
+    a, b = service(backend()), service(backend())
+    await a.runtime.start()
+    await b.runtime.start()
     try:
-        install = await a.serve_script("master-0", "10.0.0.5")
+        install = await a.script("master-0", client="10.0.0.5", record=True)
         assert "coreos.inst.install_dev=/dev/sda" in install
         for _ in range(3):  # repeats: A answers them from what it holds, and writes them behind
-            assert await a.serve_script("master-0", "10.0.0.5") == install
-        await b.serve_stub("master-0", "10.0.0.5")
-        localboot = await a.serve_script("master-0", "10.0.0.5")
+            assert await a.script("master-0", client="10.0.0.5", record=True) == install
+        await b.stub("master-0", client="10.0.0.5", record=True)
+        localboot = await a.script("master-0", client="10.0.0.5", record=True)
         assert "kernel " not in localboot and localboot.rstrip().endswith("exit")
         await b.record("master-0", "reinstall")
-        assert await a.serve_script("master-0", "10.0.0.5") == install
+        assert await a.script("master-0", client="10.0.0.5", record=True) == install
         assert (await b.history("master-0"))[0].stage == "ipxe"
     finally:
-        await a.close()
-        await b.close()
+        await a.runtime.close()
+        await b.runtime.close()
 
 
 async def test_repeats_are_written_behind_and_lose_nothing_on_close(backend) -> None:
     """A repeat of a node's newest row answers before it is committed; it is merged in memory with the
     repeats that follow, committed with the next write-through event or the next window, and on close
     (SIGTERM) whatever is still queued is committed: every event is counted once, in its row."""
-    a, b = BootService(backend()), BootService(backend())
-    await a.start()
-    await b.start()
+    a, b = service(backend()), service(backend())
+    await a.runtime.start()
+    await b.runtime.start()
     try:
-        await a.serve_script("master-0", "10.0.0.5")  # a new row: committed before the answer
+        await a.script("master-0", client="10.0.0.5", record=True)  # a new row: committed before the answer
         for _ in range(5):
-            await a.serve_script("master-0", "10.0.0.5")
-        assert [(e.event, e.count) for e in await b.state.events("master-0")] == [("script", 1)]  # not yet
-        await a.serve_stub("master-0", "10.0.0.5")  # write-through: commits the queued repeats before it
-        assert [(e.event, e.count) for e in await b.state.events("master-0")] == [("script", 6), ("stub", 1)]
+            await a.script("master-0", client="10.0.0.5", record=True)
+        assert [(e.event, e.count) for e in await b.runtime.state.events("master-0")] == [("script", 1)]  # not yet
+        await a.stub("master-0", client="10.0.0.5", record=True)  # write-through: commits the queued repeats before it
+        assert [(e.event, e.count) for e in await b.runtime.state.events("master-0")] == [("script", 6), ("stub", 1)]
         for _ in range(4):
-            await a.serve_script("master-0", "10.0.0.5")  # localboot: one new row, then repeats
-        await b.serve_script("master-0", "10.0.0.5")  # another replica's repeat of the same row
-        await b.close()
-        await a.close()  # commits what is queued
-        c = BootService(backend())
-        await c.start()
+            await a.script("master-0", client="10.0.0.5", record=True)  # localboot: one new row, then repeats
+        await b.script("master-0", client="10.0.0.5", record=True)  # another replica's repeat of the same row
+        await b.runtime.close()
+        await a.runtime.close()  # commits what is queued
+        c = service(backend())
+        await c.runtime.start()
         try:
-            assert [(e.event, e.count) for e in await c.state.events("master-0")] == [
+            assert [(e.event, e.count) for e in await c.runtime.state.events("master-0")] == [
                 ("script", 6), ("stub", 1), ("localboot", 5)]
         finally:
-            await c.close()
+            await c.runtime.close()
     finally:
-        await a.close()
-        await b.close()
+        await a.runtime.close()
+        await b.runtime.close()
 
 
 async def test_a_write_behind_repeat_counts_into_the_row_it_repeated(stores: list[StateStore]) -> None:
@@ -306,33 +306,33 @@ async def test_round_trips_of_a_script_request_and_of_a_batch(pg: PgCluster, tmp
     async with RoundTrips(pg.port) as relay:
         nodes: dict[str, Any] = {f"n{i}": {"profile": "master"} for i in range(20)}
         nodes["p0"] = {"profile": "master", "network": "provider"}
-        svc = BootService(make_config(tmp_path, url.replace(f":{pg.port}/", f":{relay.port}/"),
+        svc = service(make_config(tmp_path, url.replace(f":{pg.port}/", f":{relay.port}/"),
                                       nodes=nodes))
-        await svc.start()
+        await svc.runtime.start()
         try:
             relay.count = 0
-            await svc.serve_script("n0", "10.0.0.5")  # a new row: read, then its batch before the answer
+            await svc.script("n0", client="10.0.0.5", record=True)  # a new row: read, then its batch before the answer
             assert relay.count == ROUND_TRIPS_PER_SCRIPT + ROUND_TRIPS_PER_BATCH
             for i in range(1, 20):
-                await svc.serve_script(f"n{i}", "10.0.0.5")
+                await svc.script(f"n{i}", client="10.0.0.5", record=True)
             relay.count = 0
             for _ in range(3):
                 for i in range(20):  # 60 repeats: one read each, written behind
-                    await svc.serve_script(f"n{i}", "10.0.0.5")
+                    await svc.script(f"n{i}", client="10.0.0.5", record=True)
             assert relay.count == 60 * ROUND_TRIPS_PER_SCRIPT
-            await svc.drain()  # the 60 repeats of 20 nodes: one batch
+            await svc.runtime.drain()  # the 60 repeats of 20 nodes: one batch
             assert relay.count == 60 * ROUND_TRIPS_PER_SCRIPT + ROUND_TRIPS_PER_BATCH
-            assert [(e.event, e.count) for e in await svc.state.events("n7")] == [("script", 4)]
+            assert [(e.event, e.count) for e in await svc.runtime.state.events("n7")] == [("script", 4)]
 
             # network: provider: the device record comes with the node's row, no round trip of its own
-            await svc.state.set_device("p0", EQUINIX_DEVICE)
-            await svc.serve_script("p0", "10.0.0.6")
+            await svc.runtime.state.set_device("p0", EQUINIX_DEVICE)
+            await svc.script("p0", client="10.0.0.6", record=True)
             relay.count = 0
             for _ in range(5):
-                assert "bond=bond0:" in await svc.serve_script("p0", "10.0.0.6")
+                assert "bond=bond0:" in await svc.script("p0", client="10.0.0.6", record=True)
             assert relay.count == 5 * ROUND_TRIPS_PER_SCRIPT
         finally:
-            await svc.close()
+            await svc.runtime.close()
 
 
 
@@ -389,31 +389,31 @@ async def test_losing_the_database_refuses_then_recovers_by_itself(tmp_path: Pat
     cluster.start()
     try:
         url = cluster.create_database("bs")
-        svc = BootService(make_config(tmp_path, url))
-        await svc.start()
+        svc = service(make_config(tmp_path, url))
+        await svc.runtime.start()
         try:
-            await svc.serve_stub("master-0", "10.0.0.5")
+            await svc.stub("master-0", client="10.0.0.5", record=True)
             cluster.stop()
             with pytest.raises(UnavailableError, match="state store postgresql://"):
-                await svc.serve_script("master-0", "10.0.0.5")  # never a guess: not the install script
+                await svc.script("master-0", client="10.0.0.5", record=True)  # never a guess: not the install script
             with pytest.raises(UnavailableError):
-                await svc.serve_stub("master-1", "10.0.0.6")
-            assert await svc.state.ready() is not None
-            key = svc.state.keyring().current  # the keys in hand stay
+                await svc.stub("master-1", client="10.0.0.6", record=True)
+            assert await svc.runtime.state.ready() is not None
+            key = svc.runtime.state.keyring().current  # the keys in hand stay
             cluster.start()
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    script = await svc.serve_script("master-0", "10.0.0.5")
+                    script = await svc.script("master-0", client="10.0.0.5", record=True)
                     break
                 except UnavailableError:
                     assert time.monotonic() < deadline, "did not recover"
                     await asyncio.sleep(0.2)  # retry interval of a client, bounded by the deadline
             assert "kernel " not in script  # boot-once survived the restart
-            assert await svc.state.ready() is None and svc.state.keyring().current == key
-            assert [e.event for e in await svc.state.events("master-0")] == ["stub", "localboot"]
+            assert await svc.runtime.state.ready() is None and svc.runtime.state.keyring().current == key
+            assert [e.event for e in await svc.runtime.state.events("master-0")] == ["stub", "localboot"]
         finally:
-            await svc.close()
+            await svc.runtime.close()
     finally:
         cluster.destroy()
 

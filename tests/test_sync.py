@@ -98,39 +98,38 @@ def _url_stream_config(tmp_path: Path, reference: Path, faulty, **extra):
 
 
 async def test_stream_metadata_is_retried_like_artifacts(tmp_path: Path, reference: Path, faulty) -> None:
+    from support.services import service
     from test_readthrough import FAST
-
-    from bootserver.service import BootService
 
     config = _url_stream_config(tmp_path, reference, faulty)
     faulty.fail_first["/rhcos.json"] = [503]
     faulty.drop["/rhcos.json"] = 1000  # the second answer is cut after 1000 bytes of its Content-Length
-    svc = BootService(config)
-    svc.upstream.retry = FAST
+    svc = service(config)
+    svc.runtime.upstream.retry = FAST
     try:
-        meta = await svc.catalog.refresh("rhcos")
+        meta = await svc.desk.catalog.refresh("rhcos")
     finally:
-        await svc.close()
+        await svc.runtime.close()
     assert "x86_64" in meta.releases
     assert faulty.gets("/rhcos.json") == [None, None, None]
 
 
 async def test_stream_metadata_404_is_not_retried(tmp_path: Path, reference: Path, faulty) -> None:
     import pytest
+    from support.services import service
     from test_readthrough import FAST
 
     from bootserver.errors import FetchError
-    from bootserver.service import BootService
 
     config = _url_stream_config(tmp_path, reference, faulty)
     faulty.fail_first["/rhcos.json"] = [404]
-    svc = BootService(config)
-    svc.upstream.retry = FAST
+    svc = service(config)
+    svc.runtime.upstream.retry = FAST
     try:
         with pytest.raises(FetchError, match=rf"{faulty.url}/rhcos.json: HTTP 404"):
-            await svc.catalog.refresh("rhcos")
+            await svc.desk.catalog.refresh("rhcos")
     finally:
-        await svc.close()
+        await svc.runtime.close()
     assert faulty.gets("/rhcos.json") == [None]
 
 
@@ -256,21 +255,21 @@ async def test_upstream_read_timeout_bounds_a_hung_artifact_upstream(tmp_path: P
     import asyncio
 
     import pytest
+    from support.services import service
     from test_readthrough import DEADLINE, FAST
 
     from bootserver.errors import FetchError
-    from bootserver.service import BootService
 
     config = _url_stream_config(tmp_path, reference, faulty, upstream={"read_timeout": "1"})
-    svc = BootService(config)
-    svc.upstream.retry = FAST
+    svc = service(config)
+    svc.runtime.upstream.retry = FAST
     try:
-        rel = (await svc.catalog.refresh("rhcos")).releases["x86_64"]
+        rel = (await svc.desk.catalog.refresh("rhcos")).releases["x86_64"]
         kernel = rel.kernel.url[len(faulty.url):]
         faulty.stall.add(kernel)  # answers nothing (until the test ends)
         with pytest.raises(FetchError, match="Timeout"):
-            await asyncio.wait_for(svc.upstream.download(svc.cache, rel, rel.kernel), DEADLINE)
+            await asyncio.wait_for(svc.runtime.upstream.download(svc.runtime.cache, rel, rel.kernel), DEADLINE)
     finally:
-        await svc.close()
+        await svc.runtime.close()
     assert len(faulty.gets(kernel)) == FAST.attempts
-    assert not svc.cache.is_cached(rel, rel.kernel)
+    assert not svc.runtime.cache.is_cached(rel, rel.kernel)

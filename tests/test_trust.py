@@ -285,13 +285,18 @@ async def test_the_admin_listener_answers_only_to_its_own_names(tmp_path: Path, 
                 answer = await raw_request(admin, f"GET {probe} HTTP/1.1".encode(), host=b"10.9.8.7:1")
                 assert status_of(answer) in (200, 503), answer[:200]
             # every answer of both listeners: nosniff, and a Server header without versions
-            for where, target in ((port, "/healthz"), (port, "/ipxe/live-0"), (port, "/nope"), (port, "/boot.ipxe"),
-                                  (admin, "/nodes"), (admin, "/nope"), (admin, "/")):
-                answer = await raw_request(where, f"GET {target} HTTP/1.1".encode(),
-                                           host=f"127.0.0.1:{where}".encode())
+            for where, target in ((port, "GET /healthz"), (port, "GET /ipxe/live-0"), (port, "GET /nope"),
+                                  (port, "GET /boot.ipxe"), (port, "HEAD /nope"), (port, "POST /ipxe/live-0"),
+                                  (port, "DELETE /"), (admin, "GET /nodes"), (admin, "GET /nope"), (admin, "GET /"),
+                                  (admin, "POST /nodes")):
+                answer = await raw_request(where, f"{target} HTTP/1.1".encode(), host=f"127.0.0.1:{where}".encode())
                 headers, _ = _head_and_body(answer)
                 assert headers["x-content-type-options"] == "nosniff", (where, target)
                 assert headers["server"] == "bootserver", (where, target)
+                if target.endswith("/nope") or target == "DELETE /":  # as aiohttp's router answers
+                    assert status_of(answer) == 404, (where, target, answer[:300])
+                elif target.startswith("POST"):
+                    assert status_of(answer) == 405 and headers["allow"] == "GET,HEAD", (where, target, answer[:300])
         finally:
             lines = await stopped_log(server)
     assert any("421 Host 'evil.example' is not a name of the admin listener" in line for line in lines)

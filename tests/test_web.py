@@ -229,9 +229,9 @@ async def test_readyz_is_not_ready_without_stream_metadata_and_loads_it(aiohttp_
     import asyncio
     import time
 
-    from bootserver import service
+    from bootserver import runtime
 
-    monkeypatch.setattr(service, "METADATA_RETRY", 0.0)  # retry on every probe instead of every 30 s
+    monkeypatch.setattr(runtime, "METADATA_RETRY", 0.0)  # retry on every probe instead of every 30 s
     config = parse_config({
         "server": {"base_url": "http://boot.example.net:8080"}, "cache_dir": "cache", "state_dir": "state",
         "streams": {"s": {"metadata": upstream.url + "/stable.json"}},
@@ -303,3 +303,17 @@ async def test_a_new_release_in_the_metadata_file_is_served_without_a_restart(
         meta.write_text(json.dumps(doc))
     text = await (await client.get(signed("/ipxe/master-0", "master-0"))).text()
     assert "/416.94.20241201-0/" in text and f"/{old}/" not in text
+
+
+async def test_an_unexpected_error_is_a_plain_500_with_the_device_headers(
+        client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from bootserver.service import BootService
+
+    async def broken(*args: object, **kwargs: object) -> str:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(BootService, "script", broken)  # a fault no real input causes
+    r = await client.get(signed("/ipxe/master-0", "master-0"))
+    assert r.status == 500 and await r.text() == "internal error; the server log has the details\n"
+    assert r.headers["Server"] == "bootserver" and r.headers["X-Content-Type-Options"] == "nosniff"
+    assert any("500 unexpected error" in rec.getMessage() and rec.exc_info for rec in caplog.records)

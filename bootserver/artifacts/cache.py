@@ -298,6 +298,11 @@ class ArtifactCache:
         """Where the last synced copy of a stream's metadata is kept."""
         return self.cache_dir / "streams" / f"{stream}.json"
 
+    def metadata_source_path(self, stream: str) -> Path:
+        """Where the URL that copy was fetched from is kept (one line), written before the copy: a
+        config that points the stream at another URL does not take the copy for its own."""
+        return self.cache_dir / "streams" / f"{stream}.source"
+
 
 class Published(NamedTuple):
     """A published artifact as opened (:meth:`ArtifactCache.open_published`): its read descriptor ``fd``

@@ -1,8 +1,10 @@
 """Where each configured stream's metadata comes from, and the releases it offers.
 
 A stream whose ``metadata`` is a file path is read from that file. A stream whose ``metadata`` is a
-URL is read from the copy ``sync-images`` keeps in ``cache_dir/streams/<name>.json``; when there is no
-copy yet it is fetched from the :class:`~bootserver.artifacts.upstream.Upstream` (retried as artifacts are) and the
+URL is read from the copy ``sync-images`` keeps in ``cache_dir/streams/<name>.json`` (beside it,
+``<name>.source`` names the URL it came from: a copy of another URL than the one configured now, after
+a reload or a restart that points the stream elsewhere, is not taken); when there is no such copy it
+is fetched from the :class:`~bootserver.artifacts.upstream.Upstream` (retried as artifacts are) and the
 copy written. The server re-reads a local file when its mtime changes,
 so a ``sync-images`` run is picked up without a restart (it looks at the file at most every
 :data:`STAT_REUSE` seconds: under load, requests microseconds apart share one ``stat``).
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..errors import FetchError, MetadataError
-from ..files import LinkRefused, open_file, write_atomic
+from ..files import LinkRefused, open_file, read_file, write_atomic
 from ..streams import Release, StreamMetadata, parse_stream
 from .cache import ArtifactCache
 from .upstream import Upstream
@@ -99,9 +101,28 @@ class StreamCatalog:
                 self._cache[stream] = (key, hit[1], looked)
                 return hit[1]
             data = f.read()
+        if not self._copy_of_configured(stream):
+            return None
         meta = self._parse(stream, data, source)
         self._cache[stream] = (key, meta, looked)
         return meta
+
+    def _copy_of_configured(self, stream: str) -> bool:
+        """Whether the synced copy of URL stream ``stream`` came from the URL configured now (a copy
+        that names no source, from before sources were kept, is taken as it). Read only when the copy
+        changed, never on the hot path."""
+        sc = self.config.streams[stream]
+        if not sc.is_url:
+            return True
+        try:
+            kept = read_file(self.cache.cache_dir, self.cache.metadata_source_path(stream).relative_to(
+                self.cache.cache_dir)).decode("utf-8", "replace").strip()
+        except LinkRefused as e:
+            self.cache.refused(e)
+            return False
+        except OSError:
+            return True
+        return kept == sc.metadata
 
     async def refresh(self, stream: str) -> StreamMetadata:
         """Fetch a URL stream's metadata now, check it, and keep it as the local copy.
@@ -118,6 +139,8 @@ class StreamCatalog:
         data = await self.upstream.document(sc.metadata)
         meta = self._parse(stream, data, sc.metadata)
         try:
+            write_atomic(self.cache.metadata_source_path(stream), f"{sc.metadata}\n".encode(),
+                         root=self.cache.cache_dir)
             write_atomic(self.cache.metadata_path(stream), data, root=self.cache.cache_dir)
         except LinkRefused as e:
             self.cache.refused(e)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -333,22 +333,20 @@ class ReadThrough:
     """
 
     def __init__(self, config: Config, cache: ArtifactCache, catalog: StreamCatalog,
-                 upstream: Upstream) -> None:
+                 upstream: Upstream, *, downloads: dict[Path, Download] | None = None,
+                 observer: FetchObserver | None = None) -> None:
+        """``downloads``: the downloads in flight in this process by destination, shared by every config
+        a server loads (:attr:`bootserver.runtime.Runtime.downloads`: a reload's new :class:`ReadThrough`
+        joins a download the previous config started instead of following it as another process's);
+        ``observer`` is told about every upstream download (the server's
+        :class:`~bootserver.metrics.Metrics`)."""
         self.config = config
         self.cache = cache
         self.catalog = catalog
         self.upstream = upstream
         self.enabled = config.read_through
-        #: Told about every upstream download (the server sets its :class:`~bootserver.metrics.Metrics`).
-        self.observer: FetchObserver | None = None
-        self._inflight: dict[Path, Download] = {}
-
-    def share_downloads(self, other: ReadThrough) -> None:
-        """Follow ``other``'s downloads in this process (and it this one's): a reload's new
-        :class:`ReadThrough` joins a download the previous config started instead of following it as
-        another process's; the same observer is told about them."""
-        self._inflight = other._inflight
-        self.observer = other.observer
+        self.observer = observer
+        self._inflight: dict[Path, Download] = {} if downloads is None else downloads
 
     async def resolve(self, segments: tuple[str, ...]) -> tuple[Release, Artifact] | None:
         """The artifact of the current release that URL ``segments`` (stream, arch, release, file)
@@ -560,10 +558,16 @@ class ReadThrough:
     async def close(self) -> None:
         """Cancel the downloads still in flight and wait for them (their partial files stay); those
         already verified are left to publish."""
-        tasks = []
-        for dl in self._inflight.values():
-            if dl.task is not None:
-                if not dl.hash_ok:  # a verified download is only fsyncing and renaming: let it publish
-                    dl.task.cancel()
-                tasks.append(dl.task)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_downloads(self._inflight)
+
+
+async def cancel_downloads(downloads: Mapping[Path, Download]) -> None:
+    """Cancel the ``downloads`` still in flight and wait for them (their partial files stay); those
+    already verified are left to publish (they are only fsyncing and renaming)."""
+    tasks = []
+    for dl in downloads.values():
+        if dl.task is not None:
+            if not dl.hash_ok:
+                dl.task.cancel()
+            tasks.append(dl.task)
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -22,7 +22,7 @@ from ..butane import ButaneError, is_butane
 from ..butane import translate as translate_butane
 from ..errors import ConfigError, MetadataError
 from ..ignition_schema import IgnitionSchemaError, validate_bytes
-from ..ipxe import NETWORK_KARGS
+from ..kargs import NETWORK_KARGS
 from ..nmstate import NetworkConfigError, NetworkState, check_network, dracut_kargs
 from ..providers.base import provider_of
 from ..streams import parse_stream

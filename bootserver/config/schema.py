@@ -26,7 +26,8 @@ from pydantic import BeforeValidator, Field, field_validator
 
 from ..errors import ConfigError
 from ..ignition_schema import SPEC_VERSIONS
-from ..ipxe import UnsafeValueError, check_extra_karg
+from ..ipxe import UnsafeValueError
+from ..kargs import check_extra_karg
 from ..nmstate import NetworkSetting
 from ..providers.base import REGISTRY
 from ..providers.equinix_settings import MetalGlobal, MetalSettings

@@ -164,7 +164,8 @@ def refusal(config: Config, line: str) -> BootserverError:
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 _DHCP = re.compile(r"^(?:(?P<xid>\d+) )?(?P<what>DHCPACK|PXE)\((?P<iface>[^)]*)\)(?P<rest>( \S+)*)$")
-_BOOTFILE = re.compile(r"^(?P<xid>\d+) bootfile name: (?P<file>\S+)$")
+#: The boot file of a transaction: in the BOOTP ``file`` field, or in option 67 (``log-dhcp``'s option lines).
+_BOOTFILE = re.compile(r"^(?P<xid>\d+) (?:bootfile name: |sent size: *\d+ option: *67 bootfile-name +)(?P<file>\S+)$")
 _TFTP_SENT = re.compile(r"^sent (?P<path>\S+) to (?P<ip>\S+)$")
 
 
@@ -394,6 +395,7 @@ async def run_engine(config: Config) -> int:
     """``bootserver dhcp``: run the engine until SIGTERM/SIGINT (returns 0). Raises
     :class:`~bootserver.errors.ConfigError` and :class:`EngineError` as :func:`prepare` and :func:`refusal`;
     dnsmasq dying on its own is an :class:`EngineError` naming its last line."""
+    engine = Engine(config, None)  # checks the config and the interface first: nothing opened on a refusal
     try:
         store: StateStore | None = open_store(config)
         assert store is not None
@@ -401,7 +403,7 @@ async def run_engine(config: Config) -> int:
     except (StateStoreError, OSError) as e:
         log.warning("the state store cannot be opened (%s): the first mile will not be on the timeline", e)
         store = None
-    engine = Engine(config, store)
+    engine.store = store
     loop = asyncio.get_running_loop()
     stop, hup = asyncio.Event(), asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

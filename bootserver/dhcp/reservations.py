@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..config import Config
 from ..errors import ConfigError
 from ..images.network import boot_interface
-from ..network import effective_network
+from ..inventory import node_context
 from ..nmstate import NetworkConfigError, NetworkState, check_network
 from .iface import InterfaceAddresses, NoInterface, interface_addresses
 
@@ -49,7 +49,7 @@ def reservation(config: Config, node: str) -> Reservation | None:
     if not spec.mac:
         return None
     hostname = config.node_hostname(node).split(".")[0]
-    network = effective_network(config, node)
+    network = node_context(config, node).network
     if not isinstance(network, NetworkState) or not network.interfaces:
         return Reservation(node, spec.mac[0], hostname)
     try:

@@ -4,7 +4,7 @@
 Routes come from :data:`bootserver.urls.ROUTES` (each declared once: pattern, signed, timed, capped,
 listener); :data:`HANDLERS` names the handler of each. One front (:func:`front`, bound to each route)
 does what every request needs before its handler: concurrency cap and timeout, signature check, and the
-node it concerns resolved once (``request[NODE]``, matchbox's select -> context -> handler). Handlers
+node it concerns resolved once (``request[RESOLVED]``, matchbox's select -> context -> handler). Handlers
 stay thin: read the resolved node, call one :class:`~bootserver.service.BootService` method, shape the
 response. Errors map to statuses in one place (:func:`error_answer`): unknown node 404, not available
 yet 503, bad upstream 502; every refusal is a plain-text reason for a device operator and one log line
@@ -26,6 +26,7 @@ from aiohttp.typedefs import Middleware
 from .. import reload
 from ..artifacts.readthrough import Transfer
 from ..config import Config
+from ..desk import ArtifactDesk
 from ..discovery import ReportError
 from ..errors import (
     BootserverError,
@@ -38,8 +39,10 @@ from ..errors import (
 )
 from ..files import LinkRefused, open_file
 from ..ignition import MEDIA_TYPE, NotAcceptableError
-from ..inventory import find_node, select_node
+from ..intake import DiscoveryIntake
+from ..inventory import NodeContext, find_node, select_node
 from ..metrics import Metrics
+from ..runtime import Runtime
 from ..service import BootService
 from ..signing import Signer
 from ..state import StateStore
@@ -48,12 +51,23 @@ from . import accesslog, page
 from .accesslog import NODE, ROUTE
 from .admission import LIMITS, Limits
 from .fileanswer import FileAnswer, plan, send_pieces, sendfile_ranges
-from .gate import AdminNames, Gate, forbidden
+from .gate import (
+    CLIENT_MAX_SIZE,
+    DEVICE_HEADERS,
+    Gate,
+    admin_headers,
+    body_too_large,
+    forbidden,
+    host_middleware,
+    unmatched,
+)
 
 log = logging.getLogger("bootserver.web")
 
 #: The service the application was built with (tests; a reload replaces it: :data:`RUNNING`).
 SERVICE = web.AppKey("service", BootService)
+#: What outlives a reload (:class:`~bootserver.runtime.Runtime`), shared by both applications.
+RUNTIME = web.AppKey("runtime", Runtime)
 #: The admin application (``/nodes``, ``/metrics``) sharing the device application's service.
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
@@ -62,40 +76,57 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @dataclass(frozen=True)
 class Loaded:
-    """One loaded config of a running server and what serves it: the service, the request-level checks
-    (also the one resolution of a request's client address, ``Gate.client``) and the unix time it was
-    loaded. A request is answered by the one that was current when it came (``request[LOADED]``)."""
+    """One loaded config of a running server and what serves it: the service, its artifact desk, the
+    request-level checks (also the one resolution of a request's client address, ``Gate.client``) and
+    the unix time it was loaded. A request is answered by the one that was current when it came
+    (``request[LOADED]``)."""
 
     svc: BootService
+    desk: ArtifactDesk
     gate: Gate
     at: float
+
+    @classmethod
+    def load(cls, config: Config, runtime: Runtime, at: float) -> Loaded:
+        """What serves ``config`` over ``runtime``, loaded at unix time ``at``."""
+        svc = BootService(config, runtime)
+        return cls(svc, svc.desk, Gate(config, runtime.check_signature), at)
 
 
 #: What answers this request (:class:`Loaded`), set by :func:`front`.
 LOADED = web.RequestKey("loaded", Loaded)
+#: The node the request concerns, resolved once by :func:`front` (:class:`~bootserver.inventory.NodeContext`)
+#: and passed down to the service; ``request[NODE]`` holds its name for the access log.
+RESOLVED = web.RequestKey("resolved", NodeContext)
 
 
 class Running:
     """The config a server serves now (:attr:`current`), which :meth:`reload` replaces in one step.
 
     Requests in flight finish on the :class:`Loaded` they started with (:func:`front` hands it to the
-    handler); the state store, the upstream, the downloads in flight and the live page's listeners
-    carry over (:meth:`BootService.reloaded`). One reload runs at a time; more signals meanwhile make
-    one more."""
+    handler); what outlives a config (the :class:`~bootserver.runtime.Runtime`: state store, upstream,
+    downloads in flight, metrics, observers such as the live page's listeners) carries over. One reload
+    runs at a time; more signals meanwhile make one more."""
 
-    def __init__(self, loaded: Loaded, metrics: Metrics, live: page.Page) -> None:
+    def __init__(self, loaded: Loaded, runtime: Runtime, metrics: Metrics, live: page.Page) -> None:
         self.current = loaded
+        self.runtime = runtime
+        #: Discovered machines' scripts and reports (outlives reloads, as its rate limit must).
+        self.intake = DiscoveryIntake(runtime)
         self.metrics = metrics
         self.page = live
         self._lock = asyncio.Lock()
         metrics.config_loaded.set(loaded.at)
 
     def swap(self, config: Config) -> Loaded:
-        """Serve ``config`` (loaded and checked, its restart-only keys the running ones) from now on."""
-        svc = self.current.svc.reloaded(config)
-        loaded = Loaded(svc, Gate(config, svc.check_signature), time.time())
-        self.page.use(svc, loaded.at)
+        """Serve ``config`` (loaded and checked, its restart-only keys the running ones) from now on; a
+        stream whose metadata source changed is loaded in the background (:func:`follow_streams`)."""
+        before = self.current
+        self.runtime.follow(config)
+        loaded = Loaded.load(config, self.runtime, time.time())
+        self.page.use(loaded.svc, loaded.at)
         self.current = loaded
+        self.runtime.spawn(follow_streams(before.desk, loaded.desk))
         return loaded
 
     async def reload(self) -> bool:
@@ -105,7 +136,7 @@ class Running:
         warning line. Counted in ``bootserver_config_reloads_total{result}`` and recorded in
         ``state_dir/reload.json``."""
         async with self._lock:
-            running = self.current.svc.config
+            running = self.runtime.config
             try:
                 config = await asyncio.to_thread(reload.load_checked, running.source)
             except Exception as e:  # an invalid config (ConfigError), or a bug: the running config stays
@@ -129,8 +160,33 @@ class Running:
             return True
 
     async def close(self) -> None:
-        """Close the current service (with what every loaded config shared: :meth:`BootService.close`)."""
-        await self.current.svc.close()
+        """Close what every loaded config shared (:meth:`bootserver.runtime.Runtime.close`)."""
+        await self.runtime.close()
+
+
+async def follow_streams(before: ArtifactDesk, after: ArtifactDesk) -> None:
+    """After a reload from ``before``'s config to ``after``'s: load the metadata of every stream whose
+    source (``streams.<s>.metadata``) changed or is new, and log one line per stream whose current
+    release changed (``reload: stream S serves release R (was Q)``). Failures are logged, never raised."""
+    old = before.config.streams
+    for name, spec in after.config.streams.items():
+        if name in old and old[name].metadata == spec.metadata:
+            continue
+        was = None
+        try:
+            meta = before.catalog.cached(name) if name in old else None
+            was = None if meta is None else {a: r.version for a, r in meta.releases.items()}
+        except BootserverError:
+            pass
+        try:
+            now = {a: r.version for a, r in (await after.catalog.get(name)).releases.items()}
+        except BootserverError as e:
+            log.warning("reload: stream %s: metadata of %s not loaded: %s", name, spec.metadata, e)
+            continue
+        if now != was:
+            log.info("reload: stream %s serves release %s (was %s)", name,
+                     ", ".join(f"{v} ({a})" for a, v in sorted(now.items())),
+                     "none" if not was else ", ".join(f"{v} ({a})" for a, v in sorted(was.items())))
 
 
 #: The running config of both applications (:class:`Running`).
@@ -175,22 +231,27 @@ def _client(request: web.Request) -> str | None:
     return request[LOADED].gate.client(request)
 
 
-def front(running: Running, limits: Limits, spec: Route, handler: Handler) -> Handler:
+def front(running: Running, limits: Limits, spec: Route, handler: Handler, *, stamp: bool = False) -> Handler:
     """``handler`` of route ``spec`` behind what every request needs first: notes the route
     (``request[ROUTE]``) and the config it is answered with (``request[LOADED]``, the one ``running``
     serves now, kept for the whole request), runs the handler under
-    :class:`~bootserver.http.gate.Limits`, refuses signed routes that fail :meth:`Gate.refusal` (the one
-    403), resolves the node (``request[NODE]``: by name from the path, or for the generic entry by
-    selector and source address) and maps domain errors with :func:`error_answer`.
+    :class:`~bootserver.http.admission.Limits`, refuses signed routes that fail :meth:`Gate.refusal` (the one
+    403), resolves the node (``request[RESOLVED]``, its name in ``request[NODE]``: by name from the path,
+    or for the generic entry by selector and source address) and maps domain errors with :func:`error_answer`.
+
+    With ``stamp`` (the device listener) every answer gets :data:`DEVICE_HEADERS` here (the returned
+    one, a raised ``HTTPException``, a plain 500 for an unexpected error, logged) instead of in an
+    ``on_response_prepare`` hook, whose signal costs every answer about 3 us (docs/benchmarks.md).
 
     Bound to each route when the application is built rather than run as a middleware: an
     application without middlewares calls its handlers directly, which saves every request two
     coroutine layers and a route lookup (docs/benchmarks.md). aiohttp's own 404/405 answers come
-    without it (they need none of it: the access log names them ``unmatched``)."""
+    without it (:func:`~bootserver.http.gate.unmatched`; the access log names them ``unmatched``)."""
     named = spec.signed or "{node}" in spec.pattern
+    intake = running.intake
 
     async def answer(request: web.Request) -> web.StreamResponse:
-        if request.can_read_body and await _body_too_large(request):
+        if request.can_read_body and await body_too_large(request):
             log.warning("%s %s: 413 request body over %d bytes", request.method, request.path, CLIENT_MAX_SIZE)
             refused = _text(413, f"request body too large: at most {CLIENT_MAX_SIZE} bytes")
             refused.force_close()  # the rest of the body is never read
@@ -205,17 +266,19 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler) -> Ha
                     if reason is not None:
                         log.warning("%s %s: 403 %s", request.method, request.rel_url.raw_path, reason)
                         return forbidden()
-                request[NODE] = find_node(svc.config, name=name)
+                request[RESOLVED] = svc.node(find_node(svc.config, name=name))
             elif spec is GENERIC or spec is GENERIC_GRUB:
                 q = request.query
                 try:
-                    request[NODE] = select_node(svc.config, gate.address(request), mac=q.get("mac"),
-                                                uuid=q.get("uuid"), hostname=q.get("hostname"))
+                    selected = select_node(svc.config, gate.address(request), mac=q.get("mac"),
+                                           uuid=q.get("uuid"), hostname=q.get("hostname"))
+                    request[NODE] = selected
+                    request[RESOLVED] = svc.node(selected)
                 except UnknownNodeError:
                     if spec is not GENERIC or not svc.config.server.discovery.enabled:
                         raise  # discovery speaks iPXE: the GRUB entry answers 404 as before
                     # the same answer whether no node matches or one may not be handed out here
-                    return web.Response(text=svc.discovery_script(q.get("mac")), content_type="text/plain")
+                    return web.Response(text=intake.script(svc.config, q.get("mac")), content_type="text/plain")
             return await handler(request)
         except web.HTTPException:
             raise
@@ -226,27 +289,35 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler) -> Ha
         request[ROUTE] = spec
         return await limits.run(request, spec, answer)
 
-    return fronted
+    if not stamp:
+        return fronted
+
+    async def stamped(request: web.Request) -> web.StreamResponse:
+        request[ROUTE] = spec
+        try:
+            response = await limits.run(request, spec, answer)
+        except web.HTTPException as e:
+            e.headers.update(DEVICE_HEADERS)
+            raise
+        except Exception:
+            if request.writer.output_size:  # the answer's head went out (with the headers): aiohttp closes
+                raise
+            log.exception("%s %s: 500 unexpected error", request.method, request.path)
+            raise web.HTTPInternalServerError(text="internal error; the server log has the details\n",
+                                              headers=DEVICE_HEADERS) from None
+        if not response.prepared:
+            headers = response.headers
+            headers[hdrs.SERVER] = "bootserver"
+            headers["X-Content-Type-Options"] = "nosniff"
+        return response
+
+    return stamped
 
 
-async def _body_too_large(request: web.Request) -> bool:
-    """Whether the request's body is over :data:`CLIENT_MAX_SIZE` bytes: told by its ``Content-Length``
-    before any of it is read, or, for a chunked body, found while reading it up to the limit (no route
-    uses a body: what was read is dropped)."""
-    length = request.content_length
-    if length is not None:
-        return length > CLIENT_MAX_SIZE
-    total = 0
-    while chunk := await request.content.read(CLIENT_MAX_SIZE + 1 - total):
-        total += len(chunk)
-        if total > CLIENT_MAX_SIZE:
-            return True
-    return False
-
-
-def add_route(app: web.Application, route: Route, handler: Handler) -> None:
-    """Serve ``route`` on ``app`` (one of :func:`create_app`'s) with ``handler`` behind :func:`front`."""
-    fronted = front(app[RUNNING], app[LIMITS], route, handler)
+def add_route(app: web.Application, route: Route, handler: Handler, *, stamp: bool = False) -> None:
+    """Serve ``route`` on ``app`` (one of :func:`create_app`'s) with ``handler`` behind :func:`front`
+    (``stamp``: the device listener's headers, see there)."""
+    fronted = front(app[RUNNING], app[LIMITS], route, handler, stamp=stamp)
     if route.method == "GET":  # and HEAD
         app.router.add_get(route.pattern, fronted, name=route.name or None)
     else:
@@ -255,19 +326,19 @@ def add_route(app: web.Application, route: Route, handler: Handler) -> None:
 
 async def ipxe_script(request: web.Request) -> web.Response:
     """``GET /ipxe/{node}`` and ``GET /boot.ipxe?mac=|uuid=|hostname=``: the node's iPXE script."""
-    script = await _service(request).serve_script(request[NODE], _client(request))
+    script = await _service(request).script(request[RESOLVED], client=_client(request), record=True)
     return web.Response(text=script, content_type="text/plain")
 
 
 async def discover(request: web.Request) -> web.Response:
     """``GET /discover?mac=...&uuid=...&serial=...``: a machine that matches no node reports what iPXE
-    knows of it (:meth:`BootService.report`); ``200`` whether or not it was recorded, ``400`` without a
-    valid ``mac``, ``404`` while ``server.discovery`` is off."""
-    svc = _service(request)
-    if not svc.config.server.discovery.enabled:
+    knows of it (:meth:`bootserver.intake.DiscoveryIntake.report`); ``200`` whether or not it was
+    recorded, ``400`` without a valid ``mac``, ``404`` while ``server.discovery`` is off."""
+    config = _service(request).config
+    if not config.server.discovery.enabled:
         return _text(404, "discovery is off")
     try:
-        await svc.report(request.query, _client(request))
+        await request.app[RUNNING].intake.report(config, request.query, _client(request))
     except ReportError as e:
         return _text(400, str(e))
     return _text(200, "ok")
@@ -276,23 +347,28 @@ async def discover(request: web.Request) -> web.Response:
 async def grub_config(request: web.Request) -> web.Response:
     """``GET /grub/{node}`` and ``GET /boot.grub?mac=|uuid=|hostname=``: the GRUB form of the node's
     script, which its boot image's UEFI boot and the arm64 GRUB source."""
-    script = await _service(request).serve_script(request[NODE], _client(request), grub=True)
+    script = await _service(request).script(request[RESOLVED], grub=True, client=_client(request), record=True)
     return web.Response(text=script, content_type="text/plain")
 
 
 async def boot_image(request: web.Request) -> web.StreamResponse:
-    """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (:meth:`BootService.boot_image`), sent as
+    """``GET``/``HEAD /iso/{node}.iso``: the node's boot image (:meth:`BootService.image`), sent as
     its base image's bytes (``loop.sendfile``) with the node's region written in as it goes (docs/design.md,
     "Boot images"). Conditionals, ``Range`` and ``If-Range`` as every file answer
     (:func:`~bootserver.http.fileanswer.plan`), ``HEAD`` and a strong ``ETag``: BMCs read virtual
     media in ranges, after a HEAD for the size. The base image is opened below ``cache_dir`` without
-    following a link (a link there is a 404, logged)."""
-    svc = _service(request)
+    following a link (a link there is a 404, logged). Bad input (the node's network or release cannot be
+    written into an image) is a 500 whose public text names no key or path; the log has both."""
+    svc, node = _service(request), request[NODE]
+    cache = svc.runtime.cache
     try:
-        image = await svc.boot_image(request[NODE])
+        image = await svc.image(request[RESOLVED])
     except LinkRefused as e:
-        svc.cache.refused(e)
-        return _text(404, f"node {request[NODE]}: no boot image")
+        cache.refused(e)
+        return _text(404, f"node {node}: no boot image")
+    except InputError as e:
+        raise BootserverError(str(e), public=f"node {node}: its boot image cannot be built from its settings; "
+                              "the server log has the details") from None
     answer = plan(request, image.size, image.etag)  # no Last-Modified: a dated If-Range gets the whole image
     start, stop = answer.start, answer.end
     if answer.status in (304, 416):
@@ -300,11 +376,12 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
     try:
         fd = open_file(svc.config.cache_dir, image.base.path.relative_to(svc.config.cache_dir))
     except LinkRefused as e:
-        svc.cache.refused(e)
-        return _text(404, f"node {request[NODE]}: no boot image")
+        cache.refused(e)
+        return _text(404, f"node {node}: no boot image")
     try:
         resp = web.StreamResponse(status=answer.status, headers={
-            "Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store", **answer.headers})
+            "Content-Type": "application/x-iso9660-image", "Cache-Control": "no-store", **answer.headers,
+            **DEVICE_HEADERS})
         resp.content_length = stop - start
         await resp.prepare(request)
         if request.method == "HEAD":
@@ -320,17 +397,22 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
 
 
 async def loader(request: web.Request) -> web.StreamResponse:
-    """``GET``/``HEAD`` of a loader a firmware loads before any script (:meth:`BootService.loader`), else 404; as every
-    file answer (:class:`FileAnswer`), opened without following a link below ``cache_dir``."""
-    svc = _service(request)
-    found = await svc.loader(request[ROUTE].name, request.match_info)
+    """``GET``/``HEAD`` of a loader a firmware loads before any script (:meth:`ArtifactDesk.loader`: the arm64
+    GRUB, Debian's ``ipxe.efi``, a stream's Secure Boot loaders and their GRUB config; ``bootserver loaders
+    DIR`` writes them for TFTP), else 404. Ranges and conditionals as every file answer's
+    (:class:`FileAnswer`); below ``cache_dir`` opened without following a link."""
+    desk = request[LOADED].desk
+    found = await desk.loader(request[ROUTE].name, request.match_info)
     if found is None or isinstance(found, str):
         return _text(404, "no such loader") if found is None else web.Response(text=found, content_type="text/plain")
+    cache = desk.runtime.cache
     try:
-        cache = svc.config.cache_dir
-        fd = open_file(cache, found.relative_to(cache)) if found.is_relative_to(cache) else os.open(found, os.O_RDONLY)
+        if found.is_relative_to(cache.cache_dir):
+            fd = open_file(cache.cache_dir, found.relative_to(cache.cache_dir))
+        else:  # the system's iPXE build
+            fd = os.open(found, os.O_RDONLY)
     except LinkRefused as e:
-        svc.cache.refused(e)
+        cache.refused(e)
         return _text(404, "no such loader")
     return FileAnswer(fd, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
 
@@ -339,8 +421,8 @@ async def ignition_stub(request: web.Request) -> web.Response:
     """``GET /ignition/{node}``: the node's merge-style stub, in the spec version negotiated with the
     ``Accept`` header (406 when none fits); ``Vary: Accept`` either way."""
     try:
-        body = await _service(request).serve_stub(request[NODE], _client(request),
-                                                 request.headers.get(hdrs.ACCEPT))
+        body = await _service(request).stub(request[RESOLVED], accept=request.headers.get(hdrs.ACCEPT),
+                                            client=_client(request), record=True)
     except NotAcceptableError as e:
         log.warning("%s %s: 406 %s", request.method, request.path, e)
         response = _text(406, str(e))
@@ -353,7 +435,7 @@ async def ignition_stub(request: web.Request) -> web.Response:
 async def ignition_config(request: web.Request) -> web.Response:
     """``GET /ignition/{node}/config``: the node's real config, byte for byte."""
     node = request[NODE]
-    data = await _service(request).serve_real_config(node, _client(request))
+    data = await _service(request).real_config(request[RESOLVED], client=_client(request), record=True)
     if data is None:
         return _text(404, f"node {node}: its profile has no ignition config")
     return web.Response(body=data, content_type=MEDIA_TYPE)
@@ -362,7 +444,7 @@ async def ignition_config(request: web.Request) -> web.Response:
 async def checkin(request: web.Request) -> web.Response:
     """``POST /checkin/{node}``: the node's booted system is on the network (its stub's check-in unit);
     records ``checkin`` (stage ``up``) with the client address. Nothing is read from the body."""
-    stage = await _service(request).record(request[NODE], "checkin", ip=_client(request))
+    stage = await _service(request).record(request[RESOLVED], "checkin", ip=_client(request))
     return _text(200, f"{request[NODE]}: {stage}")
 
 
@@ -372,25 +454,26 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     Range (206, RFC 9110), HEAD, Last-Modified and If-Modified-Since come from :class:`FileAnswer`
     (sendfile of the descriptor the cache opened, never a path again); the ETag is the sha256 and
     ``If-None-Match`` with it answers 304. A link anywhere from ``cache_dir`` to the file is a 404. A GET is
-    attributed to a node (:meth:`BootService.artifact_requested`), and how its answer ended is reported
-    once the last byte went out (:data:`bootserver.http.accesslog.ON_SENT`).
+    attributed to a node (:meth:`bootserver.desk.ArtifactDesk.requested`), and how its answer ended is
+    reported once the last byte went out (:data:`bootserver.http.accesslog.ON_SENT`).
     """
-    svc = _service(request)
+    desk = request[LOADED].desk
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
-    rate = svc.config.server.artifact_rate  # bytes/s held to; an attributed node's profile's first
+    config = desk.config
+    rate = config.server.artifact_rate  # bytes/s held to; an attributed node's profile's first
     if request.method == "GET":
         client = _client(request)
-        kind, node = await svc.artifact_requested(segments, client)
+        kind, node = await desk.requested(segments, client)
         request[accesslog.ARTIFACT_KIND] = kind
         if node is not None:
             request[NODE] = node
-            rate = svc.config.profiles[svc.config.nodes[node].profile].artifact_rate or rate
-            request[accesslog.ON_SENT] = lambda status, nbytes, complete: svc.artifact_answered(
+            rate = config.profiles[config.nodes[node].profile].artifact_rate or rate
+            request[accesslog.ON_SENT] = lambda status, nbytes, complete: desk.answered(
                 node, kind, client, status=status, nbytes=nbytes, complete=complete)
-    found = await svc.artifact(segments)
+    found = await desk.open(segments)
     if found is None:
-        what = svc.artifact_missing()
+        what = desk.missing()
         log.warning("%s %s: 404 %s", request.method, request.path, what)
         return _text(404, f"{what}: {shown('/'.join(segments), 200)}")
     if isinstance(found, Transfer):
@@ -409,7 +492,8 @@ async def _send_transfer(request: web.Request, transfer: Transfer, rate: int | N
     try:
         size = await transfer.start()
         resp = web.StreamResponse(headers={"Content-Type": "application/octet-stream",
-                                           "Cache-Control": "public, max-age=31536000, immutable"})
+                                           "Cache-Control": "public, max-age=31536000, immutable",
+                                           **DEVICE_HEADERS})
         resp.etag = transfer.sha256
         if size is not None:
             resp.content_length = size
@@ -449,7 +533,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def _start_service(app: web.Application) -> None:
-    await app[RUNNING].current.svc.start(watch_stalls=True)
+    await app[RUNNING].runtime.start(watch_stalls=True)
 
 
 async def nodes(request: web.Request) -> web.Response:
@@ -467,12 +551,15 @@ async def node_report(request: web.Request) -> web.Response:
         limit = int(request.query["limit"]) if "limit" in request.query else None
     except ValueError:
         raise web.HTTPBadRequest(text="limit must be an integer\n") from None
-    return web.json_response(await _service(request).node_report(request[NODE], limit))
+    svc, node = _service(request), request[NODE]
+    state, events = await svc.history(node, limit)
+    return web.json_response({**state.as_dict(time.time()), "profile": svc.config.nodes[node].profile,
+                              "events": [e.as_dict() for e in events]})
 
 
 async def metrics(request: web.Request) -> web.Response:
     """``GET /metrics`` (admin): Prometheus text exposition format."""
-    body = await _service(request).scrape()
+    body = await request.app[RUNNING].runtime.scrape()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
@@ -480,9 +567,10 @@ async def metrics(request: web.Request) -> web.Response:
 HANDLERS: dict[str, Handler] = {
     "chain": ipxe_script, "generic": ipxe_script, "discover": discover, "stub": ignition_stub,
     "real_config": ignition_config, "grub": grub_config, "generic_grub": grub_config, "iso": boot_image,
-    "loader_arm64": loader, "loader_ipxe": loader, "loader_secureboot": loader, "grub_cfg": loader, "checkin": checkin,
-    "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report, "metrics": metrics,
-    **page.HANDLERS,
+    "loader_arm64": loader, "loader_ipxe": loader, "loader_secureboot": loader, "grub_cfg": loader,
+    "checkin": checkin,
+    "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,
+    "metrics": metrics, **page.HANDLERS,
 }
 
 
@@ -490,47 +578,10 @@ async def _close_service(app: web.Application) -> None:
     await app[RUNNING].close()
 
 
-#: Largest request body accepted, in bytes (no endpoint takes a body): a longer one is ``413`` (from its
-#: ``Content-Length``, or cut there when chunked), see :func:`front`.
-CLIENT_MAX_SIZE = 64 * 1024
 #: Longest request line and header field accepted, in bytes (longer: 400).
 MAX_LINE_SIZE = 8190
 MAX_FIELD_SIZE = 8190
 MAX_HEADERS = 64
-
-
-async def _device_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """On every answer of the device listener: no product version in ``Server``, and ``nosniff``."""
-    response.headers[hdrs.SERVER] = "bootserver"
-    response.headers["X-Content-Type-Options"] = "nosniff"
-
-
-async def _admin_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """On every answer of the admin listener: as :func:`_device_headers`, and since its answers name nodes
-    and carry signed URLs, not stored by caches (unless the answer says otherwise, as the page's static
-    files do) and no ``Referer`` sent from its pages."""
-    headers = response.headers
-    headers[hdrs.SERVER] = "bootserver"
-    headers["X-Content-Type-Options"] = "nosniff"
-    headers.setdefault(hdrs.CACHE_CONTROL, "no-store")
-    headers["Referrer-Policy"] = "no-referrer"
-
-
-def host_middleware(config: Config) -> Middleware:
-    """The admin application's ``Host`` rule (:class:`~bootserver.http.gate.AdminNames`): a request for
-    another name than the listener's own is ``421 Misdirected Request`` with no data, whatever its path
-    but ``/healthz`` and ``/readyz`` (probes use addresses)."""
-    names = AdminNames(config)
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in page.OPEN_PATHS or names.allowed(request):
-            return await handler(request)
-        log.warning("%s %s: 421 Host %r is not a name of the admin listener (server.admin.hosts)",
-                    request.method, request.path, request.headers.get(hdrs.HOST))
-        return web.Response(status=421, text="misdirected request\n", content_type="text/plain")
-
-    return middleware
 
 
 def _app(svc: BootService, running: Running, metrics: Metrics, listener: str, limits: Limits,
@@ -538,16 +589,20 @@ def _app(svc: BootService, running: Running, metrics: Metrics, listener: str, li
     routes = {r.name: r for r in ROUTES if listener in r.listeners}
     middlewares: list[Middleware] = []
     if listener == ADMIN:
-        middlewares.append(host_middleware(svc.config))
+        middlewares.append(host_middleware(svc.config, page.OPEN_PATHS))
         middlewares += [page.token_middleware(token)] if token is not None else []
     app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=middlewares)
-    app.on_response_prepare.append(_admin_headers if listener == ADMIN else _device_headers)
+    if listener == ADMIN:
+        app.on_response_prepare.append(admin_headers)
     app[SERVICE] = svc
+    app[RUNTIME] = running.runtime
     app[RUNNING] = running
     app[LIMITS] = limits
     app[accesslog.METRICS] = metrics
     for route in routes.values():
-        add_route(app, route, HANDLERS[route.name])
+        add_route(app, route, HANDLERS[route.name], stamp=listener == DEVICE)
+    if listener == DEVICE:  # last: only what no route takes
+        app.router.add_route("*", "/{path:.*}", unmatched)
     return app
 
 
@@ -560,12 +615,14 @@ def create_app(config: Config, signer: Signer | None = None, state: StateStore |
     ``signer`` signs and verifies per-node URLs (default: the keys of the state store, wall clock);
     ``state`` is the state store (default: the one ``config`` selects, see :class:`BootService`).
     """
-    svc = BootService(config, signer, state=state, measured=True)
-    metrics = svc.metrics
+    runtime = Runtime(config, signer, state=state, measured=True)
+    metrics = runtime.metrics
     assert metrics is not None
     limits = Limits(config.server.max_concurrent, config.server.request_timeout, config.server.max_queued, metrics)
-    live = page.Page(svc)
-    running = Running(Loaded(svc, Gate(config, svc.check_signature), live.loaded_at), metrics, live)
+    loaded = Loaded.load(config, runtime, time.time())
+    svc = loaded.svc
+    live = page.Page(runtime, svc, loaded.at)
+    running = Running(loaded, runtime, metrics, live)
     app = _app(svc, running, metrics, DEVICE, limits)
     app.on_startup.append(_start_service)
     app.on_cleanup.append(_close_service)

@@ -1,6 +1,7 @@
 """Request-level security of ``bootserver serve``: signed-URL and source-address checks (:class:`Gate`),
-the admin listener's names (:class:`AdminNames`). The concurrency cap, the pacing of a storm and the
-handler timeouts are :mod:`bootserver.http.admission`'s; the access log (no query strings) is
+the admin listener's names (:class:`AdminNames`), the body size limit, and the headers of every answer
+(:data:`DEVICE_HEADERS`, :func:`admin_headers`, :func:`unmatched`). The concurrency cap, the pacing of a
+storm and the handler timeouts are :mod:`bootserver.http.admission`'s; the access log (no query strings) is
 :mod:`bootserver.http.accesslog`'s.
 
 Every refusal is the same ``403`` with the same body (:data:`FORBIDDEN_BODY`), whatever the reason
@@ -17,7 +18,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Middleware
 
 from ..config import Config, split_listen
 from ..inventory import Address, address_allowed, cidr_network
@@ -33,6 +35,56 @@ Call = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def forbidden() -> web.Response:
     """The one 403 answer of every refused request."""
     return web.Response(status=403, text=FORBIDDEN_BODY, content_type="text/plain")
+
+
+#: Largest request body accepted, in bytes (no endpoint takes a body): a longer one is ``413`` (from its
+#: ``Content-Length``, or cut there when chunked), see :func:`front`.
+CLIENT_MAX_SIZE = 64 * 1024
+#: The headers of every answer of the device listener: no product version in ``Server``, and ``nosniff``
+#: (the admin listener's: :func:`admin_headers`).
+DEVICE_HEADERS = {hdrs.SERVER: "bootserver", "X-Content-Type-Options": "nosniff"}
+
+
+async def body_too_large(request: web.Request) -> bool:
+    """Whether the request's body is over :data:`CLIENT_MAX_SIZE` bytes: told by its ``Content-Length``
+    before any of it is read, or, for a chunked body, found while reading it up to the limit (no route
+    uses a body: what was read is dropped)."""
+    length = request.content_length
+    if length is not None:
+        return length > CLIENT_MAX_SIZE
+    total = 0
+    while chunk := await request.content.read(CLIENT_MAX_SIZE + 1 - total):
+        total += len(chunk)
+        if total > CLIENT_MAX_SIZE:
+            return True
+    return False
+
+
+async def unmatched(request: web.Request) -> web.Response:
+    """The device listener's answer to a request no route takes (its last route, any method, any path):
+    ``405`` with ``Allow`` when a route has the path but not the method, else ``404``, as aiohttp's own
+    router answers, with :data:`DEVICE_HEADERS`. No :data:`ROUTE`: the access log names it ``unmatched``."""
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        if resource is not request.match_info.route.resource:
+            match, methods = await resource.resolve(request)
+            if match is None:
+                allowed |= methods
+    if allowed:
+        return web.Response(status=405, text="405: Method Not Allowed", headers={
+            **DEVICE_HEADERS, hdrs.ALLOW: ",".join(sorted(allowed))})
+    return web.Response(status=404, text="404: Not Found", headers=DEVICE_HEADERS)
+
+
+async def admin_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every answer of the admin listener: :data:`DEVICE_HEADERS`, and since its answers name nodes
+    and carry signed URLs, not stored by caches (unless the answer says otherwise, as the page's static
+    files do) and no ``Referer`` sent from its pages."""
+    headers = response.headers
+    headers[hdrs.SERVER] = "bootserver"
+    headers["X-Content-Type-Options"] = "nosniff"
+    headers.setdefault(hdrs.CACHE_CONTROL, "no-store")
+    headers["Referrer-Policy"] = "no-referrer"
 
 
 def client_address(request: web.BaseRequest, trusted_proxies: tuple[str, ...]) -> Address | None:
@@ -112,6 +164,23 @@ class AdminNames:
         except ValueError:
             return False
         return True
+
+
+def host_middleware(config: Config, open_paths: frozenset[str]) -> Middleware:
+    """The admin application's ``Host`` rule (:class:`~bootserver.http.gate.AdminNames`): a request for
+    another name than the listener's own is ``421 Misdirected Request`` with no data, whatever its path
+    but ``open_paths`` (``/healthz`` and ``/readyz``: probes use addresses)."""
+    names = AdminNames(config)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Call) -> web.StreamResponse:
+        if request.path in open_paths or names.allowed(request):
+            return await handler(request)
+        log.warning("%s %s: 421 Host %r is not a name of the admin listener (server.admin.hosts)",
+                    request.method, request.path, request.headers.get(hdrs.HOST))
+        return web.Response(status=421, text="misdirected request\n", content_type="text/plain")
+
+    return middleware
 
 
 class Gate:

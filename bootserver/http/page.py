@@ -46,6 +46,7 @@ from ..errors import BootserverError
 from ..nodes_view import format_age
 from ..providers.base import provider_of
 from ..resources import data_dir
+from ..runtime import Runtime
 from ..service import BootService
 from ..timeline import STAGES, Event, Recorded, final_stages, next_stage
 from .admission import LIMITS
@@ -104,7 +105,7 @@ def human_size(n: int | None) -> str:
 class Hub:
     """The page's live updates (see the module docstring): listeners, and the task that reads the
     nodes while anyone listens. Call :meth:`recorded` on every recorded event (a hook of
-    :class:`~bootserver.service.BootService`), :meth:`close` at shutdown."""
+    :class:`~bootserver.runtime.Runtime`), :meth:`close` at shutdown."""
 
     #: Reads of every node: at most once per READ_MIN seconds, at least every READ_MAX seconds.
     READ_MIN = 0.2
@@ -127,13 +128,8 @@ class Hub:
         self._closed = False
 
     def recorded(self, event: Recorded) -> None:
-        """An observer of recorded events (:attr:`bootserver.service.BootService.observers`): an event
-        was recorded in this process, read the nodes soon."""
-        self._wake.set()
-
-    def discovered(self) -> None:
-        """A discovered machine's report was recorded in this process
-        (:attr:`bootserver.service.BootService.discovery_hooks`): read the discovered machines soon."""
+        """An observer of recorded events (:meth:`bootserver.runtime.Runtime.observe`): an event (or a
+        discovered machine's report) was recorded in this process, read the nodes soon."""
         self._wake.set()
 
     def listen(self) -> asyncio.Queue[tuple[str | None, str] | None] | None:
@@ -212,17 +208,17 @@ class Page:
     """What the page shows, read from one :class:`~bootserver.service.BootService`; and its
     :class:`Hub`. The handlers below reach it as ``request.app[PAGE]``."""
 
-    def __init__(self, svc: BootService) -> None:
+    def __init__(self, runtime: Runtime, svc: BootService, loaded_at: float) -> None:
         self.env = _environment()
         self._row_template = self.env.get_template("row.html.j2")
+        self.runtime = runtime
         self.hub = Hub(self)
-        svc.observe(self.hub.recorded)
-        svc.discovery_hooks.append(self.hub.discovered)
-        self.use(svc, time.time())
+        runtime.observe(self.hub.recorded)
+        self.use(svc, loaded_at)
 
     def use(self, svc: BootService, loaded_at: float) -> None:
         """Show ``svc`` from now on (a reload: its config loaded at unix time ``loaded_at``), in one step;
-        the live listeners stay. ``svc`` shares the observers of the service it replaces."""
+        the live listeners stay (they observe the runtime every config shares)."""
         self.svc = svc
         self.loaded_at = loaded_at
         config = svc.config
@@ -282,7 +278,7 @@ class Page:
         <bootserver.discovery.Discovered.as_dict>`). Raises ``UnavailableError``."""
         svc = self.svc
         config = svc.config
-        return [d.as_dict() for d in await svc.state.discovered()
+        return [d.as_dict() for d in await self.runtime.state.discovered()
                 if config.node_by_mac(d.mac) is None and not (d.uuid and config.node_by_uuid(d.uuid))]
 
     async def node(self, name: str) -> dict[str, Any]:
@@ -294,11 +290,11 @@ class Page:
         state, events = await svc.history(name)
         profile = svc.config.node_profile(name)
         try:
-            script = await svc.boot_script(name)
+            script = await svc.script(name)
         except BootserverError as e:
             script = f"(cannot be rendered now: {e.public or e})"
         try:
-            stub = svc.stub(name).decode()
+            stub = (await svc.stub(name)).decode()
         except BootserverError as e:
             stub = f"(cannot be rendered now: {e.public or e})"
         now = time.time()
@@ -450,7 +446,7 @@ async def node_page(request: web.Request) -> web.Response:
 async def cache_page(request: web.Request) -> web.Response:
     """``GET /ui/cache`` (admin): the artifact cache per stream, architecture and release."""
     page = request.app[PAGE]
-    report = page.svc.cache_report()  # a few stat calls on the cache; reads the in-flight downloads
+    report = page.svc.desk.report()  # a few stat calls on the cache; reads the in-flight downloads
     return page.render("cache.html.j2", **report)
 
 

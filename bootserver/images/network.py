@@ -13,7 +13,8 @@ from typing import Any
 from ..config import Config
 from ..errors import ConfigError, InputError
 from ..grub import GrubUnsupported, grub_path
-from ..network import effective_network, node_network
+from ..inventory import node_context
+from ..network import node_network
 from ..nmstate import Interface, NetworkConfigError, NetworkState, check_network
 from ..providers.interface import boots_virtual_media
 
@@ -115,7 +116,7 @@ def boot_network(config: Config, node: str, device: Mapping[str, Any] | None = N
     Raises :class:`~bootserver.providers.base.DeviceRecordError` as :func:`~bootserver.network.node_network`.
     """
     macs = config.nodes[node].mac
-    state = node_network(config, node, device)
+    state = node_network(node_context(config, node), device)
     if state is None or not state.interfaces:
         return BootNetwork("", macs[0] if macs else None)
     spec = config.nodes[node]
@@ -152,7 +153,8 @@ def check_boot_networks(config: Config) -> None:
     for node in config.nodes:
         if config.node_secure_boot(node):
             continue  # its image is the vendor's GRUB and kernel with kargs, nothing of the netboot image
-        if boots_virtual_media(config, node) and effective_network(config, node) != "provider":
+        network = node_context(config, node).network
+        if boots_virtual_media(config, node) and network != "provider":
             boot_network(config, node)
             facility = config.nodes[node].facility
             bases = [("server.base_url", config.server.effective_base_url)]
@@ -164,6 +166,6 @@ def check_boot_networks(config: Config) -> None:
                 except GrubUnsupported:
                     raise ConfigError(config.source, key, f"node {node} boots its image (redfish.boot_source: "
                                       f"virtual-media), whose GRUB fetches plain http only, not {base}") from None
-        elif isinstance(effective_network(config, node), NetworkState):
+        elif isinstance(network, NetworkState):
             with contextlib.suppress(IsoError):
                 boot_network(config, node)

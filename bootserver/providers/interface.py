@@ -142,7 +142,7 @@ def boot_platform(config: Config, node: str) -> str:
     its profile's ``platform_id`` if set, else its provider's (``packet`` for Equinix, ``metal`` for
     Redfish and IPMI: the registry's ``platform_id``), else ``metal`` (a node with no provider:
     :data:`~bootserver.providers.base.DEFAULT_PLATFORM`). Imports no provider module. The console
-    follows the platform (:func:`bootserver.ipxe.build_kargs`)."""
+    follows the platform (:func:`bootserver.kargs.build_kargs`)."""
     profile = config.node_profile(node)
     if profile.platform_id:
         return profile.platform_id

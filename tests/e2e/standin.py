@@ -379,12 +379,14 @@ class Machine:
     network boot when ``romfile=`` names it explicitly) is first in the boot order, the disk
     (virtio-blk, raw ``disk``) second. QEMU's user network (``restrict=on``, reaching only
     ``rig.GUEST_HOST:port``) hands out ``chain_url`` as the DHCP boot file, which iPXE chains; ``netdev``
-    replaces that network (QEMU arguments defining netdev ``n0``). A guest reboot resets the machine
-    (the firmware boots again); a power-off ends QEMU. The serial ports go to ``log`` (UEFI: the second
-    one to :func:`rig.second_serial_log`). Use as a context manager: leaving kills QEMU."""
+    replaces that network (QEMU arguments defining netdev ``n0``); ``extra`` is appended (``-smbios``).
+    A guest reboot resets the machine (the firmware boots again); a power-off ends QEMU. The serial
+    ports go to ``log`` (UEFI: the second one to :func:`rig.second_serial_log`). Use as a context
+    manager: leaving kills QEMU."""
 
     def __init__(self, tools: rig.Tools, firmware: str, disk: Path, log: Path, port: int, mac: str,
-                 chain_url: str, memory_mb: int = 768, netdev: list[str] | None = None) -> None:
+                 chain_url: str, memory_mb: int = 768, netdev: list[str] | None = None,
+                 extra: list[str] | None = None) -> None:
         if firmware not in rig.FIRMWARES:
             raise rig.RigError(f"unknown firmware {firmware!r}")
         missing = tools.missing("qemu", "busybox", "ipxe_efi_rom", *(("ovmf",) if firmware == "uefi" else ()))
@@ -405,7 +407,7 @@ class Machine:
         self.argv = [*argv, *net,
                      "-device", f"virtio-net-pci,netdev=n0,mac={mac}{rom},bootindex=1",
                      "-drive", f"file={disk},format=raw,if=none,id=d0,cache=unsafe",
-                     "-device", "virtio-blk-pci,drive=d0,bootindex=2"]
+                     "-device", "virtio-blk-pci,drive=d0,bootindex=2", *(extra or [])]
 
     def __enter__(self) -> Machine:
         self.power_on()
