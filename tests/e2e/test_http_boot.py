@@ -157,7 +157,8 @@ def lab6(tools: rig.Tools, guest_initramfs: Path, tmp_path: Path) -> Iterator[La
     yield from _lab(tools, guest_initramfs, tmp_path, {}, {"network": network})
 
 
-def http_boot(tools: rig.Tools, lab: Lab, tmp_path: Path, stop_at: tuple[str, ...] = ()) -> rig.BootResult:
+def http_boot(tools: rig.Tools, lab: Lab, tmp_path: Path, stop_at: tuple[str, ...] = (),
+              next_option: bool = False) -> rig.BootResult:
     """OVMF (q35) with its PXE entries off (``IPv4PXESupport``, ``IPv6PXESupport``: ``n``), the NIC first in
     the boot order with no option ROM: the firmware's HTTPv4 entry, then its HTTPv6 one."""
     vars_file = tmp_path / "vars.fd"
@@ -173,7 +174,7 @@ def http_boot(tools: rig.Tools, lab: Lab, tmp_path: Path, stop_at: tuple[str, ..
             "-chardev", f"file,id=s1,path={rig.second_serial_log(log)}", "-serial", "chardev:s1",
             "-netdev", "tap,id=n0,ifname=tapa,script=no,downscript=no",
             "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=,bootindex=1"]
-    return rig.run_guest(argv, log, "uefi", timeout=420, stop_at=stop_at)
+    return rig.run_guest(argv, log, "uefi", timeout=420, stop_at=stop_at, next_option=next_option)
 
 
 def test_ovmf_http_boots_over_ipv4_to_the_node_script_and_kernel(tools: rig.Tools, lab4: Lab,
@@ -196,7 +197,8 @@ def test_ovmf_http_boots_over_ipv4_to_the_node_script_and_kernel(tools: rig.Tool
 
 
 def test_ovmf_http_boots_over_ipv6_from_the_dhcpv6_bootfile_url(tools: rig.Tools, lab6: Lab, tmp_path: Path) -> None:
-    result = http_boot(tools, lab6, tmp_path, stop_at=("iPXE initialising devices",))
+    result = http_boot(tools, lab6, tmp_path, stop_at=("iPXE initialising devices", "failed to load Boot0002"),
+                       next_option=True)
     assert ">>Start HTTP Boot over IPv6." in result.log, result.tail(60)
     assert "Station IPv6 address is 2001:DB8:0:0:0:0:0:51" in result.log, result.tail(60)
     assert f"URI: http://[{V6}]:{PORT}/loaders/ipxe.efi" in result.log, result.tail(60)
