@@ -152,8 +152,9 @@ def boot_platform(config: Config, node: str) -> str:
 
 def boots_virtual_media(config: Config, node: str) -> bool:
     """Whether ``provision`` boots the node from its boot image: a node of the Redfish provider with
-    ``redfish.boot_source: virtual-media`` (on the node, or its profile's)."""
+    ``redfish.boot_source: virtual-media`` or ``http`` (the firmware's UEFI HTTP boot of the image's URL;
+    on the node, or its profile's)."""
     if provider_of(config, node) != "redfish":
         return False
     settings = config.nodes[node].redfish.merged_over(config.node_profile(node).redfish)
-    return settings.boot_source == "virtual-media"
+    return settings.boot_source in ("virtual-media", "http")
