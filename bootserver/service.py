@@ -38,6 +38,21 @@ from .urls import Urls
 log = logging.getLogger("bootserver.service")
 
 
+def boot_how(resolved: NodeContext, via: str, family: int | None) -> dict[str, str]:
+    """How a node's boot reached its script, for its timeline event: ``via`` (``ipxe``: iPXE, from PXE or
+    UEFI HTTP Boot; ``image``: the GRUB of its boot image; ``grub``: a GRUB sourcing the generic entry,
+    the arm64 GRUB or a vendor's signed one), ``ip`` (``IPv4``, ``IPv6``) and ``secure_boot`` as far as
+    the server can tell: ``off`` when the loader that asked is ours (nobody signed iPXE or our GRUBs,
+    so the firmware does not enforce Secure Boot), ``vendor`` when a ``secure_boot`` node's GRUB asked
+    (the vendor's signed chain: Secure Boot may be on)."""
+    how = {"via": via}
+    if family is not None:
+        how["ip"] = f"IPv{family}"
+    secure = resolved.profile.secure_boot if resolved.spec.secure_boot is None else resolved.spec.secure_boot
+    how["secure_boot"] = "vendor" if via == "grub" and secure and resolved.profile.arch == "x86_64" else "off"
+    return how
+
+
 class BootService:
     """What one loaded :class:`~bootserver.config.Config` means, over a :class:`~bootserver.runtime.Runtime`."""
 
@@ -65,7 +80,7 @@ class BootService:
         return self._nodes[name]
 
     async def script(self, node: NodeContext | str, *, grub: bool = False, client: str | None = None,
-                     record: bool = False) -> str:
+                     record: bool = False, via: str | None = None) -> str:
         """The node's iPXE script (text): the boot script, or with boot-once the boot-disk script once
         the node is installed; in GRUB's form with ``grub`` (``GET /grub/<node>``, the UEFI boot of the
         node's boot image and the arm64 GRUB): the same boot (kernel, initramfs, kargs), the same
@@ -73,7 +88,9 @@ class BootService:
         records ``script`` or ``localboot`` in the timeline: one read of the node
         (:meth:`StateStore.current`); a repeat of the node's last event is written behind, anything new
         before the answer. Without, records nothing (``render``, the live page). ``node`` must be a
-        configured node, as resolved (:meth:`node`) or by name.
+        configured node, as resolved (:meth:`node`) or by name. ``via`` (``ipxe``, ``image``: the netboot
+        image's GRUB, ``grub``: a GRUB sourcing the generic entry) goes into the recorded event with the
+        address family and, as far as the server can tell, Secure Boot (:func:`boot_how`).
 
         Raises :class:`~bootserver.errors.UnavailableError` when the timeline cannot be read or written,
         or ``FetchError``/``MetadataError`` when the stream's metadata must be fetched and cannot be; with
@@ -81,7 +98,10 @@ class BootService:
         """
         resolved = self._resolved(node)
         current = await self.runtime.state.current(resolved.name)
-        event, script, detail = await self._script(resolved, current, grub=grub, family=client_family(client))
+        family = client_family(client)
+        event, script, detail = await self._script(resolved, current, grub=grub, family=family)
+        if record and event == "script":
+            detail |= boot_how(resolved, via or ("grub" if grub else "ipxe"), family)
         if record:
             await self.runtime.record(resolved, event, ip=client, detail=detail, current=current)
         return script

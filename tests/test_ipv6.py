@@ -104,5 +104,13 @@ async def test_a_machine_gets_urls_in_the_family_it_asked_from(boot_setup) -> No
             kernel_url = words6[1]
             async with http.get(kernel_url) as r:
                 assert r.status == 200
+            # the timeline says how each boot came: iPXE, the family, Secure Boot off (iPXE is unsigned)
+            async with http.get(f"{server.admin_url}/nodes/master-0") as r:
+                events = (await r.json())["events"]
+            scripts = [(e["ip"], e["detail"]) for e in events if e["event"] == "script"]
+            assert scripts == [("127.0.0.1", {"mode": "install", "release": scripts[0][1]["release"], "via": "ipxe",
+                                              "ip": "IPv4", "secure_boot": "off"}),
+                               ("::1", {"mode": "install", "release": scripts[0][1]["release"], "via": "ipxe",
+                                        "ip": "IPv6", "secure_boot": "off"})], scripts
         finally:
             await server.stop()

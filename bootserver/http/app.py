@@ -347,7 +347,9 @@ async def discover(request: web.Request) -> web.Response:
 async def grub_config(request: web.Request) -> web.Response:
     """``GET /grub/{node}`` and ``GET /boot.grub?mac=|uuid=|hostname=``: the GRUB form of the node's
     script, which its boot image's UEFI boot and the arm64 GRUB source."""
-    script = await _service(request).script(request[RESOLVED], grub=True, client=_client(request), record=True)
+    via = "image" if request[ROUTE].signed else "grub"  # /grub/<node> is the boot image's; /boot.grub a GRUB's
+    script = await _service(request).script(request[RESOLVED], grub=True, client=_client(request), record=True,
+                                            via=via)
     return web.Response(text=script, content_type="text/plain")
 
 
