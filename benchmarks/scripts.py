@@ -228,7 +228,7 @@ def _summary(res: dict[str, list[dict[str, float]]], names: list[str]) -> list[t
     return rows
 
 
-def _versus(res: dict[str, list[dict[str, float]]], baseline: str) -> list[tuple[str, str, str]]:
+def _versus(res: dict[str, list[dict[str, float]]], baseline: str) -> list[tuple[str, str, str, str]]:
     """This tree against the baseline: the ratio of their medians, and each round's ratio (the two ran
     back to back in it, so a round's ratio is the least disturbed by a shared machine's drift)."""
     cur, base = res["bootserver"], res[baseline]
@@ -237,7 +237,7 @@ def _versus(res: dict[str, list[dict[str, float]]], baseline: str) -> list[tuple
                       ("rps", "req/s, this tree / baseline (higher is better)")):
         per_round = [c[key] / b[key] for c, b in zip(cur, base, strict=True)]
         rows.append((what, f"{median([w[key] for w in cur]) / median([w[key] for w in base]):.3f}",
-                     ", ".join(f"{r:.3f}" for r in per_round)))
+                     f"{median(per_round):.3f}", ", ".join(f"{r:.3f}" for r in per_round)))
     return rows
 
 
@@ -336,7 +336,8 @@ async def main() -> None:
         ]))
         if tree is not None:
             print(f"\n## this tree against {base_name}\n")
-            print(markdown_table(["ratio", "of the medians", "per round"], _versus(res, base_name)))
+            print(markdown_table(["ratio", "of the medians", "median of the rounds' ratios", "per round"],
+                                 _versus(res, base_name)))
         for name in trees:
             spy = _profile_file(args.profile, name)
             if spy is not None and spy.exists():

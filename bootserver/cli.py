@@ -341,14 +341,9 @@ def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
     from .reload import check_config, signal_server, wait_status
 
     check_config(config)  # an invalid config is refused here, with its file and key; nothing is sent
-    if config.dhcp is not None:
-        from .dhcp.engine import signal_engine
-
-        engine = signal_engine(config)  # `bootserver dhcp` re-reads its reservations (no dnsmasq restart)
-        if engine is not None:
-            print(f"bootserver: sent SIGHUP to bootserver dhcp (process {engine})", file=sys.stderr)
     sent = time.time()
     pid = signal_server(config)
+    engine = _signal_dhcp(config)
     status = wait_status(config, sent, timeout=args.timeout)
     if status is None:
         print(f"bootserver: sent SIGHUP to bootserver serve (process {pid}); no outcome within {args.timeout:g} s: "
@@ -358,6 +353,32 @@ def _cmd_reload(args: argparse.Namespace, config: Config) -> int:
         print(f"bootserver: reload refused, the running config stays: {status.get('message')}", file=sys.stderr)
         return 2
     print(f"reloaded {status.get('message')}")
+    return 0 if engine is None else _dhcp_outcome(config, engine, sent, args.timeout)
+
+
+def _signal_dhcp(config: Config) -> int | None:
+    """SIGHUP to a running ``bootserver dhcp`` of this state_dir (its reservations follow the config)."""
+    if config.dhcp is None:
+        return None
+    from .dhcp.engine import signal_engine
+
+    return signal_engine(config)
+
+
+def _dhcp_outcome(config: Config, pid: int, sent: float, timeout: float) -> int:
+    """Print the outcome of ``bootserver dhcp``'s reload (process ``pid``, signalled at unix time ``sent``)."""
+    from .dhcp.engine import wait_engine_status
+
+    status = wait_engine_status(config, sent, timeout)
+    if status is None:
+        print(f"bootserver: sent SIGHUP to bootserver dhcp (process {pid}); no outcome within {timeout:g} s: "
+              "see its log", file=sys.stderr)
+        return 1
+    if status.get("result") != "ok":
+        print(f"bootserver: bootserver dhcp refused the reload, its running config stays: {status.get('message')}",
+              file=sys.stderr)
+        return 2
+    print(f"bootserver dhcp reloaded: {status.get('message')}")
     return 0
 
 

@@ -99,6 +99,15 @@ class UnavailableError(BootserverError):
     retry_after: int = 5
 
 
+class DeviceRecordError(UnavailableError):
+    """A node's device record cannot give its network now (no record, an old record, a network type
+    we do not configure; ``network: provider``): 503 to the device, exit 1 from ``render``. The message
+    says what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, public=message)  # written for the operator, with no local path
+
+
 def shown(value: str, limit: int = 64) -> str:
     """A value taken from a request, as a public HTTP body may name it: its first ``limit`` characters
     percent-encoded (RFC 3986 §2.1) but for letters, digits and ``:-._~`` (so no newline, NUL, quote,

@@ -102,3 +102,19 @@ def render_grub_localboot(node: str, stage: str) -> str:
     check_script_word(node)
     check_script_word(stage)
     return _template("localboot.grub.j2").render(node=node, stage=stage, version=__version__)
+
+
+def render_grub_discovery(*, mac: str | None, every: int, base_url: str) -> str:
+    """Render ``templates/discover.grub.j2``: what ``/boot.grub`` answers an arm64 machine that matches no
+    node (:mod:`bootserver.discovery`), as :func:`~bootserver.ipxe.render_discovery_script` does for
+    iPXE: report what GRUB knows (``$net_default_mac``, ``$grub_cpu``, ``$grub_platform``, SMBIOS
+    through GRUB's ``smbios`` command: type 1 UUID, manufacturer, product and serial, type 3 asset tag;
+    each value cleaned by ``regexp`` loops, GRUB having no URL encoding) to ``<base_url>/discover?...``
+    (fetched with ``cat``), wait ``every`` seconds, and ``source`` ``<base_url>/boot.grub?mac=`` again;
+    a loop in one script (sourced again, it does nothing while the first one waits), so waiting nests
+    nothing. ``mac``: normalized, from the request (``None``: GRUB's ``$net_default_mac``). Raises
+    :class:`GrubUnsupported` for a ``base_url`` GRUB cannot fetch (:func:`grub_path`)."""
+    word = '"$net_default_mac"' if mac is None else grub_quote(mac)
+    return _template("discover.grub.j2").render(
+        mac=word, every=every, version=__version__, discover=grub_path(f"{base_url}/discover") + "?",
+        entry=grub_path(f"{base_url}/boot.grub") + "?mac=")

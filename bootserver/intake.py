@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from .config import Config
 from .discovery import NICS, Discovered, read_report
+from .grub import render_grub_discovery
 from .ipxe import render_discovery_script
 from .runtime import Runtime
 from .values import normalize_mac
@@ -42,16 +43,21 @@ class DiscoveryIntake:
         #: the discovery log's minute: (its monotonic start, lines logged, lines left out)
         self._log_window: tuple[float, int, int] = (0.0, 0, 0)
 
-    def script(self, config: Config, mac: str | None) -> str:
+    def script(self, config: Config, mac: str | None, *, grub: bool = False) -> str:
         """What ``/boot.ipxe`` answers a machine that matches no node under ``config`` while its
         ``server.discovery`` is on (:func:`~bootserver.ipxe.render_discovery_script`): report, wait
-        ``server.discovery.every`` seconds, ask again. ``mac``: the request's ``mac`` (used when it is
-        one, else iPXE's own)."""
+        ``server.discovery.every`` seconds, ask again; with ``grub``, what ``/boot.grub`` answers, in
+        GRUB's form (:func:`~bootserver.grub.render_grub_discovery`). ``mac``: the request's ``mac``
+        (used when it is one, else the machine's own). Raises ``GrubUnsupported`` (a base URL GRUB
+        cannot fetch)."""
         try:
             word = normalize_mac(mac) if mac else None
         except ValueError:
             word = None
-        return render_discovery_script(mac=word, every=config.server.discovery.every, nics=NICS)
+        every = config.server.discovery.every
+        if grub:
+            return render_grub_discovery(mac=word, every=every, base_url=config.server.effective_base_url)
+        return render_discovery_script(mac=word, every=every, nics=NICS)
 
     async def report(self, config: Config, query: Mapping[str, str], client: str | None,
                      at: float | None = None) -> bool:

@@ -11,16 +11,16 @@ import ipaddress
 from dataclasses import dataclass
 
 from .config import Config, Node, Profile
+from .config.providers import provider_of
 from .errors import UnknownNodeError, shown
 from .nmstate import NetworkState
-from .providers.base import provider_of
 
 
 @dataclass(frozen=True, slots=True)
 class NodeContext:
     """A configured node resolved once, as a request carries it down (matchbox keeps the profile in
     the request context): its ``name``, its settings (``spec``: ``nodes.<name>``), its profile's name
-    and settings, its provider (``None``: none; :func:`~bootserver.providers.base.provider_of`), its
+    and settings, its provider (``None``: none; :func:`~bootserver.config.providers.provider_of`), its
     ``hostname`` (its own, else its name) and its ``network`` (its own, else its profile's, else
     ``"dhcp"``: ``"dhcp"``, ``"provider"`` or an NMState document)."""
 

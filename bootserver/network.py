@@ -1,7 +1,7 @@
 """A node's network: the ``network`` key of nodes and profiles, and the dracut kernel arguments it becomes.
 
 ``network`` is ``dhcp`` (the default: no network kargs), ``provider`` (derived from the node's provisioned
-device, :func:`bootserver.providers.equinix_network.equinix_network`) or an NMState document
+device, :func:`bootserver.equinix_network.equinix_network`) or an NMState document
 (:mod:`bootserver.nmstate`, which owns its models, its checks and its kargs, and the key's type,
 ``NetworkSetting``). This module answers for a node of a loaded config: which of the three it has
 (:attr:`bootserver.inventory.NodeContext.network`), its NMState document (:func:`node_network`), its kargs
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .equinix_network import equinix_network
+from .errors import DeviceRecordError
 from .inventory import NodeContext
 from .nmstate import NetworkConfigError, NetworkState, dracut_kargs
-from .providers.base import DeviceRecordError
-from .providers.equinix_network import equinix_network
 from .values import host_family
 
 # ------------------------------------------------------------------------------------------ a node

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bootserver.config import Config
+from bootserver.config.providers import REGISTRY, provider_of
 from bootserver.errors import InputError
-from bootserver.providers.base import REGISTRY, Outcome, ProviderError, ProviderOptions, provider_of
+from bootserver.providers.base import Outcome, ProviderError, ProviderOptions
 from bootserver.providers.interface import Provider, provider_class, provider_classes
 from bootserver.state.backends import open_store
 from bootserver.timeline import INSTALLED_STAGES, UP, final_stages

@@ -22,19 +22,23 @@ from .artifacts.catalog import StreamCatalog
 from .artifacts.readthrough import Download, cancel_downloads
 from .artifacts.upstream import Upstream
 from .config import Config
-from .errors import BootserverError
+from .errors import BootserverError, FetchError, UnavailableError
 from .inventory import NodeContext
 from .metrics import Metrics
 from .signing import Signer
 from .stalls import StallWatch
 from .state import StateStore
 from .state.backends import open_store
+from .streams import StreamMetadata
 from .timeline import BOOT_DONE_STAGES, DISCOVERED, Current, Record, Recorded, boot_started
 
 log = logging.getLogger("bootserver.runtime")
 
 #: Seconds between background loads of a stream's metadata after one failed (see :meth:`MetadataLoads.soon`).
 METADATA_RETRY = 30.0
+#: Seconds a request waits for a stream's metadata being loaded before it is answered 503
+#: (:meth:`MetadataLoads.wait`): a local file or a near server answers within it, no network does not.
+METADATA_WAIT = 1.0
 
 #: An observer of what this process records (:meth:`Runtime.observe`): called on the event loop with each
 #: :class:`~bootserver.timeline.Recorded` once it is committed (or queued, for a repeat), and with a
@@ -79,6 +83,8 @@ class MetadataLoads:
         self._running: dict[tuple[str, str], asyncio.Future[None]] = {}
         #: (stream, source) -> monotonic time of the last failed load and its error (one line)
         self._failed: dict[tuple[str, str], tuple[float, str]] = {}
+        #: (stream, source) -> the error of that failed load
+        self._errors: dict[tuple[str, str], BootserverError] = {}
 
     def failure(self, catalog: StreamCatalog, stream: str) -> tuple[float, str] | None:
         """``(monotonic time, error)`` of the last failed load of ``stream``'s metadata as ``catalog``'s
@@ -98,13 +104,57 @@ class MetadataLoads:
             try:
                 await catalog.get(stream)
                 self._failed.pop(key, None)
+                self._errors.pop(key, None)
             except BootserverError as e:
                 self._failed[key] = (time.monotonic(), str(e))
+                self._errors[key] = e
                 log.warning("stream %s: metadata not loaded: %s", stream, e)
             finally:
                 self._running.pop(key, None)
 
         self._running[key] = asyncio.ensure_future(load())
+
+    async def wait(self, catalog: StreamCatalog, stream: str, timeout: float = METADATA_WAIT) -> StreamMetadata:
+        """``stream``'s metadata for a request: the copy ``catalog`` holds, else a background load
+        (:meth:`soon`) waited for at most ``timeout`` seconds, so a server without network answers at once
+        rather than after its upstream retries. Raises the load's error when the document itself is
+        unusable (``MetadataError``, HTTP 502 as before), else :class:`~bootserver.errors.UnavailableError`
+        (HTTP 503, ``Retry-After``: the seconds until the next load) naming the source and the error."""
+        meta = catalog.cached(stream)
+        if meta is not None:
+            return meta
+        self.soon(catalog, stream)
+        source = catalog.config.streams[stream].metadata
+        key = (stream, source)
+        running = self._running.get(key)
+        if running is not None:
+            await asyncio.wait([running], timeout=timeout)  # the load goes on after the wait
+        meta = catalog.cached(stream)
+        if meta is not None:
+            return meta
+        error = self._errors.get(key)
+        if error is not None and not isinstance(error, FetchError):
+            raise error.with_traceback(None)
+        failed = self._failed.get(key)
+        why = f"could not be loaded: {failed[1]}" if failed is not None else "is still loading"
+        unavailable = UnavailableError(f"stream {stream}: metadata from {source} {why}",
+                                       public="stream metadata not loaded yet (no network?); retry shortly")
+        left = METADATA_RETRY - (time.monotonic() - failed[0]) if failed is not None else timeout
+        unavailable.retry_after = max(1, min(int(left + 0.999), int(METADATA_RETRY)))
+        raise unavailable
+
+    def problems(self, catalog: StreamCatalog) -> list[dict[str, Any]]:
+        """The streams of ``catalog``'s config whose metadata is not loaded because the last load failed:
+        ``{"stream", "source" (URL or file), "error" (one line), "retry_in" (seconds to the next load)}``,
+        for the live page (its header and cache page)."""
+        out = []
+        now = time.monotonic()
+        for stream, sc in catalog.config.streams.items():
+            failed = self._failed.get((stream, sc.metadata))
+            if failed is not None and catalog.cached(stream) is None:
+                out.append({"stream": stream, "source": sc.metadata, "error": failed[1],
+                            "retry_in": max(0, int(METADATA_RETRY - (now - failed[0])))})
+        return out
 
     async def close(self) -> None:
         """Stop the loads still running."""

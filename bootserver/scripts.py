@@ -15,14 +15,13 @@ from .artifacts.cache import ArtifactCache
 from .artifacts.catalog import StreamCatalog
 from .artifacts.upstream import Upstream
 from .config import Config
-from .errors import MetadataError
+from .config.providers import boot_platform, boots_virtual_media
+from .errors import DeviceRecordError, MetadataError
 from .grub import GrubUnsupported, render_grub_config
 from .inventory import NodeContext, node_contexts
 from .ipxe import ScriptContext
 from .kargs import CommandLineTooLong, build_kargs, check_command_line
 from .network import node_kargs
-from .providers.base import DeviceRecordError
-from .providers.interface import boot_platform, boots_virtual_media
 from .signing import KeyEntry, Keyring, Signer
 from .streams import Release
 from .urls import Urls
@@ -38,7 +37,7 @@ def script_context(urls: Urls, resolved: NodeContext, release: Release,
     device record: right for every node but a ``network: provider`` one, whose record the caller reads).
     Raises ``ValueError`` if the kernel arguments cannot be built (see :func:`bootserver.kargs.build_kargs`),
     :class:`~bootserver.kargs.CommandLineTooLong` when they do not fit the kernel, and
-    :class:`~bootserver.providers.base.DeviceRecordError` (503) for a ``network: provider`` node without a
+    :class:`~bootserver.errors.DeviceRecordError` (503) for a ``network: provider`` node without a
     usable device record.
     """
     node, profile = resolved.name, resolved.profile

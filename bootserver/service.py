@@ -117,7 +117,10 @@ class BootService:
         if profile.boots_once and stage in INSTALLED_STAGES:
             script = render_grub_localboot(node, stage) if grub else render_localboot_script(node, stage)
             return "localboot", script, {"stage": stage}
-        release = await self.desk.catalog.release(profile.stream, profile.arch)
+        catalog = self.desk.catalog
+        meta = catalog.cached(profile.stream)  # the hot path: a copy at hand; else a load waited for briefly
+        meta = meta if meta is not None else await self.runtime.metadata.wait(catalog, profile.stream)
+        release = meta.releases[profile.arch]
         # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
         inputs = ScriptInputs(node, release, signing, self._network(resolved, current.device, family), family)

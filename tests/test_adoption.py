@@ -21,7 +21,8 @@ from test_reload import main_config
 
 from bootserver.adoption import AdoptionFailed, adopt
 from bootserver.config import load_config
-from bootserver.http.app import ADMIN_APP, RUNNING, create_app
+from bootserver.http.app import ADMIN_APP, create_app
+from bootserver.http.running import RUNNING
 from bootserver.state.backends import open_store
 
 #: ``server`` of a config whose discovery records every report (no wait per address), for tests that

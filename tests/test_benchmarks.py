@@ -62,7 +62,7 @@ def test_scripts_benchmark_against_a_baseline_tree_prints_both_ratios() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     for ratio in (r"CPU per request, this tree / baseline \(lower is better\)",
                   r"req/s, this tree / baseline \(higher is better\)"):
-        assert re.search(rf"^\| {ratio} \| [0-9.]+ \| [0-9.]+ \|$", proc.stdout, re.M), proc.stdout
+        assert re.search(rf"^\| {ratio} \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$", proc.stdout, re.M), proc.stdout
     assert re.search(r"^\| 1 \| baseline HEAD \([0-9a-f]{7}\) \| [0-9]+ \|", proc.stdout, re.M), proc.stdout
     where = re.search(r"^baseline HEAD \([0-9a-f]{7}\) checked out in (\S+)$", proc.stderr, re.M)
     assert where, proc.stderr[-3000:]

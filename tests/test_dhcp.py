@@ -216,7 +216,7 @@ def test_the_chain_url_is_never_signed(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_print_kea(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = fleet({"mode": "full", "range": "127.0.0.100-127.0.0.200", "router": "127.0.0.1"})
-    doc["server"]["base_url"] = "http://127.0.0.1:8080"
+    doc["server"]["base_url"] = "http://192.0.2.1:8080"  # an IPv4 literal: also the TFTP next-server
     path = write(doc, tmp_path)
     rc, out, _ = run(capsys, "dhcp", "--print", "kea", "--config", str(path))
     assert rc == 0
@@ -224,18 +224,18 @@ def test_print_kea(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert got["interfaces-config"] == {"interfaces": ["lo"]}
     assert got["client-classes"] == [
         {"name": "ipxe", "test": "option[77].hex == 'iPXE'",
-         "boot-file-name": "http://127.0.0.1:8080/boot.ipxe?mac=${net0/mac}"},
+         "boot-file-name": "http://192.0.2.1:8080/boot.ipxe?mac=${net0/mac}"},
         {"name": "bios", "test": "(option[93].hex == 0x0000) and not member('ipxe')",
-         "boot-file-name": "undionly.kpxe", "next-server": "127.0.0.1"},
+         "boot-file-name": "undionly.kpxe", "next-server": "192.0.2.1"},
         {"name": "efi64", "test": "(option[93].hex == 0x0007 or option[93].hex == 0x0009) and not member('ipxe')",
-         "boot-file-name": "ipxe.efi", "next-server": "127.0.0.1"},
+         "boot-file-name": "ipxe.efi", "next-server": "192.0.2.1"},
         {"name": "arm64", "test": "(option[93].hex == 0x000b) and not member('ipxe')",
-         "boot-file-name": "grubaa64.efi", "next-server": "127.0.0.1"},
+         "boot-file-name": "grubaa64.efi", "next-server": "192.0.2.1"},
         {"name": "http64", "test": "(option[93].hex == 0x0010) and not member('ipxe')",
-         "boot-file-name": "http://127.0.0.1:8080/loaders/ipxe.efi",
+         "boot-file-name": "http://192.0.2.1:8080/loaders/ipxe.efi",
          "option-data": [{"name": "vendor-class-identifier", "data": "HTTPClient"}]},
         {"name": "httparm64", "test": "(option[93].hex == 0x0013) and not member('ipxe')",
-         "boot-file-name": "http://127.0.0.1:8080/loaders/grubaa64.efi",
+         "boot-file-name": "http://192.0.2.1:8080/loaders/grubaa64.efi",
          "option-data": [{"name": "vendor-class-identifier", "data": "HTTPClient"}]},
     ]
     subnet = got["subnet4"][0]
@@ -320,3 +320,30 @@ def test_a_config_without_dhcp_has_no_engine(tmp_path: Path, capsys: pytest.Capt
         assert rc == 2 and err == (f"bootserver: {path}: dhcp: not set: add a dhcp: mapping with the interface "
                                    + ("(docs/config.md) to run the DHCP engine\n" if argv == ["dhcp"]
                                       else "(docs/config.md)\n")), err
+
+
+@pytest.mark.parametrize("base_url", ["http://localhost:8080", "http://127.0.0.1:8080", None])
+def test_a_chain_url_on_loopback_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            base_url: str | None) -> None:
+    doc = fleet({})
+    doc["server"] = {"listen": "0.0.0.0:8080"} | ({"base_url": base_url} if base_url else {})
+    path = write(doc, tmp_path)
+    rc, _, err = run(capsys, "check-config", "--config", str(path))
+    assert rc == 2 and err.startswith(f"bootserver: {path}: server.base_url: {base_url or 'http://localhost:8080'} "
+                                      "is this machine's loopback: machines on lo would be handed a chain URL"), err
+
+
+def test_a_class_with_a_vendor_class_and_architectures_needs_both() -> None:
+    """The shape a new kind of client takes (UEFI HTTP boot: vendor class HTTPClient, architectures 16, 19)."""
+    from bootserver.dhcp.dnsmasq import class_lines
+    from bootserver.dhcp.kea import class_test
+    from bootserver.dhcp.rules import ClientClass
+
+    http = ClientClass("http", vendor_class="HTTPClient", arches=(16, 19))
+    assert class_lines((http,)) == ["dhcp-vendorclass=set:http-vendor,HTTPClient",
+                                    "dhcp-match=set:http-arch,option:client-arch,16",
+                                    "dhcp-match=set:http-arch,option:client-arch,19",
+                                    "tag-if=set:http,tag:http-vendor,tag:http-arch"]
+    assert class_test(http, not_ipxe=True) == ("substring(option[60].hex,0,10) == 'HTTPClient' and "
+                                               "(option[93].hex == 0x0010 or option[93].hex == 0x0013) and "
+                                               "not member('ipxe')")

@@ -23,7 +23,8 @@ from test_state import backend, pg  # noqa: F401 (fixtures: the store of each ba
 
 from bootserver.config import load_config
 from bootserver.discovery import Discovered, ReportError, read_report
-from bootserver.http.app import ADMIN_APP, RUNNING, create_app
+from bootserver.http.app import ADMIN_APP, create_app
+from bootserver.http.running import RUNNING
 from bootserver.state.backends import open_store
 from bootserver.state.sqlite_timeline import Timeline
 

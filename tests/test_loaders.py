@@ -7,6 +7,7 @@ tests/e2e/test_arm64_boot.py."""
 from __future__ import annotations
 
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,19 @@ async def test_the_server_offers_the_grub_and_the_generic_grub_entry(aiohttp_cli
     kernel, *kargs = shlex.split(linux.removeprefix("if ").removesuffix("; then"))[1:]
     assert kernel.startswith("(http,boot.example.net:8080)/artifacts/rhcos-4.16/aarch64/")
     assert "console=ttyAMA0,115200" in kargs and "coreos.inst.platform_id=metal" in kargs
-    assert (await client.get("/boot.grub?mac=52:54:00:00:00:ff")).status == 404
+    # an unknown machine gets GRUB's discovery script (issue 41): it reports what GRUB knows, then waits
+    r = await client.get("/boot.grub?mac=52:54:00:00:00:ff")
+    waiting = await r.text()
+    assert r.status == 200 and "set bs_mac='52:54:00:00:00:ff'\n" in waiting
+    assert "smbios --type 1 --get-uuid 8 --set bs_uuid" in waiting and "sleep 30\n" in waiting
+    assert "cat '(http,boot.example.net:8080)/discover?'\"mac=${bs_mac}&uuid=${bs_uuid}&" in waiting
+    assert "source '(http,boot.example.net:8080)/boot.grub?mac='\"${bs_mac}\"" in waiting
+    odd = await (await client.get("/boot.grub?mac=%27%3Breboot")).text()  # not a MAC: GRUB's own is used
+    assert 'set bs_mac="$net_default_mac"' in odd and "reboot" not in odd
+    for script in (waiting, odd):  # GRUB's own parser reads it (grub-common's grub-script-check)
+        (tmp_path / "discover.grub").write_text(script)
+        check = subprocess.run(["grub-script-check", str(tmp_path / "discover.grub")], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
     # a script request for the timeline, as /boot.ipxe; boot-once once the installer fetched its stub
     admin = await aiohttp_client(client.app[ADMIN_APP])
     report = await (await admin.get("/nodes/arm-0")).json()

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from bootserver.config import Config, parse_config
+from bootserver.config.equinix_settings import MetalGlobal, MetalSettings
 from bootserver.errors import ConfigError, InputError
 from bootserver.providers.equinix import build_device_spec, ipxe_userdata, settings_from_options
-from bootserver.providers.equinix_settings import MetalGlobal, MetalSettings
 
 KEY = "5d8c0c3e-1a2b-4c5d-8e9f-0a1b2c3d4e5f"
 URL = "http://boot.example:8080/ipxe/master-0"
@@ -193,7 +193,7 @@ def test_a_nodes_platform_comes_from_the_registry_without_importing_a_provider(r
 import sys
 from pathlib import Path
 from bootserver.config import parse_config
-from bootserver.providers.interface import boot_platform
+from bootserver.config.providers import boot_platform
 doc = {{"streams": {{"r": {{"metadata": "rhcos-stream-4.16.json"}}}},
        "profiles": {{"p": {{"stream": "r", "install_dev": "/dev/sda"}},
                     "bmc": {{"stream": "r", "install_dev": "/dev/sda", "provider": "redfish",

@@ -15,12 +15,11 @@ from support.helpers import run_cli, write_config
 from support.signing import FIXED_KEY, FIXED_NOW, fixed_signer
 
 from bootserver.config import parse_config
-from bootserver.errors import ConfigError
+from bootserver.equinix_network import equinix_network
+from bootserver.errors import ConfigError, DeviceRecordError
 from bootserver.http.app import create_app
 from bootserver.kargs import CommandLineTooLong, command_line_bytes
 from bootserver.nmstate import NetworkState, dracut_kargs
-from bootserver.providers.base import DeviceRecordError
-from bootserver.providers.equinix_network import equinix_network
 from bootserver.signing import sign
 from bootserver.state.sqlite_timeline import Timeline
 

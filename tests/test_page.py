@@ -66,7 +66,8 @@ class Fleet:
 @pytest.fixture
 async def fleet(boot_setup, request) -> AsyncIterator[Fleet]:
     """``serve`` with three nodes; ``@pytest.mark.parametrize("fleet", [{...}], indirect=True)`` adds
-    top-level config keys (e.g. ``timeline``), or ``server.admin`` keys under ``admin``."""
+    top-level config keys (e.g. ``timeline``), ``server.admin`` keys under ``admin``, other ``server`` keys
+    under ``server_limits``."""
     setup = boot_setup(20_000, {"m-0": {"profile": "master", "mac": ["52:54:00:00:00:10"]},
                                 "m-1": {"profile": "master", "mac": ["52:54:00:00:00:11"]},
                                 "m-2": {"profile": "master", "mac": ["52:54:00:00:00:12"]}})
@@ -74,6 +75,7 @@ async def fleet(boot_setup, request) -> AsyncIterator[Fleet]:
     doc = yaml.safe_load(setup.config.read_text())
     if "admin" in extra:
         doc["server"]["admin"] = extra.pop("admin")
+    doc["server"].update(extra.pop("server_limits", {}))
     doc.update(extra)
     write_config(setup.config, doc)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
@@ -369,3 +371,23 @@ async def test_a_discovered_machine_appears_live_and_what_it_reports_stays_text(
     again = await open_page(browser, fleet.server.admin_url + "/")
     await expect(again.locator('#discovered tr[data-mac="52:54:00:aa:00:01"]')).to_contain_text(evil)
     assert await again.evaluate("window.pwned") is None
+
+
+@pytest.mark.parametrize("fleet", [{"server_limits": {"max_concurrent": 1, "max_queued": 0}}], indirect=True)
+async def test_the_fleet_shows_the_requests_told_to_retry_and_the_pacing(browser: Browser, fleet: Fleet) -> None:
+    """A burst of scripts at a server with one slot and no queue: the fleet page counts exactly the
+    ``503`` answers the machines got (each with a ``Retry-After``) and the rate it paces them at."""
+    url = (await fleet.cli("url", "m-0")).splitlines()[0]
+
+    async def one() -> int:
+        async with fleet.http.get(url) as r:
+            assert r.status == 200 or (r.status == 503 and int(r.headers["Retry-After"]) >= 1)
+            return r.status
+
+    statuses = await asyncio.gather(*(one() for _ in range(40)))
+    refused = statuses.count(503)
+    assert refused, "40 scripts at once at one slot: some must be told to retry"
+    page = await open_page(browser, fleet.server.admin_url + "/")
+    line = page.locator("#admission")
+    await expect(line).to_contain_text(f"{refused} told to retry since start")
+    await expect(line).to_contain_text(re.compile(r"pacing at \d+ requests/s"))

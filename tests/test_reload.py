@@ -25,7 +25,8 @@ from test_workers import metric
 
 from bootserver.config import load_config
 from bootserver.errors import ConfigError
-from bootserver.http.app import ADMIN_APP, RUNNING, create_app
+from bootserver.http.app import ADMIN_APP, create_app
+from bootserver.http.running import RUNNING
 
 MAC = "52:54:00:00:00:01"
 NEW_MAC = "52:54:00:00:00:02"

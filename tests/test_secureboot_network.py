@@ -87,19 +87,19 @@ async def test_the_dhcp_engine_hands_a_secure_boot_node_its_shim_never_ipxe(setu
     doc["dhcp"] = {"interface": "lo", "mode": "full"}
     for node in ("sb-0", "sb-1"):  # their static addresses are not on the interface's subnet: DHCP nodes
         del doc["nodes"][node]["network"]
-    doc["server"]["base_url"] = ["http://127.0.0.1:8080", "http://[::1]:8080"]
+    doc["server"]["base_url"] = ["http://192.0.2.1:8080", "http://[2001:db8::1]:8080"]
     path.write_text(yaml.safe_dump(doc))
     rc, out, err = await run_cli("dhcp", "--print", "--config", str(path), timeout=60)
     assert rc == 0, err
     boots = [line for line in out.splitlines() if line.startswith("dhcp-boot=")]
     # dnsmasq takes the last matching dhcp-boot line: each node's own come last, over PXE and HTTP Boot
     assert boots[-4:] == ["dhcp-boot=tag:!ipxe,tag:http64,tag:node-sb-1,"
-                          "http://127.0.0.1:8080/loaders/secureboot/fcos/bootx64.efi",
+                          "http://192.0.2.1:8080/loaders/secureboot/fcos/bootx64.efi",
                           "dhcp-boot=tag:!ipxe,tag:efi64,tag:node-sb-1,secureboot/fcos/bootx64.efi",
                           "dhcp-boot=tag:!ipxe,tag:http64,tag:node-sb-0,"
-                          "http://127.0.0.1:8080/loaders/secureboot/fcos/bootx64.efi",
+                          "http://192.0.2.1:8080/loaders/secureboot/fcos/bootx64.efi",
                           "dhcp-boot=tag:!ipxe,tag:efi64,tag:node-sb-0,secureboot/fcos/bootx64.efi"]
-    assert "dhcp-boot=tag:!ipxe,tag:http64,http://127.0.0.1:8080/loaders/ipxe.efi" in boots
+    assert "dhcp-boot=tag:!ipxe,tag:http64,http://192.0.2.1:8080/loaders/ipxe.efi" in boots
     assert "dhcp-option-force=tag:http64,option:vendor-class,HTTPClient" in out.splitlines()
     rc, out, err = await run_cli("dhcp", "--print", "kea", "--config", str(path), timeout=60)
     assert rc == 0, err
@@ -113,12 +113,12 @@ async def test_dhcpv6_hands_uefi_http_boot_the_ipv6_loader_url(setup) -> None:  
     doc["dhcp"] = {"interface": "lo", "mode": "full", "ipv6": True}
     for node in ("sb-0", "sb-1"):
         del doc["nodes"][node]["network"]
-    doc["server"]["base_url"] = ["http://127.0.0.1:8080", "http://[::1]:8080"]
+    doc["server"]["base_url"] = ["http://192.0.2.1:8080", "http://[2001:db8::1]:8080"]
     path.write_text(yaml.safe_dump(doc))
     rc, out, err = await run_cli("dhcp", "--print", "--config", str(path), timeout=60)
     assert rc == 0, err
     lines = out.splitlines()
     assert lines[lines.index("enable-ra") + 2:][:3] == [
         "dhcp-vendorclass=set:http6,enterprise:343,HTTPClient",
-        'dhcp-option=tag:http6,option6:bootfile-url,"http://[::1]:8080/loaders/ipxe.efi"',
+        'dhcp-option=tag:http6,option6:bootfile-url,"http://[2001:db8::1]:8080/loaders/ipxe.efi"',
         "dhcp-option-force=tag:http6,option6:16,HT,HTTPClient"]

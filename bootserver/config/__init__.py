@@ -16,9 +16,11 @@ Modules, by concern:
   iPXE word, duration, listen address, MAC, http(s) URL, hostname, CIDR) and
   :class:`~bootserver.values.SettingsModel`;
 * :mod:`~bootserver.config.schema`: the settings models and :class:`Config`;
-* the providers' settings, one module each below the config:
-  :mod:`bootserver.providers.equinix_settings` (``metal:``),
-  :mod:`bootserver.providers.redfish_settings` (``redfish:``);
+* :mod:`~bootserver.config.providers`: the providers' registry, and what it says of a node (its
+  provider, its platform, whether it boots from its image);
+* the providers' settings, one module each: :mod:`~bootserver.config.equinix_settings` (``metal:``),
+  :mod:`~bootserver.config.redfish_settings` (``redfish:``), :mod:`~bootserver.config.ipmi_settings`
+  (``ipmi:``), both BMCs' on :mod:`~bootserver.config.bmc_settings`;
 * :mod:`~bootserver.config.state`: the node state settings (``timeline:``);
 * :mod:`~bootserver.config.messages`: pydantic errors into our messages;
 * :mod:`~bootserver.config.loader`: reading the file, cross-key checks.
@@ -28,17 +30,6 @@ Every name below stays importable from ``bootserver.config``.
 
 from __future__ import annotations
 
-from ..providers.equinix_settings import (
-    BILLING_CYCLES,
-    DEFAULT_TAG,
-    BillingCycle,
-    Facility,
-    MetalGlobal,
-    MetalSettings,
-    MetalUUID,
-    MetalWord,
-    is_uuid,
-)
 from ..values import (
     HOSTNAME_RE,
     MAC_RE,
@@ -51,6 +42,17 @@ from ..values import (
     normalize_mac,
     parse_networks,
     split_listen,
+)
+from .equinix_settings import (
+    BILLING_CYCLES,
+    DEFAULT_TAG,
+    BillingCycle,
+    Facility,
+    MetalGlobal,
+    MetalSettings,
+    MetalUUID,
+    MetalWord,
+    is_uuid,
 )
 from .loader import check_local_inputs, check_real_config, load_config, no_machine_boots, parse_config
 from .messages import describe_error, known_keys

@@ -24,10 +24,10 @@ from ..errors import ConfigError, MetadataError
 from ..ignition_schema import IgnitionSchemaError, validate_bytes
 from ..kargs import NETWORK_KARGS
 from ..nmstate import NetworkConfigError, NetworkState, check_network, dracut_kargs
-from ..providers.base import provider_of
 from ..streams import parse_stream
 from ..values import HOSTNAME_RULE, SettingsModel, check_hostname, split_listen
 from .messages import describe_error, keypath
+from .providers import provider_of
 from .schema import Config, Document, default_document
 
 
@@ -481,7 +481,7 @@ def check_network_settings(config: Config, source: str) -> None:
     (``profiles``, ``nodes``): :func:`~bootserver.nmstate.check_network` on each NMState document, the
     node's kargs built once (every word checked),
     ``network: provider`` only on nodes of the Equinix provider (the one device record with addresses;
-    :func:`bootserver.providers.base.provider_of`, a node without any provider counts as Equinix's), and no
+    :func:`bootserver.config.providers.provider_of`, a node without any provider counts as Equinix's), and no
     network argument (``ip=``, ``bond=``...) also in the profile's ``kargs`` of a node whose network is not ``dhcp``.
 
     Raises :class:`~bootserver.errors.ConfigError` naming ``source`` and the key:

@@ -69,7 +69,7 @@ def known_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, ...]:
 
 def _is_marker(part: Any) -> bool:
     """Parts of a pydantic ``loc`` that name a validator or union member, not a key. Union members are
-    tagged ``<...>`` (:data:`~bootserver.providers.equinix_settings.FACILITY_TAGS`,
+    tagged ``<...>`` (:data:`~bootserver.config.equinix_settings.FACILITY_TAGS`,
     ``bootserver.nmstate.NetworkSetting``), which no key can be (names are letters, digits, ``.``, ``_``, ``-``)."""
     return isinstance(part, str) and part.startswith(("function-", "literal[", "<"))
 

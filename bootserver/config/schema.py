@@ -2,8 +2,8 @@
 whole.
 
 The keys are the user contract (README.md, "Configuration reference", and docs/config.md). A feature or
-provider that owns settings keeps their model in a module of its own below the config (as
-:mod:`bootserver.providers.equinix_settings` and :mod:`bootserver.providers.redfish_settings` do), built
+provider that owns settings keeps their model in a module of its own below this one (as
+:mod:`bootserver.config.equinix_settings` and :mod:`bootserver.config.redfish_settings` do), built
 on :class:`~bootserver.values.SettingsModel` and the value types, and adds one field here. Components
 take the narrow model they use (``config.server``, ``config.metal``), not the whole :class:`Config`,
 where they can.
@@ -29,10 +29,6 @@ from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError
 from ..kargs import check_extra_karg
 from ..nmstate import NetworkSetting
-from ..providers.base import REGISTRY
-from ..providers.equinix_settings import MetalGlobal, MetalSettings
-from ..providers.ipmi_settings import IpmiField, IpmiSettings
-from ..providers.redfish_settings import RedfishField, RedfishSettings
 from ..values import (
     UUID_RE,
     ByteRate,
@@ -53,6 +49,10 @@ from ..values import (
     split_listen,
 )
 from .dhcp import DhcpSettings
+from .equinix_settings import MetalGlobal, MetalSettings
+from .ipmi_settings import IpmiField, IpmiSettings
+from .providers import REGISTRY
+from .redfish_settings import RedfishField, RedfishSettings
 from .state import StateStoreField, StateStoreSettings, TimelineSettings
 
 #: Default stream of the embedded config: Fedora CoreOS ``stable``, from its official stream URL.

@@ -25,7 +25,16 @@ from pathlib import Path
 from ..config import Config
 from ..files import write_atomic
 from .reservations import Reservation
-from .rules import CLASSES, HTTP_VENDOR_CLASS, MENU_SCRIPT, BootRule, boot_rules, http6_url, tag_of
+from .rules import (
+    CLASSES,
+    HTTP_VENDOR_CLASS,
+    MENU_SCRIPT,
+    BootRule,
+    ClientClass,
+    boot_rules,
+    http6_url,
+    tag_of,
+)
 
 #: dnsmasq's program name, found on ``PATH`` (Debian: ``/usr/sbin/dnsmasq`` from ``dnsmasq-base``).
 DNSMASQ = "dnsmasq"
@@ -82,13 +91,25 @@ def _tags(rule: BootRule, known_only: bool) -> str:
     return ",".join(tags) + ","
 
 
-def class_lines() -> list[str]:
-    """The ``dhcp-userclass``/``dhcp-match`` lines that set one tag per :data:`~bootserver.dhcp.rules.CLASSES`."""
+def class_lines(classes: tuple[ClientClass, ...] = CLASSES) -> list[str]:
+    """The lines that set one tag per class of ``classes`` (:data:`~bootserver.dhcp.rules.CLASSES`):
+    ``dhcp-userclass``, ``dhcp-vendorclass`` (a prefix of option 60), ``dhcp-match`` per client
+    architecture. A class with two kinds of test gets the tag of each (``<name>-user``, ``<name>-vendor``,
+    ``<name>-arch``) and ``tag-if`` sets its own only when all hold."""
     lines = []
-    for cls in CLASSES:
-        if cls.user_class is not None:
-            lines.append(f"dhcp-userclass=set:{cls.name},{cls.user_class}")
-        lines.extend(f"dhcp-match=set:{cls.name},option:client-arch,{arch}" for arch in cls.arches)
+    for cls in classes:
+        tests = [(kind, value) for kind, value in (("user", cls.user_class), ("vendor", cls.vendor_class),
+                                                  ("arch", cls.arches or None)) if value is not None]
+        own = {kind: cls.name if len(tests) == 1 else f"{cls.name}-{kind}" for kind, _ in tests}
+        for kind, _value in tests:
+            if kind == "user":
+                lines.append(f"dhcp-userclass=set:{own[kind]},{cls.user_class}")
+            elif kind == "vendor":
+                lines.append(f"dhcp-vendorclass=set:{own[kind]},{cls.vendor_class}")
+            else:
+                lines.extend(f"dhcp-match=set:{own[kind]},option:client-arch,{arch}" for arch in cls.arches)
+        if len(tests) > 1:
+            lines.append(f"tag-if=set:{cls.name}," + ",".join(f"tag:{own[kind]}" for kind, _ in tests))
     return lines
 
 

@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import grp
 import ipaddress
+import json
 import logging
 import os
 import pwd
@@ -61,6 +62,8 @@ relay = logging.getLogger("bootserver.dnsmasq")
 
 #: ``state_dir/dhcp/engine.pid``: the process id of the running ``bootserver dhcp``.
 PID_FILE = "engine.pid"
+#: ``state_dir/dhcp/reload.json``: the outcome of the engine's last reload (:func:`wait_engine_status`).
+STATUS_FILE = "reload.json"
 
 #: Seconds dnsmasq has to say ``started`` (or fail) before ``bootserver dhcp`` gives up.
 START_TIMEOUT = 15.0
@@ -278,6 +281,30 @@ def signal_engine(config: Config) -> int | None:
     return pid
 
 
+def _write_status(files: Layout, *, ok: bool, message: str) -> None:
+    doc = {"pid": os.getpid(), "at": time.time(), "result": "ok" if ok else "invalid", "message": message}
+    with contextlib.suppress(OSError):
+        write_atomic(files.root / STATUS_FILE, json.dumps(doc).encode())
+
+
+def wait_engine_status(config: Config, after: float, timeout: float) -> dict[str, Any] | None:
+    """The engine's first reload outcome recorded at or after unix time ``after`` (``{"pid", "at",
+    "result": "ok"|"invalid", "message"}`` from ``state_dir/dhcp/reload.json``), polled every 0.1 s for at
+    most ``timeout`` seconds; ``None`` when none came."""
+    path = layout(config).root / STATUS_FILE
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            doc = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("at"), int | float) and doc["at"] >= after:
+            return doc
+        if time.monotonic() >= end:
+            return None
+        time.sleep(0.1)
+
+
 class Engine:
     """One ``bootserver dhcp`` run: dnsmasq as its child, the relay of its log, reloads. See the module
     docstring; :func:`run_engine` is the entry point."""
@@ -377,6 +404,7 @@ class Engine:
             prepared = prepare(new)
         except BootserverError as e:
             log.error("reload refused, the running config stays: %s", e)
+            _write_status(self.prepared.files, ok=False, message=str(e))
             return False
         added, removed, changed = _reservation_changes(self.prepared.taken, prepared.taken)
         restart = prepared.conf != self.prepared.conf
@@ -385,9 +413,11 @@ class Engine:
         if restart:
             write_files(new, prepared)
         self.first_mile = self._first_mile()
-        log.info("reload: %d reservations (%d added, %d removed, %d changed)%s", len(prepared.taken), added,
-                 removed, changed, "; dnsmasq's options changed: restarting it" if restart
-                 else " without restarting dnsmasq" if old.taken != prepared.taken else "")
+        message = (f"{len(prepared.taken)} reservations ({added} added, {removed} removed, {changed} changed)"
+                   + ("; dnsmasq's options changed: restarting it" if restart
+                      else " without restarting dnsmasq" if old.taken != prepared.taken else ""))
+        log.info("reload: %s", message)
+        _write_status(prepared.files, ok=True, message=message)
         return restart
 
 
@@ -473,5 +503,6 @@ def print_config(config: Config, what: str) -> str:
     return conf_text(config, subnet, None, taken)
 
 
-__all__ = ["PID_FILE", "Engine", "EngineError", "FirstMile", "Prepared", "Seen", "dnsmasq_argv", "prepare",
-           "print_config", "refusal", "run_engine", "signal_engine", "write_files", "write_pid", "write_tftp_root"]
+__all__ = ["PID_FILE", "STATUS_FILE", "Engine", "EngineError", "FirstMile", "Prepared", "Seen", "dnsmasq_argv",
+           "prepare", "print_config", "refusal", "run_engine", "signal_engine", "wait_engine_status", "write_files",
+           "write_pid", "write_tftp_root"]

@@ -24,13 +24,20 @@ from typing import Any
 
 from ..config import Config
 from .reservations import Reservation
-from .rules import CLASSES, EFI64, boot_rules, secure_boot_rules
+from .rules import CLASSES, EFI64, ClientClass, boot_rules, secure_boot_rules
 
 
-def _test(user_class: str | None, arches: tuple[int, ...], not_ipxe: bool) -> str:
+def class_test(cls: ClientClass, not_ipxe: bool) -> str:
+    """Kea's test expression of client class ``cls`` (and, with ``not_ipxe``, of not being iPXE)."""
+    return _test(cls.user_class, cls.arches, not_ipxe, cls.vendor_class)
+
+
+def _test(user_class: str | None, arches: tuple[int, ...], not_ipxe: bool, vendor_class: str | None = None) -> str:
     parts = []
     if user_class is not None:
         parts.append(f"option[77].hex == '{user_class}'")
+    if vendor_class is not None:
+        parts.append(f"substring(option[60].hex,0,{len(vendor_class)}) == '{vendor_class}'")
     if arches:
         parts.append("(" + " or ".join(f"option[93].hex == 0x{a:04x}" for a in arches) + ")")
     if not_ipxe:
@@ -46,7 +53,7 @@ def client_classes(config: Config, next_server: str | None) -> list[dict[str, An
     order = {cls.name: i for i, cls in enumerate(CLASSES)}
     for rule in sorted((r for r in boot_rules(config) if r.node is None), key=lambda r: order[r.client.name]):
         cls = rule.client
-        test = _test(cls.user_class, cls.arches, rule.not_ipxe)
+        test = class_test(cls, rule.not_ipxe)
         if known_only:
             test += " and member('KNOWN')"
         entry: dict[str, Any] = {"name": cls.name, "test": test, "boot-file-name": rule.file}
@@ -109,4 +116,4 @@ def kea_text(config: Config, subnet: ipaddress.IPv4Network, taken: tuple[Reserva
     return json.dumps(kea_config(config, subnet, taken, next_server), indent=2) + "\n"
 
 
-__all__ = ["client_classes", "kea_config", "kea_text", "reservation_entry"]
+__all__ = ["class_test", "client_classes", "kea_config", "kea_text", "reservation_entry"]

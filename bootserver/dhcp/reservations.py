@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from ..config import Config
 from ..errors import ConfigError
@@ -89,7 +90,8 @@ def subnet_of(config: Config, found: InterfaceAddresses | None, taken: tuple[Res
 def check_dhcp(config: Config, *, local: bool = True) -> tuple[Reservation, ...]:
     """``check-config``'s look at ``dhcp:`` (nothing when it is absent); returns the reservations.
 
-    Refused, each with one :class:`~bootserver.errors.ConfigError` naming the key: two nodes with one
+    Refused, each with one :class:`~bootserver.errors.ConfigError` naming the key: a ``server.base_url``
+    on loopback (``localhost``, ``127.0.0.0/8``: the chain URL machines get must reach us), two nodes with one
     address (``nodes.<n>.network``, naming the other node), two nodes with one MAC; and, against the
     interface's subnet (``local``: the interface must be on this machine; else a reservation's subnet
     stands in for it, :func:`subnet_of`): ``dhcp.interface`` missing (``local``) or without an IPv4
@@ -99,6 +101,11 @@ def check_dhcp(config: Config, *, local: bool = True) -> tuple[Reservation, ...]
     dhcp = config.dhcp
     if dhcp is None:
         return ()
+    host = urlsplit(config.server.effective_base_url).hostname or ""
+    if host == "localhost" or (host.replace(".", "").isdigit() and ipaddress.ip_address(host).is_loopback):
+        raise ConfigError(config.source, "server.base_url", f"{config.server.effective_base_url} is this machine's "
+                          f"loopback: machines on {dhcp.interface} would be handed a chain URL they cannot reach "
+                          "(set server.base_url to the address they reach bootserver at)")
     taken = reservations(config)
     by_address: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = {}
     by_mac: dict[str, str] = {}

@@ -65,14 +65,17 @@ class ClientClass:
 
     ``name``: the dnsmasq tag and the Kea client class (letters, digits, ``-``); ``user_class``: the
     DHCP user class (option 77) it sends, or ``None``; ``arches``: the client architectures (option 93)
-    it is, ``()`` for any; ``pxe_csa``: dnsmasq's name of the PXE client system architecture (its
-    ``--pxe-service`` types), for the PXE menu of ``proxy`` mode, or ``None``.
+    it is, ``()`` for any; ``pxe_csa``: dnsmasq's names of the PXE client system architectures (its
+    ``--pxe-service`` types), for the PXE menu of ``proxy`` mode; ``vendor_class``: the prefix of the
+    vendor class (option 60) it sends, or ``None``. A client is of the class when every test given holds.
     """
 
     name: str
     user_class: str | None = None
     arches: tuple[int, ...] = ()
     pxe_csa: tuple[str, ...] = ()
+    #: The start of the vendor class (option 60) it sends, e.g. ``HTTPClient`` (UEFI HTTP boot), or ``None``.
+    vendor_class: str | None = None
 
 
 #: iPXE itself (any architecture): it gets the chain URL.

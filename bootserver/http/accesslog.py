@@ -85,23 +85,27 @@ class AccessLogger(AbstractAccessLogger):
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         spec = request.get(ROUTE)
         route = spec.pattern if spec is not None else "unmatched"
-        node = request.get(NODE)
-        # BODY_SENT, ON_SENT and ARTIFACT_KIND belong to the artifact route: other requests do not look
-        # (a missing key of an aiohttp request costs a KeyError raised and caught)
-        artifact = spec is ARTIFACT
-        nbytes, complete = sent_body_bytes(request, response, request.get(BODY_SENT) if artifact else None)
         status = response.status
         metrics = self.metrics
         if metrics is not None:
             metrics.request(route, request.method, status, time)
-            if artifact:
+        logged = self.logger.isEnabledFor(logging.INFO)
+        # BODY_SENT, ON_SENT and ARTIFACT_KIND belong to the artifact route: other requests do not look
+        # (a missing key of an aiohttp request costs a KeyError raised and caught), and without the
+        # log line they need no byte count either (a script request under load: docs/benchmarks.md)
+        if spec is ARTIFACT:
+            nbytes, complete = sent_body_bytes(request, response, request.get(BODY_SENT))
+            if metrics is not None:
                 metrics.bytes_served.labels(request.get(ARTIFACT_KIND, "other")).inc(nbytes)
                 metrics.cache.labels("miss" if status == 404 else "hit").inc()
-        on_sent = request.get(ON_SENT) if artifact else None
-        if on_sent is not None:
-            on_sent(status, nbytes, complete)
-        if not self.logger.isEnabledFor(logging.INFO):
+            on_sent = request.get(ON_SENT)
+            if on_sent is not None:
+                on_sent(status, nbytes, complete)
+        elif logged:
+            nbytes, complete = sent_body_bytes(request, response)
+        if not logged:
             return
+        node = request.get(NODE)
         self.logger.info(
             "%s %s %s %s node=%s bytes=%d %.3fs%s", request.remote, request.method, request.path, status,
             node or "-", nbytes, time, "" if complete else " incomplete",

@@ -11,9 +11,11 @@ value paces the storm:
 - **Queue ahead and service rate.** The server measures how many requests it finishes per second
   (:attr:`Limits.rate`, smoothed over windows of :data:`RATE_WINDOW` seconds). A refused request is given
   the time when the work ahead of it (requests waiting, plus the machines already told to come back)
-  will have been served at that rate: the refused machines get successive places in one schedule
-  (:attr:`Limits.promised`), each place as long as the requests a returning machine brings (a new
-  arrival brings its whole boot: the measured requests per script; a step of a boot brings one).
+  will have been served at that rate: the refused requests get successive places in a schedule, each
+  place as long as the requests a returning machine brings (a new arrival brings its whole boot: the
+  measured requests per script; a step of a boot brings one). Steps of a boot have a schedule of their
+  own, ahead of the new arrivals' (which starts behind it): a machine half-way through comes back
+  within the seconds its own queue needs, not behind the next rack.
 - **Spread.** ``Retry-After`` is whole seconds; each value adds a random fraction of a second before
   rounding up, so machines refused in the same millisecond come back over the seconds the schedule
   gives them, not as one wave.
@@ -131,8 +133,8 @@ class Limits:
         self._measured = 0
         #: measured service rate, requests per second
         self.rate = INITIAL_RATE
-        #: monotonic time until which the machines told to come back are scheduled
-        self.promised = 0.0
+        #: per class, monotonic time until which the requests told to come back are scheduled
+        self._promised = [0.0, 0.0]
         self._returning: dict[str, float] = {}
         self._refused = [0, 0]
         self._last_retry_after = 0
@@ -166,14 +168,18 @@ class Limits:
     def retry_after(self, cls: int) -> int:
         """Seconds (whole, 1 to :data:`MAX_RETRY_AFTER`) a refused request of class ``cls`` is asked to
         wait: its place in the schedule after the work ahead of it at the measured rate, plus a random
-        fraction of a second (module docstring). Takes the place (moves :attr:`promised`)."""
+        fraction of a second (module docstring). Takes the place in its class's schedule."""
         now = self.clock()
         self._measure(now)
         rate = max(self.rate, 1.0)
         ahead = self._waiting[IN_BOOT] + (self._waiting[NEW] if cls == NEW else 0)
-        due = max(now + (ahead + self.max_concurrent - self._free) / rate, self.promised)
+        promised = self._promised
+        # a step of a boot comes back behind the steps already told to, never behind the new arrivals;
+        # a new arrival behind both
+        due = max(now + (ahead + self.max_concurrent - self._free) / rate, promised[IN_BOOT],
+                  promised[NEW] if cls == NEW else 0.0)
         due = min(due, now + MAX_RETRY_AFTER - 1)
-        self.promised = due + (self.boot_requests() if cls == NEW else 1.0) / rate
+        promised[cls] = due + (self.boot_requests() if cls == NEW else 1.0) / rate
         seconds = max(1, min(MAX_RETRY_AFTER, math.ceil(due - now + self.spread())))
         self._last_retry_after = seconds
         return seconds
@@ -206,7 +212,7 @@ class Limits:
         return Pacing(running=self.max_concurrent - self._free,
                       waiting=dict(zip(CLASS_NAMES, self._waiting, strict=True)),
                       refused=dict(zip(CLASS_NAMES, self._refused, strict=True)),
-                      rate=self.rate, horizon=max(0.0, self.promised - now),
+                      rate=self.rate, horizon=max(0.0, max(self._promised) - now),
                       last_retry_after=self._last_retry_after)
 
     # --- the queue ---

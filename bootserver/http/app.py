@@ -13,20 +13,16 @@ with the details, never a bare 500 and never a local path in a public body.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
 
-from .. import reload
 from ..artifacts.readthrough import Transfer
 from ..config import Config
-from ..desk import ArtifactDesk
 from ..discovery import ReportError
 from ..errors import (
     BootserverError,
@@ -39,8 +35,7 @@ from ..errors import (
 )
 from ..files import LinkRefused, open_file
 from ..ignition import MEDIA_TYPE, NotAcceptableError
-from ..intake import DiscoveryIntake
-from ..inventory import NodeContext, find_node, select_node
+from ..inventory import find_node, select_node
 from ..metrics import Metrics
 from ..runtime import Runtime
 from ..service import BootService
@@ -54,13 +49,13 @@ from .fileanswer import FileAnswer, plan, send_pieces, sendfile_ranges
 from .gate import (
     CLIENT_MAX_SIZE,
     DEVICE_HEADERS,
-    Gate,
     admin_headers,
     body_too_large,
     forbidden,
     host_middleware,
     unmatched,
 )
+from .running import LOADED, RESOLVED, RUNNING, Loaded, Running
 
 log = logging.getLogger("bootserver.web")
 
@@ -72,125 +67,6 @@ RUNTIME = web.AppKey("runtime", Runtime)
 ADMIN_APP = web.AppKey("admin_app", web.Application)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """One loaded config of a running server and what serves it: the service, its artifact desk, the
-    request-level checks (also the one resolution of a request's client address, ``Gate.client``) and
-    the unix time it was loaded. A request is answered by the one that was current when it came
-    (``request[LOADED]``)."""
-
-    svc: BootService
-    desk: ArtifactDesk
-    gate: Gate
-    at: float
-
-    @classmethod
-    def load(cls, config: Config, runtime: Runtime, at: float) -> Loaded:
-        """What serves ``config`` over ``runtime``, loaded at unix time ``at``."""
-        svc = BootService(config, runtime)
-        return cls(svc, svc.desk, Gate(config, runtime.check_signature), at)
-
-
-#: What answers this request (:class:`Loaded`), set by :func:`front`.
-LOADED = web.RequestKey("loaded", Loaded)
-#: The node the request concerns, resolved once by :func:`front` (:class:`~bootserver.inventory.NodeContext`)
-#: and passed down to the service; ``request[NODE]`` holds its name for the access log.
-RESOLVED = web.RequestKey("resolved", NodeContext)
-
-
-class Running:
-    """The config a server serves now (:attr:`current`), which :meth:`reload` replaces in one step.
-
-    Requests in flight finish on the :class:`Loaded` they started with (:func:`front` hands it to the
-    handler); what outlives a config (the :class:`~bootserver.runtime.Runtime`: state store, upstream,
-    downloads in flight, metrics, observers such as the live page's listeners) carries over. One reload
-    runs at a time; more signals meanwhile make one more."""
-
-    def __init__(self, loaded: Loaded, runtime: Runtime, metrics: Metrics, live: page.Page) -> None:
-        self.current = loaded
-        self.runtime = runtime
-        #: Discovered machines' scripts and reports (outlives reloads, as its rate limit must).
-        self.intake = DiscoveryIntake(runtime)
-        self.metrics = metrics
-        self.page = live
-        self._lock = asyncio.Lock()
-        metrics.config_loaded.set(loaded.at)
-
-    def swap(self, config: Config) -> Loaded:
-        """Serve ``config`` (loaded and checked, its restart-only keys the running ones) from now on; a
-        stream whose metadata source changed is loaded in the background (:func:`follow_streams`)."""
-        before = self.current
-        self.runtime.follow(config)
-        loaded = Loaded.load(config, self.runtime, time.time())
-        self.page.use(loaded.svc, loaded.at)
-        self.current = loaded
-        self.runtime.spawn(follow_streams(before.desk, loaded.desk))
-        return loaded
-
-    async def reload(self) -> bool:
-        """Read the config file again (with its includes), check it as ``check-config`` does and serve it
-        (:mod:`bootserver.reload`); returns whether it serves now. An invalid config is one error line
-        naming the file and key, and the running config stays; changed restart-only keys are one
-        warning line. Counted in ``bootserver_config_reloads_total{result}`` and recorded in
-        ``state_dir/reload.json``."""
-        async with self._lock:
-            running = self.runtime.config
-            try:
-                config = await asyncio.to_thread(reload.load_checked, running.source)
-            except Exception as e:  # an invalid config (ConfigError), or a bug: the running config stays
-                message = str(e) if isinstance(e, BootserverError) else f"{type(e).__name__}: {e}"
-                log.error("reload refused; the config loaded at %s keeps serving: %s",
-                          time.strftime("%H:%M:%S", time.localtime(self.current.at)), message,
-                          exc_info=not isinstance(e, BootserverError))
-                self.metrics.config_reloaded(False, self.current.at)
-                await asyncio.to_thread(reload.write_status, running, ok=False, message=message,
-                                        loaded_at=self.current.at)
-                return False
-            config, changed = reload.keep_running(running, config)
-            if changed:
-                log.warning("%s", reload.restart_warning(changed))
-            loaded = self.swap(config)
-            message = reload.summary(config)
-            log.info("reloaded %s", message)
-            self.metrics.config_reloaded(True, loaded.at)
-            await asyncio.to_thread(reload.write_status, running, ok=True, message=message, loaded_at=loaded.at,
-                                    nodes=config.nodes)
-            return True
-
-    async def close(self) -> None:
-        """Close what every loaded config shared (:meth:`bootserver.runtime.Runtime.close`)."""
-        await self.runtime.close()
-
-
-async def follow_streams(before: ArtifactDesk, after: ArtifactDesk) -> None:
-    """After a reload from ``before``'s config to ``after``'s: load the metadata of every stream whose
-    source (``streams.<s>.metadata``) changed or is new, and log one line per stream whose current
-    release changed (``reload: stream S serves release R (was Q)``). Failures are logged, never raised."""
-    old = before.config.streams
-    for name, spec in after.config.streams.items():
-        if name in old and old[name].metadata == spec.metadata:
-            continue
-        was = None
-        try:
-            meta = before.catalog.cached(name) if name in old else None
-            was = None if meta is None else {a: r.version for a, r in meta.releases.items()}
-        except BootserverError:
-            pass
-        try:
-            now = {a: r.version for a, r in (await after.catalog.get(name)).releases.items()}
-        except BootserverError as e:
-            log.warning("reload: stream %s: metadata of %s not loaded: %s", name, spec.metadata, e)
-            continue
-        if now != was:
-            log.info("reload: stream %s serves release %s (was %s)", name,
-                     ", ".join(f"{v} ({a})" for a, v in sorted(now.items())),
-                     "none" if not was else ", ".join(f"{v} ({a})" for a, v in sorted(was.items())))
-
-
-#: The running config of both applications (:class:`Running`).
-RUNNING = web.AppKey("running", Running)
 
 
 def _text(status: int, reason: str) -> web.Response:
@@ -275,10 +151,10 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler, *, st
                     request[NODE] = selected
                     request[RESOLVED] = svc.node(selected)
                 except UnknownNodeError:
-                    if spec is not GENERIC or not svc.config.server.discovery.enabled:
-                        raise  # discovery speaks iPXE: the GRUB entry answers 404 as before
-                    # the same answer whether no node matches or one may not be handed out here
-                    return web.Response(text=intake.script(svc.config, q.get("mac")), content_type="text/plain")
+                    if not svc.config.server.discovery.enabled:
+                        raise  # off: 404; on: the same script whether no node matches or not here
+                    script = intake.script(svc.config, q.get("mac"), grub=spec is GENERIC_GRUB)
+                    return web.Response(text=script, content_type="text/plain")
             return await handler(request)
         except web.HTTPException:
             raise

@@ -42,9 +42,9 @@ from aiohttp import web
 from markupsafe import Markup
 
 from .. import __version__
+from ..config.providers import provider_of
 from ..errors import BootserverError
 from ..nodes_view import format_age
-from ..providers.base import provider_of
 from ..resources import data_dir
 from ..runtime import Runtime
 from ..service import BootService
@@ -233,9 +233,16 @@ class Page:
         self._row_html: dict[str, tuple[RowView, Markup]] = {}
 
     def render(self, template: str, **context: Any) -> web.Response:
-        """``templates/page/<template>`` rendered as an HTML answer with :data:`CSP`."""
+        """``templates/page/<template>`` rendered as an HTML answer with :data:`CSP`; its header names each
+        stream whose metadata could not be loaded (source, error, next try: a newcomer without network sees
+        why nothing boots), and a stream not loaded yet gets a background load."""
+        loads, catalog = self.svc.runtime.metadata, self.svc.desk.catalog
+        for stream in self.svc.config.streams:
+            if catalog.cached(stream) is None:
+                loads.soon(catalog, stream)
         body = self.env.get_template(template).render(version=__version__, stages=STAGES, rendered=time.time(),
-                                                      config_loaded=self.loaded_at, **context)
+                                                      config_loaded=self.loaded_at,
+                                                      metadata_problems=loads.problems(catalog), **context)
         return web.Response(text=body, content_type="text/html", headers={
             "Content-Security-Policy": CSP, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
             "Referrer-Policy": "no-referrer"})

@@ -35,9 +35,11 @@ ARM64_GRUB = "grubaa64.efi"
 IPXE_LOADERS = {"ipxe.efi": ("/usr/lib/ipxe/ipxe.efi", "ipxe"),
                 "undionly.kpxe": ("/usr/lib/ipxe/undionly.kpxe", "ipxe")}
 
-#: The modules built into the arm64 GRUB (``--install-modules``; about 0.7 MB).
+#: The modules built into the arm64 GRUB (``--install-modules``; about 0.7 MB): with ``smbios``,
+#: ``regexp`` and ``cat`` for the discovery script (:func:`bootserver.grub.render_grub_discovery`; in
+#: normal mode ``cat`` is ``cat.mod``'s, not ``minicmd``'s).
 GRUB_MODULES = ("efinet", "http", "net", "normal", "echo", "linux", "configfile", "test", "sleep", "tftp",
-                "minicmd")
+                "minicmd", "smbios", "regexp", "cat")
 
 #: The modules loaded before the built-in config runs: ``efinet`` at start-up configures the card the
 #: firmware booted GRUB from with the firmware's DHCP answer (``$net_default_mac``, ``$net_default_ip``);

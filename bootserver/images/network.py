@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
+from ..config.providers import boots_virtual_media
 from ..errors import ConfigError, InputError
 from ..grub import GrubUnsupported, grub_path
 from ..inventory import node_context
 from ..network import node_network
 from ..nmstate import Interface, NetworkConfigError, NetworkState, check_network
-from ..providers.interface import boots_virtual_media
 
 
 class IsoError(InputError):
@@ -113,7 +113,7 @@ def boot_network(config: Config, node: str, device: Mapping[str, Any] | None = N
     interface cannot be told (``nodes.<n>.network.interfaces: no interface has the node's MAC ...``), and
     :class:`IsoError` naming the node when the image cannot set what the interface needs: addresses only
     on a VLAN (the image does not tag), or only IPv6 (neither loader sets a static IPv6 address).
-    Raises :class:`~bootserver.providers.base.DeviceRecordError` as :func:`~bootserver.network.node_network`.
+    Raises :class:`~bootserver.errors.DeviceRecordError` as :func:`~bootserver.network.node_network`.
     """
     macs = config.nodes[node].mac
     state = node_network(node_context(config, node), device)

@@ -1,6 +1,7 @@
-"""The providers' registry, their errors, options and results, and the one HTTP retry policy: what the
-config, the settings models and the API clients below it share. The provider interface, which takes the
-loaded config, is :mod:`bootserver.providers.interface` (above the config).
+"""The providers' errors, options and results, and the one HTTP retry policy: what every provider module
+and the API clients share. The provider interface is :mod:`bootserver.providers.interface`; the registry
+of providers (module, settings key, platform) and which provider a node has are the config's
+(:mod:`bootserver.config.providers`), which checks the providers at load.
 
 A *provider* is what ``bootserver provision``, ``deprovision`` and ``devices`` drive to make a machine
 boot from bootserver: Equinix Metal's API (``equinix``: create a ``custom_ipxe`` device that chains to
@@ -9,19 +10,19 @@ once, power on (the two BMC providers share one flow, :mod:`bootserver.providers
 provider is one module of this package with one ``Provider`` subclass that owns
 
 * its settings: the key it reads in ``profiles.<p>`` / ``nodes.<n>`` (``Provider.settings_key``),
-  a pydantic model in ``providers/<name>_settings.py`` that :mod:`bootserver.config` composes and checks
+  a pydantic model in ``config/<name>_settings.py`` that :mod:`bootserver.config` composes and checks
   at config load (with a top-level mapping where the provider has one: ``metal:``);
 * its command-line options, declared as the fields of a frozen dataclass (``Provider.options_type``,
   each field made by :func:`option`): the CLI adds them to its parser and builds one typed options
   object per provider from the command line, which ``Provider.open`` takes (providers never
   see the argparse namespace);
 * its client and its requests (``Provider.open``, ``Provider.provision``, ...);
-* the platform its nodes' kernel arguments name (``platform_id`` in its :data:`REGISTRY` entry, which
+* the platform its nodes' kernel arguments name (``platform_id`` in its registry entry, which
   ``Provider.platform_id`` repeats; docs/design.md, domain rules 4 and 5).
 
 The commands themselves (:mod:`bootserver.provision`) are provider-neutral: the device records (state store), the
-wait on the node timeline and the output. Adding a provider is its module plus one line in
-:data:`REGISTRY`.
+wait on the node timeline and the output. Adding a provider is its module, its settings module and one
+line in :data:`bootserver.config.providers.REGISTRY`.
 """
 
 from __future__ import annotations
@@ -30,45 +31,15 @@ import email.utils
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import tenacity
 
-from bootserver.errors import BootserverError, InputError, UnavailableError
+from bootserver.errors import BootserverError, InputError
 
 log = logging.getLogger("bootserver.providers")
-
-class Registered(NamedTuple):
-    """A provider's entry in :data:`REGISTRY`."""
-
-    #: The module that defines it (its ``PROVIDER`` is the ``Provider`` class, which
-    #: :func:`bootserver.providers.interface.provider_class` imports when a command needs it).
-    module: str
-    #: The key of its settings in ``profiles.<p>`` and ``nodes.<n>`` (a model of
-    #: ``providers/<name>_settings.py``); the provider class's ``settings_key`` is this.
-    settings_key: str
-    #: The ``ignition.platform.id`` / ``coreos.inst.platform_id`` of its nodes (docs/design.md, rules 4-5);
-    #: the provider class's ``platform_id`` is this.
-    platform_id: str
-
-
-#: Provider name -> its module, settings key and platform. Adding a provider: write its module and its
-#: settings module, add one line here. Read by the config at load (:func:`provider_of`) and by a node's
-#: kargs (:func:`bootserver.providers.interface.boot_platform`) without importing any provider module,
-#: which sit above the config.
-REGISTRY: dict[str, Registered] = {
-    "equinix": Registered("bootserver.providers.equinix", "metal", "packet"),
-    "redfish": Registered("bootserver.providers.redfish", "redfish", "metal"),
-    "ipmi": Registered("bootserver.providers.ipmi", "ipmi", "metal"),
-}
-
-#: The platform of a node that has no provider (it names none and has no provider's settings): ``metal``,
-#: CoreOS's platform for bare metal. Equinix's ``packet`` is for nodes of the ``equinix`` provider only:
-#: with it, Afterburn on the installed system asks Equinix's metadata service, which exists nowhere else
-#: (docs/design.md, rule 4). Such a node has no provider for ``provision`` either.
-DEFAULT_PLATFORM = "metal"
 
 #: The commands whose options a provider declares.
 COMMANDS = ("provision", "deprovision", "devices")
@@ -94,14 +65,6 @@ class ProviderNotFound(ProviderError):
 
 class MissingCredentials(InputError):
     """No credentials where the config says to find them (exit 2); the message names the variable or file."""
-
-
-class DeviceRecordError(UnavailableError):
-    """A node's device record cannot give its network now (no record, an old record, a network type
-    we do not configure): 503 to the device, exit 1 from ``render``. The message says what to do."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, public=message)  # written for the operator, with no local path
 
 
 # --------------------------------------------------------------------------------------------- retries
@@ -251,37 +214,3 @@ class Poll:
     state: str
     device: dict[str, Any] | None = None
     failed: bool = False
-
-
-class Holder(Protocol):
-    """What :func:`provider_of` reads of a node's or a profile's settings (``config.schema``'s ``Node``
-    and ``Profile``): the provider it names, and each provider's settings by their key."""
-
-    @property
-    def provider(self) -> str | None: ...
-
-
-class NodeLookup(Protocol):
-    """What :func:`provider_of` reads of a loaded config (:class:`bootserver.config.Config`, which sits
-    above this module: the config checks the providers at load, so it is typed by the part it reads)."""
-
-    @property
-    def nodes(self) -> Mapping[str, Holder]: ...
-
-    def node_profile(self, node: str) -> Holder: ...
-
-
-def provider_of(config: NodeLookup, node: str) -> str | None:
-    """The provider a node names (``nodes.<n>.provider``, else ``profiles.<p>.provider``), else the one
-    whose settings it has (a non-empty ``metal:`` implies ``equinix``), else ``None``."""
-    spec = config.nodes[node]
-    profile = config.node_profile(node)
-    named = spec.provider or profile.provider
-    if named:
-        return named
-    for name, registered in REGISTRY.items():
-        for holder in (spec, profile):
-            settings = getattr(holder, registered.settings_key, None)
-            if settings is not None and settings.model_fields_set:
-                return name
-    return None

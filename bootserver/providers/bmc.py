@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
 from bootserver.config import Config
+from bootserver.config.bmc_settings import BmcSettings
+from bootserver.config.providers import provider_of
 from bootserver.errors import InputError
 from bootserver.providers.base import (
     MissingCredentials,
@@ -38,9 +40,7 @@ from bootserver.providers.base import (
     ProviderError,
     ProviderOptions,
     option,
-    provider_of,
 )
-from bootserver.providers.bmc_settings import BmcSettings
 from bootserver.providers.interface import Provider, node_settings
 from bootserver.urls import Urls
 

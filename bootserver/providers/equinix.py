@@ -5,8 +5,8 @@ and for anyone running a compatible API. A node's device is created with ``opera
 custom_ipxe`` and the node's signed chain URL as ``ipxe_script_url`` (or ``#!ipxe`` userdata).
 
 Three modules make the provider: its settings (the ``metal:`` config mappings, the pydantic models
-``MetalGlobal`` and ``MetalSettings`` of :mod:`bootserver.providers.equinix_settings`, below the config,
-which names and checks them at load), its API client and data types
+``MetalGlobal`` and ``MetalSettings`` of :mod:`bootserver.config.equinix_settings`, in the config
+package, which names and checks them at load), its API client and data types
 (:mod:`bootserver.providers.equinix_api`), and this module: the command-line options, the device
 spec built from a node's settings (``node_settings`` merges a node's over its profile's) and the
 provider's requests.
@@ -24,6 +24,12 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from bootserver.config import Config
+from bootserver.config.equinix_settings import (
+    BILLING_CYCLES,
+    DEFAULT_TAG,
+    MetalSettings,
+    is_uuid,
+)
 from bootserver.config.messages import describe_error
 from bootserver.errors import InputError
 from bootserver.providers.base import (
@@ -40,12 +46,6 @@ from bootserver.providers.equinix_api import (
     Device,
     DeviceSpec,
     EquinixMetal,
-)
-from bootserver.providers.equinix_settings import (
-    BILLING_CYCLES,
-    DEFAULT_TAG,
-    MetalSettings,
-    is_uuid,
 )
 from bootserver.providers.interface import Provider
 from bootserver.urls import Urls

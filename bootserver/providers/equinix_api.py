@@ -7,7 +7,7 @@
 ``page``/``per_page``). :class:`Device`, :class:`DeviceSpec`, :class:`IPAddress` and
 :class:`NetworkPort` are the parts of the API's ``Device``, ``DeviceCreateInput``, ``IPAssignment`` and
 ``Port`` that bootserver reads or sends. The provider (:mod:`bootserver.providers.equinix`) drives this
-client; it sits below the config and the URL builder (docs/design.md, Layers).
+client; it imports neither the config nor the URL builder (docs/design.md, Layers).
 """
 
 from __future__ import annotations

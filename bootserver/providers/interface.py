@@ -1,11 +1,11 @@
 """The provider interface: :class:`Provider`, what ``provision``, ``deprovision`` and ``devices`` drive
-(one subclass per provider module, named in :data:`~bootserver.providers.base.REGISTRY`), and what reads
-a loaded config through it: a provider's settings of a node, a node's platform, whether a node boots
-from its image.
+(one subclass per provider module, named in :data:`~bootserver.config.providers.REGISTRY`), the
+registered classes, and a provider's settings of a node.
 
 It sits above :mod:`bootserver.config` and :mod:`bootserver.urls` (a provider opens with the loaded
-config and the command's URLs); the registry, errors, options and retry policy it builds on are in
-:mod:`bootserver.providers.base`, below the config, which checks the providers at load.
+config and the command's URLs); the errors, options and retry policy it builds on are in
+:mod:`bootserver.providers.base`; the registry, and what it says of a node (its provider, its platform,
+whether it boots from its image), in :mod:`bootserver.config.providers`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from bootserver.config import Config
-from bootserver.providers.base import (
-    DEFAULT_PLATFORM,
-    REGISTRY,
-    Outcome,
-    Poll,
-    ProviderOptions,
-    provider_of,
-)
+from bootserver.config.providers import REGISTRY, provider_of, provider_settings
+from bootserver.providers.base import Outcome, Poll, ProviderOptions
 from bootserver.urls import Urls
 
 OptionsT = TypeVar("OptionsT", bound=ProviderOptions)
@@ -30,13 +24,13 @@ OptionsT = TypeVar("OptionsT", bound=ProviderOptions)
 
 class Provider(Generic[OptionsT]):
     """Base class of a provider; one subclass per module of this package, named in
-    :data:`~bootserver.providers.base.REGISTRY`, generic in its options type.
+    :data:`~bootserver.config.providers.REGISTRY`, generic in its options type.
 
     Class attributes:
       ``name``: the value of ``provider:`` in the config.
       ``settings_key``: the key of its settings in ``profiles.<p>`` and ``nodes.<n>`` (a frozen
       pydantic model with a ``merged_over(base)`` method, declared in the config schema); set from
-      its :data:`~bootserver.providers.base.REGISTRY` entry, the one place it is written.
+      its :data:`~bootserver.config.providers.REGISTRY` entry, the one place it is written.
       ``platform_id``: the ``ignition.platform.id`` / ``coreos.inst.platform_id`` of its nodes; set from
       its registry entry too.
       ``options_type`` / ``options_title``: its options dataclass (fields made by :func:`option`) and
@@ -55,7 +49,7 @@ class Provider(Generic[OptionsT]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A provider class takes its ``settings_key`` and ``platform_id`` from its registry entry
-        (``KeyError`` at import for a provider missing from :data:`~bootserver.providers.base.REGISTRY`);
+        (``KeyError`` at import for a provider missing from :data:`~bootserver.config.providers.REGISTRY`);
         a base without a ``name`` (a family's, :class:`~bootserver.providers.bmc.BmcProvider`) takes none."""
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
@@ -132,29 +126,4 @@ def provider_classes() -> list[type[Provider[Any]]]:
 
 def node_settings(config: Config, node: str, provider: type[Provider[Any]]) -> Any:
     """The provider's settings of ``node``: its mapping merged over its profile's (node wins)."""
-    spec = config.nodes[node]
-    profile = config.node_profile(node)
-    return getattr(spec, provider.settings_key).merged_over(getattr(profile, provider.settings_key))
-
-
-def boot_platform(config: Config, node: str) -> str:
-    """The ``ignition.platform.id`` / ``coreos.inst.platform_id`` of a node (docs/design.md, rules 4-5):
-    its profile's ``platform_id`` if set, else its provider's (``packet`` for Equinix, ``metal`` for
-    Redfish and IPMI: the registry's ``platform_id``), else ``metal`` (a node with no provider:
-    :data:`~bootserver.providers.base.DEFAULT_PLATFORM`). Imports no provider module. The console
-    follows the platform (:func:`bootserver.kargs.build_kargs`)."""
-    profile = config.node_profile(node)
-    if profile.platform_id:
-        return profile.platform_id
-    provider = provider_of(config, node)
-    return DEFAULT_PLATFORM if provider is None else REGISTRY[provider].platform_id
-
-
-def boots_virtual_media(config: Config, node: str) -> bool:
-    """Whether ``provision`` boots the node from its boot image: a node of the Redfish provider with
-    ``redfish.boot_source: virtual-media`` or ``http`` (the firmware's UEFI HTTP boot of the image's URL;
-    on the node, or its profile's)."""
-    if provider_of(config, node) != "redfish":
-        return False
-    settings = config.nodes[node].redfish.merged_over(config.node_profile(node).redfish)
-    return settings.boot_source in ("virtual-media", "http")
+    return provider_settings(config, node, provider.settings_key)

@@ -38,10 +38,10 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from bootserver.config.ipmi_settings import DEFAULT_CIPHER_SUITE, DEFAULT_PORT, IpmiSettings
 from bootserver.errors import BootserverError, InputError
 from bootserver.providers.base import Outcome, ProviderError
 from bootserver.providers.bmc import BmcProvider, now
-from bootserver.providers.ipmi_settings import DEFAULT_CIPHER_SUITE, DEFAULT_PORT, IpmiSettings
 
 log = logging.getLogger(__name__)
 

@@ -51,11 +51,11 @@ import sushy.auth
 import sushy.exceptions as sx
 
 from bootserver.config import Config
+from bootserver.config.redfish_settings import RedfishSettings
 from bootserver.errors import InputError
 from bootserver.images.network import boot_network
 from bootserver.providers.base import Outcome, ProviderError, ProviderNotFound, RetryPolicy
 from bootserver.providers.bmc import BmcOptions, BmcProvider, now
-from bootserver.providers.redfish_settings import RedfishSettings
 from bootserver.urls import Urls
 
 log = logging.getLogger(__name__)

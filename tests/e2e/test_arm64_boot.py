@@ -10,12 +10,14 @@ under TCG (the 32 MB kernel is most of it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +32,11 @@ from .conftest import REAL_IGNITION, _wait_healthy, bootserver_command, in_ci, r
 pytestmark = pytest.mark.e2e
 
 BOOT_TIMEOUT = 180.0  # seconds; a healthy boot takes ~30 s under TCG
+#: An arm64 machine no node matches (discovered through GRUB, then adopted), with its SMBIOS type 1 facts.
+UNKNOWN_MAC = "52:54:00:e2:e0:a3"
+UNKNOWN_FACTS = {"manufacturer": "Acme Arm", "product": "Arm Box 8", "serial": "ARM-SN-7"}
+#: Seconds between the waiting machine's asks (server.discovery.every).
+EVERY = 5
 NODE, MAC = "arm-0", "52:54:00:e2:e0:a1"
 #: A node with a static network in QEMU's user network: it boots its own image (``bootserver iso``), no DHCP.
 ISO_NODE, ISO_MAC = "arm-iso-0", "52:54:00:e2:e0:a2"
@@ -73,14 +80,16 @@ def arm64_stack(arm64: rig.Arm64Tools, tmp_path_factory: pytest.TempPathFactory)
         config = work / "bootserver.yaml"
         config.write_text(yaml.safe_dump({
             "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://{rig.GUEST_HOST}:{port}",
-                       "admin": {"listen": f"127.0.0.1:{free_port()}"}},
+                       "admin": {"listen": f"127.0.0.1:{free_port()}"}, "discovery": {"every": EVERY}},
             "cache_dir": str(work / "cache"), "state_dir": str(work / "state"),
             "streams": {"fcos-arm": {"metadata": str(work / "stream.json"), "architectures": ["aarch64"]}},
             "profiles": {"arm-live": {"stream": "fcos-arm", "arch": "aarch64", "mode": "live",
                                       "ignition": "real.ign", "platform_id": "metal", "kargs": ["e2e.arm64=yes"]}},
             "nodes": {NODE: {"profile": "arm-live", "mac": MAC, "selectable": True},
                       ISO_NODE: {"profile": "arm-live", "mac": ISO_MAC, "network": ISO_NETWORK}},
+            "include": [str(work / "nodes.d" / "*.yaml")],
         }, sort_keys=False))
+        (work / "nodes.d").mkdir()
         p = run_bootserver("sync-images", "--config", str(config), timeout=120)
         assert p.returncode == 0, p.stderr
     log = work / "serve.log"
@@ -157,3 +166,54 @@ def test_arm64_guest_boots_its_uefi_only_image_without_dhcp(arm64: rig.Arm64Tool
     assert "ip=10.0.2.15::10.0.2.2:24:arm-iso-0:nic0:none" in kargs and "console=ttyAMA0,115200" in kargs
     assert result.net == "static 10.0.2.15/24 via 10.0.2.2"
     assert result.rootfs_sha256 == hashlib.sha256(artifacts["rootfs"]).hexdigest()
+
+
+def test_an_unknown_arm64_machine_is_discovered_through_grub_then_adopted_and_boots_without_a_reset(
+        arm64: rig.Arm64Tools, arm64_stack: tuple[Path, int, dict], tmp_path: Path) -> None:
+    """The arm64 GRUB's ``/boot.grub`` for a MAC no node has: GRUB's discovery script reports the MAC,
+    ``arm64``/``efi`` and the SMBIOS facts QEMU gives the machine, then waits and asks again; after
+    ``bootserver nodes adopt`` the same machine, never reset, boots its node's kernel to ``/init``."""
+    config, port, artifacts = arm64_stack
+    tftp = tmp_path / "tftp"
+    p = run_bootserver("loaders", str(tftp), "--config", str(config), timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert arm64.aavmf_vars is not None
+    vars_file = tmp_path / "vars.fd"
+    shutil.copy(arm64.aavmf_vars, vars_file)
+    log = tmp_path / "serial.log"
+    log.write_bytes(b"")
+    smbios = "type=1," + ",".join(f"{k}={v}" for k, v in UNKNOWN_FACTS.items())
+    argv = [*rig.arm64_command(arm64, tftp, "grubaa64.efi", vars_file, log, port, UNKNOWN_MAC), "-smbios", smbios]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        end = time.monotonic() + BOOT_TIMEOUT
+        row = None
+        while row is None:
+            assert proc.poll() is None, f"QEMU exited {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}"
+            assert time.monotonic() < end, f"not discovered in time:\n{log.read_text(errors='replace')[-3000:]}"
+            listed = run_bootserver("nodes", "discovered", "--config", str(config), timeout=60)
+            assert listed.returncode == 0, listed.stderr
+            row = next((r for r in listed.stdout.splitlines() if r.startswith(UNKNOWN_MAC)), None)
+            if row is None:
+                time.sleep(1)  # polling interval (a CLI run each), bounded by the deadline above
+        for value in (*UNKNOWN_FACTS.values(), "aarch64 (arm64)/efi"):
+            assert value.replace(" ", " ") in row, row
+        assert "bootserver: this machine is not a node yet" in log.read_text(errors="replace")
+        p = run_bootserver("nodes", "adopt", UNKNOWN_MAC, "--name", "arm-adopted", "--profile", "arm-live",
+                           "--config", str(config), timeout=60)
+        assert p.returncode == 0 and "the server reloaded" in p.stdout, (p.stdout, p.stderr)
+        end = time.monotonic() + BOOT_TIMEOUT
+        while rig.MARK_DONE not in log.read_text(errors="replace"):
+            assert proc.poll() is None or rig.MARK_DONE in log.read_text(errors="replace"), \
+                log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < end, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.5)  # polling interval, bounded by the deadline above
+        parsed = rig.parse_serial_log(log.read_text(errors="replace"))
+        assert parsed["failure"] is None, parsed
+        assert parsed["rootfs_sha256"] == hashlib.sha256(artifacts["rootfs"]).hexdigest()
+        assert "e2e.arm64=yes" in (parsed["cmdline"] or ""), parsed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)

@@ -84,8 +84,10 @@ def test_full_mode_boots_bios_and_uefi_at_their_reserved_addresses(
         pid = s.dnsmasq_pid()
         (s.work / "nodes.d" / "uefi-0.yaml").write_text(json.dumps({"nodes": {"uefi-0": node(UEFI_MAC,
                                                                                               "192.0.2.11/24")}}))
-        p = s.bootserver("reload")
+        p = s.bootserver("reload")  # serve and the engine, each with its outcome
         assert p.returncode == 0, p.stderr
+        assert p.stdout.splitlines()[-1] == ("bootserver dhcp reloaded: 2 reservations (1 added, 0 removed, 0 changed) "
+                                             "without restarting dnsmasq"), p.stdout
         s.wait_log(r"reload: 2 reservations \(1 added, 0 removed, 0 changed\) without restarting dnsmasq")
         assert f"{UEFI_MAC},set:node-uefi-0,192.0.2.11,uefi-0" in (s.work / "state/dhcp/hosts/nodes").read_text()
         assert s.dnsmasq_pid() == pid
@@ -202,7 +204,15 @@ def test_reloads_change_reservations_in_place_and_restart_dnsmasq_only_for_its_o
         doc = s.config.read_text().replace("192.0.2.10", "192.0.2.12").replace("\n  b:\n", "\n  b-gone:\n")
         s.config.write_text(doc)
         p = s.bootserver("reload")  # serve's pid file and the engine's
-        assert p.returncode == 0 and "sent SIGHUP to bootserver dhcp" in p.stderr, p.stderr
+        assert p.returncode == 0 and p.stdout.endswith(
+            "bootserver dhcp reloaded: 2 reservations (1 added, 1 removed, 1 changed) without restarting dnsmasq\n"), p
+        # an invalid config for the engine alone (the interface is gone): serve reloads, the engine refuses
+        s.config.write_text(doc.replace("interface: br0", "interface: br9"))
+        p = s.bootserver("reload")
+        assert p.returncode == 2 and p.stderr.startswith(
+            f"bootserver: bootserver dhcp refused the reload, its running config stays: {s.config}: dhcp.interface: "
+            "no interface br9 on this machine"), p
+        s.config.write_text(doc)
         s.wait_log(r"reload: 2 reservations \(1 added, 1 removed, 1 changed\) without restarting dnsmasq")
         assert f"{BIOS_MAC},set:node-a,192.0.2.12,[2001:db8::10],a\n" in hosts.read_text()
         assert "node-b," not in hosts.read_text() and "node-b-gone," in hosts.read_text()
@@ -240,7 +250,9 @@ def test_an_adopted_machine_gets_its_reservation_from_the_same_dnsmasq(
         target = s.work / "nodes.d" / "adopted-0.yaml"
         p = s.bootserver("nodes", "adopt", BIOS_MAC, "--name", "adopted-0", "--profile", "e2e-live",
                          "--file", str(target))
-        assert p.returncode == 0 and "sent SIGHUP to bootserver dhcp" in p.stdout + p.stderr, p.stdout + p.stderr
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.rstrip().endswith("; bootserver dhcp: 2 reservations (1 added, 0 removed, 0 changed) without "
+                                          "restarting dnsmasq"), p.stdout
         s.wait_log(r"reload: 2 reservations \(1 added, 0 removed, 0 changed\) without restarting dnsmasq")
         hosts = (s.work / "state" / "dhcp" / "hosts" / "nodes").read_text()
         assert f"{BIOS_MAC},set:node-adopted-0,adopted-0\n" in hosts, hosts

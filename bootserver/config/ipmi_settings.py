@@ -1,8 +1,8 @@
 """The IPMI provider's settings: the ``ipmi:`` mapping of profiles and nodes (a node's BMC over IPMI 2.0).
 
 :class:`IpmiSettings`, which :mod:`bootserver.config` names and checks at load: the keys of every BMC
-(:class:`~bootserver.providers.bmc_settings.BmcSettings`) and IPMI's own. This module sits below the
-config (docs/design.md, Layers): it imports only the settings' value types (:mod:`bootserver.values`) and
+(:class:`~bootserver.config.bmc_settings.BmcSettings`) and IPMI's own. This module sits below the
+config's schema (docs/design.md, Layers): it imports only the settings' value types (:mod:`bootserver.values`) and
 the BMC base, never the provider (:mod:`bootserver.providers.ipmi`), which sits above the config and uses
 this model.
 """
@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from bootserver.providers.bmc_settings import BmcSettings
+from bootserver.config.bmc_settings import BmcSettings
 from bootserver.values import HOSTNAME_RE, null_as_empty
 
 #: The UDP port of RMCP+ (IPMI v2.0, section 13.1), when ``ipmi.port`` is not set.
@@ -44,7 +44,7 @@ class IpmiSettings(BmcSettings):
 
     * ``address``: the BMC's host name or IP address; ``port``: its RMCP+ UDP port (default 623).
     * ``username``, ``password_file`` / ``password_env``, ``timeout``: as every BMC's
-      (:class:`~bootserver.providers.bmc_settings.BmcSettings`); ``timeout`` bounds one BMC command,
+      (:class:`~bootserver.config.bmc_settings.BmcSettings`); ``timeout`` bounds one BMC command,
       session and retries included (default 30).
     * ``boot_mode``: ``uefi`` (the default) or ``legacy``: the boot-flags byte of the one-time network
       boot (IPMI v2.0, "Set System Boot Options", parameter 5).

@@ -1,8 +1,8 @@
 """The Redfish provider's settings: the ``redfish:`` mapping of profiles and nodes (a node's BMC).
 
 :class:`RedfishSettings`, which :mod:`bootserver.config` names and checks at load: the keys of every BMC
-(:class:`~bootserver.providers.bmc_settings.BmcSettings`) and Redfish's own. This module sits below the
-config (docs/design.md, Layers): it imports only the settings' value types (:mod:`bootserver.values`) and
+(:class:`~bootserver.config.bmc_settings.BmcSettings`) and Redfish's own. This module sits below the
+config's schema (docs/design.md, Layers): it imports only the settings' value types (:mod:`bootserver.values`) and
 the BMC base, never the provider (:mod:`bootserver.providers.redfish`), which sits above the config and
 uses this model.
 """
@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, field_validator
 
-from bootserver.providers.bmc_settings import BmcSettings, check_word
+from bootserver.config.bmc_settings import BmcSettings, check_word
 from bootserver.values import null_as_empty
 
 
@@ -36,7 +36,7 @@ class RedfishSettings(BmcSettings):
     * ``system``: the ``ComputerSystem`` to drive: its member path (``/redfish/v1/Systems/1``) or id
       (``1``); optional when the BMC has exactly one.
     * ``username``, ``password_file`` / ``password_env``, ``timeout``: as every BMC's
-      (:class:`~bootserver.providers.bmc_settings.BmcSettings`); ``timeout`` bounds each BMC answer
+      (:class:`~bootserver.config.bmc_settings.BmcSettings`); ``timeout`` bounds each BMC answer
       (default 30).
     * ``verify_tls``: ``true`` (default: the system's CAs), ``false``, or a CA file (PEM).
     * ``boot_mode``: ``uefi`` or ``legacy``; unset leaves the BMC's boot mode as it is.

@@ -1,10 +1,10 @@
 """What the settings of every BMC provider share: :class:`BmcSettings`, the base of the ``redfish:`` and
-``ipmi:`` mappings of profiles and nodes (:mod:`bootserver.providers.redfish_settings`,
-:mod:`bootserver.providers.ipmi_settings`).
+``ipmi:`` mappings of profiles and nodes (:mod:`bootserver.config.redfish_settings`,
+:mod:`bootserver.config.ipmi_settings`).
 
 A BMC is reached at an address with a user name and a password that bootserver reads from a file or an
 environment variable (never from the config itself), boots its machine in a boot mode from a boot source,
-and answers within a timeout. This module sits below the config (docs/design.md, Layers): it imports only
+and answers within a timeout. This module sits below the config's schema (docs/design.md, Layers): it imports only
 the settings' value types (:mod:`bootserver.values`).
 """
 

@@ -13,8 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from bootserver.errors import DeviceRecordError
 from bootserver.nmstate import NetworkState
-from bootserver.providers.base import DeviceRecordError
 
 #: Equinix Metal device network types whose bond0 carries the device's layer 3 addresses.
 EQUINIX_NETWORK_TYPES = ("layer3", "hybrid-bonded")

@@ -2,8 +2,8 @@
 
 The pydantic models :class:`MetalGlobal` and :class:`MetalSettings` that :mod:`bootserver.config`
 names and checks at load, and their value types. The keys follow the Equinix Metal API v1 OpenAPI spec
-(``tests/data/equinix-metal-oas3.yaml``). This module sits below the config (docs/design.md, Layers):
-it imports only the settings' value types (:mod:`bootserver.values`), never the provider
+(``tests/data/equinix-metal-oas3.yaml``). This module sits below the config's schema (docs/design.md,
+Layers): it imports only the settings' value types (:mod:`bootserver.values`), never the provider
 (:mod:`bootserver.providers.equinix`), which sits above the config and uses these models.
 """
 
