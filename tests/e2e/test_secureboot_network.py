@@ -90,7 +90,9 @@ def sbn_stack(tools: rig.Tools, guest_initramfs: Path, tmp_path_factory: pytest.
         doc = {"server": {"listen": f"127.0.0.1:{port}", "base_url": base_url},
                "cache_dir": str(work / "cache"), "state_dir": str(work / "state"), "streams": streams,
                "profiles": {name: {"stream": name, "mode": "install", "install_dev": "/dev/vda",
-                                   "ignition": "real.ign", "secure_boot": True} for name in streams},
+                                   "ignition": "real.ign", "secure_boot": True,
+                                   # no provider: platform metal, no console of its own; the rig reads ttyS1
+                                   "console": "console=ttyS1,115200n8"} for name in streams},
                "nodes": {NODE: {"profile": "sbn", "mac": MAC, "network": network(MAC), "selectable": True},
                          UNSIGNED_NODE: {"profile": "sbn-unsigned", "mac": UNSIGNED_MAC, "selectable": True,
                                          "network": network(UNSIGNED_MAC)}}}
