@@ -21,8 +21,9 @@ Each machine, in the client that makes each request in a real boot:
   its URL read from the stub's ``bootserver-checkin.service``): a ``408``/``429``/``5xx``, a connection
   error or a timeout is retried after 10 s, at most 30 times; the machine is ``up`` when it answers 200.
 
-Kernel and initramfs bytes are checked against the stream's sha256. A pooled connection the server closed
-while idle is opened again at once (iPXE opens a new connection for each transfer). The machines are
+Kernel and initramfs bytes are checked against the stream's sha256. An idle connection is kept 5 s for
+the machine's next request (below the server's keep-alive timeout); one the server closed meanwhile is
+opened again at once. The machines are
 spread over ``--clients`` processes (default one per 2,500), powered on at one instant: one Python
 process cannot open ten thousand connections and send each its request within the server's keep-alive
 timeout (aiohttp closes a connection that sent no request within it), which real machines, each sending
@@ -50,7 +51,7 @@ share it, each with its own port, cache and ``state_dir``; machine i boots throu
 
 Usage: ``.venv/bin/python benchmarks/boot_storm.py [--nodes 1000] [--workers 1] [--artifact-kb 64]
 [--clients N] [--state-store sqlite|postgresql] [--replicas 1] [--baseline REF] [--rounds 1]
-[--profile FILE]``
+[--phases cold,warm] [--profile FILE]``
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ from scripts import profile_summary, py_spy
 
 STUB_KARGS = ("coreos.inst.ignition_url=", "ignition.config.url=")
 STEPS = ("script", "kernel", "initramfs", "stub", "config", "checkin")
+#: Seconds a client keeps an idle connection for its next request (under the server's 15 s).
+CLIENT_KEEPALIVE = 5.0
 #: Machines one client process powers on by default: the last of them sends its request a few seconds
 #: after its connection opened even on a busy 2-core machine (the server's keep-alive timeout is 15 s).
 MACHINES_PER_CLIENT = 2500
@@ -300,7 +303,9 @@ class Result:
 async def run_share(urls: list[str], shas: dict[str, str], connections: int, timeout: float,
                     start: float) -> Storm:
     """The machines of ``urls`` (chain URLs), all powered on at unix time ``start``."""
-    conn = aiohttp.TCPConnector(limit=connections, force_close=False)
+    # idle pooled connections are dropped after 5 s, before the server's keep-alive timeout (15 s) closes
+    # them: a machine never sends its request on a connection the server already closed
+    conn = aiohttp.TCPConnector(limit=connections, keepalive_timeout=CLIENT_KEEPALIVE)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None,
                                                                                    sock_connect=60)) as session:
         await asyncio.sleep(max(0.0, start - time.time()))
@@ -385,7 +390,7 @@ async def one_server(args: argparse.Namespace, work: Path, tree: GitTree | None,
             processes = args.replicas * args.workers
             with contextlib.ExitStack() as peaks:
                 rsss = [peaks.enter_context(PeakRss(pid)) for pid in pids]
-                for phase in ("cold", "warm"):
+                for phase in args.phases:
                     cpu0 = sum(cpu_seconds(pid) for pid in pids)
                     queued0 = sum(runqueue_seconds(pid) for pid in pids)
                     with py_spy(pids[0], spy if phase == "cold" else None):
@@ -423,7 +428,7 @@ def report(results: list[Result], names: list[str], args: argparse.Namespace) ->
     print()
     if len(names) > 1:
         rows = []
-        for phase in ("cold", "warm"):
+        for phase in args.phases:
             med = {n: {k: median([getattr_path(r, k) for r in results if r.tree == n and r.phase == phase])
                        for k in ("storm.last_up", "cpu_ms", "drain", "starved")} for n in names}
             a, b = names
@@ -431,7 +436,7 @@ def report(results: list[Result], names: list[str], args: argparse.Namespace) ->
                             ("drain", "drain"), ("starved", "drain with its cores")):
                 ratio = med[a][k] / med[b][k] if med[b][k] else float("nan")
                 rows.append((phase, what, f"{med[a][k]:.2f}", f"{med[b][k]:.2f}", f"{ratio:.2f}"))
-        print(markdown_table(["storm", "median of", f"{names[0]} (this tree)", names[1], "this / baseline"], rows))
+        print(markdown_table(["storm", "median of", names[0], names[1], "this / baseline"], rows))
         print()
     for r in results:
         if r.round != 1:
@@ -474,6 +479,8 @@ async def main() -> None:
                     "(more than 1 needs --state-store postgresql; default 1)")
     ap.add_argument("--baseline", metavar="REF", help="also storm git REF (a temporary worktree), alternating")
     ap.add_argument("--rounds", type=int, default=1, help="rounds per tree (default 1)")
+    ap.add_argument("--phases", type=lambda v: v.split(","), default=["cold", "warm"],
+                    help="storms per server: cold (a fresh server), warm (again right after); default cold,warm")
     ap.add_argument("--profile", type=Path, help="py-spy collapsed stacks of this tree's first cold storm")
     args = ap.parse_args()
     if args.replicas > 1 and args.state_store != "postgresql":

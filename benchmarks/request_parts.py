@@ -2,7 +2,9 @@
 each alone in a loop (CPU microseconds per call, ``time.process_time``): the figures behind the choices
 in ``bootserver.http.gate.Limits`` (one deadline watch instead of an ``asyncio.timeout`` per request)
 and ``bootserver.signing.Signer`` (the keys file looked at once per millisecond, verified signatures
-remembered). A loop alone flatters every part (warm caches, no other work in between): under load the
+remembered), and issue 43's: a stream's metadata looked at with a ``stat``, the device listener's
+headers set in ``front`` rather than by a per-answer hook.
+A loop alone flatters every part (warm caches, no other work in between): under load the
 shares in a py-spy profile (``scripts.py --profile``) are the figures that count; these say what a part
 costs at best.
 
@@ -43,6 +45,53 @@ async def per_await(calls: int, f: Callable[[], Awaitable[object]]) -> float:
     return (time.process_time() - t) / calls * 1e6
 
 
+def _metadata_look(n: int) -> list[tuple[str, str]]:
+    """A look at a stream's synced metadata copy (``StreamCatalog.cached``, at most once per
+    millisecond per stream, issue 43): opened without links below ``cache_dir`` and ``fstat`` (each
+    look until 99cca21), against one ``stat`` of its path (now; opened only when it changed)."""
+    from bootserver.files import open_file
+
+    with tempfile.TemporaryDirectory(prefix="bootserver-bench-parts-") as d:
+        root = Path(d)
+        (root / "streams").mkdir()
+        (root / "streams" / "rhcos-4.16.json").write_text("{}")
+        path = str(root / "streams" / "rhcos-4.16.json")
+
+        def opened() -> None:
+            fd = open_file(root, Path("streams/rhcos-4.16.json"))
+            os.fstat(fd)
+            os.close(fd)
+
+        return [("a stream's metadata copy opened without links, `fstat`", f"{per_call(n, opened):.2f}"),
+                ("the same looked at with one `stat`", f"{per_call(n, lambda: os.stat(path)):.2f}")]
+
+
+async def _answer_headers(n: int) -> list[tuple[str, str]]:
+    """The two ways of putting ``Server`` and ``nosniff`` on every answer (issue 43): an application's
+    ``on_response_prepare`` signal with a hook setting them (what aiohttp runs per answer: its
+    ``send``), and setting them on the answer (what ``bootserver.http.app.front`` does)."""
+    from aiohttp import hdrs, web
+    from aiohttp.test_utils import make_mocked_request
+
+    async def hook(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers[hdrs.SERVER] = "bootserver"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+
+    app = web.Application()
+    app.on_response_prepare.append(hook)
+    app.freeze()
+    request = make_mocked_request("GET", "/ipxe/node-0", app=app)
+    response = web.Response(text="#!ipxe\n", content_type="text/plain")
+
+    def direct() -> None:
+        response.headers[hdrs.SERVER] = "bootserver"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+
+    return [("the two headers through an `on_response_prepare` hook (the signal's `send`)",
+             f"{await per_await(n, lambda: app.on_response_prepare.send(request, response)):.2f}"),
+            ("the two headers set on the answer", f"{per_call(n, direct):.2f}")]
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=100_000, help="calls per part (default 100000)")
@@ -76,6 +125,8 @@ async def main() -> None:
         rows.append(("`Signer.check`, a signature seen for the first time", f"{per_call(n, first_sight):.2f}"))
         rows.append(("`Signer.check`, the same signature again (remembered)",
                      f"{per_call(n, lambda: signer.check('node-0', '/ipxe/node-0', exp, sig)):.2f}"))
+    rows += _metadata_look(n)
+    rows += await _answer_headers(n)
     print(f"## Parts of a script request, each alone ({n} calls, CPU us per call)\n")
     print(markdown_table(["part", "us"], rows))
 

@@ -47,6 +47,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -146,18 +147,53 @@ def py_spy(pid: int, out: Path | None):
             proc.wait()
 
 
+def _stacks(path: Path) -> Iterator[tuple[str, int]]:
+    """``(stack, samples)`` of each line of py-spy's raw (collapsed) output; a line whose frame names
+    came out garbled (a sample taken while the target changed its memory) is left out."""
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, n = line.rpartition(" ")
+        if n.isdigit():
+            yield stack, int(n)
+
+
 def profile_summary(path: Path, top: int = 25) -> str:
     """The share of py-spy samples (busy threads only: py-spy records no idle ones) in each function,
     inclusive (a function's callees count as its own)."""
     total, per = 0, collections.Counter()  # type: ignore[var-annotated]
-    for line in path.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        frames = stack.split(";")
-        total += int(n)
-        for f in set(frames):
-            per[f] += int(n)
+    for stack, n in _stacks(path):
+        total += n
+        for f in set(stack.split(";")):
+            per[f] += n
     lines = [f"{100 * c / max(1, total):5.1f} %  {f}" for f, c in per.most_common(top)]
     return f"{total} busy samples\n" + "\n".join(lines)
+
+
+def _function(frame: str) -> str:
+    """A py-spy frame ``func (path/to/module.py:LINE)`` as ``func``: the same function in two trees
+    matches across moved modules and lines."""
+    return frame.split(" (", 1)[0]
+
+
+def inclusive_us(path: Path, cpu_us: float) -> dict[str, float]:
+    """Microseconds per request spent in each function (inclusive, by :func:`_function` name) of a
+    py-spy profile: its share of the busy samples times the run's CPU per request ``cpu_us``."""
+    total, per = 0, collections.Counter()  # type: ignore[var-annotated]
+    for stack, n in _stacks(path):
+        total += n
+        for f in {_function(f) for f in stack.split(";")}:
+            per[f] += n
+    return {f: c / max(1, total) * cpu_us for f, c in per.items()}
+
+
+def profile_versus(this: dict[str, float], base: dict[str, float], top: int = 40) -> str:
+    """The functions with the most microseconds per request in either tree, side by side (a table)."""
+    skip = ("process ", "thread", "<module>", "_run_code", "_run_module_as_main", "Runner.run", "run",
+            "main", "_cmd_serve", "BaseEventLoop.run_forever", "BaseEventLoop.run_until_complete")
+    names = [f for f in set(this) | set(base) if not f.startswith(skip)]
+    names.sort(key=lambda f: -max(this.get(f, 0.0), base.get(f, 0.0)))
+    return markdown_table(["function (inclusive)", "this tree us/request", "baseline us/request", "difference"],
+                          [(f"`{f}`", f"{this.get(f, 0.0):.1f}", f"{base.get(f, 0.0):.1f}",
+                            f"{this.get(f, 0.0) - base.get(f, 0.0):+.1f}") for f in names[:top]])
 
 
 class BareApp:
@@ -342,6 +378,12 @@ async def main() -> None:
             spy = _profile_file(args.profile, name)
             if spy is not None and spy.exists():
                 print(f"\n## py-spy profile of round 1, {name} ({spy})\n\n```\n{profile_summary(spy)}\n```")
+        spies = {n: _profile_file(args.profile, n) for n in trees}
+        if tree is not None and all(spy is not None and spy.exists() for spy in spies.values()):
+            this = inclusive_us(spies["bootserver"], res["bootserver"][0]["cpu_us"])  # type: ignore[arg-type]
+            base = inclusive_us(spies[base_name], res[base_name][0]["cpu_us"])  # type: ignore[arg-type]
+            print(f"\n## where the CPU of a request goes, round 1 (py-spy share x CPU per request)\n\n"
+                  f"{profile_versus(this, base)}")
         if any(w["non2xx"] or w["socket_errors"] for n in trees for w in res[n]):
             sys.exit("scripts.py: non-2xx answers or socket errors (see the table)")
     finally:

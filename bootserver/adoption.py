@@ -33,7 +33,8 @@ from .dhcp.engine import signal_engine, wait_engine_status
 from .discovery import Discovered
 from .errors import BootserverError, InputError
 from .files import write_atomic
-from .reload import check_config, signal_server, wait_status
+from .reload import check_config
+from .reload import reload_server as reload_running
 from .state import StateStore
 from .values import HOSTNAME_RULE, NAME_RE, UUID_RE, check_hostname
 
@@ -269,11 +270,9 @@ def reload_server(config: Config, name: str, timeout: float) -> str:
 
 def _reload_serve(config: Config, name: str, timeout: float) -> str:
     try:
-        sent = time.time()
-        pid = signal_server(config)
+        pid, status = reload_running(config, timeout)
     except InputError:
         return "no bootserver serve runs with this state_dir: it reads the node when it starts"
-    status = wait_status(config, sent, timeout)
     if status is None:
         raise AdoptionFailed(f"{name}: not adopted: bootserver serve (process {pid}) gave no reload outcome within "
                              f"{timeout:g} s (see its log); the file is removed, the machine stays discovered")

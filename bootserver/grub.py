@@ -13,9 +13,11 @@ GRUB's ``http`` module fetches plain ``http://`` URLs of a host name or IPv4 add
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
 
 from . import __version__
 from .errors import BootserverError
@@ -54,7 +56,10 @@ def grub_quote(word: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     """GRUB's templates: plain text (each value is checked and quoted by :func:`grub_quote`, the
-    ``grub_quote`` filter), undefined names raise."""
+    ``grub_quote`` filter), undefined names raise. jinja2 is imported here, on first use: a command
+    that renders no script starts without it."""
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         autoescape=False,

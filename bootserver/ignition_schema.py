@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
+if TYPE_CHECKING:
+    import jsonschema
 
 from .resources import data_dir
 
@@ -36,6 +37,8 @@ class IgnitionSchemaError(ValueError):
 
 @functools.cache
 def _validator(version: str) -> jsonschema.Draft4Validator:
+    import jsonschema  # on first use: a command that checks no Ignition config starts without it
+
     major, minor, _ = version.split(".")
     schema = json.loads((data_dir("ignition") / "schema" / f"ignition-schema-v{major}.{minor}.json").read_text())
     return jsonschema.Draft4Validator(schema)
@@ -71,6 +74,8 @@ def validate(config: Any) -> str:
     Raises :class:`IgnitionSchemaError` naming the JSON path of the first problem (the one
     ``jsonschema.exceptions.best_match`` picks as most relevant).
     """
+    import jsonschema.exceptions  # loaded by _validator already
+
     version = spec_version(config)
     error = jsonschema.exceptions.best_match(_validator(version).iter_errors(config))
     if error is not None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
 
 from . import __version__
 from .resources import data_dir
@@ -68,7 +70,10 @@ class ScriptContext:
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     """iPXE's templates: plain text (every value is a checked word: :func:`check_script_word`),
-    undefined names raise."""
+    undefined names raise. jinja2 is imported here, on first use: a command that renders no script
+    starts without it."""
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         autoescape=False,

@@ -184,3 +184,13 @@ def wait_status(config: Config, after: float, timeout: float = 15.0) -> dict[str
         if time.monotonic() >= end:
             return None
         time.sleep(0.1)
+
+
+def reload_server(config: Config, timeout: float = 15.0) -> tuple[int, dict[str, Any] | None]:
+    """Reload the running ``serve`` of ``config``'s ``state_dir``: send it ``SIGHUP``
+    (:func:`signal_server`) and wait up to ``timeout`` seconds for its outcome (:func:`wait_status`).
+    Returns ``(its process id, the outcome or None)``. Raises ``InputError`` (exit 2) when no server
+    runs there. What ``bootserver reload`` and ``nodes adopt`` do alike."""
+    sent = time.time()
+    pid = signal_server(config)
+    return pid, wait_status(config, sent, timeout)

@@ -21,7 +21,7 @@ from .desk import ArtifactDesk
 from .errors import UnavailableError
 from .fleet import FleetNode, read_fleet
 from .grub import render_grub_config, render_grub_localboot
-from .ignition import NotAcceptableError, RealConfigs, build_stub, encode, negotiate_version, stub_versions
+from .ignition import NotAcceptableError, RealConfigs, StubTemplate, negotiate_version, stub_versions
 from .images.netboot import node_image
 from .images.overlay import NodeImage
 from .images.secureboot import check_secure_boot, secureboot_image
@@ -70,6 +70,8 @@ class BootService:
         self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
         self._grub_configs: RenderCache[ScriptInputs, str] = RenderCache(self._render_grub_config)
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
+        #: (version, real config hash, CA, checks in) -> the stub every node of those shares
+        self._stub_templates: dict[tuple[str, str | None, bytes | None, bool], StubTemplate] = {}
         #: Each node's network kargs and the device record they were built from (see :meth:`_network`).
         self._kargs: dict[str, tuple[Mapping[str, Any] | None, tuple[str, ...]]] = {}
 
@@ -313,13 +315,16 @@ class BootService:
                                                                signing, self._ca_pem(), checkin, family))
 
     def _render_stub(self, inputs: StubInputs) -> bytes:
+        """The node's stub: its profile's stub, encoded once per version, real config, CA and check-in
+        (:class:`~bootserver.ignition.StubTemplate`), with the node's hostname and URLs written in."""
         node = inputs.node
         urls = self.urls.for_family(inputs.family)
-        return encode(build_stub(
-            version=inputs.version,
-            hostname=self._nodes[node].hostname,
-            config_url=None if inputs.config_hash is None else urls.real_config(node),
-            config_hash=inputs.config_hash,
-            ca_pem=inputs.ca_pem,
-            checkin_url=None if inputs.checkin is None else urls.checkin(node),
-        ))
+        key = (inputs.version, inputs.config_hash, inputs.ca_pem, inputs.checkin is not None)
+        template = self._stub_templates.get(key)
+        if template is None:
+            template = self._stub_templates[key] = StubTemplate(
+                version=inputs.version, config_hash=inputs.config_hash, ca_pem=inputs.ca_pem,
+                checkin=inputs.checkin is not None)
+        return template.fill(hostname=self._nodes[node].hostname,
+                             config_url=None if inputs.config_hash is None else urls.real_config(node),
+                             checkin_url=None if inputs.checkin is None else urls.checkin(node))

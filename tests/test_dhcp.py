@@ -347,3 +347,9 @@ def test_a_class_with_a_vendor_class_and_architectures_needs_both() -> None:
     assert class_test(http, not_ipxe=True) == ("substring(option[60].hex,0,10) == 'HTTPClient' and "
                                                "(option[93].hex == 0x0010 or option[93].hex == 0x0013) and "
                                                "not member('ipxe')")
+
+
+def test_check_config_sums_up_the_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(fleet({"mode": "full"}), tmp_path)
+    rc, out, _ = run(capsys, "check-config", "--config", str(path))
+    assert rc == 0 and out.splitlines()[-1] == f"{path}: dhcp: full mode on lo, 3 reservations (2 with an address)"

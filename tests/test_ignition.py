@@ -15,6 +15,7 @@ from support.signing import FIXED_KEY, FIXED_NOW, fixed_signer
 from bootserver.config import IGNITION_VERSIONS, parse_config
 from bootserver.ignition import (
     NotAcceptableError,
+    StubTemplate,
     build_stub,
     encode,
     fragment,
@@ -196,3 +197,25 @@ async def test_render_ignition_version(reference: Path, tmp_path: Path) -> None:
                                 "profile p allows 3.1.0 to 3.4.0 (profiles.p.ignition_version)")
     rc, out, err = await run_cli("render", "ipxe", "master-0", "--version", "3.3.0", "--config", str(cfg))
     assert (rc, out) == (2, "") and "--version applies to render ignition only" in err
+
+
+@pytest.mark.parametrize("version", ["3.1.0", "3.2.0", "3.4.0"])
+@pytest.mark.parametrize("with_config", [True, False])
+@pytest.mark.parametrize("checkin", [True, False])
+@pytest.mark.parametrize("ca_pem", [None, b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"])
+def test_a_stub_template_filled_is_the_nodes_stub_byte_for_byte(version: str, with_config: bool, checkin: bool,
+                                                                ca_pem: bytes | None) -> None:
+    """What the server sends (the profile's stub encoded once, each node's values written in) is what
+    building and encoding the node's own stub gives, for values that every escaping touches: a
+    hostname to percent-encode, URLs with ``%``, ``$``, ``"``, ``\\`` and non-ASCII (systemd doubles ``%``
+    and ``$``, JSON escapes quotes and backslashes)."""
+    config_hash = "sha512-" + "ab" * 64 if with_config else None
+    template = StubTemplate(version=version, config_hash=config_hash, ca_pem=ca_pem, checkin=checkin)
+    for i, (host, odd) in enumerate([("master-0", ""), ("wörker 1.example.net", '%41$HOME"\\é'), ("n", "%%")]):
+        config_url = f"http://boot.example.net/ignition/n{i}/config?exp=1&sig=ab{odd}" if with_config else None
+        checkin_url = f"http://boot.example.net/checkin/n{i}?exp=2&sig=cd{odd}" if checkin else None
+        expected = encode(build_stub(version=version, hostname=host, config_url=config_url,
+                                     config_hash=config_hash, ca_pem=ca_pem, checkin_url=checkin_url))
+        assert template.fill(hostname=host, config_url=config_url, checkin_url=checkin_url) == expected
+    with pytest.raises(ValueError):
+        template.fill(hostname="h", config_url=None if with_config else "http://x/", checkin_url=None)

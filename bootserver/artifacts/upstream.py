@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
-import aiohttp
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
 from .. import __version__
@@ -50,6 +49,8 @@ from .cache import ArtifactCache, ArtifactWriter
 from .openpgp import SignatureError, SignaturePolicy, StreamVerifier, default_keyring
 
 if TYPE_CHECKING:
+    import aiohttp
+
     from ..config import Config
 
 log = logging.getLogger("bootserver.fetch")
@@ -65,8 +66,17 @@ def client_session(*, connect_timeout: float = 30.0, read_timeout: float = 60.0)
     No total timeout (a 1 GB rootfs takes as long as it takes) but ``connect_timeout`` and a per-read
     ``read_timeout`` (seconds) so a stalled upstream fails instead of hanging.
     """
+    import aiohttp  # on first use: a command that downloads nothing (check-config) starts without it
+
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
     return aiohttp.ClientSession(timeout=timeout, headers={"User-Agent": USER_AGENT}, trust_env=True)
+
+
+def _client_error() -> type[Exception]:
+    """``aiohttp.ClientError`` (aiohttp is loaded by then: a session exists)."""
+    import aiohttp
+
+    return aiohttp.ClientError
 
 
 async def _get_document(session: aiohttp.ClientSession, url: str, limit: int) -> bytes:
@@ -82,7 +92,7 @@ async def _get_document(session: aiohttp.ClientSession, url: str, limit: int) ->
                 if len(data) > limit:
                     raise FetchError(f"{url}: larger than {limit} bytes")
             return bytes(data)
-    except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+    except (TimeoutError, _client_error(), ConnectionError) as e:
         raise TransientFetchError(f"{url}: {type(e).__name__}: {e}") from None
 
 
@@ -165,7 +175,7 @@ async def _fetch_from(session: aiohttp.ClientSession, writer: ArtifactWriter, ur
                 hooks.progress(writer.bytes_written, total)
             if total is not None and writer.bytes_written != total:
                 raise TransientFetchError(f"{url}: short body: {writer.bytes_written} of {total} bytes")
-    except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+    except (TimeoutError, _client_error(), ConnectionError) as e:
         raise TransientFetchError(f"{url}: {type(e).__name__}: {e}") from None
 
 

@@ -17,9 +17,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Self
-
-import requests
+from typing import TYPE_CHECKING, Any, Self
 
 from bootserver import __version__
 from bootserver.providers.base import (
@@ -41,8 +39,16 @@ TOKEN_ENV = "METAL_AUTH_TOKEN"
 API_URL_ENV = "METAL_API_URL"
 """Environment variable overriding the API base URL (wins over the config key ``metal.api_url``)."""
 
-USER_AGENT = (f"bootserver/{__version__} (+https://github.com/bootserver/bootserver) "
-              f"python-requests/{requests.__version__}")
+if TYPE_CHECKING:
+    import requests
+
+
+def user_agent() -> str:
+    """The ``User-Agent`` of our API requests (requests is imported on first use: every command builds
+    its parser from the providers' options, and requests is a tenth of a second of its start-up)."""
+    import requests
+    return (f"bootserver/{__version__} (+https://github.com/bootserver/bootserver) "
+            f"python-requests/{requests.__version__}")
 
 FAILED_STATES = frozenset({"failed"})
 """Device states that end ``provision --wait`` with an error."""
@@ -289,11 +295,13 @@ class EquinixMetal:
         self.per_page = per_page
         self.retry = RetryPolicy(retries=retries, backoff=backoff_factor, backoff_max=backoff_max,
                                  max_retry_after=max_retry_after, sleep=retry_sleep or time.sleep)
+        import requests  # on first use (see user_agent)
+
         self._session = requests.Session()
         self._session.headers.update(
             {
                 "X-Auth-Token": token,
-                "User-Agent": USER_AGENT,
+                "User-Agent": user_agent(),
                 "Accept": "application/json",
             }
         )
@@ -344,6 +352,8 @@ class EquinixMetal:
         Raises ``ProviderNotFound`` on 404, ``ProviderError`` on any other status (message
         ``Equinix Metal API: METHOD PATH: STATUS REASON: <API error text>``) or network failure.
         """
+        import requests  # loaded by then (see user_agent)
+
         url = self.api_url + path
         where = f"Equinix Metal API: {method} {path}"
         statuses = RETRY_STATUSES if method != "POST" else frozenset({429})
@@ -443,6 +453,8 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 def _connect_failed(exc: BaseException) -> bool:
     """Whether ``exc`` is a failure to connect (retried), not a failure after sending (never retried)."""
+    import requests  # loaded by then (see user_agent)
+
     if isinstance(exc, requests.ConnectTimeout):
         return True
     if not isinstance(exc, requests.ConnectionError) or isinstance(exc, requests.ReadTimeout):
@@ -471,7 +483,6 @@ __all__ = [
     "GONE_STATES",
     "RETRY_STATUSES",
     "TOKEN_ENV",
-    "USER_AGENT",
     "Device",
     "DeviceSpec",
     "EquinixMetal",
@@ -480,4 +491,5 @@ __all__ = [
     "NetworkPort",
     "device_create_body",
     "device_from_json",
+    "user_agent",
 ]

@@ -43,12 +43,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import requests
-import sushy
-import sushy.auth
-import sushy.exceptions as sx
+if TYPE_CHECKING:
+    import sushy.auth
 
 from bootserver.config import Config
 from bootserver.config.redfish_settings import RedfishSettings
@@ -71,6 +70,21 @@ FORCE_OFF_TIMEOUT = 60.0
 SYSTEMS = "/redfish/v1/Systems/"
 
 
+
+def _sushy() -> ModuleType:
+    """sushy, imported on first use: every command builds its parser from this module's options, and
+    sushy (with requests) is most of a command's start-up (about 0.2 s)."""
+    import sushy
+    import sushy.auth
+    import sushy.exceptions
+    return sushy
+
+
+def _requests() -> ModuleType:
+    """requests, imported on first use (see :func:`_sushy`)."""
+    import requests
+    return requests
+
 def _detail(exc: Exception) -> str:
     """The BMC's own words from a sushy ``HTTPError``: every ``Message`` of ``@Message.ExtendedInfo``,
     else the error's ``message``, else its code."""
@@ -88,11 +102,11 @@ def _detail(exc: Exception) -> str:
 def _connection_reason(exc: Exception, timeout: float) -> tuple[str, bool]:
     """``(one-line reason, whether it is a failure to connect)`` for a sushy ``ConnectionError``."""
     cause = exc.__context__
-    if isinstance(cause, requests.ConnectTimeout):
+    if isinstance(cause, _requests().ConnectTimeout):
         return f"no connection within {timeout:g} s", True
-    if isinstance(cause, requests.Timeout):
+    if isinstance(cause, _requests().Timeout):
         return f"no answer within {timeout:g} s", False
-    if isinstance(cause, requests.exceptions.SSLError):
+    if isinstance(cause, _requests().exceptions.SSLError):
         return "TLS error (check redfish.verify_tls)", False
     text = str(cause or exc)
     if "Connection refused" in text:
@@ -131,31 +145,31 @@ class Bmc:
         """Run ``fn`` (sushy calls) with the retries; raise ``ProviderError`` (``ProviderNotFound`` for
         404) as ``BMC <address>: <what>: <reason>``."""
         def retryable(exc: BaseException) -> bool:
-            if isinstance(exc, sx.ServerSideError):
+            if isinstance(exc, _sushy().exceptions.ServerSideError):
                 return True
-            return isinstance(exc, sx.ConnectionError) and _connection_reason(exc, self.timeout)[1]
+            return isinstance(exc, _sushy().exceptions.ConnectionError) and _connection_reason(exc, self.timeout)[1]
 
         where = f"BMC {self.address}: {what}"
         try:
             return self.retry.run(fn, what=where, retry_on_exception=retryable)
-        except sx.AccessError as exc:
+        except _sushy().exceptions.AccessError as exc:
             raise ProviderError(f"{where}: {exc.status_code} access denied: {_detail(exc)} "
                                 "(check redfish.username and the password)", status=exc.status_code) from None
-        except sx.ResourceNotFoundError as exc:
+        except _sushy().exceptions.ResourceNotFoundError as exc:
             raise ProviderNotFound(f"{where}: 404 not found: {_detail(exc)}", status=404) from None
-        except sx.HTTPError as exc:
+        except _sushy().exceptions.HTTPError as exc:
             raise ProviderError(f"{where}: {exc.status_code}: {_detail(exc)}", status=exc.status_code) from None
-        except sx.ConnectionError as exc:
+        except _sushy().exceptions.ConnectionError as exc:
             raise ProviderError(f"{where}: {_connection_reason(exc, self.timeout)[0]}") from None
-        except sx.SushyError as exc:
+        except _sushy().exceptions.SushyError as exc:
             raise ProviderError(f"{where}: {' '.join(str(exc).split())[:300]}") from None
 
     @property
     def root(self) -> Any:
         """The ``sushy.Sushy`` service root (connects on first use)."""
         if self._root is None:
-            self._auth = sushy.auth.SessionOrBasicAuth(username=self._username, password=self._password)
-            self._root = self.call("service root", lambda: sushy.Sushy(
+            self._auth = _sushy().auth.SessionOrBasicAuth(username=self._username, password=self._password)
+            self._root = self.call("service root", lambda: _sushy().Sushy(
                 self.address, auth=self._auth, verify=self.verify,
                 server_side_retries=1, server_side_retries_delay=0, read_timeout=self.timeout,
                 connect_timeout=self.timeout))
@@ -320,6 +334,7 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         for node in nodes:
             bmc, s = self.bmc(node)
             system = systems[node]
+            sushy = _sushy()
             mode = {"uefi": sushy.BOOT_SOURCE_MODE_UEFI, "legacy": sushy.BOOT_SOURCE_MODE_BIOS}.get(s.boot_mode or "")
             media = uri = None
             target, source = sushy.BOOT_SOURCE_TARGET_PXE, "the network"
@@ -332,12 +347,12 @@ class Redfish(BmcProvider[RedfishSettings, System]):
                 url = self.urls.iso(node)
                 bmc.call(f"POST {media.path} InsertMedia", partial(
                     media.insert_media, url, inserted=True, write_protected=True))
-                target, source = sushy.BOOT_SOURCE_TARGET_CD, f"its boot image in {media.path}"
+                target, source = _sushy().BOOT_SOURCE_TARGET_CD, f"its boot image in {media.path}"
             bmc.call(f"PATCH {system.path} Boot", partial(
                 system.set_system_boot_options, target, enabled=sushy.BOOT_SOURCE_ENABLED_ONCE, mode=mode,
                 http_boot_uri=uri))
             power = _power(system)
-            reset = sushy.RESET_FORCE_RESTART if power == "On" else sushy.RESET_ON
+            reset = _sushy().RESET_FORCE_RESTART if power == "On" else _sushy().RESET_ON
             bmc.call(f"POST {system.path} Reset {reset.value}", partial(system.reset_system, reset))
             say(node, f"{system.path}: next boot from {source} (once); {reset.value} (was {power})")
             bmc.call(f"GET {system.path}", partial(system.refresh, force=True))
@@ -382,7 +397,7 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         override (``UefiHttp`` not among ``BootSourceOverrideTarget@Redfish.AllowableValues``: an older
         BMC, or the system in legacy boot mode)."""
         allowed = bmc.call(f"GET {system.path}", system.get_allowed_system_boot_source_values)
-        if sushy.BOOT_SOURCE_TARGET_UEFI_HTTP not in allowed:
+        if _sushy().BOOT_SOURCE_TARGET_UEFI_HTTP not in allowed:
             names = ", ".join(sorted(str(getattr(a, "value", a)) for a in allowed)) or "none"
             raise HttpBootRefused(f"node {node}: {system.path} offers no UEFI HTTP boot (UefiHttp is not among its "
                                   f"boot override targets: {names}): set redfish.boot_source: virtual-media or pxe, "
@@ -460,16 +475,16 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         """``Reset GracefulShutdown``, when the system's allowed reset values have it."""
         bmc, system = machine.bmc, machine.system
         allowed = bmc.call(f"GET {system.path} reset values", system.get_allowed_reset_system_values)
-        if sushy.RESET_GRACEFUL_SHUTDOWN not in allowed:
+        if _sushy().RESET_GRACEFUL_SHUTDOWN not in allowed:
             return False
         bmc.call(f"POST {system.path} Reset GracefulShutdown",
-                 partial(system.reset_system, sushy.RESET_GRACEFUL_SHUTDOWN))
+                 partial(system.reset_system, _sushy().RESET_GRACEFUL_SHUTDOWN))
         return True
 
     def hard_off(self, machine: System) -> None:
         """``Reset ForceOff``."""
         bmc, system = machine.bmc, machine.system
-        bmc.call(f"POST {system.path} Reset ForceOff", partial(system.reset_system, sushy.RESET_FORCE_OFF))
+        bmc.call(f"POST {system.path} Reset ForceOff", partial(system.reset_system, _sushy().RESET_FORCE_OFF))
 
     def clear_boot(self, node: str, machine: System, device: Mapping[str, Any],
                    say: Callable[[str, str], None]) -> None:
@@ -479,10 +494,10 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         if device.get("media") or self.settings(node).boot_source == "virtual-media":
             self._eject(bmc, self._virtual_cd(bmc, system), node, say)
         allowed_targets = bmc.call(f"GET {system.path}", system.get_allowed_system_boot_source_values)
-        target = sushy.BOOT_SOURCE_TARGET_NONE if sushy.BOOT_SOURCE_TARGET_NONE in allowed_targets \
-            else sushy.BOOT_SOURCE_TARGET_HDD
+        target = _sushy().BOOT_SOURCE_TARGET_NONE if _sushy().BOOT_SOURCE_TARGET_NONE in allowed_targets \
+            else _sushy().BOOT_SOURCE_TARGET_HDD
         bmc.call(f"PATCH {system.path} Boot", partial(
-            system.set_system_boot_options, target, enabled=sushy.BOOT_SOURCE_ENABLED_DISABLED))
+            system.set_system_boot_options, target, enabled=_sushy().BOOT_SOURCE_ENABLED_DISABLED))
 
     def look(self, node: str, device: Mapping[str, Any]) -> list[str]:
         """``[system, power-state, secure-boot:on|off|-]`` (``-``: the BMC offers no ``SecureBoot``
