@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import pytest
 from support.clients import start_app
 from support.helpers import REFERENCE, free_port, write_config
+from support.stores import backend, pg  # noqa: F401 - fixtures: the store of each backend, a PostgreSQL cluster
 from support.upstreams import FaultyUpstream, Upstream, payload, rewrite_stream, serve_on_loopback
 
 

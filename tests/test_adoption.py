@@ -14,10 +14,10 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from support.discovery import UUID, report_path
 from support.helpers import run_cli
+from support.reloading import main_config
 from support.server import ServerProcess
-from test_discovery import UUID, report_path
-from test_reload import main_config
 
 from bootserver.adoption import AdoptionFailed, adopt
 from bootserver.config import load_config

@@ -11,15 +11,14 @@ import logging
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import aiohttp
 import pytest
 import yaml
+from support.discovery import UNKNOWN, UUID, report_path
 from support.helpers import run_cli, write_config
+from support.reloading import MAC, add_node, main_config
 from support.server import ServerProcess
-from test_reload import MAC, add_node, main_config
-from test_state import backend, pg  # noqa: F401 (fixtures: the store of each backend)
 
 from bootserver.config import load_config
 from bootserver.discovery import Discovered, ReportError, read_report
@@ -28,18 +27,11 @@ from bootserver.http.running import RUNNING
 from bootserver.state.backends import open_store
 from bootserver.state.sqlite_timeline import Timeline
 
-UNKNOWN = "52:54:00:aa:bb:01"
 #: Reports of the flood test.
 REPORTS = 20_000
-UUID = "8c3f1a52-7b1e-4c7e-9a4d-2f6e3b1c0d5e"
 #: What a machine may report: quotes, a newline, iPXE's ${, markup, a YAML special, a comment start.
 NASTY = {"serial": '"; reboot #', "manufacturer": "<script>alert(1)</script>", "product": "a\nb ${net0/mac} && x",
          "asset": "- [yaml]: {x: *y}", "buildarch": "x86_64", "platform": "efi"}
-
-
-def report_path(mac: str = UNKNOWN, uuid: str = UUID, **facts: str) -> str:
-    query = {"mac": mac, "uuid": uuid, **facts, "net0": mac, "net0chip": "virtio-net", "net0busid": "pci:00:03.0"}
-    return "/discover?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in query.items())
 
 
 def test_a_report_keeps_known_keys_as_cut_text_and_needs_a_mac() -> None:
@@ -52,7 +44,7 @@ def test_a_report_keeps_known_keys_as_cut_text_and_needs_a_mac() -> None:
         read_report({"uuid": UUID})
 
 
-async def test_store_keeps_reports_bounded_and_counted(backend: Any) -> None:  # noqa: F811
+async def test_store_keeps_reports_bounded_and_counted(backend: Any) -> None:
     store = open_store(backend())
     await store.start()
     try:

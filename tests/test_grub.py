@@ -1,7 +1,7 @@
 """GRUB's form of a node's boot (:mod:`bootserver.grub`), which the UEFI boot of the node's boot image
 sources: URLs as GRUB file names, every word quoted, the kernel command line counted with
 ``BOOT_IMAGE=``, and ``GET /grub/{node}``: the same kernel, initramfs and kargs as its iPXE script, the
-same boot-once rule and timeline event. The image's own ``grub.cfg`` is in tests/test_iso.py; booting it
+same boot-once rule and timeline event. The image's own ``grub.cfg`` is in tests/images/test_iso.py; booting it
 in tests/e2e/test_iso_boot.py."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 from support.configs import STREAM, config_doc, load
+from support.networks import STATIC
 from support.signing import fixed_signer, signed
-from test_iso import STATIC
 
 from bootserver.grub import GrubUnsupported, grub_path, grub_quote, render_grub_config, render_grub_localboot
 from bootserver.http.app import ADMIN_APP, create_app

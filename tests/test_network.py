@@ -12,6 +12,7 @@ import pytest
 import yaml
 from support.fake_metal import validator
 from support.helpers import run_cli, write_config
+from support.networks import long_network
 from support.signing import FIXED_KEY, FIXED_NOW, fixed_signer
 
 from bootserver.config import parse_config
@@ -155,13 +156,6 @@ async def test_check_config_exits_2_with_one_line(reference: Path, tmp_path: Pat
 
 
 # ------------------------------------------------------------------------------ kernel command line
-
-
-def long_network(addresses: int) -> dict[str, Any]:
-    return {"interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": "52:54:00:00:00:01",
-                            "ipv6": {"enabled": True, "address": [
-                                {"ip": f"2001:db8:1234:5678:9abc:def0:1234:{i:x}", "prefix-length": 64}
-                                for i in range(addresses)]}}]}
 
 
 async def test_a_command_line_over_2048_bytes_is_an_error_at_check_config_and_render(

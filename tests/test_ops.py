@@ -13,49 +13,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from support.clients import start_app
-from support.configs import config_doc, load, master_profile
 from support.helpers import run_cli, write_config
+from support.ops import STREAM, fill_cache, make_config
 from support.signing import SigningClient, fixed_signer
 from support.upstreams import payload
 
-from bootserver.artifacts.cache import ArtifactCache
 from bootserver.config import load_config, parse_config
 from bootserver.http.app import ADMIN_APP, SERVICE, create_app, runner_kwargs
 from bootserver.ignition import sha512_hash
 from bootserver.signing import Keyring, Signer, sign
 from bootserver.streams import parse_stream
-
-STREAM = "rhcos-stream-4.16.json"
-
-
-def make_config(tmp_path: Path, **profile: object):
-    """Install-mode nodes ``master-0`` (selectable by MAC) and ``master-1`` (profile ``master`` with
-    ``profile``), live node ``live-0``."""
-    return load(config_doc(
-        server={"base_url": "http://127.0.0.1:8080"},
-        profiles={"master": master_profile(**profile),
-                  "live": {"stream": "rhcos-4.16", "mode": "live", "ignition": "master.ign"}},
-        nodes={"master-0": {"profile": "master", "mac": "52:54:00:12:34:56", "selectable": True},
-               "master-1": {"profile": "master"}, "live-0": {"profile": "live"}}), tmp_path)
-
-
-def fill_cache(config, reference: Path) -> dict[str, tuple[str, bytes]]:
-    """Publish stand-in kernel, initramfs and rootfs under the real file names: kind -> (path, bytes)."""
-    meta = parse_stream((reference / STREAM).read_bytes(), name="rhcos-4.16", source="x",
-                        architectures=("x86_64",))
-    rel = meta.releases["x86_64"]
-    cache = ArtifactCache(config.cache_dir)
-    out = {}
-    for kind in ("kernel", "initramfs", "rootfs"):
-        real = getattr(rel, kind)
-        data = payload(kind, 100_000)
-        art = real.__class__(kind=kind, url="http://up/" + kind, sha256=hashlib.sha256(data).hexdigest(),
-                             signature=None, filename=real.filename)
-        with cache.writer(rel, art) as w:
-            w.write(data)
-            w.commit(art.url)
-        out[kind] = (f"/artifacts/rhcos-4.16/x86_64/{rel.version}/{real.filename}", data)
-    return out
 
 
 @pytest.fixture

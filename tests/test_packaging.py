@@ -6,10 +6,12 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
+from support.server import serving
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,29 +58,8 @@ def test_serve_without_any_config_runs_the_embedded_default(tmp_path: Path) -> N
             pytest.skip("127.0.0.1:8080 is in use on this machine")
     env = {k: v for k, v in os.environ.items() if k != "BOOTSERVER_CONFIG"}
     env.update(HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "cache"), XDG_STATE_HOME=str(tmp_path / "state"))
-    proc = subprocess.Popen([sys.executable, "-m", "bootserver", "serve"], env=env, cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        import urllib.request
-
-        deadline = 20.0
-        import time
-
-        end = time.monotonic() + deadline
-        body = None
-        while time.monotonic() < end and proc.poll() is None:
-            try:
-                with urllib.request.urlopen("http://127.0.0.1:8080/healthz", timeout=2) as r:
-                    body = r.read()
-                    break
-            except OSError:
-                time.sleep(0.05)  # polling interval while the server binds, bounded by the deadline
-        assert body == b"ok\n", proc.stderr.read() if proc.poll() is not None else "no answer"
-    finally:
-        proc.terminate()
-        try:
-            _, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-    assert str(tmp_path / "cache") in err  # the start-up line names the per-user cache directory
+    log = tmp_path / "serve.log"
+    with (serving([], "http://127.0.0.1:8080/healthz", log, env=env, cwd=tmp_path, deadline_s=20.0),
+          urllib.request.urlopen("http://127.0.0.1:8080/healthz", timeout=2) as r):
+        assert r.read() == b"ok\n"
+    assert str(tmp_path / "cache") in log.read_text()  # the start-up line names the per-user cache directory

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.configs import config_doc, load, master_profile
 from support.fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 
 from bootserver.cli import build_parser, provider_options
-from bootserver.config import parse_config
 from bootserver.errors import BootserverError
 from bootserver.providers.base import ProviderError
 from bootserver.provision import (
@@ -52,16 +52,11 @@ def env(fake_metal, monkeypatch):
 
 
 def make_config(tmp_path: Path, reference: Path, mode: str = "install", **profile: Any):
-    doc = {
-        "server": {"base_url": "http://boot.example:8080"},
-        "state_dir": str(tmp_path / "state"),
-        "metal": {"project": PROJECT},
-        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
-        "profiles": {"p": {"stream": "r", "mode": mode, "install_dev": "/dev/sda",
-                           "metal": {"plan": "c3.small.x86", "metro": "da"}, **profile}},
-        "nodes": {n: {"profile": "p"} for n in ("master-0", "master-1", "master-2")},
-    }
-    return parse_config(doc, str(tmp_path / "c.yaml"), tmp_path)
+    doc = config_doc(metal={"project": PROJECT}, state_dir=str(tmp_path / "state"),
+                     profiles={"p": master_profile(mode=mode, ignition=None,
+                                                   metal={"plan": "c3.small.x86", "metro": "da"}, **profile)},
+                     nodes={n: {"profile": "p"} for n in ("master-0", "master-1", "master-2")})
+    return load(doc, tmp_path, str(tmp_path / "c.yaml"))
 
 
 def recorded(config, node: str) -> dict[str, Any] | None:

@@ -19,38 +19,17 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from support.helpers import REPO, free_port, run_cli, write_config
+from support.helpers import REPO, run_cli, write_config
+from support.metrics import metric
+from support.reloading import MAC, add_node, main_config
 from support.server import ServerProcess
-from test_workers import metric
 
 from bootserver.config import load_config
 from bootserver.errors import ConfigError
 from bootserver.http.app import ADMIN_APP, create_app
 from bootserver.http.running import RUNNING
 
-MAC = "52:54:00:00:00:01"
 NEW_MAC = "52:54:00:00:00:02"
-
-
-def main_config(tmp_path: Path, reference: Path, **extra: Any) -> Path:
-    """A live profile on the RHCOS 4.16 stream file, node ``steady`` selectable by MAC, and
-    ``include: nodes.d/*.yaml``."""
-    doc: dict[str, Any] = {
-        "server": {"listen": f"127.0.0.1:{free_port()}"},
-        "cache_dir": "cache", "state_dir": "state",
-        "streams": {"rhcos": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
-        "profiles": {"live": {"stream": "rhcos", "mode": "live"}},
-        "nodes": {"steady": {"profile": "live", "mac": [MAC], "selectable": True}},
-        "include": ["nodes.d/*.yaml"],
-    }
-    doc.update(extra)
-    (tmp_path / "nodes.d").mkdir(exist_ok=True)
-    return write_config(tmp_path / "bootserver.yaml", doc)
-
-
-def add_node(tmp_path: Path, name: str, mac: str, file: str | None = None, **extra: Any) -> Path:
-    path = tmp_path / "nodes.d" / (file or f"{name}.yaml")
-    return write_config(path, {"nodes": {name: {"profile": "live", "mac": [mac], "selectable": True, **extra}}})
 
 
 # --- include: -------------------------------------------------------------------------------------------

@@ -98,8 +98,8 @@ def _url_stream_config(tmp_path: Path, reference: Path, faulty, **extra):
 
 
 async def test_stream_metadata_is_retried_like_artifacts(tmp_path: Path, reference: Path, faulty) -> None:
+    from support.readthrough import FAST
     from support.services import service
-    from test_readthrough import FAST
 
     config = _url_stream_config(tmp_path, reference, faulty)
     faulty.fail_first["/rhcos.json"] = [503]
@@ -116,8 +116,8 @@ async def test_stream_metadata_is_retried_like_artifacts(tmp_path: Path, referen
 
 async def test_stream_metadata_404_is_not_retried(tmp_path: Path, reference: Path, faulty) -> None:
     import pytest
+    from support.readthrough import FAST
     from support.services import service
-    from test_readthrough import FAST
 
     from bootserver.errors import FetchError
 
@@ -165,7 +165,7 @@ async def test_two_sync_images_at_once_download_each_artifact_once(tmp_path: Pat
     import subprocess
 
     from support.helpers import BOOTSERVER
-    from test_readthrough import DEADLINE, make_stream, wait_for
+    from support.readthrough import DEADLINE, make_stream, wait_for
 
     from bootserver.artifacts.cache import ArtifactCache
 
@@ -216,8 +216,8 @@ async def test_sync_images_follows_a_download_that_serve_runs(tmp_path: Path, re
 
     import aiohttp
     from support.helpers import BOOTSERVER, free_port
+    from support.readthrough import DEADLINE, make_stream, served_path
     from support.server import ServerProcess
-    from test_readthrough import DEADLINE, make_stream, served_path
 
     meta, paths, files = make_stream(tmp_path, reference, faulty)
     port = free_port()
@@ -255,8 +255,8 @@ async def test_upstream_read_timeout_bounds_a_hung_artifact_upstream(tmp_path: P
     import asyncio
 
     import pytest
+    from support.readthrough import DEADLINE, FAST
     from support.services import service
-    from test_readthrough import DEADLINE, FAST
 
     from bootserver.errors import FetchError
 

@@ -18,8 +18,8 @@ from typing import Any
 import aiohttp
 import pytest
 from support.helpers import free_port, run_cli, write_config
-from support.server import ServerProcess
-from test_readthrough import (
+from support.metrics import metric
+from support.readthrough import (
     DEADLINE,
     ROOTFS_SIZE,
     app_client,
@@ -30,6 +30,7 @@ from test_readthrough import (
     settled,
     wait_for,
 )
+from support.server import ServerProcess
 
 from bootserver.artifacts.cache import ArtifactCache
 
@@ -40,23 +41,6 @@ def server_config(tmp_path: Path, port: int, **extra: Any) -> Path:
     doc: dict[str, Any] = {"server": {"listen": f"127.0.0.1:{port}"}, "cache_dir": "cache", "state_dir": "state"}
     doc.update(extra)
     return write_config(tmp_path / "bootserver.yaml", doc)
-
-
-def metric(text: str, name: str) -> float | None:
-    """The value of the sample ``name`` (with its labels exactly as exposed, sorted) in ``text``."""
-    for line in text.splitlines():
-        if not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            if _canonical(key) == _canonical(name):
-                return float(value)
-    return None
-
-
-def _canonical(sample: str) -> str:
-    m = re.fullmatch(r"([^{]+)(?:\{(.*)\})?", sample)
-    assert m, sample
-    labels = sorted(re.findall(r'(\w+)="([^"]*)"', m[2] or ""))
-    return m[1] + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
 
 
 def worker_pids(text: str) -> dict[int, float]:

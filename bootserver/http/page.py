@@ -235,11 +235,8 @@ class Page:
     def render(self, template: str, **context: Any) -> web.Response:
         """``templates/page/<template>`` rendered as an HTML answer with :data:`CSP`; its header names each
         stream whose metadata could not be loaded (source, error, next try: a newcomer without network sees
-        why nothing boots), and a stream not loaded yet gets a background load."""
+        why nothing boots; the loads are started by script requests and ``/readyz``)."""
         loads, catalog = self.svc.runtime.metadata, self.svc.desk.catalog
-        for stream in self.svc.config.streams:
-            if catalog.cached(stream) is None:
-                loads.soon(catalog, stream)
         body = self.env.get_template(template).render(version=__version__, stages=STAGES, rendered=time.time(),
                                                       config_loaded=self.loaded_at,
                                                       metadata_problems=loads.problems(catalog), **context)

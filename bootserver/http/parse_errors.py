@@ -10,7 +10,7 @@ aiohttp (pinned ``>=3.14,<3.15``) offers no public hook for it, so this module f
 in one place: :func:`fence` makes a runner's :class:`aiohttp.web.Server` create protocol handlers whose
 ``handle_error`` (aiohttp's, which still logs as before) answers with our ``Server``, ``nosniff`` and the
 listener's other fixed headers, and a short fixed body per status (:data:`BODIES`), never the request.
-tests/test_parse_errors.py fails when the names used here move (``aiohttp.web_protocol.RequestHandler.
+tests/http/test_parse_errors.py fails when the names used here move (``aiohttp.web_protocol.RequestHandler.
 handle_error`` and its arguments, ``aiohttp.web.Server.__call__``, ``AppRunner.server``).
 """
 

@@ -31,7 +31,7 @@ import yaml
 from support.netns import SERVER_IPV4, TestNetwork
 
 from . import rig
-from .conftest import bootserver_command, run_bootserver, write_stack_config
+from .stack import bootserver_command, run_bootserver, write_stack_config
 
 #: The server's port inside the namespace (the namespace is the test's own: no other listener there).
 PORT = 8080

@@ -25,9 +25,10 @@ from pathlib import Path
 import pytest
 import yaml
 from support.helpers import free_port
+from support.server import serving
 
 from . import rig
-from .conftest import REAL_IGNITION, _wait_healthy, bootserver_command, in_ci, run_bootserver, stream_metadata
+from .stack import REAL_IGNITION, bootserver_command, in_ci, run_bootserver, stream_metadata
 
 pytestmark = pytest.mark.e2e
 
@@ -92,20 +93,9 @@ def arm64_stack(arm64: rig.Arm64Tools, tmp_path_factory: pytest.TempPathFactory)
         (work / "nodes.d").mkdir()
         p = run_bootserver("sync-images", "--config", str(config), timeout=120)
         assert p.returncode == 0, p.stderr
-    log = work / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([*bootserver_command(), "serve", "--config", str(config)],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        _wait_healthy(proc, f"http://127.0.0.1:{port}/healthz", log)
+    with serving(["--config", str(config)], f"http://127.0.0.1:{port}/healthz", work / "serve.log",
+                 command=bootserver_command()):
         yield config, port, artifacts
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def test_arm64_guest_boots_through_the_servers_grub_to_its_kernel_with_its_kargs(

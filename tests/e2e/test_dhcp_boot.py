@@ -33,7 +33,7 @@ import pytest
 from support import netns
 
 from . import netboot, rig
-from .conftest import bootserver_command, in_ci, need
+from .stack import bootserver_command, in_ci, need
 
 pytestmark = pytest.mark.e2e
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 from support.helpers import free_port
+from support.server import serving
 
 from . import rig
-from .conftest import _wait_healthy, bootserver_command, need, run_bootserver, write_stack_config
+from .stack import bootserver_command, need, run_bootserver, write_stack_config
 
 pytestmark = pytest.mark.e2e
 
@@ -45,19 +46,8 @@ def stack(e2e_source: tuple[Path, dict[str, bytes], dict], tmp_path: Path) -> It
     (tmp_path / "nodes.d").mkdir()
     cfg.write_text(yaml.safe_dump(doc, sort_keys=False))
     log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([*bootserver_command(), "serve", "--config", str(cfg)],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        _wait_healthy(proc, f"http://127.0.0.1:{port}/healthz", log)
+    with serving(["--config", str(cfg)], f"http://127.0.0.1:{port}/healthz", log, command=bootserver_command()):
         yield cfg, port, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def discovered(cfg: Path) -> list[str]:

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from . import rig
-from .conftest import (
+from .stack import (
     REAL_IGNITION,
     SERIAL_CONSOLE,
     bootserver_command,

@@ -14,7 +14,7 @@ import pytest
 from bootserver.resources import data_dir
 
 from . import rig
-from .conftest import NEWER_SPEC, NEWER_SPEC_NODE, NODES, REAL_IGNITION, Stack, need
+from .stack import NEWER_SPEC, NEWER_SPEC_NODE, NODES, REAL_IGNITION, Stack, need
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ import yaml
 from support.ipmi_sim import PASSWORD, USERNAME, start_sim
 
 from . import rig
-from .conftest import IPMI_NODE, Stack, need, run_bootserver
+from .stack import IPMI_NODE, Stack, need, run_bootserver
 
 pytestmark = pytest.mark.e2e
 

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 from . import rig
-from .conftest import NODES, Stack, need
+from .stack import BOOT_TIMEOUT, NODES, Stack, need
 
 pytestmark = pytest.mark.e2e
 
-BOOT_TIMEOUT = 120.0  # seconds per guest boot; a healthy one takes ~10-20 s under TCG
 
 #: What each firmware needs on the host, as :class:`rig.Tools` fields.
 FIRMWARE_TOOLS = {"bios": ("qemu", "ipxe_lkrn"), "uefi": ("qemu", "ovmf", "ipxe_efi_rom")}
@@ -89,7 +88,7 @@ def test_install_node_boots_through_its_chain_url(tools: rig.Tools, guest_stack:
 def test_live_node_boots_through_the_generic_entry_by_the_mac_ipxe_sends(tools: rig.Tools, guest_stack: Stack,
                                                                          tmp_path: Path, firmware: str) -> None:
     # One guest covers both the live mode and the generic entry (the install test covers the chain URL;
-    # tests/test_web.py shows both URLs answer the same script). iPXE expands ${net0/mac} and URL-encodes
+    # tests/http/test_web.py shows both URLs answer the same script). iPXE expands ${net0/mac} and URL-encodes
     # the colons (?mac=52%3A54%3A...); under UEFI the URL reaches iPXE as the DHCP bootfile and iPXE
     # expands it there.
     node = NODES["live-0"]

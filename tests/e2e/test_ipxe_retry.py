@@ -20,7 +20,7 @@ import pytest
 from support.helpers import free_port
 
 from . import rig
-from .conftest import NODES, Stack, need
+from .stack import NODES, Stack, need
 
 pytestmark = pytest.mark.e2e
 

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from . import rig
-from .conftest import ISO_NODE, NODES, Stack, need, run_bootserver
-from .test_ipxe_boot import BOOT_TIMEOUT
+from .stack import BOOT_TIMEOUT, ISO_NODE, NODES, Stack, need, run_bootserver
 
 pytestmark = pytest.mark.e2e
 

@@ -10,19 +10,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from support.helpers import free_port
+from support.server import serving
 
 from . import life, rig, standin
-from .conftest import bootserver_command, in_ci, need, run_bootserver, stream_metadata
+from .stack import bootserver_command, in_ci, need, run_bootserver, stream_metadata
 
 pytestmark = pytest.mark.e2e
 
@@ -82,25 +80,10 @@ def serve(work: Path, name: str) -> Iterator[tuple[Path, int, str]]:
     """``bootserver serve`` for the life nodes with a fresh state: yields (config, port, admin URL)."""
     port = free_port()
     config = write_config(work, work / f"state-{name}", port)
-    log = work / f"serve-{name}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([*bootserver_command(), "serve", "--config", str(config)], stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT)
     admin = f"http://127.0.0.1:{port + 1}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(admin + "/healthz", timeout=2).close()
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=0.1)
+    with serving(["--config", str(config)], admin + "/healthz", work / f"serve-{name}.log",
+                 command=bootserver_command()):
         yield config, port, admin
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
 
 
 def wait_stage(admin: str, node: str, stage: str, timeout: float = 30.0) -> dict:

@@ -12,7 +12,7 @@ import pytest
 from support.helpers import REPO
 
 from . import rig, standin
-from .conftest import need
+from .stack import need
 
 pytestmark = pytest.mark.e2e
 

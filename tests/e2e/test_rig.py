@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from . import rig
-from .conftest import need
+from .stack import need
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,19 +27,11 @@ from pathlib import Path
 import pytest
 import yaml
 from support.helpers import free_port
+from support.server import serving
 
 from . import rig
-from .conftest import (
-    REAL_IGNITION,
-    Stack,
-    _wait_healthy,
-    bootserver_command,
-    in_ci,
-    need,
-    run_bootserver,
-    stream_metadata,
-)
-from .test_secureboot import OVMF_CODE, OVMF_VARS, SIGNED_DIR, live_iso, missing_parts, network, unsigned
+from .signed_parts import OVMF_CODE, OVMF_VARS, SIGNED_DIR, live_iso, missing_parts, network, unsigned
+from .stack import REAL_IGNITION, Stack, bootserver_command, in_ci, need, run_bootserver, stream_metadata
 
 pytestmark = pytest.mark.e2e
 
@@ -101,20 +92,10 @@ def sbn_stack(tools: rig.Tools, guest_initramfs: Path, tmp_path_factory: pytest.
         p = run_bootserver("sync-images", "--config", str(config), timeout=300)
         assert p.returncode == 0, p.stderr
         log = work / "serve.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen([*bootserver_command(), "serve", "--config", str(config)],
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            _wait_healthy(proc, f"http://127.0.0.1:{port}/healthz", log)
+        with serving(["--config", str(config)], f"http://127.0.0.1:{port}/healthz", log,
+                     command=bootserver_command()):
             yield Stack(config=config, port=port, base_url=base_url, artifacts={"rootfs": rootfs}, metadata=doc,
                         real_ignition=work / "real.ign", log=log)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@ Redfish with the real ``sushy-emulator`` (tests/support/sushy_emulator.py) and I
 ``ipmi_sim`` through the real ``ipmitool`` (tests/support/ipmi_sim.py). The password sources, the
 settings every BMC has, the platform of a BMC node, ``devices`` then ``deprovision --grace`` (power off,
 boot setting undone, record cleared), and ``provision`` following the node through a running server.
-What only one protocol does is in tests/test_redfish.py and tests/test_ipmi.py."""
+What only one protocol does is in tests/providers/test_redfish.py and tests/providers/test_ipmi.py."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 import requests
 import yaml
 from support import ipmi_sim, sushy_emulator
+from support.configs import STREAM, config_doc
 from support.helpers import checkin_command, free_port, recorded_devices, run_cli, write_config
 from support.server import ServerProcess
 
@@ -49,15 +50,10 @@ class Kind:
 
     def config(self, tmp_path: Path, reference: Path, address: Any, **more: Any) -> Path:
         """A config with one install-mode profile of this provider and the node."""
-        doc = {
-            "server": {"listen": "127.0.0.1:8080", "base_url": "http://boot.example:8080"},
-            "cache_dir": "cache",
-            "state_dir": "state",
-            "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
-            "profiles": {"onprem": {"stream": "r", "install_dev": "/dev/sda", "provider": self.provider,
-                                    self.provider: self.settings(address, **more)}},
-            "nodes": {self.node: {"profile": "onprem", "mac": [self.mac]}},
-        }
+        doc = config_doc(server={"listen": "127.0.0.1:8080"},
+                         profiles={"onprem": {"stream": STREAM, "install_dev": "/dev/sda", "provider": self.provider,
+                                              self.provider: self.settings(address, **more)}},
+                         nodes={self.node: {"profile": "onprem", "mac": [self.mac]}})
         return write_config(tmp_path / "bootserver.yaml", doc)
 
 

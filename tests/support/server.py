@@ -1,9 +1,15 @@
-"""A real ``bootserver serve`` subprocess for the tests that need one (:class:`ServerProcess`)."""
+"""A real ``bootserver serve`` subprocess for the tests that need one: :class:`ServerProcess` (on the
+test's event loop) and :func:`serving` (a blocking context manager: the e2e tests and the packaging test)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +58,44 @@ class ServerProcess:
             except TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, deadline_s: float = 30.0) -> None:
+    """Poll ``url`` (``/healthz``) until it answers 200, the process exits (``RuntimeError`` with the end of
+    ``log``), or ``deadline_s`` passes (``TimeoutError``)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"bootserver serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        # wait on the process, not a bare sleep: an exit ends the wait at once
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=min(0.1, max(0.0, end - time.monotonic())))
+    raise TimeoutError(f"bootserver serve did not answer {url} within {deadline_s} s:\n{log.read_text()[-3000:]}")
+
+
+@contextlib.contextmanager
+def serving(args: Sequence[str], health_url: str, log: Path, *, command: Sequence[str] = BOOTSERVER,
+            env: Mapping[str, str] | None = None, cwd: Path | None = None,
+            deadline_s: float = 30.0) -> Iterator[subprocess.Popen[bytes]]:
+    """``bootserver serve ARGS`` (``command`` runs bootserver) with its output in ``log``, once
+    ``health_url`` answers 200 (:func:`wait_healthy`); terminated after the block (killed if it does not
+    stop within 10 s)."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*command, "serve", *args], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, env=None if env is None else dict(env), cwd=cwd)
+    try:
+        wait_healthy(proc, health_url, log, deadline_s)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -26,7 +26,7 @@ def rewrite_stream(source: Path, upstream: str, payloads: dict[str, bytes],
                    arches: tuple[str, ...] = ("x86_64",)) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Copy real stream metadata with each metal PXE location moved to ``upstream`` (same URL path)
     and its sha256 set to the bytes we will serve; their ``signature`` is dropped (the stand-in bytes
-    have none: tests/test_openpgp.py signs its own). Returns ``(document, {url path: bytes})``."""
+    have none: tests/artifacts/test_openpgp.py signs its own). Returns ``(document, {url path: bytes})``."""
     doc = json.loads(source.read_text())
     files: dict[str, bytes] = {}
     for arch in arches:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import ValidationError
+from support.helpers import REPO
 
 from bootserver.config import FCOS_STABLE_URL, load_config
 from bootserver.errors import ConfigError
@@ -170,7 +171,7 @@ def test_mac_selectors_are_normalised(tmp_path: Path, reference: Path) -> None:
 
 def test_documented_example_config_loads(tmp_path: Path) -> None:
     """The config block in README.md uses only real keys (it names files that need not exist)."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     block = readme.split("## Configuration reference", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
     doc = yaml.safe_load(block)
     doc["streams"]["rhcos-4.16"]["metadata"] = "https://example.invalid/rhcos.json"
@@ -365,7 +366,7 @@ def test_shipped_configs_pass_check_config(tmp_path: Path, reference: Path, ship
     config), passes `bootserver check-config`, the command its unit or image would run."""
     import shutil
 
-    source = Path(__file__).resolve().parents[1] / shipped
+    source = REPO / shipped
     path = tmp_path / "bootserver.yaml"
     shutil.copy(source, path)
     shutil.copy(reference / "openshift-pointer-master.ign.json", tmp_path / "master.ign")
@@ -379,7 +380,7 @@ def test_shipped_configs_pass_check_config(tmp_path: Path, reference: Path, ship
 
 
 def test_every_shipped_config_is_tested() -> None:
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     found = {
         str(p.relative_to(repo))
         for pattern in ("systemd/*.yaml*", "container/*.yaml*")

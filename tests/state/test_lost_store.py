@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 from support.broken_store import LOST, BrokenStore
+from support.ops import fill_cache, make_config
 from support.signing import FIXED_KEY, relative
-from test_ops import fill_cache, make_config
 
 from bootserver.http.app import ADMIN_APP, SERVICE, create_app, runner_kwargs
 from bootserver.signing import KeyEntry, sign

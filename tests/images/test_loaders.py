@@ -124,7 +124,7 @@ async def test_the_server_offers_the_grub_and_the_generic_grub_entry(aiohttp_cli
 async def test_the_boot_image_of_an_aarch64_node_is_uefi_only_with_the_arm64_grub(reference: Path,
                                                                                   tmp_path: Path) -> None:
     from support.helpers import run_cli
-    from test_iso import STATIC
+    from support.networks import STATIC
 
     config = doc(reference)
     config["nodes"]["arm-0"]["network"] = {**STATIC, "interfaces": [{**STATIC["interfaces"][0],

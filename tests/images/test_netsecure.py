@@ -9,13 +9,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from support.helpers import run_cli
+from support.secureboot import LOADERS, secureboot_setup
 from support.upstreams import Upstream
-from test_secureboot_image import LOADERS, setup  # noqa: F401  (the fixture)
 
 from bootserver.config import load_config
 from bootserver.http.app import create_app
+
+
+@pytest.fixture
+def setup(reference: Path, tmp_path: Path, upstream: Upstream):
+    """The Secure Boot image tests' config (support.secureboot): an FCOS stream with a stand-in live ISO,
+    nodes sb-0 and sb-1 on it, and a secure_boot node on a stream without a live ISO."""
+    return secureboot_setup(reference, tmp_path, upstream)
+
 
 #: The generic config: the node's boot by the MAC GRUB booted from, over GRUB's http (IPv4 base URL).
 GENERIC = ("# bootserver: Secure Boot over the network; the node's boot comes by the MAC GRUB booted from\n"
@@ -29,7 +38,7 @@ GENERIC = ("# bootserver: Secure Boot over the network; the node's boot comes by
            "exit\n")
 
 
-async def test_the_server_serves_the_release_loaders_and_one_grub_config(aiohttp_client, setup,  # noqa: F811
+async def test_the_server_serves_the_release_loaders_and_one_grub_config(aiohttp_client, setup,
                                                                         upstream: Upstream) -> None:
     path, _ = setup
     client = await aiohttp_client(create_app(load_config(path)))
@@ -52,7 +61,7 @@ async def test_the_server_serves_the_release_loaders_and_one_grub_config(aiohttp
     assert r.status == 502 and await r.text() == "no Secure Boot loaders here\n"
 
 
-async def test_loaders_writes_the_set_into_a_tftp_root(setup, tmp_path: Path) -> None:  # noqa: F811
+async def test_loaders_writes_the_set_into_a_tftp_root(setup, tmp_path: Path) -> None:
     path, files = setup
     root = tmp_path / "tftp"
     # a secure_boot node on a stream whose release has no live ISO: one line naming the stream, exit 2
@@ -81,7 +90,7 @@ async def test_loaders_writes_the_set_into_a_tftp_root(setup, tmp_path: Path) ->
     assert (root / f"secureboot/fcos/{release}/vmlinuz").read_bytes() == kernel
 
 
-async def test_the_dhcp_engine_hands_a_secure_boot_node_its_shim_never_ipxe(setup) -> None:  # noqa: F811
+async def test_the_dhcp_engine_hands_a_secure_boot_node_its_shim_never_ipxe(setup) -> None:
     path, _ = setup
     doc = yaml.safe_load(path.read_text())
     doc["dhcp"] = {"interface": "lo", "mode": "full"}
@@ -107,7 +116,7 @@ async def test_the_dhcp_engine_hands_a_secure_boot_node_its_shim_never_ipxe(setu
     assert reservations["sb-0"]["boot-file-name"] == "secureboot/fcos/bootx64.efi"
 
 
-async def test_dhcpv6_hands_uefi_http_boot_the_ipv6_loader_url(setup) -> None:  # noqa: F811
+async def test_dhcpv6_hands_uefi_http_boot_the_ipv6_loader_url(setup) -> None:
     path, _ = setup
     doc = yaml.safe_load(path.read_text())
     doc["dhcp"] = {"interface": "lo", "mode": "full", "ipv6": True}

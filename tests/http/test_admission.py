@@ -13,8 +13,8 @@ from pathlib import Path
 
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
+from support.security import holding_the_only_slot, make_config
 from support.signing import signed
-from test_security import holding_the_only_slot, make_config
 
 from bootserver.http.admission import Limits
 from bootserver.http.app import ADMIN_APP

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from support.helpers import run_cli, write_config
+from support.networks import STATIC
 from support.signing import relative
-from test_iso import STATIC
 
 from bootserver.config import load_config
 from bootserver.http.app import create_app

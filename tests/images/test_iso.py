@@ -10,19 +10,12 @@ from typing import Any
 
 import pytest
 from support.helpers import run_cli, write_config
+from support.networks import MAC, STATIC
 
 from bootserver.config import parse_config
 from bootserver.images.netboot import grub_cfg, ipxe_commands
 from bootserver.images.network import BootNetwork, boot_network
 
-MAC = "52:54:00:00:00:01"
-STATIC = {
-    "interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": MAC,
-                    "ipv4": {"enabled": True, "address": [{"ip": "192.0.2.10", "prefix-length": 24}]},
-                    "ipv6": {"enabled": True, "address": [{"ip": "2001:db8::10", "prefix-length": 64}]}}],
-    "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "192.0.2.1"}]},
-    "dns-resolver": {"config": {"server": ["2001:db8::53", "192.0.2.53"]}},
-}
 BOND = {
     "interfaces": [
         {"name": "nic0", "type": "ethernet", "mac-address": "52:54:00:00:00:02"},
@@ -185,7 +178,7 @@ async def test_check_config_counts_grubs_boot_image_for_a_node_that_boots_its_im
                                                                                    tmp_path: Path) -> None:
     # The largest network whose iPXE command line fits leaves no room for GRUB's BOOT_IMAGE=<kernel>:
     # check-config passes for a network-booted node and fails, naming the node, once it boots its image.
-    from test_network import long_network
+    from support.networks import long_network
 
     found = None
     for n in range(1, 40):

@@ -9,14 +9,14 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.configs import config_doc, load
-from support.pgcluster import BINDIR, PgCluster
+from support.pgcluster import PgCluster
 from support.services import service
+from support.stores import db_names, make_config, needs_pg
 
 from bootserver.errors import UnavailableError
 from bootserver.signing import Signer
@@ -25,43 +25,6 @@ from bootserver.state import postgresql as pgstate
 from bootserver.state.backends import open_store
 from bootserver.state.batches import Batches
 from bootserver.timeline import Record
-
-_db_names = itertools.count()
-
-needs_pg = pytest.mark.skipif(BINDIR is None, reason="PostgreSQL is not installed (Debian package postgresql)")
-
-
-@pytest.fixture(scope="session")
-def pg() -> Iterator[PgCluster]:
-    cluster = PgCluster()
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.destroy()
-
-
-def make_config(tmp_path: Path, state_store: str | dict[str, str] | None, **top: Any):
-    """Nodes ``master-0`` and ``master-1`` in the store ``state_store`` (``None``: sqlite in state_dir)."""
-    doc = config_doc(server={"base_url": "http://127.0.0.1:8080"},
-                     nodes={"master-0": {"profile": "master"}, "master-1": {"profile": "master"}}) | top
-    if state_store is not None:
-        doc["state_store"] = state_store
-    return load(doc, tmp_path)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=needs_pg)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path, reference: Path):
-    """A function making configs of one backend that share one store (one state_dir, or one database)."""
-    url = None
-    if request.param == "postgresql":
-        url = request.getfixturevalue("pg").create_database(f"t{next(_db_names)}")
-
-    def config(**top: Any):
-        return make_config(tmp_path, url, **top)
-
-    config.name = request.param  # type: ignore[attr-defined]
-    return config
 
 
 @pytest.fixture
@@ -302,7 +265,7 @@ async def test_round_trips_of_a_script_request_and_of_a_batch(pg: PgCluster, tmp
     # nor a write-behind batch whose 0.25 s window ends in the middle of the 60 repeats on a busy machine:
     # the repeats are committed by the drain below, as one batch
     monkeypatch.setattr(Batches, "WINDOW", 3600.0)
-    url = pg.create_database(f"t{next(_db_names)}")
+    url = pg.create_database(f"t{next(db_names)}")
     async with RoundTrips(pg.port) as relay:
         nodes: dict[str, Any] = {f"n{i}": {"profile": "master"} for i in range(20)}
         nodes["p0"] = {"profile": "master", "network": "provider"}
@@ -335,11 +298,9 @@ async def test_round_trips_of_a_script_request_and_of_a_batch(pg: PgCluster, tmp
             await svc.runtime.close()
 
 
-
-
 @needs_pg
 async def test_replicas_starting_at_once_migrate_once(pg: PgCluster, tmp_path: Path, reference: Path) -> None:
-    url = pg.create_database(f"t{next(_db_names)}")
+    url = pg.create_database(f"t{next(db_names)}")
     stores = [open_store(make_config(tmp_path, url)) for _ in range(4)]
     try:
         results = await asyncio.gather(*(s.migrate() for s in stores))
@@ -355,7 +316,7 @@ async def test_replicas_starting_at_once_migrate_once(pg: PgCluster, tmp_path: P
 async def test_a_newer_schema_is_refused(pg: PgCluster, tmp_path: Path, reference: Path) -> None:
     import psycopg
 
-    url = pg.create_database(f"t{next(_db_names)}")
+    url = pg.create_database(f"t{next(db_names)}")
     store = open_store(make_config(tmp_path, url))
     await store.migrate()
     await store.close()

@@ -8,12 +8,11 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiohttp import web
 from support.clients import start_app
-from support.configs import config_doc, load, master_profile
+from support.security import SECRET, holding_the_only_slot, make_config
 from support.signing import FIXED_KEY, FIXED_NOW, fixed_signer, relative, signed
 
 from bootserver.config import parse_config
@@ -22,18 +21,6 @@ from bootserver.http.gate import FORBIDDEN_BODY
 from bootserver.signing import sign
 from bootserver.tls import init_tls
 from bootserver.urls import Route
-
-SECRET = "TOP-SECRET-PULL-SECRET-4f9c2a"
-
-
-def make_config(tmp_path: Path, server: dict[str, Any] | None = None, nodes: dict[str, Any] | None = None):
-    """Profile ``p`` installs with a real config full of secrets (``bootstrap.ign``); nodes ``n0``, ``n1``."""
-    ign = {"ignition": {"version": "3.2.0"}, "passwd": {"users": [{"name": "core",
-           "sshAuthorizedKeys": [SECRET]}]}}
-    (tmp_path / "bootstrap.ign").write_text(json.dumps(ign))
-    return load(config_doc(server=server, profiles={"p": master_profile(ignition="bootstrap.ign")},
-                           nodes=nodes or {"n0": {"profile": "p", "mac": "52:54:00:12:34:56"},
-                                           "n1": {"profile": "p", "mac": "52:54:00:12:34:57"}}), tmp_path)
 
 
 @pytest.fixture
@@ -170,24 +157,6 @@ async def test_real_config_over_plain_http_only_when_allowed(aiohttp_client, ref
     assert source.startswith("https://boot.example.net:8443/ignition/n0/config?exp=")
     r = await client.get(relative(source))
     assert r.status == (200 if allow else 403)
-
-
-async def holding_the_only_slot(aiohttp_client, config):
-    """A test client of ``config`` (``max_concurrent: 1``) whose one slot is taken by a ``/slow`` request
-    in its handler: returns ``(client, that request's task, the event that lets it finish)``."""
-    app = create_app(config, fixed_signer())
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def slow(request: web.Request) -> web.Response:
-        entered.set()
-        await release.wait()
-        return web.Response(text="done")
-
-    add_route(app, Route("", "/slow"), slow)
-    client = await aiohttp_client(app)
-    first = asyncio.create_task(client.get("/slow"))
-    await entered.wait()
-    return client, first, release
 
 
 async def test_concurrency_cap_answers_503_with_retry_after(aiohttp_client, reference, tmp_path) -> None:

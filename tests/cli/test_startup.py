@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.helpers import REPO as ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("aiohttp", "sushy", "requests", "jsonschema", "jinja2")
 
 PROBE = """

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import requests
 import yaml
+from support.configs import STREAM, config_doc
 from support.helpers import free_port, recorded_devices, write_config
 from support.sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
 
@@ -23,19 +24,14 @@ from bootserver.cli import main
 def make_config(tmp_path: Path, reference: Path, address: str, **profile_redfish: Any) -> Path:
     redfish = {"address": address, "username": USERNAME, "password_env": "BMC_PASSWORD", "timeout": 5,
                **profile_redfish}
-    doc = {
-        "server": {"listen": "127.0.0.1:8080", "base_url": "http://boot.example:8080"},
-        "cache_dir": "cache",
-        "state_dir": "state",
-        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
-        "profiles": {"onprem": {"stream": "r", "install_dev": "/dev/sda", "provider": "redfish",
-                                "redfish": redfish}},
-        "nodes": {
+    doc = config_doc(
+        server={"listen": "127.0.0.1:8080"},
+        profiles={"onprem": {"stream": STREAM, "install_dev": "/dev/sda", "provider": "redfish", "redfish": redfish}},
+        nodes={
             "rf-0": {"profile": "onprem", "mac": ["52:54:00:00:00:01"],
                      "redfish": {"system": "/redfish/v1/Systems/8a1e7c52-3c2b-4f1e-9c0a-000000000001"}},
             "rf-1": {"profile": "onprem", "redfish": {"system": "8a1e7c52-3c2b-4f1e-9c0a-000000000002"}},
-        },
-    }
+        })
     return write_config(tmp_path / "bootserver.yaml", doc)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.configs import STREAM, config_doc
 from support.helpers import recorded_devices, write_config
 from support.ipmi_sim import PASSWORD, USERNAME, free_udp_port, sim_fixture, start_sim  # noqa: F401 - the sim fixture
 
@@ -27,14 +28,10 @@ CHASSIS, SET_BOOT_OPTIONS, CHASSIS_CONTROL = 0x00, 0x08, 0x02
 def make_config(tmp_path: Path, reference: Path, bmc_port: int, **profile_ipmi: Any) -> Path:
     ipmi = {"address": "127.0.0.1", "port": bmc_port, "username": USERNAME, "password_env": "BMC_PASSWORD",
             "timeout": 4, **profile_ipmi}
-    doc = {
-        "server": {"listen": "127.0.0.1:8080", "base_url": "http://boot.example:8080"},
-        "cache_dir": "cache",
-        "state_dir": "state",
-        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
-        "profiles": {"onprem": {"stream": "r", "install_dev": "/dev/sda", "provider": "ipmi", "ipmi": ipmi}},
-        "nodes": {"bmc-0": {"profile": "onprem", "mac": ["52:54:00:00:00:21"]}},
-    }
+    doc = config_doc(server={"listen": "127.0.0.1:8080"},
+                     profiles={"onprem": {"stream": STREAM, "install_dev": "/dev/sda", "provider": "ipmi",
+                                          "ipmi": ipmi}},
+                     nodes={"bmc-0": {"profile": "onprem", "mac": ["52:54:00:00:00:21"]}})
     return write_config(tmp_path / "bootserver.yaml", doc)
 
 

@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp import web, web_protocol
 from support.helpers import free_port
 from support.server import ServerProcess
-from test_trust import _config
+from support.trust import trust_config
 
 from bootserver.config import load_config
 from bootserver.http.app import create_app
@@ -54,7 +54,7 @@ async def exchange(port: int, data: bytes) -> tuple[int, dict[str, str], bytes]:
 async def test_aiohttp_s_own_answers_follow_the_header_rules_on_both_listeners(tmp_path: Path,
                                                                              reference: Path) -> None:
     port, admin = free_port(), free_port()
-    path = _config(tmp_path, reference, {"listen": f"127.0.0.1:{port}", "admin": {"listen": f"127.0.0.1:{admin}"}})
+    path = trust_config(tmp_path, reference, {"listen": f"127.0.0.1:{port}", "admin": {"listen": f"127.0.0.1:{admin}"}})
     server = ServerProcess(path, port)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         await server.start(http)
@@ -103,7 +103,7 @@ HOSTILE = "52:54:00:00:00:01\nboot\x00<b>'\"${x}"
 
 
 async def test_no_raw_request_text_in_a_404(aiohttp_client: Any, tmp_path: Path, reference: Path) -> None:
-    path = _config(tmp_path, reference, {"listen": "127.0.0.1:8080", "discovery": False})
+    path = trust_config(tmp_path, reference, {"listen": "127.0.0.1:8080", "discovery": False})
     client = await aiohttp_client(create_app(load_config(path)))
     for url in (f"/boot.grub?mac={quote(HOSTILE)}", f"/boot.ipxe?mac={quote(HOSTILE)}",
                 f"/boot.ipxe?hostname={quote(HOSTILE * 20)}", f"/boot.grub?uuid={quote(HOSTILE)}",

@@ -13,9 +13,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yaml
-from support.helpers import free_port, run_cli, write_config
+from support.helpers import REPO, free_port, run_cli
+from support.ranges import ranges
 from support.server import ServerProcess
-from test_file_ranges import ranges
+from support.trust import trust_config
 
 #: How every line of the text log starts (logs.TextFormatter): a forged line would not have to.
 LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+(\[\d+\])?: ")
@@ -88,20 +89,13 @@ async def test_no_request_can_forge_a_text_log_line(boot_setup) -> None:
 # --- item 6: start-up says only what is true ---------------------------------------------------------
 
 
-def _config(tmp_path: Path, reference: Path, server: dict) -> Path:
-    return write_config(tmp_path / "bootserver.yaml", {
-        "server": server, "cache_dir": str(tmp_path / "cache"), "state_dir": str(tmp_path / "state"),
-        "streams": {"r": {"metadata": str(reference / "rhcos-stream-4.16.json")}},
-        "profiles": {"live": {"stream": "r", "mode": "live"}}, "nodes": {"live-0": {"profile": "live"}}})
-
-
 @pytest.mark.parametrize("key", ["server.listen", "server.tls.listen", "server.admin.listen"])
 async def test_a_listener_that_cannot_bind_is_one_line_exit_2_and_nothing_says_listening(
         tmp_path: Path, reference: Path, key: str) -> None:
     port, tls_port, admin_port = free_port(), free_port(), free_port()
     addresses = {"server.listen": f"127.0.0.1:{port}", "server.tls.listen": f"127.0.0.1:{tls_port}",
                  "server.admin.listen": f"127.0.0.1:{admin_port}"}
-    path = _config(tmp_path, reference, {"listen": addresses["server.listen"],
+    path = trust_config(tmp_path, reference, {"listen": addresses["server.listen"],
                                          "tls": {"listen": addresses["server.tls.listen"]},
                                          "admin": {"listen": addresses["server.admin.listen"]}})
     rc, _, err = await run_cli("tls", "init", "--config", str(path))
@@ -122,7 +116,8 @@ async def test_a_listener_that_cannot_bind_is_one_line_exit_2_and_nothing_says_l
 
 async def test_serve_warns_of_unreachable_urls_and_says_why_it_stopped(tmp_path: Path, reference: Path) -> None:
     port = free_port()
-    path = _config(tmp_path, reference, {"listen": f"0.0.0.0:{port}", "admin": {"listen": f"127.0.0.1:{port + 1}"}})
+    path = trust_config(tmp_path, reference,
+                        {"listen": f"0.0.0.0:{port}", "admin": {"listen": f"127.0.0.1:{port + 1}"}})
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         server = ServerProcess(path, port)
         await server.start(http)
@@ -228,7 +223,7 @@ async def test_a_link_swapped_in_after_the_look_is_not_followed(tmp_path: Path) 
 async def test_state_dir_links_are_refused(tmp_path: Path, reference: Path) -> None:
     """keys.json as a link (keys someone else chose would sign URLs) and tls/ as a link (private keys
     written elsewhere): one line, nothing read or written through them."""
-    path = _config(tmp_path, reference, {"listen": f"127.0.0.1:{free_port()}", "tls": {"listen": "127.0.0.1:1"}})
+    path = trust_config(tmp_path, reference, {"listen": f"127.0.0.1:{free_port()}", "tls": {"listen": "127.0.0.1:1"}})
     state = tmp_path / "state"
     state.mkdir()
     planted = tmp_path / "planted.json"
@@ -262,7 +257,7 @@ def _head_and_body(answer: bytes) -> tuple[dict[str, str], bytes]:
 async def test_the_admin_listener_answers_only_to_its_own_names(tmp_path: Path, reference: Path) -> None:
     port = free_port()
     admin = port + 1
-    path = _config(tmp_path, reference, {"listen": f"127.0.0.1:{port}",
+    path = trust_config(tmp_path, reference, {"listen": f"127.0.0.1:{port}",
                                          "admin": {"hosts": ["admin.example.net", "proxy.example.net:8443"]}})
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         server = ServerProcess(path, port)
@@ -305,7 +300,7 @@ async def test_the_admin_listener_answers_only_to_its_own_names(tmp_path: Path, 
 async def test_a_unix_socket_admin_listener_answers_any_host(tmp_path: Path, reference: Path) -> None:
     port = free_port()
     sock = tmp_path / "admin.sock"
-    path = _config(tmp_path, reference, {"listen": f"127.0.0.1:{port}", "admin": {"listen": str(sock)}})
+    path = trust_config(tmp_path, reference, {"listen": f"127.0.0.1:{port}", "admin": {"listen": str(sock)}})
     server = ServerProcess.__new__(ServerProcess)  # its admin_url assumes host:port
     server.config, server.extra_args, server.port, server.url = path, (), port, f"http://127.0.0.1:{port}"
     server.proc = None
@@ -322,7 +317,7 @@ async def test_a_unix_socket_admin_listener_answers_any_host(tmp_path: Path, ref
 
 # --- item 5: HTTP as RFC 9110 says ---------------------------------------------------------------------
 
-#: The table every file route answers (tests/test_file_ranges.py), for a 10000-byte artifact.
+#: The table every file route answers (tests/http/test_file_ranges.py), for a 10000-byte artifact.
 RANGES = ranges(10000)
 
 
@@ -366,7 +361,7 @@ async def test_range_and_if_range_as_rfc_9110_says(boot_setup, tmp_path: Path) -
 
 async def test_a_body_over_the_limit_is_413_before_it_is_read(tmp_path: Path, reference: Path) -> None:
     port = free_port()
-    path = _config(tmp_path, reference, {"listen": f"127.0.0.1:{port}", "discovery": False})  # README's 404s
+    path = trust_config(tmp_path, reference, {"listen": f"127.0.0.1:{port}", "discovery": False})  # README's 404s
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
         server = ServerProcess(path, port)
         await server.start(http)
@@ -391,7 +386,7 @@ async def test_a_body_over_the_limit_is_413_before_it_is_read(tmp_path: Path, re
             answer = await raw_request(port, b"POST /checkin/live-0 HTTP/1.1\r\nContent-Length: 0")
             assert status_of(answer) == 403
             # (item 8) the README's /boot.ipxe answers are the real ones
-            readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+            readme = (REPO / "README.md").read_text()
             for target in ("/boot.ipxe", "/boot.ipxe?mac=52:54:00:12:34:56"):
                 async with http.get(server.url + target) as r:
                     body = (await r.text()).strip()

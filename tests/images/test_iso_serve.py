@@ -6,24 +6,17 @@ is in tests/test_grub.py."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from support.configs import STREAM, config_doc
 from support.helpers import run_cli, write_config
+from support.iso import doc
+from support.networks import STATIC
 from support.signing import fixed_signer, relative, signed
-from test_iso import STATIC
 
 from bootserver.config import load_config, parse_config
 from bootserver.http.app import create_app
 
 KEY_B = bytes(range(1, 33))
-
-
-def doc(reference: Path, network: Any = STATIC) -> dict[str, Any]:
-    """Node ``master-0`` (profile ``metal``, no real config) with ``network``."""
-    return config_doc(profiles={"metal": {"stream": STREAM, "install_dev": "/dev/sda"}},
-                      nodes={"master-0": {"profile": "metal", "mac": "52:54:00:00:00:01", "network": network}})
 
 
 @pytest.fixture
