@@ -20,7 +20,9 @@ from .artifacts.report import cache_report
 from .config import Config
 from .errors import UnavailableError
 from .files import LinkRefused
-from .images.firmware import arm64_grub
+from .images.firmware import IPXE_LOADERS, arm64_grub
+from .images.netsecure import GRUB_CFG, generic_grub_cfg, loader_file, loader_set, secure_boot_streams
+from .images.tools import need
 from .inventory import NodeContext
 from .runtime import Runtime
 from .streams import ARTIFACT_KINDS
@@ -108,10 +110,27 @@ class ArtifactDesk:
         return "other"
 
     async def arm64_grub(self) -> Path:
-        """The standalone arm64 GRUB for this config's base URL (:func:`bootserver.images.firmware.arm64_grub`:
-        built once, cached in ``cache_dir/loaders``), built in a worker thread (grub-mkstandalone, about
-        0.2 s). Raises as :func:`~bootserver.images.firmware.arm64_grub`."""
-        return await asyncio.to_thread(arm64_grub, self.config.cache_dir, self.config.server.effective_base_url)
+        """The standalone arm64 GRUB for this config's IPv4 base URL (GRUB's ``http`` has no IPv6;
+        :func:`bootserver.images.firmware.arm64_grub`: built once, cached in ``cache_dir/loaders``), built
+        in a worker thread (grub-mkstandalone, about 0.2 s). Raises as that function."""
+        return await asyncio.to_thread(arm64_grub, self.config.cache_dir, self.config.server.base_url_for(4))
+
+    async def loader(self, route: str, params: Mapping[str, str]) -> Path | str | None:
+        """A boot loader route's answer (``route`` names it, ``params`` its URL's parts): the arm64 GRUB's
+        file, Debian's ``ipxe.efi`` (:class:`~bootserver.images.tools.IsoToolMissing` when not installed),
+        a Secure Boot loader set's file (:func:`~bootserver.images.netsecure.loader_set`, the stream's live
+        ISO fetched on first use) or its GRUB config (text); ``None`` for a stream no ``secure_boot`` node
+        boots from, or a file the set has not. Raises as those functions."""
+        if route == "loader_arm64":
+            return await self.arm64_grub()
+        if route == "loader_ipxe":
+            return need(IPXE_LOADERS["ipxe.efi"])
+        if route == "grub_cfg" or params.get("file") == GRUB_CFG:
+            return generic_grub_cfg(self.config.server.base_url_for(4))
+        if params.get("stream") not in secure_boot_streams(self.config):
+            return None
+        return loader_file(await loader_set(self.config, self.catalog, self.artifacts, params["stream"]),
+                           params["file"])
 
     def report(self) -> dict[str, Any]:
         """What the artifact cache holds, for the live page's cache page

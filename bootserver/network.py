@@ -18,6 +18,7 @@ from .equinix_network import equinix_network
 from .errors import DeviceRecordError
 from .inventory import NodeContext
 from .nmstate import NetworkConfigError, NetworkState, dracut_kargs
+from .values import host_family
 
 # ------------------------------------------------------------------------------------------ a node
 
@@ -57,3 +58,22 @@ def node_kargs(resolved: NodeContext, device: Mapping[str, Any] | None) -> tuple
         return dracut_kargs(state, resolved.hostname)
     except NetworkConfigError as e:  # a provider record that does not add up
         raise DeviceRecordError(f"node {resolved.name}: the device record does not describe a network: {e}") from None
+
+
+
+def client_family(client: str | None) -> int | None:
+    """The address family (``4``, ``6``) of a request's client address (an IPv4-mapped IPv6 address is
+    ``4``); ``None`` when unknown (no address, a Unix socket)."""
+    return host_family(client) if client else None
+
+
+#: What a ``network: dhcp`` node that asked over IPv6 boots with: dracut brings the network up by
+#: DHCPv6 (``ip=dhcp6``), so the live system reaches the IPv6 URLs it was handed (rootfs, Ignition).
+DHCP6_KARGS = ("rd.neednet=1", "ip=dhcp6")
+
+
+def family_kargs(kargs: tuple[str, ...], family: int | None) -> tuple[str, ...]:
+    """A node's network kargs (:func:`node_kargs`) for a machine asking over address family ``family``:
+    :data:`DHCP6_KARGS` for a DHCP node (no kargs) asking over IPv6, else ``kargs`` unchanged (an
+    NMState ``network`` says itself how each family comes up: its static IPv6 address, ``dhcp6``)."""
+    return DHCP6_KARGS if family == 6 and not kargs else kargs

@@ -44,21 +44,23 @@ class RenderCache(Generic[K, V]):
 class ScriptInputs:
     """Everything a node's boot script depends on besides the (fixed) config: the node, the release
     (:class:`~bootserver.streams.Release`), the signing state of the stub URL (its expiry is rounded
-    up to the hour, and the key may rotate) and the node's network kargs (a provider's device record
-    may change: :func:`bootserver.network.node_kargs`)."""
+    up to the hour, and the key may rotate), the node's network kargs (a provider's device record
+    may change: :func:`bootserver.network.node_kargs`) and the address family the machine asked over
+    (``4``, ``6``, ``None``: not known), whose base URL its URLs start with."""
 
     node: str
     release: Release
     signing: tuple[int, bytes]
     network: tuple[str, ...]
+    family: int | None = None
 
 
 @dataclass(frozen=True)
 class StubInputs:
     """Everything a node's stub depends on besides the config: the node, the spec version it is written
     in (negotiated per request), the real config's hash (``None``: no real config), the signing state
-    of its URL, the CA (PEM) we embed, and the signing state of its check-in URL (``None``: the
-    profile says ``checkin: false``)."""
+    of its URL, the CA (PEM) we embed, the signing state of its check-in URL (``None``: the
+    profile says ``checkin: false``) and the address family the machine asked over (its URLs' base)."""
 
     node: str
     version: str
@@ -66,3 +68,4 @@ class StubInputs:
     signing: tuple[int, bytes]
     ca_pem: bytes | None
     checkin: tuple[int, bytes] | None = None
+    family: int | None = None

@@ -27,14 +27,30 @@ from .images.overlay import NodeImage
 from .images.secureboot import check_secure_boot, secureboot_image
 from .inventory import NodeContext, node_contexts
 from .ipxe import render_boot_script, render_localboot_script
-from .network import node_kargs
+from .network import client_family, family_kargs, node_kargs
 from .renders import RenderCache, ScriptInputs, StubInputs
 from .runtime import Runtime
 from .scripts import script_context
+from .streams import Release
 from .timeline import INSTALLED_STAGES, Current, Event, NodeState
 from .urls import Urls
 
 log = logging.getLogger("bootserver.service")
+
+
+def boot_how(resolved: NodeContext, via: str, family: int | None) -> dict[str, str]:
+    """How a node's boot reached its script, for its timeline event: ``via`` (``ipxe``: iPXE, from PXE or
+    UEFI HTTP Boot; ``image``: the GRUB of its boot image; ``grub``: a GRUB sourcing the generic entry,
+    the arm64 GRUB or a vendor's signed one), ``ip`` (``IPv4``, ``IPv6``) and ``secure_boot`` as far as
+    the server can tell: ``off`` when the loader that asked is ours (nobody signed iPXE or our GRUBs,
+    so the firmware does not enforce Secure Boot), ``vendor`` when a ``secure_boot`` node's GRUB asked
+    (the vendor's signed chain: Secure Boot may be on)."""
+    how = {"via": via}
+    if family is not None:
+        how["ip"] = f"IPv{family}"
+    secure = resolved.profile.secure_boot if resolved.spec.secure_boot is None else resolved.spec.secure_boot
+    how["secure_boot"] = "vendor" if via == "grub" and secure and resolved.profile.arch == "x86_64" else "off"
+    return how
 
 
 class BootService:
@@ -66,7 +82,7 @@ class BootService:
         return self._nodes[name]
 
     async def script(self, node: NodeContext | str, *, grub: bool = False, client: str | None = None,
-                     record: bool = False) -> str:
+                     record: bool = False, via: str | None = None) -> str:
         """The node's iPXE script (text): the boot script, or with boot-once the boot-disk script once
         the node is installed; in GRUB's form with ``grub`` (``GET /grub/<node>``, the UEFI boot of the
         node's boot image and the arm64 GRUB): the same boot (kernel, initramfs, kargs), the same
@@ -74,7 +90,9 @@ class BootService:
         records ``script`` or ``localboot`` in the timeline: one read of the node
         (:meth:`StateStore.current`); a repeat of the node's last event is written behind, anything new
         before the answer. Without, records nothing (``render``, the live page). ``node`` must be a
-        configured node, as resolved (:meth:`node`) or by name.
+        configured node, as resolved (:meth:`node`) or by name. ``via`` (``ipxe``, ``image``: the netboot
+        image's GRUB, ``grub``: a GRUB sourcing the generic entry) goes into the recorded event with the
+        address family and, as far as the server can tell, Secure Boot (:func:`boot_how`).
 
         Raises :class:`~bootserver.errors.UnavailableError` when the timeline cannot be read or written,
         or ``FetchError``/``MetadataError`` when the stream's metadata must be fetched and cannot be; with
@@ -82,16 +100,20 @@ class BootService:
         """
         resolved = self._resolved(node)
         current = await self.runtime.state.current(resolved.name)
-        event, script, detail = await self._script(resolved, current, grub=grub)
+        family = client_family(client)
+        event, script, detail = await self._script(resolved, current, grub=grub, family=family)
+        if record and event == "script":
+            detail |= boot_how(resolved, via or ("grub" if grub else "ipxe"), family)
         if record:
             await self.runtime.record(resolved, event, ip=client, detail=detail, current=current)
         return script
 
-    async def _script(self, resolved: NodeContext, current: Current, grub: bool = False
-                      ) -> tuple[str, str, dict[str, Any]]:
+    async def _script(self, resolved: NodeContext, current: Current, grub: bool = False,
+                      family: int | None = None) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)`` for the node as read (``current``: its stage and device record):
         the boot-disk script when boot-once applies, else the boot script; in GRUB's form with ``grub``
-        (the boot image's UEFI boot), the same boot either way."""
+        (the boot image's UEFI boot), the same boot either way. ``family``: the address family the
+        machine asked over (its URLs' base URL, and ``ip=dhcp6`` for a DHCP node asking over IPv6)."""
         node, profile = resolved.name, resolved.profile
         stage = current.stage
         if profile.boots_once and stage in INSTALLED_STAGES:
@@ -103,30 +125,32 @@ class BootService:
         release = meta.releases[profile.arch]
         # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        inputs = ScriptInputs(node, release, signing, self._network(resolved, current.device))
+        inputs = ScriptInputs(node, release, signing, self._network(resolved, current.device, family), family)
         script = self._grub_configs.get(node, inputs) if grub else self._scripts.get(node, inputs)
         return "script", script, {"mode": profile.mode, "release": release.version}
 
     def _resolved(self, node: NodeContext | str) -> NodeContext:
         return node if isinstance(node, NodeContext) else self._nodes[node]
 
-    def _network(self, resolved: NodeContext, device: Mapping[str, Any] | None) -> tuple[str, ...]:
-        """The node's network kargs (:func:`~bootserver.network.node_kargs`), built again only when its
-        device record changed. Raises ``DeviceRecordError`` (never kept: the next request tries again)."""
+    def _network(self, resolved: NodeContext, device: Mapping[str, Any] | None,
+                 family: int | None = None) -> tuple[str, ...]:
+        """The node's network kargs (:func:`~bootserver.network.node_kargs`) for a machine asking over
+        ``family`` (:func:`~bootserver.network.family_kargs`), built again only when its device record
+        changed. Raises ``DeviceRecordError`` (never kept: the next request tries again)."""
         hit = self._kargs.get(resolved.name)
         if hit is not None and (hit[0] is device or hit[0] == device):
-            return hit[1]
+            return family_kargs(hit[1], family)
         kargs = node_kargs(resolved, device)
         self._kargs[resolved.name] = (device, kargs)
-        return kargs
+        return family_kargs(kargs, family)
 
     def _render_script(self, inputs: ScriptInputs) -> str:
-        return render_boot_script(script_context(self.urls, self._nodes[inputs.node], inputs.release,
-                                                 inputs.network))
+        return render_boot_script(script_context(self.urls.for_family(inputs.family), self._nodes[inputs.node],
+                                                 inputs.release, inputs.network))
 
     def _render_grub_config(self, inputs: ScriptInputs) -> str:
-        return render_grub_config(script_context(self.urls, self._nodes[inputs.node], inputs.release,
-                                                 inputs.network))
+        return render_grub_config(script_context(self.urls.for_family(inputs.family), self._nodes[inputs.node],
+                                                 inputs.release, inputs.network))
 
     async def record(self, node: NodeContext | str, event: str, *, ip: str | None = None,
                      detail: Mapping[str, Any] | None = None, at: float | None = None) -> str:
@@ -147,19 +171,30 @@ class BootService:
         the fetch's errors (``FetchError``, ``IntegrityError``)."""
         resolved = self._resolved(node)
         node, profile = resolved.name, resolved.profile
-        current = await self.runtime.state.current(node)
         if not (profile.secure_boot if resolved.spec.secure_boot is None else resolved.spec.secure_boot):
+            current = await self.runtime.state.current(node)
             return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
+        release, (iso, kernel, initramfs), kargs = await self.secure_boot_parts(resolved)
+        return await asyncio.to_thread(secureboot_image, self.config, self.urls, node, release,
+                                       iso, kernel, initramfs, kargs)
+
+    async def secure_boot_parts(self, node: NodeContext | str) -> tuple[Release, tuple[Path, Path, Path],
+                                                                         tuple[str, ...]]:
+        """What a ``secure_boot`` node boots, from its image or over the network (``bootserver loaders``):
+        its release, the cached live ISO, kernel and initramfs (fetched first, sha256-checked) and its
+        kargs with the stub URL signed for ``chain_ttl`` (they are written to disk). Raises as :meth:`image`."""
+        resolved = self._resolved(node)
+        profile = resolved.profile
+        current = await self.runtime.state.current(resolved.name)
         release = await self.desk.catalog.release(profile.stream, profile.arch)
-        check_secure_boot(node, release)
+        check_secure_boot(resolved.name, release)
         assert release.live_iso is not None
         fetched = await asyncio.gather(*(self.desk.artifacts.fetch(release, a)
                                          for a in (release.live_iso, release.kernel, release.initramfs)))
         ctx = script_context(self.urls, resolved, release, self._network(resolved, current.device),
                              stub_ttl=self.config.server.signing.chain_ttl)
         iso, kernel, initramfs = (f.path for f in fetched)
-        return await asyncio.to_thread(secureboot_image, self.config, self.urls, node, release,
-                                       iso, kernel, initramfs, ctx.kargs)
+        return release, (iso, kernel, initramfs), ctx.kargs
 
     async def fleet(self, *, devices: bool = False) -> list[FleetNode]:
         """The fleet view (:func:`bootserver.fleet.read_fleet`: every configured node and any other with
@@ -257,13 +292,13 @@ class BootService:
         resolved = self._resolved(node)
         if accept is not None:
             version = negotiate_version(accept, resolved.profile.ignition_version, IGNITION_VERSIONS)
-        data = self._stub(resolved, version)
+        data = self._stub(resolved, version, client_family(client))
         if record:
             await self.runtime.record(resolved, "stub", ip=client)
         return data
 
-    def _stub(self, resolved: NodeContext, version: str | None) -> bytes:
-        """:meth:`stub` for the node as resolved."""
+    def _stub(self, resolved: NodeContext, version: str | None, family: int | None = None) -> bytes:
+        """:meth:`stub` for the node as resolved, its URLs on the base URL of address family ``family``."""
         node, name, profile = resolved.name, resolved.profile_name, resolved.profile
         maximum = profile.ignition_version
         if version is None:
@@ -277,12 +312,13 @@ class BootService:
         checkin = self.urls.signer.state(self.config.server.signing.chain_ttl) if profile.checkin else None
         # One cache slot per node and version, so clients of different versions do not evict each other.
         return self._stubs.get(f"{node} {version}", StubInputs(node, version, None if pinned is None else pinned[1],
-                                                               signing, self._ca_pem(), checkin))
+                                                               signing, self._ca_pem(), checkin, family))
 
     def _render_stub(self, inputs: StubInputs) -> bytes:
         """The node's stub: its profile's stub, encoded once per version, real config, CA and check-in
         (:class:`~bootserver.ignition.StubTemplate`), with the node's hostname and URLs written in."""
         node = inputs.node
+        urls = self.urls.for_family(inputs.family)
         key = (inputs.version, inputs.config_hash, inputs.ca_pem, inputs.checkin is not None)
         template = self._stub_templates.get(key)
         if template is None:
@@ -290,5 +326,5 @@ class BootService:
                 version=inputs.version, config_hash=inputs.config_hash, ca_pem=inputs.ca_pem,
                 checkin=inputs.checkin is not None)
         return template.fill(hostname=self._nodes[node].hostname,
-                             config_url=None if inputs.config_hash is None else self.urls.real_config(node),
-                             checkin_url=None if inputs.checkin is None else self.urls.checkin(node))
+                             config_url=None if inputs.config_hash is None else urls.real_config(node),
+                             checkin_url=None if inputs.checkin is None else urls.checkin(node))

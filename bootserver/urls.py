@@ -6,6 +6,9 @@ Layout (relative to ``server.base_url``, or for artifacts to the node's facility
     /boot.ipxe?mac=<mac>                           generic entry, node chosen by selector
     /boot.grub?mac=<mac>                           its GRUB form (what the arm64 GRUB sources)
     /loaders/grubaa64.efi                          the standalone arm64 GRUB (arm64 UEFI firmware loads it)
+    /loaders/ipxe.efi                              Debian's x86_64 UEFI iPXE (x86_64 UEFI HTTP Boot loads it)
+    /loaders/secureboot/<stream>/<file>            a stream's signed shim, GRUB and their GRUB config
+    /grub/grub.cfg                                 that GRUB config where Debian's network GRUB looks
     /ignition/<node>                               the node's merge-style Ignition stub
     /ignition/<node>/config                        the node's real Ignition config, byte for byte
     /checkin/<node>                                POST: the node's booted system is up (stage ``up``)
@@ -76,6 +79,15 @@ DISCOVER = Route("discover", "/discover")
 GENERIC_GRUB = Route("generic_grub", "/boot.grub")
 #: The standalone arm64 GRUB (:func:`bootserver.images.firmware.arm64_grub`), at a stable path.
 LOADER_ARM64 = Route("loader_arm64", "/loaders/grubaa64.efi", timed=False)
+#: Debian's x86_64 UEFI iPXE (``ipxe.efi``), what an x86_64 UEFI HTTP Boot loads, then asks for its script.
+LOADER_IPXE = Route("loader_ipxe", "/loaders/ipxe.efi", timed=False)
+#: A stream's Secure Boot loader set (:mod:`bootserver.images.netsecure`): the release's signed shim
+#: (``bootx64.efi``), GRUB (``grubx64.efi``), MokManager and the GRUB config next to them (``grub.cfg``).
+LOADER_SECUREBOOT = Route("loader_secureboot", "/loaders/secureboot/{stream}/{file}", timed=False)
+#: That GRUB config where Debian's network GRUB looks (its prefix ``/grub`` on the server it came from);
+#: routed before :data:`GRUB` (a node named ``grub.cfg`` has its image's GRUB config at ``/grub/grub.cfg``
+#: no more).
+GRUB_CFG = Route("grub_cfg", "/grub/grub.cfg")
 STUB = Route("stub", "/ignition/{node}", signed=True, in_boot=True)
 REAL_CONFIG = Route("real_config", "/ignition/{node}/config", signed=True, real_config=True, in_boot=True)
 CHECKIN = Route("checkin", "/checkin/{node}", signed=True, method="POST", in_boot=True)
@@ -96,9 +108,9 @@ PAGE_EVENTS = Route("page_events", "/ui/events", timed=False, capped=False, list
 PAGE_STATIC = Route("page_static", "/ui/static/{file}", listeners=(ADMIN,))
 
 #: Every route of the server, in routing order.
-ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, DISCOVER, GENERIC_GRUB, STUB, REAL_CONFIG, CHECKIN, GRUB, ISO,
-                             LOADER_ARM64, ARTIFACT, HEALTHZ, READYZ, NODES, NODE_REPORT, METRICS, FLEET, PAGE_NODE,
-                             PAGE_CACHE, PAGE_EVENTS, PAGE_STATIC)
+ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, DISCOVER, GENERIC_GRUB, STUB, REAL_CONFIG, CHECKIN, GRUB_CFG, GRUB,
+                             ISO, LOADER_ARM64, LOADER_IPXE, LOADER_SECUREBOOT, ARTIFACT, HEALTHZ, READYZ, NODES,
+                             NODE_REPORT, METRICS, FLEET, PAGE_NODE, PAGE_CACHE, PAGE_EVENTS, PAGE_STATIC)
 
 
 class Urls:
@@ -107,15 +119,31 @@ class Urls:
     ``signer`` signs per-node URLs: a :class:`Signer`, or a function that gives it on first use (a
     server's :attr:`bootserver.runtime.Runtime.signer`, shared by every config it loads); by default one
     over ``keys()`` (default: ``<state_dir>/keys.json``, created on first use) and the wall clock.
+    ``family`` is the address family (``4``, ``6``) of the machine the URLs are for: they start with the
+    base URL of that family (:meth:`~bootserver.config.ServerConfig.base_url_for`); ``None`` (not known):
+    the first one. A signature covers the node, the route path and the expiry, never the base URL, so a
+    signed URL is valid on every base URL of the server.
     """
 
     def __init__(self, config: Config, signer: Signer | Callable[[], Signer] | None = None,
-                 keys: Callable[[], Keyring] | None = None) -> None:
+                 keys: Callable[[], Keyring] | None = None, *, family: int | None = None) -> None:
         self.config = config
-        self.base = config.server.effective_base_url
-        self.https_base = config.server.https_base_url
+        self.family = family
+        self.base = config.server.base_url_for(family)
+        self.https_base = config.server.https_base_url_for(family)
         self._signer = signer
         self._keys = keys or (lambda: Keyring.load_or_create(config.state_dir))
+        self._families: dict[int | None, Urls] = {family: self}
+
+    def for_family(self, family: int | None) -> Urls:
+        """These URLs for a machine asking over address family ``family`` (``4``, ``6``, ``None``): the
+        same config and signer, the base URL of that family; made once per family."""
+        urls = self._families.get(family)
+        if urls is None:
+            urls = Urls(self.config, lambda: self.signer, family=family)
+            urls._families = self._families
+            self._families[family] = urls
+        return urls
 
     @property
     def signer(self) -> Signer:

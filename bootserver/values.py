@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Self, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from .ipxe import UnsafeValueError, check_script_word
 
@@ -30,6 +30,7 @@ __all__ = [
     "HttpUrl",
     "Name",
     "Networks",
+    "OneOrList",
     "ScriptWord",
     "SettingsModel",
     "UnsafeValueError",
@@ -37,6 +38,7 @@ __all__ = [
     "check_hostname",
     "check_http_url",
     "check_name",
+    "host_family",
     "normalize_mac",
     "null_as_empty",
     "parse_duration",
@@ -102,6 +104,14 @@ def _list_to_tuple(value: Any) -> Any:
     return tuple(value) if isinstance(value, list) else value
 
 
+def _one_to_tuple(value: Any) -> Any:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"expected a string or a list of strings, got {type(value).__name__} {value!r}")
+    return tuple(value)
+
+
 class _YamlList:
     """``YamlList[T]``: a YAML list read into an immutable ``tuple[T, ...]`` (strict models refuse lists
     for tuple fields otherwise)."""
@@ -115,6 +125,20 @@ if TYPE_CHECKING:  # what a YamlList field holds, for the type checker (the clas
     YamlList: TypeAlias = tuple[_T, ...]
 else:
     YamlList = _YamlList
+
+
+class _OneOrList:
+    """``OneOrList[T]``: one value or a non-empty YAML list of them, read into an immutable
+    ``tuple[T, ...]`` (``server.listen: 0.0.0.0:8080`` and ``server.listen: [...]`` alike)."""
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        return Annotated[tuple[item, ...], BeforeValidator(_one_to_tuple), Field(min_length=1)]
+
+
+if TYPE_CHECKING:  # what a OneOrList field holds, for the type checker
+    OneOrList: TypeAlias = tuple[_T, ...]
+else:
+    OneOrList = _OneOrList
 
 
 def counted(count: int, noun: str) -> str:
@@ -198,6 +222,19 @@ def split_listen(value: str) -> tuple[str, int]:
     if m["v6"]:
         ipaddress.IPv6Address(m["v6"])
     return host, int(m["port"])
+
+
+def host_family(host: str) -> int | None:
+    """The address family of a URL's or listener's host: ``4`` or ``6`` for an IP address (an
+    IPv4-mapped IPv6 address ``::ffff:a.b.c.d`` counts as ``4``, as a dual-stack socket reports an IPv4
+    peer), ``None`` for a name (``localhost``, ``boot.example``) or an empty host. Brackets allowed."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return 4
+    return address.version
 
 
 def parse_networks(value: Any) -> Any:

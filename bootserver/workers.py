@@ -65,7 +65,8 @@ def prepare(config: Config) -> None:
     if config.server.tls is not None:
         server_ssl_context(config)
         check_listen(config, "server.tls.listen", config.server.tls.listen)
-    check_listen(config, "server.listen", config.server.listen)
+    for listen in config.server.listen:
+        check_listen(config, "server.listen", listen)
     if not config.server.admin_listen.startswith("/"):
         check_listen(config, "server.admin.listen", config.server.admin_listen)
 

@@ -113,7 +113,9 @@ async def test_the_grub_config_is_the_node_boot_and_follows_boot_once(aiohttp_cl
     admin = await aiohttp_client(client.app[ADMIN_APP])
     report = await (await admin.get("/nodes/master-0")).json()
     assert report["stage"] == "ipxe"
-    assert [(e["event"], e["count"]) for e in report["events"]] == [("script", 2)], report  # iPXE's, GRUB's
+    # iPXE's and the boot image GRUB's, each saying how it came
+    assert [(e["event"], e["count"], e["detail"]["via"]) for e in report["events"]] == [
+        ("script", 1, "ipxe"), ("script", 1, "image")], report
     # boot-once: once the installer fetched its stub, GRUB is told to boot the local disk, as iPXE is
     assert (await client.get(signed("/ignition/master-0"))).status == 200
     grub = await (await client.get(signed("/grub/master-0"))).text()

@@ -23,12 +23,37 @@ def sync(args: argparse.Namespace, config: Config) -> int:
 
 
 def loaders(args: argparse.Namespace, config: Config) -> int:
-    """Write the TFTP root's loaders into ``args.dir``, one path per line."""
+    """Write the TFTP root's loaders into ``args.dir``, one path per line: the arm64 GRUB and Debian's iPXE
+    builds (:func:`bootserver.images.firmware.write_loaders`), and for ``secure_boot`` nodes their streams'
+    signed shim and GRUB, the generic GRUB config and each node's own config with its release's kernel and
+    initramfs (:func:`bootserver.images.netsecure.write_secureboot_loaders`)."""
     from ..images.firmware import write_loaders
+    from ..images.netsecure import TftpNode, loader_set, secure_boot_streams, write_secureboot_loaders
 
     arm64 = any(profile.arch == "aarch64" for profile in config.profiles.values())
-    for path in write_loaders(Path(args.dir), config.cache_dir, config.server.effective_base_url, need_arm64=arm64):
+    base = config.server.base_url_for(4)  # GRUB's http fetches IPv4 and names only
+    for path in write_loaders(Path(args.dir), config.cache_dir, base, need_arm64=arm64):
         print(path)
+    streams = secure_boot_streams(config)
+    if streams:  # the signed shim and GRUB of each secure_boot stream's release, from its live ISO
+        from ..runtime import Runtime
+        from ..service import BootService
+
+        async def fetch() -> tuple[dict[str, Path], list[TftpNode]]:
+            async with Runtime(config) as runtime:
+                svc = BootService(config, runtime)
+                sets = {s: await loader_set(config, svc.desk.catalog, svc.desk.artifacts, s) for s in streams}
+                nodes = []  # each secure_boot node's own config, for a vendor GRUB without http
+                for node, spec in config.nodes.items():
+                    if config.node_profile(node).stream in streams and config.node_secure_boot(node):
+                        release, (_, kernel, initramfs), kargs = await svc.secure_boot_parts(node)
+                        nodes += [TftpNode(node, mac, release.stream, release.version, kernel, initramfs, kargs)
+                                  for mac in spec.mac]
+                return sets, nodes
+
+        sets, nodes = asyncio.run(fetch())
+        for path in write_secureboot_loaders(Path(args.dir), sets, base, nodes):
+            print(path)
     return 0
 
 

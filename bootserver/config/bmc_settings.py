@@ -34,8 +34,9 @@ class BmcSettings(SettingsModel):
       the other from the profile. The password is read when a command needs it
       (:func:`bootserver.providers.bmc.BmcProvider.password`).
     * ``boot_mode``: ``uefi`` or ``legacy``.
-    * ``boot_source``: ``pxe`` (boot from the network once; the default) or ``virtual-media`` (the
-      node's boot image as the BMC's virtual CD: Redfish only).
+    * ``boot_source``: ``pxe`` (boot from the network once; the default), ``virtual-media`` (the
+      node's boot image as the BMC's virtual CD: Redfish only) or ``http`` (the firmware's UEFI HTTP boot
+      of the node's boot image URL: Redfish only).
     * ``timeout``: seconds one BMC request may take (default 30).
     """
 
@@ -44,7 +45,7 @@ class BmcSettings(SettingsModel):
     password_file: str | None = None
     password_env: str | None = None
     boot_mode: Literal["uefi", "legacy"] | None = None
-    boot_source: Literal["pxe", "virtual-media"] | None = None
+    boot_source: Literal["pxe", "virtual-media", "http"] | None = None
     timeout: Annotated[float, Field(gt=0, le=3600)] | None = None
 
     @field_validator("timeout", mode="before")

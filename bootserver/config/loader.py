@@ -167,7 +167,7 @@ def _check_admin_address(cfg: Config) -> None:
     if where.startswith("/"):
         return
     ahost, aport = split_listen(where)
-    device = [("server.listen", cfg.server.listen)]
+    device = [("server.listen", listen) for listen in cfg.server.listen]
     if cfg.server.tls is not None:
         device.append(("server.tls.listen", cfg.server.tls.listen))
     for key, listen in device:
@@ -467,10 +467,11 @@ def check_boot_sources(config: Config, source: str) -> None:
             continue
         for key in ("ipmi", "redfish"):
             own, inherited = getattr(node, key).boot_source, getattr(profile, key).boot_source
-            if (own or inherited) != "virtual-media":
+            if (own or inherited) not in ("virtual-media", "http"):
                 continue
             where = f"nodes.{name}.{key}.boot_source" if own else f"profiles.{node.profile}.{key}.boot_source"
-            raise ConfigError(source, where, f"node {name} uses provider ipmi, and IPMI has no virtual media: "
+            what = "virtual media" if (own or inherited) == "virtual-media" else "UEFI HTTP boot override"
+            raise ConfigError(source, where, f"node {name} uses provider ipmi, and IPMI has no {what}: "
                               "boot it over the network (boot_source: pxe, with a DHCP server) or drive its BMC "
                               "over Redfish (provider: redfish)")
 

@@ -104,10 +104,11 @@ def boot_platform(config: NodeLookup, node: str) -> str:
 
 def boots_virtual_media(config: NodeLookup, node: str) -> bool:
     """Whether ``provision`` boots the node from its boot image: a node of the Redfish provider with
-    ``redfish.boot_source: virtual-media`` (on the node, or its profile's)."""
+    ``redfish.boot_source: virtual-media`` or ``http`` (the firmware's UEFI HTTP boot of the image's URL;
+    on the node, or its profile's)."""
     if provider_of(config, node) != "redfish":
         return False
-    return bool(provider_settings(config, node, "redfish").boot_source == "virtual-media")
+    return provider_settings(config, node, "redfish").boot_source in ("virtual-media", "http")
 
 
 __all__ = ["DEFAULT_PLATFORM", "REGISTRY", "Registered", "boot_platform", "boots_virtual_media", "provider_of",

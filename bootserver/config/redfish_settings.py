@@ -41,8 +41,10 @@ class RedfishSettings(BmcSettings):
     * ``verify_tls``: ``true`` (default: the system's CAs), ``false``, or a CA file (PEM).
     * ``boot_mode``: ``uefi`` or ``legacy``; unset leaves the BMC's boot mode as it is.
     * ``boot_source``: ``pxe`` (the default: boot from the network once, a DHCP server points the
-      machine at us) or ``virtual-media`` (no DHCP: the BMC inserts the node's signed boot image,
-      ``/iso/<node>.iso``, as its virtual CD and boots from it once; docs/on-premises.md, "No DHCP").
+      machine at us), ``virtual-media`` (no DHCP: the BMC inserts the node's signed boot image,
+      ``/iso/<node>.iso``, as its virtual CD and boots from it once; docs/on-premises.md, "No DHCP") or
+      ``http`` (no DHCP boot options: the next boot is the firmware's UEFI HTTP boot of that image's URL,
+      ``BootSourceOverrideTarget: UefiHttp`` with ``HttpBootUri``).
     """
 
     system: str | None = None

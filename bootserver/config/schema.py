@@ -39,9 +39,11 @@ from ..values import (
     ListenAddressOrSocket,
     Name,
     Networks,
+    OneOrList,
     ScriptWord,
     SettingsModel,
     YamlList,
+    host_family,
     normalize_mac,
     null_as_empty,
     split_listen,
@@ -161,10 +163,14 @@ def _discovery_shorthand(value: Any) -> Any:
 
 
 class ServerConfig(SettingsModel):
-    """``server``: where to listen (``host:port``), the URL devices use to reach us, and security limits."""
+    """``server``: where to listen (``host:port``), the URL devices use to reach us, and security limits.
 
-    listen: ListenAddress = "127.0.0.1:8080"
-    base_url: HttpUrl | None = None
+    ``listen`` and ``base_url`` each take one value or a list: one listener per address, and one base URL
+    per address family (``["http://192.0.2.1:8080", "http://[2001:db8::1]:8080"]``); a machine is handed
+    URLs on the base URL of the family it asked from (:meth:`base_url_for`)."""
+
+    listen: OneOrList[ListenAddress] = ("127.0.0.1:8080",)
+    base_url: OneOrList[HttpUrl] | None = None
     tls: TLSConfig | None = None
     signing: SigningConfig = Field(default_factory=SigningConfig)
     trusted_proxies: Networks = ()
@@ -183,14 +189,47 @@ class ServerConfig(SettingsModel):
     discovery: Annotated[DiscoveryConfig, BeforeValidator(_discovery_shorthand)] = Field(
         default_factory=DiscoveryConfig)
 
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        seen: set[tuple[str, int]] = set()
+        for where in value:
+            host, port = split_listen(where)
+            if (host, port) in seen:
+                raise ValueError(f"{where} is listed twice")
+            seen.add((host, port))
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_urls(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        families: dict[int | None, str] = {}
+        for url in value:
+            family = host_family(urlsplit(url).hostname or "")
+            if family in families:
+                what = f"both IPv{family}" if family else "both host names (a name is either family)"
+                raise ValueError(f"one base URL per address family: {families[family]} and {url} are {what}")
+            families[family] = url
+        return value
+
+    @property
+    def listens(self) -> tuple[tuple[str, int], ...]:
+        """Every device listener as ``(host, port)`` (IPv6 without brackets), in ``listen`` order."""
+        return tuple(split_listen(where) for where in self.listen)
+
     @property
     def admin_listen(self) -> str:
         """Where the admin listener listens: ``server.admin.listen`` (a Unix socket when it is an
-        absolute path), else ``127.0.0.1:<port + 1>``, or the next port after it that ``tls.listen``
-        does not take (counting down from ``port - 1`` at the top of the range)."""
+        absolute path), else ``127.0.0.1:<port + 1>`` (the port of the first ``listen``), or the next port
+        after it that no device listener (``listen``, ``tls.listen``) takes (counting down from
+        ``port - 1`` at the top of the range)."""
         if self.admin.listen:
             return self.admin.listen
-        taken = {self.port} | ({split_listen(self.tls.listen)[1]} if self.tls is not None else set())
+        taken = {port for _, port in self.listens}
+        if self.tls is not None:
+            taken.add(split_listen(self.tls.listen)[1])
         step = 1 if self.port < 65534 else -1
         port = self.port + step
         while port in taken:
@@ -214,25 +253,52 @@ class ServerConfig(SettingsModel):
 
     @property
     def host(self) -> str:
-        """Host part of ``listen`` (IPv6 without brackets)."""
-        return split_listen(self.listen)[0]
+        """Host part of the first ``listen`` (IPv6 without brackets)."""
+        return self.listens[0][0]
 
     @property
     def port(self) -> int:
-        """TCP port of ``listen``."""
-        return split_listen(self.listen)[1]
+        """TCP port of the first ``listen``."""
+        return self.listens[0][1]
+
+    @property
+    def effective_base_urls(self) -> tuple[str, ...]:
+        """``base_url`` if set, else one ``http://<listen>`` per listener (``localhost`` for a wildcard
+        address, once), in order: the URLs machines are handed, the first one where a family is unknown."""
+        if self.base_url:
+            return self.base_url
+        out: list[str] = []
+        for host, port in self.listens:
+            if host in ("0.0.0.0", "::", ""):
+                host = "localhost"
+            elif ":" in host:
+                host = f"[{host}]"
+            url = f"http://{host}:{port}"
+            if url not in out:
+                out.append(url)
+        return tuple(out)
 
     @property
     def effective_base_url(self) -> str:
-        """``base_url`` if set, else ``http://<listen>`` (``localhost`` for a wildcard address)."""
-        if self.base_url:
-            return self.base_url
-        host = self.host
-        if host in ("0.0.0.0", "::", ""):
-            host = "localhost"
-        elif ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        """The first of :attr:`effective_base_urls`: what is handed out where no client's address family
+        is known (``render``, ``provision``, boot images, the loaders' built-in URL)."""
+        return self.effective_base_urls[0]
+
+    def base_url_for(self, family: int | None) -> str:
+        """The base URL a machine asking over address family ``family`` (``4``, ``6``; ``None``: not
+        known) is handed: the base URL whose host is an address of that family, else the first one whose
+        host is a name (reachable over either), else the first."""
+        bases = self.effective_base_urls
+        if family is None or len(bases) == 1:
+            return bases[0]
+        named = None
+        for url in bases:
+            have = host_family(urlsplit(url).hostname or "")
+            if have == family:
+                return url
+            if have is None and named is None:
+                named = url
+        return named or bases[0]
 
     @property
     def https_base_url(self) -> str | None:
@@ -242,7 +308,16 @@ class ServerConfig(SettingsModel):
             return None
         if self.tls.base_url:
             return self.tls.base_url
-        host = urlsplit(self.effective_base_url).hostname or "localhost"
+        return self.https_base_url_for(None)
+
+    def https_base_url_for(self, family: int | None) -> str | None:
+        """:attr:`https_base_url` for a machine asking over ``family``: ``tls.base_url`` when set, else
+        the host of :meth:`base_url_for` with the port of ``tls.listen``; ``None`` without ``tls``."""
+        if self.tls is None:
+            return None
+        if self.tls.base_url:
+            return self.tls.base_url
+        host = urlsplit(self.base_url_for(family)).hostname or "localhost"
         if ":" in host:
             host = f"[{host}]"
         return f"https://{host}:{split_listen(self.tls.listen)[1]}"

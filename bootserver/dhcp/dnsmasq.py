@@ -25,7 +25,16 @@ from pathlib import Path
 from ..config import Config
 from ..files import write_atomic
 from .reservations import Reservation
-from .rules import CLASSES, MENU_SCRIPT, BootRule, ClientClass, boot_rules, tag_of
+from .rules import (
+    CLASSES,
+    HTTP_VENDOR_CLASS,
+    MENU_SCRIPT,
+    BootRule,
+    ClientClass,
+    boot_rules,
+    http6_url,
+    tag_of,
+)
 
 #: dnsmasq's program name, found on ``PATH`` (Debian: ``/usr/sbin/dnsmasq`` from ``dnsmasq-base``).
 DNSMASQ = "dnsmasq"
@@ -75,7 +84,9 @@ def _tags(rule: BootRule, known_only: bool) -> str:
     tags = [f"tag:{rule.client.name}"]
     if rule.not_ipxe:
         tags.insert(0, "tag:!ipxe")
-    if known_only:
+    if rule.node is not None:
+        tags.append(f"tag:{tag_of(rule.node)}")
+    elif known_only:
         tags.append("tag:known")
     return ",".join(tags) + ","
 
@@ -103,17 +114,24 @@ def class_lines(classes: tuple[ClientClass, ...] = CLASSES) -> list[str]:
 
 
 def boot_lines(config: Config) -> list[str]:
-    """The boot file of each rule: ``dhcp-boot`` in ``full`` mode; in ``proxy`` mode a PXE menu
-    (``pxe-prompt`` with no wait, a ``pxe-service`` per rule and PXE client system architecture), which
-    a stock iPXE follows where it ignores a proxy offer's file name (shared/DESIGN.md). With
+    """The boot file of each rule: ``dhcp-boot`` in ``full`` mode, written last rule first (of the
+    ``dhcp-boot`` lines whose tags all match, dnsmasq 2.90 takes the one written last: its list is built
+    by prepending), with option 60 back to the UEFI HTTP Boot classes (``dhcp-option-force``: the client
+    does not ask for it); in ``proxy`` mode a PXE menu (``pxe-prompt`` with no wait, a ``pxe-service``
+    per rule and PXE client system architecture), which a stock iPXE follows where it ignores a proxy
+    offer's file name (shared/DESIGN.md): UEFI HTTP Boot and a node's own rules are not in it. With
     ``server.discovery`` off, machines with no reservation get no boot file (``tag:known``)."""
     assert config.dhcp is not None
     known_only = not config.server.discovery.enabled
     rules = boot_rules(config)
     if config.dhcp.full:
-        return [f"dhcp-boot={_tags(rule, known_only)}{rule.file}" for rule in rules]
+        vendor = {(rule.client.name, rule.vendor_class) for rule in rules if rule.vendor_class}
+        return ([f"dhcp-option-force=tag:{name},option:vendor-class,{value}" for name, value in sorted(vendor)]
+                + [f"dhcp-boot={_tags(rule, known_only)}{rule.file}" for rule in reversed(rules)])
     lines = [f'pxe-prompt="{MENU_TEXT}",0']
     for rule in rules:
+        if not rule.menu or rule.node is not None:
+            continue
         tags = ("tag:!ipxe," if rule.not_ipxe else f"tag:{rule.client.name},") + ("tag:known," if known_only else "")
         lines.extend(f'pxe-service={tags}{csa},"{MENU_TEXT}",{rule.menu}' for csa in rule.client.pxe_csa)
     return lines
@@ -140,7 +158,26 @@ def range_lines(config: Config, subnet: ipaddress.IPv4Network | None) -> list[st
         lines.append(f"dhcp-option=option:domain-name,{dhcp.domain}")
     if dhcp.ipv6:
         lines += ["enable-ra", f"dhcp-range=::,constructor:{dhcp.interface},static,64,{dhcp.lease_time}"]
+        lines += http6_lines(config)
     return lines
+
+
+#: The vendor class option 16 dnsmasq sends to UEFI HTTP Boot over DHCPv6. dnsmasq writes option 16 as
+#: counted strings (its ``OT_CSTRING``; a hex value is not taken as bytes), so two of them make the option
+#: the firmware takes: ``00 02 'H' 'T'`` where the enterprise number goes, then ``00 0a "HTTPClient"``, the
+#: class data. edk2 (NetworkPkg/HttpBootDxe, HttpBootDhcp6.c) reads the length at byte 4 and
+#: ``HTTPClient`` at byte 6 and does not check the enterprise number; given as one hex string, the bytes
+#: arrive as 47 characters of text and the firmware ignores the offer ("Remote boot cancelled").
+HTTP6_VENDOR_CLASS = f"HT,{HTTP_VENDOR_CLASS}"
+
+
+def http6_lines(config: Config) -> list[str]:
+    """UEFI HTTP Boot over IPv6: a client whose DHCPv6 vendor class (option 16, enterprise 343) is
+    ``HTTPClient`` gets option 59 ``bootfile-url`` (:func:`~bootserver.dhcp.rules.http6_url`) and the
+    vendor class back (:data:`HTTP6_VENDOR_CLASS`)."""
+    return [f"dhcp-vendorclass=set:http6,enterprise:343,{HTTP_VENDOR_CLASS}",
+            f'dhcp-option=tag:http6,option6:bootfile-url,"{http6_url(config)}"',
+            f"dhcp-option-force=tag:http6,option6:16,{HTTP6_VENDOR_CLASS}"]
 
 
 def host_line(config: Config, r: Reservation) -> str:
@@ -221,5 +258,21 @@ def write_reservations(config: Config, files: Layout, taken: tuple[Reservation, 
     return changed
 
 
-__all__ = ["DNSMASQ", "MENU_SCRIPT", "MENU_TEXT", "Layout", "boot_lines", "class_lines", "conf_text",
-           "host_line", "hosts_text", "layout", "option_lines", "opts_text", "range_lines", "write_reservations"]
+__all__ = [
+    "DNSMASQ",
+    "HTTP6_VENDOR_CLASS",
+    "MENU_SCRIPT",
+    "MENU_TEXT",
+    "Layout",
+    "boot_lines",
+    "class_lines",
+    "conf_text",
+    "host_line",
+    "hosts_text",
+    "http6_lines",
+    "layout",
+    "option_lines",
+    "opts_text",
+    "range_lines",
+    "write_reservations",
+]

@@ -9,7 +9,11 @@ user class (option 77, ``option[77].hex``) and the client architecture (option 9
 server, for loader files); each reservation is a ``reservations`` entry of the subnet with its
 ``hw-address``, ``ip-address``, ``hostname`` and its own router and name servers. Kea reads classes in
 order and a later class's ``boot-file-name`` does not replace an earlier one's, so the iPXE class comes
-first and the loader classes also test ``not member('ipxe')`` (the loop guard).
+first and the loader classes also test ``not member('ipxe')`` (the loop guard). A UEFI HTTP Boot class
+also sends option 60 ``HTTPClient`` (``vendor-class-identifier``). A ``secure_boot`` node's reservation
+carries its stream's signed shim as its own ``boot-file-name`` (a reservation's value comes before a
+class's), so it is never handed iPXE; over UEFI HTTP Boot Kea then hands it that TFTP file name, which
+the firmware does not take: HTTP Boot of Secure Boot nodes is for the engine's dnsmasq.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from ..config import Config
 from .reservations import Reservation
-from .rules import CLASSES, ClientClass, boot_rules
+from .rules import CLASSES, EFI64, ClientClass, boot_rules, secure_boot_rules
 
 
 def class_test(cls: ClientClass, not_ipxe: bool) -> str:
@@ -47,7 +51,7 @@ def client_classes(config: Config, next_server: str | None) -> list[dict[str, An
     known_only = not config.server.discovery.enabled
     classes = []
     order = {cls.name: i for i, cls in enumerate(CLASSES)}
-    for rule in sorted(boot_rules(config), key=lambda r: order[r.client.name]):
+    for rule in sorted((r for r in boot_rules(config) if r.node is None), key=lambda r: order[r.client.name]):
         cls = rule.client
         test = class_test(cls, rule.not_ipxe)
         if known_only:
@@ -55,14 +59,18 @@ def client_classes(config: Config, next_server: str | None) -> list[dict[str, An
         entry: dict[str, Any] = {"name": cls.name, "test": test, "boot-file-name": rule.file}
         if not rule.url and next_server is not None:
             entry["next-server"] = next_server
+        if rule.vendor_class is not None:
+            entry["option-data"] = [{"name": "vendor-class-identifier", "data": rule.vendor_class}]
         classes.append(entry)
     return classes
 
 
-def reservation_entry(r: Reservation) -> dict[str, Any]:
+def reservation_entry(r: Reservation, boot_file: str | None = None) -> dict[str, Any]:
     """Reservation ``r`` as a Kea ``reservations`` entry (a node without a static IPv4 address: its MAC
-    and host name only)."""
+    and host name only); ``boot_file``: its own ``boot-file-name`` (a ``secure_boot`` node's shim)."""
     entry: dict[str, Any] = {"hw-address": r.mac, "hostname": r.hostname}
+    if boot_file is not None:
+        entry["boot-file-name"] = boot_file
     if r.ipv4 is not None:
         entry["ip-address"] = str(r.ipv4.ip)
         options = [{"name": "routers", "data": r.gateway or ""}] if r.gateway else []
@@ -80,6 +88,7 @@ def kea_config(config: Config, subnet: ipaddress.IPv4Network, taken: tuple[Reser
     ``domain`` and the reservations, ``valid-lifetime`` from ``dhcp.lease_time`` (seconds)."""
     dhcp = config.dhcp
     assert dhcp is not None
+    shims = {rule.node: rule.file for rule in secure_boot_rules(config) if rule.client is EFI64}
     options: list[dict[str, Any]] = []
     if dhcp.router:
         options.append({"name": "routers", "data": dhcp.router})
@@ -89,7 +98,7 @@ def kea_config(config: Config, subnet: ipaddress.IPv4Network, taken: tuple[Reser
         options.append({"name": "domain-name", "data": dhcp.domain})
     sub: dict[str, Any] = {"id": 1, "subnet": str(subnet),
                            "pools": [{"pool": f"{dhcp.range[0]} - {dhcp.range[1]}"}] if dhcp.range else [],
-                           "reservations": [reservation_entry(r) for r in taken]}
+                           "reservations": [reservation_entry(r, shims.get(r.node)) for r in taken]}
     if options:
         sub["option-data"] = options
     return {"Dhcp4": {

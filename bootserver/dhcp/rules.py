@@ -14,6 +14,18 @@ A machine's firmware asks DHCP twice on its way to bootserver (docs/on-premises.
 
 The arm64 GRUB needs no second DHCP: it takes the firmware's answer and sources ``/boot.grub``.
 
+**UEFI HTTP Boot** (UEFI 2.5+, section 24.7): the firmware sends the vendor class (option 60)
+``HTTPClient:Arch:000<nn>...`` with client architecture 16 (x86_64) or 19 (arm64) and takes an offer that
+carries option 60 ``HTTPClient`` back and an ``http://`` boot file URL: the same loaders over HTTP from this
+server (``/loaders/ipxe.efi``, ``/loaders/grubaa64.efi``), on its IPv4 base URL. Over IPv6 (DHCPv6, with
+``dhcp.ipv6``) the firmware asks for option 59 ``bootfile-url`` with the vendor class option 16
+``HTTPClient`` (:data:`HTTP6_URL`).
+
+**Secure Boot**: a ``secure_boot`` node is never handed iPXE (no firmware that enforces Secure Boot trusts
+it): its own rules (:attr:`BootRule.node`) hand it its stream's signed shim instead, over TFTP
+(``secureboot/<stream>/bootx64.efi`` in the TFTP root) or HTTP (``/loaders/secureboot/<stream>/bootx64.efi``)
+(:mod:`bootserver.images.netsecure`).
+
 :func:`boot_rules` returns the rules in the order an engine must test them (the first match wins); every
 rule names the :class:`ClientClass` it is for, so an engine turns classes into its own tests (dnsmasq
 tags, Kea client classes) and rules into boot file options. A new kind of client (UEFI HTTP boot: the
@@ -27,7 +39,8 @@ from dataclasses import dataclass
 
 from ..config import Config
 from ..images.firmware import ARM64_GRUB
-from ..urls import GENERIC
+from ..images.netsecure import SET_DIR, secure_boot_streams
+from ..urls import GENERIC, LOADER_ARM64, LOADER_IPXE, LOADER_SECUREBOOT
 
 #: RFC 4578 client architecture (DHCP option 93) of an x86 BIOS PXE client.
 ARCH_BIOS = 0
@@ -36,8 +49,14 @@ ARCH_EFI_X86_64 = (7, 9)
 #: arm64 UEFI PXE.
 ARCH_EFI_ARM64 = 11
 
+#: UEFI HTTP Boot's client architectures (IANA "Processor Architecture Types"): x86_64 and arm64 over HTTP.
+ARCH_HTTP_X86_64 = 16
+ARCH_HTTP_ARM64 = 19
+
 #: The DHCP user class (option 77) iPXE sends: the loop guard's test.
 IPXE_USER_CLASS = "iPXE"
+#: The vendor class (option 60) a UEFI HTTP Boot client sends and must get back in the offer.
+HTTP_VENDOR_CLASS = "HTTPClient"
 
 
 @dataclass(frozen=True)
@@ -68,8 +87,13 @@ EFI64 = ClientClass("efi64", arches=ARCH_EFI_X86_64, pxe_csa=("X86-64_EFI", "BC_
 #: arm64 UEFI PXE.
 ARM64 = ClientClass("arm64", arches=(ARCH_EFI_ARM64,), pxe_csa=("ARM64_EFI",))
 
+#: x86_64 UEFI HTTP Boot.
+HTTP64 = ClientClass("http64", arches=(ARCH_HTTP_X86_64,))
+#: arm64 UEFI HTTP Boot.
+HTTPARM64 = ClientClass("httparm64", arches=(ARCH_HTTP_ARM64,))
+
 #: Every class, in the order the engines define them.
-CLASSES = (IPXE, BIOS, EFI64, ARM64)
+CLASSES = (IPXE, BIOS, EFI64, ARM64, HTTP64, HTTPARM64)
 
 
 @dataclass(frozen=True)
@@ -77,13 +101,18 @@ class BootRule:
     """What a client of class ``client`` gets: ``file``, a file name in the TFTP root or (``url``) a
     URL; ``not_ipxe``: the rule also requires the client not to be iPXE (the loop guard: every loader
     rule has it). ``menu``: the base name of ``file`` in ``proxy`` mode's PXE menu (dnsmasq's
-    ``--pxe-service`` adds ``.0``; :func:`menu_files` lists what the TFTP root then holds)."""
+    ``--pxe-service`` adds ``.0``; :func:`menu_files` lists what the TFTP root then holds; ``""``: not in
+    the menu, as UEFI HTTP Boot follows no PXE menu). ``vendor_class``: the option 60 the answer must
+    carry (``HTTPClient`` for UEFI HTTP Boot). ``node``: the rule is that node's alone (its reservation's
+    tag, :func:`tag_of`), before every rule for all."""
 
     client: ClientClass
     file: str
     url: bool = False
     not_ipxe: bool = True
     menu: str = ""
+    vendor_class: str | None = None
+    node: str | None = None
 
 
 #: The iPXE script of ``proxy`` mode's PXE menu for iPXE (a stock iPXE ignores a proxy offer's boot
@@ -97,17 +126,51 @@ def chain_url(config: Config) -> str:
     return f"{config.server.effective_base_url}{GENERIC.pattern}?mac=${{net0/mac}}"
 
 
+def http_base(config: Config) -> str:
+    """The base URL of what DHCPv4 hands out over HTTP: the server's IPv4 one (a machine that asked over
+    IPv4; :meth:`~bootserver.config.ServerConfig.base_url_for`)."""
+    return config.server.base_url_for(4)
+
+
+def secure_boot_rules(config: Config) -> tuple[BootRule, ...]:
+    """Each x86_64 ``secure_boot`` node's own rules: its stream's signed shim over TFTP (UEFI PXE) and over
+    HTTP (UEFI HTTP Boot) instead of iPXE. Nodes without a MAC have no reservation to tag: none."""
+    streams = set(secure_boot_streams(config))
+    out = []
+    for node in config.nodes:
+        profile = config.node_profile(node)
+        if not config.nodes[node].mac or not config.node_secure_boot(node) or profile.stream not in streams:
+            continue
+        shim = f"{SET_DIR}/{profile.stream}/bootx64.efi"
+        out += [BootRule(EFI64, shim, node=node),
+                BootRule(HTTP64, http_base(config) + LOADER_SECUREBOOT.path(stream=profile.stream, file="bootx64.efi"),
+                         url=True, vendor_class=HTTP_VENDOR_CLASS, node=node)]
+    return tuple(out)
+
+
 def boot_rules(config: Config) -> tuple[BootRule, ...]:
-    """The boot rules of ``config``, the first that matches a client wins: iPXE gets :func:`chain_url`;
-    not iPXE, by architecture: BIOS ``undionly.kpxe``, x86_64 UEFI ``ipxe.efi``, arm64 UEFI the arm64
-    GRUB (:data:`~bootserver.images.firmware.ARM64_GRUB`). A client that is none of these (an
-    installed system renewing its address) gets no boot file."""
-    return (
-        BootRule(IPXE, chain_url(config), url=True, not_ipxe=False, menu=MENU_SCRIPT),
-        BootRule(EFI64, "ipxe.efi", menu="ipxe"),
-        BootRule(ARM64, ARM64_GRUB, menu="grubaa64"),
-        BootRule(BIOS, "undionly.kpxe", menu="undionly"),
-    )
+    """The boot rules of ``config``, the first that matches a client wins: a ``secure_boot`` node's own
+    (:func:`secure_boot_rules`); iPXE gets :func:`chain_url`; not iPXE, by architecture: BIOS
+    ``undionly.kpxe``, x86_64 UEFI ``ipxe.efi``, arm64 UEFI the arm64 GRUB
+    (:data:`~bootserver.images.firmware.ARM64_GRUB`), and UEFI HTTP Boot the same two over HTTP
+    (``/loaders/ipxe.efi``, ``/loaders/grubaa64.efi``, with option 60 ``HTTPClient``). A client that is
+    none of these (an installed system renewing its address) gets no boot file."""
+    base = http_base(config)
+    return (*secure_boot_rules(config),
+            BootRule(IPXE, chain_url(config), url=True, not_ipxe=False, menu=MENU_SCRIPT),
+            BootRule(EFI64, "ipxe.efi", menu="ipxe"),
+            BootRule(ARM64, ARM64_GRUB, menu="grubaa64"),
+            BootRule(BIOS, "undionly.kpxe", menu="undionly"),
+            BootRule(HTTP64, base + LOADER_IPXE.pattern, url=True, vendor_class=HTTP_VENDOR_CLASS),
+            BootRule(HTTPARM64, base + LOADER_ARM64.pattern, url=True, vendor_class=HTTP_VENDOR_CLASS))
+
+
+def http6_url(config: Config) -> str:
+    """The DHCPv6 answer to x86_64 UEFI HTTP Boot over IPv6 (``dhcp.ipv6``): option 59 ``bootfile-url``,
+    ``/loaders/ipxe.efi`` on the server's IPv6 base URL; the answer also carries the vendor class option
+    16 ``HTTPClient`` (RFC 8415 section 21.16), without which the firmware does not take the URL (edk2
+    NetworkPkg/HttpBootDxe, HttpBootDhcp6.c)."""
+    return config.server.base_url_for(6) + LOADER_IPXE.pattern
 
 
 def menu_files(config: Config) -> dict[str, str | None]:
@@ -115,7 +178,7 @@ def menu_files(config: Config) -> dict[str, str | None]:
     (dnsmasq adds the PXE layer ``.0`` for BIOS clients; whether a UEFI stack asks with it varies) ->
     the loader it is a copy of, or ``None`` for the iPXE script that chains :func:`chain_url`
     (:func:`menu_script`)."""
-    return {name: None if rule.url else rule.file for rule in boot_rules(config)
+    return {name: None if rule.url else rule.file for rule in boot_rules(config) if rule.menu
             for name in (f"{rule.menu}.0", rule.menu)}
 
 
@@ -129,6 +192,7 @@ def tag_of(node: str) -> str:
     return f"node-{node}"
 
 
-__all__ = ["ARCH_BIOS", "ARCH_EFI_ARM64", "ARCH_EFI_X86_64", "ARM64", "BIOS", "CLASSES", "EFI64", "IPXE",
-           "IPXE_USER_CLASS", "MENU_SCRIPT", "BootRule", "ClientClass", "boot_rules", "chain_url", "menu_files",
-           "menu_script", "tag_of"]
+__all__ = ["ARCH_BIOS", "ARCH_EFI_ARM64", "ARCH_EFI_X86_64", "ARCH_HTTP_ARM64", "ARCH_HTTP_X86_64", "ARM64", "BIOS",
+           "CLASSES", "EFI64", "HTTP64", "HTTPARM64", "HTTP_VENDOR_CLASS", "IPXE", "IPXE_USER_CLASS", "MENU_SCRIPT",
+           "BootRule", "ClientClass", "boot_rules", "chain_url", "http6_url", "menu_files", "menu_script",
+           "secure_boot_rules", "tag_of"]

@@ -224,7 +224,9 @@ async def discover(request: web.Request) -> web.Response:
 async def grub_config(request: web.Request) -> web.Response:
     """``GET /grub/{node}`` and ``GET /boot.grub?mac=|uuid=|hostname=``: the GRUB form of the node's
     script, which its boot image's UEFI boot and the arm64 GRUB source."""
-    script = await _service(request).script(request[RESOLVED], grub=True, client=_client(request), record=True)
+    via = "image" if request[ROUTE].signed else "grub"  # /grub/<node> is the boot image's; /boot.grub a GRUB's
+    script = await _service(request).script(request[RESOLVED], grub=True, client=_client(request), record=True,
+                                            via=via)
     return web.Response(text=script, content_type="text/plain")
 
 
@@ -273,19 +275,24 @@ async def boot_image(request: web.Request) -> web.StreamResponse:
         os.close(fd)
 
 
-async def arm64_grub(request: web.Request) -> web.StreamResponse:
-    """``GET``/``HEAD /loaders/grubaa64.efi``: the standalone arm64 GRUB (built on first use), which an arm64
-    UEFI machine's firmware loads (UEFI HTTP boot; over TFTP, ``bootserver loaders DIR`` writes it). Its
-    ranges and conditionals as every file answer's (:class:`FileAnswer`); opened below ``cache_dir``
-    without following a link."""
+async def loader(request: web.Request) -> web.StreamResponse:
+    """``GET``/``HEAD`` of a loader a firmware loads before any script (:meth:`ArtifactDesk.loader`: the arm64
+    GRUB, Debian's ``ipxe.efi``, a stream's Secure Boot loaders and their GRUB config; ``bootserver loaders
+    DIR`` writes them for TFTP), else 404. Ranges and conditionals as every file answer's
+    (:class:`FileAnswer`); below ``cache_dir`` opened without following a link."""
     desk = request[LOADED].desk
-    path = await desk.arm64_grub()
+    found = await desk.loader(request[ROUTE].name, request.match_info)
+    if found is None or isinstance(found, str):
+        return _text(404, "no such loader") if found is None else web.Response(text=found, content_type="text/plain")
     cache = desk.runtime.cache
     try:
-        fd = open_file(cache.cache_dir, path.relative_to(cache.cache_dir))
+        if found.is_relative_to(cache.cache_dir):
+            fd = open_file(cache.cache_dir, found.relative_to(cache.cache_dir))
+        else:  # the system's iPXE build
+            fd = os.open(found, os.O_RDONLY)
     except LinkRefused as e:
         cache.refused(e)
-        return _text(404, "no arm64 GRUB")
+        return _text(404, "no such loader")
     return FileAnswer(fd, headers={"Content-Type": "application/efi", "Cache-Control": "no-cache"})
 
 
@@ -439,7 +446,7 @@ async def metrics(request: web.Request) -> web.Response:
 HANDLERS: dict[str, Handler] = {
     "chain": ipxe_script, "generic": ipxe_script, "discover": discover, "stub": ignition_stub,
     "real_config": ignition_config, "grub": grub_config, "generic_grub": grub_config, "iso": boot_image,
-    "loader_arm64": arm64_grub,
+    "loader_arm64": loader, "loader_ipxe": loader, "loader_secureboot": loader, "grub_cfg": loader,
     "checkin": checkin,
     "artifact": artifact, "healthz": healthz, "readyz": readyz, "nodes": nodes, "node": node_report,
     "metrics": metrics, **page.HANDLERS,

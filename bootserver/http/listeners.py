@@ -143,10 +143,9 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
     pid_file = None
     try:
         # every socket is bound before anything says "listening": a port taken is one error, nothing bound
-        host, port = config.server.host, config.server.port
-        await _start_site(config, "server.listen", web.TCPSite(runner, host or None, port, reuse_port=reuse,
-                                                                    backlog=BACKLOG),
-                          config.server.listen)
+        for listen, (host, port) in zip(config.server.listen, config.server.listens, strict=True):
+            await _start_site(config, "server.listen", web.TCPSite(runner, host or None, port, reuse_port=reuse,
+                                                                    backlog=BACKLOG), listen)
         if config.server.tls is not None and ssl_ctx is not None:
             thost, tport = split_listen(config.server.tls.listen)
             await _start_site(config, "server.tls.listen",
@@ -161,8 +160,8 @@ async def serve(config: Config, stop: asyncio.Event, *, reuse_port: bool = False
             ahost, aport = split_listen(where)
             site = web.TCPSite(admin_runner, ahost or None, aport, reuse_port=reuse)
         await _start_site(config, "server.admin.listen", site, where)
-        log.info("bootserver %s listening on %s:%d, base URL %s, cache %s", __version__, host, port,
-                 config.server.effective_base_url, config.cache_dir)
+        log.info("bootserver %s listening on %s, base URL %s, cache %s", __version__,
+                 ", ".join(config.server.listen), ", ".join(config.server.effective_base_urls), config.cache_dir)
         if config.server.tls is not None:
             log.info("HTTPS on %s, base URL %s", config.server.tls.listen, config.server.https_base_url)
         log.info("admin endpoints (the page /, /nodes, /metrics) on %s%s", where,
@@ -205,14 +204,17 @@ def unreachable_warning(config: Config) -> str | None:
     """The warning for a server that listens on every address (``0.0.0.0``, ``::``) but hands out URLs at
     ``localhost``/``127.0.0.1`` (``server.base_url``, or none set): other machines cannot reach them.
     ``None`` otherwise."""
-    if config.server.host not in ("", "0.0.0.0", "::"):
+    wild = [where for where, (host, _) in zip(config.server.listen, config.server.listens, strict=True)
+            if host in ("", "0.0.0.0", "::")]
+    if not wild:
         return None
-    base = config.server.effective_base_url
-    host = urlsplit(base).hostname or ""
-    if host != "localhost" and not host.startswith("127.") and host != "::1":
-        return None
-    return (f"server.listen is {config.server.listen} but the URLs handed out start with {base}: other machines "
-            f"cannot reach them; set server.base_url in {config.source} to an address they reach")
+    bases = config.server.effective_base_urls
+    for base in bases:
+        host = urlsplit(base).hostname or ""
+        if host != "localhost" and not host.startswith("127.") and host != "::1":
+            return None
+    return (f"server.listen is {', '.join(wild)} but the URLs handed out start with {' or '.join(bases)}: other "
+            f"machines cannot reach them; set server.base_url in {config.source} to an address they reach")
 
 
 def run(config: Config, *, reuse_port: bool = False, ready: Callable[[], None] | None = None,

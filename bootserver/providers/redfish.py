@@ -17,6 +17,10 @@ and ``EthernetInterface`` of DSP8010) is the standard BMC API; ``sushy`` is the 
   Once the wait sees the node ``installing`` (its network boot is over), the image is ejected
   (:meth:`Redfish.booted`); ``--no-wait`` leaves that to the next ``provision`` or ``deprovision``, and
   meanwhile boot-once makes the image boot the local disk.
+  With ``boot_source: http`` (no DHCP boot options at all): the override ``UefiHttp``/``Once`` with
+  ``HttpBootUri`` the node's signed boot image URL, which the firmware's UEFI HTTP boot loads and boots
+  (edk2 boots an ISO image over HTTP as a RAM disk); refused with one line, before any power action,
+  when the system's ``BootSourceOverrideTarget@Redfish.AllowableValues`` has no ``UefiHttp``.
 * ``deprovision``: ``GracefulShutdown``, then ``ForceOff`` when it is still on after ``--grace``
   seconds; then the override is cleared (``BootSourceOverrideEnabled: Disabled``) and, with
   ``virtual-media``, the image ejected.
@@ -214,6 +218,16 @@ class SecureBootRefused(InputError):
     action; names the node and what to set)."""
 
 
+class HttpBootRefused(InputError):
+    """A ``boot_source: http`` node's BMC offers no UEFI HTTP boot override (exit 2, before any power
+    action; names the node and what to set)."""
+
+
+#: The ``boot_source`` values that boot the node's boot image (``/iso/<node>.iso``): as the BMC's virtual
+#: CD, or the firmware's UEFI HTTP boot of its URL.
+IMAGE_BOOTS = ("virtual-media", "http")
+
+
 @dataclass(frozen=True)
 class System:
     """A node's machine at its BMC: the BMC client and the sushy ``ComputerSystem`` in it."""
@@ -306,13 +320,15 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         the signed image URL, override ``Cd``/``Once``). Settings of every node, and the boot network of
         each virtual-media node's image, are checked before any BMC is asked."""
         for node in nodes:
-            if self.settings(node).boot_source == "virtual-media" and not self.config.node_secure_boot(node):
+            if self.settings(node).boot_source in IMAGE_BOOTS and not self.config.node_secure_boot(node):
                 boot_network(self.config, node)  # exit 2 naming the node and key, before any BMC call
         systems = {}
         for node in nodes:  # every node's Secure Boot is read before any power action (on any node)
             bmc, s = self.bmc(node)
             system = bmc.system(s.system, node)
             self._check_secure_boot(node, s, system, self.secure_boot(bmc, system))
+            if s.boot_source == "http":
+                self._check_http_boot(node, bmc, system)
             systems[node] = system
         out = []
         for node in nodes:
@@ -320,9 +336,12 @@ class Redfish(BmcProvider[RedfishSettings, System]):
             system = systems[node]
             sushy = _sushy()
             mode = {"uefi": sushy.BOOT_SOURCE_MODE_UEFI, "legacy": sushy.BOOT_SOURCE_MODE_BIOS}.get(s.boot_mode or "")
-            media = None
-            target, source = _sushy().BOOT_SOURCE_TARGET_PXE, "the network"
-            if s.boot_source == "virtual-media":
+            media = uri = None
+            target, source = sushy.BOOT_SOURCE_TARGET_PXE, "the network"
+            if s.boot_source == "http":
+                uri = self.urls.iso(node)
+                target, source = sushy.BOOT_SOURCE_TARGET_UEFI_HTTP, "UEFI HTTP boot of its boot image"
+            elif s.boot_source == "virtual-media":
                 media = self._virtual_cd(bmc, system)
                 self._eject(bmc, media, node, say)
                 url = self.urls.iso(node)
@@ -330,7 +349,8 @@ class Redfish(BmcProvider[RedfishSettings, System]):
                     media.insert_media, url, inserted=True, write_protected=True))
                 target, source = _sushy().BOOT_SOURCE_TARGET_CD, f"its boot image in {media.path}"
             bmc.call(f"PATCH {system.path} Boot", partial(
-                system.set_system_boot_options, target, enabled=_sushy().BOOT_SOURCE_ENABLED_ONCE, mode=mode))
+                system.set_system_boot_options, target, enabled=sushy.BOOT_SOURCE_ENABLED_ONCE, mode=mode,
+                http_boot_uri=uri))
             power = _power(system)
             reset = _sushy().RESET_FORCE_RESTART if power == "On" else _sushy().RESET_ON
             bmc.call(f"POST {system.path} Reset {reset.value}", partial(system.reset_system, reset))
@@ -362,7 +382,7 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         build are not signed), or a boot image that is not the Secure Boot one (``secure_boot``)."""
         if not enabled:
             return
-        if s.boot_source != "virtual-media":
+        if s.boot_source not in IMAGE_BOOTS:
             raise SecureBootRefused(
                 f"node {node}: Secure Boot is on in {system.path}, and its boot from the network (our iPXE) is "
                 "not signed: set redfish.boot_source: virtual-media and secure_boot: true (the release's signed "
@@ -371,6 +391,17 @@ class Redfish(BmcProvider[RedfishSettings, System]):
             raise SecureBootRefused(
                 f"node {node}: Secure Boot is on in {system.path}, and its boot image is not the Secure Boot one: "
                 "set secure_boot: true (the release's signed shim, GRUB and kernel), or turn Secure Boot off")
+
+    def _check_http_boot(self, node: str, bmc: Bmc, system: Any) -> None:
+        """Raise :class:`HttpBootRefused` (exit 2) naming ``node`` when ``system`` offers no UEFI HTTP boot
+        override (``UefiHttp`` not among ``BootSourceOverrideTarget@Redfish.AllowableValues``: an older
+        BMC, or the system in legacy boot mode)."""
+        allowed = bmc.call(f"GET {system.path}", system.get_allowed_system_boot_source_values)
+        if _sushy().BOOT_SOURCE_TARGET_UEFI_HTTP not in allowed:
+            names = ", ".join(sorted(str(getattr(a, "value", a)) for a in allowed)) or "none"
+            raise HttpBootRefused(f"node {node}: {system.path} offers no UEFI HTTP boot (UefiHttp is not among its "
+                                  f"boot override targets: {names}): set redfish.boot_source: virtual-media or pxe, "
+                                  "or boot_mode: uefi")
 
     def _virtual_cd(self, bmc: Bmc, system: Any) -> Any:
         """The CD/DVD member of the ``VirtualMedia`` collection of the system's manager (``Links.ManagedBy``),

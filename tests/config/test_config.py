@@ -74,11 +74,12 @@ CASES = [
     (("mac: \"52:54:00:12:34:56\"", "mac: 52:54:00:12:34:56"), "",
      "nodes.master-0.mac: put MAC addresses in quotes: YAML reads an unquoted 52:54:00:12:34:56 as a number"),
     (("mac: \"52:54:00:12:34:56\"", "facility: da11"), "", "nodes.master-0.facility: no facility 'da11'"),
-    (None, "server: {listen: 8080}\n", "server.listen: expected a string, got int 8080"),
-    (None, "server: {listen: 'localhost'}\n", "server.listen: must be host:port, e.g. 127.0.0.1:8080, got 'localhost'"),
-    (None, "server: {base_url: 'ftp://boot'}\n", "server.base_url: must be an http:// or https:// URL, got 'ftp://boot'"),
+    (None, "server: {listen: 8080}\n", "server.listen: expected a string or a list of strings, got int 8080"),
+    (None, "server: {listen: 'localhost'}\n",
+     "server.listen[0]: must be host:port, e.g. 127.0.0.1:8080, got 'localhost'"),
+    (None, "server: {base_url: 'ftp://boot'}\n", "server.base_url[0]: must be an http:// or https:// URL, got 'ftp://boot'"),
     (None, "server: {base_url: 'http://boot/${x}'}\n",
-     "server.base_url: 'http://boot/${x}' contains '${', which iPXE would not read literally"),
+     "server.base_url[0]: 'http://boot/${x}' contains '${', which iPXE would not read literally"),
     (("rhcos-4.16: {metadata: ", "rhcos-4.16: {architectures: x86_64, metadata: "), "",
      "streams.rhcos-4.16.architectures: expected a list, got str 'x86_64'"),
     (None, "facilities: {'da 11': {}}\n", "facilities.da 11: names start with a letter or digit and use "
@@ -138,7 +139,7 @@ def test_missing_config_file_is_exit_2(tmp_path: Path) -> None:
 def test_embedded_default_offers_fcos_stable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BOOTSERVER_CONFIG", raising=False)
     cfg = load_config(None)
-    assert cfg.server.listen == "127.0.0.1:8080"
+    assert cfg.server.listen == ("127.0.0.1:8080",)
     assert cfg.streams["fcos-stable"].metadata == FCOS_STABLE_URL
     assert cfg.source == "<default>"
     assert "bootserver" in str(cfg.cache_dir)

@@ -137,10 +137,16 @@ dhcp-match=set:bios,option:client-arch,0
 dhcp-match=set:efi64,option:client-arch,7
 dhcp-match=set:efi64,option:client-arch,9
 dhcp-match=set:arm64,option:client-arch,11
-dhcp-boot=tag:ipxe,http://boot.example.net:8080/boot.ipxe?mac=${{net0/mac}}
-dhcp-boot=tag:!ipxe,tag:efi64,ipxe.efi
-dhcp-boot=tag:!ipxe,tag:arm64,grubaa64.efi
+dhcp-match=set:http64,option:client-arch,16
+dhcp-match=set:httparm64,option:client-arch,19
+dhcp-option-force=tag:http64,option:vendor-class,HTTPClient
+dhcp-option-force=tag:httparm64,option:vendor-class,HTTPClient
+dhcp-boot=tag:!ipxe,tag:httparm64,http://boot.example.net:8080/loaders/grubaa64.efi
+dhcp-boot=tag:!ipxe,tag:http64,http://boot.example.net:8080/loaders/ipxe.efi
 dhcp-boot=tag:!ipxe,tag:bios,undionly.kpxe
+dhcp-boot=tag:!ipxe,tag:arm64,grubaa64.efi
+dhcp-boot=tag:!ipxe,tag:efi64,ipxe.efi
+dhcp-boot=tag:ipxe,http://boot.example.net:8080/boot.ipxe?mac=${{net0/mac}}
 enable-tftp
 tftp-root=/srv/tftp
 dhcp-host=52:54:00:00:00:10,set:node-m0,127.0.0.10,m0
@@ -164,6 +170,8 @@ dhcp-match=set:bios,option:client-arch,0
 dhcp-match=set:efi64,option:client-arch,7
 dhcp-match=set:efi64,option:client-arch,9
 dhcp-match=set:arm64,option:client-arch,11
+dhcp-match=set:http64,option:client-arch,16
+dhcp-match=set:httparm64,option:client-arch,19
 pxe-prompt="bootserver",0
 pxe-service=tag:ipxe,tag:known,x86PC,"bootserver",bootserver
 pxe-service=tag:ipxe,tag:known,X86-64_EFI,"bootserver",bootserver
@@ -223,6 +231,12 @@ def test_print_kea(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
          "boot-file-name": "ipxe.efi", "next-server": "192.0.2.1"},
         {"name": "arm64", "test": "(option[93].hex == 0x000b) and not member('ipxe')",
          "boot-file-name": "grubaa64.efi", "next-server": "192.0.2.1"},
+        {"name": "http64", "test": "(option[93].hex == 0x0010) and not member('ipxe')",
+         "boot-file-name": "http://192.0.2.1:8080/loaders/ipxe.efi",
+         "option-data": [{"name": "vendor-class-identifier", "data": "HTTPClient"}]},
+        {"name": "httparm64", "test": "(option[93].hex == 0x0013) and not member('ipxe')",
+         "boot-file-name": "http://192.0.2.1:8080/loaders/grubaa64.efi",
+         "option-data": [{"name": "vendor-class-identifier", "data": "HTTPClient"}]},
     ]
     subnet = got["subnet4"][0]
     assert subnet["subnet"] == "127.0.0.0/8" and subnet["pools"] == [{"pool": "127.0.0.100 - 127.0.0.200"}]

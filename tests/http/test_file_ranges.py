@@ -53,12 +53,12 @@ def config(reference: Path, tmp_path: Path) -> Any:
     return parse_config(iso_doc(reference), "t.yaml", tmp_path)
 
 
-@pytest.mark.parametrize("route", ["artifact", "iso", "loader_arm64"])
+@pytest.mark.parametrize("route", ["artifact", "iso", "loader_arm64", "loader_ipxe"])
 async def test_every_file_route_answers_one_range_table(aiohttp_client: Any, config: Any, publish_kernel: Any,
                                                         route: str) -> None:
     client = await aiohttp_client(create_app(config, fixed_signer()))
     url = {"artifact": lambda: publish_kernel(config, 20_000).path, "iso": lambda: signed("/iso/master-0.iso"),
-           "loader_arm64": lambda: "/loaders/grubaa64.efi"}[route]()
+           "loader_arm64": lambda: "/loaders/grubaa64.efi", "loader_ipxe": lambda: "/loaders/ipxe.efi"}[route]()
 
     async def get(path: str, headers: dict[str, str]) -> tuple[int, Any, bytes]:
         r = await client.get(path, headers=headers)

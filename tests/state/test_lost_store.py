@@ -61,6 +61,9 @@ ANSWERS: list[tuple[str, str, str, Path_, int]] = [
     ("grub", "device", "GET", lambda u, a: relative(u.grub(NODE)), 503),                    # GRUB config
     ("iso", "device", "GET", lambda u, a: relative(u.iso(NODE)), 503),                      # boot image
     ("loader_arm64", "device", "GET", lambda u, a: "/loaders/grubaa64.efi", 200),           # needs no store
+    ("loader_ipxe", "device", "GET", lambda u, a: "/loaders/ipxe.efi", 200),
+    ("loader_secureboot", "device", "GET", lambda u, a: "/loaders/secureboot/rhcos-4.16/bootx64.efi", 404),
+    ("grub_cfg", "device", "GET", lambda u, a: "/grub/grub.cfg", 200),                      # Secure Boot GRUB's
     ("artifact", "device", "GET", lambda u, a: a["kernel"], 200),                          # attributed
     ("artifact", "device", "HEAD", lambda u, a: a["kernel"], 200),
     ("healthz", "device", "GET", lambda u, a: "/healthz", 200),

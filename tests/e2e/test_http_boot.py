@@ -1,0 +1,208 @@
+"""UEFI HTTP Boot (issue 39): Debian's OVMF, its NIC without option ROM and its PXE entries off, boots from
+its own ``UEFI HTTPv4`` entry through ``bootserver dhcp`` (dnsmasq: the vendor class ``HTTPClient`` of client
+architecture 16 gets option 60 and ``/loaders/ipxe.efi`` on the server) to the node's script and kernel with
+the node's exact kernel arguments; and from its ``UEFI HTTPv6`` entry (DHCPv6 ``bootfile-url`` with the vendor
+class ``HTTPClient``) it loads the same loader from the server's IPv6 address.
+
+Everything runs in a network namespace of the test's own (``httpboot-<pid>``): a bridge with the server's
+addresses (``192.0.2.1/24``, ``2001:db8::1/64``, documentation ranges), a tap for the guest, the engine
+(``bootserver dhcp``) and ``bootserver serve`` on both addresses; the namespace is removed at the end, also
+on failure. The cache is filled (``sync-images``) before the server moves in: the namespace has its own
+loopback. One boot per address family.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from . import rig
+from .stack import (
+    REAL_IGNITION,
+    SERIAL_CONSOLE,
+    bootserver_command,
+    in_ci,
+    need,
+    run_bootserver,
+    stream_metadata,
+)
+
+pytestmark = pytest.mark.e2e
+
+OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
+OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
+NODE, MAC = "hb-0", "52:54:00:e2:e0:51"
+V4, V6, PORT = "192.0.2.1", "2001:db8::1", 8080
+
+
+@dataclass
+class Lab:
+    """The namespace and what runs in it."""
+
+    ns: str
+    work: Path
+    config: Path
+    serve_log: Path
+    dhcp_log: Path
+    rootfs: bytes
+
+    def run(self, *argv: str, **kw: object) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["ip", "netns", "exec", self.ns, *argv], stdin=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, timeout=30, capture_output=True)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _wait_for(what: str, check: object, log: Path, deadline_s: float = 60.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.2)  # polling a process's readiness, bounded by the deadline
+    raise AssertionError(f"{what} not ready in {deadline_s:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def _lab(tools: rig.Tools, guest_initramfs: Path, work: Path, dhcp: dict, node: dict) -> Iterator[Lab]:
+    """The namespace with ``bootserver serve`` and ``bootserver dhcp`` (its ``dhcp`` mapping) running for one
+    node ``node``; removed at the end."""
+    need(tools, "qemu", "busybox", "vmlinuz")
+    missing = [str(p) for p in (OVMF_CODE, OVMF_VARS) if not p.is_file()]
+    missing += [tool for tool in ("dnsmasq", "ip") if not shutil.which(tool)]
+    if os.geteuid() != 0:
+        missing.append("root (network namespaces)")
+    if missing:
+        if in_ci():
+            pytest.fail("UEFI HTTP Boot e2e parts missing: " + ", ".join(missing), pytrace=False)
+        pytest.skip("UEFI HTTP Boot e2e parts missing: " + ", ".join(missing))
+    assert tools.vmlinuz
+    rootfs = os.urandom(1 << 20)
+    arts = {"kernel": Path(tools.vmlinuz).read_bytes(), "initramfs": guest_initramfs.read_bytes(), "rootfs": rootfs}
+    ns = f"httpboot-{os.getpid()}"
+    procs: list[subprocess.Popen[bytes]] = []
+    with rig.StaticServer({}) as upstream:
+        doc = stream_metadata(upstream.url("/hb"), arts)
+        for kind, art in doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"].items():
+            upstream.routes[urllib.parse.urlsplit(art["location"]).path] = arts[kind]
+        (work / "hb.json").write_text(json.dumps(doc))
+        (work / "real.ign").write_text(json.dumps(REAL_IGNITION))
+        config = work / "bootserver.yaml"
+        config.write_text(yaml.safe_dump({
+            "server": {"listen": [f"{V4}:{PORT}", f"[{V6}]:{PORT}"],
+                       "base_url": [f"http://{V4}:{PORT}", f"http://[{V6}]:{PORT}"]},
+            "cache_dir": str(work / "cache"), "state_dir": str(work / "state"),
+            "streams": {"hb": {"metadata": str(work / "hb.json")}},
+            "profiles": {"hb": {"stream": "hb", "mode": "live", "ignition": "real.ign", "console": SERIAL_CONSOLE}},
+            "nodes": {NODE: {"profile": "hb", "mac": MAC, "selectable": True, **node}},
+            "dhcp": {"interface": "br0", "mode": "full", "ipv6": True, **dhcp},
+        }, sort_keys=False))
+        p = run_bootserver("sync-images", "--config", str(config), timeout=300)
+        assert p.returncode == 0, p.stderr
+    _ip("netns", "add", ns)
+    try:
+        for args in (("link", "set", "lo", "up"), ("link", "add", "br0", "type", "bridge"),
+                     ("tuntap", "add", "tapa", "mode", "tap"), ("link", "set", "tapa", "master", "br0", "up"),
+                     ("link", "set", "br0", "up"), ("addr", "add", f"{V4}/24", "dev", "br0"),
+                     ("addr", "add", f"{V6}/64", "dev", "br0", "nodad")):
+            _ip("-n", ns, *args)
+        lab = Lab(ns, work, config, work / "serve.log", work / "dhcp.log", rootfs)
+        with open(lab.serve_log, "wb") as out:
+            procs.append(lab.run(*bootserver_command(), "serve", "--config", str(config), stdout=out,
+                                 stderr=subprocess.STDOUT))
+        with open(lab.dhcp_log, "wb") as out:
+            procs.append(lab.run(*bootserver_command(), "dhcp", "--config", str(config), stdout=out,
+                                 stderr=subprocess.STDOUT))
+        _wait_for("bootserver serve", lambda: "listening on" in lab.serve_log.read_text(), lab.serve_log)
+        _wait_for("bootserver dhcp", lambda: "answers on br0" in lab.dhcp_log.read_text(), lab.dhcp_log)
+        yield lab
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+        subprocess.run(["ip", "netns", "del", ns], timeout=30, check=False)
+
+
+@pytest.fixture
+def lab4(tools: rig.Tools, guest_initramfs: Path, tmp_path: Path) -> Iterator[Lab]:
+    """A pool for the node's DHCPv4 (it has no static address): the firmware's HTTPv4 entry boots."""
+    yield from _lab(tools, guest_initramfs, tmp_path, {"range": "192.0.2.100-192.0.2.199"}, {})
+
+
+@pytest.fixture
+def lab6(tools: rig.Tools, guest_initramfs: Path, tmp_path: Path) -> Iterator[Lab]:
+    """No IPv4 address for the node (no pool, no static IPv4: its HTTPv4 entry finds no offer) and its
+    static IPv6 address reserved: the firmware's HTTPv6 entry boots."""
+    network = {"interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": MAC,
+                               "ipv6": {"enabled": True, "address": [{"ip": "2001:db8::51", "prefix-length": 64}]}}]}
+    yield from _lab(tools, guest_initramfs, tmp_path, {}, {"network": network})
+
+
+def http_boot(tools: rig.Tools, lab: Lab, tmp_path: Path, stop_at: tuple[str, ...] = (),
+              next_option: bool = False) -> rig.BootResult:
+    """OVMF (q35) with its PXE entries off (``IPv4PXESupport``, ``IPv6PXESupport``: ``n``), the NIC first in
+    the boot order with no option ROM: the firmware's HTTPv4 entry, then its HTTPv6 one."""
+    vars_file = tmp_path / "vars.fd"
+    shutil.copyfile(OVMF_VARS, vars_file)
+    log = tmp_path / "serial.log"
+    argv = ["ip", "netns", "exec", lab.ns, "qemu-system-x86_64", "-machine", "q35,accel=tcg", "-m", "768",
+            "-smp", "1", "-nodefaults", "-display", "none", "-no-reboot",
+            "-drive", f"if=pflash,format=raw,unit=0,file={OVMF_CODE},readonly=on",
+            "-drive", f"if=pflash,format=raw,unit=1,file={vars_file}",
+            "-fw_cfg", "name=opt/org.tianocore/IPv4PXESupport,string=n",
+            "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n",
+            "-chardev", f"file,id=s0,path={log}", "-serial", "chardev:s0",
+            "-chardev", f"file,id=s1,path={rig.second_serial_log(log)}", "-serial", "chardev:s1",
+            "-netdev", "tap,id=n0,ifname=tapa,script=no,downscript=no",
+            "-device", f"virtio-net-pci,netdev=n0,mac={MAC},romfile=,bootindex=1"]
+    return rig.run_guest(argv, log, "uefi", timeout=420, stop_at=stop_at, next_option=next_option)
+
+
+def test_ovmf_http_boots_over_ipv4_to_the_node_script_and_kernel(tools: rig.Tools, lab4: Lab,
+                                                                  tmp_path: Path) -> None:
+    lab = lab4
+    result = http_boot(tools, lab, tmp_path)
+    assert ">>Start HTTP Boot over IPv4." in result.log, result.tail(60)
+    assert f"URI: http://{V4}:{PORT}/loaders/ipxe.efi" in result.log, result.tail(60)
+    assert result.reached_init, f"the guest never ran the initramfs's /init:\n{result.tail(80)}"
+    assert result.done and result.failure is None, f"/init failed: {result.failure}\n{result.tail(60)}"
+    p = run_bootserver("render", "ipxe", NODE, "--config", str(lab.config), timeout=60)
+    assert p.returncode == 0, p.stderr
+    expected = rig.expected_cmdline(p.stdout, "uefi").split()
+    got = result.cmdline.split() if result.cmdline else []
+    # the same words; the stub URL's signature may be of another hour than render's
+    assert [w.split("?")[0] for w in got] == [w.split("?")[0] for w in expected], (got, expected)
+    assert result.rootfs_sha256 == hashlib.sha256(lab.rootfs).hexdigest()
+    served = lab.serve_log.read_text()
+    assert "HEAD /loaders/ipxe.efi 200" in served and "GET /loaders/ipxe.efi 200" in served, served[-3000:]
+
+
+def test_ovmf_http_boots_over_ipv6_from_the_dhcpv6_bootfile_url(tools: rig.Tools, lab6: Lab, tmp_path: Path) -> None:
+    result = http_boot(tools, lab6, tmp_path, stop_at=("iPXE initialising devices", "failed to load Boot0002"),
+                       next_option=True)
+    assert ">>Start HTTP Boot over IPv6." in result.log, result.tail(60)
+    assert "Station IPv6 address is 2001:DB8:0:0:0:0:0:51" in result.log, result.tail(60)
+    assert f"URI: http://[{V6}]:{PORT}/loaders/ipxe.efi" in result.log, result.tail(60)
+    assert "iPXE initialising devices" in result.log, result.tail(60)  # the loader it fetched runs
+    served = lab6.serve_log.read_text()
+    assert "2001:db8::51 HEAD /loaders/ipxe.efi 200" in served and "2001:db8::51 GET /loaders/ipxe.efi 200" in served, (
+        served[-3000:])

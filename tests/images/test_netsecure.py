@@ -1,0 +1,133 @@
+"""Secure Boot over the network (issue 39, item 2), without a firmware: a ``secure_boot`` stream's release
+gives its signed shim, GRUB and MokManager (from its live ISO, fetched through the cache once) as a network
+loader set, over HTTP (``/loaders/secureboot/<stream>/...``) and in a TFTP root (``bootserver loaders``),
+with one GRUB config for every node, where the vendors' network GRUBs look, that sources the node's boot
+by MAC. Booting it under Secure Boot is tests/e2e/test_secureboot_network.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from support.helpers import run_cli
+from support.secureboot import LOADERS, secureboot_setup
+from support.upstreams import Upstream
+
+from bootserver.config import load_config
+from bootserver.http.app import create_app
+
+
+@pytest.fixture
+def setup(reference: Path, tmp_path: Path, upstream: Upstream):
+    """The Secure Boot image tests' config (support.secureboot): an FCOS stream with a stand-in live ISO,
+    nodes sb-0 and sb-1 on it, and a secure_boot node on a stream without a live ISO."""
+    return secureboot_setup(reference, tmp_path, upstream)
+
+
+#: The generic config: the node's boot by the MAC GRUB booted from, over GRUB's http (IPv4 base URL).
+GENERIC = ("# bootserver: Secure Boot over the network; the node's boot comes by the MAC GRUB booted from\n"
+           "set timeout=0\n"
+           "if insmod http; then\n"
+           "  source '(http,boot.example.net:8080)/boot.grub?mac='\"$net_default_mac\"\n"
+           "fi\n"
+           'source "($root)/secureboot/nodes/$net_default_mac.cfg"\n'
+           "echo 'bootserver: no boot config for this machine; falling through to the next boot device'\n"
+           "sleep 10\n"
+           "exit\n")
+
+
+async def test_the_server_serves_the_release_loaders_and_one_grub_config(aiohttp_client, setup,
+                                                                        upstream: Upstream) -> None:
+    path, _ = setup
+    client = await aiohttp_client(create_app(load_config(path)))
+    for served, inside in (("bootx64.efi", "BOOTX64.EFI"), ("grubx64.efi", "grubx64.efi"),
+                           ("mmx64.efi", "mmx64.efi")):
+        r = await client.get(f"/loaders/secureboot/fcos/{served}")
+        assert r.status == 200 and await r.read() == LOADERS[inside], served
+        assert r.headers["Content-Type"] == "application/efi"
+    assert upstream.gets["/live.x86_64.iso"] == 1  # fetched once, extracted once
+    for where in ("/loaders/secureboot/fcos/grub.cfg", "/grub/grub.cfg"):
+        r = await client.get(where)
+        assert r.status == 200 and await r.text() == GENERIC, where
+    # what shim asks for besides (revocations, certificates) and streams no secure_boot node boots from
+    for where in ("/loaders/secureboot/fcos/revocations_sbat.efi", "/loaders/secureboot/plain/bootx64.efi",
+                  "/loaders/secureboot/nope/bootx64.efi"):
+        r = await client.get(where)
+        assert r.status == 404 and await r.text() == "no such loader\n", where
+    # a secure_boot stream whose release has no live ISO: the stream is at fault, said without a path
+    r = await client.get("/loaders/secureboot/no-iso/bootx64.efi")
+    assert r.status == 502 and await r.text() == "no Secure Boot loaders here\n"
+
+
+async def test_loaders_writes_the_set_into_a_tftp_root(setup, tmp_path: Path) -> None:
+    path, files = setup
+    root = tmp_path / "tftp"
+    # a secure_boot node on a stream whose release has no live ISO: one line naming the stream, exit 2
+    rc, out, err = await run_cli("loaders", str(root), "--config", str(path), timeout=120)
+    assert (rc, err) == (2, "bootserver: stream no-iso (release 39.20231101.3.0) offers no live ISO "
+                            "(metal.formats.iso.disk) to take the signed loaders from\n")
+    doc = yaml.safe_load(path.read_text())
+    del doc["nodes"]["no-iso"]
+    path.write_text(yaml.safe_dump(doc))
+    rc, out, err = await run_cli("loaders", str(root), "--config", str(path), timeout=120)
+    assert rc == 0, err
+    written = {Path(line).relative_to(root).as_posix() for line in out.splitlines()}
+    assert {"secureboot/fcos/bootx64.efi", "secureboot/fcos/grubx64.efi", "secureboot/fcos/mmx64.efi",
+            "secureboot/fcos/grub.cfg", "grub/grub.cfg", "ipxe.efi", "undionly.kpxe"} <= written
+    assert (root / "secureboot/fcos/bootx64.efi").read_bytes() == LOADERS["BOOTX64.EFI"]
+    assert (root / "secureboot/fcos/grubx64.efi").read_bytes() == LOADERS["grubx64.efi"]
+    assert (root / "secureboot/fcos/grub.cfg").read_text() == (root / "grub/grub.cfg").read_text() == GENERIC
+    # for a vendor GRUB without http: each node's own config by MAC, its release's kernel and initramfs
+    own = (root / "secureboot/nodes/52:54:00:00:00:01.cfg").read_text()
+    linux = next(line for line in own.splitlines() if line.startswith("linux "))
+    release = linux.split()[1].split("/")[3]
+    assert linux.startswith(f"linux ($root)/secureboot/fcos/{release}/vmlinuz 'coreos.live.rootfs_url=http")
+    assert "'ip=192.0.2.10::192.0.2.1:24:sb-0:nic0:none'" in linux and "initrd=main" not in linux
+    assert f"initrd ($root)/secureboot/fcos/{release}/initrd.img\nboot\n" in own
+    kernel = next(data for p, data in files.items() if "kernel" in p)
+    assert (root / f"secureboot/fcos/{release}/vmlinuz").read_bytes() == kernel
+
+
+async def test_the_dhcp_engine_hands_a_secure_boot_node_its_shim_never_ipxe(setup) -> None:
+    path, _ = setup
+    doc = yaml.safe_load(path.read_text())
+    doc["dhcp"] = {"interface": "lo", "mode": "full"}
+    for node in ("sb-0", "sb-1"):  # their static addresses are not on the interface's subnet: DHCP nodes
+        del doc["nodes"][node]["network"]
+    doc["server"]["base_url"] = ["http://192.0.2.1:8080", "http://[2001:db8::1]:8080"]
+    path.write_text(yaml.safe_dump(doc))
+    rc, out, err = await run_cli("dhcp", "--print", "--config", str(path), timeout=60)
+    assert rc == 0, err
+    boots = [line for line in out.splitlines() if line.startswith("dhcp-boot=")]
+    # dnsmasq takes the last matching dhcp-boot line: each node's own come last, over PXE and HTTP Boot
+    assert boots[-4:] == ["dhcp-boot=tag:!ipxe,tag:http64,tag:node-sb-1,"
+                          "http://192.0.2.1:8080/loaders/secureboot/fcos/bootx64.efi",
+                          "dhcp-boot=tag:!ipxe,tag:efi64,tag:node-sb-1,secureboot/fcos/bootx64.efi",
+                          "dhcp-boot=tag:!ipxe,tag:http64,tag:node-sb-0,"
+                          "http://192.0.2.1:8080/loaders/secureboot/fcos/bootx64.efi",
+                          "dhcp-boot=tag:!ipxe,tag:efi64,tag:node-sb-0,secureboot/fcos/bootx64.efi"]
+    assert "dhcp-boot=tag:!ipxe,tag:http64,http://192.0.2.1:8080/loaders/ipxe.efi" in boots
+    assert "dhcp-option-force=tag:http64,option:vendor-class,HTTPClient" in out.splitlines()
+    rc, out, err = await run_cli("dhcp", "--print", "kea", "--config", str(path), timeout=60)
+    assert rc == 0, err
+    reservations = {r["hostname"]: r for r in json.loads(out)["Dhcp4"]["subnet4"][0]["reservations"]}
+    assert reservations["sb-0"]["boot-file-name"] == "secureboot/fcos/bootx64.efi"
+
+
+async def test_dhcpv6_hands_uefi_http_boot_the_ipv6_loader_url(setup) -> None:
+    path, _ = setup
+    doc = yaml.safe_load(path.read_text())
+    doc["dhcp"] = {"interface": "lo", "mode": "full", "ipv6": True}
+    for node in ("sb-0", "sb-1"):
+        del doc["nodes"][node]["network"]
+    doc["server"]["base_url"] = ["http://192.0.2.1:8080", "http://[2001:db8::1]:8080"]
+    path.write_text(yaml.safe_dump(doc))
+    rc, out, err = await run_cli("dhcp", "--print", "--config", str(path), timeout=60)
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[lines.index("enable-ra") + 2:][:3] == [
+        "dhcp-vendorclass=set:http6,enterprise:343,HTTPClient",
+        'dhcp-option=tag:http6,option6:bootfile-url,"http://[2001:db8::1]:8080/loaders/ipxe.efi"',
+        "dhcp-option-force=tag:http6,option6:16,HT,HTTPClient"]
