@@ -65,12 +65,10 @@ from .schema import (
     FacilityConfig,
     Node,
     Profile,
-    ServerConfig,
-    SigningConfig,
     StreamConfig,
-    TLSConfig,
     default_document,
 )
+from .server import ServerConfig, SigningConfig, TLSConfig
 
 __all__ = [
     "ARCHITECTURES", "BILLING_CYCLES", "DEFAULT_TAG", "FCOS_STABLE_URL", "HOSTNAME_RE", "IGNITION_VERSIONS",
