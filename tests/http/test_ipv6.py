@@ -1,6 +1,6 @@
 """A server on IPv4 and IPv6 at once (``server.listen`` and ``server.base_url`` as lists, one per address
 family): a machine is handed URLs in the family it asked from, a DHCP node asking over IPv6 boots with
-``ip=dhcp6``, and a signed URL is valid on either base URL. The real ``bootserver serve`` on 127.0.0.1
+``ip=dhcp6`` (``bootserver render --family 6`` prints the same), and a signed URL is valid on either base URL. The real ``bootserver serve`` on 127.0.0.1
 and ::1 (the loopback of both families)."""
 
 from __future__ import annotations
@@ -87,6 +87,14 @@ async def test_a_machine_gets_urls_in_the_family_it_asked_from(boot_setup) -> No
             words6 = kernel6.split()
             assert words6[-2:] == ["rd.neednet=1", "ip=dhcp6"]
             assert [w.replace(v6, v4) for w in words6[:-2]] == kernel4.split()
+
+            # `render --family` prints what a machine asking over that family gets (signatures: maybe another hour)
+            for family, served in (("4", kernel4), ("6", kernel6)):
+                rc, out, err = await run_cli("render", "ipxe", "master-0", "--family", family,
+                                             "--config", str(setup.config))
+                assert rc == 0, err
+                kernel = next(line for line in out.splitlines() if line.startswith("kernel ")).split(" || ")[0]
+                assert [w.split("?")[0] for w in kernel.split()] == [w.split("?")[0] for w in served.split()]
 
             stub_url = next(w.split("=", 1)[1] for w in words6 if w.startswith("coreos.inst.ignition_url="))
             async with http.get(stub_url) as r:
