@@ -31,7 +31,7 @@ from .network import client_family, family_kargs, node_kargs
 from .renders import RenderCache, ScriptInputs, StubInputs
 from .runtime import Runtime
 from .scripts import script_context
-from .streams import Release
+from .streams import Release, StreamMetadata
 from .timeline import INSTALLED_STAGES, Current, Event, NodeState
 from .urls import Urls
 
@@ -72,6 +72,10 @@ class BootService:
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
         #: (version, real config hash, CA, checks in) -> the stub every node of those shares
         self._stub_templates: dict[tuple[str, str | None, bytes | None, bool], StubTemplate] = {}
+        #: node -> ``(current, (grub, family, via), metadata, signing state, (event, script, detail))``:
+        #: its last recorded script answer and what it was made from (:meth:`script`); never mutated.
+        self._answered: dict[str, tuple[Current, tuple[bool, int | None, str], StreamMetadata, tuple[int, bytes],
+                                        tuple[str, str, dict[str, Any]]]] = {}
         #: Each node's network kargs and the device record they were built from (see :meth:`_network`).
         self._kargs: dict[str, tuple[Mapping[str, Any] | None, tuple[str, ...]]] = {}
 
@@ -101,11 +105,25 @@ class BootService:
         resolved = self._resolved(node)
         current = await self.runtime.state.current(resolved.name)
         family = client_family(client)
-        event, script, detail = await self._script(resolved, current, grub=grub, family=family)
-        if record and event == "script":
-            detail |= boot_how(resolved, via or ("grub" if grub else "ipxe"), family)
-        if record:
-            await self.runtime.record(resolved, event, ip=client, detail=detail, current=current)
+        if not record:
+            return (await self._script(resolved, current, grub=grub, family=family))[1]
+        via = via or ("grub" if grub else "ipxe")
+        # A repeat of the node's last answer (the same node as read, family, loader, metadata and
+        # signing state) reuses it, its event's detail included: no inputs built, compared or rendered.
+        profile = resolved.profile
+        meta = self.desk.catalog.cached(profile.stream)
+        signing = self.urls.signer.state(self.config.server.signing.install_ttl)
+        answered = self._answered.get(resolved.name)
+        if answered is not None and (answered[0] is current or answered[0] == current) \
+                and answered[1] == (grub, family, via) and answered[2] is meta and answered[3] == signing:
+            event, script, detail = answered[4]
+        else:
+            event, script, detail = made = await self._script(resolved, current, grub=grub, family=family)
+            if event == "script":
+                detail |= boot_how(resolved, via, family)
+            if meta is not None:
+                self._answered[resolved.name] = (current, (grub, family, via), meta, signing, made)
+        await self.runtime.record(resolved, event, ip=client, detail=detail, current=current)
         return script
 
     async def _script(self, resolved: NodeContext, current: Current, grub: bool = False,

@@ -24,7 +24,7 @@ from ..discovery import Discovered
 from ..errors import UnavailableError
 from ..signing import Keyring
 from ..timeline import Current, Event, NodeState, Record
-from . import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
+from . import PUBLIC_UNAVAILABLE, RepeatKey, StateStore, StateStoreError
 from .batches import Batches
 from .sqlite_timeline import SCHEMA_VERSION, Timeline, connect
 
@@ -175,6 +175,9 @@ class SqliteStore(StateStore):
     async def record(self, record: Record, current: Current | None = None) -> str:
         with self._answering:
             return await self._record(self.writes, record, current)
+
+    def count_again(self, key: RepeatKey, at: float) -> bool:
+        return self.writes.count_again(key[1], key, at)
 
     async def flush(self) -> None:
         await self.writes.drained()
