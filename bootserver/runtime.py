@@ -30,7 +30,7 @@ from .stalls import StallWatch
 from .state import StateStore, repeat_key
 from .state.backends import open_store
 from .streams import StreamMetadata
-from .timeline import BOOT_DONE_STAGES, DISCOVERED, Current, Record, Recorded, boot_started
+from .timeline import BOOT_DONE_STAGES, DISCOVERED, Current, Record, Recorded
 
 log = logging.getLogger("bootserver.runtime")
 
@@ -69,7 +69,7 @@ class BootDurations:
         return self._measure(event)
 
     async def _measure(self, event: Recorded) -> None:
-        started = boot_started(await self.state.events(event.node))
+        started = await self.state.boot_started(event.node)
         if started is not None and event.at >= started:
             self.report(event.stage, event.at - started)
 

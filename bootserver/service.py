@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,8 @@ class BootService:
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
         #: (version, real config hash, CA, checks in) -> the stub every node of those shares
         self._stub_templates: dict[tuple[str, str | None, bytes | None, bool], StubTemplate] = {}
+        #: profile -> its real config's file (see :meth:`_config_path`).
+        self._config_paths: dict[str, Path | None] = {}
         #: node -> ``(current, (grub, family, via), metadata, signing state, (event, script, detail))``:
         #: its last recorded script answer and what it was made from (:meth:`script`); never mutated.
         self._answered: dict[str, tuple[Current, tuple[bool, int | None, str], StreamMetadata, tuple[int, bytes],
@@ -266,8 +269,11 @@ class BootService:
 
     def _real_config_pinned(self, resolved: NodeContext) -> tuple[bytes, str] | None:
         """``(bytes, sha512 hash)`` of the node's real config, or ``None``. Raises as :meth:`real_config`."""
-        node = resolved.name
-        path: Path | None = self.config.ignition_path(resolved.profile_name)
+        node, name = resolved.name, resolved.profile_name
+        try:
+            path = self._config_paths[name]
+        except KeyError:
+            path = self._config_paths[name] = self._config_path(name)
         if path is None:
             return None
         try:
@@ -278,6 +284,13 @@ class BootService:
         except ButaneError as e:  # the Butane file was edited into one butane refuses: 503 until fixed
             raise UnavailableError(f"node {node}: {e}",
                                    public=f"node {node}: its Butane config cannot be translated now") from None
+
+    def _config_path(self, profile: str) -> Path | None:
+        """Profile ``profile``'s real config file (what :meth:`~bootserver.config.Config.ignition_path`
+        resolves) as joined, not resolved: kept per profile, its links still followed at each read (a
+        resolve per stub and config request cost tens of us of a cold boot, issue 40)."""
+        ignition = self.config.profiles[profile].ignition
+        return None if ignition is None else self.config.base_dir / os.path.expanduser(ignition)
 
     def _ca_pem(self) -> bytes | None:
         """The CA certificate (PEM) embedded into stubs when ``server.tls`` is set, else ``None``.

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..discovery import Discovered
 from ..errors import BootserverError
-from ..timeline import Current, Event, NodeState, Record
+from ..timeline import Current, Event, NodeState, Record, boot_started
 from .batches import Batches
 
 if TYPE_CHECKING:
@@ -151,6 +151,12 @@ class StateStore(ABC):
     @abstractmethod
     async def events(self, node: str, limit: int | None = None) -> list[Event]:
         """The node's history rows, oldest first (the last ``limit``). Raises ``UnavailableError``."""
+
+    async def boot_started(self, node: str) -> float | None:
+        """The unix time of the first ``script`` of the node's latest boot
+        (:func:`~bootserver.timeline.boot_started`), ``None`` when its history holds none. Raises
+        ``UnavailableError``."""
+        return boot_started(await self.events(node))
 
     @abstractmethod
     async def node(self, node: str) -> NodeState:

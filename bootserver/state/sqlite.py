@@ -186,6 +186,12 @@ class SqliteStore(StateStore):
         with self._answering:
             return await asyncio.to_thread(self.timeline.events, node, limit=limit)
 
+    async def boot_started(self, node: str) -> float | None:
+        """On the loop, over the read connection: the rows of one boot, not a worker thread's hop and
+        the whole history (0.28 ms of a cold boot's CPU in a 1,000-machine storm, issue 40)."""
+        with self._answering:
+            return self.timeline.boot_started(node)
+
     async def node(self, node: str) -> NodeState:
         with self._answering:
             return await asyncio.to_thread(self.timeline.node, node)
