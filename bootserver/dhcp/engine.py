@@ -112,7 +112,7 @@ def write_tftp_root(config: Config, files: Layout) -> None:
     chains the generic entry (:func:`~bootserver.dhcp.rules.menu_files`)."""
     arm64 = any(profile.arch == "aarch64" for profile in config.profiles.values())
     written = {p.name: p for p in write_loaders(files.tftp_root, config.cache_dir,
-                                                config.server.effective_base_url, need_arm64=arm64)}
+                                                config.server.base_url_for(4), need_arm64=arm64)}
     for name, source in menu_files(config).items():
         if source is None:
             write_atomic(files.tftp_root / name, menu_script(config).encode())
@@ -499,7 +499,7 @@ def print_config(config: Config, what: str) -> str:
         raise ConfigError(config.source, "dhcp.interface", f"{config.dhcp.interface} is not on this machine "
                           "(or has no IPv4 address) and no reservation tells the subnet to answer on")
     if what == "kea":
-        host = config.server.effective_base_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
+        host = config.server.base_url_for(4).split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
         next_server = host if _IPV4.match(host) else (str(found.ipv4.ip) if found and found.ipv4 else None)
         return kea_text(config, subnet, taken, next_server)
     return conf_text(config, subnet, None, taken)
