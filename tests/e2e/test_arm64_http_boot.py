@@ -2,9 +2,10 @@
 virtio NIC without option ROM and its PXE entries off (``-fw_cfg opt/org.tianocore/IPv4PXESupport`` and
 ``IPv6PXESupport`` set to ``n``), boots from its own ``UEFI HTTPv4`` entry through ``bootserver dhcp``
 (dnsmasq: the vendor class ``HTTPClient`` of client architecture 19 gets option 60 ``HTTPClient`` and
-``/loaders/grubaa64.efi`` on the server), that arm64 GRUB sources the node's ``/boot.grub`` and boots
-the node's arm64 kernel with its exact kernel arguments. One boot, stopped as soon as the kernel prints
-its command line (the rest of an arm64 boot, to ``/init``, is tests/e2e/test_arm64_boot.py's).
+``/loaders/grubaa64.efi`` on the server), that arm64 GRUB sources the node's ``/boot.grub`` on the
+firmware's address (one DHCP answer) and boots the node's arm64 kernel with its exact kernel arguments.
+One boot, stopped as soon as the kernel prints its command line (the rest of an arm64 boot, to
+``/init``, is tests/e2e/test_arm64_boot.py's).
 
 Everything runs in a network namespace of the test's own (:class:`support.netns.TestNetwork`,
 ``aavmf-<pid>-<n>``) with ``bootserver serve`` and ``bootserver dhcp`` in it (:func:`netboot.stack`);
@@ -147,3 +148,6 @@ def test_aavmf_http_boots_the_arm64_grub_to_the_node_script_and_kernel(
         rows = [line.split(None, 4) for line in shown if re.match(r"^\d{4}-\d\d-\d\d ", line)]
         assert [row[2] for row in rows[:3]] == ["dhcp", "script", "kernel-requested"], shown
         assert f"file={url}" in rows[0][4] and "via=grub" in rows[1][4] and "ip=IPv4" in rows[1][4], shown
+        # GRUB took the firmware's address: the machine asked DHCP once
+        acks = re.findall(rf"DHCPACK\(br0\) \S+ {MAC}", s.dhcp_log.read_text())
+        assert len(acks) == 1, acks
