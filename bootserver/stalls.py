@@ -6,8 +6,9 @@ over ``timeline.stall_after``; a node's final stage never stalls). The watch (:m
 a task of ``serve`` that reads every configured node from the state store when the next deadline comes,
 when an event was recorded (:meth:`StallWatch.recorded`: after the shortest stage limit, which is
 the soonest a stage entered then can stall, and at most one read per :data:`STALL_READ_MIN` seconds)
-and at least every :data:`STALL_READ_MAX` seconds, and logs each stall once. One process per machine runs it (the lock ``state_dir``/:data:`STALL_LOCK`), so ``serve
---workers N`` logs a stall once, not N times.
+and at least every :data:`STALL_READ_MAX` seconds, and logs each stall once. One process per machine
+runs it (the lock ``state_dir``/:data:`STALL_LOCK`), so ``serve --workers N`` logs a stall once, not N
+times.
 """
 
 from __future__ import annotations
