@@ -28,7 +28,7 @@ from support.helpers import free_port
 from support.server import serving
 
 from . import rig
-from .stack import REAL_IGNITION, bootserver_command, in_ci, run_bootserver, stream_metadata
+from .stack import REAL_IGNITION, bootserver_command, in_ci, run_bootserver, serve_release
 
 pytestmark = pytest.mark.e2e
 
@@ -73,9 +73,7 @@ def arm64_stack(arm64: rig.Arm64Tools, tmp_path_factory: pytest.TempPathFactory)
                  "rootfs": os.urandom(1 << 20)}
     port = free_port()
     with rig.StaticServer({}) as upstream:
-        doc = stream_metadata(upstream.url(""), artifacts, arch="aarch64")
-        for kind, art in doc["architectures"]["aarch64"]["artifacts"]["metal"]["formats"]["pxe"].items():
-            upstream.routes[art["location"].removeprefix(upstream.url(""))] = artifacts[kind]
+        doc = serve_release(upstream, artifacts, arch="aarch64")
         (work / "stream.json").write_text(json.dumps(doc))
         (work / "real.ign").write_text(json.dumps(REAL_IGNITION))
         config = work / "bootserver.yaml"
