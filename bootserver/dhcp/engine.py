@@ -175,12 +175,14 @@ _TFTP_SENT = re.compile(r"^sent (?P<path>\S+) to (?P<ip>\S+)$")
 @dataclass(frozen=True)
 class Seen:
     """A first-mile event for the timeline: ``event`` (``dhcp`` or ``tftp``) of the machine with ``mac``,
-    from address ``ip`` (or ``None``), with ``detail``."""
+    from address ``ip`` (or ``None``), with ``detail``; ``at``: when dnsmasq logged it (unix seconds, the
+    ``at`` given to :meth:`FirstMile.feed`), or ``None``."""
 
     mac: str
     event: str
     ip: str | None
     detail: dict[str, Any]
+    at: float | None = None
 
 
 class FirstMile:
@@ -188,16 +190,18 @@ class FirstMile:
     gave it an address (``DHCPACK``, ``full`` mode) or a boot file (``PXE``, ``proxy`` mode) is a
     ``dhcp`` event, completed by the ``bootfile name`` line of the same transaction (:meth:`feed`
     returns it when the transaction's lines end: a line of another transaction, or :meth:`flush`);
-    a TFTP transfer sent in full to an address a machine was answered at is a ``tftp`` event. Pure:
-    no clock, no I/O."""
+    a TFTP transfer sent in full to an address a machine was answered at is a ``tftp`` event. Each
+    event carries the time of the line that made it (the answer, not the end of its transaction: a
+    UEFI HTTP Boot client asks for its loader within milliseconds). Pure: no clock, no I/O."""
 
     def __init__(self, mode: str, known: dict[str, str] | None = None) -> None:
         self.mode = mode
         self._pending: dict[str, Seen] = {}
         self._by_ip: dict[str, str] = dict(known or {})
 
-    def feed(self, line: str) -> list[Seen]:
-        """Events completed by dnsmasq's log line ``line`` (as it writes it: ``dnsmasq-dhcp[PID]: ...``)."""
+    def feed(self, line: str, at: float | None = None) -> list[Seen]:
+        """Events completed by dnsmasq's log line ``line`` (as it writes it: ``dnsmasq-dhcp[PID]: ...``),
+        read at ``at`` (unix seconds, or ``None``)."""
         match = _LINE.match(line)
         if match is None:
             return []
@@ -206,7 +210,7 @@ class FirstMile:
             done = self.flush()
             sent = _TFTP_SENT.match(msg)
             if sent and (mac := self._by_ip.get(sent.group("ip"))) is not None:
-                done.append(Seen(mac, "tftp", sent.group("ip"), {"file": os.path.basename(sent.group("path"))}))
+                done.append(Seen(mac, "tftp", sent.group("ip"), {"file": os.path.basename(sent.group("path"))}, at))
             return done
         if prog != "dnsmasq-dhcp":
             return []
@@ -231,7 +235,7 @@ class FirstMile:
                     self._by_ip[ip] = mac
                 if answer.group("what") == "PXE" and words and words[-1] not in (mac, ip, "proxy"):
                     detail["file"] = words[-1]
-                seen = Seen(mac, "dhcp", ip, detail)
+                seen = Seen(mac, "dhcp", ip, detail, at)
                 if answer.group("xid"):
                     self._pending[answer.group("xid")] = seen
                 else:
@@ -362,7 +366,7 @@ class Engine:
                 continue
             profile = self.config.node_profile(node)
             try:
-                await self.store.record(Record(node, s.event, profile.mode, time.time(), s.ip, s.detail,
+                await self.store.record(Record(node, s.event, profile.mode, s.at or time.time(), s.ip, s.detail,
                                                real_config=profile.ignition is not None))
             except (StateStoreError, OSError) as e:
                 log.warning("node %s: %s not recorded on the timeline: %s", node, s.event, e)
@@ -382,7 +386,7 @@ class Engine:
                 return
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self._relay(line)
-            await self._record(self.first_mile.feed(line))
+            await self._record(self.first_mile.feed(line, time.time()))
 
     async def stop(self) -> None:
         """Stop dnsmasq: SIGTERM, then SIGKILL after :data:`STOP_TIMEOUT` seconds."""
