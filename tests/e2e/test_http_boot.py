@@ -223,3 +223,7 @@ def test_ovmf_http_boots_over_ipv6_to_the_node_script_and_kernel(tools: rig.Tool
                  "-live-kernel.x86_64 200", "-live-initramfs.x86_64.img 200", "-live-rootfs.x86_64.img 200"):
         assert any(ln.split("access: ")[-1].startswith("2001:db8::51 ") and line in ln for ln in served.splitlines()), (
             line, served[-3000:])
+    # the timeline says how it came: iPXE, over IPv6
+    shown = run_bootserver("nodes", "show", NODE, "--config", str(lab.config), timeout=60).stdout
+    script = [line for line in shown.splitlines() if " script " in line]
+    assert script and "via=ipxe" in script[0] and "ip=IPv6" in script[0], shown
