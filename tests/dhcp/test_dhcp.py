@@ -294,6 +294,43 @@ def test_the_first_mile_from_dnsmasqs_log() -> None:
         ("dhcp", {"mode": "proxy", "address": "192.0.2.57", "file": "undionly"})]
 
 
+def test_the_first_mile_over_dhcpv6_from_dnsmasqs_log() -> None:
+    """dnsmasq 2.90's own lines (``log-dhcp``) for OVMF's UEFI HTTPv6 and then iPXE's DHCPv6: the reply is a
+    ``dhcp`` event of the MAC dnsmasq found for the client, with its IPv6 address and option 59's URL; an
+    advertise (no address given yet) is none."""
+    mile = FirstMile("full")
+    duid = "00:01:00:01:31:e2:be:1a:52:54:00:e2:e0:51"
+    lines = [
+        "dnsmasq-dhcp[7]: 2124412 available DHCPv6 subnet: 2001:db8::/64",
+        "dnsmasq-dhcp[7]: 2124412 vendor class: 343",
+        "dnsmasq-dhcp[7]: 2124412 client MAC address: 52:54:00:e2:e0:51",
+        f"dnsmasq-dhcp[7]: 2124412 DHCPSOLICIT(br0) {duid} ",
+        f"dnsmasq-dhcp[7]: 2124412 DHCPADVERTISE(br0) 2001:db8::51 {duid} hb-0",
+        "dnsmasq-dhcp[7]: 2124412 sent size: 42 option: 59 bootfile-url  http://[2001:db8::1]:8080/loaders/ipxe.efi",
+        "dnsmasq-dhcp[7]: 2189948 client MAC address: 52:54:00:e2:e0:51",
+        f"dnsmasq-dhcp[7]: 2189948 DHCPREQUEST(br0) {duid} ",
+        f"dnsmasq-dhcp[7]: 2189948 DHCPREPLY(br0) 2001:db8::51 {duid} hb-0",
+        "dnsmasq-dhcp[7]: 2189948 tags: known, node-hb-0, http6, dhcpv6, br0",
+        "dnsmasq-dhcp[7]: 2189948 nest size: 24 option:  5 iaaddr  2001:db8::51 PL=3600 VL=3600",
+        "dnsmasq-dhcp[7]: 2189948 sent size: 42 option: 59 bootfile-url  http://[2001:db8::1]:8080/loaders/ipxe.efi",
+        "dnsmasq-dhcp[7]: 2255484 client MAC address: 52:54:00:e2:e0:51",
+        f"dnsmasq-dhcp[7]: 2255484 DHCPADVERTISE(br0) {duid} no addresses available",
+        # iPXE's DHCPv6: its DUID holds no MAC, its solicit and request share one transaction id
+        "dnsmasq-dhcp[7]: 3308422 client MAC address: 52:54:00:e2:e0:51",
+        "dnsmasq-dhcp[7]: 3308422 DHCPADVERTISE(br0) 2001:db8::51 00:04:00:00:00:00:00:00 hb-0",
+        "dnsmasq-dhcp[7]: 3308422 client MAC address: 52:54:00:e2:e0:51",
+        "dnsmasq-dhcp[7]: 3308422 DHCPREPLY(br0) 2001:db8::51 00:04:00:00:00:00:00:00 hb-0",
+        "dnsmasq-dhcp[7]: 3308422 sent size: 51 option: 59 bootfile-url  http://[2001:db8::1]:8080/boot.ipxe?mac=${net0/mac}",
+    ]
+    seen = [s for line in lines for s in mile.feed(line)] + mile.flush()
+    assert [(s.mac, s.event, s.ip, s.detail) for s in seen] == [
+        ("52:54:00:e2:e0:51", "dhcp", "2001:db8::51", {"mode": "full", "address": "2001:db8::51",
+                                                       "file": "http://[2001:db8::1]:8080/loaders/ipxe.efi"}),
+        ("52:54:00:e2:e0:51", "dhcp", "2001:db8::51", {"mode": "full", "address": "2001:db8::51",
+                                                       "file": "http://[2001:db8::1]:8080/boot.ipxe?mac=${net0/mac}"}),
+    ]
+
+
 def test_a_first_mile_event_has_the_time_of_its_answer_not_of_its_transactions_end() -> None:
     """A UEFI HTTP Boot client fetches its loader and script within milliseconds of the answer, before the
     transaction's lines end (:meth:`FirstMile.flush` after a quiet spell): its ``dhcp`` still comes first."""
