@@ -11,6 +11,7 @@ The config checks every ``network`` key at load (:func:`bootserver.config.loader
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,6 +62,7 @@ def node_kargs(resolved: NodeContext, device: Mapping[str, Any] | None) -> tuple
 
 
 
+@functools.lru_cache(maxsize=4096)  # per request: a parse costs 1.8 us, a hit 0.1 (issue 43)
 def client_family(client: str | None) -> int | None:
     """The address family (``4``, ``6``) of a request's client address (an IPv4-mapped IPv6 address is
     ``4``); ``None`` when unknown (no address, a Unix socket)."""

@@ -27,10 +27,10 @@ from .inventory import NodeContext
 from .metrics import Metrics
 from .signing import Signer
 from .stalls import StallWatch
-from .state import StateStore
+from .state import StateStore, repeat_key
 from .state.backends import open_store
 from .streams import StreamMetadata
-from .timeline import BOOT_DONE_STAGES, DISCOVERED, Current, Record, Recorded, boot_started
+from .timeline import BOOT_DONE_STAGES, DISCOVERED, Current, Record, Recorded
 
 log = logging.getLogger("bootserver.runtime")
 
@@ -69,7 +69,7 @@ class BootDurations:
         return self._measure(event)
 
     async def _measure(self, event: Recorded) -> None:
-        started = boot_started(await self.state.events(event.node))
+        started = await self.state.boot_started(event.node)
         if started is not None and event.at >= started:
             self.report(event.stage, event.at - started)
 
@@ -248,8 +248,14 @@ class Runtime:
         a stub or config served without its event would defeat boot-once, so the client is asked to
         retry (iPXE's script retries, Ignition retries 5xx answers)."""
         node, profile = resolved.name, resolved.profile
-        record = Record(node, event, profile.mode, time.time() if at is None else at, ip, detail,
-                        real_config=profile.ignition is not None)
+        when = time.time() if at is None else at
+        real_config = profile.ignition is not None
+        if current is not None and event not in BOOT_ENDING_EVENTS and self.state.count_again(
+                repeat_key(current, node, event, ip, detail, profile.mode, real_config), when):
+            # a repeat of the record queued behind for this node as read: counted into it (issue 43)
+            self.tell(Recorded(node, event, current.stage, None, when))
+            return current.stage
+        record = Record(node, event, profile.mode, when, ip, detail, real_config=real_config)
         before = None
         if event in BOOT_ENDING_EVENTS:  # rare: once per boot
             before = current.stage if current is not None else await self.state.stage(node)

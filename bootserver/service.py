@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from .network import client_family, family_kargs, node_kargs
 from .renders import RenderCache, ScriptInputs, StubInputs
 from .runtime import Runtime
 from .scripts import script_context
-from .streams import Release
+from .streams import Release, StreamMetadata
 from .timeline import INSTALLED_STAGES, Current, Event, NodeState
 from .urls import Urls
 
@@ -72,6 +73,12 @@ class BootService:
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
         #: (version, real config hash, CA, checks in) -> the stub every node of those shares
         self._stub_templates: dict[tuple[str, str | None, bytes | None, bool], StubTemplate] = {}
+        #: profile -> its real config's file (see :meth:`_config_path`).
+        self._config_paths: dict[str, Path | None] = {}
+        #: node -> ``(current, (grub, family, via), metadata, signing state, (event, script, detail))``:
+        #: its last recorded script answer and what it was made from (:meth:`script`); never mutated.
+        self._answered: dict[str, tuple[Current, tuple[bool, int | None, str], StreamMetadata, tuple[int, bytes],
+                                        tuple[str, str, dict[str, Any]]]] = {}
         #: Each node's network kargs and the device record they were built from (see :meth:`_network`).
         self._kargs: dict[str, tuple[Mapping[str, Any] | None, tuple[str, ...]]] = {}
 
@@ -101,11 +108,25 @@ class BootService:
         resolved = self._resolved(node)
         current = await self.runtime.state.current(resolved.name)
         family = client_family(client)
-        event, script, detail = await self._script(resolved, current, grub=grub, family=family)
-        if record and event == "script":
-            detail |= boot_how(resolved, via or ("grub" if grub else "ipxe"), family)
-        if record:
-            await self.runtime.record(resolved, event, ip=client, detail=detail, current=current)
+        if not record:
+            return (await self._script(resolved, current, grub=grub, family=family))[1]
+        via = via or ("grub" if grub else "ipxe")
+        # A repeat of the node's last answer (the same node as read, family, loader, metadata and
+        # signing state) reuses it, its event's detail included: no inputs built, compared or rendered.
+        profile = resolved.profile
+        meta = self.desk.catalog.cached(profile.stream)
+        signing = self.urls.signer.state(self.config.server.signing.install_ttl)
+        answered = self._answered.get(resolved.name)
+        if answered is not None and (answered[0] is current or answered[0] == current) \
+                and answered[1] == (grub, family, via) and answered[2] is meta and answered[3] == signing:
+            event, script, detail = answered[4]
+        else:
+            event, script, detail = made = await self._script(resolved, current, grub=grub, family=family)
+            if event == "script":
+                detail |= boot_how(resolved, via, family)
+            if meta is not None:
+                self._answered[resolved.name] = (current, (grub, family, via), meta, signing, made)
+        await self.runtime.record(resolved, event, ip=client, detail=detail, current=current)
         return script
 
     async def _script(self, resolved: NodeContext, current: Current, grub: bool = False,
@@ -248,8 +269,11 @@ class BootService:
 
     def _real_config_pinned(self, resolved: NodeContext) -> tuple[bytes, str] | None:
         """``(bytes, sha512 hash)`` of the node's real config, or ``None``. Raises as :meth:`real_config`."""
-        node = resolved.name
-        path: Path | None = self.config.ignition_path(resolved.profile_name)
+        node, name = resolved.name, resolved.profile_name
+        try:
+            path = self._config_paths[name]
+        except KeyError:
+            path = self._config_paths[name] = self._config_path(name)
         if path is None:
             return None
         try:
@@ -260,6 +284,13 @@ class BootService:
         except ButaneError as e:  # the Butane file was edited into one butane refuses: 503 until fixed
             raise UnavailableError(f"node {node}: {e}",
                                    public=f"node {node}: its Butane config cannot be translated now") from None
+
+    def _config_path(self, profile: str) -> Path | None:
+        """Profile ``profile``'s real config file (what :meth:`~bootserver.config.Config.ignition_path`
+        resolves) as joined, not resolved: kept per profile, its links still followed at each read (a
+        resolve per stub and config request cost tens of us of a cold boot, issue 40)."""
+        ignition = self.config.profiles[profile].ignition
+        return None if ignition is None else self.config.base_dir / os.path.expanduser(ignition)
 
     def _ca_pem(self) -> bytes | None:
         """The CA certificate (PEM) embedded into stubs when ``server.tls`` is set, else ``None``.

@@ -85,7 +85,7 @@ The sqlite engine is :mod:`bootserver.state.sqlite_timeline`, the PostgreSQL one
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -199,11 +199,17 @@ def boot_started(events: Sequence[Event]) -> float | None:
     walking back from the newest row, the earliest ``script`` row before an earlier boot's end
     (``stub``, ``config``, ``checkin``, ``localboot`` or ``reinstall`` older than a script seen);
     ``None`` when the history holds no script (trimmed by ``keep_events``)."""
+    return boot_started_back((e.event, e.at) for e in reversed(events))
+
+
+def boot_started_back(rows: Iterable[tuple[str, float]]) -> float | None:
+    """:func:`boot_started` from ``(event, at)`` of the node's history rows, newest first; reads no
+    further than the row that ends the boot before (a cursor stops there)."""
     first = None
-    for e in reversed(events):
-        if e.event == "script":
-            first = e.at
-        elif first is not None and e.event in ("stub", "config", "checkin", "localboot", "reinstall"):
+    for event, at in rows:
+        if event == "script":
+            first = at
+        elif first is not None and event in ("stub", "config", "checkin", "localboot", "reinstall"):
             break
     return first
 

@@ -366,7 +366,13 @@ async def test_provider_without_a_device_record_is_503_to_the_device(
     write_record(tmp_path, equinix_record())
     r = await client.get(url)  # a new device record is read with the node's row: no stale script
     assert r.status == 200
-    assert "ip=139.178.70.33::139.178.70.32:31:master-0:bond0:none" in await r.text()
+    script = await r.text()
+    assert "ip=139.178.70.33::139.178.70.32:31:master-0:bond0:none" in script
+    r = await client.get(url)  # a repeat: the same answer (kept per node, issue 43) ...
+    assert (r.status, await r.text()) == (200, script)
+    write_record(tmp_path, equinix_record("layer2-bonded"))
+    r = await client.get(url)  # ... only while the node's device record is the same
+    assert r.status == 503
 
 
 @pytest.mark.parametrize("node,where", [

@@ -22,9 +22,11 @@ def check(args: argparse.Namespace, config: Config) -> int:
     check_config(config)  # what a reload checks too
     taken = None
     if config.dhcp is not None:
-        from ..dhcp.reservations import check_dhcp
+        from ..dhcp.reservations import check_dhcp, unselectable
 
         taken = check_dhcp(config)  # against this machine's interface: where `bootserver dhcp` runs
+        for line in unselectable(config, taken):
+            print(f"bootserver: warning: {line}", file=sys.stderr)
     warning = no_machine_boots(config)
     if warning is not None:
         print(f"bootserver: warning: {warning}", file=sys.stderr)

@@ -54,7 +54,7 @@ from ..state.backends import open_store
 from ..timeline import Record
 from .dnsmasq import DNSMASQ, Layout, conf_text, layout, write_reservations
 from .iface import NoInterface, interface_addresses
-from .reservations import Reservation, check_dhcp, subnet_of
+from .reservations import Reservation, check_dhcp, subnet_of, unselectable
 from .rules import menu_files, menu_script
 
 log = logging.getLogger("bootserver.dhcp")
@@ -426,6 +426,8 @@ async def run_engine(config: Config) -> int:
     :class:`~bootserver.errors.ConfigError` and :class:`EngineError` as :func:`prepare` and :func:`refusal`;
     dnsmasq dying on its own is an :class:`EngineError` naming its last line."""
     engine = Engine(config, None)  # checks the config and the interface first: nothing opened on a refusal
+    for line in unselectable(config, engine.prepared.taken):
+        log.warning("%s", line)
     try:
         store: StateStore | None = open_store(config)
         assert store is not None

@@ -155,4 +155,24 @@ def check_dhcp(config: Config, *, local: bool = True) -> tuple[Reservation, ...]
     return taken
 
 
-__all__ = ["Reservation", "check_dhcp", "reservation", "reservations", "subnet_of"]
+def unselectable(config: Config, taken: tuple[Reservation, ...]) -> tuple[str, ...]:
+    """One warning line per reserved node the generic entry ``/boot.ipxe?mac=`` (every DHCP-booted
+    machine's URL, :func:`bootserver.dhcp.rules.chain_url`) will never hand its own script: no ``addresses``
+    and ``selectable`` false (:func:`bootserver.inventory.select_node`). Such a machine gets the DHCP
+    engine's answer, then boots as a machine no node has (the ``default`` node, or discovery). Each line
+    names the node's key and says what to add: ``addresses`` with its reserved address when it has one."""
+    lines = []
+    for r in taken:
+        spec = config.nodes[r.node]
+        if spec.addresses or spec.selectable:
+            continue
+        fix = (f"addresses: [{r.ipv4.ip}] (its reserved address)" if r.ipv4 is not None else
+               "addresses: [the subnet it boots from]") + " or selectable: true"
+        origin = config.origins.get(f"nodes.{r.node}", config.source)
+        lines.append(f"{origin}: nodes.{r.node}: the DHCP engine reserves "
+                     f"{r.mac} for it, but /boot.ipxe hands its script to no address (no addresses, not "
+                     f"selectable): it would boot as a machine no node has; add {fix}")
+    return tuple(lines)
+
+
+__all__ = ["Reservation", "check_dhcp", "reservation", "reservations", "subnet_of", "unselectable"]

@@ -35,11 +35,25 @@ from typing import TYPE_CHECKING, Any
 
 from ..discovery import Discovered
 from ..errors import BootserverError
-from ..timeline import Current, Event, NodeState, Record
+from ..timeline import Current, Event, NodeState, Record, boot_started
 from .batches import Batches
 
 if TYPE_CHECKING:
     from ..signing import Keyring
+
+
+#: What a write-behind repeat is counted by (:meth:`StateStore.count_again`): the node as read
+#: (:class:`~bootserver.timeline.Current`) and the record's node, event, client address, detail, mode
+#: and ``real_config``.
+RepeatKey = tuple[Current, str, str, str | None, Mapping[str, Any] | None, str, bool]
+
+
+def repeat_key(current: Current, node: str, event: str, ip: str | None, detail: Mapping[str, Any] | None,
+               mode: str, real_config: bool) -> RepeatKey:
+    """The :data:`RepeatKey` of a record of those fields for the node as read in ``current``: two
+    records with equal keys are the same record (:meth:`~bootserver.timeline.Record.repeats`) for the
+    same newest row and stage (:meth:`~bootserver.timeline.Current.coalesces`)."""
+    return (current, node, event, ip, detail or None, mode, real_config)
 
 
 #: What a 503 answer says when the store cannot answer (no path, no URL: see :class:`BootserverError`).
@@ -112,10 +126,21 @@ class StateStore(ABC):
         boot-once, attribution) is committed before this returns, so every process and replica sees it.
         """
 
+    def count_again(self, key: RepeatKey, at: float) -> bool:
+        """Count one more event at unix time ``at`` into the node's write-behind record that
+        :meth:`record` queued for ``key`` (:func:`repeat_key`: the record's fields and the node as read),
+        if it is still queued, without making a :class:`~bootserver.timeline.Record`; ``False`` when
+        there is none such (then :meth:`record` it). What is committed and shown is the same either
+        way: the node's newest row counted once more
+        (:meth:`~bootserver.state.batches.Batches.count_again`)."""
+        return False
+
     @staticmethod
     async def _record(batches: Batches, record: Record, current: Current | None) -> str:
         if current is not None and current.coalesces(record):
-            batches.record_behind(record, current.last_id)
+            batches.record_behind(record, current.last_id, repeat_key(current, record.node, record.event,
+                                                                      record.ip, record.detail, record.mode,
+                                                                      record.real_config))
             return current.stage
         return await batches.record(record)
 
@@ -126,6 +151,12 @@ class StateStore(ABC):
     @abstractmethod
     async def events(self, node: str, limit: int | None = None) -> list[Event]:
         """The node's history rows, oldest first (the last ``limit``). Raises ``UnavailableError``."""
+
+    async def boot_started(self, node: str) -> float | None:
+        """The unix time of the first ``script`` of the node's latest boot
+        (:func:`~bootserver.timeline.boot_started`), ``None`` when its history holds none. Raises
+        ``UnavailableError``."""
+        return boot_started(await self.events(node))
 
     @abstractmethod
     async def node(self, node: str) -> NodeState:

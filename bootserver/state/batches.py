@@ -35,8 +35,9 @@ class Batches:
     def __init__(self, commit: Callable[[list[Record]], Awaitable[list[str]]]) -> None:
         self._commit = commit
         self._queue: list[tuple[Record, asyncio.Future[str] | None]] = []
-        #: node -> ``[index in _queue, count, last_at, into]`` of its newest entry when that entry is a
-        #: write-behind record (merged repeats are counted here, not copied per request)
+        #: node -> ``[index in _queue, count, last_at, into, key]`` of its newest entry when that entry is
+        #: a write-behind record (merged repeats are counted here, not copied per request; ``key``: see
+        #: :meth:`count_again`)
         self._behind: dict[str, list[Any]] = {}
         self._urgent = False
         self._draining: asyncio.Task[None] | None = None
@@ -55,18 +56,33 @@ class Batches:
         self._kick(urgent=True)
         return await fut
 
-    def record_behind(self, record: Record, into: int | None = None) -> None:
+    def record_behind(self, record: Record, into: int | None = None, key: object = None) -> None:
         """Queue ``record`` without waiting for its commit (call on the loop); ``into``: the history
-        row it repeats (:attr:`Record.into`). When its batch fails (nothing of it was written) it
-        waits for the next one; see :meth:`drained` for shutdown."""
+        row it repeats (:attr:`Record.into`); ``key``: what :meth:`count_again` may count further
+        repeats of it by. When its batch fails (nothing of it was written) it waits for the next one;
+        see :meth:`drained` for shutdown."""
         held = self._behind.get(record.node)
         if held is not None and held[3] == into and self._queue[held[0]][0].repeats(record, held[2]):
             held[1] += record.count
             held[2] = record.last
+            held[4] = key
             return
-        self._behind[record.node] = [len(self._queue), record.count, record.last, into]
+        self._behind[record.node] = [len(self._queue), record.count, record.last, into, key]
         self._queue.append((record, None))
         self._kick(urgent=False)
+
+    def count_again(self, node: str, key: object, at: float) -> bool:
+        """Count one more event at unix time ``at`` into ``node``'s queued write-behind record, without
+        making a :class:`Record`, when that record was queued with a ``key`` equal to ``key`` (the caller's
+        name for everything the record holds and the node's state it repeats: equal keys, equal records)
+        and ``at`` is not older than its last event: what :meth:`record_behind` of the same record would
+        merge. ``False`` (nothing counted) otherwise: the caller records it the long way."""
+        held = self._behind.get(node)
+        if held is None or key is None or at < held[2] or held[4] != key:
+            return False
+        held[1] += 1
+        held[2] = at
+        return True
 
     def _take(self) -> list[tuple[Record, asyncio.Future[str] | None]]:
         """Everything queued, as one batch (merged repeats made into one record each)."""
@@ -77,7 +93,7 @@ class Batches:
 
     def _seal(self, held: list[Any]) -> None:
         """Write a write-behind entry's merged count into its queued record."""
-        i, count, last, into = held
+        i, count, last, into, _ = held
         r = self._queue[i][0]
         if count != r.count or into is not None:
             self._queue[i] = (replace(r, count=count, last_at=last, into=into), None)

@@ -65,7 +65,7 @@ from ..timeline import (
     device_of,
     plan_batch,
 )
-from . import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
+from . import PUBLIC_UNAVAILABLE, RepeatKey, StateStore, StateStoreError
 from .batches import Batches
 
 log = logging.getLogger("bootserver.state")
@@ -340,6 +340,9 @@ class PostgresStore(StateStore):
 
     async def record(self, record: Record, current: Current | None = None) -> str:
         return await self._record(self._batches, record, current)
+
+    def count_again(self, key: RepeatKey, at: float) -> bool:
+        return self._batches.count_again(key[1], key, at)
 
     async def flush(self) -> None:
         await self._batches.drained()

@@ -24,7 +24,7 @@ from ..discovery import Discovered
 from ..errors import UnavailableError
 from ..signing import Keyring
 from ..timeline import Current, Event, NodeState, Record
-from . import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
+from . import PUBLIC_UNAVAILABLE, RepeatKey, StateStore, StateStoreError
 from .batches import Batches
 from .sqlite_timeline import SCHEMA_VERSION, Timeline, connect
 
@@ -176,12 +176,21 @@ class SqliteStore(StateStore):
         with self._answering:
             return await self._record(self.writes, record, current)
 
+    def count_again(self, key: RepeatKey, at: float) -> bool:
+        return self.writes.count_again(key[1], key, at)
+
     async def flush(self) -> None:
         await self.writes.drained()
 
     async def events(self, node: str, limit: int | None = None) -> list[Event]:
         with self._answering:
             return await asyncio.to_thread(self.timeline.events, node, limit=limit)
+
+    async def boot_started(self, node: str) -> float | None:
+        """On the loop, over the read connection: the rows of one boot, not a worker thread's hop and
+        the whole history (0.28 ms of a cold boot's CPU in a 1,000-machine storm, issue 40)."""
+        with self._answering:
+            return self.timeline.boot_started(node)
 
     async def node(self, node: str) -> NodeState:
         with self._answering:

@@ -41,6 +41,7 @@ from ..timeline import (
     NodeState,
     Record,
     Writes,
+    boot_started_back,
     current_of,
     device_json,
     device_of,
@@ -461,6 +462,18 @@ class Timeline:
         process. One indexed row on the read connection."""
         with self._rlock:
             return current_of(self._read_db().execute(CURRENT_SQL, (node,)).fetchone())
+
+    def boot_started(self, node: str) -> float | None:
+        """:func:`~bootserver.timeline.boot_started` of the node, read newest row first on the read
+        connection and only as far back as its latest boot (about a dozen indexed rows, not its whole
+        history)."""
+        with self._rlock:
+            rows = self._read_db().execute(
+                "SELECT event, at FROM events WHERE node = ? ORDER BY at DESC, id DESC", (node,))
+            try:
+                return boot_started_back(rows)
+            finally:
+                rows.close()
 
     def attribute(self, ip: str, *, now: float | None = None, window: float = ATTRIBUTION_WINDOW) -> str | None:
         """The node whose boot script was last served to ``ip`` within ``window`` seconds, or ``None``."""

@@ -353,3 +353,26 @@ def test_check_config_sums_up_the_engine(tmp_path: Path, capsys: pytest.CaptureF
     path = write(fleet({"mode": "full"}), tmp_path)
     rc, out, _ = run(capsys, "check-config", "--config", str(path))
     assert rc == 0 and out.splitlines()[-1] == f"{path}: dhcp: full mode on lo, 3 reservations (2 with an address)"
+
+
+def test_check_config_warns_of_a_reserved_node_boot_ipxe_never_hands_its_script(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A reserved node that has no ``addresses`` and is not ``selectable`` gets the engine's answer, then
+    ``/boot.ipxe?mac=`` refuses it its own script: check-config says so per node, with what to add."""
+    doc = fleet({"mode": "full"})
+    doc["nodes"]["m1"]["addresses"] = ["127.0.0.11/32"]
+    path = write(doc, tmp_path)
+    rc, out, err = run(capsys, "check-config", "--config", str(path))
+    assert rc == 0 and out.splitlines()[-1].endswith("3 reservations (2 with an address)")
+    assert err.splitlines() == [
+        f"bootserver: warning: {path}: nodes.m0: the DHCP engine reserves 52:54:00:00:00:10 for it, but /boot.ipxe "
+        "hands its script to no address (no addresses, not selectable): it would boot as a machine no node has; "
+        "add addresses: [127.0.0.10] (its reserved address) or selectable: true",
+        f"bootserver: warning: {path}: nodes.spare: the DHCP engine reserves 52:54:00:00:00:12 for it, but "
+        "/boot.ipxe hands its script to no address (no addresses, not selectable): it would boot as a machine no "
+        "node has; add addresses: [the subnet it boots from] or selectable: true"]
+    doc["nodes"]["m0"]["addresses"] = ["127.0.0.10/32"]
+    doc["nodes"]["spare"]["selectable"] = True
+    path = write(doc, tmp_path)
+    rc, _, err = run(capsys, "check-config", "--config", str(path))
+    assert rc == 0 and err == ""

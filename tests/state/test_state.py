@@ -20,11 +20,11 @@ from support.stores import db_names, make_config, needs_pg
 
 from bootserver.errors import UnavailableError
 from bootserver.signing import Signer
-from bootserver.state import StateStore, StateStoreError
+from bootserver.state import StateStore, StateStoreError, repeat_key
 from bootserver.state import postgresql as pgstate
 from bootserver.state.backends import open_store
 from bootserver.state.batches import Batches
-from bootserver.timeline import Record
+from bootserver.timeline import Record, boot_started
 
 
 @pytest.fixture
@@ -164,6 +164,36 @@ async def test_a_write_behind_repeat_counts_into_the_row_it_repeated(stores: lis
     assert [(e.event, e.count, e.last_at) for e in await b.events("master-0")] == [
         ("script", 2, 2.0), ("kernel-requested", 1, 3.0)]
     assert (await b.node("master-0")).stage == "kernel"
+
+
+async def test_a_repeat_is_counted_into_its_queued_record_only_by_an_equal_key(stores: list[StateStore]) -> None:
+    """What a script request counts without making a record (issue 43): one more into the node's
+    write-behind record queued for an equal key, never an older one, never across a write-through event."""
+    a, b = stores
+    await a.record(rec("master-0", "script", 1.0, "10.0.0.5"))
+    current = await a.current("master-0")
+    key = repeat_key(current, "master-0", "script", "10.0.0.5", None, "install", True)
+    assert not a.count_again(key, 2.0)  # nothing queued behind yet
+    assert await a.record(rec("master-0", "script", 2.0, "10.0.0.5"), current) == "ipxe"  # behind
+    assert not a.count_again(repeat_key(current, "master-0", "script", "10.0.0.6", None, "install", True), 3.0)
+    assert not a.count_again(key, 1.5)  # older than the last one counted
+    assert a.count_again(key, 3.0) and a.count_again(key, 4.0)
+    await a.record(rec("master-0", "kernel-requested", 5.0, "10.0.0.5"))  # write-through: the repeats end
+    assert not a.count_again(key, 6.0)
+    await a.flush()
+    assert [(e.event, e.count, e.last_at) for e in await b.events("master-0")] == [
+        ("script", 4, 4.0), ("kernel-requested", 1, 5.0)]
+
+
+async def test_a_boot_starts_at_its_first_script_as_each_store_reads_it(stores: list[StateStore]) -> None:
+    """What the boot-duration metric measures from (sqlite reads only the latest boot's rows, issue 40)."""
+    a, b = stores
+    assert await b.boot_started("master-0") is None
+    for at, event in [(1.0, "script"), (2.0, "stub"), (3.0, "checkin"),  # an earlier boot
+                      (10.0, "script"), (11.0, "kernel-failed"), (12.0, "script"), (13.0, "stub"), (14.0, "config")]:
+        await a.record(rec("master-0", event, at, "10.0.0.5"))
+    assert await b.boot_started("master-0") == 10.0
+    assert boot_started(await b.events("master-0")) == 10.0
 
 
 async def test_device_records_are_shared_and_read_with_the_node_row(stores: list[StateStore]) -> None:
