@@ -36,8 +36,10 @@ class LinkRefused(OSError):
 
 
 def _parts(rel: PurePath | str) -> tuple[str, ...]:
-    parts = tuple(p for p in PurePath(rel).parts if p not in ("", "."))
-    if any(p in ("..", "/") for p in parts):
+    # split as text: pathlib's parsing was most of a file's opening (two per artifact answer, issue 40)
+    text = os.fspath(rel)
+    parts = tuple(p for p in text.split("/") if p not in ("", "."))
+    if text.startswith("/") or ".." in parts:
         raise ValueError(f"not a plain relative path: {rel}")
     return parts
 
@@ -59,14 +61,16 @@ def open_dir(root: Path, rel: PurePath | str = ".", *, create: bool = False, mod
     Raises :class:`LinkRefused` for a link on the way, ``FileNotFoundError`` for a missing folder (without
     ``create``), ``NotADirectoryError`` for a file on the way, other ``OSError`` as the system does; the
     caller closes the descriptor."""
-    root = Path(root)
-    parts = _parts(rel)
+    return _open_dir(Path(root), _parts(rel), create, mode)
+
+
+def _open_dir(root: Path, parts: tuple[str, ...], create: bool, mode: int) -> int:
+    """:func:`open_dir` of the folder ``root/parts...`` (``parts`` already checked by :func:`_parts`)."""
     if create:
         root.mkdir(parents=True, exist_ok=True, mode=mode)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for i, part in enumerate(parts):
-            path = root.joinpath(*parts[:i + 1])
             try:
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
@@ -77,10 +81,10 @@ def open_dir(root: Path, rel: PurePath | str = ".", *, create: bool = False, mod
                 try:
                     child = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except OSError as e:
-                    _refuse_link(fd, part, path, e)
+                    _refuse_link(fd, part, root.joinpath(*parts[:i + 1]), e)
                     raise
             except OSError as e:
-                _refuse_link(fd, part, path, e)
+                _refuse_link(fd, part, root.joinpath(*parts[:i + 1]), e)
                 raise
             os.close(fd)
             fd = child
@@ -101,13 +105,13 @@ def open_file(root: Path, rel: PurePath | str, flags: int = os.O_RDONLY, mode: i
     parts = _parts(rel)
     if not parts:
         raise ValueError(f"no file name in {rel}")
-    path = Path(root).joinpath(*parts)
-    dir_fd = open_dir(root, PurePath(*parts[:-1]) if len(parts) > 1 else ".", create=create_dirs)
+    root = Path(root)
+    dir_fd = _open_dir(root, parts[:-1], create_dirs, 0o755)
     try:
         try:
             fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
         except OSError as e:
-            _refuse_link(dir_fd, parts[-1], path, e)
+            _refuse_link(dir_fd, parts[-1], root.joinpath(*parts), e)
             raise
     finally:
         os.close(dir_fd)
@@ -116,8 +120,8 @@ def open_file(root: Path, rel: PurePath | str, flags: int = os.O_RDONLY, mode: i
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             if stat.S_ISDIR(st.st_mode):
-                raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
+                raise IsADirectoryError(errno.EISDIR, "is a folder", str(root.joinpath(*parts)))
+            raise OSError(errno.EINVAL, "not a regular file", str(root.joinpath(*parts)))
     return fd
 
 

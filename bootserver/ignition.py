@@ -126,6 +126,7 @@ def stub_versions(maximum: str, versions: tuple[str, ...]) -> list[str]:
             if (k := _version_key(v)) is not None and low is not None and top is not None and low <= k <= top]
 
 
+@functools.lru_cache(maxsize=256)  # per stub request, the same few Accept headers (77 us of a cold boot, issue 40)
 def negotiate_version(accept: str | None, maximum: str, versions: tuple[str, ...]) -> str:
     """The spec version to write a stub in for a client that sent ``accept`` (the ``Accept`` header,
     ``None`` when absent).

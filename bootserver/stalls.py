@@ -4,10 +4,11 @@
 A node *stalls* when it is still in a stage past its limit (:func:`bootserver.fleet.stall_deadlines`
 over ``timeline.stall_after``; a node's final stage never stalls). The watch (:meth:`StallWatch.run`) is
 a task of ``serve`` that reads every configured node from the state store when the next deadline comes,
-when an event was recorded (:meth:`StallWatch.recorded`, at most one read per
-:data:`STALL_READ_MIN` seconds) and at least every :data:`STALL_READ_MAX` seconds, and logs each stall
-once. One process per machine runs it (the lock ``state_dir``/:data:`STALL_LOCK`), so ``serve
---workers N`` logs a stall once, not N times.
+when an event was recorded (:meth:`StallWatch.recorded`: after the shortest stage limit, which is
+the soonest a stage entered then can stall, and at most one read per :data:`STALL_READ_MIN` seconds)
+and at least every :data:`STALL_READ_MAX` seconds, and logs each stall once. One process per machine
+runs it (the lock ``state_dir``/:data:`STALL_LOCK`), so ``serve --workers N`` logs a stall once, not N
+times.
 """
 
 from __future__ import annotations
@@ -106,8 +107,8 @@ class StallWatch:
 
     async def run(self, wake: asyncio.Event) -> None:
         """Log each node that becomes stalled once (:meth:`stalls`), until cancelled: reads every
-        configured node when the next stall deadline comes, when ``wake`` is set (an event was
-        recorded; at most once per :data:`STALL_READ_MIN` seconds), and at least every
+        configured node when the next stall deadline comes, the shortest stage limit after ``wake`` is
+        set (an event was recorded; at most once per :data:`STALL_READ_MIN` seconds), and at least every
         :data:`STALL_READ_MAX` seconds. A state store that cannot answer is tried again at the next read."""
         while True:
             wake.clear()
@@ -124,8 +125,11 @@ class StallWatch:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, until - time.time())):  # (wait_for may eat a cancel)
                     await wake.wait()
-            # woken by an event: not more often than once per STALL_READ_MIN
-            await asyncio.sleep(max(0.0, min(until, read_at + STALL_READ_MIN) - time.time()))
+            # Woken by an event: a stage entered from now on stalls no sooner than the shortest limit
+            # from now, so the read waits that long (not more often than once per STALL_READ_MIN);
+            # a storm's events do not make it read the whole fleet every second (issue 40).
+            soonest = time.time() + min(self.config.timeline.stall_limits.values(), default=STALL_READ_MAX)
+            await asyncio.sleep(max(0.0, min(until, max(read_at + STALL_READ_MIN, soonest)) - time.time()))
 
     def _take_lock(self) -> bool:
         """Whether this process holds ``state_dir``/:data:`STALL_LOCK` (taken now, kept until close)."""

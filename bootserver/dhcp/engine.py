@@ -112,7 +112,7 @@ def write_tftp_root(config: Config, files: Layout) -> None:
     chains the generic entry (:func:`~bootserver.dhcp.rules.menu_files`)."""
     arm64 = any(profile.arch == "aarch64" for profile in config.profiles.values())
     written = {p.name: p for p in write_loaders(files.tftp_root, config.cache_dir,
-                                                config.server.effective_base_url, need_arm64=arm64)}
+                                                config.server.base_url_for(4), need_arm64=arm64)}
     for name, source in menu_files(config).items():
         if source is None:
             write_atomic(files.tftp_root / name, menu_script(config).encode())
@@ -175,12 +175,14 @@ _TFTP_SENT = re.compile(r"^sent (?P<path>\S+) to (?P<ip>\S+)$")
 @dataclass(frozen=True)
 class Seen:
     """A first-mile event for the timeline: ``event`` (``dhcp`` or ``tftp``) of the machine with ``mac``,
-    from address ``ip`` (or ``None``), with ``detail``."""
+    from address ``ip`` (or ``None``), with ``detail``; ``at``: when dnsmasq logged it (unix seconds, the
+    ``at`` given to :meth:`FirstMile.feed`), or ``None``."""
 
     mac: str
     event: str
     ip: str | None
     detail: dict[str, Any]
+    at: float | None = None
 
 
 class FirstMile:
@@ -188,16 +190,18 @@ class FirstMile:
     gave it an address (``DHCPACK``, ``full`` mode) or a boot file (``PXE``, ``proxy`` mode) is a
     ``dhcp`` event, completed by the ``bootfile name`` line of the same transaction (:meth:`feed`
     returns it when the transaction's lines end: a line of another transaction, or :meth:`flush`);
-    a TFTP transfer sent in full to an address a machine was answered at is a ``tftp`` event. Pure:
-    no clock, no I/O."""
+    a TFTP transfer sent in full to an address a machine was answered at is a ``tftp`` event. Each
+    event carries the time of the line that made it (the answer, not the end of its transaction: a
+    UEFI HTTP Boot client asks for its loader within milliseconds). Pure: no clock, no I/O."""
 
     def __init__(self, mode: str, known: dict[str, str] | None = None) -> None:
         self.mode = mode
         self._pending: dict[str, Seen] = {}
         self._by_ip: dict[str, str] = dict(known or {})
 
-    def feed(self, line: str) -> list[Seen]:
-        """Events completed by dnsmasq's log line ``line`` (as it writes it: ``dnsmasq-dhcp[PID]: ...``)."""
+    def feed(self, line: str, at: float | None = None) -> list[Seen]:
+        """Events completed by dnsmasq's log line ``line`` (as it writes it: ``dnsmasq-dhcp[PID]: ...``),
+        read at ``at`` (unix seconds, or ``None``)."""
         match = _LINE.match(line)
         if match is None:
             return []
@@ -206,7 +210,7 @@ class FirstMile:
             done = self.flush()
             sent = _TFTP_SENT.match(msg)
             if sent and (mac := self._by_ip.get(sent.group("ip"))) is not None:
-                done.append(Seen(mac, "tftp", sent.group("ip"), {"file": os.path.basename(sent.group("path"))}))
+                done.append(Seen(mac, "tftp", sent.group("ip"), {"file": os.path.basename(sent.group("path"))}, at))
             return done
         if prog != "dnsmasq-dhcp":
             return []
@@ -231,7 +235,7 @@ class FirstMile:
                     self._by_ip[ip] = mac
                 if answer.group("what") == "PXE" and words and words[-1] not in (mac, ip, "proxy"):
                     detail["file"] = words[-1]
-                seen = Seen(mac, "dhcp", ip, detail)
+                seen = Seen(mac, "dhcp", ip, detail, at)
                 if answer.group("xid"):
                     self._pending[answer.group("xid")] = seen
                 else:
@@ -362,7 +366,7 @@ class Engine:
                 continue
             profile = self.config.node_profile(node)
             try:
-                await self.store.record(Record(node, s.event, profile.mode, time.time(), s.ip, s.detail,
+                await self.store.record(Record(node, s.event, profile.mode, s.at or time.time(), s.ip, s.detail,
                                                real_config=profile.ignition is not None))
             except (StateStoreError, OSError) as e:
                 log.warning("node %s: %s not recorded on the timeline: %s", node, s.event, e)
@@ -382,7 +386,7 @@ class Engine:
                 return
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self._relay(line)
-            await self._record(self.first_mile.feed(line))
+            await self._record(self.first_mile.feed(line, time.time()))
 
     async def stop(self) -> None:
         """Stop dnsmasq: SIGTERM, then SIGKILL after :data:`STOP_TIMEOUT` seconds."""
@@ -499,7 +503,7 @@ def print_config(config: Config, what: str) -> str:
         raise ConfigError(config.source, "dhcp.interface", f"{config.dhcp.interface} is not on this machine "
                           "(or has no IPv4 address) and no reservation tells the subnet to answer on")
     if what == "kea":
-        host = config.server.effective_base_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
+        host = config.server.base_url_for(4).split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
         next_server = host if _IPV4.match(host) else (str(found.ipv4.ip) if found and found.ipv4 else None)
         return kea_text(config, subnet, taken, next_server)
     return conf_text(config, subnet, None, taken)

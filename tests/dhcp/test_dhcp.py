@@ -294,6 +294,20 @@ def test_the_first_mile_from_dnsmasqs_log() -> None:
         ("dhcp", {"mode": "proxy", "address": "192.0.2.57", "file": "undionly"})]
 
 
+def test_a_first_mile_event_has_the_time_of_its_answer_not_of_its_transactions_end() -> None:
+    """A UEFI HTTP Boot client fetches its loader and script within milliseconds of the answer, before the
+    transaction's lines end (:meth:`FirstMile.flush` after a quiet spell): its ``dhcp`` still comes first."""
+    mile = FirstMile("full")
+    assert mile.feed("dnsmasq-dhcp[7]: 8 DHCPACK(br0) 192.0.2.117 52:54:00:e2:e0:b1 arm", at=100.0) == []
+    assert mile.feed("dnsmasq-dhcp[7]: 8 sent size: 43 option: 67 bootfile-name  "
+                     "http://192.0.2.1:8080/loaders/grubaa64.efi", at=100.001) == []
+    assert [(s.event, s.at, s.detail["file"]) for s in mile.flush()] == [
+        ("dhcp", 100.0, "http://192.0.2.1:8080/loaders/grubaa64.efi")]
+    mile.feed("dnsmasq-dhcp[7]: 9 DHCPACK(br0) 192.0.2.10 52:54:00:00:00:10 m0", at=200.0)
+    assert [(s.event, s.at) for s in mile.feed("dnsmasq-tftp[7]: sent /t/ipxe.efi to 192.0.2.10", at=201.5)] == [
+        ("dhcp", 200.0), ("tftp", 201.5)]
+
+
 def test_a_refusal_names_the_key(tmp_path: Path) -> None:
     config = load(fleet({}), tmp_path)
     err = refusal(config, "dnsmasq: unknown interface br9")

@@ -96,9 +96,10 @@ class NetStack:
 
 
 def write_config(source: Path, folder: Path, dhcp: dict[str, Any] | None, nodes: dict[str, Any],
-                 server: dict[str, Any] | None = None) -> Path:
+                 server: dict[str, Any] | None = None, top: dict[str, Any] | None = None) -> Path:
     """The stack's config beside the e2e source's (its cache, stream and real config), with ``state_dir``
-    and the included ``nodes.d/`` in ``folder``; returns its path."""
+    and the included ``nodes.d/`` in ``folder``; ``top``: top-level keys that replace the stack's (e.g.
+    ``streams`` and ``profiles`` of another architecture); returns its path."""
     path = write_stack_config(source, f"{folder.name}.yaml", port=PORT, base_url=BASE_URL,
                               state_dir=folder / "state")
     doc = yaml.safe_load(path.read_text())
@@ -109,19 +110,22 @@ def write_config(source: Path, folder: Path, dhcp: dict[str, Any] | None, nodes:
     (folder / "nodes.d").mkdir(exist_ok=True)
     if dhcp is not None:
         doc["dhcp"] = dhcp
+    doc.update(top or {})
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
 @contextlib.contextmanager
 def stack(net: TestNetwork, source: tuple[Path, dict[str, bytes], dict], dhcp: dict[str, Any] | None,
-          nodes: dict[str, Any], server: dict[str, Any] | None = None, engine: bool = True) -> Iterator[NetStack]:
+          nodes: dict[str, Any], server: dict[str, Any] | None = None, engine: bool = True,
+          top: dict[str, Any] | None = None) -> Iterator[NetStack]:
     """``serve`` and ``bootserver dhcp`` for ``dhcp`` and ``nodes`` inside ``net`` (see the module
     docstring); both stopped at the end. ``engine=False``: the ``dhcp:`` mapping without ``bootserver
     dhcp`` (another DHCP server runs from ``--print``). ``source`` is ``conftest.e2e_source`` (its cache is shared;
-    each stack has its own folder there, with its state and logs)."""
+    each stack has its own folder there, with its state and logs), or a folder of the same shape whose
+    ``streams`` and ``profiles`` ``top`` names (:func:`write_config`)."""
     folder = Path(tempfile.mkdtemp(dir=source[0], prefix="net-"))
-    config = write_config(source[0], folder, dhcp, nodes, server)
+    config = write_config(source[0], folder, dhcp, nodes, server, top)
     serve_log, dhcp_log = folder / "serve.log", folder / "dhcp.log"
     serve = net.start([*bootserver_command(), "serve", "--config", str(config)], log=serve_log)
     end = time.monotonic() + 30

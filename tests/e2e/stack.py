@@ -173,6 +173,16 @@ def stream_metadata(upstream_url: str, artifacts: dict[str, bytes], release: str
     }
 
 
+
+def serve_release(upstream: rig.StaticServer, artifacts: dict[str, bytes], arch: str = "x86_64") -> dict:
+    """Put ``artifacts`` (kind -> bytes) on ``upstream`` at the places :func:`stream_metadata` names for
+    ``arch``, and return that metadata document."""
+    doc = stream_metadata(upstream.url(""), artifacts, arch=arch)
+    for kind, art in doc["architectures"][arch]["artifacts"]["metal"]["formats"]["pxe"].items():
+        upstream.routes[art["location"].removeprefix(upstream.url(""))] = artifacts[kind]
+    return doc
+
+
 def write_stack_config(work: Path, name: str, port: int, base_url: str, state_dir: Path | None = None) -> Path:
     """Write a bootserver config in ``work`` (shared cache, metadata from ``stream.json``) and return it.
 

@@ -28,7 +28,7 @@ from support.helpers import free_port
 from support.server import serving
 
 from . import rig
-from .stack import REAL_IGNITION, bootserver_command, in_ci, run_bootserver, stream_metadata
+from .stack import REAL_IGNITION, bootserver_command, in_ci, run_bootserver, serve_release
 
 pytestmark = pytest.mark.e2e
 
@@ -73,9 +73,7 @@ def arm64_stack(arm64: rig.Arm64Tools, tmp_path_factory: pytest.TempPathFactory)
                  "rootfs": os.urandom(1 << 20)}
     port = free_port()
     with rig.StaticServer({}) as upstream:
-        doc = stream_metadata(upstream.url(""), artifacts, arch="aarch64")
-        for kind, art in doc["architectures"]["aarch64"]["artifacts"]["metal"]["formats"]["pxe"].items():
-            upstream.routes[art["location"].removeprefix(upstream.url(""))] = artifacts[kind]
+        doc = serve_release(upstream, artifacts, arch="aarch64")
         (work / "stream.json").write_text(json.dumps(doc))
         (work / "real.ign").write_text(json.dumps(REAL_IGNITION))
         config = work / "bootserver.yaml"
@@ -124,6 +122,8 @@ def test_arm64_guest_boots_through_the_servers_grub_to_its_kernel_with_its_kargs
     assert result.cmdline == " ".join([f"BOOT_IMAGE={kernel}", *kargs]), (result.cmdline, kargs)
     assert "console=ttyAMA0,115200" in kargs and "e2e.arm64=yes" in kargs
     assert "ignition.platform.id=metal" in kargs
+    # GRUB hands the EFI stub its initramfs: no iPXE initrd=main, so no stub error on the console
+    assert "initrd=main" not in kargs and "EFI stub: ERROR" not in result.log, result.tail(60)
     assert kernel.startswith(f"(http,{rig.GUEST_HOST}:{port})/artifacts/fcos-arm/aarch64/")
     assert result.rootfs_sha256 == hashlib.sha256(artifacts["rootfs"]).hexdigest()
     # the node timeline saw the GRUB boot as it sees an iPXE one: script, kernel, initramfs, rootfs

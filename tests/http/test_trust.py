@@ -18,6 +18,8 @@ from support.ranges import ranges
 from support.server import ServerProcess
 from support.trust import trust_config
 
+from bootserver.files import open_file, read_file
+
 #: How every line of the text log starts (logs.TextFormatter): a forged line would not have to.
 LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+(\[\d+\])?: ")
 
@@ -412,3 +414,14 @@ async def test_prune_never_walks_into_a_link(boot_setup, tmp_path: Path) -> None
     assert (victim / "x86_64" / "1.0" / "precious").read_text() == "keep me"
     assert "cache_dir: artifacts/old-stream is a link; refused" in err
     assert "cache_dir: artifacts/rhcos-4.16/x86_64/0.9 is a link; refused" in err
+
+
+def test_a_file_below_a_root_is_named_by_a_plain_relative_path(tmp_path: Path) -> None:
+    """What every opening below ``cache_dir`` and ``state_dir`` accepts (split as text since issue 40):
+    empty and ``.`` parts are skipped; an absolute path or a ``..`` anywhere is refused before any open."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f").write_bytes(b"x")
+    assert read_file(tmp_path, "a//./b/f") == b"x"
+    for bad in ("/etc/passwd", "a/../../x", "..", "a/b/.."):
+        with pytest.raises(ValueError, match="not a plain relative path"):
+            open_file(tmp_path, bad)
