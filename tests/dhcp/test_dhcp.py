@@ -72,6 +72,14 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     ({"interface": "eth0; reboot"}, "dhcp.interface: not a network interface name"),
     ({"interface": "lo", "colour": "blue"}, "dhcp.colour: unknown key"),
     ({"interface": "lo", "ipv6": True}, "dhcp: ipv6: only with mode: full"),
+    ({"interface": "lo", "mode": "full", "range6": "2001:db8::100-2001:db8::1ff"},
+     "dhcp: range6: only with ipv6: true (the DHCPv6 pool)"),
+    ({"interface": "lo", "mode": "full", "ipv6": True, "range6": "2001:db8::100-2001:db9::1ff"},
+     "dhcp.range6: 2001:db8::100 and 2001:db9::1ff are not in one /64"),
+    ({"interface": "lo", "mode": "full", "ipv6": True, "range6": "2001:db8::1ff-2001:db8::100"},
+     "dhcp.range6: the pool ends (2001:db8::100) before it starts (2001:db8::1ff)"),
+    ({"interface": "lo", "mode": "full", "ipv6": True, "range6": "192.0.2.1-192.0.2.9"},
+     "dhcp.range6: not two IPv6 addresses"),
 ])
 def test_bad_dhcp_keys_are_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    dhcp: dict[str, Any], message: str) -> None:
@@ -96,6 +104,10 @@ def test_bad_dhcp_keys_are_one_line_naming_the_key(tmp_path: Path, capsys: pytes
                               "network": static("52:54:00:00:00:02", "127.0.0.9/8")}},
      "nodes.b.network: address 127.0.0.9 is also node a's"),
     ({"interface": "bsnone0"}, None, "dhcp.interface: no interface bsnone0 on this machine"),
+    ({"mode": "full", "ipv6": True, "range6": "2001:db8::1-2001:db8::ff"},
+     {"a": {"profile": "master", "mac": "52:54:00:00:00:01",
+            "network": static("52:54:00:00:00:01", "127.0.0.9/8", ipv6="2001:db8::51/64")}},
+     "dhcp.range6: 2001:db8::1-2001:db8::ff holds node a's reserved address 2001:db8::51"),
 ])
 def test_check_config_refuses_what_dhcp_cannot_hand_out(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                         dhcp: dict[str, Any], nodes: dict[str, Any] | None,
@@ -195,6 +207,23 @@ def test_print_dnsmasq_full_mode(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert (rc, err) == (0, "")
     assert out == DNSMASQ_FULL.format(path=path)
     assert not (tmp_path / "state" / "dhcp").exists()  # --print starts and writes nothing
+
+
+def test_a_dhcpv6_pool_for_the_nodes_without_a_static_ipv6_address(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(fleet({"mode": "full", "ipv6": True, "range6": "2001:db8::100-2001:db8::1ff"}), tmp_path)
+    rc, out, err = run(capsys, "dhcp", "--print", "--config", str(path))
+    assert (rc, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[lines.index("enable-ra") + 1:][:2] == ["dhcp-range=::,constructor:lo,static,64,3600",
+                                                        "dhcp-range=2001:db8::100,2001:db8::1ff,64,3600"]
+    dnsmasq = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
+    if not Path(dnsmasq).exists():
+        pytest.skip("dnsmasq is not installed (Debian: dnsmasq-base)")
+    (tmp_path / "dnsmasq.conf").write_text(out)
+    check = subprocess.run([dnsmasq, "--test", "-C", str(tmp_path / "dnsmasq.conf")], capture_output=True, text=True,
+                           timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_print_dnsmasq_proxy_mode_answers_known_machines_only_without_discovery(
