@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import markdown_table
+from _common import REFERENCE, markdown_table
 
 from bootserver.signing import Keyring, Signer
 
@@ -101,8 +101,6 @@ def _cold_boot_parts(n: int) -> list[tuple[str, str]]:
     before), the artifact attribution on a timeline whose 10,000 scripts went to one address (the storm
     benchmark's case), a real config's path resolved (per stub and config request before), the stub's
     ``Accept`` negotiated, and a client's address family parsed (per script request, remembered now)."""
-    import time
-
     from bootserver.artifacts.cache import ArtifactCache
     from bootserver.config import IGNITION_VERSIONS
     from bootserver.ignition import negotiate_version
@@ -153,6 +151,44 @@ def _cold_boot_parts(n: int) -> list[tuple[str, str]]:
     return rows
 
 
+async def _first_renders(nodes: int) -> list[tuple[str, str]]:
+    """A node's first boot script and stub (what a cold boot renders once per node): ``BootService``'s
+    render of each of ``nodes`` fresh nodes of one install profile (RHCOS 4.16 metadata from
+    ``tests/data`` as a local file, a real config), CPU us per node."""
+    import shutil
+
+    from bootserver.config import parse_config
+    from bootserver.runtime import Runtime
+    from bootserver.service import BootService
+
+    with tempfile.TemporaryDirectory(prefix="bootserver-bench-parts-") as d:
+        root = Path(d)
+        shutil.copy(REFERENCE / "rhcos-stream-4.16.json", root / "stream.json")
+        shutil.copy(REFERENCE / "openshift-pointer-master.ign.json", root / "master.ign")
+        names = [f"n{i:05d}" for i in range(nodes + 1)]
+        config = parse_config({
+            "server": {"base_url": "http://127.0.0.1:8080"}, "cache_dir": "cache", "state_dir": "state",
+            "streams": {"rhcos": {"metadata": str(root / "stream.json")}},
+            "profiles": {"p": {"stream": "rhcos", "install_dev": "/dev/sda", "ignition": "master.ign"}},
+            "nodes": {n: {"profile": "p"} for n in names}}, "parts.yaml", root)
+        svc = BootService(config, Runtime(config))
+        await svc.runtime.start()
+        try:
+            await svc.script(names[0])  # the metadata loaded, the keys made
+            t = time.process_time()
+            for n in names[1:]:
+                await svc.script(svc.node(n))
+            script = (time.process_time() - t) / nodes * 1e6
+            t = time.process_time()
+            for n in names[1:]:
+                await svc.stub(svc.node(n))
+            stub = (time.process_time() - t) / nodes * 1e6
+        finally:
+            await svc.runtime.close()
+    return [(f"a node's first boot script (`BootService.script`, {nodes} fresh nodes)", f"{script:.2f}"),
+            (f"a node's first stub (`BootService.stub`, {nodes} fresh nodes)", f"{stub:.2f}")]
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=100_000, help="calls per part (default 100000)")
@@ -189,6 +225,7 @@ async def main() -> None:
     rows += _metadata_look(n)
     rows += await _answer_headers(n)
     rows += _cold_boot_parts(n)
+    rows += await _first_renders(1000)
     print(f"## Parts of a script request, each alone ({n} calls, CPU us per call)\n")
     print(markdown_table(["part", "us"], rows))
 
