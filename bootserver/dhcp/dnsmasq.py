@@ -157,7 +157,8 @@ def range_lines(config: Config, subnet: ipaddress.IPv4Network | None) -> list[st
     """``dhcp-range`` (and the pool's options) for the mode: ``proxy`` on the subnet; ``full`` with the
     pool ``dhcp.range``, or ``static`` (only reserved machines get an address); ``router`` and ``dns``
     given or explicitly empty (dnsmasq would otherwise name itself), ``domain``; with ``ipv6`` router
-    advertisements and stateful DHCPv6 on the interface's prefix (``constructor:``), reserved addresses only."""
+    advertisements and stateful DHCPv6 on the interface's prefix (``constructor:``): reserved addresses,
+    and the pool ``dhcp.range6`` when given."""
     dhcp = config.dhcp
     assert dhcp is not None
     network = subnet.network_address if subnet is not None else "0.0.0.0"
@@ -174,6 +175,8 @@ def range_lines(config: Config, subnet: ipaddress.IPv4Network | None) -> list[st
         lines.append(f"dhcp-option=option:domain-name,{dhcp.domain}")
     if dhcp.ipv6:
         lines += ["enable-ra", f"dhcp-range=::,constructor:{dhcp.interface},static,64,{dhcp.lease_time}"]
+        if dhcp.range6 is not None:
+            lines.append(f"dhcp-range={dhcp.range6[0]},{dhcp.range6[1]},64,{dhcp.lease_time}")
         lines += http6_lines(config)
     return lines
 

@@ -133,8 +133,8 @@ def _lab(tools: rig.Tools, guest_initramfs: Path, work: Path, dhcp: dict, node: 
             procs.append(lab.run(*bootserver_command(), "serve", "--config", str(config), stdout=out,
                                  stderr=subprocess.STDOUT))
         with open(lab.dhcp_log, "wb") as out:
-            procs.append(lab.run(*bootserver_command(), "dhcp", "--config", str(config), stdout=out,
-                                 stderr=subprocess.STDOUT))
+            procs.append(lab.run(*bootserver_command(), "dhcp", "--config", str(config), "--log-level", "debug",
+                                 stdout=out, stderr=subprocess.STDOUT))
         _wait_for("bootserver serve", lambda: "listening on" in lab.serve_log.read_text(), lab.serve_log)
         _wait_for("bootserver dhcp", lambda: "answers on br0" in lab.dhcp_log.read_text(), lab.dhcp_log)
         yield lab
@@ -227,3 +227,9 @@ def test_ovmf_http_boots_over_ipv6_to_the_node_script_and_kernel(tools: rig.Tool
     shown = run_bootserver("nodes", "show", NODE, "--config", str(lab.config), timeout=60).stdout
     script = [line for line in shown.splitlines() if " script " in line]
     assert script and "via=ipxe" in script[0] and "ip=IPv6" in script[0], shown
+    # and the first mile over DHCPv6: the firmware's answer (the loader's URL), then iPXE's (the generic entry)
+    dhcp = [line for line in shown.splitlines() if " dhcp " in line]
+    assert [line.split()[3:] for line in dhcp[:2]] == [
+        ["2001:db8::51", "address=2001:db8::51", f"file=http://[{V6}]:{PORT}/loaders/ipxe.efi", "mode=full"],
+        ["2001:db8::51", "address=2001:db8::51", f"file=http://[{V6}]:{PORT}/boot.ipxe?mac=${{net0/mac}}",
+         "mode=full"]], shown

@@ -7,7 +7,15 @@ sushy-tools 2.2's emulator takes such a ``PATCH`` by downloading ``HttpBootUri``
 ``UefiHttp`` with a URI), then asks its systems driver to keep the URI, which its fake driver (the one that
 runs without libvirt) does not implement: it answers ``400``. So the test sees the request arrive as a real
 BMC would act on it (the image fetched from the server with its signature) and the BMC's refusal as one
-line naming the request, with no power action after it."""
+line naming the request, with no power action after it.
+
+Why no emulator reads back ``UefiHttp`` (checked with sushy-tools 2.2.0, the newest on PyPI, and its main
+branch of 2026-03): for ``UefiHttp`` with a URI the emulator's ``PATCH`` handler tells its driver to boot
+the downloaded image as a CD (target ``Cd``), so ``BootSourceOverrideTarget`` never reads back ``UefiHttp``;
+of its systems drivers only the libvirt one stores ``HttpBootUri`` (the fake, nova and ironic drivers raise
+"not implemented"), and it first uploads the image into a libvirt storage pool
+(``virStorageVolUpload``), which libvirt's in-process ``test:///`` driver does not implement: it needs a
+real libvirtd with its storage and QEMU drivers."""
 
 from __future__ import annotations
 
