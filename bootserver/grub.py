@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import jinja2
 
 from . import __version__
@@ -79,7 +81,8 @@ def _template(name: str) -> jinja2.Template:
 
 def render_grub_config(ctx: ScriptContext) -> str:
     """Render ``templates/boot.grub.j2``: the node's boot script in GRUB's form, for the boot image's
-    UEFI boot: ``linux`` with the same kernel and the same kargs (each one quoted word), ``initrd``,
+    UEFI boot: ``linux`` with the same kernel and the same kargs (each one quoted word; ``initrd=main``
+    left out, :func:`grub_kargs`), ``initrd``,
     ``boot``, three attempts, then ``exit`` to the next boot device.
 
     GRUB puts ``BOOT_IMAGE=<kernel file>`` first on the kernel's command line (GRUB 2.06
@@ -88,16 +91,26 @@ def render_grub_config(ctx: ScriptContext) -> str:
     when the command line does not fit, and :class:`~bootserver.ipxe.UnsafeValueError` for a value
     GRUB or iPXE would not read literally.
     """
-    for word in (ctx.node, ctx.profile, ctx.stream, ctx.release, ctx.arch, ctx.mode, *ctx.kargs):
+    kargs = grub_kargs(ctx.kargs)
+    for word in (ctx.node, ctx.profile, ctx.stream, ctx.release, ctx.arch, ctx.mode, *kargs):
         check_script_word(word)
     kernel, initramfs = grub_path(ctx.kernel_url), grub_path(ctx.initramfs_url)
-    size = len(f"BOOT_IMAGE={kernel} {' '.join(ctx.kargs)}".encode()) + 1
+    size = len(f"BOOT_IMAGE={kernel} {' '.join(kargs)}".encode()) + 1
     limit = COMMAND_LINE_SIZE.get(ctx.arch, 2048)
     if size > limit:
         raise CommandLineTooLong(f"node {ctx.node}: the kernel command line under GRUB needs {size} bytes "
                                  f"(BOOT_IMAGE= included), more than the {limit} of {ctx.arch}; shorten the "
                                  "profile's kargs, the network, or the URLs")
-    return _template("boot.grub.j2").render(ctx=ctx, kernel=kernel, initramfs=initramfs, version=__version__)
+    return _template("boot.grub.j2").render(ctx=ctx, kargs=kargs, kernel=kernel, initramfs=initramfs,
+                                            version=__version__)
+
+
+def grub_kargs(kargs: Sequence[str]) -> tuple[str, ...]:
+    """The node's kargs as GRUB's ``linux`` gets them: the same words without ``initrd=main``. That word
+    names iPXE's ``initrd --name main`` for the kernel's EFI stub (domain rule 3); GRUB hands the stub
+    its initrd itself, and an arm64 stub that finds ``initrd=`` with no such file prints ``EFI stub:
+    ERROR: Failed to handle fs_proto`` on the console (Debian's GRUB 2.06 and kernel 6.1, AAVMF)."""
+    return tuple(k for k in kargs if k != "initrd=main")
 
 
 def render_grub_localboot(node: str, stage: str) -> str:

@@ -223,10 +223,11 @@ class Urls:
         return self._signed(self.base, node, ISO.path(node=node), ttl)
 
     def artifact_base(self, node: str) -> str:
-        """Base URL for a node's artifacts: its facility's ``base_url`` when set, else ours."""
+        """Base URL for a node's artifacts: its facility's ``base_url`` of this address family when set
+        (:meth:`~bootserver.config.schema.FacilityConfig.base_url_for`), else ours."""
         facility = self.config.nodes[node].facility
         if facility is not None:
-            fb = self.config.facilities[facility].base_url
+            fb = self.config.facilities[facility].base_url_for(self.family)
             if fb:
                 return fb
         return self.base

@@ -41,9 +41,11 @@ __all__ = [
     "host_family",
     "normalize_mac",
     "null_as_empty",
+    "one_per_family",
     "parse_duration",
     "parse_networks",
     "split_listen",
+    "url_for_family",
 ]
 
 #: A name of a node, profile, stream or facility: starts with a letter or digit, then letters, digits,
@@ -235,6 +237,36 @@ def host_family(host: str) -> int | None:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return 4
     return address.version
+
+
+def one_per_family(urls: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """Check a list of base URLs (``server.base_url``, ``facilities.<name>.base_url``): at most one per
+    address family (:func:`host_family`: an IPv4 address, an IPv6 address, a host name). Returns
+    ``urls``; raises ``ValueError`` naming the two URLs of one family."""
+    families: dict[int | None, str] = {}
+    for url in urls or ():
+        family = host_family(urlsplit(url).hostname or "")
+        if family in families:
+            what = f"both IPv{family}" if family else "both host names (a name is either family)"
+            raise ValueError(f"one base URL per address family: {families[family]} and {url} are {what}")
+        families[family] = url
+    return urls
+
+
+def url_for_family(urls: tuple[str, ...], family: int | None) -> str:
+    """Of the non-empty base URLs ``urls`` (:func:`one_per_family`), the one a machine asking over address
+    family ``family`` (``4``, ``6``; ``None``: not known) is handed: the one whose host is an address of
+    that family, else the first whose host is a name (reachable over either), else the first."""
+    if family is None or len(urls) == 1:
+        return urls[0]
+    named = None
+    for url in urls:
+        have = host_family(urlsplit(url).hostname or "")
+        if have == family:
+            return url
+        if have is None and named is None:
+            named = url
+    return named or urls[0]
 
 
 def parse_networks(value: Any) -> Any:

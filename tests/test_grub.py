@@ -54,7 +54,9 @@ def test_the_grub_config_boots_the_same_kernel_initramfs_and_kargs_as_the_ipxe_s
     grub = render_grub_config(CTX)
     linux = next(line for line in grub.splitlines() if line.strip().startswith("if linux "))
     words = shlex.split(linux.strip().removeprefix("if ").removesuffix("; then"))
-    assert words == ["linux", "(http,boot.example.net:8080)/artifacts/s/x86_64/416.94.1/kernel?x=1", *CTX.kargs]
+    # the same kargs, less iPXE's initrd=main (GRUB's initrd hands the EFI stub its initramfs)
+    assert words == ["linux", "(http,boot.example.net:8080)/artifacts/s/x86_64/416.94.1/kernel?x=1", *CTX.kargs[1:]]
+    assert CTX.kargs[0] == "initrd=main" and "initrd=main" not in grub
     assert "    if initrd '(http,192.0.2.1:80)/artifacts/s/x86_64/416.94.1/initramfs.img'; then\n" in grub
     assert grub.rstrip().endswith("exit")  # three attempts, then the next boot device
     ipxe = render_boot_script(CTX)
@@ -63,7 +65,7 @@ def test_the_grub_config_boots_the_same_kernel_initramfs_and_kargs_as_the_ipxe_s
 
 def test_the_command_line_counts_grubs_boot_image_first() -> None:
     kernel = "(http,boot.example.net:8080)/artifacts/s/x86_64/416.94.1/kernel?x=1"
-    fixed = len(f"BOOT_IMAGE={kernel} {' '.join(CTX.kargs)}".encode()) + 1
+    fixed = len(f"BOOT_IMAGE={kernel} {' '.join(CTX.kargs[1:])}".encode()) + 1  # GRUB's linux: no initrd=main
     fits = replace(CTX, kargs=(*CTX.kargs, "x=" + "a" * (2048 - fixed - 3)))  # " x=..." fills 2048 exactly
     assert "x=aaa" in render_grub_config(fits)
     with pytest.raises(CommandLineTooLong) as e:
@@ -105,7 +107,8 @@ async def test_the_grub_config_is_the_node_boot_and_follows_boot_once(aiohttp_cl
     linux = next(line for line in grub.splitlines() if line.strip().startswith("if linux "))
     words = shlex.split(linux.strip().removeprefix("if ").removesuffix("; then"))
     path = kernel_url.removeprefix("http://boot.example.net:8080")
-    assert words == ["linux", f"(http,boot.example.net:8080){path}", *kargs]  # the same kernel and kargs
+    # the same kernel and kargs, less iPXE's initrd=main
+    assert words == ["linux", f"(http,boot.example.net:8080){path}", *(k for k in kargs if k != "initrd=main")]
     initrd = next(line for line in ipxe.splitlines() if line.startswith("initrd ")).split()[3]
     assert f"initrd '(http,boot.example.net:8080){initrd.removeprefix('http://boot.example.net:8080')}'" in grub
     assert "ip=192.0.2.10::192.0.2.1:24:master-0:nic0:none" in kargs

@@ -292,7 +292,7 @@ def test_reloads_under_load_lose_no_request_and_no_transfer(workers: int) -> Non
     every reload applied by every worker, the transfer complete with the right sha256 (the script exits
     1 otherwise)."""
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "reload_load.py"), "--workers", str(workers),
-                           "--reloads", "20", "--rootfs-mb", "64", "--duration", "40", "--connections", "8"],
+                           "--reloads", "20", "--rootfs-mb", "64", "--duration", "20", "--connections", "8"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert re.search(r"^\| failed script requests \(non-2xx \+ socket errors\) \| 0 \|$", proc.stdout, re.M)

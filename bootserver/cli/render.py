@@ -30,15 +30,17 @@ def render(args: argparse.Namespace, config: Config) -> int:
     if args.what != "ignition" and args.ignition_version is not None:
         raise InputError(f"render {args.what}: --version applies to render ignition only")
     name = node(config, args.node)
+    # what a machine asking from an address of that family gets (its base URL, its kargs); nothing recorded
+    client = {4: "0.0.0.0", 6: "::", None: None}[args.family]
 
     async def rendered() -> bytes:
         async with Runtime(config) as runtime:
             svc = BootService(config, runtime)
             if args.what == "ipxe":
-                return (await svc.script(name)).encode()
+                return (await svc.script(name, client=client)).encode()
             if args.what == "grub":
-                return (await svc.script(name, grub=True)).encode()
-            return await svc.stub(name, version=args.ignition_version)
+                return (await svc.script(name, grub=True, client=client)).encode()
+            return await svc.stub(name, version=args.ignition_version, client=client)
 
     sys.stdout.buffer.write(asyncio.run(rendered()))
     sys.stdout.flush()
@@ -105,6 +107,9 @@ def add_render(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--version", dest="ignition_version", metavar="X.Y.Z",
                    help="ignition: the stub in this Ignition spec version (3.1.0 up to the profile's "
                    "ignition_version, the default), as a client accepting at most X.Y.Z gets it")
+    p.add_argument("--family", type=int, choices=[4, 6],
+                   help="as a machine asking over IPv4 or IPv6 gets it: its URLs on that family's "
+                   "server.base_url, and over IPv6 a DHCP node's ip=dhcp6 (default: the first base URL)")
     p.set_defaults(func=render)
 
 

@@ -47,6 +47,27 @@ def _range(value: Any) -> Any:
     return (str(start), str(end))
 
 
+def _range6(value: Any) -> Any:
+    """``START-END`` (or a list of the two) into a tuple of two IPv6 addresses in one ``/64``, in order."""
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split("-")]
+    elif isinstance(value, list):
+        parts = value
+    else:
+        return value
+    if len(parts) != 2 or not all(isinstance(p, str) for p in parts):
+        raise ValueError(f"give the pool as START-END (e.g. 2001:db8::100-2001:db8::1ff), got {value!r}")
+    try:
+        start, end = (ipaddress.IPv6Address(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"not two IPv6 addresses: {value!r}") from None
+    if end < start:
+        raise ValueError(f"the pool ends ({end}) before it starts ({start})")
+    if ipaddress.IPv6Network(f"{start}/64", strict=False) != ipaddress.IPv6Network(f"{end}/64", strict=False):
+        raise ValueError(f"{start} and {end} are not in one /64 (the prefix DHCPv6 hands addresses of)")
+    return (str(start), str(end))
+
+
 class DhcpSettings(SettingsModel):
     """The top-level ``dhcp:`` mapping: the DHCP engine on the provisioning network.
 
@@ -57,7 +78,10 @@ class DhcpSettings(SettingsModel):
     (seconds or ``1h``; at least 120, dnsmasq's minimum), ``router`` (the default gateway handed to the
     pool; a node gets its own network's), ``dns`` (name servers of the pool), ``domain`` (the domain
     name option). ``ipv6``: router advertisements and DHCPv6 on the interface's IPv6 prefix too (in
-    ``full`` mode stateful, with a reservation for each node with a static IPv6 address).
+    ``full`` mode stateful, with a reservation for each node with a static IPv6 address); ``range6``
+    (``START-END`` of IPv6 addresses in one ``/64`` on the interface, ``ipv6`` only): a DHCPv6 pool for
+    the nodes without a static IPv6 address (``network: dhcp``, which boot with ``ip=dhcp6`` over IPv6)
+    and for machines that are not nodes; absent: only nodes with a static IPv6 address get one.
     """
 
     interface: str
@@ -68,6 +92,7 @@ class DhcpSettings(SettingsModel):
     dns: YamlList[IPv4] = ()
     domain: Hostname | None = None
     ipv6: bool = False
+    range6: Annotated[tuple[str, str] | None, BeforeValidator(_range6)] = None
 
     @field_validator("interface")
     @classmethod
@@ -79,10 +104,12 @@ class DhcpSettings(SettingsModel):
     @model_validator(mode="after")
     def _full_only(self) -> DhcpSettings:
         if self.mode == "proxy":  # ipv6 in proxy mode: the site's router and DHCPv6 server answer
-            for key in ("range", "router", "dns", "domain", "ipv6"):
+            for key in ("range", "router", "dns", "domain", "ipv6", "range6"):
                 if getattr(self, key):
                     raise ValueError(f"{key}: only with mode: full (in proxy mode the site's DHCP server hands "
                                      "out addresses and their options)")
+        if self.range6 is not None and not self.ipv6:
+            raise ValueError("range6: only with ipv6: true (the DHCPv6 pool)")
         return self
 
     @property

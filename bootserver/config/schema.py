@@ -34,11 +34,14 @@ from ..values import (
     HttpUrl,
     Name,
     Networks,
+    OneOrList,
     ScriptWord,
     SettingsModel,
     YamlList,
     normalize_mac,
     null_as_empty,
+    one_per_family,
+    url_for_family,
 )
 from .dhcp import DhcpSettings
 from .equinix_settings import MetalGlobal, MetalSettings
@@ -105,10 +108,23 @@ class StreamConfig(SettingsModel):
 
 
 class FacilityConfig(SettingsModel):
-    """``facilities.<name>``: the facility's own cache server and its upstream mirrors."""
+    """``facilities.<name>``: the facility's own cache server and its upstream mirrors. ``base_url``
+    takes one URL or a list, one per address family as ``server.base_url``: a node in the facility
+    fetches its artifacts from the one of the family it asked from (:meth:`base_url_for`)."""
 
-    base_url: HttpUrl | None = None
+    base_url: OneOrList[HttpUrl] | None = None
     mirrors: YamlList[HttpUrl] = ()
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_urls(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return one_per_family(value)
+
+    def base_url_for(self, family: int | None) -> str | None:
+        """The facility's base URL for a machine asking over address family ``family`` (``4``, ``6``,
+        ``None``: not known), chosen as ``server.base_url``'s (:func:`~bootserver.values.url_for_family`);
+        ``None`` without ``base_url``."""
+        return url_for_family(self.base_url, family) if self.base_url else None
 
 
 class Profile(SettingsModel):

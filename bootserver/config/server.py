@@ -22,9 +22,10 @@ from ..values import (
     OneOrList,
     SettingsModel,
     YamlList,
-    host_family,
     null_as_empty,
+    one_per_family,
     split_listen,
+    url_for_family,
 )
 
 
@@ -156,16 +157,7 @@ class ServerConfig(SettingsModel):
     @field_validator("base_url")
     @classmethod
     def _base_urls(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if value is None:
-            return None
-        families: dict[int | None, str] = {}
-        for url in value:
-            family = host_family(urlsplit(url).hostname or "")
-            if family in families:
-                what = f"both IPv{family}" if family else "both host names (a name is either family)"
-                raise ValueError(f"one base URL per address family: {families[family]} and {url} are {what}")
-            families[family] = url
-        return value
+        return one_per_family(value)
 
     @property
     def listens(self) -> tuple[tuple[str, int], ...]:
@@ -240,18 +232,8 @@ class ServerConfig(SettingsModel):
     def base_url_for(self, family: int | None) -> str:
         """The base URL a machine asking over address family ``family`` (``4``, ``6``; ``None``: not
         known) is handed: the base URL whose host is an address of that family, else the first one whose
-        host is a name (reachable over either), else the first."""
-        bases = self.effective_base_urls
-        if family is None or len(bases) == 1:
-            return bases[0]
-        named = None
-        for url in bases:
-            have = host_family(urlsplit(url).hostname or "")
-            if have == family:
-                return url
-            if have is None and named is None:
-                named = url
-        return named or bases[0]
+        host is a name (reachable over either), else the first (:func:`~bootserver.values.url_for_family`)."""
+        return url_for_family(self.effective_base_urls, family)
 
     @property
     def https_base_url(self) -> str | None:

@@ -29,10 +29,13 @@ from .rules import (
     CLASSES,
     HTTP_VENDOR_CLASS,
     MENU_SCRIPT,
+    SECURE_BOOT,
     BootRule,
     ClientClass,
     boot_rules,
     http6_url,
+    ipxe6_url,
+    secure_boot_nodes,
     tag_of,
 )
 
@@ -80,15 +83,23 @@ def layout(config: Config) -> Layout:
     return Layout(config.state_dir / "dhcp")
 
 
-def _tags(rule: BootRule, known_only: bool) -> str:
+def _tags(rule: BootRule, known_only: bool, secure: bool) -> str:
     tags = [f"tag:{rule.client.name}"]
     if rule.not_ipxe:
         tags.insert(0, "tag:!ipxe")
+    if rule.not_secure_boot and secure:
+        tags.append(f"tag:!{SECURE_BOOT}")
     if rule.node is not None:
         tags.append(f"tag:{tag_of(rule.node)}")
     elif known_only:
         tags.append("tag:known")
     return ",".join(tags) + ","
+
+
+def secure_boot_lines(config: Config) -> list[str]:
+    """``tag-if`` lines that set the :data:`~bootserver.dhcp.rules.SECURE_BOOT` tag for each
+    ``secure_boot`` node's reservation tag (:func:`~bootserver.dhcp.rules.secure_boot_nodes`)."""
+    return [f"tag-if=set:{SECURE_BOOT},tag:{tag_of(node)}" for node in secure_boot_nodes(config)]
 
 
 def class_lines(classes: tuple[ClientClass, ...] = CLASSES) -> list[str]:
@@ -119,20 +130,25 @@ def boot_lines(config: Config) -> list[str]:
     by prepending), with option 60 back to the UEFI HTTP Boot classes (``dhcp-option-force``: the client
     does not ask for it); in ``proxy`` mode a PXE menu (``pxe-prompt`` with no wait, a ``pxe-service``
     per rule and PXE client system architecture), which a stock iPXE follows where it ignores a proxy
-    offer's file name (shared/DESIGN.md): UEFI HTTP Boot and a node's own rules are not in it. With
-    ``server.discovery`` off, machines with no reservation get no boot file (``tag:known``)."""
+    offer's file name (shared/DESIGN.md): UEFI HTTP Boot is not in it, a ``secure_boot`` node's shim is
+    (its own entry, and none of the iPXE ones). With ``server.discovery`` off, machines with no reservation
+    get no boot file (``tag:known``)."""
     assert config.dhcp is not None
     known_only = not config.server.discovery.enabled
+    secure = bool(secure_boot_nodes(config))
     rules = boot_rules(config)
     if config.dhcp.full:
         vendor = {(rule.client.name, rule.vendor_class) for rule in rules if rule.vendor_class}
         return ([f"dhcp-option-force=tag:{name},option:vendor-class,{value}" for name, value in sorted(vendor)]
-                + [f"dhcp-boot={_tags(rule, known_only)}{rule.file}" for rule in reversed(rules)])
+                + [f"dhcp-boot={_tags(rule, known_only, secure)}{rule.file}" for rule in reversed(rules)])
     lines = [f'pxe-prompt="{MENU_TEXT}",0']
     for rule in rules:
-        if not rule.menu or rule.node is not None:
+        if not rule.menu:
             continue
-        tags = ("tag:!ipxe," if rule.not_ipxe else f"tag:{rule.client.name},") + ("tag:known," if known_only else "")
+        tags = "tag:!ipxe," if rule.not_ipxe else f"tag:{rule.client.name},"
+        if rule.not_secure_boot and secure:
+            tags += f"tag:!{SECURE_BOOT},"
+        tags += f"tag:{tag_of(rule.node)}," if rule.node is not None else "tag:known," if known_only else ""
         lines.extend(f'pxe-service={tags}{csa},"{MENU_TEXT}",{rule.menu}' for csa in rule.client.pxe_csa)
     return lines
 
@@ -141,7 +157,8 @@ def range_lines(config: Config, subnet: ipaddress.IPv4Network | None) -> list[st
     """``dhcp-range`` (and the pool's options) for the mode: ``proxy`` on the subnet; ``full`` with the
     pool ``dhcp.range``, or ``static`` (only reserved machines get an address); ``router`` and ``dns``
     given or explicitly empty (dnsmasq would otherwise name itself), ``domain``; with ``ipv6`` router
-    advertisements and stateful DHCPv6 on the interface's prefix (``constructor:``), reserved addresses only."""
+    advertisements and stateful DHCPv6 on the interface's prefix (``constructor:``): reserved addresses,
+    and the pool ``dhcp.range6`` when given."""
     dhcp = config.dhcp
     assert dhcp is not None
     network = subnet.network_address if subnet is not None else "0.0.0.0"
@@ -158,6 +175,8 @@ def range_lines(config: Config, subnet: ipaddress.IPv4Network | None) -> list[st
         lines.append(f"dhcp-option=option:domain-name,{dhcp.domain}")
     if dhcp.ipv6:
         lines += ["enable-ra", f"dhcp-range=::,constructor:{dhcp.interface},static,64,{dhcp.lease_time}"]
+        if dhcp.range6 is not None:
+            lines.append(f"dhcp-range={dhcp.range6[0]},{dhcp.range6[1]},64,{dhcp.lease_time}")
         lines += http6_lines(config)
     return lines
 
@@ -172,12 +191,19 @@ HTTP6_VENDOR_CLASS = f"HT,{HTTP_VENDOR_CLASS}"
 
 
 def http6_lines(config: Config) -> list[str]:
-    """UEFI HTTP Boot over IPv6: a client whose DHCPv6 vendor class (option 16, enterprise 343) is
-    ``HTTPClient`` gets option 59 ``bootfile-url`` (:func:`~bootserver.dhcp.rules.http6_url`) and the
-    vendor class back (:data:`HTTP6_VENDOR_CLASS`)."""
+    """Boot answers over DHCPv6 (option 59 ``bootfile-url``): a client whose vendor class (option 16,
+    enterprise 343) is ``HTTPClient`` (UEFI HTTP Boot) gets ``/loaders/ipxe.efi``
+    (:func:`~bootserver.dhcp.rules.http6_url`) and the vendor class back (:data:`HTTP6_VENDOR_CLASS`);
+    iPXE itself (user class option 15 ``iPXE``, the ``ipxe`` tag of :func:`class_lines`, which dnsmasq
+    tests over DHCPv6 too) gets the generic entry on the IPv6 base URL
+    (:func:`~bootserver.dhcp.rules.ipxe6_url`). A ``secure_boot`` node's firmware gets nothing (never iPXE;
+    its GRUB fetches over IPv4). With ``server.discovery`` off, known machines only."""
+    known = ",tag:known" if not config.server.discovery.enabled else ""
+    secure = f",tag:!{SECURE_BOOT}" if secure_boot_nodes(config) else ""
     return [f"dhcp-vendorclass=set:http6,enterprise:343,{HTTP_VENDOR_CLASS}",
-            f'dhcp-option=tag:http6,option6:bootfile-url,"{http6_url(config)}"',
-            f"dhcp-option-force=tag:http6,option6:16,{HTTP6_VENDOR_CLASS}"]
+            f'dhcp-option=tag:http6,tag:!ipxe{secure}{known},option6:bootfile-url,"{http6_url(config)}"',
+            f"dhcp-option-force=tag:http6,option6:16,{HTTP6_VENDOR_CLASS}",
+            f'dhcp-option=tag:ipxe{known},option6:bootfile-url,"{ipxe6_url(config)}"']
 
 
 def host_line(config: Config, r: Reservation) -> str:
@@ -232,6 +258,7 @@ def conf_text(config: Config, subnet: ipaddress.IPv4Network | None, files: Layou
         lines.append("dhcp-authoritative")
     lines += range_lines(config, subnet)
     lines += class_lines()
+    lines += secure_boot_lines(config)
     lines += boot_lines(config)
     lines += ["enable-tftp", f"tftp-root={files.tftp_root if files is not None else '/srv/tftp'}"]
     if files is None:
@@ -274,5 +301,6 @@ __all__ = [
     "option_lines",
     "opts_text",
     "range_lines",
+    "secure_boot_lines",
     "write_reservations",
 ]

@@ -52,6 +52,7 @@ from ..images.firmware import write_loaders
 from ..state import StateStore, StateStoreError
 from ..state.backends import open_store
 from ..timeline import Record
+from ..values import host_family
 from .dnsmasq import DNSMASQ, Layout, conf_text, layout, write_reservations
 from .iface import NoInterface, interface_addresses
 from .reservations import Reservation, check_dhcp, subnet_of, unselectable
@@ -112,7 +113,7 @@ def write_tftp_root(config: Config, files: Layout) -> None:
     chains the generic entry (:func:`~bootserver.dhcp.rules.menu_files`)."""
     arm64 = any(profile.arch == "aarch64" for profile in config.profiles.values())
     written = {p.name: p for p in write_loaders(files.tftp_root, config.cache_dir,
-                                                config.server.effective_base_url, need_arm64=arm64)}
+                                                config.server.base_url_for(4), need_arm64=arm64)}
     for name, source in menu_files(config).items():
         if source is None:
             write_atomic(files.tftp_root / name, menu_script(config).encode())
@@ -166,9 +167,13 @@ def refusal(config: Config, line: str) -> BootserverError:
 
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 _IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
-_DHCP = re.compile(r"^(?:(?P<xid>\d+) )?(?P<what>DHCPACK|PXE)\((?P<iface>[^)]*)\)(?P<rest>( \S+)*)$")
-#: The boot file of a transaction: in the BOOTP ``file`` field, or in option 67 (``log-dhcp``'s option lines).
-_BOOTFILE = re.compile(r"^(?P<xid>\d+) (?:bootfile name: |sent size: *\d+ option: *67 bootfile-name +)(?P<file>\S+)$")
+_DHCP = re.compile(r"^(?:(?P<xid>\d+) )?(?P<what>DHCPACK|PXE|DHCPREPLY)\((?P<iface>[^)]*)\)(?P<rest>( \S+)*)$")
+#: The boot file of a transaction: in the BOOTP ``file`` field, or in option 67 (``log-dhcp``'s option lines);
+#: over DHCPv6 in option 59 (``bootfile-url``).
+_BOOTFILE = re.compile(r"^(?P<xid>\d+) (?:bootfile name: |sent size: *\d+ option: *67 bootfile-name +"
+                       r"|sent size: *\d+ option: *59 bootfile-url +)(?P<file>\S+)$")
+#: The MAC dnsmasq found for a DHCPv6 client (its DUID need not hold one): a line of its own before the reply.
+_MAC6 = re.compile(r"^(?P<xid>\d+) client MAC address: (?P<mac>\S+)$")
 _TFTP_SENT = re.compile(r"^sent (?P<path>\S+) to (?P<ip>\S+)$")
 
 
@@ -187,7 +192,8 @@ class Seen:
 
 class FirstMile:
     """Reads dnsmasq's log lines (``log-dhcp``) for the first mile of each machine: an answer that
-    gave it an address (``DHCPACK``, ``full`` mode) or a boot file (``PXE``, ``proxy`` mode) is a
+    gave it an address (``DHCPACK``, ``full`` mode; ``DHCPREPLY`` over DHCPv6, the MAC from the
+    transaction's ``client MAC address`` line) or a boot file (``PXE``, ``proxy`` mode) is a
     ``dhcp`` event, completed by the ``bootfile name`` line of the same transaction (:meth:`feed`
     returns it when the transaction's lines end: a line of another transaction, or :meth:`flush`);
     a TFTP transfer sent in full to an address a machine was answered at is a ``tftp`` event. Each
@@ -198,6 +204,7 @@ class FirstMile:
         self.mode = mode
         self._pending: dict[str, Seen] = {}
         self._by_ip: dict[str, str] = dict(known or {})
+        self._mac6: tuple[str, str] | None = None  # (xid, MAC) of the last DHCPv6 client MAC line
 
     def feed(self, line: str, at: float | None = None) -> list[Seen]:
         """Events completed by dnsmasq's log line ``line`` (as it writes it: ``dnsmasq-dhcp[PID]: ...``),
@@ -223,11 +230,20 @@ class FirstMile:
         xid = msg.split(" ", 1)[0] if msg[:1].isdigit() else ""
         done = [s for x, s in self._pending.items() if x != xid]
         self._pending = {x: s for x, s in self._pending.items() if x == xid}
+        mac6 = _MAC6.match(msg)
+        if mac6 and _MAC.match(mac6.group("mac").lower()):
+            self._mac6 = (mac6.group("xid"), mac6.group("mac").lower())
         answer = _DHCP.match(msg)
         if answer:
             words = answer.group("rest").split()
-            mac = next((w.lower() for w in words if _MAC.match(w.lower())), None)
-            ip = next((w for w in words if _IPV4.match(w)), None)
+            if answer.group("what") == "DHCPREPLY":  # DHCPv6: <address> <DUID> [<name>]
+                mac = self._mac6[1] if self._mac6 is not None and self._mac6[0] == answer.group("xid") else None
+                ip = words[0] if words and host_family(words[0]) == 6 else None
+                if ip is None:
+                    return done
+            else:
+                mac = next((w.lower() for w in words if _MAC.match(w.lower())), None)
+                ip = next((w for w in words if _IPV4.match(w)), None)
             if mac is not None:
                 detail: dict[str, Any] = {"mode": self.mode}
                 if ip is not None:
@@ -356,7 +372,8 @@ class Engine:
     def _relay(self, line: str) -> None:
         match = _LINE.match(line)
         msg = match.group("msg") if match else line
-        level = logging.DEBUG if re.match(r"^\d+ (?!DHCPACK|DHCPOFFER|PXE)", msg) else logging.INFO
+        answer = re.match(r"^\d+ (?:DHCPACK|DHCPOFFER|PXE|DHCPREPLY|DHCPADVERTISE)", msg)
+        level = logging.DEBUG if re.match(r"^\d+ ", msg) and not answer else logging.INFO
         relay.log(level, "%s", line)
 
     async def _record(self, seen: list[Seen]) -> None:
@@ -503,7 +520,7 @@ def print_config(config: Config, what: str) -> str:
         raise ConfigError(config.source, "dhcp.interface", f"{config.dhcp.interface} is not on this machine "
                           "(or has no IPv4 address) and no reservation tells the subnet to answer on")
     if what == "kea":
-        host = config.server.effective_base_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
+        host = config.server.base_url_for(4).split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
         next_server = host if _IPV4.match(host) else (str(found.ipv4.ip) if found and found.ipv4 else None)
         return kea_text(config, subnet, taken, next_server)
     return conf_text(config, subnet, None, taken)

@@ -10,10 +10,13 @@ server, for loader files); each reservation is a ``reservations`` entry of the s
 ``hw-address``, ``ip-address``, ``hostname`` and its own router and name servers. Kea reads classes in
 order and a later class's ``boot-file-name`` does not replace an earlier one's, so the iPXE class comes
 first and the loader classes also test ``not member('ipxe')`` (the loop guard). A UEFI HTTP Boot class
-also sends option 60 ``HTTPClient`` (``vendor-class-identifier``). A ``secure_boot`` node's reservation
-carries its stream's signed shim as its own ``boot-file-name`` (a reservation's value comes before a
-class's), so it is never handed iPXE; over UEFI HTTP Boot Kea then hands it that TFTP file name, which
-the firmware does not take: HTTP Boot of Secure Boot nodes is for the engine's dnsmasq.
+also sends option 60 ``HTTPClient`` (``vendor-class-identifier``). The ``secure_boot`` nodes are the class
+``secureboot`` (their MACs, ``pkt4.mac``, the ``chaddr`` field); each has its own classes, tested by its
+MAC, that hand its stream's signed shim over UEFI PXE (the TFTP file) and over UEFI HTTP Boot (the URL,
+with option 60), and the classes that hand a UEFI x86_64 firmware iPXE test ``not member('secureboot')``:
+every client is of one boot class at most, so no order of classes hands a Secure Boot node iPXE. (Not
+the reservation's own ``boot-file-name``: it would replace the HTTP Boot class's URL with a TFTP name,
+which the firmware does not take.)
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 from ..config import Config
 from .reservations import Reservation
-from .rules import CLASSES, EFI64, ClientClass, boot_rules, secure_boot_rules
+from .rules import CLASSES, IPXE, SECURE_BOOT, BootRule, ClientClass, boot_rules, secure_boot_nodes, tag_of
 
 
 def class_test(cls: ClientClass, not_ipxe: bool) -> str:
@@ -45,32 +48,53 @@ def _test(user_class: str | None, arches: tuple[int, ...], not_ipxe: bool, vendo
     return " and ".join(parts) if parts else "true"
 
 
+def _mac_test(macs: tuple[str, ...]) -> str:
+    tests = [f"pkt4.mac == 0x{mac.replace(':', '').lower()}" for mac in macs]
+    return tests[0] if len(tests) == 1 else "(" + " or ".join(tests) + ")"
+
+
+def _class_entry(rule: BootRule, name: str, test: str, next_server: str | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": name, "test": test, "boot-file-name": rule.file}
+    if not rule.url and next_server is not None:
+        entry["next-server"] = next_server
+    if rule.vendor_class is not None:
+        entry["option-data"] = [{"name": "vendor-class-identifier", "data": rule.vendor_class}]
+    return entry
+
+
 def client_classes(config: Config, next_server: str | None) -> list[dict[str, Any]]:
-    """One Kea client class per boot rule (:func:`~bootserver.dhcp.rules.boot_rules`), iPXE's first.
-    ``next_server``: the TFTP server's IPv4 address for loader files, or ``None``."""
+    """The Kea client classes of the boot rules (:func:`~bootserver.dhcp.rules.boot_rules`): with
+    ``secure_boot`` nodes, first the class ``secureboot`` (every MAC of theirs); one class per rule for
+    all, iPXE's first, and after it each ``secure_boot`` node's own classes (``node-<name>-<class>``: one
+    of its MACs and the client class; a class may only test classes defined before it). ``next_server``:
+    the TFTP server's IPv4 address for loader files, or ``None``."""
     known_only = not config.server.discovery.enabled
-    classes = []
+    secure = secure_boot_nodes(config)
+    classes: list[dict[str, Any]] = []
+    if secure:
+        macs = " or ".join(f"pkt4.mac == 0x{mac.replace(':', '').lower()}" for node in secure
+                           for mac in config.nodes[node].mac)
+        classes.append({"name": SECURE_BOOT, "test": macs})
+    rules = boot_rules(config)
     order = {cls.name: i for i, cls in enumerate(CLASSES)}
-    for rule in sorted((r for r in boot_rules(config) if r.node is None), key=lambda r: order[r.client.name]):
-        cls = rule.client
-        test = class_test(cls, rule.not_ipxe)
+    for rule in sorted((r for r in rules if r.node is None), key=lambda r: order[r.client.name]):
+        test = class_test(rule.client, rule.not_ipxe)
+        if rule.not_secure_boot and secure:
+            test += f" and not member('{SECURE_BOOT}')"
         if known_only:
             test += " and member('KNOWN')"
-        entry: dict[str, Any] = {"name": cls.name, "test": test, "boot-file-name": rule.file}
-        if not rule.url and next_server is not None:
-            entry["next-server"] = next_server
-        if rule.vendor_class is not None:
-            entry["option-data"] = [{"name": "vendor-class-identifier", "data": rule.vendor_class}]
-        classes.append(entry)
+        classes.append(_class_entry(rule, rule.client.name, test, next_server))
+        if rule.client is IPXE:  # the nodes' own classes test member('ipxe'): after its definition
+            for own, node in ((r, r.node) for r in rules if r.node is not None):
+                test = f"{_mac_test(config.nodes[node].mac)} and {class_test(own.client, own.not_ipxe)}"
+                classes.append(_class_entry(own, f"{tag_of(node)}-{own.client.name}", test, next_server))
     return classes
 
 
-def reservation_entry(r: Reservation, boot_file: str | None = None) -> dict[str, Any]:
+def reservation_entry(r: Reservation) -> dict[str, Any]:
     """Reservation ``r`` as a Kea ``reservations`` entry (a node without a static IPv4 address: its MAC
-    and host name only); ``boot_file``: its own ``boot-file-name`` (a ``secure_boot`` node's shim)."""
+    and host name only)."""
     entry: dict[str, Any] = {"hw-address": r.mac, "hostname": r.hostname}
-    if boot_file is not None:
-        entry["boot-file-name"] = boot_file
     if r.ipv4 is not None:
         entry["ip-address"] = str(r.ipv4.ip)
         options = [{"name": "routers", "data": r.gateway or ""}] if r.gateway else []
@@ -88,7 +112,6 @@ def kea_config(config: Config, subnet: ipaddress.IPv4Network, taken: tuple[Reser
     ``domain`` and the reservations, ``valid-lifetime`` from ``dhcp.lease_time`` (seconds)."""
     dhcp = config.dhcp
     assert dhcp is not None
-    shims = {rule.node: rule.file for rule in secure_boot_rules(config) if rule.client is EFI64}
     options: list[dict[str, Any]] = []
     if dhcp.router:
         options.append({"name": "routers", "data": dhcp.router})
@@ -98,7 +121,7 @@ def kea_config(config: Config, subnet: ipaddress.IPv4Network, taken: tuple[Reser
         options.append({"name": "domain-name", "data": dhcp.domain})
     sub: dict[str, Any] = {"id": 1, "subnet": str(subnet),
                            "pools": [{"pool": f"{dhcp.range[0]} - {dhcp.range[1]}"}] if dhcp.range else [],
-                           "reservations": [reservation_entry(r, shims.get(r.node)) for r in taken]}
+                           "reservations": [reservation_entry(r) for r in taken]}
     if options:
         sub["option-data"] = options
     return {"Dhcp4": {

@@ -150,6 +150,12 @@ def check_dhcp(config: Config, *, local: bool = True) -> tuple[Reservation, ...]
             if r.ipv4 is not None and start <= r.ipv4.ip <= end:
                 raise ConfigError(config.source, "dhcp.range", f"{start}-{end} holds node {r.node}'s reserved "
                                   f"address {r.ipv4.ip}: keep the pool apart from the reservations")
+    if dhcp.range6 is not None:
+        start6, end6 = (ipaddress.IPv6Address(a) for a in dhcp.range6)
+        for r in taken:
+            if r.ipv6 is not None and start6 <= r.ipv6.ip <= end6:
+                raise ConfigError(config.source, "dhcp.range6", f"{start6}-{end6} holds node {r.node}'s reserved "
+                                  f"address {r.ipv6.ip}: keep the pool apart from the reservations")
     if dhcp.router is not None and ipaddress.IPv4Address(dhcp.router) not in subnet:
         raise ConfigError(config.source, "dhcp.router", f"{dhcp.router} is outside {dhcp.interface}'s subnet {subnet}")
     return taken

@@ -23,8 +23,12 @@ server (``/loaders/ipxe.efi``, ``/loaders/grubaa64.efi``), on its IPv4 base URL.
 
 **Secure Boot**: a ``secure_boot`` node is never handed iPXE (no firmware that enforces Secure Boot trusts
 it): its own rules (:attr:`BootRule.node`) hand it its stream's signed shim instead, over TFTP
-(``secureboot/<stream>/bootx64.efi`` in the TFTP root) or HTTP (``/loaders/secureboot/<stream>/bootx64.efi``)
-(:mod:`bootserver.images.netsecure`).
+(``secureboot/<stream>/bootx64.efi`` in the TFTP root, also as ``proxy`` mode's PXE menu entry) or HTTP
+(``/loaders/secureboot/<stream>/bootx64.efi``) (:mod:`bootserver.images.netsecure`), and every rule that
+hands a UEFI x86_64 firmware iPXE excludes the ``secure_boot`` nodes (:attr:`BootRule.not_secure_boot`,
+the engines' :data:`SECURE_BOOT` class), so no order of the rules can hand them iPXE. Over DHCPv6 they
+get no boot file (the GRUB after shim fetches over IPv4: :mod:`bootserver.images.netsecure`); their
+firmware goes on to its IPv4 entry.
 
 :func:`boot_rules` returns the rules in the order an engine must test them (the first match wins); every
 rule names the :class:`ClientClass` it is for, so an engine turns classes into its own tests (dnsmasq
@@ -95,6 +99,10 @@ HTTPARM64 = ClientClass("httparm64", arches=(ARCH_HTTP_ARM64,))
 #: Every class, in the order the engines define them.
 CLASSES = (IPXE, BIOS, EFI64, ARM64, HTTP64, HTTPARM64)
 
+#: The dnsmasq tag and Kea client class of every ``secure_boot`` node (x86_64, with a MAC): set by each
+#: such node's reservation, tested by :attr:`BootRule.not_secure_boot`.
+SECURE_BOOT = "secureboot"
+
 
 @dataclass(frozen=True)
 class BootRule:
@@ -104,7 +112,9 @@ class BootRule:
     ``--pxe-service`` adds ``.0``; :func:`menu_files` lists what the TFTP root then holds; ``""``: not in
     the menu, as UEFI HTTP Boot follows no PXE menu). ``vendor_class``: the option 60 the answer must
     carry (``HTTPClient`` for UEFI HTTP Boot). ``node``: the rule is that node's alone (its reservation's
-    tag, :func:`tag_of`), before every rule for all."""
+    tag, :func:`tag_of`), before every rule for all. ``not_secure_boot``: the rule also requires the
+    client not to be a ``secure_boot`` node (:data:`SECURE_BOOT`): every rule that hands a UEFI x86_64
+    firmware iPXE has it."""
 
     client: ClientClass
     file: str
@@ -113,6 +123,7 @@ class BootRule:
     menu: str = ""
     vendor_class: str | None = None
     node: str | None = None
+    not_secure_boot: bool = False
 
 
 #: The iPXE script of ``proxy`` mode's PXE menu for iPXE (a stock iPXE ignores a proxy offer's boot
@@ -120,10 +131,11 @@ class BootRule:
 MENU_SCRIPT = "bootserver"
 
 
-def chain_url(config: Config) -> str:
+def chain_url(config: Config, family: int = 4) -> str:
     """The short generic entry iPXE is handed: ``<server.base_url>/boot.ipxe?mac=${net0/mac}`` (iPXE
-    expands ``${net0/mac}``; docs/design.md, "The boot flow" step 2)."""
-    return f"{config.server.effective_base_url}{GENERIC.pattern}?mac=${{net0/mac}}"
+    expands ``${net0/mac}``; docs/design.md, "The boot flow" step 2), on the base URL of address family
+    ``family`` (``4``: DHCPv4 and the PXE menu; ``6``: DHCPv6, :func:`ipxe6_url`)."""
+    return f"{config.server.base_url_for(family)}{GENERIC.pattern}?mac=${{net0/mac}}"
 
 
 def http_base(config: Config) -> str:
@@ -132,17 +144,24 @@ def http_base(config: Config) -> str:
     return config.server.base_url_for(4)
 
 
-def secure_boot_rules(config: Config) -> tuple[BootRule, ...]:
-    """Each x86_64 ``secure_boot`` node's own rules: its stream's signed shim over TFTP (UEFI PXE) and over
-    HTTP (UEFI HTTP Boot) instead of iPXE. Nodes without a MAC have no reservation to tag: none."""
+def secure_boot_nodes(config: Config) -> tuple[str, ...]:
+    """The ``secure_boot`` nodes the engines know by their MAC (x86_64, with a ``mac``), in config order:
+    those of :data:`SECURE_BOOT`."""
     streams = set(secure_boot_streams(config))
+    return tuple(node for node in config.nodes if config.nodes[node].mac and config.node_secure_boot(node)
+                 and config.node_profile(node).stream in streams)
+
+
+def secure_boot_rules(config: Config) -> tuple[BootRule, ...]:
+    """Each x86_64 ``secure_boot`` node's own rules: its stream's signed shim over TFTP (UEFI PXE; the
+    shim's path is also its PXE menu entry in ``proxy`` mode: dnsmasq adds no ``.0`` to a name with a
+    dot) and over HTTP (UEFI HTTP Boot) instead of iPXE. Nodes without a MAC have no reservation to
+    tag: none."""
     out = []
-    for node in config.nodes:
+    for node in secure_boot_nodes(config):
         profile = config.node_profile(node)
-        if not config.nodes[node].mac or not config.node_secure_boot(node) or profile.stream not in streams:
-            continue
         shim = f"{SET_DIR}/{profile.stream}/bootx64.efi"
-        out += [BootRule(EFI64, shim, node=node),
+        out += [BootRule(EFI64, shim, menu=shim, node=node),
                 BootRule(HTTP64, http_base(config) + LOADER_SECUREBOOT.path(stream=profile.stream, file="bootx64.efi"),
                          url=True, vendor_class=HTTP_VENDOR_CLASS, node=node)]
     return tuple(out)
@@ -158,10 +177,11 @@ def boot_rules(config: Config) -> tuple[BootRule, ...]:
     base = http_base(config)
     return (*secure_boot_rules(config),
             BootRule(IPXE, chain_url(config), url=True, not_ipxe=False, menu=MENU_SCRIPT),
-            BootRule(EFI64, "ipxe.efi", menu="ipxe"),
+            BootRule(EFI64, "ipxe.efi", menu="ipxe", not_secure_boot=True),
             BootRule(ARM64, ARM64_GRUB, menu="grubaa64"),
             BootRule(BIOS, "undionly.kpxe", menu="undionly"),
-            BootRule(HTTP64, base + LOADER_IPXE.pattern, url=True, vendor_class=HTTP_VENDOR_CLASS),
+            BootRule(HTTP64, base + LOADER_IPXE.pattern, url=True, vendor_class=HTTP_VENDOR_CLASS,
+                     not_secure_boot=True),
             BootRule(HTTPARM64, base + LOADER_ARM64.pattern, url=True, vendor_class=HTTP_VENDOR_CLASS))
 
 
@@ -173,12 +193,21 @@ def http6_url(config: Config) -> str:
     return config.server.base_url_for(6) + LOADER_IPXE.pattern
 
 
+def ipxe6_url(config: Config) -> str:
+    """The DHCPv6 answer to iPXE itself over IPv6 (``dhcp.ipv6``; its user class option 15 ``iPXE``, RFC
+    8415 section 21.15): option 59 ``bootfile-url`` :func:`chain_url` on the server's IPv6 base URL. iPXE
+    (src/net/udp/dhcpv6.c) asks for option 59 and takes it as its ``filename``, as option 67 over IPv4;
+    it runs DHCPv6 when a router advertisement has the managed or other-configuration flag
+    (src/net/ndp.c), as the engine's has (stateful DHCPv6)."""
+    return chain_url(config, 6)
+
+
 def menu_files(config: Config) -> dict[str, str | None]:
     """The files ``proxy`` mode's PXE menu may ask the TFTP root for, each ``<menu>.0`` and ``<menu>``
     (dnsmasq adds the PXE layer ``.0`` for BIOS clients; whether a UEFI stack asks with it varies) ->
     the loader it is a copy of, or ``None`` for the iPXE script that chains :func:`chain_url`
     (:func:`menu_script`)."""
-    return {name: None if rule.url else rule.file for rule in boot_rules(config) if rule.menu
+    return {name: None if rule.url else rule.file for rule in boot_rules(config) if rule.menu and rule.node is None
             for name in (f"{rule.menu}.0", rule.menu)}
 
 
@@ -194,5 +223,6 @@ def tag_of(node: str) -> str:
 
 __all__ = ["ARCH_BIOS", "ARCH_EFI_ARM64", "ARCH_EFI_X86_64", "ARCH_HTTP_ARM64", "ARCH_HTTP_X86_64", "ARM64", "BIOS",
            "CLASSES", "EFI64", "HTTP64", "HTTPARM64", "HTTP_VENDOR_CLASS", "IPXE", "IPXE_USER_CLASS", "MENU_SCRIPT",
-           "BootRule", "ClientClass", "boot_rules", "chain_url", "http6_url", "menu_files", "menu_script",
-           "secure_boot_rules", "tag_of"]
+           "SECURE_BOOT",
+           "BootRule", "ClientClass", "boot_rules", "chain_url", "http6_url", "ipxe6_url", "menu_files", "menu_script",
+           "secure_boot_nodes", "secure_boot_rules", "tag_of"]

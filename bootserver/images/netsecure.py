@@ -37,7 +37,7 @@ from ..artifacts.catalog import StreamCatalog
 from ..artifacts.readthrough import ReadThrough
 from ..config import Config
 from ..files import write_atomic
-from ..grub import grub_path, grub_quote
+from ..grub import grub_kargs, grub_path, grub_quote
 from .secureboot import GRUB, MOKMANAGER, SHIM, SecureBootUnsupported, vendor_loaders
 
 #: The network names of the vendor's loaders (the name served -> the name in the live ISO's
@@ -79,7 +79,7 @@ def node_tftp_cfg(node: str, stream: str, release: str, kargs: Sequence[str]) ->
     without ``http``: its release's kernel and initramfs from the TFTP root (:func:`release_dir`),
     ``kargs`` (each one quoted GRUB word; ``initrd=main`` left out: GRUB's ``initrd`` loads it). Raises
     :class:`~bootserver.ipxe.UnsafeValueError` for a karg GRUB would not read literally."""
-    words = " ".join(grub_quote(k) for k in kargs if k != "initrd=main")
+    words = " ".join(grub_quote(k) for k in grub_kargs(kargs))
     where = f"($root)/{release_dir(stream, release)}"
     return (f"# bootserver: node {node}, Secure Boot over TFTP: the release's signed kernel with the node's kargs\n"
             f"echo 'bootserver: booting node {node}'\n"

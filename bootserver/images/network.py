@@ -158,7 +158,7 @@ def check_boot_networks(config: Config) -> None:
             boot_network(config, node)
             facility = config.nodes[node].facility
             bases = [("server.base_url", config.server.effective_base_url)]
-            if facility is not None and (facility_base := config.facilities[facility].base_url):
+            if facility is not None and (facility_base := config.facilities[facility].base_url_for(None)):
                 bases.append((f"facilities.{facility}.base_url", facility_base))
             for key, base in bases:
                 try:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ..config import Config
 from ..errors import BootserverError, InputError
-from ..grub import grub_quote
+from ..grub import grub_kargs, grub_quote
 from ..streams import Release
 from ..urls import Urls
 from .base import REGION_DIR, BaseImage, base_image
@@ -232,7 +232,7 @@ def secureboot_image(config: Config, urls: Urls, node: str, release: Release, is
     loaders = vendor_loaders(iso, release.live_iso.sha256, config.cache_dir)
     base = secureboot_base(config.cache_dir, loaders, kernel, initramfs,
                            f"bootserver {release.stream} {release.arch} {release.version}")
-    kargs = tuple(k for k in kargs if k != "initrd=main")
+    kargs = grub_kargs(kargs)
     exp, key = urls.signer.state(config.server.signing.chain_ttl)
     stable = tuple(k.split("?", 1)[0] if k.startswith(SIGNED_KARGS) else k for k in kargs)
     digest = hashlib.sha256(repr((stable, hashlib.sha256(key).hexdigest(), base.name)).encode()).hexdigest()[:16]

@@ -72,6 +72,14 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     ({"interface": "eth0; reboot"}, "dhcp.interface: not a network interface name"),
     ({"interface": "lo", "colour": "blue"}, "dhcp.colour: unknown key"),
     ({"interface": "lo", "ipv6": True}, "dhcp: ipv6: only with mode: full"),
+    ({"interface": "lo", "mode": "full", "range6": "2001:db8::100-2001:db8::1ff"},
+     "dhcp: range6: only with ipv6: true (the DHCPv6 pool)"),
+    ({"interface": "lo", "mode": "full", "ipv6": True, "range6": "2001:db8::100-2001:db9::1ff"},
+     "dhcp.range6: 2001:db8::100 and 2001:db9::1ff are not in one /64"),
+    ({"interface": "lo", "mode": "full", "ipv6": True, "range6": "2001:db8::1ff-2001:db8::100"},
+     "dhcp.range6: the pool ends (2001:db8::100) before it starts (2001:db8::1ff)"),
+    ({"interface": "lo", "mode": "full", "ipv6": True, "range6": "192.0.2.1-192.0.2.9"},
+     "dhcp.range6: not two IPv6 addresses"),
 ])
 def test_bad_dhcp_keys_are_one_line_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                    dhcp: dict[str, Any], message: str) -> None:
@@ -96,6 +104,10 @@ def test_bad_dhcp_keys_are_one_line_naming_the_key(tmp_path: Path, capsys: pytes
                               "network": static("52:54:00:00:00:02", "127.0.0.9/8")}},
      "nodes.b.network: address 127.0.0.9 is also node a's"),
     ({"interface": "bsnone0"}, None, "dhcp.interface: no interface bsnone0 on this machine"),
+    ({"mode": "full", "ipv6": True, "range6": "2001:db8::1-2001:db8::ff"},
+     {"a": {"profile": "master", "mac": "52:54:00:00:00:01",
+            "network": static("52:54:00:00:00:01", "127.0.0.9/8", ipv6="2001:db8::51/64")}},
+     "dhcp.range6: 2001:db8::1-2001:db8::ff holds node a's reserved address 2001:db8::51"),
 ])
 def test_check_config_refuses_what_dhcp_cannot_hand_out(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                         dhcp: dict[str, Any], nodes: dict[str, Any] | None,
@@ -197,6 +209,23 @@ def test_print_dnsmasq_full_mode(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert not (tmp_path / "state" / "dhcp").exists()  # --print starts and writes nothing
 
 
+def test_a_dhcpv6_pool_for_the_nodes_without_a_static_ipv6_address(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(fleet({"mode": "full", "ipv6": True, "range6": "2001:db8::100-2001:db8::1ff"}), tmp_path)
+    rc, out, err = run(capsys, "dhcp", "--print", "--config", str(path))
+    assert (rc, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[lines.index("enable-ra") + 1:][:2] == ["dhcp-range=::,constructor:lo,static,64,3600",
+                                                        "dhcp-range=2001:db8::100,2001:db8::1ff,64,3600"]
+    dnsmasq = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
+    if not Path(dnsmasq).exists():
+        pytest.skip("dnsmasq is not installed (Debian: dnsmasq-base)")
+    (tmp_path / "dnsmasq.conf").write_text(out)
+    check = subprocess.run([dnsmasq, "--test", "-C", str(tmp_path / "dnsmasq.conf")], capture_output=True, text=True,
+                           timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def test_print_dnsmasq_proxy_mode_answers_known_machines_only_without_discovery(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = fleet({})
@@ -292,6 +321,43 @@ def test_the_first_mile_from_dnsmasqs_log() -> None:
     assert proxy.feed("dnsmasq-dhcp[7]: 99 PXE(br0) 192.0.2.57 52:54:00:00:00:11 undionly") == []
     assert [(s.event, s.detail) for s in proxy.flush()] == [
         ("dhcp", {"mode": "proxy", "address": "192.0.2.57", "file": "undionly"})]
+
+
+def test_the_first_mile_over_dhcpv6_from_dnsmasqs_log() -> None:
+    """dnsmasq 2.90's own lines (``log-dhcp``) for OVMF's UEFI HTTPv6 and then iPXE's DHCPv6: the reply is a
+    ``dhcp`` event of the MAC dnsmasq found for the client, with its IPv6 address and option 59's URL; an
+    advertise (no address given yet) is none."""
+    mile = FirstMile("full")
+    duid = "00:01:00:01:31:e2:be:1a:52:54:00:e2:e0:51"
+    lines = [
+        "dnsmasq-dhcp[7]: 2124412 available DHCPv6 subnet: 2001:db8::/64",
+        "dnsmasq-dhcp[7]: 2124412 vendor class: 343",
+        "dnsmasq-dhcp[7]: 2124412 client MAC address: 52:54:00:e2:e0:51",
+        f"dnsmasq-dhcp[7]: 2124412 DHCPSOLICIT(br0) {duid} ",
+        f"dnsmasq-dhcp[7]: 2124412 DHCPADVERTISE(br0) 2001:db8::51 {duid} hb-0",
+        "dnsmasq-dhcp[7]: 2124412 sent size: 42 option: 59 bootfile-url  http://[2001:db8::1]:8080/loaders/ipxe.efi",
+        "dnsmasq-dhcp[7]: 2189948 client MAC address: 52:54:00:e2:e0:51",
+        f"dnsmasq-dhcp[7]: 2189948 DHCPREQUEST(br0) {duid} ",
+        f"dnsmasq-dhcp[7]: 2189948 DHCPREPLY(br0) 2001:db8::51 {duid} hb-0",
+        "dnsmasq-dhcp[7]: 2189948 tags: known, node-hb-0, http6, dhcpv6, br0",
+        "dnsmasq-dhcp[7]: 2189948 nest size: 24 option:  5 iaaddr  2001:db8::51 PL=3600 VL=3600",
+        "dnsmasq-dhcp[7]: 2189948 sent size: 42 option: 59 bootfile-url  http://[2001:db8::1]:8080/loaders/ipxe.efi",
+        "dnsmasq-dhcp[7]: 2255484 client MAC address: 52:54:00:e2:e0:51",
+        f"dnsmasq-dhcp[7]: 2255484 DHCPADVERTISE(br0) {duid} no addresses available",
+        # iPXE's DHCPv6: its DUID holds no MAC, its solicit and request share one transaction id
+        "dnsmasq-dhcp[7]: 3308422 client MAC address: 52:54:00:e2:e0:51",
+        "dnsmasq-dhcp[7]: 3308422 DHCPADVERTISE(br0) 2001:db8::51 00:04:00:00:00:00:00:00 hb-0",
+        "dnsmasq-dhcp[7]: 3308422 client MAC address: 52:54:00:e2:e0:51",
+        "dnsmasq-dhcp[7]: 3308422 DHCPREPLY(br0) 2001:db8::51 00:04:00:00:00:00:00:00 hb-0",
+        "dnsmasq-dhcp[7]: 3308422 sent size: 51 option: 59 bootfile-url  http://[2001:db8::1]:8080/boot.ipxe?mac=${net0/mac}",
+    ]
+    seen = [s for line in lines for s in mile.feed(line)] + mile.flush()
+    assert [(s.mac, s.event, s.ip, s.detail) for s in seen] == [
+        ("52:54:00:e2:e0:51", "dhcp", "2001:db8::51", {"mode": "full", "address": "2001:db8::51",
+                                                       "file": "http://[2001:db8::1]:8080/loaders/ipxe.efi"}),
+        ("52:54:00:e2:e0:51", "dhcp", "2001:db8::51", {"mode": "full", "address": "2001:db8::51",
+                                                       "file": "http://[2001:db8::1]:8080/boot.ipxe?mac=${net0/mac}"}),
+    ]
 
 
 def test_a_first_mile_event_has_the_time_of_its_answer_not_of_its_transactions_end() -> None:

@@ -1,6 +1,6 @@
-"""What the whole-life test (``test_life.py``) and the playground share: the real Ignition config the
-nodes install, the server's view of a node (its events replayed into stages, as the page does), and
-reading what Ignition wrote on a guest's disk after the guest powered off.
+"""What the whole-life test (``test_life.py``) and the playground (and its test) share: the real Ignition
+config the nodes install, the server's view of a node (its events replayed into stages, as the page
+does), reading what Ignition wrote on a guest's disk after the guest powered off, and checking it.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import subprocess
 import tempfile
 import urllib.request
@@ -78,3 +79,23 @@ def disk_files(disk: Path, paths: list[str]) -> dict[str, tuple[bytes, int] | No
                 raise rig.RigError(f"debugfs on {disk}: {p.stderr.strip()}")
             out[path] = (dump.read_bytes(), dump.stat().st_mode & 0o7777) if dump.exists() else None
         return out
+
+
+def check_disk(disk: Path, node: str, files: dict[str, tuple[bytes, int]]) -> None:
+    """Assert what Ignition wrote on the stand-in's ``disk`` for ``node``: the real config's ``files`` (path ->
+    (bytes, mode)) byte for byte with their modes, the stub's ``/etc/hostname`` and check-in unit."""
+    unit = "/etc/systemd/system/bootserver-checkin.service"
+    found = disk_files(disk, [*files, "/etc/hostname", unit])
+    for path, (data, mode) in files.items():
+        assert found[path] is not None, f"{path} is not on the disk"
+        assert found[path] == (data, mode), f"{path}: {found[path]!r} != {(data, mode)!r}"
+    assert found["/etc/hostname"] == (f"{node}\n".encode(), 0o644)
+    text = (found[unit] or (b"", 0))[0].decode()
+    assert f"/checkin/{node}" in text and "ExecStart=/usr/bin/curl" in text, text
+    assert os.path.getsize(disk) >= standin.IMAGE_BYTES
+
+
+def cmdlines(serial: str) -> list[str]:
+    """The kernel command lines the stand-in printed on its serial console (``E2E-CMDLINE:``), in order: the
+    live system's, then each installed boot's."""
+    return [line.split("E2E-CMDLINE:", 1)[1].strip() for line in serial.splitlines() if "E2E-CMDLINE:" in line]

@@ -6,8 +6,8 @@ The pieces, each usable on its own:
   and the unpacked Debian kernel (see ``.ci/prepare.d/e2e-kernel.sh``).
 * :func:`build_initramfs` writes a gzip'd ``newc`` cpio archive (pure Python: no root, no ``cpio``
   binary) holding busybox, the virtio-net driver with its dependencies, and an ``/init`` that prints
-  ``/proc/cmdline``, sets the static address of the first ``ip=...:none`` argument (as dracut would)
-  or else gets one with ``udhcpc``, fetches ``coreos.live.rootfs_url`` with ``wget``,
+  ``/proc/cmdline``, sets the static address of the first ``ip=...:none`` argument (as dracut would;
+  IPv4, or IPv6 in brackets) or else gets one with ``udhcpc``, fetches ``coreos.live.rootfs_url`` with ``wget``,
   prints its sha256 and powers off.
 * :func:`boot_ipxe` boots iPXE in QEMU (TCG, user-mode network, both serial ports into one log file) and
   returns the parsed serial log. Two firmwares: ``bios`` (SeaBIOS runs Debian's ``ipxe.lkrn`` with the
@@ -231,10 +231,15 @@ for w in $(cat /proc/cmdline); do
   esac
 done
 if [ -n "$static" ]; then
-  # a static ip=<address>::<gateway>:<prefix>:<hostname>:<interface>:none, as dracut reads it (no DHCP)
+  # a static ip=<address>::<gateway>:<prefix>:<hostname>:<interface>:none, as dracut reads it (no DHCP);
+  # an IPv6 address or gateway in brackets ([2001:db8::51]): its colons hidden from the split as '-'
   IFS=: read -r addr _ gw prefix _ <<EOF_IP
-$static
+$(echo "$static" | sed -e ':a' -e 's/\(\[[^]:]*\):/\1-/' -e 'ta')
 EOF_IP
+  case "$addr" in
+    \[*) addr=$(echo "$addr" | tr -d '[]' | tr - :); gw=$(echo "$gw" | tr -d '[]' | tr - :)
+          echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad;;  # usable at once, as the test network is its own
+  esac
   ip addr add "$addr/$prefix" dev eth0 || fail "ip addr add $addr/$prefix"
   [ -z "$gw" ] || ip route add default via "$gw" || fail "ip route add default via $gw"
   say "E2E-NET:static $addr/$prefix via $gw"

@@ -122,6 +122,8 @@ def test_arm64_guest_boots_through_the_servers_grub_to_its_kernel_with_its_kargs
     assert result.cmdline == " ".join([f"BOOT_IMAGE={kernel}", *kargs]), (result.cmdline, kargs)
     assert "console=ttyAMA0,115200" in kargs and "e2e.arm64=yes" in kargs
     assert "ignition.platform.id=metal" in kargs
+    # GRUB hands the EFI stub its initramfs: no iPXE initrd=main, so no stub error on the console
+    assert "initrd=main" not in kargs and "EFI stub: ERROR" not in result.log, result.tail(60)
     assert kernel.startswith(f"(http,{rig.GUEST_HOST}:{port})/artifacts/fcos-arm/aarch64/")
     assert result.rootfs_sha256 == hashlib.sha256(artifacts["rootfs"]).hexdigest()
     # the node timeline saw the GRUB boot as it sees an iPXE one: script, kernel, initramfs, rootfs

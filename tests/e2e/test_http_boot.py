@@ -2,7 +2,9 @@
 its own ``UEFI HTTPv4`` entry through ``bootserver dhcp`` (dnsmasq: the vendor class ``HTTPClient`` of client
 architecture 16 gets option 60 and ``/loaders/ipxe.efi`` on the server) to the node's script and kernel with
 the node's exact kernel arguments; and from its ``UEFI HTTPv6`` entry (DHCPv6 ``bootfile-url`` with the vendor
-class ``HTTPClient``) it loads the same loader from the server's IPv6 address.
+class ``HTTPClient``) it loads the same loader from the server's IPv6 address, and that iPXE, answered over
+DHCPv6 by its user class ``iPXE`` with the generic entry on the IPv6 base URL, boots the node's script, kernel
+and rootfs over IPv6 with the node's exact kernel arguments (its static IPv6 ``ip=``).
 
 Everything runs in a network namespace of the test's own (``httpboot-<pid>``): a bridge with the server's
 addresses (``192.0.2.1/24``, ``2001:db8::1/64``, documentation ranges), a tap for the guest, the engine
@@ -131,8 +133,8 @@ def _lab(tools: rig.Tools, guest_initramfs: Path, work: Path, dhcp: dict, node: 
             procs.append(lab.run(*bootserver_command(), "serve", "--config", str(config), stdout=out,
                                  stderr=subprocess.STDOUT))
         with open(lab.dhcp_log, "wb") as out:
-            procs.append(lab.run(*bootserver_command(), "dhcp", "--config", str(config), stdout=out,
-                                 stderr=subprocess.STDOUT))
+            procs.append(lab.run(*bootserver_command(), "dhcp", "--config", str(config), "--log-level", "debug",
+                                 stdout=out, stderr=subprocess.STDOUT))
         _wait_for("bootserver serve", lambda: "listening on" in lab.serve_log.read_text(), lab.serve_log)
         _wait_for("bootserver dhcp", lambda: "answers on br0" in lab.dhcp_log.read_text(), lab.dhcp_log)
         yield lab
@@ -196,13 +198,38 @@ def test_ovmf_http_boots_over_ipv4_to_the_node_script_and_kernel(tools: rig.Tool
     assert "HEAD /loaders/ipxe.efi 200" in served and "GET /loaders/ipxe.efi 200" in served, served[-3000:]
 
 
-def test_ovmf_http_boots_over_ipv6_from_the_dhcpv6_bootfile_url(tools: rig.Tools, lab6: Lab, tmp_path: Path) -> None:
-    result = http_boot(tools, lab6, tmp_path, stop_at=("iPXE initialising devices", "failed to load Boot0002"),
-                       next_option=True)
+def test_ovmf_http_boots_over_ipv6_to_the_node_script_and_kernel(tools: rig.Tools, lab6: Lab, tmp_path: Path) -> None:
+    """The firmware's HTTPv6 entry loads ``ipxe.efi`` from the DHCPv6 ``bootfile-url``; that iPXE asks DHCPv6
+    itself (user class ``iPXE``) and chains the generic entry on the IPv6 base URL; the node's script, kernel,
+    initramfs and rootfs all come over IPv6, and the kernel brings the node up on its static IPv6 address."""
+    lab = lab6
+    result = http_boot(tools, lab, tmp_path, next_option=True)
     assert ">>Start HTTP Boot over IPv6." in result.log, result.tail(60)
     assert "Station IPv6 address is 2001:DB8:0:0:0:0:0:51" in result.log, result.tail(60)
     assert f"URI: http://[{V6}]:{PORT}/loaders/ipxe.efi" in result.log, result.tail(60)
-    assert "iPXE initialising devices" in result.log, result.tail(60)  # the loader it fetched runs
-    served = lab6.serve_log.read_text()
-    assert "2001:db8::51 HEAD /loaders/ipxe.efi 200" in served and "2001:db8::51 GET /loaders/ipxe.efi 200" in served, (
-        served[-3000:])
+    assert result.reached_init, f"the guest never ran the initramfs's /init:\n{result.tail(80)}"
+    assert result.done and result.failure is None, f"/init failed: {result.failure}\n{result.tail(60)}"
+    p = run_bootserver("render", "ipxe", NODE, "--family", "6", "--config", str(lab.config), timeout=60)
+    assert p.returncode == 0, p.stderr
+    expected = rig.expected_cmdline(p.stdout, "uefi").split()
+    got = result.cmdline.split() if result.cmdline else []
+    assert [w.split("?")[0] for w in got] == [w.split("?")[0] for w in expected], (got, expected)
+    assert f"ip=[2001:db8::51]:::64:{NODE}:nic0:none" in got, got
+    assert f"coreos.live.rootfs_url=http://[{V6}]:{PORT}/" in result.cmdline, got
+    assert result.net == "static 2001:db8::51/64 via", result.tail(20)
+    assert result.rootfs_sha256 == hashlib.sha256(lab.rootfs).hexdigest()
+    served = lab.serve_log.read_text()
+    for line in ("HEAD /loaders/ipxe.efi 200", "GET /loaders/ipxe.efi 200", f"GET /boot.ipxe 200 node={NODE}",
+                 "-live-kernel.x86_64 200", "-live-initramfs.x86_64.img 200", "-live-rootfs.x86_64.img 200"):
+        assert any(ln.split("access: ")[-1].startswith("2001:db8::51 ") and line in ln for ln in served.splitlines()), (
+            line, served[-3000:])
+    # the timeline says how it came: iPXE, over IPv6
+    shown = run_bootserver("nodes", "show", NODE, "--config", str(lab.config), timeout=60).stdout
+    script = [line for line in shown.splitlines() if " script " in line]
+    assert script and "via=ipxe" in script[0] and "ip=IPv6" in script[0], shown
+    # and the first mile over DHCPv6: the firmware's answer (the loader's URL), then iPXE's (the generic entry)
+    dhcp = [line for line in shown.splitlines() if " dhcp " in line]
+    assert [line.split()[3:] for line in dhcp[:2]] == [
+        ["2001:db8::51", "address=2001:db8::51", f"file=http://[{V6}]:{PORT}/loaders/ipxe.efi", "mode=full"],
+        ["2001:db8::51", "address=2001:db8::51", f"file=http://[{V6}]:{PORT}/boot.ipxe?mac=${{net0/mac}}",
+         "mode=full"]], shown

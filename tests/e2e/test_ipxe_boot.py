@@ -5,11 +5,12 @@ names: ``initrd=main``).
 
 The guest's ``/init`` reports ``/proc/cmdline`` and the sha256 of the rootfs it fetched; we compare them
 with what ``bootserver render ipxe NODE`` prints and with the stream metadata. One boot is ~10-20 s.
+What boot-once answers an installed node's next network boot, and what each firmware does with it (boot
+its disk), is the whole life's: ``test_life.py`` (SeaBIOS) and ``test_playground.py`` (both firmwares).
 """
 
 from __future__ import annotations
 
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -70,18 +71,6 @@ def test_install_node_boots_through_its_chain_url(tools: rig.Tools, guest_stack:
                for a in args), args
     assert "coreos.inst.platform_id=metal" in args  # a node with no provider
     assert not any(a.startswith("ignition.platform.id=") for a in args)
-
-    # The installer fetches the stub (coreos.inst.ignition_url): the node is installing. Boot-once: its
-    # next PXE boot gets a script that exits to the local disk instead of installing again.
-    with urllib.request.urlopen(guest_stack.local_url(guest_stack.stub_path(node.name)), timeout=10) as r:
-        assert r.status == 200
-    again = rig.boot_ipxe(tools, rig.guest_url(guest_stack.port, guest_stack.chain_path(node.name)),
-                          tmp_path / "serial-2.log", port=guest_stack.port, timeout=BOOT_TIMEOUT, mac=node.mac,
-                          firmware=firmware)
-    assert not again.reached_init, again.tail()
-    assert f"bootserver: node {node.name} is installed, booting from the local disk" in again.log, again.tail()
-    # iPXE exited; the firmware went on to its next boot option.
-    assert any(m in again.log for m in rig.FIRMWARE_GAVE_UP[firmware]), again.tail()
 
 
 @firmwares

@@ -2,24 +2,31 @@
 namespace of its own): the BIOS and the UEFI node at their reserved addresses and the unknown machine
 (discovered, adopted by the playground) install with the stand-in CoreOS, reboot, boot their disk
 through boot-once and check in; it ends with every machine ``up`` and a summary table (bounded by
-``--minutes``)."""
+``--minutes``).
+
+What it leaves behind (``--keep``) is checked as ``test_life.py`` checks its machine: the local-boot
+answer on each console, the installed system's kernel arguments, the real config's files on each disk.
+This is the whole life under OVMF (its own PXE and TFTP, iPXE's ``exit 1``, GRUB on the disk), and the
+adoption of a machine that got a pool address by the same dnsmasq (reloaded, not restarted)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support.helpers import REPO
 from support.netns import unavailable
 
 from . import life, rig, standin
-from .stack import in_ci, need
+from .stack import in_ci, need, run_bootserver
 
 pytestmark = pytest.mark.e2e
 
 
-def test_the_playground_brings_its_three_machines_up() -> None:
+def test_the_playground_brings_its_three_machines_up(tmp_path: Path) -> None:
     tools = rig.find_tools()
     need(tools, "qemu", "ovmf", "ipxe_efi_rom", "busybox", "vmlinuz", "modules_dir", "ignition")
     assert not standin.find_standin_tools(tools).missing()
@@ -27,8 +34,9 @@ def test_the_playground_brings_its_three_machines_up() -> None:
         if in_ci():
             pytest.fail(f"the playground's network: {unavailable()}", pytrace=False)
         pytest.skip(f"the playground's network: {unavailable()}")
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "playground.py"), "--minutes", "12"],
-                          capture_output=True, text=True, timeout=900)
+    work = tmp_path / "playground"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "playground.py"), "--minutes", "12",
+                           "--keep", str(work)], capture_output=True, text=True, timeout=900)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-3000:]
     assert out.startswith("playground: the installer is a stand-in for CoreOS built from Debian's parts")
@@ -47,3 +55,28 @@ def test_the_playground_brings_its_three_machines_up() -> None:
         assert row.split()[2] == firmware and row.split()[3].startswith(address) and row.count(" s") == times, row
     assert "playground: every machine is up" in out
     assert out.rstrip().endswith("playground: machines, engine and server stopped")
+
+    # the adoption: the engine's pool address, then a reservation by the same dnsmasq, reloaded
+    said = out.splitlines()
+    adopted = said[said.index(next(line for line in said if line.startswith("playground: adopting it: "))) + 1]
+    assert "bootserver dhcp: 3 reservations (1 added, 0 removed, 0 changed) without restarting dnsmasq" in adopted, \
+        adopted
+    hosts = (work / "state" / "dhcp" / "hosts" / "nodes").read_text()
+    assert "52:54:00:9a:00:99,set:node-pg-new,pg-new\n" in hosts, hosts
+    engine_log = (work / "dhcp.log").read_text()
+    assert len(re.findall(r"dnsmasq \(process \d+\) answers on", engine_log)) == 1, engine_log[-3000:]
+    assert "reload: 3 reservations (1 added, 0 removed, 0 changed) without restarting dnsmasq" in engine_log
+    # OVMF's own PXE: the engine's offer at the reserved address, ipxe.efi over TFTP
+    show = run_bootserver("nodes", "show", "pg-uefi", "--config", str(work / "bootserver.yaml")).stdout
+    assert "address=192.0.2.12 file=ipxe.efi mode=full" in show, show
+    # each machine: the local-boot answer on its console, then its disk's system with the disk's kargs,
+    # and Ignition's files on the disk
+    files = life.real_config(1)[1]
+    for node, machine in (("pg-bios", "pg-bios"), ("pg-uefi", "pg-uefi"), ("pg-new", "unknown")):
+        log = work / f"{machine}.log"
+        serial = "\n".join(p.read_text(errors="replace") for p in (log, rig.second_serial_log(log)) if p.exists())
+        assert f"bootserver: node {node} is installed, booting from the local disk" in serial, serial[-3000:]
+        installed = life.cmdlines(serial)[-1]
+        assert "ignition.platform.id=metal" in installed and "coreos.inst" not in installed, installed
+        life.check_disk(work / f"{machine}.disk", node, files)
+        (work / f"{machine}.disk").unlink()  # hundreds of MiB each

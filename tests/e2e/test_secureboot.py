@@ -14,8 +14,6 @@ SeaBIOS through ISOLINUX. Images are built once per session and shared; each fir
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import shutil
 import urllib.parse
 import urllib.request
@@ -23,21 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
-from support.helpers import free_port
-from support.server import serving
 
 from . import rig
-from .signed_parts import OVMF_CODE, OVMF_VARS, live_iso, missing_parts, network, unsigned
-from .stack import (
-    REAL_IGNITION,
-    Stack,
-    bootserver_command,
-    in_ci,
-    need,
-    run_bootserver,
-    stream_metadata,
-)
+from .signed_parts import OVMF_VARS, network, release_stack, secure_boot_machine
+from .stack import Stack, run_bootserver
 
 pytestmark = pytest.mark.e2e
 
@@ -48,56 +35,14 @@ UNSIGNED_NODE, UNSIGNED_MAC = "sb-unsigned", "52:54:00:e2:e0:32"
 
 @pytest.fixture(scope="session")
 def sb_stack(tools: rig.Tools, guest_initramfs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A ``bootserver serve`` (base_url the guest's view) whose two streams offer the test release, one
-    with the signed kernel and one with the unsigned one, both with the live ISO, synced through a local
-    upstream; the nodes ``sb-0`` and ``sb-unsigned`` have ``secure_boot: true`` and a static network."""
-    need(tools, "qemu", "busybox", "vmlinuz")
-    missing = missing_parts()
-    if missing:
-        msg = "Secure Boot e2e parts missing: " + "; ".join(missing)
-        if in_ci():
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
-    assert tools.vmlinuz
-    work = tmp_path_factory.mktemp("secureboot")
-    kernel, initramfs = Path(tools.vmlinuz).read_bytes(), guest_initramfs.read_bytes()
-    iso = live_iso(work, kernel, initramfs)
-    rootfs = os.urandom(1 << 20)
-    with rig.StaticServer({}) as upstream:
-        streams = {}
-        for name, k in (("sb", kernel), ("sb-unsigned", unsigned(Path(tools.vmlinuz), work))):
-            arts = {"kernel": k, "initramfs": initramfs, "rootfs": rootfs}
-            doc = stream_metadata(upstream.url(f"/{name}"), arts)
-            metal = doc["architectures"]["x86_64"]["artifacts"]["metal"]
-            release = metal["release"]
-            metal["formats"]["iso"] = {"disk": {"location": upstream.url(f"/{name}/{release}/live.x86_64.iso"),
-                                                "sha256": hashlib.sha256(iso).hexdigest()}}
-            for kind, art in metal["formats"]["pxe"].items():
-                upstream.routes[urllib.parse.urlsplit(art["location"]).path] = arts[kind]
-            upstream.routes[f"/{name}/{release}/live.x86_64.iso"] = iso
-            (work / f"{name}.json").write_text(json.dumps(doc))
-            streams[name] = {"metadata": str(work / f"{name}.json")}
-        (work / "real.ign").write_text(json.dumps(REAL_IGNITION))
-        port = free_port()
-        base_url = f"http://{rig.GUEST_HOST}:{port}"
-        doc = {"server": {"listen": f"127.0.0.1:{port}", "base_url": base_url},
-               "cache_dir": str(work / "cache"), "state_dir": str(work / "state"), "streams": streams,
-               "profiles": {name: {"stream": name, "mode": "install", "install_dev": "/dev/vda",
-                                   "ignition": "real.ign", "secure_boot": True,
-                                   # no provider: platform metal, no console of its own; the rig reads ttyS1
-                                   "console": "console=ttyS1,115200n8"} for name in streams},
-               "nodes": {NODE: {"profile": "sb", "mac": MAC, "network": network(MAC)},
-                         UNSIGNED_NODE: {"profile": "sb-unsigned", "mac": UNSIGNED_MAC,
-                                         "network": network(UNSIGNED_MAC)}}}
-        config = work / "bootserver.yaml"
-        config.write_text(yaml.safe_dump(doc, sort_keys=False))
-        p = run_bootserver("sync-images", "--config", str(config), timeout=300)
-        assert p.returncode == 0, p.stderr
-        log = work / "serve.log"
-        with serving(["--config", str(config)], f"http://127.0.0.1:{port}/healthz", log,
-                     command=bootserver_command()):
-            yield Stack(config=config, port=port, base_url=base_url, artifacts={"rootfs": rootfs}, metadata=doc,
-                        real_ignition=work / "real.ign", log=log)
+    """A ``bootserver serve`` (:func:`signed_parts.release_stack`) whose streams ``sb`` and ``sb-unsigned``
+    offer the test release with the signed and the unsigned kernel; the nodes ``sb-0`` and ``sb-unsigned``
+    have ``secure_boot: true`` and a static network."""
+    nodes = {NODE: {"profile": "sb", "mac": MAC, "network": network(MAC)},
+             UNSIGNED_NODE: {"profile": "sb-unsigned", "mac": UNSIGNED_MAC, "network": network(UNSIGNED_MAC)}}
+    with release_stack(tools, guest_initramfs, tmp_path_factory.mktemp("secureboot"), ("sb", "sb-unsigned"),
+                       nodes) as stack:
+        yield stack
 
 
 #: Each node's kargs as its iPXE script carries them, read before any boot (a boot that fetches the stub
@@ -122,16 +67,10 @@ def sb_images(sb_stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> dict
 
 def secure_boot_command(image: Path, log: Path, vars_file: Path, port: int, mac: str, busybox: str) -> list[str]:
     """QEMU q35 with SMM and Debian's Secure Boot OVMF (shared/DESIGN.md, "Secure Boot from a per-node
-    image"), the image as the first boot device, the NIC (no option ROM) not in the boot order: nothing but
-    the image's signed chain boots. Serial ports logged as rig.run_guest reads them."""
+    image"; :func:`signed_parts.secure_boot_machine`), the image as the first boot device, the NIC (no
+    option ROM) not in the boot order: nothing but the image's signed chain boots."""
     netdev = f"user,id=n0,restrict=on,guestfwd=tcp:{rig.GUEST_HOST}:{port}-cmd:{busybox} nc 127.0.0.1 {port}"
-    return ["qemu-system-x86_64", "-machine", "q35,smm=on,accel=tcg", "-m", "512", "-smp", "1",
-            "-nodefaults", "-display", "none", "-no-reboot",
-            "-global", "driver=cfi.pflash01,property=secure,value=on", "-global", "ICH9-LPC.disable_s3=1",
-            "-drive", f"if=pflash,format=raw,unit=0,file={OVMF_CODE},readonly=on",
-            "-drive", f"if=pflash,format=raw,unit=1,file={vars_file}",
-            "-chardev", f"file,id=s0,path={log}", "-serial", "chardev:s0",
-            "-chardev", f"file,id=s1,path={rig.second_serial_log(log)}", "-serial", "chardev:s1",
+    return [*secure_boot_machine(vars_file, log),
             "-drive", f"file={image},media=cdrom,if=none,id=cd0,readonly=on", "-device", "ide-cd,drive=cd0,bootindex=0",
             "-netdev", netdev, "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile="]
 

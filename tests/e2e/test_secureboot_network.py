@@ -17,21 +17,15 @@ has the kernel without its signature: shim refuses it. Each firmware boots once 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import shutil
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
-from support.helpers import free_port
-from support.server import serving
 
 from . import rig
-from .signed_parts import OVMF_CODE, OVMF_VARS, SIGNED_DIR, live_iso, missing_parts, network, unsigned
-from .stack import REAL_IGNITION, Stack, bootserver_command, in_ci, need, run_bootserver, stream_metadata
+from .signed_parts import OVMF_VARS, SIGNED_DIR, network, release_stack, secure_boot_machine
+from .stack import Stack, run_bootserver
 
 pytestmark = pytest.mark.e2e
 
@@ -44,58 +38,16 @@ UNSIGNED_NODE, UNSIGNED_MAC = "sbn-unsigned", "52:54:00:e2:e0:42"
 
 @pytest.fixture(scope="session")
 def sbn_stack(tools: rig.Tools, guest_initramfs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A ``bootserver serve`` whose two ``secure_boot`` streams offer the test release with the network
-    GRUB, one with the signed kernel and one with it unsigned; nodes ``sbn-0`` and ``sbn-unsigned``
-    (static networks, selectable by MAC through the generic entry)."""
-    need(tools, "qemu", "busybox", "vmlinuz")
-    missing = missing_parts()
-    if not NET_GRUB.is_file():
-        missing.append(f"{NET_GRUB} (run .ci/prepare.d/secureboot-loaders.sh)")
-    if missing:
-        msg = "Secure Boot e2e parts missing: " + "; ".join(missing)
-        if in_ci():
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
-    assert tools.vmlinuz
-    work = tmp_path_factory.mktemp("secureboot-network")
-    kernel, initramfs = Path(tools.vmlinuz).read_bytes(), guest_initramfs.read_bytes()
-    iso = live_iso(work, kernel, initramfs, grub=NET_GRUB)
-    rootfs = os.urandom(1 << 20)
-    with rig.StaticServer({}) as upstream:
-        streams = {}
-        for name, k in (("sbn", kernel), ("sbn-unsigned", unsigned(Path(tools.vmlinuz), work))):
-            arts = {"kernel": k, "initramfs": initramfs, "rootfs": rootfs}
-            doc = stream_metadata(upstream.url(f"/{name}"), arts)
-            metal = doc["architectures"]["x86_64"]["artifacts"]["metal"]
-            release = metal["release"]
-            metal["formats"]["iso"] = {"disk": {"location": upstream.url(f"/{name}/{release}/live.x86_64.iso"),
-                                                "sha256": hashlib.sha256(iso).hexdigest()}}
-            for kind, art in metal["formats"]["pxe"].items():
-                upstream.routes[urllib.parse.urlsplit(art["location"]).path] = arts[kind]
-            upstream.routes[f"/{name}/{release}/live.x86_64.iso"] = iso
-            (work / f"{name}.json").write_text(json.dumps(doc))
-            streams[name] = {"metadata": str(work / f"{name}.json")}
-        (work / "real.ign").write_text(json.dumps(REAL_IGNITION))
-        port = free_port()
-        base_url = f"http://{rig.GUEST_HOST}:{port}"
-        doc = {"server": {"listen": f"127.0.0.1:{port}", "base_url": base_url},
-               "cache_dir": str(work / "cache"), "state_dir": str(work / "state"), "streams": streams,
-               "profiles": {name: {"stream": name, "mode": "install", "install_dev": "/dev/vda",
-                                   "ignition": "real.ign", "secure_boot": True,
-                                   # no provider: platform metal, no console of its own; the rig reads ttyS1
-                                   "console": "console=ttyS1,115200n8"} for name in streams},
-               "nodes": {NODE: {"profile": "sbn", "mac": MAC, "network": network(MAC), "selectable": True},
-                         UNSIGNED_NODE: {"profile": "sbn-unsigned", "mac": UNSIGNED_MAC, "selectable": True,
-                                         "network": network(UNSIGNED_MAC)}}}
-        config = work / "bootserver.yaml"
-        config.write_text(yaml.safe_dump(doc, sort_keys=False))
-        p = run_bootserver("sync-images", "--config", str(config), timeout=300)
-        assert p.returncode == 0, p.stderr
-        log = work / "serve.log"
-        with serving(["--config", str(config)], f"http://127.0.0.1:{port}/healthz", log,
-                     command=bootserver_command()):
-            yield Stack(config=config, port=port, base_url=base_url, artifacts={"rootfs": rootfs}, metadata=doc,
-                        real_ignition=work / "real.ign", log=log)
+    """A ``bootserver serve`` (:func:`signed_parts.release_stack`) whose streams ``sbn`` and ``sbn-unsigned``
+    offer the test release with the network GRUB, the signed and the unsigned kernel; nodes ``sbn-0`` and
+    ``sbn-unsigned`` (static networks, selectable by MAC through the generic entry)."""
+    nodes = {NODE: {"profile": "sbn", "mac": MAC, "network": network(MAC), "selectable": True},
+             UNSIGNED_NODE: {"profile": "sbn-unsigned", "mac": UNSIGNED_MAC, "selectable": True,
+                             "network": network(UNSIGNED_MAC)}}
+    absent = () if NET_GRUB.is_file() else (f"{NET_GRUB} (run .ci/prepare.d/secureboot-loaders.sh)",)
+    with release_stack(tools, guest_initramfs, tmp_path_factory.mktemp("secureboot-network"), ("sbn", "sbn-unsigned"),
+                       nodes, grub=NET_GRUB, also_missing=absent) as stack:
+        yield stack
 
 
 @pytest.fixture(scope="session")
@@ -122,14 +74,7 @@ def pxe_secure_boot(tools: rig.Tools, stack: Stack, root: Path, stream: str, mac
     assert tools.busybox
     netdev = (f"user,id=n0,restrict=on,tftp={root},bootfile=secureboot/{stream}/bootx64.efi,"
               f"guestfwd=tcp:{rig.GUEST_HOST}:{stack.port}-cmd:{tools.busybox} nc 127.0.0.1 {stack.port}")
-    argv = ["qemu-system-x86_64", "-machine", "q35,smm=on,accel=tcg", "-m", "512", "-smp", "1",
-            "-nodefaults", "-display", "none", "-no-reboot",
-            "-global", "driver=cfi.pflash01,property=secure,value=on", "-global", "ICH9-LPC.disable_s3=1",
-            "-drive", f"if=pflash,format=raw,unit=0,file={OVMF_CODE},readonly=on",
-            "-drive", f"if=pflash,format=raw,unit=1,file={vars_file}",
-            "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n",
-            "-chardev", f"file,id=s0,path={log}", "-serial", "chardev:s0",
-            "-chardev", f"file,id=s1,path={rig.second_serial_log(log)}", "-serial", "chardev:s1",
+    argv = [*secure_boot_machine(vars_file, log), "-fw_cfg", "name=opt/org.tianocore/IPv6PXESupport,string=n",
             "-netdev", netdev, "-device", f"virtio-net-pci,netdev=n0,mac={mac},romfile=,bootindex=1"]
     return rig.run_guest(argv, log, "uefi", timeout=300, stop_at=stop_at)
 

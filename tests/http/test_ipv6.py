@@ -1,6 +1,7 @@
 """A server on IPv4 and IPv6 at once (``server.listen`` and ``server.base_url`` as lists, one per address
-family): a machine is handed URLs in the family it asked from, a DHCP node asking over IPv6 boots with
-``ip=dhcp6``, and a signed URL is valid on either base URL. The real ``bootserver serve`` on 127.0.0.1
+family, and a facility's ``base_url`` too): a machine is handed URLs in the family it asked from, a DHCP
+node asking over IPv6 boots with ``ip=dhcp6`` (``bootserver render --family 6`` prints the same), and a
+signed URL is valid on either base URL. The real ``bootserver serve`` on 127.0.0.1
 and ::1 (the loopback of both families)."""
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 import yaml
+from support.configs import config_doc, load
 from support.helpers import run_cli
 from support.server import ServerProcess
 
 from bootserver.config import parse_config
 from bootserver.errors import ConfigError
+from bootserver.urls import Urls
 
 
 def _server(server: dict) -> object:
@@ -56,6 +59,26 @@ def test_bad_lists_are_refused_naming_the_key(server: dict, message: str) -> Non
     assert str(info.value).startswith(f"bootserver.yaml: {message}"), str(info.value)
 
 
+def test_a_facility_cache_has_a_base_url_per_family(tmp_path: Path) -> None:
+    doc = config_doc(server={"base_url": ["http://192.0.2.1:8080", "http://[2001:db8::1]:8080"]},
+                     nodes={"master-0": {"profile": "master", "facility": "da11"}},
+                     facilities={"da11": {"base_url": ["http://198.51.100.7:8080", "http://[2001:db8:da11::7]:8080"]}})
+    config = load(doc, tmp_path)
+    signer = lambda: None  # noqa: E731 - artifact URLs are not signed
+    for family, base in ((4, "http://198.51.100.7:8080"), (6, "http://[2001:db8:da11::7]:8080"),
+                         (None, "http://198.51.100.7:8080")):
+        assert Urls(config, signer, family=family).artifact_base("master-0") == base  # type: ignore[arg-type]
+    # one URL as before; a host name serves either family
+    doc["facilities"]["da11"]["base_url"] = "http://cache.da11.example:8080"
+    urls6 = Urls(load(doc, tmp_path), signer, family=6)  # type: ignore[arg-type]
+    assert urls6.artifact_base("master-0") == "http://cache.da11.example:8080"
+    doc["facilities"]["da11"]["base_url"] = ["http://198.51.100.7:8080", "http://198.51.100.8:8080"]
+    with pytest.raises(ConfigError) as info:
+        load(doc, tmp_path)
+    assert str(info.value).startswith("t.yaml: facilities.da11.base_url: one base URL per address family: "
+                                      "http://198.51.100.7:8080 and http://198.51.100.8:8080 are both IPv4"), info.value
+
+
 async def test_a_machine_gets_urls_in_the_family_it_asked_from(boot_setup) -> None:
     setup = boot_setup(50_000, {"master-0": {"profile": "master", "mac": "52:54:00:12:34:56",
                                              "addresses": ["127.0.0.1", "::1"]}})
@@ -87,6 +110,14 @@ async def test_a_machine_gets_urls_in_the_family_it_asked_from(boot_setup) -> No
             words6 = kernel6.split()
             assert words6[-2:] == ["rd.neednet=1", "ip=dhcp6"]
             assert [w.replace(v6, v4) for w in words6[:-2]] == kernel4.split()
+
+            # `render --family` prints what a machine asking over that family gets (signatures: maybe another hour)
+            for family, served in (("4", kernel4), ("6", kernel6)):
+                rc, out, err = await run_cli("render", "ipxe", "master-0", "--family", family,
+                                             "--config", str(setup.config))
+                assert rc == 0, err
+                kernel = next(line for line in out.splitlines() if line.startswith("kernel ")).split(" || ")[0]
+                assert [w.split("?")[0] for w in kernel.split()] == [w.split("?")[0] for w in served.split()]
 
             stub_url = next(w.split("=", 1)[1] for w in words6 if w.startswith("coreos.inst.ignition_url="))
             async with http.get(stub_url) as r:

@@ -7,6 +7,8 @@ by MAC. Booting it under Secure Boot is tests/e2e/test_secureboot_network.py."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -90,44 +92,103 @@ async def test_loaders_writes_the_set_into_a_tftp_root(setup, tmp_path: Path) ->
     assert (root / f"secureboot/fcos/{release}/vmlinuz").read_bytes() == kernel
 
 
-async def test_the_dhcp_engine_hands_a_secure_boot_node_its_shim_never_ipxe(setup) -> None:
-    path, _ = setup
+def loader_accepts(argv: list[str], text: str, path: Path) -> None:
+    """The real DHCP server's own config check (``dnsmasq --test``, ``kea-dhcp4 -t``) passes on ``text``."""
+    if not shutil.which(argv[0]) and not Path(f"/usr/sbin/{argv[0]}").exists():
+        pytest.skip(f"{argv[0]} is not installed")
+    path.write_text(text)
+    prog = shutil.which(argv[0]) or f"/usr/sbin/{argv[0]}"
+    check = subprocess.run([prog, *argv[1:], str(path)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+async def engine_config(path: Path, what: str, **dhcp: object) -> str:
+    """``bootserver dhcp --print WHAT`` of the setup with ``dhcp`` (on ``lo``), its secure_boot nodes sb-0
+    and sb-1 as DHCP nodes, and a plain node ``plain-0`` with a MAC, on dual-stack base URLs."""
     doc = yaml.safe_load(path.read_text())
-    doc["dhcp"] = {"interface": "lo", "mode": "full"}
+    doc["dhcp"] = {"interface": "lo", **dhcp}
     for node in ("sb-0", "sb-1"):  # their static addresses are not on the interface's subnet: DHCP nodes
         del doc["nodes"][node]["network"]
+    doc["nodes"]["plain-0"] = {"profile": "plain", "mac": "52:54:00:00:00:09"}
     doc["server"]["base_url"] = ["http://192.0.2.1:8080", "http://[2001:db8::1]:8080"]
     path.write_text(yaml.safe_dump(doc))
-    rc, out, err = await run_cli("dhcp", "--print", "--config", str(path), timeout=60)
+    rc, out, err = await run_cli("dhcp", "--print", what, "--config", str(path), timeout=60)
     assert rc == 0, err
-    boots = [line for line in out.splitlines() if line.startswith("dhcp-boot=")]
-    # dnsmasq takes the last matching dhcp-boot line: each node's own come last, over PXE and HTTP Boot
-    assert boots[-4:] == ["dhcp-boot=tag:!ipxe,tag:http64,tag:node-sb-1,"
-                          "http://192.0.2.1:8080/loaders/secureboot/fcos/bootx64.efi",
-                          "dhcp-boot=tag:!ipxe,tag:efi64,tag:node-sb-1,secureboot/fcos/bootx64.efi",
-                          "dhcp-boot=tag:!ipxe,tag:http64,tag:node-sb-0,"
-                          "http://192.0.2.1:8080/loaders/secureboot/fcos/bootx64.efi",
-                          "dhcp-boot=tag:!ipxe,tag:efi64,tag:node-sb-0,secureboot/fcos/bootx64.efi"]
-    assert "dhcp-boot=tag:!ipxe,tag:http64,http://192.0.2.1:8080/loaders/ipxe.efi" in boots
-    assert "dhcp-option-force=tag:http64,option:vendor-class,HTTPClient" in out.splitlines()
-    rc, out, err = await run_cli("dhcp", "--print", "kea", "--config", str(path), timeout=60)
-    assert rc == 0, err
-    reservations = {r["hostname"]: r for r in json.loads(out)["Dhcp4"]["subnet4"][0]["reservations"]}
-    assert reservations["sb-0"]["boot-file-name"] == "secureboot/fcos/bootx64.efi"
+    return out
 
 
-async def test_dhcpv6_hands_uefi_http_boot_the_ipv6_loader_url(setup) -> None:
+SHIM_URL = "http://192.0.2.1:8080/loaders/secureboot/fcos/bootx64.efi"
+
+
+async def test_the_dhcp_engine_hands_a_secure_boot_node_its_shim_never_ipxe(setup, tmp_path: Path) -> None:
     path, _ = setup
-    doc = yaml.safe_load(path.read_text())
-    doc["dhcp"] = {"interface": "lo", "mode": "full", "ipv6": True}
-    for node in ("sb-0", "sb-1"):
-        del doc["nodes"][node]["network"]
-    doc["server"]["base_url"] = ["http://192.0.2.1:8080", "http://[2001:db8::1]:8080"]
-    path.write_text(yaml.safe_dump(doc))
-    rc, out, err = await run_cli("dhcp", "--print", "--config", str(path), timeout=60)
-    assert rc == 0, err
+    out = await engine_config(path, "dnsmasq", mode="full")
     lines = out.splitlines()
-    assert lines[lines.index("enable-ra") + 2:][:3] == [
+    assert [ln for ln in lines if ln.startswith("tag-if=set:secureboot")] == [
+        "tag-if=set:secureboot,tag:node-sb-0", "tag-if=set:secureboot,tag:node-sb-1"]
+    boots = [line for line in lines if line.startswith("dhcp-boot=")]
+    # each node's own lines, and no line that hands iPXE to a UEFI x86_64 firmware matches a secure_boot node
+    assert boots[-4:] == [f"dhcp-boot=tag:!ipxe,tag:http64,tag:node-sb-1,{SHIM_URL}",
+                          "dhcp-boot=tag:!ipxe,tag:efi64,tag:node-sb-1,secureboot/fcos/bootx64.efi",
+                          f"dhcp-boot=tag:!ipxe,tag:http64,tag:node-sb-0,{SHIM_URL}",
+                          "dhcp-boot=tag:!ipxe,tag:efi64,tag:node-sb-0,secureboot/fcos/bootx64.efi"]
+    assert "dhcp-boot=tag:!ipxe,tag:http64,tag:!secureboot,http://192.0.2.1:8080/loaders/ipxe.efi" in boots
+    assert "dhcp-boot=tag:!ipxe,tag:efi64,tag:!secureboot,ipxe.efi" in boots
+    assert [b for b in boots if "ipxe.efi" in b and "!secureboot" not in b] == []
+    assert "dhcp-option-force=tag:http64,option:vendor-class,HTTPClient" in lines
+    loader_accepts(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
+
+
+async def test_proxy_mode_menus_a_secure_boot_node_its_shim_never_ipxe(setup, tmp_path: Path) -> None:
+    path, _ = setup
+    out = await engine_config(path, "dnsmasq")
+    services = [ln for ln in out.splitlines() if ln.startswith("pxe-service=")]
+    assert services[:4] == [
+        'pxe-service=tag:!ipxe,tag:node-sb-0,X86-64_EFI,"bootserver",secureboot/fcos/bootx64.efi',
+        'pxe-service=tag:!ipxe,tag:node-sb-0,BC_EFI,"bootserver",secureboot/fcos/bootx64.efi',
+        'pxe-service=tag:!ipxe,tag:node-sb-1,X86-64_EFI,"bootserver",secureboot/fcos/bootx64.efi',
+        'pxe-service=tag:!ipxe,tag:node-sb-1,BC_EFI,"bootserver",secureboot/fcos/bootx64.efi']
+    ipxe_efi = [ln for ln in services if ln.endswith(",ipxe")]
+    assert ipxe_efi == ['pxe-service=tag:!ipxe,tag:!secureboot,X86-64_EFI,"bootserver",ipxe',
+                        'pxe-service=tag:!ipxe,tag:!secureboot,BC_EFI,"bootserver",ipxe']
+    assert "tag-if=set:secureboot,tag:node-sb-0" in out.splitlines()
+    assert "dhcp-host=52:54:00:00:00:01,set:node-sb-0" in out.splitlines()
+    loader_accepts(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
+
+
+async def test_kea_hands_a_secure_boot_node_its_shim_over_pxe_and_http_boot(setup, tmp_path: Path) -> None:
+    path, _ = setup
+    out = await engine_config(path, "kea", mode="full")
+    doc = json.loads(out)["Dhcp4"]
+    classes = {c["name"]: c for c in doc["client-classes"]}
+    assert doc["client-classes"][0] == {
+        "name": "secureboot", "test": "pkt4.mac == 0x525400000001 or pkt4.mac == 0x525400000002"}
+    assert classes["node-sb-0-http64"] == {
+        "name": "node-sb-0-http64",
+        "test": "pkt4.mac == 0x525400000001 and (option[93].hex == 0x0010) and not member('ipxe')",
+        "boot-file-name": SHIM_URL, "option-data": [{"name": "vendor-class-identifier", "data": "HTTPClient"}]}
+    assert classes["node-sb-1-efi64"] == {
+        "name": "node-sb-1-efi64",
+        "test": "pkt4.mac == 0x525400000002 and (option[93].hex == 0x0007 or option[93].hex == 0x0009) "
+                "and not member('ipxe')",
+        "boot-file-name": "secureboot/fcos/bootx64.efi", "next-server": "192.0.2.1"}
+    # the classes that hand iPXE to a UEFI x86_64 firmware leave the secure_boot nodes out
+    for name in ("efi64", "http64"):
+        assert classes[name]["test"].endswith("and not member('ipxe') and not member('secureboot')"), name
+    assert all("boot-file-name" not in r for r in doc["subnet4"][0]["reservations"])
+    loader_accepts(["kea-dhcp4", "-t"], out, tmp_path / "kea.json")
+
+
+async def test_dhcpv6_hands_http_boot_the_loader_and_ipxe_its_script_on_the_ipv6_base(setup, tmp_path: Path) -> None:
+    path, _ = setup
+    out = await engine_config(path, "dnsmasq", mode="full", ipv6=True)
+    lines = out.splitlines()
+    assert lines[lines.index("enable-ra") + 2:][:4] == [
         "dhcp-vendorclass=set:http6,enterprise:343,HTTPClient",
-        'dhcp-option=tag:http6,option6:bootfile-url,"http://[2001:db8::1]:8080/loaders/ipxe.efi"',
-        "dhcp-option-force=tag:http6,option6:16,HT,HTTPClient"]
+        'dhcp-option=tag:http6,tag:!ipxe,tag:!secureboot,option6:bootfile-url,'
+        '"http://[2001:db8::1]:8080/loaders/ipxe.efi"',
+        "dhcp-option-force=tag:http6,option6:16,HT,HTTPClient",
+        'dhcp-option=tag:ipxe,option6:bootfile-url,"http://[2001:db8::1]:8080/boot.ipxe?mac=${net0/mac}"']
+    # over DHCPv4 iPXE chains on the IPv4 base URL
+    assert "dhcp-boot=tag:ipxe,http://192.0.2.1:8080/boot.ipxe?mac=${net0/mac}" in lines
+    loader_accepts(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")

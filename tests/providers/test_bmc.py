@@ -20,10 +20,10 @@ import requests
 import yaml
 from support import ipmi_sim, sushy_emulator
 from support.configs import STREAM, config_doc
-from support.helpers import checkin_command, free_port, recorded_devices, run_cli, write_config
+from support.helpers import checkin_command, cli, free_port, recorded_devices, run_cli, write_config
 from support.server import ServerProcess
 
-from bootserver.cli import build_parser, main, provider_options
+from bootserver.cli import build_parser, provider_options
 from bootserver.config import load_config
 from bootserver.provision import WaitPolicy, provision
 
@@ -121,12 +121,6 @@ def running(kind: Kind, tmp_path: Path) -> Iterator[Running]:
 @pytest.fixture
 def bmc_password(monkeypatch: pytest.MonkeyPatch, kind: Kind) -> None:
     monkeypatch.setenv("BMC_PASSWORD", kind.password)
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    rc = main(list(args))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_a_missing_password_is_bad_input_before_any_call(kind, tmp_path, reference, capsys, monkeypatch):

@@ -16,10 +16,16 @@ from typing import Any
 import pytest
 import yaml
 from support.configs import STREAM, config_doc
-from support.helpers import recorded_devices, write_config
-from support.ipmi_sim import PASSWORD, USERNAME, free_udp_port, sim_fixture, start_sim  # noqa: F401 - the sim fixture
+from support.helpers import cli, recorded_devices, write_config
+from support.ipmi_sim import (  # noqa: F401 - the fixtures: sim, bmc_password
+    PASSWORD,
+    USERNAME,
+    free_udp_port,
+    password_fixture,
+    sim_fixture,
+    start_sim,
+)
 
-from bootserver.cli import main
 from bootserver.providers.ipmi import Bmc, boot_flags, failure_reason
 
 CHASSIS, SET_BOOT_OPTIONS, CHASSIS_CONTROL = 0x00, 0x08, 0x02
@@ -33,17 +39,6 @@ def make_config(tmp_path: Path, reference: Path, bmc_port: int, **profile_ipmi: 
                                           "ipmi": ipmi}},
                      nodes={"bmc-0": {"profile": "onprem", "mac": ["52:54:00:00:00:21"]}})
     return write_config(tmp_path / "bootserver.yaml", doc)
-
-
-@pytest.fixture
-def bmc_password(monkeypatch):
-    monkeypatch.setenv("BMC_PASSWORD", PASSWORD)
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    rc = main(list(args))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_boot_flags_are_ironics_bytes():

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.fake_metal import PROJECT, TOKEN, fake_metal_fixture, metal_env_fixture  # noqa: F401 - fixtures
-from support.helpers import recorded_devices, write_config
-
-from bootserver.cli import main
+from support.helpers import cli, recorded_devices, write_config
 
 OTHER_PROJECT = "9b2f6a57-5c4e-4b8a-a1d2-3e4f5a6b7c8d"
 
@@ -39,12 +37,6 @@ def make_config(tmp_path: Path, metal: dict | None = None, **node_metal) -> Path
 @pytest.fixture
 def env(metal_env):
     return metal_env
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    rc = main(list(args))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_provision_prints_devices_and_records_state(env, tmp_path, capsys):

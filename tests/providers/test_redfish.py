@@ -11,14 +11,16 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 import yaml
 from support.configs import STREAM, config_doc
-from support.helpers import free_port, recorded_devices, write_config
-from support.sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
-
-from bootserver.cli import main
+from support.helpers import cli, free_port, recorded_devices, write_config
+from support.sushy_emulator import (  # noqa: F401 - the fixtures: emulator, bmc_password
+    PASSWORD,
+    USERNAME,
+    emulator_fixture,
+    password_fixture,
+)
 
 
 def make_config(tmp_path: Path, reference: Path, address: str, **profile_redfish: Any) -> Path:
@@ -33,17 +35,6 @@ def make_config(tmp_path: Path, reference: Path, address: str, **profile_redfish
             "rf-1": {"profile": "onprem", "redfish": {"system": "8a1e7c52-3c2b-4f1e-9c0a-000000000002"}},
         })
     return write_config(tmp_path / "bootserver.yaml", doc)
-
-
-@pytest.fixture
-def bmc_password(monkeypatch):
-    monkeypatch.setenv("BMC_PASSWORD", PASSWORD)
-
-
-def cli(capsys, *args: str) -> tuple[int, str, str]:
-    rc = main(list(args))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_provision_sets_pxe_once_powers_on_and_records_the_system(emulator, bmc_password, tmp_path, reference,

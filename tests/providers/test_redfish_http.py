@@ -7,7 +7,15 @@ sushy-tools 2.2's emulator takes such a ``PATCH`` by downloading ``HttpBootUri``
 ``UefiHttp`` with a URI), then asks its systems driver to keep the URI, which its fake driver (the one that
 runs without libvirt) does not implement: it answers ``400``. So the test sees the request arrive as a real
 BMC would act on it (the image fetched from the server with its signature) and the BMC's refusal as one
-line naming the request, with no power action after it."""
+line naming the request, with no power action after it.
+
+Why no emulator reads back ``UefiHttp`` (checked with sushy-tools 2.2.0, the newest on PyPI, and its main
+branch of 2026-03): for ``UefiHttp`` with a URI the emulator's ``PATCH`` handler tells its driver to boot
+the downloaded image as a CD (target ``Cd``), so ``BootSourceOverrideTarget`` never reads back ``UefiHttp``;
+of its systems drivers only the libvirt one stores ``HttpBootUri`` (the fake, nova and ironic drivers raise
+"not implemented"), and it first uploads the image into a libvirt storage pool
+(``virStorageVolUpload``), which libvirt's in-process ``test:///`` driver does not implement: it needs a
+real libvirtd with its storage and QEMU drivers."""
 
 from __future__ import annotations
 
@@ -17,52 +25,27 @@ from pathlib import Path
 import aiohttp
 import pytest
 import requests
-import yaml
-from support.helpers import free_port, run_cli, write_config
+from support.helpers import run_cli
+from support.metrics import iso_requests
 from support.server import ServerProcess
-from support.sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
+from support.sushy_emulator import (  # noqa: F401 - the fixtures: emulator, bmc_password
+    PASSWORD,
+    RF0_MAC,
+    USERNAME,
+    emulator_fixture,
+    password_fixture,
+    rf0_setup,
+)
 
 from bootserver.cli import build_parser, provider_options
 from bootserver.config import load_config
 from bootserver.providers.base import ProviderError
 from bootserver.provision import provision
 
-MAC = "52:54:00:00:00:01"  # rf-0's NIC in the emulator (tests/support/sushy_emulator.py)
-NETWORK = {
-    "interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": MAC,
-                    "ipv4": {"enabled": True, "address": [{"ip": "192.0.2.10", "prefix-length": 24}]}}],
-    "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "192.0.2.1"}]},
-}
-
-
-@pytest.fixture
-def bmc_password(monkeypatch):
-    monkeypatch.setenv("BMC_PASSWORD", PASSWORD)
-
-
-def http_setup(boot_setup, emulator):
-    """Node rf-0 (the emulator's first system) with a static network, provider redfish, ``boot_source: http``."""
-    setup = boot_setup(100_000, {"rf-0": {"profile": "master", "mac": [MAC], "network": NETWORK}})
-    doc = yaml.safe_load(setup.config.read_text())
-    doc["server"]["admin"] = {"listen": f"127.0.0.1:{free_port()}"}
-    doc["profiles"]["master"] |= {"provider": "redfish", "redfish": {
-        "address": emulator.url, "system": emulator.path(0), "username": USERNAME,
-        "password_env": "BMC_PASSWORD", "timeout": 10, "boot_source": "http"}}
-    write_config(setup.config, doc)
-    return setup
-
-
-def iso_requests(server: ServerProcess) -> float:
-    """The count of answered ``GET /iso/{node}.iso`` requests in the server's metrics."""
-    text = requests.get(server.admin_url + "/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("bootserver_http_requests_total{") and "/iso/{node}.iso" in line
-               and 'status="200"' in line and 'method="GET"' in line)
-
 
 async def test_provision_sets_uefi_http_with_the_signed_image_url(emulator, bmc_password, boot_setup,
                                                                  tmp_path: Path) -> None:
-    setup = http_setup(boot_setup, emulator)
+    setup = rf0_setup(boot_setup, emulator, "http")
     rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
     assert rc == 0, err
     config = load_config(str(setup.config))
@@ -74,7 +57,7 @@ async def test_provision_sets_uefi_http_with_the_signed_image_url(emulator, bmc_
             with pytest.raises(ProviderError) as info:
                 await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
                     config, args, ["rf-0"], wait=False, say=lambda node, message: None))
-            fetched = iso_requests(server)
+            fetched = iso_requests(requests.get(server.admin_url + "/metrics", timeout=10).text)
         finally:
             await server.stop()
     path = emulator.path(0)
@@ -86,7 +69,7 @@ async def test_provision_sets_uefi_http_with_the_signed_image_url(emulator, bmc_
 
 async def test_a_system_without_uefi_http_is_refused_before_any_power_action(emulator, bmc_password,
                                                                              boot_setup) -> None:
-    setup = http_setup(boot_setup, emulator)
+    setup = rf0_setup(boot_setup, emulator, "http")
     # legacy boot mode: the emulator then offers Pxe, Cd and Hdd only
     r = requests.patch(emulator.url + emulator.path(0), json={"Boot": {"BootSourceOverrideMode": "Legacy"}},
                        auth=(USERNAME, PASSWORD), timeout=10)

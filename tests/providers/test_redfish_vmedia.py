@@ -12,56 +12,33 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 import requests
 import yaml
-from support.helpers import free_port, recorded_devices, run_cli, write_config
+from support.helpers import recorded_devices, run_cli, write_config
+from support.metrics import iso_requests
 from support.server import ServerProcess
-from support.sushy_emulator import PASSWORD, USERNAME, emulator_fixture  # noqa: F401 - the emulator fixture
+from support.sushy_emulator import (  # noqa: F401 - the fixtures: emulator, bmc_password
+    PASSWORD,
+    RF0_MAC,
+    USERNAME,
+    emulator_fixture,
+    password_fixture,
+    rf0_setup,
+)
 
 from bootserver.cli import build_parser, provider_options
 from bootserver.config import load_config
 from bootserver.provision import WaitPolicy, deprovision, provision
 
-MAC = "52:54:00:00:00:01"  # rf-0's NIC in the emulator (tests/support/sushy_emulator.py)
-NETWORK = {
-    "interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": MAC,
-                    "ipv4": {"enabled": True, "address": [{"ip": "192.0.2.10", "prefix-length": 24}]}}],
-    "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "192.0.2.1"}]},
-}
-
-
-@pytest.fixture
-def bmc_password(monkeypatch):
-    monkeypatch.setenv("BMC_PASSWORD", PASSWORD)
-
-
-def vmedia_setup(boot_setup, emulator, network: Any = NETWORK):
-    setup = boot_setup(100_000, {"rf-0": {"profile": "master", "mac": [MAC], "network": network}})
-    doc = yaml.safe_load(setup.config.read_text())
-    doc["server"]["admin"] = {"listen": f"127.0.0.1:{free_port()}"}
-    doc["profiles"]["master"] |= {"provider": "redfish", "redfish": {
-        "address": emulator.url, "system": emulator.path(0), "username": USERNAME,
-        "password_env": "BMC_PASSWORD", "timeout": 10, "boot_source": "virtual-media"}}
-    write_config(setup.config, doc)
-    return setup
-
 
 def cd(emulator) -> dict[str, Any]:
+    """The emulator's first system's virtual CD (``VirtualMedia/Cd``)."""
     return emulator.get(f"{emulator.path(0)}/VirtualMedia/Cd")
-
-
-def iso_requests(server: ServerProcess) -> float:
-    """The count of answered ``GET /iso/{node}.iso`` requests in the server's metrics."""
-    text = requests.get(server.admin_url + "/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("bootserver_http_requests_total{") and "/iso/{node}.iso" in line
-               and 'status="200"' in line and 'method="GET"' in line)
 
 
 async def test_provision_inserts_the_signed_image_boots_cd_once_and_ejects_after_the_network_boot(
         emulator, bmc_password, boot_setup, tmp_path: Path) -> None:
-    setup = vmedia_setup(boot_setup, emulator)
+    setup = rf0_setup(boot_setup, emulator, "virtual-media")
     rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
     assert rc == 0, err
     config = load_config(str(setup.config))
@@ -109,7 +86,7 @@ async def test_provision_inserts_the_signed_image_boots_cd_once_and_ejects_after
             lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
                 config, args, ["rf-0"], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
                 say=lambda node, message: said.append(message)))
-            fetched = iso_requests(server)
+            fetched = iso_requests(requests.get(server.admin_url + "/metrics", timeout=10).text)
         finally:
             await server.stop()
     media = seen["media"]
@@ -134,7 +111,7 @@ async def test_provision_inserts_the_signed_image_boots_cd_once_and_ejects_after
 
 async def test_no_wait_leaves_the_image_to_the_next_provision_and_deprovision_ejects(
         emulator, bmc_password, boot_setup, tmp_path: Path) -> None:
-    setup = vmedia_setup(boot_setup, emulator)
+    setup = rf0_setup(boot_setup, emulator, "virtual-media")
     rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
     assert rc == 0, err
     config = load_config(str(setup.config))
@@ -163,9 +140,9 @@ async def test_no_wait_leaves_the_image_to_the_next_provision_and_deprovision_ej
 
 async def test_a_node_whose_image_cannot_be_built_is_exit_2_before_any_bmc_call(
         emulator, bmc_password, boot_setup, tmp_path: Path) -> None:
-    v6 = {"interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": MAC,
+    v6 = {"interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": RF0_MAC,
                           "ipv6": {"enabled": True, "address": [{"ip": "2001:db8::5", "prefix-length": 64}]}}]}
-    setup = vmedia_setup(boot_setup, emulator, v6)
+    setup = rf0_setup(boot_setup, emulator, "virtual-media", v6)
     for command in (["check-config"], ["provision", "rf-0", "--no-wait"]):
         rc, out, err = await run_cli(*command, "--config", str(setup.config))
         assert (rc, out) == (2, ""), err
@@ -179,7 +156,7 @@ async def test_a_node_whose_image_cannot_be_built_is_exit_2_before_any_bmc_call(
 
 async def test_check_config_wants_plain_http_for_a_node_that_boots_its_image(
         emulator, boot_setup, tmp_path: Path) -> None:
-    setup = vmedia_setup(boot_setup, emulator)
+    setup = rf0_setup(boot_setup, emulator, "virtual-media")
     doc = yaml.safe_load(setup.config.read_text())
     doc["server"]["base_url"] = "https://boot.example"
     write_config(setup.config, doc)

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from bootserver.cli import main
 from bootserver.state.sqlite_timeline import Timeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,6 +65,14 @@ def write_config(path: Path, doc: dict[str, Any]) -> Path:
     """Write ``doc`` as YAML (key order kept) to ``path``; return ``path``."""
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def cli(capsys: Any, *args: str) -> tuple[int, str, str]:
+    """Run ``bootserver ARGS`` in this process (``bootserver.cli.main``); its exit status and what it
+    printed (``capsys``, pytest's capture fixture): (status, stdout, stderr)."""
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
 
 
 async def run_cli(*args: str, timeout: float = 60, cwd: Path | None = None) -> tuple[int, str, str]:

@@ -159,6 +159,12 @@ def start_sim(folder: Path, *, chassis: bool = True, guest: dict | None = None, 
     raise TimeoutError("ipmi_sim did not answer in time")
 
 
+@pytest.fixture(name="bmc_password")
+def password_fixture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator's password in ``$BMC_PASSWORD``, where the configs' ``password_env`` names it."""
+    monkeypatch.setenv("BMC_PASSWORD", PASSWORD)
+
+
 @pytest.fixture(name="sim")
 def sim_fixture(tmp_path: Path):
     """A running :class:`Sim` whose machine is a power switch (no guest), stopped after the test."""

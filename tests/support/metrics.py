@@ -20,3 +20,10 @@ def canonical(sample: str) -> str:
     assert m, sample
     labels = sorted(re.findall(r'(\w+)="([^"]*)"', m[2] or ""))
     return m[1] + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+
+def iso_requests(metrics_text: str) -> float:
+    """The count of answered (200) ``GET /iso/{node}.iso`` requests in a server's ``/metrics`` text."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines()
+               if line.startswith("bootserver_http_requests_total{") and "/iso/{node}.iso" in line
+               and 'status="200"' in line and 'method="GET"' in line)

@@ -23,8 +23,9 @@ from typing import Any
 import bcrypt
 import pytest
 import requests
+import yaml
 
-from support.helpers import free_port
+from support.helpers import free_port, write_config
 
 USERNAME = "bmc-admin"
 PASSWORD = "bmc-secret-7c1e-do-not-print"
@@ -117,6 +118,34 @@ def start_emulator(folder: Path, deadline: float = 30.0) -> Emulator:
         time.sleep(0.05)  # polling interval while waiting for the port, bounded by the deadline
     emulator.stop()
     raise TimeoutError("sushy-emulator did not answer in time")
+
+
+@pytest.fixture(name="bmc_password")
+def password_fixture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulator's password in ``$BMC_PASSWORD``, where the configs' ``password_env`` names it."""
+    monkeypatch.setenv("BMC_PASSWORD", PASSWORD)
+
+
+#: rf-0's NIC (the first of :data:`SYSTEMS`), and a static network for it (NMState).
+RF0_MAC = "52:54:00:00:00:01"
+RF0_NETWORK = {
+    "interfaces": [{"name": "nic0", "type": "ethernet", "mac-address": RF0_MAC,
+                    "ipv4": {"enabled": True, "address": [{"ip": "192.0.2.10", "prefix-length": 24}]}}],
+    "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "192.0.2.1"}]},
+}
+
+
+def rf0_setup(boot_setup: Any, emulator: Emulator, boot_source: str, network: Any = RF0_NETWORK) -> Any:
+    """``boot_setup`` (the tests' fixture) for node rf-0, the emulator's first system, with ``network``,
+    an admin listener and provider ``redfish`` with ``boot_source`` (password in ``$BMC_PASSWORD``)."""
+    setup = boot_setup(100_000, {"rf-0": {"profile": "master", "mac": [RF0_MAC], "network": network}})
+    doc = yaml.safe_load(setup.config.read_text())
+    doc["server"]["admin"] = {"listen": f"127.0.0.1:{free_port()}"}
+    doc["profiles"]["master"] |= {"provider": "redfish", "redfish": {
+        "address": emulator.url, "system": emulator.path(0), "username": USERNAME,
+        "password_env": "BMC_PASSWORD", "timeout": 10, "boot_source": boot_source}}
+    write_config(setup.config, doc)
+    return setup
 
 
 @pytest.fixture(name="emulator")
