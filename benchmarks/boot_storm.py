@@ -21,16 +21,18 @@ Each machine, in the client that makes each request in a real boot:
   its URL read from the stub's ``bootserver-checkin.service``): a ``408``/``429``/``5xx``, a connection
   error or a timeout is retried after 10 s, at most 30 times; the machine is ``up`` when it answers 200.
 
-Kernel and initramfs bytes are checked against the stream's sha256. An idle connection is kept 5 s for
-the machine's next request (below the server's keep-alive timeout); one the server closed meanwhile is
+Kernel and initramfs bytes are checked against the stream's sha256. Each machine has its own source
+address (127.1.0.1 and up: loopback, so the server attributes its kernel and initramfs to its node as
+it would a real machine's; before, every machine was 127.0.0.1) and its own connection, kept idle 5 s
+for its next request (below the server's keep-alive timeout); one the server closed meanwhile is
 opened again at once. The machines are
 spread over ``--clients`` processes (default one per 2,500), powered on at one instant: one Python
 process cannot open ten thousand connections and send each its request within the server's keep-alive
 timeout (aiohttp closes a connection that sent no request within it), which real machines, each sending
 its own, do. For the same reason the servers' ``server.keepalive_timeout`` is 120 s
 (:data:`SERVER_KEEPALIVE`). Each
-client process keeps at most ``--connections`` connections open (file descriptors): more of its
-machines wait for one in the client.
+client process has at most ``--connections`` requests in flight: more of its machines wait in the
+client.
 
 Reports, per storm: machines booted and failed (by why), the time until the last machine was ``up``,
 per-step wait (from the step's first request to its 200, retries included) p50/p99/max, retries by step,
@@ -62,7 +64,9 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import hashlib
+import ipaddress
 import json
 import multiprocessing
 import re
@@ -124,6 +128,10 @@ CURL_TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
 CHECKIN_URL = re.compile(r"-X POST \"?(https?://[^\s\"]+)")
 
 
+#: The session of the machine whose boot the running task is (its own connector and source address).
+MACHINE: contextvars.ContextVar[aiohttp.ClientSession] = contextvars.ContextVar("machine")
+
+
 class BootFailed(Exception):
     """One machine's boot failed: ``kind`` (e.g. ``status 503 without Retry-After: script``)."""
 
@@ -134,9 +142,10 @@ class BootFailed(Exception):
 
 @dataclass
 class Storm:
-    """The machines of one storm: the session, expected sha256 by artifact file name, and what happened."""
+    """The machines of one storm: the cap of requests in flight (set while it runs), expected sha256 by
+    artifact file name, and what happened."""
 
-    session: aiohttp.ClientSession | None
+    slots: asyncio.Semaphore | None
     shas: dict[str, str]
     started: float = field(default_factory=time.time)  # unix time the machines powered on
     requests: int = 0
@@ -160,12 +169,15 @@ class Storm:
 
     async def _once(self, method: str, url: str, timeout: aiohttp.ClientTimeout | None = None
                     ) -> tuple[int, dict[str, str], bytes]:
-        """One request (again at once when a pooled connection turns out closed by the server)."""
-        assert self.session is not None
+        """One request of the machine whose boot runs (:data:`MACHINE`: its own session and source
+        address), within the process's cap of requests in flight (again at once when its kept
+        connection turns out closed by the server)."""
+        session = MACHINE.get()
+        assert self.slots is not None
         for attempt in range(2):
             self.requests += 1
             try:
-                async with self.session.request(method, url, timeout=timeout) as r:
+                async with self.slots, session.request(method, url, timeout=timeout) as r:
                     return r.status, dict(r.headers), await r.read()
             except aiohttp.ServerDisconnectedError:
                 if attempt:
@@ -229,8 +241,16 @@ class Storm:
             await asyncio.sleep(CHECKIN_DELAY)
         raise BootFailed(f"status {status or 'no answer'} after {attempt} retries: checkin")
 
-    async def boot(self, chain_url: str) -> None:
-        """One machine's boot, from its chain URL to its check-in; counts it booted or failed."""
+    async def boot(self, chain_url: str, address: str) -> None:
+        """One machine's boot from source address ``address`` (its own connection, kept 5 s between
+        its requests), from its chain URL to its check-in; counts it booted or failed."""
+        connector = aiohttp.TCPConnector(limit=1, keepalive_timeout=CLIENT_KEEPALIVE, local_addr=(address, 0))
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=60)) as session:
+            MACHINE.set(session)  # this task's own (each machine's boot is a task of its own)
+            await self._boot(chain_url)
+
+    async def _boot(self, chain_url: str) -> None:
         try:
             script = (await self.ipxe(chain_url, "script")).decode()
             lines = script.splitlines()
@@ -305,30 +325,35 @@ class Result:
         return self.storm.last_up / (busy / self.processes) if busy else 0.0
 
 
-async def run_share(urls: list[str], shas: dict[str, str], connections: int, timeout: float,
+def machine_address(i: int) -> str:
+    """Machine ``i``'s source address: its own in 127.1.0.0/16 and up (loopback), as real machines
+    each have theirs: the server attributes each machine's artifacts to its node by it."""
+    return str(ipaddress.IPv4Address(int(ipaddress.IPv4Address("127.1.0.0")) + i + 1))
+
+
+async def run_share(machines: list[tuple[str, str]], shas: dict[str, str], connections: int, timeout: float,
                     start: float) -> Storm:
-    """The machines of ``urls`` (chain URLs), all powered on at unix time ``start``."""
-    # idle pooled connections are dropped after 5 s, before the server's keep-alive timeout (15 s) closes
-    # them: a machine never sends its request on a connection the server already closed
-    conn = aiohttp.TCPConnector(limit=connections, keepalive_timeout=CLIENT_KEEPALIVE)
-    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=None,
-                                                                                   sock_connect=60)) as session:
-        await asyncio.sleep(max(0.0, start - time.time()))
-        storm = Storm(session, shas, started=start)
-        machines = [asyncio.ensure_future(storm.boot(u)) for u in urls]
-        _done, late = await asyncio.wait(machines, timeout=timeout)
-        for machine in late:
-            machine.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
-        if late:
-            storm.failed[f"not up within --timeout {timeout:g} s"] += len(late)
-    storm.session = None
+    """The machines of ``machines`` (source address, chain URL), all powered on at unix time ``start``,
+    at most ``connections`` requests of them in flight. Each keeps its idle connection 5 s, below the
+    server's keep-alive timeout (15 s), so it never sends a request on one the server already closed."""
+    await asyncio.sleep(max(0.0, start - time.time()))
+    storm = Storm(None, shas, started=start)
+    storm.slots = asyncio.Semaphore(connections)
+    tasks = [asyncio.ensure_future(storm.boot(url, address)) for address, url in machines]
+    _done, late = await asyncio.wait(tasks, timeout=timeout)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
+    if late:
+        storm.failed[f"not up within --timeout {timeout:g} s"] += len(late)
+    storm.slots = None
     return storm
 
 
-def client_process(urls: list[str], shas: dict[str, str], connections: int, timeout: float, start: float) -> Storm:
+def client_process(machines: list[tuple[str, str]], shas: dict[str, str], connections: int, timeout: float,
+                   start: float) -> Storm:
     """One client process's share of a storm (:func:`run_share`), in its own event loop."""
-    return asyncio.run(run_share(urls, shas, connections, timeout, start))
+    return asyncio.run(run_share(machines, shas, connections, timeout, start))
 
 
 async def run_storm(urls: list[str], shas: dict[str, str], args: argparse.Namespace) -> tuple[Storm, float]:
@@ -336,11 +361,12 @@ async def run_storm(urls: list[str], shas: dict[str, str], args: argparse.Namesp
     process i mod N: one Python process cannot open thousands of connections and send each its request
     within the server's keep-alive timeout); the merged storm and its wall time (s)."""
     n = args.clients
+    machines = [(machine_address(i), url) for i, url in enumerate(urls)]
     loop = asyncio.get_running_loop()
     with concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
         start = time.time() + 2.0 + 0.5 * n  # every process imported and waiting before the power-on
         shares = await asyncio.gather(*(loop.run_in_executor(
-            pool, client_process, urls[i::n], shas, args.connections, args.timeout, start) for i in range(n)))
+            pool, client_process, machines[i::n], shas, args.connections, args.timeout, start) for i in range(n)))
     storm = Storm(None, shas, started=start)
     for share in shares:
         storm.merge(share)
@@ -484,7 +510,7 @@ async def main() -> None:
     ap.add_argument("--artifact-kb", type=int, default=64, help="size of each fake artifact, KiB (default 64)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="bound of each storm, seconds (default 1800)")
     ap.add_argument("--connections", type=int, default=15000,
-                    help="connections each client process keeps open at most (file descriptors; default 15000)")
+                    help="requests each client process has in flight at most (default 15000)")
     ap.add_argument("--clients", type=int, help="client processes the machines are spread over "
                     "(default: one per 2,500 machines, at least 2)")
     ap.add_argument("--state-store", choices=["sqlite", "postgresql"], default="sqlite",

@@ -61,7 +61,7 @@ def open_dir(root: Path, rel: PurePath | str = ".", *, create: bool = False, mod
     Raises :class:`LinkRefused` for a link on the way, ``FileNotFoundError`` for a missing folder (without
     ``create``), ``NotADirectoryError`` for a file on the way, other ``OSError`` as the system does; the
     caller closes the descriptor."""
-    return _open_dir(Path(root), _parts(rel), create, mode)
+    return _open_dir(root if isinstance(root, Path) else Path(root), _parts(rel), create, mode)
 
 
 def _open_dir(root: Path, parts: tuple[str, ...], create: bool, mode: int) -> int:
@@ -105,7 +105,7 @@ def open_file(root: Path, rel: PurePath | str, flags: int = os.O_RDONLY, mode: i
     parts = _parts(rel)
     if not parts:
         raise ValueError(f"no file name in {rel}")
-    root = Path(root)
+    root = root if isinstance(root, Path) else Path(root)
     dir_fd = _open_dir(root, parts[:-1], create_dirs, 0o755)
     try:
         try:

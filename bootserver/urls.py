@@ -134,6 +134,8 @@ class Urls:
         self._signer = signer
         self._keys = keys or (lambda: Keyring.load_or_create(config.state_dir))
         self._families: dict[int | None, Urls] = {family: self}
+        #: (stream, arch, release, file) -> the artifact's URL path: the same for every node (issue 40)
+        self._artifact_paths: dict[tuple[str, str, str, str], str] = {}
 
     def for_family(self, family: int | None) -> Urls:
         """These URLs for a machine asking over address family ``family`` (``4``, ``6``, ``None``): the
@@ -232,6 +234,9 @@ class Urls:
 
     def artifact(self, node: str, release: Release, artifact: Artifact) -> str:
         """Where the node fetches one artifact of ``release``."""
-        path = ARTIFACT.path(stream=release.stream, arch=release.arch, release=release.version,
-                             file=artifact.filename)
+        key = (release.stream, release.arch, release.version, artifact.filename)
+        path = self._artifact_paths.get(key)
+        if path is None:  # made once per release and file, not per node (a node's first script)
+            path = self._artifact_paths[key] = ARTIFACT.path(stream=key[0], arch=key[1], release=key[2],
+                                                             file=key[3])
         return f"{self.artifact_base(node)}{path}"

@@ -97,8 +97,8 @@ class ArtifactCache:
             raise
         except OSError:
             return None
-        try:
-            sha = self._recorded(self.sidecar(Path(rel)))
+        try:  # the sidecar's name as sidecar() makes it, without pathlib (per artifact answer)
+            sha = self._recorded(f"artifacts/{'/'.join(segments[:3])}/.{segments[3]}.sha256")
         except LinkRefused as e:
             os.close(fd)
             if not quiet:
@@ -119,7 +119,7 @@ class ArtifactCache:
         """The file holding the sha256 of the published artifact at ``path``."""
         return path.with_name(f".{path.name}.sha256")
 
-    def _recorded(self, rel: Path) -> str | None:
+    def _recorded(self, rel: Path | str) -> str | None:
         """The sha256 in the sidecar ``rel`` (below ``cache_dir``), or ``None``. Raises ``LinkRefused``."""
         try:
             return read_file(self.cache_dir, rel).decode("ascii", "replace").strip() or None
