@@ -47,16 +47,17 @@ class DiscoveryIntake:
         """What ``/boot.ipxe`` answers a machine that matches no node under ``config`` while its
         ``server.discovery`` is on (:func:`~bootserver.ipxe.render_discovery_script`): report, wait
         ``server.discovery.every`` seconds, ask again; with ``grub``, what ``/boot.grub`` answers, in
-        GRUB's form (:func:`~bootserver.grub.render_grub_discovery`). ``mac``: the request's ``mac``
-        (used when it is one, else the machine's own). Raises ``GrubUnsupported`` (a base URL GRUB
-        cannot fetch)."""
+        GRUB's form (:func:`~bootserver.grub.render_grub_discovery`, on the IPv4 base URL). ``mac``: the
+        request's ``mac`` (used when it is one, else the machine's own). Raises ``GrubUnsupported`` (a
+        base URL GRUB cannot fetch)."""
         try:
             word = normalize_mac(mac) if mac else None
         except ValueError:
             word = None
         every = config.server.discovery.every
         if grub:
-            return render_grub_discovery(mac=word, every=every, base_url=config.server.effective_base_url)
+            # GRUB fetches over IPv4 (or a host name) only: its base URL, whichever is listed first
+            return render_grub_discovery(mac=word, every=every, base_url=config.server.base_url_for(4))
         return render_discovery_script(mac=word, every=every, nics=NICS)
 
     async def report(self, config: Config, query: Mapping[str, str], client: str | None,

@@ -138,3 +138,17 @@ async def test_the_boot_image_of_an_aarch64_node_is_uefi_only_with_the_arm64_gru
     assert b"BOOTAA64EFI" in image or b"BOOTAA64.EFI" in image  # the arm64 GRUB in the FAT image
     assert b"isolinux" not in image and b"ipxe.lkrn" not in image  # no BIOS boot
     assert b"net_add_addr bootserver $bootnic 192.0.2.10" in image and b"/grub/arm-0?exp=" in image
+
+
+async def test_grubs_discovery_script_is_on_the_ipv4_base_url_whichever_is_listed_first(
+        aiohttp_client, reference: Path, tmp_path: Path) -> None:
+    """GRUB fetches over IPv4 (or a host name) only: with an IPv6 base URL listed first, an unknown
+    machine's GRUB still gets a discovery script it can follow."""
+    d = doc(reference)
+    d["server"]["base_url"] = ["http://[2001:db8::1]:8080", "http://192.0.2.1:8080"]
+    config = parse_config(d, "t.yaml", tmp_path)
+    client = await aiohttp_client(create_app(config, fixed_signer()))
+    r = await client.get("/boot.grub?mac=52:54:00:00:00:ff")
+    waiting = await r.text()
+    assert r.status == 200 and "cat '(http,192.0.2.1:8080)/discover?'" in waiting, waiting
+    assert "source '(http,192.0.2.1:8080)/boot.grub?mac='" in waiting and "2001:db8" not in waiting
