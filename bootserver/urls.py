@@ -100,12 +100,14 @@ NODES = Route("nodes", "/nodes", listeners=(ADMIN,))
 NODE_REPORT = Route("node", "/nodes/{node}", listeners=(ADMIN,))
 METRICS = Route("metrics", "/metrics", listeners=(ADMIN,))
 #: The live page (:mod:`bootserver.http.page`): the fleet, a node, the cache, the live updates (a
-#: long-lived stream: neither timed nor counted in the cap, bounded by the page itself), its static files.
+#: long-lived stream: neither timed nor counted in the cap, bounded by the page itself), its static files
+#: (two small files the browser asks for at once: not counted in the cap either, so a page that loaded in a
+#: storm is never left without its script, and so without live updates).
 FLEET = Route("fleet", "/", listeners=(ADMIN,))
 PAGE_NODE = Route("page_node", "/ui/nodes/{node}", listeners=(ADMIN,))
 PAGE_CACHE = Route("page_cache", "/ui/cache", listeners=(ADMIN,))
 PAGE_EVENTS = Route("page_events", "/ui/events", timed=False, capped=False, listeners=(ADMIN,))
-PAGE_STATIC = Route("page_static", "/ui/static/{file}", listeners=(ADMIN,))
+PAGE_STATIC = Route("page_static", "/ui/static/{file}", capped=False, listeners=(ADMIN,))
 
 #: Every route of the server, in routing order.
 ROUTES: tuple[Route, ...] = (CHAIN, GENERIC, DISCOVER, GENERIC_GRUB, STUB, REAL_CONFIG, CHECKIN, GRUB_CFG, GRUB,
