@@ -31,16 +31,25 @@ def _ipv4(value: str) -> str:
 IPv4 = Annotated[str, BeforeValidator(lambda v: _ipv4(v) if isinstance(v, str) else v)]
 
 
-def _range(value: Any) -> Any:
-    """``START-END`` (or a list of the two) into a tuple of two IPv4 addresses, in order."""
+def _pool_ends(value: Any, example: str) -> list[str] | None:
+    """A pool's two ends as written (``START-END``, or a list of the two), or ``None`` for another
+    type (left to the model's own check). Raises ``ValueError`` naming ``example`` for another shape."""
     if isinstance(value, str):
         parts = [p.strip() for p in value.split("-")]
     elif isinstance(value, list):
         parts = value
     else:
-        return value
+        return None
     if len(parts) != 2 or not all(isinstance(p, str) for p in parts):
-        raise ValueError(f"give the pool as START-END (e.g. 192.0.2.100-192.0.2.200), got {value!r}")
+        raise ValueError(f"give the pool as START-END (e.g. {example}), got {value!r}")
+    return parts
+
+
+def _range(value: Any) -> Any:
+    """``START-END`` (or a list of the two) into a tuple of two IPv4 addresses, in order."""
+    parts = _pool_ends(value, "192.0.2.100-192.0.2.200")
+    if parts is None:
+        return value
     start, end = (ipaddress.IPv4Address(_ipv4(p)) for p in parts)
     if end < start:
         raise ValueError(f"the pool ends ({end}) before it starts ({start})")
@@ -49,14 +58,9 @@ def _range(value: Any) -> Any:
 
 def _range6(value: Any) -> Any:
     """``START-END`` (or a list of the two) into a tuple of two IPv6 addresses in one ``/64``, in order."""
-    if isinstance(value, str):
-        parts = [p.strip() for p in value.split("-")]
-    elif isinstance(value, list):
-        parts = value
-    else:
+    parts = _pool_ends(value, "2001:db8::100-2001:db8::1ff")
+    if parts is None:
         return value
-    if len(parts) != 2 or not all(isinstance(p, str) for p in parts):
-        raise ValueError(f"give the pool as START-END (e.g. 2001:db8::100-2001:db8::1ff), got {value!r}")
     try:
         start, end = (ipaddress.IPv6Address(p) for p in parts)
     except ValueError:
