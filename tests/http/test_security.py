@@ -163,7 +163,10 @@ async def test_concurrency_cap_answers_503_with_retry_after(aiohttp_client, refe
     config = make_config(tmp_path, server={"max_concurrent": 1, "max_queued": 0})
     client, first, release = await holding_the_only_slot(aiohttp_client, config)
     r = await client.get(signed("/ipxe/n0", "n0"))
-    assert r.status == 503 and r.headers["Retry-After"] == "1"
+    # one slot busy, no one ahead: at most a second's service at the slowest rate the schedule assumes
+    # (1 request/s; a busy second of a slow machine measures that), plus the spread (a random fraction
+    # of a second); the schedule itself is tested on a fixed clock in test_admission.py
+    assert r.status == 503 and r.headers["Retry-After"] in {"1", "2"}, r.headers
     assert (await client.get("/healthz")).status == 200  # liveness is never capped
     release.set()
     assert (await first).status == 200
@@ -179,7 +182,8 @@ async def test_requests_over_the_cap_wait_in_line_until_the_queue_is_full(aiohtt
     done, pending = await asyncio.wait(two, return_when=asyncio.FIRST_COMPLETED)
     (refused,), (queued,) = done, pending
     r = refused.result()
-    assert r.status == 503 and r.headers["Retry-After"] == "1"
+    # as above, with one more request ahead of it (the one waiting in the queue)
+    assert r.status == 503 and r.headers["Retry-After"] in {"1", "2", "3"}, r.headers
     assert not queued.done()
     release.set()
     assert (await first).status == 200
