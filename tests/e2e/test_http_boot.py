@@ -6,8 +6,9 @@ class ``HTTPClient``) it loads the same loader from the server's IPv6 address, a
 DHCPv6 by its user class ``iPXE`` with the generic entry on the IPv6 base URL, boots the node's script, kernel
 and rootfs over IPv6 with the node's exact kernel arguments (its static IPv6 ``ip=``).
 
-Everything runs in a network namespace of the test's own (``httpboot-<pid>``): a bridge with the server's
-addresses (``192.0.2.1/24``, ``2001:db8::1/64``, documentation ranges), a tap for the guest, the engine
+Everything runs in a network namespace of the test's own (:class:`support.netns.TestNetwork`,
+``httpboot-<pid>-<n>``): a bridge with the server's addresses (``192.0.2.1/24``, ``2001:db8::1/64``,
+documentation ranges), a tap for the guest, the engine
 (``bootserver dhcp``) and ``bootserver serve`` on both addresses; the namespace is removed at the end, also
 on failure. The cache is filled (``sync-images``) before the server moves in: the namespace has its own
 loopback. One boot per address family.
@@ -15,6 +16,7 @@ loopback. One boot per address family.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support import netns
 
 from . import rig
 from .stack import (
@@ -45,45 +48,30 @@ pytestmark = pytest.mark.e2e
 OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
 OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 NODE, MAC = "hb-0", "52:54:00:e2:e0:51"
-V4, V6, PORT = "192.0.2.1", "2001:db8::1", 8080
+V4, V6, PORT = netns.SERVER_IPV4, netns.SERVER_IPV6, 8080
 
 
 @dataclass
 class Lab:
-    """The namespace and what runs in it."""
+    """The test network (:class:`support.netns.TestNetwork`) and what runs in it."""
 
-    ns: str
+    net: netns.TestNetwork
     work: Path
     config: Path
     serve_log: Path
     dhcp_log: Path
     rootfs: bytes
 
-    def run(self, *argv: str, **kw: object) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(["ip", "netns", "exec", self.ns, *argv], stdin=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
 
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, timeout=30, capture_output=True)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def _wait_for(what: str, check: object, log: Path, deadline_s: float = 60.0) -> None:
+def _wait_for(proc: subprocess.Popen[bytes], log: Path, marker: str, deadline_s: float = 60.0) -> None:
+    """Wait until ``marker`` is in ``proc``'s ``log`` (it is ready), at most ``deadline_s`` seconds; fails at
+    once when ``proc`` exits."""
     end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.2)  # polling a process's readiness, bounded by the deadline
-    raise AssertionError(f"{what} not ready in {deadline_s:.0f} s:\n{log.read_text()[-3000:]}")
+    while marker not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > end:
+            raise AssertionError(f"no {marker!r} in {deadline_s:.0f} s:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(subprocess.TimeoutExpired):  # wait on the process, not a bare sleep
+            proc.wait(timeout=0.2)
 
 
 def _lab(tools: rig.Tools, guest_initramfs: Path, work: Path, dhcp: dict, node: dict) -> Iterator[Lab]:
@@ -91,9 +79,9 @@ def _lab(tools: rig.Tools, guest_initramfs: Path, work: Path, dhcp: dict, node: 
     node ``node``; removed at the end."""
     need(tools, "qemu", "busybox", "vmlinuz")
     missing = [str(p) for p in (OVMF_CODE, OVMF_VARS) if not p.is_file()]
-    missing += [tool for tool in ("dnsmasq", "ip") if not shutil.which(tool)]
-    if os.geteuid() != 0:
-        missing.append("root (network namespaces)")
+    missing += [tool for tool in ("dnsmasq",) if not shutil.which(tool)]
+    if netns.unavailable():
+        missing.append(str(netns.unavailable()))
     if missing:
         if in_ci():
             pytest.fail("UEFI HTTP Boot e2e parts missing: " + ", ".join(missing), pytrace=False)
@@ -101,8 +89,6 @@ def _lab(tools: rig.Tools, guest_initramfs: Path, work: Path, dhcp: dict, node: 
     assert tools.vmlinuz
     rootfs = os.urandom(1 << 20)
     arts = {"kernel": Path(tools.vmlinuz).read_bytes(), "initramfs": guest_initramfs.read_bytes(), "rootfs": rootfs}
-    ns = f"httpboot-{os.getpid()}"
-    procs: list[subprocess.Popen[bytes]] = []
     with rig.StaticServer({}) as upstream:
         doc = stream_metadata(upstream.url("/hb"), arts)
         for kind, art in doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"].items():
@@ -117,31 +103,19 @@ def _lab(tools: rig.Tools, guest_initramfs: Path, work: Path, dhcp: dict, node: 
             "streams": {"hb": {"metadata": str(work / "hb.json")}},
             "profiles": {"hb": {"stream": "hb", "mode": "live", "ignition": "real.ign", "console": SERIAL_CONSOLE}},
             "nodes": {NODE: {"profile": "hb", "mac": MAC, "selectable": True, **node}},
-            "dhcp": {"interface": "br0", "mode": "full", "ipv6": True, **dhcp},
+            "dhcp": {"interface": netns.BRIDGE, "mode": "full", "ipv6": True, **dhcp},
         }, sort_keys=False))
         p = run_bootserver("sync-images", "--config", str(config), timeout=300)
         assert p.returncode == 0, p.stderr
-    _ip("netns", "add", ns)
-    try:
-        for args in (("link", "set", "lo", "up"), ("link", "add", "br0", "type", "bridge"),
-                     ("tuntap", "add", "tapa", "mode", "tap"), ("link", "set", "tapa", "master", "br0", "up"),
-                     ("link", "set", "br0", "up"), ("addr", "add", f"{V4}/24", "dev", "br0"),
-                     ("addr", "add", f"{V6}/64", "dev", "br0", "nodad")):
-            _ip("-n", ns, *args)
-        lab = Lab(ns, work, config, work / "serve.log", work / "dhcp.log", rootfs)
-        with open(lab.serve_log, "wb") as out:
-            procs.append(lab.run(*bootserver_command(), "serve", "--config", str(config), stdout=out,
-                                 stderr=subprocess.STDOUT))
-        with open(lab.dhcp_log, "wb") as out:
-            procs.append(lab.run(*bootserver_command(), "dhcp", "--config", str(config), "--log-level", "debug",
-                                 stdout=out, stderr=subprocess.STDOUT))
-        _wait_for("bootserver serve", lambda: "listening on" in lab.serve_log.read_text(), lab.serve_log)
-        _wait_for("bootserver dhcp", lambda: "answers on br0" in lab.dhcp_log.read_text(), lab.dhcp_log)
+    with netns.TestNetwork("httpboot") as net:
+        net.tap("tapa")
+        lab = Lab(net, work, config, work / "serve.log", work / "dhcp.log", rootfs)
+        serve = net.start([*bootserver_command(), "serve", "--config", str(config)], log=lab.serve_log)
+        dhcp_engine = net.start([*bootserver_command(), "dhcp", "--config", str(config), "--log-level", "debug"],
+                                log=lab.dhcp_log)
+        _wait_for(serve, lab.serve_log, "listening on")
+        _wait_for(dhcp_engine, lab.dhcp_log, f"answers on {netns.BRIDGE}")
         yield lab
-    finally:
-        for proc in reversed(procs):
-            _stop(proc)
-        subprocess.run(["ip", "netns", "del", ns], timeout=30, check=False)
 
 
 @pytest.fixture
@@ -166,7 +140,7 @@ def http_boot(tools: rig.Tools, lab: Lab, tmp_path: Path, stop_at: tuple[str, ..
     vars_file = tmp_path / "vars.fd"
     shutil.copyfile(OVMF_VARS, vars_file)
     log = tmp_path / "serial.log"
-    argv = ["ip", "netns", "exec", lab.ns, "qemu-system-x86_64", "-machine", "q35,accel=tcg", "-m", "768",
+    argv = [*lab.net.command(["qemu-system-x86_64"]), "-machine", "q35,accel=tcg", "-m", "768",
             "-smp", "1", "-nodefaults", "-display", "none", "-no-reboot",
             "-drive", f"if=pflash,format=raw,unit=0,file={OVMF_CODE},readonly=on",
             "-drive", f"if=pflash,format=raw,unit=1,file={vars_file}",
