@@ -7,13 +7,11 @@ by MAC. Booting it under Secure Boot is tests/e2e/test_secureboot_network.py."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
-from support.helpers import run_cli
+from support.helpers import config_accepted, run_cli
 from support.secureboot import LOADERS, secureboot_setup
 from support.upstreams import Upstream
 
@@ -92,16 +90,6 @@ async def test_loaders_writes_the_set_into_a_tftp_root(setup, tmp_path: Path) ->
     assert (root / f"secureboot/fcos/{release}/vmlinuz").read_bytes() == kernel
 
 
-def loader_accepts(argv: list[str], text: str, path: Path) -> None:
-    """The real DHCP server's own config check (``dnsmasq --test``, ``kea-dhcp4 -t``) passes on ``text``."""
-    if not shutil.which(argv[0]) and not Path(f"/usr/sbin/{argv[0]}").exists():
-        pytest.skip(f"{argv[0]} is not installed")
-    path.write_text(text)
-    prog = shutil.which(argv[0]) or f"/usr/sbin/{argv[0]}"
-    check = subprocess.run([prog, *argv[1:], str(path)], capture_output=True, text=True, timeout=60)
-    assert check.returncode == 0, check.stdout + check.stderr
-
-
 async def engine_config(path: Path, what: str, **dhcp: object) -> str:
     """``bootserver dhcp --print WHAT`` of the setup with ``dhcp`` (on ``lo``), its secure_boot nodes sb-0
     and sb-1 as DHCP nodes, and a plain node ``plain-0`` with a MAC, on dual-stack base URLs."""
@@ -136,7 +124,7 @@ async def test_the_dhcp_engine_hands_a_secure_boot_node_its_shim_never_ipxe(setu
     assert "dhcp-boot=tag:!ipxe,tag:efi64,tag:!secureboot,ipxe.efi" in boots
     assert [b for b in boots if "ipxe.efi" in b and "!secureboot" not in b] == []
     assert "dhcp-option-force=tag:http64,option:vendor-class,HTTPClient" in lines
-    loader_accepts(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
+    config_accepted(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
 
 
 async def test_proxy_mode_menus_a_secure_boot_node_its_shim_never_ipxe(setup, tmp_path: Path) -> None:
@@ -153,7 +141,7 @@ async def test_proxy_mode_menus_a_secure_boot_node_its_shim_never_ipxe(setup, tm
                         'pxe-service=tag:!ipxe,tag:!secureboot,BC_EFI,"bootserver",ipxe']
     assert "tag-if=set:secureboot,tag:node-sb-0" in out.splitlines()
     assert "dhcp-host=52:54:00:00:00:01,set:node-sb-0" in out.splitlines()
-    loader_accepts(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
+    config_accepted(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
 
 
 async def test_kea_hands_a_secure_boot_node_its_shim_over_pxe_and_http_boot(setup, tmp_path: Path) -> None:
@@ -176,7 +164,7 @@ async def test_kea_hands_a_secure_boot_node_its_shim_over_pxe_and_http_boot(setu
     for name in ("efi64", "http64"):
         assert classes[name]["test"].endswith("and not member('ipxe') and not member('secureboot')"), name
     assert all("boot-file-name" not in r for r in doc["subnet4"][0]["reservations"])
-    loader_accepts(["kea-dhcp4", "-t"], out, tmp_path / "kea.json")
+    config_accepted(["kea-dhcp4", "-t"], out, tmp_path / "kea.json")
 
 
 async def test_dhcpv6_hands_http_boot_the_loader_and_ipxe_its_script_on_the_ipv6_base(setup, tmp_path: Path) -> None:
@@ -191,4 +179,4 @@ async def test_dhcpv6_hands_http_boot_the_loader_and_ipxe_its_script_on_the_ipv6
         'dhcp-option=tag:ipxe,option6:bootfile-url,"http://[2001:db8::1]:8080/boot.ipxe?mac=${net0/mac}"']
     # over DHCPv4 iPXE chains on the IPv4 base URL
     assert "dhcp-boot=tag:ipxe,http://192.0.2.1:8080/boot.ipxe?mac=${net0/mac}" in lines
-    loader_accepts(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
+    config_accepted(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from bootserver.cli import main
@@ -110,3 +112,15 @@ def checkin_command(stub: dict[str, Any]) -> list[str]:
     unit = next(u for u in stub.get("systemd", {}).get("units", []) if u["name"] == "bootserver-checkin.service")
     line = next(x for x in unit["contents"].splitlines() if x.startswith("ExecStart="))
     return [w.replace("%%", "%").replace("$$", "$") for w in shlex.split(line.removeprefix("ExecStart="))]
+
+
+def config_accepted(argv: list[str], text: str, path: Path) -> None:
+    """The real DHCP server's own check of a config (``dnsmasq --test -C``, ``kea-dhcp4 -t``: it reads the
+    file and binds nothing) passes on ``text``, written to ``path``; skipped when the program is not installed
+    (Debian: ``dnsmasq-base``, ``kea-dhcp4-server``)."""
+    prog = shutil.which(argv[0]) or f"/usr/sbin/{argv[0]}"
+    if not Path(prog).exists():
+        pytest.skip(f"{argv[0]} is not installed")
+    path.write_text(text)
+    check = subprocess.run([prog, *argv[1:], str(path)], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
