@@ -209,6 +209,18 @@ def cpu_seconds(pid: int) -> float:
     return total / tick
 
 
+def runqueue_seconds(pid: int) -> float:
+    """Seconds the threads of ``pid`` and its live descendants spent runnable but waiting for a CPU
+    (``/proc/<pid>/task/<tid>/schedstat``, second field, ns): on a shared machine, the time the server
+    would have run had a core been free."""
+    total = 0
+    for p in process_tree(pid):
+        for stat in Path(f"/proc/{p}/task").glob("*/schedstat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += int(stat.read_text().split()[1])
+    return total / 1e9
+
+
 def vm_hwm_kb(pid: int) -> int | None:
     """The process's peak resident set size (``VmHWM`` of ``/proc/<pid>/status``, KiB), or ``None``."""
     try:
@@ -322,6 +334,14 @@ class Bootserver:
 
     def stop(self) -> None:
         stop(self.proc)
+
+
+def sync_images(config: Path, tree: GitTree | None = None) -> None:
+    """``bootserver sync-images`` with ``tree``'s bootserver (default this venv's)."""
+    p = subprocess.run([*BOOTSERVER, "sync-images", "--config", str(config)], capture_output=True, text=True,
+                       timeout=300, cwd=config.parent, env=tree.env if tree is not None else None)
+    if p.returncode != 0:
+        raise RuntimeError(f"sync-images failed ({p.returncode}): {p.stderr[-2000:]}")
 
 
 @dataclass(frozen=True)
@@ -438,6 +458,36 @@ class Upstream:
         return sum(1 for line in self.log.read_text().splitlines() if line.startswith("GET ") and needle in line)
 
 
+class BareBoot:
+    """``benchmarks/bare_boot.py`` on 127.0.0.1 (a free port): the bare app answering a cold boot's six
+    requests, artifacts from folder ``artifacts``, ``config`` as the real config, on event loop ``loop``
+    (``asyncio`` or ``uvloop``), aiohttp's keep-alive timeout ``keepalive`` seconds; output into
+    ``log``. Use ``async with``; stopped on exit."""
+
+    def __init__(self, artifacts: Path, config: Path, log: Path, *, loop: str = "asyncio",
+                 keepalive: float = 75.0) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cmd = [PY, str(HERE / "bare_boot.py"), str(self.port), str(artifacts), str(config), "--loop", loop,
+                    "--keepalive-timeout", str(keepalive)]
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    async def __aenter__(self) -> BareBoot:
+        self.proc = start(self.cmd, self.log)
+        try:
+            await wait_http(self.url + "/none", proc=self.proc)
+        except BaseException:
+            stop(self.proc)
+            if self.log.exists():
+                print(self.log.read_text()[-2000:], file=sys.stderr)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        stop(self.proc)
+
+
 def bench_stream(upstream_url: str, rel: str, shas: dict[str, str], release: str = "1.0",
                  names: dict[str, str] | None = None) -> dict[str, Any]:
     """A minimal stream metadata document (x86_64 metal PXE ``kernel``, ``initramfs``, ``rootfs``) whose
@@ -474,6 +524,14 @@ def median(values: Sequence[float]) -> float:
     s = sorted(values)
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def pct(values: list[float], p: float) -> float:
+    """The ``p``-th percentile (0-100) of ``values`` (nearest rank), 0 for none."""
+    if not values:
+        return 0.0
+    s = sorted(values)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -48,13 +48,19 @@ core the whole storm, never for work.
 libraries: ``_common.git_tree``), alternating with this tree for ``--rounds`` rounds, and prints both
 side by side. ``--profile FILE``: py-spy collapsed stacks of this tree's cold storm (round 1).
 
+``--floor`` storms, in each round beside the trees and alternating with them, the same number of
+machines with the same client against ``benchmarks/bare_boot.py`` (a bare aiohttp app answering the
+same six requests with the same shapes and sizes: no lookup, signature check, render or timeline; one
+process, on :data:`FLOOR_LOOP`, the event loop of the server under test), and reports each tree's CPU
+per boot over the floor's of the same round and storm, and the medians.
+
 ``--state-store postgresql --replicas 2`` (issue 17): the timeline and keys live in a throwaway
 PostgreSQL cluster (tests/support/pgcluster.py, ``fsync=off``) and ``--replicas`` ``serve`` processes
 share it, each with its own port, cache and ``state_dir``; machine i boots through replica i mod N.
 
 Usage: ``.venv/bin/python benchmarks/boot_storm.py [--nodes 1000] [--workers 1] [--artifact-kb 64]
 [--clients N] [--state-store sqlite|postgresql] [--replicas 1] [--baseline REF] [--rounds 1]
-[--phases cold,warm] [--profile FILE]``
+[--phases cold,warm] [--profile FILE] [--floor]``
 """
 
 from __future__ import annotations
@@ -71,7 +77,6 @@ import json
 import multiprocessing
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -84,8 +89,8 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
-    BOOTSERVER,
     REFERENCE,
+    BareBoot,
     Bootserver,
     GitTree,
     PeakRss,
@@ -97,9 +102,11 @@ from _common import (
     make_file,
     markdown_table,
     median,
-    process_tree,
+    pct,
     rmtree,
+    runqueue_seconds,
     signed_chain_paths,
+    sync_images,
     throwaway_state_store,
     write_config,
     write_json,
@@ -126,6 +133,10 @@ CHECKIN_RETRIES, CHECKIN_DELAY, CHECKIN_MAX_TIME = 30, 10.0, 30.0
 #: Statuses curl --retry retries (curl's man page: "transient" errors).
 CURL_TRANSIENT = frozenset({408, 429, 500, 502, 503, 504})
 CHECKIN_URL = re.compile(r"-X POST \"?(https?://[^\s\"]+)")
+#: The event loop ``--floor``'s bare app runs on: the server's (asyncio's default loop).
+FLOOR_LOOP = "asyncio"
+FLOOR = f"floor: bare aiohttp ({FLOOR_LOOP})"
+REL = "prod/builds/1.0/x86_64"  # the artifacts' folder in the upstream
 
 
 #: The session of the machine whose boot the running task is (its own connector and source address).
@@ -289,14 +300,6 @@ class Storm:
             self.failed[f"parse ({type(e).__name__})"] += 1
 
 
-def pct(values: list[float], p: float) -> float:
-    """The ``p``-th percentile (0-100) of ``values`` (nearest rank), 0 for none."""
-    if not values:
-        return 0.0
-    s = sorted(values)
-    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
-
-
 @dataclass
 class Result:
     """One storm against one server."""
@@ -311,6 +314,11 @@ class Result:
     processes: int
     runqueue: float  # seconds the server was runnable but waited for a CPU (all its threads)
     rss_mib: float = 0.0
+
+    @property
+    def cpu_ms(self) -> float:
+        """Server CPU per machine boot, ms."""
+        return 1000 * self.server_cpu / self.nodes
 
     @property
     def drain(self) -> float:
@@ -373,24 +381,42 @@ async def run_storm(urls: list[str], shas: dict[str, str], args: argparse.Namesp
     return storm, time.time() - start
 
 
-def runqueue_seconds(pid: int) -> float:
-    """Seconds the threads of ``pid`` and its live descendants spent runnable but waiting for a CPU
-    (``/proc/<pid>/task/<tid>/schedstat``, second field, ns): on a shared machine, the time the server
-    would have run had a core been free."""
-    total = 0
-    for p in process_tree(pid):
-        for stat in Path(f"/proc/{p}/task").glob("*/schedstat"):
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                total += int(stat.read_text().split()[1])
-    return total / 1e9
+async def storm_phases(args: argparse.Namespace, name: str, rnd: int, pids: list[int], processes: int,
+                       urls: list[str], by_name: dict[str, str], spy: Path | None) -> list[Result]:
+    """The storms of ``args.phases`` in turn against the running server(s) ``pids`` (``processes``
+    serving processes in all), machine i at ``urls[i]``; their CPU, wait for a CPU and peak RSS
+    measured over the servers' process trees."""
+    results = []
+    with contextlib.ExitStack() as peaks:
+        rsss = [peaks.enter_context(PeakRss(pid)) for pid in pids]
+        for phase in args.phases:
+            cpu0 = sum(cpu_seconds(pid) for pid in pids)
+            queued0 = sum(runqueue_seconds(pid) for pid in pids)
+            with py_spy(pids[0], spy if phase == "cold" else None):
+                storm, wall = await run_storm(urls, by_name, args)
+            cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
+            queued = sum(runqueue_seconds(pid) for pid in pids) - queued0
+            results.append(Result(name, rnd, phase, args.nodes, storm, wall, cpu, processes, queued))
+            print(f"round {rnd} {name} {phase}: {storm.booted} booted, {sum(storm.failed.values())} "
+                  f"failed {dict(storm.failed)}, last up {storm.last_up:.1f} s, server CPU {cpu:.1f} s",
+                  file=sys.stderr, flush=True)
+        for rss in rsss:
+            rss.sample()
+    for res in results:
+        res.rss_mib = sum(r.total_kb for r in rsss) / 1024
+    return results
 
 
-def sync_images(config: Path, tree: GitTree | None) -> None:
-    """``bootserver sync-images`` with ``tree``'s bootserver (default this venv's)."""
-    p = subprocess.run([*BOOTSERVER, "sync-images", "--config", str(config)], capture_output=True, text=True,
-                       timeout=300, cwd=config.parent, env=tree.env if tree is not None else None)
-    if p.returncode != 0:
-        raise RuntimeError(f"sync-images failed ({p.returncode}): {p.stderr[-2000:]}")
+async def one_floor(args: argparse.Namespace, work: Path, rnd: int, up_dir: Path, shas: dict[str, str]
+                    ) -> list[Result]:
+    """The storms of ``args.phases`` against a fresh ``bare_boot.py`` (``--floor``) serving the
+    upstream's artifacts (the same bytes) and the same real config as the trees' profile."""
+    async with BareBoot(up_dir / REL, REFERENCE / "openshift-pointer-master.ign.json", work / "bare.log",
+                        loop=FLOOR_LOOP, keepalive=SERVER_KEEPALIVE) as bare:
+        urls = [f"{bare.url}/ipxe/node-{i:05d}" for i in range(args.nodes)]
+        by_name = {f"live-{k}.x86_64": sha for k, sha in shas.items()}
+        return await storm_phases(args, FLOOR, rnd, [bare.proc.pid], 1, urls, by_name,  # type: ignore[union-attr]
+                                  None)
 
 
 async def one_server(args: argparse.Namespace, work: Path, tree: GitTree | None, name: str, rnd: int,
@@ -420,31 +446,13 @@ async def one_server(args: argparse.Namespace, work: Path, tree: GitTree | None,
         paths = signed_chain_paths(configs[0], tree)  # creates the (shared) signing key first
         urls = [f"http://127.0.0.1:{ports[i % len(ports)]}{p}" for i, p in enumerate(paths)]
         by_name = {f"live-{k}.x86_64": sha for k, sha in shas.items()}
-        results = []
         async with contextlib.AsyncExitStack() as servers:
             replicas = [Bootserver(c, p, workers=args.workers, log=work / f"serve-{i}.log", tree=tree)
                         for i, (c, p) in enumerate(zip(configs, ports, strict=True))]
             for bs in replicas:
                 await servers.enter_async_context(bs)
             pids = [bs.proc.pid for bs in replicas]  # type: ignore[union-attr]
-            processes = args.replicas * args.workers
-            with contextlib.ExitStack() as peaks:
-                rsss = [peaks.enter_context(PeakRss(pid)) for pid in pids]
-                for phase in args.phases:
-                    cpu0 = sum(cpu_seconds(pid) for pid in pids)
-                    queued0 = sum(runqueue_seconds(pid) for pid in pids)
-                    with py_spy(pids[0], spy if phase == "cold" else None):
-                        storm, wall = await run_storm(urls, by_name, args)
-                    cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
-                    queued = sum(runqueue_seconds(pid) for pid in pids) - queued0
-                    results.append(Result(name, rnd, phase, args.nodes, storm, wall, cpu, processes, queued))
-                    print(f"round {rnd} {name} {phase}: {storm.booted} booted, {sum(storm.failed.values())} "
-                          f"failed {dict(storm.failed)}, last up {storm.last_up:.1f} s, server CPU {cpu:.1f} s",
-                          file=sys.stderr, flush=True)
-                for rss in rsss:
-                    rss.sample()
-            for res in results:
-                res.rss_mib = sum(r.total_kb for r in rsss) / 1024
+            results = await storm_phases(args, name, rnd, pids, args.replicas * args.workers, urls, by_name, spy)
         if any(res.storm.failed for res in results):  # what the server said about it
             for i in range(len(replicas)):
                 lines = (work / f"serve-{i}.log").read_text(errors="replace").splitlines()
@@ -454,17 +462,26 @@ async def one_server(args: argparse.Namespace, work: Path, tree: GitTree | None,
 
 
 def report(results: list[Result], names: list[str], args: argparse.Namespace) -> None:
-    """Markdown tables: one row per storm, the medians side by side, and the steps of the first of each."""
+    """Markdown tables: one row per storm, the medians side by side, each tree against the floor
+    (``--floor``), and the steps of the first of each."""
+    # the floor's CPU per boot by round and storm, when every machine booted through it
+    floor = {(r.round, r.phase): r.cpu_ms for r in results if r.tree == FLOOR and not r.storm.failed}
+
+    def over_floor(r: Result) -> list[str]:  # the table's last column, with --floor
+        f = floor.get((r.round, r.phase))
+        return [] if not args.floor else ["-" if r.tree == FLOOR or not f else f"{r.cpu_ms / f:.2f}"]
+
     print(f"## Power-on storm ({args.nodes} machines at once, {args.artifact_kb} KiB artifacts, workers: "
           f"{args.workers}, replicas: {args.replicas}, state store: {args.state_store}, clients modelled: "
           f"iPXE, Ignition, the check-in unit)\n")
     print(markdown_table(
         ["round", "tree", "storm", "booted", "failed", "last up (s)", "requests", "reconnects",
          "server CPU (s)", "CPU per boot (ms)", "server waited for a CPU (s)", "drain", "drain with its cores",
-         "peak RSS (MiB)"],
+         "peak RSS (MiB)", *(["CPU per boot / floor"] if args.floor else [])],
         [(r.round, r.tree, r.phase, r.storm.booted, sum(r.storm.failed.values()), f"{r.storm.last_up:.1f}",
-          r.storm.requests, r.storm.reconnects, f"{r.server_cpu:.1f}", f"{1000 * r.server_cpu / r.nodes:.2f}",
-          f"{r.runqueue:.1f}", f"{r.drain:.2f}", f"{r.starved:.2f}", f"{r.rss_mib:.0f}") for r in results]))
+          r.storm.requests, r.storm.reconnects, f"{r.server_cpu:.1f}", f"{r.cpu_ms:.2f}",
+          f"{r.runqueue:.1f}", f"{r.drain:.2f}", f"{r.starved:.2f}", f"{r.rss_mib:.0f}", *over_floor(r))
+         for r in results]))
     print()
     if len(names) > 1:
         rows = []
@@ -477,6 +494,20 @@ def report(results: list[Result], names: list[str], args: argparse.Namespace) ->
                 ratio = med[a][k] / med[b][k] if med[b][k] else float("nan")
                 rows.append((phase, what, f"{med[a][k]:.2f}", f"{med[b][k]:.2f}", f"{ratio:.2f}"))
         print(markdown_table(["storm", "median of", names[0], names[1], "this / baseline"], rows))
+        print()
+    if floor:
+        rows = []
+        for phase in args.phases:
+            for n in names:
+                mine = [r for r in results if r.tree == n and r.phase == phase and (r.round, phase) in floor]
+                if not mine:
+                    continue
+                ratios = [r.cpu_ms / floor[r.round, phase] for r in mine]
+                rows.append((phase, n, f"{median([r.cpu_ms for r in mine]):.2f}",
+                             f"{median([floor[r.round, phase] for r in mine]):.2f}", f"{median(ratios):.2f}",
+                             ", ".join(f"{x:.2f}" for x in ratios)))
+        print(markdown_table(["storm", "tree", "CPU per boot (ms, median)", f"{FLOOR} (ms, median)",
+                              "CPU per boot / floor (median of the rounds)", "each round"], rows))
         print()
     for r in results:
         if r.round != 1:
@@ -495,8 +526,6 @@ def report(results: list[Result], names: list[str], args: argparse.Namespace) ->
 
 
 def getattr_path(r: Result, key: str) -> float:
-    if key == "cpu_ms":
-        return 1000 * r.server_cpu / r.nodes
     obj: Any = r
     for part in key.split("."):
         obj = getattr(obj, part)
@@ -522,6 +551,8 @@ async def main() -> None:
     ap.add_argument("--phases", type=lambda v: v.split(","), default=["cold", "warm"],
                     help="storms per server: cold (a fresh server), warm (again right after); default cold,warm")
     ap.add_argument("--profile", type=Path, help="py-spy collapsed stacks of this tree's first cold storm")
+    ap.add_argument("--floor", action="store_true", help="also storm a bare aiohttp app answering the same "
+                    "requests (benchmarks/bare_boot.py) each round; report CPU per boot / floor")
     args = ap.parse_args()
     if args.replicas > 1 and args.state_store != "postgresql":
         sys.exit("boot_storm.py: --replicas > 1 needs --state-store postgresql")
@@ -537,19 +568,22 @@ async def main() -> None:
             trees: list[tuple[str, GitTree | None]] = [("this tree", None)]
             if tree is not None:
                 trees.append((f"baseline {tree.label}", tree))
-            rel = "prod/builds/1.0/x86_64"
             up_dir = work / "upstream"
-            (up_dir / rel).mkdir(parents=True)
-            shas = {k: make_file(up_dir / rel / f"live-{k}.x86_64", args.artifact_kb << 10)
+            (up_dir / REL).mkdir(parents=True)
+            shas = {k: make_file(up_dir / REL / f"live-{k}.x86_64", args.artifact_kb << 10)
                     for k in ("kernel", "initramfs", "rootfs")}
             results: list[Result] = []
+            runs = trees + [(FLOOR, None)] * args.floor
             async with Upstream(up_dir, work / "upstream.log") as up:
                 for rnd in range(1, args.rounds + 1):
-                    for name, t in trees if rnd % 2 else trees[::-1]:
-                        sub = work / f"{rnd}-{'baseline' if t else 'this'}"
+                    for name, t in runs if rnd % 2 else runs[::-1]:
+                        sub = work / f"{rnd}-{runs.index((name, t))}"
                         sub.mkdir()
-                        spy = args.profile if (t is None and rnd == 1) else None
-                        results += await one_server(args, sub, t, name, rnd, up.url, rel, shas, spy)
+                        if name == FLOOR:
+                            results += await one_floor(args, sub, rnd, up_dir, shas)
+                        else:
+                            spy = args.profile if (t is None and rnd == 1) else None
+                            results += await one_server(args, sub, t, name, rnd, up.url, REL, shas, spy)
                         rmtree(sub)
         report(results, [n for n, _ in trees], args)
         if args.profile is not None and args.profile.exists():

@@ -12,14 +12,22 @@ from pathlib import Path
 from support.helpers import REPO
 
 
-def test_small_boot_storm_through_two_workers_boots_every_machine() -> None:
+def test_small_boot_storm_through_two_workers_boots_every_machine_and_the_floor() -> None:
+    """``--floor``: the same client boots every machine through the bare app too (benchmarks/bare_boot.py:
+    its script, artifacts' sha256, stub's hash and check-in URL pass the client's checks), and each of this
+    tree's storms gets its CPU per boot over the floor's."""
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "boot_storm.py"), "--nodes", "20",
-                           "--workers", "2"], capture_output=True, text=True, timeout=240)
+                           "--workers", "2", "--floor"], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for phase in ("cold", "warm"):  # booted 20, failed 0
-        assert re.search(rf"^\| 1 \| this tree \| {phase} \| 20 \| 0 \|", proc.stdout, re.M), proc.stdout
+    for phase in ("cold", "warm"):  # booted 20, failed 0; a ratio to the floor of the same round
+        assert re.search(rf"^\| 1 \| this tree \| {phase} \| 20 \| 0 \|.* \| [0-9.]+ \|$", proc.stdout, re.M), \
+            proc.stdout
+        assert re.search(rf"^\| 1 \| floor: bare aiohttp \(asyncio\) \| {phase} \| 20 \| 0 \|.* \| - \|$",
+                         proc.stdout, re.M), proc.stdout
+        assert re.search(rf"^\| {phase} \| this tree \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|$",
+                         proc.stdout, re.M), proc.stdout
     for step in ("script", "kernel", "initramfs", "stub", "config", "checkin"):
-        assert re.search(rf"^\| {step} \| 20 \|", proc.stdout, re.M), proc.stdout
+        assert len(re.findall(rf"^\| {step} \| 20 \|", proc.stdout, re.M)) == 4, proc.stdout
 
 
 def test_iso_build_benchmark_runs() -> None:
