@@ -4,7 +4,8 @@ and one reservation per node (:mod:`bootserver.dhcp.reservations`).
 dnsmasq 2.90's own manual (dnsmasq(8)) is the reference for every option written here. The engine's
 files live in ``state_dir/dhcp/`` (:class:`Layout`), never in a system-wide place:
 
-``dnsmasq.conf``  the options (``--conf-file``): interface, mode, classes, boot rules, TFTP
+``dnsmasq.conf``  the options (``--conf-file``): interface, mode, classes, the ``secure_boot`` nodes'
+                  MACs (:func:`secure_boot_lines`), boot rules, TFTP
 ``hosts/nodes``   the reservations, one ``dhcp-host`` line each (``--dhcp-hostsdir``)
 ``opts/nodes``    each reserved node's own gateway and name servers (``--dhcp-optsdir``)
 ``tftp/``         the TFTP root: ``bootserver loaders``' files and ``proxy`` mode's PXE menu files
@@ -35,6 +36,8 @@ from .rules import (
     boot_rules,
     http6_url,
     ipxe6_url,
+    macs_tag_of,
+    secure_boot_macs,
     secure_boot_nodes,
     tag_of,
 )
@@ -90,16 +93,22 @@ def _tags(rule: BootRule, known_only: bool, secure: bool) -> str:
     if rule.not_secure_boot and secure:
         tags.append(f"tag:!{SECURE_BOOT}")
     if rule.node is not None:
-        tags.append(f"tag:{tag_of(rule.node)}")
+        tags.append(f"tag:{macs_tag_of(rule.node)}")
     elif known_only:
         tags.append("tag:known")
     return ",".join(tags) + ","
 
 
 def secure_boot_lines(config: Config) -> list[str]:
-    """``tag-if`` lines that set the :data:`~bootserver.dhcp.rules.SECURE_BOOT` tag for each
-    ``secure_boot`` node's reservation tag (:func:`~bootserver.dhcp.rules.secure_boot_nodes`)."""
-    return [f"tag-if=set:{SECURE_BOOT},tag:{tag_of(node)}" for node in secure_boot_nodes(config)]
+    """``dhcp-mac`` lines that give every MAC of every ``secure_boot`` node
+    (:func:`~bootserver.dhcp.rules.secure_boot_macs`) the :data:`~bootserver.dhcp.rules.SECURE_BOOT` tag
+    and its node's own (:func:`~bootserver.dhcp.rules.macs_tag_of`, which its shim rules test), whichever
+    NIC its firmware boots from. Not the reservation (``dhcp-host`` names one MAC; several MACs in one
+    ``dhcp-host`` are one client holding the address once): ``dhcp-mac`` sets a tag only, gives no
+    address and no ``known`` tag, and dnsmasq 2.90 applies it to DHCPv4 (full and proxy) and DHCPv6
+    (where it learns the client's MAC: src/rfc2131.c and src/rfc3315.c, ``daemon->dhcp_macs``)."""
+    return [f"dhcp-mac=set:{tag},{mac}" for node, mac in secure_boot_macs(config)
+            for tag in (SECURE_BOOT, macs_tag_of(node))]
 
 
 def class_lines(classes: tuple[ClientClass, ...] = CLASSES) -> list[str]:
@@ -148,7 +157,7 @@ def boot_lines(config: Config) -> list[str]:
         tags = "tag:!ipxe," if rule.not_ipxe else f"tag:{rule.client.name},"
         if rule.not_secure_boot and secure:
             tags += f"tag:!{SECURE_BOOT},"
-        tags += f"tag:{tag_of(rule.node)}," if rule.node is not None else "tag:known," if known_only else ""
+        tags += f"tag:{macs_tag_of(rule.node)}," if rule.node is not None else "tag:known," if known_only else ""
         lines.extend(f'pxe-service={tags}{csa},"{MENU_TEXT}",{rule.menu}' for csa in rule.client.pxe_csa)
     return lines
 

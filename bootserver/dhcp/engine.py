@@ -20,8 +20,9 @@ first mile goes onto the timeline (:class:`FirstMile`): ``DHCPACK`` (``full``) o
 ``state_dir/dhcp/engine.pid`` too, and the systemd unit follows the server's reload): the config is read
 again and checked; an invalid one is one error line and the running one stays. The reservations are
 rewritten (``hosts/nodes``, ``opts/nodes``), which dnsmasq re-reads by itself: no restart, no lease lost.
-Only a change of dnsmasq's own options (``dhcp:`` keys, ``server.base_url``) restarts it (its lease file
-keeps the leases). The log line says how many reservations changed.
+Only a change of dnsmasq's own options (``dhcp:`` keys, ``server.base_url``, the ``secure_boot`` nodes and
+their MACs: :func:`~bootserver.dhcp.dnsmasq.secure_boot_lines`) restarts it (its lease file keeps the
+leases). The log line says how many reservations changed.
 
 **Stop**: ``SIGTERM`` or ``SIGINT`` stop dnsmasq (``SIGTERM``, ``SIGKILL`` after 5 s) and return 0.
 """

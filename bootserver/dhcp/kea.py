@@ -11,12 +11,12 @@ server, for loader files); each reservation is a ``reservations`` entry of the s
 order and a later class's ``boot-file-name`` does not replace an earlier one's, so the iPXE class comes
 first and the loader classes also test ``not member('ipxe')`` (the loop guard). A UEFI HTTP Boot class
 also sends option 60 ``HTTPClient`` (``vendor-class-identifier``). The ``secure_boot`` nodes are the class
-``secureboot`` (their MACs, ``pkt4.mac``, the ``chaddr`` field); each has its own classes, tested by its
-MAC, that hand its stream's signed shim over UEFI PXE (the TFTP file) and over UEFI HTTP Boot (the URL,
-with option 60), and the classes that hand a UEFI x86_64 firmware iPXE test ``not member('secureboot')``:
-every client is of one boot class at most, so no order of classes hands a Secure Boot node iPXE. (Not
-the reservation's own ``boot-file-name``: it would replace the HTTP Boot class's URL with a TFTP name,
-which the firmware does not take.)
+``secureboot`` (every MAC of theirs, :func:`~bootserver.dhcp.rules.node_macs`: ``pkt4.mac``, the
+``chaddr`` field); each has its own classes, tested by its MACs, that hand its stream's signed shim over
+UEFI PXE (the TFTP file) and over UEFI HTTP Boot (the URL, with option 60), and the classes that hand a
+UEFI x86_64 firmware iPXE test ``not member('secureboot')``: every client is of one boot class at most,
+so no order of classes hands a Secure Boot node iPXE. (Not the reservation's own ``boot-file-name``: it
+would replace the HTTP Boot class's URL with a TFTP name, which the firmware does not take.)
 """
 
 from __future__ import annotations
@@ -27,7 +27,17 @@ from typing import Any
 
 from ..config import Config
 from .reservations import Reservation
-from .rules import CLASSES, IPXE, SECURE_BOOT, BootRule, ClientClass, boot_rules, secure_boot_nodes, tag_of
+from .rules import (
+    CLASSES,
+    IPXE,
+    SECURE_BOOT,
+    BootRule,
+    ClientClass,
+    boot_rules,
+    node_macs,
+    secure_boot_macs,
+    tag_of,
+)
 
 
 def class_test(cls: ClientClass, not_ipxe: bool) -> str:
@@ -69,11 +79,10 @@ def client_classes(config: Config, next_server: str | None) -> list[dict[str, An
     of its MACs and the client class; a class may only test classes defined before it). ``next_server``:
     the TFTP server's IPv4 address for loader files, or ``None``."""
     known_only = not config.server.discovery.enabled
-    secure = secure_boot_nodes(config)
+    secure = secure_boot_macs(config)
     classes: list[dict[str, Any]] = []
     if secure:
-        macs = " or ".join(f"pkt4.mac == 0x{mac.replace(':', '').lower()}" for node in secure
-                           for mac in config.nodes[node].mac)
+        macs = " or ".join(f"pkt4.mac == 0x{mac.replace(':', '').lower()}" for _node, mac in secure)
         classes.append({"name": SECURE_BOOT, "test": macs})
     rules = boot_rules(config)
     order = {cls.name: i for i, cls in enumerate(CLASSES)}
@@ -86,7 +95,7 @@ def client_classes(config: Config, next_server: str | None) -> list[dict[str, An
         classes.append(_class_entry(rule, rule.client.name, test, next_server))
         if rule.client is IPXE:  # the nodes' own classes test member('ipxe'): after its definition
             for own, node in ((r, r.node) for r in rules if r.node is not None):
-                test = f"{_mac_test(config.nodes[node].mac)} and {class_test(own.client, own.not_ipxe)}"
+                test = f"{_mac_test(node_macs(config, node))} and {class_test(own.client, own.not_ipxe)}"
                 classes.append(_class_entry(own, f"{tag_of(node)}-{own.client.name}", test, next_server))
     return classes
 

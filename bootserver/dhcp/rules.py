@@ -26,9 +26,11 @@ it): its own rules (:attr:`BootRule.node`) hand it its stream's signed shim inst
 (``secureboot/<stream>/bootx64.efi`` in the TFTP root, also as ``proxy`` mode's PXE menu entry) or HTTP
 (``/loaders/secureboot/<stream>/bootx64.efi``) (:mod:`bootserver.images.netsecure`), and every rule that
 hands a UEFI x86_64 firmware iPXE excludes the ``secure_boot`` nodes (:attr:`BootRule.not_secure_boot`,
-the engines' :data:`SECURE_BOOT` class), so no order of the rules can hand them iPXE. Over DHCPv6 they
-get no boot file (the GRUB after shim fetches over IPv4: :mod:`bootserver.images.netsecure`); their
-firmware goes on to its IPv4 entry.
+the engines' :data:`SECURE_BOOT` class), so no order of the rules can hand them iPXE. The engines know
+such a node by **every** MAC of it (:func:`node_macs`: its ``mac`` and the ``mac-address`` of each NIC
+of its ``network``, a bond's other ports too), not by its reservation's one: its firmware may PXE-boot
+from any of its NICs. Over DHCPv6 they get no boot file (the GRUB after shim fetches over IPv4:
+:mod:`bootserver.images.netsecure`); their firmware goes on to its IPv4 entry.
 
 :func:`boot_rules` returns the rules in the order an engine must test them (the first match wins); every
 rule names the :class:`ClientClass` it is for, so an engine turns classes into its own tests (dnsmasq
@@ -44,6 +46,8 @@ from dataclasses import dataclass
 from ..config import Config
 from ..images.firmware import ARM64_GRUB
 from ..images.netsecure import SET_DIR, secure_boot_streams
+from ..inventory import node_context
+from ..nmstate import NetworkState
 from ..urls import GENERIC, LOADER_ARM64, LOADER_IPXE, LOADER_SECUREBOOT
 
 #: RFC 4578 client architecture (DHCP option 93) of an x86 BIOS PXE client.
@@ -99,8 +103,8 @@ HTTPARM64 = ClientClass("httparm64", arches=(ARCH_HTTP_ARM64,))
 #: Every class, in the order the engines define them.
 CLASSES = (IPXE, BIOS, EFI64, ARM64, HTTP64, HTTPARM64)
 
-#: The dnsmasq tag and Kea client class of every ``secure_boot`` node (x86_64, with a MAC): set by each
-#: such node's reservation, tested by :attr:`BootRule.not_secure_boot`.
+#: The dnsmasq tag and Kea client class of every MAC of every ``secure_boot`` node (x86_64, with a MAC:
+#: :func:`secure_boot_macs`), tested by :attr:`BootRule.not_secure_boot`.
 SECURE_BOOT = "secureboot"
 
 
@@ -111,10 +115,10 @@ class BootRule:
     rule has it). ``menu``: the base name of ``file`` in ``proxy`` mode's PXE menu (dnsmasq's
     ``--pxe-service`` adds ``.0``; :func:`menu_files` lists what the TFTP root then holds; ``""``: not in
     the menu, as UEFI HTTP Boot follows no PXE menu). ``vendor_class``: the option 60 the answer must
-    carry (``HTTPClient`` for UEFI HTTP Boot). ``node``: the rule is that node's alone (its reservation's
-    tag, :func:`tag_of`), before every rule for all. ``not_secure_boot``: the rule also requires the
-    client not to be a ``secure_boot`` node (:data:`SECURE_BOOT`): every rule that hands a UEFI x86_64
-    firmware iPXE has it."""
+    carry (``HTTPClient`` for UEFI HTTP Boot). ``node``: the rule is that node's alone (every MAC of it,
+    :func:`node_macs`: dnsmasq's tag :func:`macs_tag_of`), before every rule for all.
+    ``not_secure_boot``: the rule also requires the client not to be a ``secure_boot`` node
+    (:data:`SECURE_BOOT`): every rule that hands a UEFI x86_64 firmware iPXE has it."""
 
     client: ClientClass
     file: str
@@ -144,19 +148,35 @@ def http_base(config: Config) -> str:
     return config.server.base_url_for(4)
 
 
+def node_macs(config: Config, node: str) -> tuple[str, ...]:
+    """Every MAC of node ``node`` (lower case, ``:``), each once: its ``mac`` (the selectors), then the
+    ``mac-address`` of each ethernet interface of its NMState ``network`` (its own or its profile's),
+    such as a bond's other ports, which its firmware may PXE-boot from as well. ``()`` when it has none."""
+    network = node_context(config, node).network
+    pinned = (i.mac_address for i in network.interfaces if i.type == "ethernet" and i.mac_address) \
+        if isinstance(network, NetworkState) else ()
+    return tuple(dict.fromkeys((*config.nodes[node].mac, *pinned)))
+
+
 def secure_boot_nodes(config: Config) -> tuple[str, ...]:
-    """The ``secure_boot`` nodes the engines know by their MAC (x86_64, with a ``mac``), in config order:
-    those of :data:`SECURE_BOOT`."""
+    """The ``secure_boot`` nodes the engines know by a MAC (x86_64, with a MAC: :func:`node_macs`), in
+    config order: those of :data:`SECURE_BOOT`."""
     streams = set(secure_boot_streams(config))
-    return tuple(node for node in config.nodes if config.nodes[node].mac and config.node_secure_boot(node)
-                 and config.node_profile(node).stream in streams)
+    return tuple(node for node in config.nodes if config.node_secure_boot(node)
+                 and config.node_profile(node).stream in streams and node_macs(config, node))
+
+
+def secure_boot_macs(config: Config) -> tuple[tuple[str, str], ...]:
+    """``(node, MAC)`` for every MAC (:func:`node_macs`) of every :func:`secure_boot_nodes` node: the
+    clients of :data:`SECURE_BOOT`, whichever NIC the firmware boots from (its reservation has one)."""
+    return tuple((node, mac) for node in secure_boot_nodes(config) for mac in node_macs(config, node))
 
 
 def secure_boot_rules(config: Config) -> tuple[BootRule, ...]:
     """Each x86_64 ``secure_boot`` node's own rules: its stream's signed shim over TFTP (UEFI PXE; the
     shim's path is also its PXE menu entry in ``proxy`` mode: dnsmasq adds no ``.0`` to a name with a
-    dot) and over HTTP (UEFI HTTP Boot) instead of iPXE. Nodes without a MAC have no reservation to
-    tag: none."""
+    dot) and over HTTP (UEFI HTTP Boot) instead of iPXE, for every MAC of it. Nodes without a MAC: none
+    (no engine can tell them)."""
     out = []
     for node in secure_boot_nodes(config):
         profile = config.node_profile(node)
@@ -221,8 +241,16 @@ def tag_of(node: str) -> str:
     return f"node-{node}"
 
 
+def macs_tag_of(node: str) -> str:
+    """The dnsmasq tag every MAC of ``secure_boot`` node ``node`` carries (:func:`node_macs`), which its own
+    rules test: ``secureboot-<name>``. Not its reservation's :func:`tag_of`: a NIC without the reservation
+    must not get the reservation's gateway and name servers. No node's tag can be it (those start
+    ``node-``), nor :data:`SECURE_BOOT`."""
+    return f"{SECURE_BOOT}-{node}"
+
+
 __all__ = ["ARCH_BIOS", "ARCH_EFI_ARM64", "ARCH_EFI_X86_64", "ARCH_HTTP_ARM64", "ARCH_HTTP_X86_64", "ARM64", "BIOS",
            "CLASSES", "EFI64", "HTTP64", "HTTPARM64", "HTTP_VENDOR_CLASS", "IPXE", "IPXE_USER_CLASS", "MENU_SCRIPT",
            "SECURE_BOOT",
-           "BootRule", "ClientClass", "boot_rules", "chain_url", "http6_url", "ipxe6_url", "menu_files", "menu_script",
-           "secure_boot_nodes", "secure_boot_rules", "tag_of"]
+           "BootRule", "ClientClass", "boot_rules", "chain_url", "http6_url", "ipxe6_url", "macs_tag_of", "menu_files",
+           "menu_script", "node_macs", "secure_boot_macs", "secure_boot_nodes", "secure_boot_rules", "tag_of"]

@@ -112,14 +112,15 @@ async def test_the_dhcp_engine_hands_a_secure_boot_node_its_shim_never_ipxe(setu
     path, _ = setup
     out = await engine_config(path, "dnsmasq", mode="full")
     lines = out.splitlines()
-    assert [ln for ln in lines if ln.startswith("tag-if=set:secureboot")] == [
-        "tag-if=set:secureboot,tag:node-sb-0", "tag-if=set:secureboot,tag:node-sb-1"]
+    assert [ln for ln in lines if ln.startswith("dhcp-mac=")] == [
+        "dhcp-mac=set:secureboot,52:54:00:00:00:01", "dhcp-mac=set:secureboot-sb-0,52:54:00:00:00:01",
+        "dhcp-mac=set:secureboot,52:54:00:00:00:02", "dhcp-mac=set:secureboot-sb-1,52:54:00:00:00:02"]
     boots = [line for line in lines if line.startswith("dhcp-boot=")]
     # each node's own lines, and no line that hands iPXE to a UEFI x86_64 firmware matches a secure_boot node
-    assert boots[-4:] == [f"dhcp-boot=tag:!ipxe,tag:http64,tag:node-sb-1,{SHIM_URL}",
-                          "dhcp-boot=tag:!ipxe,tag:efi64,tag:node-sb-1,secureboot/fcos/bootx64.efi",
-                          f"dhcp-boot=tag:!ipxe,tag:http64,tag:node-sb-0,{SHIM_URL}",
-                          "dhcp-boot=tag:!ipxe,tag:efi64,tag:node-sb-0,secureboot/fcos/bootx64.efi"]
+    assert boots[-4:] == [f"dhcp-boot=tag:!ipxe,tag:http64,tag:secureboot-sb-1,{SHIM_URL}",
+                          "dhcp-boot=tag:!ipxe,tag:efi64,tag:secureboot-sb-1,secureboot/fcos/bootx64.efi",
+                          f"dhcp-boot=tag:!ipxe,tag:http64,tag:secureboot-sb-0,{SHIM_URL}",
+                          "dhcp-boot=tag:!ipxe,tag:efi64,tag:secureboot-sb-0,secureboot/fcos/bootx64.efi"]
     assert "dhcp-boot=tag:!ipxe,tag:http64,tag:!secureboot,http://192.0.2.1:8080/loaders/ipxe.efi" in boots
     assert "dhcp-boot=tag:!ipxe,tag:efi64,tag:!secureboot,ipxe.efi" in boots
     assert [b for b in boots if "ipxe.efi" in b and "!secureboot" not in b] == []
@@ -132,14 +133,14 @@ async def test_proxy_mode_menus_a_secure_boot_node_its_shim_never_ipxe(setup, tm
     out = await engine_config(path, "dnsmasq")
     services = [ln for ln in out.splitlines() if ln.startswith("pxe-service=")]
     assert services[:4] == [
-        'pxe-service=tag:!ipxe,tag:node-sb-0,X86-64_EFI,"bootserver",secureboot/fcos/bootx64.efi',
-        'pxe-service=tag:!ipxe,tag:node-sb-0,BC_EFI,"bootserver",secureboot/fcos/bootx64.efi',
-        'pxe-service=tag:!ipxe,tag:node-sb-1,X86-64_EFI,"bootserver",secureboot/fcos/bootx64.efi',
-        'pxe-service=tag:!ipxe,tag:node-sb-1,BC_EFI,"bootserver",secureboot/fcos/bootx64.efi']
+        'pxe-service=tag:!ipxe,tag:secureboot-sb-0,X86-64_EFI,"bootserver",secureboot/fcos/bootx64.efi',
+        'pxe-service=tag:!ipxe,tag:secureboot-sb-0,BC_EFI,"bootserver",secureboot/fcos/bootx64.efi',
+        'pxe-service=tag:!ipxe,tag:secureboot-sb-1,X86-64_EFI,"bootserver",secureboot/fcos/bootx64.efi',
+        'pxe-service=tag:!ipxe,tag:secureboot-sb-1,BC_EFI,"bootserver",secureboot/fcos/bootx64.efi']
     ipxe_efi = [ln for ln in services if ln.endswith(",ipxe")]
     assert ipxe_efi == ['pxe-service=tag:!ipxe,tag:!secureboot,X86-64_EFI,"bootserver",ipxe',
                         'pxe-service=tag:!ipxe,tag:!secureboot,BC_EFI,"bootserver",ipxe']
-    assert "tag-if=set:secureboot,tag:node-sb-0" in out.splitlines()
+    assert "dhcp-mac=set:secureboot,52:54:00:00:00:01" in out.splitlines()
     assert "dhcp-host=52:54:00:00:00:01,set:node-sb-0" in out.splitlines()
     config_accepted(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
 
