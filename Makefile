@@ -56,7 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/boot_storm.py $(BENCH_ARGS)
 
 # Debian packages the benchmarks run (nginx for the comparison, wrk, curl, /usr/bin/time; needs root)
-# and the `bench` extra (py-spy, for scripts.py --profile).
+# and the `bench` extra (py-spy, for scripts.py --profile; uvloop, for event_loops.py).
 bench-deps: $(STAMP)
 	apt-get install -y --no-install-recommends $$(cat benchmarks/apt-packages.txt)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'

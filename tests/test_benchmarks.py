@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support.helpers import REPO
 
 
@@ -28,6 +29,24 @@ def test_small_boot_storm_through_two_workers_boots_every_machine_and_the_floor(
                          proc.stdout, re.M), proc.stdout
     for step in ("script", "kernel", "initramfs", "stub", "config", "checkin"):
         assert len(re.findall(rf"^\| {step} \| 20 \|", proc.stdout, re.M)) == 4, proc.stdout
+
+
+def test_event_loops_benchmark_storms_and_downloads_on_asyncio_and_uvloop() -> None:
+    """``event_loops.py`` (the bench extra's uvloop; skipped without it): each loop's bare app boots every
+    machine of a small cold storm and serves every client the whole file, and each table has its median
+    row with both loops' figures and their ratio."""
+    pytest.importorskip("uvloop")
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "event_loops.py"), "--nodes", "20",
+                           "--clients", "2", "--size-mb", "8", "--rounds", "1"], capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "loop.sendfile: asyncio its own, uvloop " in proc.stdout, proc.stdout
+    assert re.search(r"^\| 1 \| 20 / 0 \| 20 / 0 \| [0-9.]+ \| [0-9.]+ \| ([0-9.]+|-) \|", proc.stdout, re.M), \
+        proc.stdout
+    # the downloads' row: CPU per GiB of each loop and their ratio, MB/s of each (every byte arrived)
+    assert re.search(r"^\| 1 \| [0-9.]+ \| [0-9.]+ \| ([0-9.]+|-) \| [1-9][0-9]* \| [1-9][0-9]* \| [0-9.]+ \|$",
+                     proc.stdout, re.M), proc.stdout
+    assert len(re.findall(r"^\| median \|", proc.stdout, re.M)) == 2, proc.stdout
 
 
 def test_iso_build_benchmark_runs() -> None:
