@@ -14,7 +14,6 @@ stale.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import mmap
@@ -32,7 +31,6 @@ from ..errors import InputError
 from ..files import LinkRefused
 from ..timeline import (
     ATTRIBUTION_WINDOW,
-    BATCH_ROWS_SQL,
     CURRENT_SQL,
     KEEP_EVENTS,
     NODES_SQL,
@@ -40,14 +38,13 @@ from ..timeline import (
     Event,
     NodeState,
     Record,
-    Writes,
     boot_started_back,
     current_of,
     device_json,
     device_of,
-    plan_batch,
 )
 from . import StateStoreError
+from .sqlite_batch import run_batch
 
 log = logging.getLogger("bootserver.timeline")
 
@@ -180,21 +177,6 @@ def connect(path: Path, **kwargs: Any) -> sqlite3.Connection:
 class TimelineDamagedError(StateStoreError, InputError):
     """The timeline database is not a usable sqlite database (exit 2, as bad input). The message names
     the file and what to do."""
-
-
-
-def run_batch(db: sqlite3.Connection, records: Sequence[Record], keep_events: int) -> Writes:
-    """:func:`plan_batch` on a sqlite connection inside an open write transaction: one read of the
-    batch's node rows, then one ``executemany`` per kind of write. Returns what was written."""
-    names = sorted({r.node for r in records})
-    sql = BATCH_ROWS_SQL.format(nodes=f"IN ({','.join('?' * len(names))})")
-    rows = {r[0]: r[1:] for r in db.execute(sql, names)}
-    (last,) = db.execute("SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0), "
-                         "coalesce((SELECT max(id) FROM events), 0))").fetchone()
-    w = plan_batch(records, rows, itertools.count(last + 1), keep_events)
-    for sql, params in w.statements():
-        db.executemany(sql, params)
-    return w
 
 
 
@@ -591,4 +573,3 @@ class Timeline:
             if done:
                 generation[:] = os.urandom(GENERATION_BYTES)
         return done
-
