@@ -94,6 +94,26 @@ def test_events_and_stage_survive_reopening(tmp_path: Path) -> None:
     assert tl._db().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
+@pytest.mark.parametrize("nodes", [1, 63, 64, 65, 130])
+def test_a_batch_of_any_size_writes_every_row_in_order(tmp_path: Path, nodes: int) -> None:
+    """One batch's inserts and node rows go many ``VALUES`` rows per statement (``sqlite_batch``): every
+    record of a batch of any size is read back, in order, with its stage, new nodes and known ones alike."""
+    tl = Timeline(tmp_path / "state")
+    names = [f"m{i:03d}" for i in range(nodes)]
+    tl.record_many([Record(n, "script", "install", 100.0, f"10.0.{i // 250}.{i % 250}") for i, n in enumerate(names)])
+    batch = [Record(n, event, "install", 101.0 + k, None, {"bytes": i} if event == "kernel-completed" else None)
+             for k, event in enumerate(("kernel-requested", "kernel-completed", "stub")) for i, n in enumerate(names)]
+    assert tl.record_many(batch) == ["kernel"] * nodes * 2 + ["installing"] * nodes
+    for i, n in enumerate(names):
+        events = tl.events(n)
+        assert [(e.event, e.at, e.ip) for e in events] == [
+            ("script", 100.0, f"10.0.{i // 250}.{i % 250}"), ("kernel-requested", 101.0, None),
+            ("kernel-completed", 102.0, None), ("stub", 103.0, None)]
+        assert events[2].detail == {"bytes": i}
+    assert [(s.node, s.stage, s.stage_at, s.last_event) for s in tl.nodes()] == [
+        (n, "installing", 103.0, "stub") for n in names]
+
+
 def test_a_late_event_does_not_undo_a_newer_stage(tmp_path: Path) -> None:
     """Another worker process may commit a node's ``script`` after this one committed its ``stub``."""
     tl = Timeline(tmp_path)
