@@ -55,6 +55,17 @@ _RANGE_SPEC = re.compile(r"^(\d*)-(\d*)$")
 UNSATISFIABLE = "unsatisfiable"
 
 
+#: Bytes read at a time where a body passes through Python (TLS, a loop without ``sendfile``).
+READ_STEP = 1 << 20
+
+
+async def read_at(fd: int, size: int, offset: int) -> bytes:
+    """``os.pread(fd, size, offset)`` in the loop's default executor: a read the page cache does not
+    hold waits for the disk (milliseconds per MiB on a cold cache), and on the loop's thread it would
+    hold up every other request meanwhile. Raises ``OSError``."""
+    return await asyncio.get_running_loop().run_in_executor(None, os.pread, fd, size, offset)
+
+
 #: A paced answer sends this many seconds' worth of its rate at a time (at least 16 KiB, at most 1 MiB).
 PACE_STEP = 0.05
 
@@ -192,10 +203,10 @@ class FileAnswer(web.StreamResponse):
     """The answer of a ``GET``/``HEAD`` with the bytes of the regular file open at ``fd`` (closed when
     the answer is done, or by :meth:`close` if it is never sent); ``etag`` (default: ``<mtime>-<size>``
     in hex, as aiohttp's) and the other headers as given. Conditionals and ranges as in the module
-    docstring; the bytes go out with ``sendfile`` on plain TCP and in writes of at most 1 MiB over TLS.
-    When the client goes away mid-body, the bytes sent are recorded for the access log
-    (:data:`bootserver.http.accesslog.BODY_SENT`). ``rate``: bytes per second the body is held to
-    (:class:`Pace`), or ``None`` for as fast as the connection takes it."""
+    docstring; the bytes go out with ``sendfile`` on plain TCP and in writes of at most 1 MiB over TLS,
+    each read off the loop's thread (:func:`read_at`). When the client goes away mid-body, the bytes
+    sent are recorded for the access log (:data:`bootserver.http.accesslog.BODY_SENT`). ``rate``: bytes
+    per second the body is held to (:class:`Pace`), or ``None`` for as fast as the connection takes it."""
 
     def __init__(self, fd: int, *, etag: str | None = None, headers: dict[str, str] | None = None,
                  rate: int | None = None) -> None:
@@ -257,8 +268,8 @@ class FileAnswer(web.StreamResponse):
                     raise
             end = offset + count
             async for start, n in paced(offset + sent, end - offset - sent, pace):
-                for off in range(start, start + n, 1 << 20):
-                    data = os.pread(self._fd, min(1 << 20, start + n - off), off)
+                for off in range(start, start + n, READ_STEP):
+                    data = await read_at(self._fd, min(READ_STEP, start + n - off), off)
                     if not data:
                         raise ConnectionResetError("file shorter than it was")
                     await self.write(data)
@@ -298,7 +309,7 @@ async def send_pieces(request: web.Request, resp: web.StreamResponse, fd: int,
                     use_sendfile = False
             end = offset + count
             while offset < end:
-                data = os.pread(fd, min(1 << 20, end - offset), offset)
+                data = await read_at(fd, min(READ_STEP, end - offset), offset)
                 if not data:
                     raise OSError("the base image is shorter than it was")
                 await resp.write(data)
@@ -340,7 +351,7 @@ async def sendfile_ranges(request: web.Request, resp: web.StreamResponse, transf
                         raise
                 end = offset + count
                 while offset < end:
-                    data = os.pread(fobj.fileno(), min(1 << 20, end - offset), offset)
+                    data = await read_at(fobj.fileno(), min(READ_STEP, end - offset), offset)
                     if not data:
                         raise FetchError(f"{request.path}: data file shorter than expected")
                     await resp.write(data)
