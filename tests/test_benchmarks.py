@@ -63,6 +63,8 @@ def test_request_parts_benchmark_runs() -> None:
     assert re.search(r"^\| the same inside `asyncio.timeout\(60\)` \| [0-9.]+ \|$", proc.stdout, re.M), proc.stdout
     assert re.search(r"^\| `Signer.check`, the same signature again \(remembered\) \| [0-9.]+ \|$", proc.stdout,
                      re.M), proc.stdout
+    assert re.search(r"^\| a storm's timeline batch beside a busy thread: the writer's CPU per record \(336 records\) "
+                     r"\| [0-9.]+ \|$", proc.stdout, re.M), proc.stdout
 
 
 def test_node_images_benchmark_runs() -> None:
