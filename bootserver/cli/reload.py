@@ -23,9 +23,10 @@ def check(args: argparse.Namespace, config: Config) -> int:
     taken = None
     if config.dhcp is not None:
         from ..dhcp.reservations import check_dhcp, unselectable
+        from ..dhcp.rules import secure_boot_unlisted
 
         taken = check_dhcp(config)  # against this machine's interface: where `bootserver dhcp` runs
-        for line in unselectable(config, taken):
+        for line in (*unselectable(config, taken), *secure_boot_unlisted(config)):
             print(f"bootserver: warning: {line}", file=sys.stderr)
     warning = no_machine_boots(config)
     if warning is not None:

@@ -57,7 +57,7 @@ from ..values import host_family
 from .dnsmasq import DNSMASQ, Layout, conf_text, layout, write_reservations
 from .iface import NoInterface, interface_addresses
 from .reservations import Reservation, check_dhcp, subnet_of, unselectable
-from .rules import menu_files, menu_script
+from .rules import menu_files, menu_script, secure_boot_unlisted
 
 log = logging.getLogger("bootserver.dhcp")
 relay = logging.getLogger("bootserver.dnsmasq")
@@ -448,7 +448,7 @@ async def run_engine(config: Config) -> int:
     :class:`~bootserver.errors.ConfigError` and :class:`EngineError` as :func:`prepare` and :func:`refusal`;
     dnsmasq dying on its own is an :class:`EngineError` naming its last line."""
     engine = Engine(config, None)  # checks the config and the interface first: nothing opened on a refusal
-    for line in unselectable(config, engine.prepared.taken):
+    for line in (*unselectable(config, engine.prepared.taken), *secure_boot_unlisted(config)):
         log.warning("%s", line)
     try:
         store: StateStore | None = open_store(config)

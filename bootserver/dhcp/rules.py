@@ -172,6 +172,22 @@ def secure_boot_macs(config: Config) -> tuple[tuple[str, str], ...]:
     return tuple((node, mac) for node in secure_boot_nodes(config) for mac in node_macs(config, node))
 
 
+def secure_boot_unlisted(config: Config) -> tuple[str, ...]:
+    """One warning line per MAC of a :func:`secure_boot_nodes` node that only its ``network`` names (not
+    its ``mac`` selectors): the engines hand that NIC the shim, but the shim's GRUB finds the node by its
+    ``mac`` selectors alone (``/boot.grub?mac=``, ``secureboot/nodes/<mac>.cfg``), so a boot from that
+    NIC falls through to the next boot device. Each line names the node's key and the MAC to add."""
+    lines = []
+    for node in secure_boot_nodes(config):
+        listed = set(config.nodes[node].mac)
+        origin = config.origins.get(f"nodes.{node}", config.source)
+        lines += [f"{origin}: nodes.{node}: secure_boot, and its network names NIC {mac}, which is not among "
+                  f"its mac selectors: the DHCP engine hands that NIC the shim, but the shim's GRUB finds the "
+                  f"node by its mac selectors only, so a boot from it falls through; add {mac} to "
+                  f"nodes.{node}.mac" for mac in node_macs(config, node) if mac not in listed]
+    return tuple(lines)
+
+
 def secure_boot_rules(config: Config) -> tuple[BootRule, ...]:
     """Each x86_64 ``secure_boot`` node's own rules: its stream's signed shim over TFTP (UEFI PXE; the
     shim's path is also its PXE menu entry in ``proxy`` mode: dnsmasq adds no ``.0`` to a name with a
@@ -253,4 +269,5 @@ __all__ = ["ARCH_BIOS", "ARCH_EFI_ARM64", "ARCH_EFI_X86_64", "ARCH_HTTP_ARM64", 
            "CLASSES", "EFI64", "HTTP64", "HTTPARM64", "HTTP_VENDOR_CLASS", "IPXE", "IPXE_USER_CLASS", "MENU_SCRIPT",
            "SECURE_BOOT",
            "BootRule", "ClientClass", "boot_rules", "chain_url", "http6_url", "ipxe6_url", "macs_tag_of", "menu_files",
-           "menu_script", "node_macs", "secure_boot_macs", "secure_boot_nodes", "secure_boot_rules", "tag_of"]
+           "menu_script", "node_macs", "secure_boot_macs", "secure_boot_nodes", "secure_boot_rules",
+           "secure_boot_unlisted", "tag_of"]

@@ -83,6 +83,24 @@ def test_every_mac_of_a_secure_boot_node_is_of_the_secureboot_class_in_every_mod
     config_accepted(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
 
 
+def test_check_config_warns_of_a_secure_boot_nic_only_its_network_names(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The bond's other port gets the shim, but the shim's GRUB finds the node by its ``mac`` selectors
+    only: check-config says which MAC to add, and nothing once it is listed."""
+    doc = fleet_doc({"interface": "lo", "mode": "full"})
+    doc["nodes"]["sb-0"]["addresses"] = doc["nodes"]["plain-0"]["addresses"] = ["127.0.0.0/8"]
+    path = write(doc, tmp_path)
+    assert main(["check-config", "--config", str(path)]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"bootserver: warning: {path}: nodes.sb-0: secure_boot, and its network names NIC {PORT_MAC}, which is "
+        "not among its mac selectors: the DHCP engine hands that NIC the shim, but the shim's GRUB finds the node "
+        f"by its mac selectors only, so a boot from it falls through; add {PORT_MAC} to nodes.sb-0.mac"]
+    doc["nodes"]["sb-0"]["mac"].append(PORT_MAC)
+    path = write(doc, tmp_path)
+    assert main(["check-config", "--config", str(path)]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_kea_classes_every_mac_of_a_secure_boot_node_bond_ports_too(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     out = printed(capsys, write(fleet_doc({"interface": "lo", "mode": "full"}), tmp_path), "kea")
