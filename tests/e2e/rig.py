@@ -473,18 +473,16 @@ def boot_ipxe(tools: Tools, chain_url: str, log_path: str | Path, port: int, tim
 
 
 def run_guest(argv: list[str], log_path: Path, firmware: str, timeout: float,
-              stop_at: tuple[str, ...] = (), *, next_option: bool = False) -> BootResult:
+              stop_at: tuple[str, ...] = ()) -> BootResult:
     """Run the QEMU ``argv`` (which logs the serial ports to ``log_path``, and under UEFI the second one
     to :func:`second_serial_log`) until ``/init`` prints its done marker, the firmware gives up, the
     kernel panics, a line of ``stop_at`` shows up (e.g. a loader's refusal, after which it waits for a
     key), QEMU exits, or ``timeout`` seconds pass; QEMU is always killed and reaped before returning.
-    With ``next_option`` a failed boot option is not the end (the firmware goes on with its next one, as
-    OVMF's HTTPv6 entry after its HTTPv4 one). Returns the parsed serial log."""
+    Returns the parsed serial log."""
     logs = [log_path] + ([second_serial_log(log_path)] if firmware == "uefi" else [])
     for p in logs:
         p.write_bytes(b"")
-    firmware_end = () if next_option else FIRMWARE_GAVE_UP[firmware]
-    gave_up = tuple(m.encode() for m in (*firmware_end, MARK_KERNEL_PANIC, *stop_at))
+    gave_up = tuple(m.encode() for m in (*FIRMWARE_GAVE_UP[firmware], MARK_KERNEL_PANIC, *stop_at))
     start = time.monotonic()
     deadline = start + timeout
     timed_out = False
