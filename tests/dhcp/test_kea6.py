@@ -2,8 +2,7 @@
 from the same rules as the engine's dnsmasq: the classes (iPXE's user class option 15, UEFI HTTP Boot's
 vendor class option 16) with option 59 ``bootfile-url`` on the IPv6 base URL, the reservations with the
 nodes' static IPv6 addresses, the pool ``dhcp.range6``, nothing for a ``secure_boot`` node, and a one-line
-exit 2 for what it cannot be made from. Every printed document goes through the real ``kea-dhcp6 -t``; the
-real kea-dhcp6 answers DHCPv6 clients in ``tests/dhcp/test_kea6_answers.py``."""
+exit 2 for what it cannot be made from. Every printed document goes through the real ``kea-dhcp6 -t``."""
 
 from __future__ import annotations
 
