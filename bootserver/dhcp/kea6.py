@@ -15,8 +15,11 @@ class tests ``not member('ipxe')``).
 
 Each reservation is a ``reservations`` entry of the subnet by ``hw-address`` with its ``hostname`` and its
 static IPv6 address (``ip-addresses``); ``host-reservation-identifiers`` is ``hw-address``: Kea learns a
-DHCPv6 client's MAC from its DUID (DUID-LL, DUID-LLT) or its EUI-64 link-local source address
-(``mac-sources`` ``any``, Kea's default). A ``secure_boot`` node gets no boot file over DHCPv6: every MAC of
+DHCPv6 client's MAC from its DUID (DUID-LL, DUID-LLT), its EUI-64 link-local source address (only of a
+universally administered MAC: Kea 2.2 wants the interface identifier's u-bit set) or a relay's client
+link-layer address option (``mac-sources`` ``any``, Kea's default). edk2 and iPXE send a DUID-UUID, so
+on a local link a machine is known by its link-local address: one with a locally administered MAC (a VM's
+``52:54:00:...``) is not matched to its reservation. A ``secure_boot`` node gets no boot file over DHCPv6: every MAC of
 it (:func:`~bootserver.dhcp.rules.node_macs`) has a reservation that carries the class ``secureboot``
 (Kea 2.2 has no packet field for a DHCPv6 client's MAC, so reservations tell it; Kea evaluates again,
 after the host lookup, every class that tests another), and the HTTP Boot class tests ``not

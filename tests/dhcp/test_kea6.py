@@ -8,9 +8,10 @@ Then the real ``kea-dhcp6`` loads the printed document as it is (plus the site's
 identifier) and answers real DHCPv6 clients on a network of the test's own (``TestNetwork("kea6")``, root
 only): ISC's ``dhclient -6``, one veth port of the bridge per MAC, sending the vendor class UEFI HTTP Boot
 sends (option 16, enterprise 343, ``HTTPClient:Arch:00016:...``) or iPXE's user class (option 15) and asking
-for option 59. What each gets is read from its lease file: a node's reserved IPv6 address (Kea matched its
-reservation by ``hw-address``), the boot URL on the IPv6 base URL, the vendor class back, and nothing to boot
-for any NIC of a ``secure_boot`` node. The firmware's own boots over DHCPv6 are dnsmasq's
+for option 59, each with a DUID-UUID as edk2 and iPXE send (Kea learns its MAC from its link-local
+address). What each gets is read from its lease file: a node's reserved IPv6 address (Kea matched its
+reservation by ``hw-address``), the boot URL on the IPv6 base URL, the vendor class back, and nothing to
+boot for any NIC of a ``secure_boot`` node. The firmware's own boots over DHCPv6 are dnsmasq's
 (tests/e2e/test_http_boot.py)."""
 
 from __future__ import annotations
@@ -213,7 +214,11 @@ SEND_HTTP_BOOT = f"send dhcp6.vclass 343 {counted('HTTPClient:Arch:00016:UNDI:00
 #: iPXE's user class (src/net/udp/dhcpv6.c).
 SEND_IPXE = f"send dhcp6.uclass {counted('iPXE')};\n"
 
-BOOT_MAC, SECOND_MAC = "52:54:00:5b:00:01", "52:54:00:5b:00:02"
+#: Universally administered MACs (RFC 7042's documentation range 00-00-5E-00-53-xx): Kea learns a MAC from
+#: an EUI-64 link-local address only when its universal/local bit says universal (a locally administered
+#: MAC, such as QEMU's 52:54:00:..., gives an interface identifier without the u-bit, which Kea 2.2 refuses).
+NODE_MAC, BOOT_MAC, SECOND_MAC, UNKNOWN_MAC = "00:00:5e:00:53:10", "00:00:5e:00:53:20", "00:00:5e:00:53:21", \
+    "00:00:5e:00:53:99"
 POOL = ("2001:db8::100", "2001:db8::1ff")
 
 
@@ -247,7 +252,9 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> Non
 
 def start_client(net: netns.TestNetwork, n: int, mac: str, send: str, tmp_path: Path) -> Path:
     """``dhclient -6`` on a veth port ``c<n>`` of the bridge with ``mac`` (no duplicate address detection:
-    its link-local address is usable at once), sending ``send``; returns its lease file."""
+    its EUI-64 link-local address is usable at once), sending ``send``; returns its lease file. Its DUID is a
+    DUID-UUID (type 4, RFC 6355), as edk2's and iPXE's are: no MAC in it, so Kea must learn the MAC from the
+    link-local address to find the reservation."""
     net.ip("link", "add", f"c{n}", "type", "veth", "peer", "name", f"p{n}")
     net.ip("link", "set", f"c{n}", "address", mac)
     assert net.run(["sysctl", "-qw", f"net.ipv6.conf.c{n}.accept_dad=0"]).returncode == 0
@@ -255,7 +262,8 @@ def start_client(net: netns.TestNetwork, n: int, mac: str, send: str, tmp_path: 
     net.ip("link", "set", f"c{n}", "up")
     conf, lease = tmp_path / f"dhclient{n}.conf", tmp_path / f"lease{n}"
     conf.write_text(DHCLIENT_OPTIONS + send)
-    lease.write_text("")
+    duid = b"\x00\x04" + bytes.fromhex(f"{n:032x}")  # dhclient takes its DUID from its lease file's first line
+    lease.write_text('default-duid "' + "".join(f"\\{b:03o}" for b in duid) + '";\n')
     net.start([DHCLIENT, "-6", "-1", "-d", "-v", "-sf", "/bin/true", "-cf", str(conf), "-lf", str(lease),
                "-pf", str(tmp_path / f"dhclient{n}.pid"), f"c{n}"], log=tmp_path / f"dhclient{n}.log")
     return lease
@@ -275,8 +283,8 @@ def test_the_real_kea_dhcp6_answers_http_boot_ipxe_and_no_secure_boot_node(
         net: netns.TestNetwork, tmp_path: Path) -> None:
     network = static(BOOT_MAC, "192.0.2.20/24", "2001:db8::20/64")
     doc = fleet({"interface": netns.BRIDGE, "range6": "-".join(POOL)},
-                m0={"profile": "master", "mac": "52:54:00:00:00:10",
-                    "network": static("52:54:00:00:00:10", "192.0.2.10/24", "2001:db8::10/64")},
+                m0={"profile": "master", "mac": NODE_MAC,
+                    "network": static(NODE_MAC, "192.0.2.10/24", "2001:db8::10/64")},
                 **{"sb-0": {"profile": "sb", "mac": [BOOT_MAC, SECOND_MAC], "network": network}})
     path = write(doc, tmp_path)
     p = net.run([sys.executable, "-m", "bootserver", "dhcp", "--print", "kea6", "--config", str(path)])
@@ -295,8 +303,8 @@ def test_the_real_kea_dhcp6_answers_http_boot_ipxe_and_no_secure_boot_node(
               env={**os.environ, "KEA_PIDFILE_DIR": str(tmp_path), "KEA_LOCKFILE_DIR": str(tmp_path)})
     wait_for("DHCP6_STARTED in kea-dhcp6's log", lambda: "DHCP6_STARTED" in log.read_text(), timeout=15)
     clients = {
-        "node over HTTP Boot": start_client(net, 0, "52:54:00:00:00:10", SEND_HTTP_BOOT, tmp_path),
-        "unknown iPXE": start_client(net, 1, "52:54:00:00:00:99", SEND_IPXE, tmp_path),
+        "node over HTTP Boot": start_client(net, 0, NODE_MAC, SEND_HTTP_BOOT, tmp_path),
+        "unknown iPXE": start_client(net, 1, UNKNOWN_MAC, SEND_IPXE, tmp_path),
         "secure_boot node's boot NIC": start_client(net, 2, BOOT_MAC, SEND_HTTP_BOOT, tmp_path),
         "secure_boot node's other NIC": start_client(net, 3, SECOND_MAC, SEND_HTTP_BOOT, tmp_path),
     }
