@@ -28,6 +28,7 @@ def add(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     """Register ``dhcp``."""
     p = sub.add_parser("dhcp", parents=[common], help="run the DHCP and TFTP engine (dnsmasq) of the dhcp: "
                        "mapping in the foreground, or print its configuration")
-    p.add_argument("--print", nargs="?", const="dnsmasq", choices=("dnsmasq", "kea"), default=None,
-                   help="print the configuration (dnsmasq options, or kea: Kea's Dhcp4 JSON) and exit")
+    p.add_argument("--print", nargs="?", const="dnsmasq", choices=("dnsmasq", "kea", "kea6"), default=None,
+                   help="print the configuration and exit: dnsmasq options (the default), kea: Kea's Dhcp4 JSON "
+                   "for kea-dhcp4, kea6: Kea's Dhcp6 JSON for kea-dhcp6 (with dhcp.ipv6)")
     p.set_defaults(func=dhcp)

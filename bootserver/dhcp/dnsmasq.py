@@ -28,14 +28,14 @@ from ..files import write_atomic
 from .reservations import Reservation
 from .rules import (
     CLASSES,
+    HTTP6_ENTERPRISE,
     HTTP_VENDOR_CLASS,
     MENU_SCRIPT,
     SECURE_BOOT,
     BootRule,
     ClientClass,
+    boot6_rules,
     boot_rules,
-    http6_url,
-    ipxe6_url,
     macs_tag_of,
     secure_boot_macs,
     secure_boot_nodes,
@@ -200,19 +200,25 @@ HTTP6_VENDOR_CLASS = f"HT,{HTTP_VENDOR_CLASS}"
 
 
 def http6_lines(config: Config) -> list[str]:
-    """Boot answers over DHCPv6 (option 59 ``bootfile-url``): a client whose vendor class (option 16,
-    enterprise 343) is ``HTTPClient`` (UEFI HTTP Boot) gets ``/loaders/ipxe.efi``
-    (:func:`~bootserver.dhcp.rules.http6_url`) and the vendor class back (:data:`HTTP6_VENDOR_CLASS`);
-    iPXE itself (user class option 15 ``iPXE``, the ``ipxe`` tag of :func:`class_lines`, which dnsmasq
-    tests over DHCPv6 too) gets the generic entry on the IPv6 base URL
-    (:func:`~bootserver.dhcp.rules.ipxe6_url`). A ``secure_boot`` node's firmware gets nothing (never iPXE;
-    its GRUB fetches over IPv4). With ``server.discovery`` off, known machines only."""
-    known = ",tag:known" if not config.server.discovery.enabled else ""
-    secure = f",tag:!{SECURE_BOOT}" if secure_boot_nodes(config) else ""
-    return [f"dhcp-vendorclass=set:http6,enterprise:343,{HTTP_VENDOR_CLASS}",
-            f'dhcp-option=tag:http6,tag:!ipxe{secure}{known},option6:bootfile-url,"{http6_url(config)}"',
-            f"dhcp-option-force=tag:http6,option6:16,{HTTP6_VENDOR_CLASS}",
-            f'dhcp-option=tag:ipxe{known},option6:bootfile-url,"{ipxe6_url(config)}"']
+    """Boot answers over DHCPv6 (option 59 ``bootfile-url``), one per rule of
+    :func:`~bootserver.dhcp.rules.boot6_rules`: a client whose vendor class (option 16, enterprise 343) is
+    ``HTTPClient`` (UEFI HTTP Boot) gets ``/loaders/ipxe.efi`` (:func:`~bootserver.dhcp.rules.http6_url`) and
+    the vendor class back (:data:`HTTP6_VENDOR_CLASS`); iPXE itself (user class option 15 ``iPXE``, the
+    ``ipxe`` tag of :func:`class_lines`, which dnsmasq tests over DHCPv6 too) gets the generic entry on the
+    IPv6 base URL (:func:`~bootserver.dhcp.rules.ipxe6_url`). A ``secure_boot`` node's firmware gets nothing
+    (never iPXE; its GRUB fetches over IPv4). With ``server.discovery`` off, known machines only."""
+    known = ["tag:known"] if not config.server.discovery.enabled else []
+    secure = bool(secure_boot_nodes(config))
+    rules = boot6_rules(config)
+    lines = [f"dhcp-vendorclass=set:{rule.client.name},enterprise:{HTTP6_ENTERPRISE},{rule.client.vendor_class}"
+             for rule in rules if rule.client.vendor_class is not None]
+    for rule in rules:
+        tags = [f"tag:{rule.client.name}", *(["tag:!ipxe"] if rule.not_ipxe else []),
+                *([f"tag:!{SECURE_BOOT}"] if rule.not_secure_boot and secure else []), *known]
+        lines.append(f'dhcp-option={",".join(tags)},option6:bootfile-url,"{rule.file}"')
+        if rule.vendor_class is not None:
+            lines.append(f"dhcp-option-force=tag:{rule.client.name},option6:16,{HTTP6_VENDOR_CLASS}")
+    return lines
 
 
 def host_line(config: Config, r: Reservation) -> str:

@@ -500,12 +500,14 @@ async def run_engine(config: Config) -> int:
 
 
 def print_config(config: Config, what: str) -> str:
-    """``bootserver dhcp --print [dnsmasq|kea]``: the engine's configuration for a site that keeps its
-    own server, without starting anything: dnsmasq's options with the reservations inline, or Kea's
-    ``Dhcp4`` JSON (:mod:`bootserver.dhcp.kea`). The interface need not be on this machine when a
-    reservation tells the subnet. Raises :class:`~bootserver.errors.ConfigError` as
-    :func:`~bootserver.dhcp.reservations.check_dhcp`."""
+    """``bootserver dhcp --print [dnsmasq|kea|kea6]``: the engine's configuration for a site that keeps its
+    own server, without starting anything: dnsmasq's options with the reservations inline, Kea's ``Dhcp4``
+    JSON (:mod:`bootserver.dhcp.kea`), or with ``dhcp.ipv6`` Kea's ``Dhcp6`` JSON (:mod:`bootserver.dhcp.kea6`;
+    kea-dhcp4 and kea-dhcp6 are two daemons with a file each). The interface need not be on this machine
+    when a reservation tells the subnet. Raises :class:`~bootserver.errors.ConfigError` as
+    :func:`~bootserver.dhcp.reservations.check_dhcp` and :func:`~bootserver.dhcp.kea6.kea6_config`."""
     from .kea import kea_text
+    from .kea6 import kea6_text
 
     if config.dhcp is None:
         raise ConfigError(config.source, "dhcp", "not set: add a dhcp: mapping with the interface (docs/config.md)")
@@ -514,12 +516,14 @@ def print_config(config: Config, what: str) -> str:
         found = interface_addresses(config.dhcp.interface)
     except NoInterface:
         found = None
-    if what not in ("dnsmasq", "kea"):
-        raise InputError(f"--print: dnsmasq or kea, not {what!r}")
+    if what not in ("dnsmasq", "kea", "kea6"):
+        raise InputError(f"--print: dnsmasq, kea or kea6, not {what!r}")
     subnet = subnet_of(config, found, taken)
     if subnet is None:
         raise ConfigError(config.source, "dhcp.interface", f"{config.dhcp.interface} is not on this machine "
                           "(or has no IPv4 address) and no reservation tells the subnet to answer on")
+    if what == "kea6":
+        return kea6_text(config, found, taken)
     if what == "kea":
         host = config.server.base_url_for(4).split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[0]
         next_server = host if _IPV4.match(host) else (str(found.ipv4.ip) if found and found.ipv4 else None)

@@ -87,6 +87,41 @@ def subnet_of(config: Config, found: InterfaceAddresses | None, taken: tuple[Res
     return nets.pop() if len(nets) == 1 else None
 
 
+def subnet6_of(config: Config, found: InterfaceAddresses | None, taken: tuple[Reservation, ...]) -> \
+        ipaddress.IPv6Network | None:
+    """The IPv6 prefix DHCPv6 hands addresses out of (``dhcp.ipv6``): of ``dhcp.interface``'s global
+    prefixes (``found``, loopback left out), the first that holds ``dhcp.range6`` and every reservation's
+    IPv6 address (else its first); where the interface is not on this machine or has no global IPv6
+    address, the one prefix of the reservations' IPv6 addresses (or the ``/64`` of ``dhcp.range6`` when
+    none has one). ``None`` when neither tells."""
+    dhcp = config.dhcp
+    assert dhcp is not None
+    pool = [ipaddress.IPv6Address(a) for a in dhcp.range6] if dhcp.range6 is not None else []
+    wanted = [*pool, *(r.ipv6.ip for r in taken if r.ipv6 is not None)]
+    nets = list(dict.fromkeys(a.network for a in found.ipv6 if not a.ip.is_loopback)) if found is not None else []
+    if nets:
+        return next((net for net in nets if all(a in net for a in wanted)), nets[0])
+    prefixes = {r.ipv6.network for r in taken if r.ipv6 is not None}
+    if not prefixes and pool:
+        prefixes = {ipaddress.IPv6Network(f"{pool[0]}/64", strict=False)}
+    return prefixes.pop() if len(prefixes) == 1 else None
+
+
+def check_subnet6(config: Config, prefix: ipaddress.IPv6Network, taken: tuple[Reservation, ...]) -> None:
+    """Raise :class:`~bootserver.errors.ConfigError` naming the key when a reservation's IPv6 address
+    (``nodes.<n>.network``) or ``dhcp.range6`` lies outside ``prefix`` (:func:`subnet6_of`): a DHCPv6 server
+    answering on that prefix cannot hand it out there."""
+    dhcp = config.dhcp
+    assert dhcp is not None
+    for r in taken:
+        if r.ipv6 is not None and r.ipv6.ip not in prefix:
+            raise ConfigError(config.source, _where(config, r.node), f"node {r.node}'s IPv6 address {r.ipv6.ip} is "
+                              f"outside {dhcp.interface}'s IPv6 prefix {prefix}: DHCPv6 cannot hand it out there")
+    if dhcp.range6 is not None and not all(ipaddress.IPv6Address(a) in prefix for a in dhcp.range6):
+        raise ConfigError(config.source, "dhcp.range6", f"{dhcp.range6[0]}-{dhcp.range6[1]} is not inside "
+                          f"{dhcp.interface}'s IPv6 prefix {prefix}")
+
+
 def check_dhcp(config: Config, *, local: bool = True) -> tuple[Reservation, ...]:
     """``check-config``'s look at ``dhcp:`` (nothing when it is absent); returns the reservations.
 
@@ -181,4 +216,5 @@ def unselectable(config: Config, taken: tuple[Reservation, ...]) -> tuple[str, .
     return tuple(lines)
 
 
-__all__ = ["Reservation", "check_dhcp", "reservation", "reservations", "subnet_of", "unselectable"]
+__all__ = ["Reservation", "check_dhcp", "check_subnet6", "reservation", "reservations", "subnet6_of", "subnet_of",
+           "unselectable"]

@@ -19,7 +19,8 @@ The arm64 GRUB needs no second DHCP: it takes the firmware's answer and sources 
 carries option 60 ``HTTPClient`` back and an ``http://`` boot file URL: the same loaders over HTTP from this
 server (``/loaders/ipxe.efi``, ``/loaders/grubaa64.efi``), on its IPv4 base URL. Over IPv6 (DHCPv6, with
 ``dhcp.ipv6``) the firmware asks for option 59 ``bootfile-url`` with the vendor class option 16
-``HTTPClient`` (:data:`HTTP6_URL`).
+``HTTPClient``, and iPXE over IPv6 for option 59 with its user class option 15 ``iPXE``
+(:func:`boot6_rules`).
 
 **Secure Boot**: a ``secure_boot`` node is never handed iPXE (no firmware that enforces Secure Boot trusts
 it): its own rules (:attr:`BootRule.node`) hand it its stream's signed shim instead, over TFTP
@@ -102,6 +103,17 @@ HTTPARM64 = ClientClass("httparm64", arches=(ARCH_HTTP_ARM64,))
 
 #: Every class, in the order the engines define them.
 CLASSES = (IPXE, BIOS, EFI64, ARM64, HTTP64, HTTPARM64)
+
+#: UEFI HTTP Boot over IPv6 (DHCPv6, ``dhcp.ipv6``): the vendor class option 16 of enterprise
+#: :data:`HTTP6_ENTERPRISE` whose class data starts ``HTTPClient`` (over DHCPv6 the same fields of a
+#: :class:`ClientClass` name option 15 for ``user_class``, option 16 for ``vendor_class`` and option 61
+#: for ``arches``: RFC 8415 sections 21.15 and 21.16, RFC 5970 section 3.3). :data:`IPXE` is the other
+#: DHCPv6 class (iPXE sends its user class ``iPXE`` as option 15).
+HTTP6 = ClientClass("http6", vendor_class=HTTP_VENDOR_CLASS)
+
+#: The enterprise number of UEFI HTTP Boot's DHCPv6 vendor class (option 16): 343, as edk2 sends it
+#: (NetworkPkg/HttpBootDxe, ``HTTP_BOOT_DHCP6_ENTERPRISE_NUM``).
+HTTP6_ENTERPRISE = 343
 
 #: The dnsmasq tag and Kea client class of every MAC of every ``secure_boot`` node (x86_64, with a MAC:
 #: :func:`secure_boot_macs`), tested by :attr:`BootRule.not_secure_boot`.
@@ -238,6 +250,18 @@ def ipxe6_url(config: Config) -> str:
     return chain_url(config, 6)
 
 
+def boot6_rules(config: Config) -> tuple[BootRule, ...]:
+    """The DHCPv6 boot rules of ``config`` (``dhcp.ipv6``; each ``file`` a URL for option 59
+    ``bootfile-url``): UEFI HTTP Boot (:data:`HTTP6`, not iPXE) gets :func:`http6_url` with the vendor class
+    ``HTTPClient`` back, never a ``secure_boot`` node (``not_secure_boot``: it gets no boot file over DHCPv6,
+    as the GRUB after shim fetches over IPv4, so its firmware goes on to its IPv4 entry); iPXE (:data:`IPXE`)
+    gets :func:`ipxe6_url`. The two never match one client (the first requires not iPXE), so their order
+    does not matter; a client that is neither (an installed system) gets no boot file. No TFTP loader over
+    DHCPv6: a firmware's PXE over IPv6 is not served."""
+    return (BootRule(HTTP6, http6_url(config), url=True, vendor_class=HTTP_VENDOR_CLASS, not_secure_boot=True),
+            BootRule(IPXE, ipxe6_url(config), url=True, not_ipxe=False))
+
+
 def menu_files(config: Config) -> dict[str, str | None]:
     """The files ``proxy`` mode's PXE menu may ask the TFTP root for, each ``<menu>.0`` and ``<menu>``
     (dnsmasq adds the PXE layer ``.0`` for BIOS clients; whether a UEFI stack asks with it varies) ->
@@ -266,8 +290,8 @@ def macs_tag_of(node: str) -> str:
 
 
 __all__ = ["ARCH_BIOS", "ARCH_EFI_ARM64", "ARCH_EFI_X86_64", "ARCH_HTTP_ARM64", "ARCH_HTTP_X86_64", "ARM64", "BIOS",
-           "CLASSES", "EFI64", "HTTP64", "HTTPARM64", "HTTP_VENDOR_CLASS", "IPXE", "IPXE_USER_CLASS", "MENU_SCRIPT",
-           "SECURE_BOOT",
-           "BootRule", "ClientClass", "boot_rules", "chain_url", "http6_url", "ipxe6_url", "macs_tag_of", "menu_files",
-           "menu_script", "node_macs", "secure_boot_macs", "secure_boot_nodes", "secure_boot_rules",
+           "CLASSES", "EFI64", "HTTP6", "HTTP6_ENTERPRISE", "HTTP64", "HTTPARM64", "HTTP_VENDOR_CLASS", "IPXE",
+           "IPXE_USER_CLASS", "MENU_SCRIPT", "SECURE_BOOT",
+           "BootRule", "ClientClass", "boot6_rules", "boot_rules", "chain_url", "http6_url", "ipxe6_url", "macs_tag_of",
+           "menu_files", "menu_script", "node_macs", "secure_boot_macs", "secure_boot_nodes", "secure_boot_rules",
            "secure_boot_unlisted", "tag_of"]
