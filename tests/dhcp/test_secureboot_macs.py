@@ -8,7 +8,6 @@ own (the firmware's boot under Secure Boot is tests/e2e/test_secureboot_network.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,12 +120,7 @@ UDHCPC_SCRIPT = '#!/bin/sh\n[ "$1" = bound ] && echo "bound $ip $boot_file"\nexi
 @pytest.fixture
 def net() -> Iterator[netns.TestNetwork]:
     """A test network namespace (``sb-macs-...``), removed at the end, also on failure."""
-    reason = netns.unavailable() or next((f"{prog} is not installed" for prog in ("dnsmasq", "busybox")
-                                          if not (shutil.which(prog) or os.path.exists(f"/usr/sbin/{prog}"))),
-                                         None)
-    if reason:
-        pytest.skip(reason)
-    with netns.TestNetwork("sb-macs") as network:
+    with netns.lab("sb-macs", ("dnsmasq", "dnsmasq-base"), ("busybox", "busybox-static")) as network:
         yield network
 
 

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 from support.helpers import free_port
+from support.netns import in_ci
 from support.server import serving
 
 from . import rig
-from .stack import REAL_IGNITION, Stack, bootserver_command, in_ci, need, run_bootserver, stream_metadata
+from .stack import REAL_IGNITION, Stack, bootserver_command, need, run_bootserver, stream_metadata
 
 #: Debian's signed loaders, unpacked by .ci/prepare.d/secureboot-loaders.sh.
 SIGNED_DIR = Path(os.environ.get("BOOTSERVER_E2E_SECUREBOOT_DIR", "/var/cache/bootserver-e2e/secureboot"))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.netns import in_ci
 
 from . import rig
 
@@ -30,11 +31,6 @@ E2E_REPO = Path(__file__).resolve().parents[2]
 
 #: Seconds per guest boot; a healthy one takes ~10-20 s under TCG.
 BOOT_TIMEOUT = 120.0
-
-
-def in_ci() -> bool:
-    """True when the ``CI`` environment variable says we run in CI (then missing tools are failures)."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def need(tools: rig.Tools, *names: str) -> None:

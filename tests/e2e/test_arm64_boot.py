@@ -25,10 +25,11 @@ from pathlib import Path
 import pytest
 import yaml
 from support.helpers import free_port
+from support.netns import in_ci
 from support.server import serving
 
 from . import rig
-from .stack import REAL_IGNITION, bootserver_command, in_ci, run_bootserver, serve_release
+from .stack import REAL_IGNITION, bootserver_command, run_bootserver, serve_release
 
 pytestmark = pytest.mark.e2e
 

@@ -27,7 +27,7 @@ from support import netns
 from support.netns import SERVER_IPV4
 
 from . import netboot, rig
-from .stack import REAL_IGNITION, in_ci, run_bootserver, serve_release
+from .stack import REAL_IGNITION, run_bootserver, serve_release
 
 pytestmark = pytest.mark.e2e
 
@@ -46,18 +46,12 @@ def top(work: Path) -> dict:
                                       "ignition": "real.ign", "kargs": ["e2e.arm64=http"]}}}
 
 
-def _missing(what: str, reason: str) -> None:
-    if in_ci():
-        pytest.fail(f"{what}: {reason} [CI is set, so this is a failure, not a skip]", pytrace=False)
-    pytest.skip(f"{what}: {reason}")
-
-
 @pytest.fixture
 def arm64(tools: rig.Tools) -> rig.Arm64Tools:
     """The arm64 guest's parts (QEMU, AAVMF, Debian's arm64 kernel: .ci/prepare.d/arm64.sh)."""
     found = rig.find_arm64_tools(tools.busybox)
     if found.missing():
-        _missing("e2e tool missing", "; ".join(found.missing()) + " (see docs/testing.md)")
+        netns.skip_or_fail("e2e tool missing: " + "; ".join(found.missing()) + " (see docs/testing.md)")
     return found
 
 
@@ -84,11 +78,7 @@ def source(arm64: rig.Arm64Tools, tmp_path: Path) -> tuple[Path, dict[str, bytes
 @pytest.fixture
 def net() -> Iterator[netns.TestNetwork]:
     """A test network namespace (``aavmf-...``), removed at the end, also on failure."""
-    reason = netns.unavailable() or (None if shutil.which("dnsmasq") or os.path.exists("/usr/sbin/dnsmasq")
-                                     else "dnsmasq is not installed (Debian: dnsmasq-base)")
-    if reason:
-        _missing("no test network", reason)
-    with netns.TestNetwork("aavmf") as network:
+    with netns.lab("aavmf", ("dnsmasq", "dnsmasq-base")) as network:
         yield network
 
 

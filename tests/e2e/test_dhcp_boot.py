@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import pytest
 from support import netns
 
 from . import netboot, rig
-from .stack import bootserver_command, in_ci, need
+from .stack import bootserver_command, need
 
 pytestmark = pytest.mark.e2e
 
@@ -41,13 +40,7 @@ UEFI_MAC = "52:54:00:d4:00:02"
 @pytest.fixture
 def net() -> Iterator[netns.TestNetwork]:
     """A test network namespace (``bs-dhcp-...``), removed at the end, also on failure."""
-    reason = netns.unavailable() or (None if shutil.which("dnsmasq") or os.path.exists("/usr/sbin/dnsmasq")
-                                     else "dnsmasq is not installed (Debian: dnsmasq-base)")
-    if reason:
-        if in_ci():
-            pytest.fail(reason + " [CI is set]", pytrace=False)
-        pytest.skip(reason)
-    with netns.TestNetwork("bs-dhcp") as network:
+    with netns.lab("bs-dhcp", ("dnsmasq", "dnsmasq-base")) as network:
         yield network
 
 
@@ -134,11 +127,7 @@ def test_proxy_mode_boots_bios_and_uefi_beside_the_sites_dhcp_server(
 def test_kea_loads_print_kea_and_boots_a_guest(
         tools: rig.Tools, net: netns.TestNetwork, e2e_source: tuple, tmp_path: Path) -> None:
     need(tools, "qemu", "ipxe_efi_rom")
-    kea = shutil.which("kea-dhcp4") or "/usr/sbin/kea-dhcp4"
-    if not Path(kea).exists():
-        if in_ci():
-            pytest.fail("kea-dhcp4 is not installed (Debian: kea-dhcp4-server) [CI is set]", pytrace=False)
-        pytest.skip("kea-dhcp4 is not installed (Debian: kea-dhcp4-server)")
+    kea = netns.program("kea-dhcp4") or netns.skip_or_fail("kea-dhcp4 is not installed (Debian: kea-dhcp4-server)")
     net.tap("tapa")
     with netboot.stack(net, e2e_source, {"interface": netns.BRIDGE, "mode": "full"},
                        {"kea-0": node(BIOS_MAC, "192.0.2.20/24")}, engine=False) as s:

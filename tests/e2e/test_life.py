@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 from support.helpers import free_port
+from support.netns import in_ci
 from support.server import serving
 
 from . import life, rig, standin
-from .stack import bootserver_command, in_ci, need, run_bootserver, stream_metadata
+from .stack import bootserver_command, need, run_bootserver, stream_metadata
 
 pytestmark = pytest.mark.e2e
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 from support.helpers import REPO
-from support.netns import unavailable
+from support.netns import in_ci, unavailable
 
 from . import life, rig, standin
-from .stack import in_ci, need, run_bootserver
+from .stack import need, run_bootserver
 
 pytestmark = pytest.mark.e2e
 

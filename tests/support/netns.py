@@ -9,7 +9,9 @@ documentation ranges) and tap devices attached to it (:meth:`TestNetwork.tap`), 
 interfaces. :meth:`TestNetwork.close` (also on failure: use it as a context manager) stops the
 processes it started, by process group, and deletes the namespace, which removes its devices.
 
-Needs root and ``ip`` (iproute2). :func:`unavailable` says why a test cannot make one, for a skip.
+Needs root and ``ip`` (iproute2). :func:`unavailable` says why a test cannot make one; :func:`lab` makes
+one for a test fixture once that and the programs the test runs are there, else skips the test (fails
+it under CI, :func:`in_ci`, which installs everything: :func:`skip_or_fail`).
 Reused by the DHCP engine's tests (``tests/e2e/test_dhcp_boot.py``) and meant for every test on
 the engine's network (HTTP Boot, IPv6, the installer's life, the playground).
 """
@@ -22,8 +24,11 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
+
+import pytest
 
 #: The server's IPv4 address and prefix on the bridge.
 SERVER_IPV4 = "192.0.2.1"
@@ -33,6 +38,41 @@ SERVER_IPV6 = "2001:db8::1"
 BRIDGE = "br0"
 
 _count = itertools.count()
+
+
+def in_ci() -> bool:
+    """True when the ``CI`` environment variable says we run in CI (any non-empty value but ``0``, ``false``,
+    ``no``): then a missing tool is a failure, not a skip (CI installs every one)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skip the calling test for ``reason``, or fail it under CI (:func:`in_ci`)."""
+    if in_ci():
+        pytest.fail(f"{reason} [CI is set, so this is a failure, not a skip]", pytrace=False)
+    pytest.skip(reason)
+
+
+def program(name: str) -> str | None:
+    """The path of program ``name`` (on ``PATH``, or in ``/usr/sbin``, where Debian puts the DHCP servers),
+    or of ``name`` itself when it is an absolute path that exists; ``None`` when it is not installed."""
+    if os.path.isabs(name):
+        return name if os.path.exists(name) else None
+    found = shutil.which(name) or f"/usr/sbin/{name}"
+    return found if os.path.exists(found) else None
+
+
+@contextlib.contextmanager
+def lab(prefix: str, *programs: tuple[str, str]) -> Iterator[TestNetwork]:
+    """A :class:`TestNetwork` named ``prefix``, removed at the end (also on failure), for a test that also
+    needs each of ``programs`` (``(program, its Debian package)``: :func:`program`); when this machine
+    cannot make one (:func:`unavailable`) or a program is missing, the test is skipped, or fails under CI."""
+    reason = unavailable() or next((f"{Path(name).name} is not installed (Debian: {package})"
+                                    for name, package in programs if program(name) is None), None)
+    if reason:
+        skip_or_fail(reason)
+    with TestNetwork(prefix) as network:
+        yield network
 
 
 def unavailable() -> str | None:
