@@ -202,16 +202,26 @@ HTTP6_VENDOR_CLASS = f"HT,{HTTP_VENDOR_CLASS}"
 def http6_lines(config: Config) -> list[str]:
     """Boot answers over DHCPv6 (option 59 ``bootfile-url``), one per rule of
     :func:`~bootserver.dhcp.rules.boot6_rules`: a client whose vendor class (option 16, enterprise 343) is
-    ``HTTPClient`` (UEFI HTTP Boot) gets ``/loaders/ipxe.efi`` (:func:`~bootserver.dhcp.rules.http6_url`) and
-    the vendor class back (:data:`HTTP6_VENDOR_CLASS`); iPXE itself (user class option 15 ``iPXE``, the
+    ``HTTPClient`` and whose architecture (option 61) is x86_64's 16 (UEFI HTTP Boot: the tags
+    ``http6-vendor`` and ``http6-arch``, then ``http6`` by ``tag-if``) gets ``/loaders/ipxe.efi``
+    (:func:`~bootserver.dhcp.rules.http6_url`) and the vendor class back (:data:`HTTP6_VENDOR_CLASS`); an
+    arm64 firmware nothing (its IPv4 entry boots it); iPXE itself (user class option 15 ``iPXE``, the
     ``ipxe`` tag of :func:`class_lines`, which dnsmasq tests over DHCPv6 too) gets the generic entry on the
     IPv6 base URL (:func:`~bootserver.dhcp.rules.ipxe6_url`). A ``secure_boot`` node's firmware gets nothing
     (never iPXE; its GRUB fetches over IPv4). With ``server.discovery`` off, known machines only."""
     known = ["tag:known"] if not config.server.discovery.enabled else []
     secure = bool(secure_boot_nodes(config))
     rules = boot6_rules(config)
-    lines = [f"dhcp-vendorclass=set:{rule.client.name},enterprise:{HTTP6_ENTERPRISE},{rule.client.vendor_class}"
-             for rule in rules if rule.client.vendor_class is not None]
+    lines = []
+    for cls in dict.fromkeys(rule.client for rule in rules if rule.client.vendor_class is not None):
+        # iPXE's tag comes from class_lines (dnsmasq tests the user class over DHCPv6 too)
+        vendor, arch = (f"{cls.name}-vendor", f"{cls.name}-arch") if cls.arches else (cls.name, "")
+        lines.append(f"dhcp-vendorclass=set:{vendor},enterprise:{HTTP6_ENTERPRISE},{cls.vendor_class}")
+        if cls.arches:
+            # option 61 by number (dnsmasq 2.90 has no v6 name for it), its 2 bytes as a hex prefix: the
+            # client's first architecture (RFC 5970 section 3.3; edk2 sends one)
+            lines += [f"dhcp-match=set:{arch},option6:61,{a >> 8:02x}:{a & 0xFF:02x}" for a in cls.arches]
+            lines.append(f"tag-if=set:{cls.name},tag:{vendor},tag:{arch}")
     for rule in rules:
         tags = [f"tag:{rule.client.name}", *(["tag:!ipxe"] if rule.not_ipxe else []),
                 *([f"tag:!{SECURE_BOOT}"] if rule.not_secure_boot and secure else []), *known]

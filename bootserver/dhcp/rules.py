@@ -104,12 +104,15 @@ HTTPARM64 = ClientClass("httparm64", arches=(ARCH_HTTP_ARM64,))
 #: Every class, in the order the engines define them.
 CLASSES = (IPXE, BIOS, EFI64, ARM64, HTTP64, HTTPARM64)
 
-#: UEFI HTTP Boot over IPv6 (DHCPv6, ``dhcp.ipv6``): the vendor class option 16 of enterprise
-#: :data:`HTTP6_ENTERPRISE` whose class data starts ``HTTPClient`` (over DHCPv6 the same fields of a
-#: :class:`ClientClass` name option 15 for ``user_class``, option 16 for ``vendor_class`` and option 61
-#: for ``arches``: RFC 8415 sections 21.15 and 21.16, RFC 5970 section 3.3). :data:`IPXE` is the other
-#: DHCPv6 class (iPXE sends its user class ``iPXE`` as option 15).
-HTTP6 = ClientClass("http6", vendor_class=HTTP_VENDOR_CLASS)
+#: x86_64 UEFI HTTP Boot over IPv6 (DHCPv6, ``dhcp.ipv6``): the vendor class option 16 of enterprise
+#: :data:`HTTP6_ENTERPRISE` whose class data starts ``HTTPClient``, and client architecture 16 (over DHCPv6
+#: the same fields of a :class:`ClientClass` name option 15 for ``user_class``, option 16 for
+#: ``vendor_class`` and option 61 for ``arches``: RFC 8415 sections 21.15 and 21.16, RFC 5970 section 3.3;
+#: edk2's HttpBootDxe sends all three). An arm64 firmware (architecture 19) gets no boot file over DHCPv6:
+#: the arm64 GRUB's own URL is on the IPv4 base URL, so it goes on to its IPv4 entry, rather than being
+#: handed the x86_64 iPXE. :data:`IPXE` is the other DHCPv6 class (iPXE sends its user class ``iPXE`` as
+#: option 15).
+HTTP6 = ClientClass("http6", arches=(ARCH_HTTP_X86_64,), vendor_class=HTTP_VENDOR_CLASS)
 
 #: The enterprise number of UEFI HTTP Boot's DHCPv6 vendor class (option 16): 343, as edk2 sends it
 #: (NetworkPkg/HttpBootDxe, ``HTTP_BOOT_DHCP6_ENTERPRISE_NUM``).

@@ -89,7 +89,7 @@ def test_print_kea6(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
             {"name": "ipxe", "test": "option[15].hex == 0x000469505845",
              "option-data": [{"name": "bootfile-url", "data": IPXE6_URL}]},
             {"name": "http6", "test": "vendor-class[343].exists and substring(vendor-class[343].data,0,10) == "
-                                      "'HTTPClient' and not member('ipxe')",
+                                      "'HTTPClient' and (option[61].hex == 0x0010) and not member('ipxe')",
              "option-data": [{"name": "bootfile-url", "data": HTTP6_URL}, VENDOR_CLASS]},
         ],
         "subnet6": [{
@@ -197,9 +197,11 @@ KEA6 = shutil.which("kea-dhcp6") or "/usr/sbin/kea-dhcp6"
 DHCLIENT = shutil.which("dhclient") or "/usr/sbin/dhclient"
 
 #: dhclient's own names for what it sends and reads that its table lacks: the vendor class (option 16:
-#: enterprise number, then the class data as counted strings) and the user class (option 15).
+#: enterprise number, then the class data as counted strings), the user class (option 15) and the client
+#: architecture (option 61, RFC 5970).
 DHCLIENT_OPTIONS = ("option dhcp6.vclass code 16 = { unsigned integer 32, string };\n"
                     "option dhcp6.uclass code 15 = string;\n"
+                    "option dhcp6.arch code 61 = unsigned integer 16;\n"
                     "also request dhcp6.bootfile-url, dhcp6.vclass;\n")
 
 
@@ -209,16 +211,21 @@ def counted(text: str) -> str:
     return ":".join(f"{b:02x}" for b in data)
 
 
-#: UEFI HTTP Boot x86_64, as edk2 sends its vendor class (NetworkPkg/HttpBootDxe, HttpBootDhcp6.c).
-SEND_HTTP_BOOT = f"send dhcp6.vclass 343 {counted('HTTPClient:Arch:00016:UNDI:003000')};\n"
+#: UEFI HTTP Boot x86_64, as edk2 sends its vendor class and architecture (NetworkPkg/HttpBootDxe,
+#: HttpBootDhcp6.c).
+SEND_HTTP_BOOT = (f"send dhcp6.vclass 343 {counted('HTTPClient:Arch:00016:UNDI:003000')};\n"
+                  "send dhcp6.arch 16;\n")
+#: UEFI HTTP Boot arm64 (architecture 19).
+SEND_HTTP_BOOT_ARM64 = (f"send dhcp6.vclass 343 {counted('HTTPClient:Arch:00019:UNDI:003000')};\n"
+                        "send dhcp6.arch 19;\n")
 #: iPXE's user class (src/net/udp/dhcpv6.c).
 SEND_IPXE = f"send dhcp6.uclass {counted('iPXE')};\n"
 
 #: Universally administered MACs (RFC 7042's documentation range 00-00-5E-00-53-xx): Kea learns a MAC from
 #: an EUI-64 link-local address only when its universal/local bit says universal (a locally administered
 #: MAC, such as QEMU's 52:54:00:..., gives an interface identifier without the u-bit, which Kea 2.2 refuses).
-NODE_MAC, BOOT_MAC, SECOND_MAC, UNKNOWN_MAC = "00:00:5e:00:53:10", "00:00:5e:00:53:20", "00:00:5e:00:53:21", \
-    "00:00:5e:00:53:99"
+NODE_MAC, BOOT_MAC, SECOND_MAC, UNKNOWN_MAC, ARM64_MAC = "00:00:5e:00:53:10", "00:00:5e:00:53:20", \
+    "00:00:5e:00:53:21", "00:00:5e:00:53:99", "00:00:5e:00:53:a0"
 POOL = ("2001:db8::100", "2001:db8::1ff")
 
 
@@ -295,6 +302,7 @@ def test_the_real_kea_dhcp6_answers_http_boot_ipxe_and_no_secure_boot_node(
         "unknown iPXE": start_client(net, 1, UNKNOWN_MAC, SEND_IPXE, tmp_path),
         "secure_boot node's boot NIC": start_client(net, 2, BOOT_MAC, SEND_HTTP_BOOT, tmp_path),
         "secure_boot node's other NIC": start_client(net, 3, SECOND_MAC, SEND_HTTP_BOOT, tmp_path),
+        "unknown arm64 over HTTP Boot": start_client(net, 4, ARM64_MAC, SEND_HTTP_BOOT_ARM64, tmp_path),
     }
     for who, lease in clients.items():
         wait_for(f"lease for the {who} ({lease.name})", lambda lease=lease: "lease6 {" in lease.read_text())
@@ -312,3 +320,5 @@ def test_the_real_kea_dhcp6_answers_http_boot_ipxe_and_no_secure_boot_node(
     assert answers["secure_boot node's boot NIC"] == {"address": "2001:db8::20"}, answers
     other = answers["secure_boot node's other NIC"]
     assert set(other) == {"address"} and in_pool[0] <= ipaddress.IPv6Address(other["address"]) <= in_pool[1], other
+    # an arm64 firmware is not handed the x86_64 iPXE: an address, no boot file (its IPv4 entry boots it)
+    assert set(answers["unknown arm64 over HTTP Boot"]) == {"address"}, answers

@@ -172,8 +172,10 @@ async def test_dhcpv6_hands_http_boot_the_loader_and_ipxe_its_script_on_the_ipv6
     path, _ = setup
     out = await engine_config(path, "dnsmasq", mode="full", ipv6=True)
     lines = out.splitlines()
-    assert lines[lines.index("enable-ra") + 2:][:4] == [
-        "dhcp-vendorclass=set:http6,enterprise:343,HTTPClient",
+    assert lines[lines.index("enable-ra") + 2:][:6] == [
+        "dhcp-vendorclass=set:http6-vendor,enterprise:343,HTTPClient",
+        "dhcp-match=set:http6-arch,option6:61,00:10",
+        "tag-if=set:http6,tag:http6-vendor,tag:http6-arch",
         'dhcp-option=tag:http6,tag:!ipxe,tag:!secureboot,option6:bootfile-url,'
         '"http://[2001:db8::1]:8080/loaders/ipxe.efi"',
         "dhcp-option-force=tag:http6,option6:16,HT,HTTPClient",
