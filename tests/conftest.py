@@ -8,16 +8,20 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, async_playwright
 from support.clients import start_app
 from support.helpers import REFERENCE, free_port, write_config
 from support.stores import backend, pg  # noqa: F401 - fixtures: the store of each backend, a PostgreSQL cluster
 from support.upstreams import FaultyUpstream, Upstream, payload, rewrite_stream, serve_on_loopback
+
+CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture(autouse=True)
@@ -36,19 +40,51 @@ def reference() -> Path:
 
 
 @pytest.fixture
-async def upstream(aiohttp_server: Callable[..., Any]) -> Upstream:
-    up = Upstream()
-    up.url = await serve_on_loopback(aiohttp_server, up.handle)
-    return up
+async def upstream() -> AsyncIterator[Upstream]:
+    """An :class:`Upstream` on 127.0.0.1 for the test, on its event loop."""
+    async with Upstream.serving() as up:
+        yield up
 
 
 @pytest.fixture
-async def faulty(aiohttp_server: Callable[..., Any]) -> FaultyUpstream:
+async def faulty() -> AsyncIterator[FaultyUpstream]:
     """A :class:`FaultyUpstream` on 127.0.0.1 (its gate is opened at the end)."""
     up = FaultyUpstream()
-    up.url = await serve_on_loopback(aiohttp_server, up.handle)
-    yield up
-    up.gate.set()  # never leave a handler waiting
+    async with serve_on_loopback(up.handle) as up.url:
+        yield up
+        up.gate.set()  # never leave a handler waiting
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def chromium() -> AsyncIterator[Browser]:
+    """Debian's chromium driven by Playwright (``executable_path``: Playwright's own browser download
+    cannot work here), launched once per session on the first browser test, closed at its end. Tests use
+    it through ``browser``."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (.ci/apt-packages.txt)")
+    async with async_playwright() as p:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], timeout=30_000)
+        try:
+            yield b
+        finally:
+            await b.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def browser(chromium: Browser, request: pytest.FixtureRequest) -> AsyncIterator[Browser]:
+    """The session's chromium for one test, which opens its own contexts (``browser.new_context()``: no
+    cookies, storage or pages of another test); every context left open is closed after the test.
+    Playwright's objects belong to the loop that made them, so the test and the async fixtures that serve
+    it during its run (``upstream``, a ``serve``) run on the session's loop:
+    ``@pytest.mark.asyncio(loop_scope="session")`` and ``@pytest_asyncio.fixture(loop_scope="session")``
+    (tests/http/test_page.py); a test that is not is failed here with that advice."""
+    marker = request.node.get_closest_marker("asyncio")
+    if marker is None or marker.kwargs.get("loop_scope") != "session":
+        pytest.fail("a browser test runs on the session's event loop, as the shared chromium: mark it "
+                    '@pytest.mark.asyncio(loop_scope="session")', pytrace=False)
+    yield chromium
+    for context in chromium.contexts:
+        await context.close()
 
 
 class CachedArtifact(NamedTuple):

@@ -1,7 +1,7 @@
-"""The live page on the admin listener, in a real browser: Debian's chromium driven by Playwright
-(``executable_path``: Playwright's own browser download cannot work here), against a real ``serve``
-subprocess whose nodes the test boots by hand: their scripts, artifacts, stubs, real configs, and the
-check-in command taken from the stub's own unit."""
+"""The live page on the admin listener, in a real browser (Debian's chromium driven by Playwright, one
+for the session: conftest's ``browser``), against a real ``serve`` subprocess whose nodes the test boots
+by hand: their scripts, artifacts, stubs, real configs, and the check-in command taken from the stub's
+own unit."""
 
 from __future__ import annotations
 
@@ -15,26 +15,27 @@ from typing import Any
 
 import aiohttp
 import pytest
+import pytest_asyncio
 import yaml
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 from support.helpers import checkin_command, run_cli, write_config
 from support.server import ServerProcess
+from support.upstreams import Upstream
 
-CHROMIUM = "/usr/bin/chromium"
 #: How long a live update may take to reach the browser (the issue's target).
 LIVE = 2000  # ms
 
 
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (.ci/apt-packages.txt)")
-    async with async_playwright() as p:
-        b = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"], timeout=30_000)
-        try:
-            yield b
-        finally:
-            await b.close()
+#: The browser tests share the session's chromium, so they run on the session's event loop, as do the
+#: async fixtures they await during their run (``upstream`` here, ``fleet``).
+session_loop = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def upstream() -> AsyncIterator[Upstream]:
+    """conftest's ``upstream`` on the session's event loop (``boot_setup`` takes this one here)."""
+    async with Upstream.serving() as up:
+        yield up
 
 
 class Fleet:
@@ -63,7 +64,7 @@ class Fleet:
         return json.loads(await self.get(re.search(r"coreos\.inst\.ignition_url=(\S+)", script).group(1)))
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def fleet(boot_setup, request) -> AsyncIterator[Fleet]:
     """``serve`` with three nodes; ``@pytest.mark.parametrize("fleet", [{...}], indirect=True)`` adds
     top-level config keys (e.g. ``timeline``), ``server.admin`` keys under ``admin``, other ``server`` keys
@@ -98,6 +99,7 @@ def stage_of(page: Page, node: str):
     return page.locator(f"#node-{node} [data-f=stage]")
 
 
+@session_loop
 async def test_fleet_rows_follow_a_whole_install_live_without_reload(browser: Browser, fleet: Fleet) -> None:
     page = await open_page(browser, fleet.server.admin_url + "/")
     await expect(page.locator("#fleet tbody tr")).to_have_count(3)
@@ -131,6 +133,7 @@ async def test_fleet_rows_follow_a_whole_install_live_without_reload(browser: Br
 
 
 @pytest.mark.parametrize("fleet", [{"timeline": {"stall_after": {"ipxe": "2s"}}}], indirect=True)
+@session_loop
 async def test_a_node_whose_stage_timer_runs_out_shows_stalled(browser: Browser, fleet: Fleet) -> None:
     page = await open_page(browser, fleet.server.admin_url + "/")
     await fleet.script("m-1")
@@ -145,6 +148,7 @@ async def test_a_node_whose_stage_timer_runs_out_shows_stalled(browser: Browser,
     await expect(page.locator("#node-m-1")).to_have_class(re.compile(r"\bstalled\b"))
 
 
+@session_loop
 async def test_node_page_shows_what_render_prints_its_events_and_stage_bars(browser: Browser, fleet: Fleet) -> None:
     script = await fleet.script("m-2")
     await fleet.stub(script)
@@ -175,6 +179,7 @@ async def test_node_page_shows_what_render_prints_its_events_and_stage_bars(brow
     assert await page.evaluate("window.notReloaded") is True
 
 
+@session_loop
 async def test_filter_by_stage_and_search_by_name_or_mac_with_the_keyboard(browser: Browser, fleet: Fleet) -> None:
     await fleet.script("m-1")
     page = await open_page(browser, fleet.server.admin_url + "/")
@@ -200,6 +205,7 @@ async def test_filter_by_stage_and_search_by_name_or_mac_with_the_keyboard(brows
 
 
 @pytest.mark.parametrize("size", [{"width": 1280, "height": 800}, {"width": 390, "height": 844}])
+@session_loop
 async def test_pages_fit_a_laptop_and_a_phone(browser: Browser, fleet: Fleet, size: dict[str, int]) -> None:
     await fleet.script("m-0")
     for path in ("/", "/ui/nodes/m-0", "/ui/cache"):
@@ -215,6 +221,7 @@ async def test_pages_fit_a_laptop_and_a_phone(browser: Browser, fleet: Fleet, si
     await expect(page.locator("#node-m-0 [data-f=stalled]")).to_be_visible()
 
 
+@session_loop
 async def test_cache_page_lists_the_current_release_and_its_state(browser: Browser, fleet: Fleet) -> None:
     await fleet.cli("sync-images")
     page = await (await browser.new_context()).new_page()
@@ -226,6 +233,7 @@ async def test_cache_page_lists_the_current_release_and_its_state(browser: Brows
     await expect(page.locator("main table tbody")).to_contain_text("19.5 KiB")  # 20,000 bytes each
 
 
+@session_loop
 async def test_the_page_is_absent_from_the_device_listener(fleet: Fleet) -> None:
     for path in ("/", "/ui/nodes/m-0", "/ui/cache", "/ui/events", "/ui/static/page.js", "/nodes", "/metrics"):
         async with fleet.http.get(fleet.server.url + path) as r:
@@ -240,6 +248,7 @@ def token_file(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("fleet", [{"admin": {"token_file": "admin.token"}}], indirect=True)
+@session_loop
 async def test_with_a_token_file_the_page_nodes_and_metrics_need_the_token(browser: Browser, token_file: Path,
                                                                           fleet: Fleet) -> None:
     admin = fleet.server.admin_url
@@ -348,6 +357,7 @@ async def test_cache_page_shows_a_download_in_progress_with_its_progress(tmp_pat
         await rootfs.read()
 
 
+@session_loop
 async def test_a_discovered_machine_appears_live_and_what_it_reports_stays_text(browser: Browser, fleet: Fleet) -> None:
     """A machine that matched no node reports itself (as the discovery script makes its iPXE do): the
     Discovered table shows it within the live update's time, its values as text (a reported
@@ -374,6 +384,7 @@ async def test_a_discovered_machine_appears_live_and_what_it_reports_stays_text(
 
 
 @pytest.mark.parametrize("fleet", [{"server_limits": {"max_concurrent": 1, "max_queued": 0}}], indirect=True)
+@session_loop
 async def test_the_fleet_shows_the_requests_told_to_retry_and_the_pacing(browser: Browser, fleet: Fleet) -> None:
     """A burst of scripts at a server with one slot and no queue: the fleet page counts exactly the
     ``503`` answers the machines got (each with a ``Retry-After``) and the rate it paces them at."""

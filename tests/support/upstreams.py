@@ -8,12 +8,14 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 
 def payload(kind: str, size: int = 64 * 1024) -> bytes:
@@ -56,14 +58,28 @@ class Upstream:
             return web.Response(status=404, text="not found")
         return web.Response(body=data, content_type="application/octet-stream")
 
+    @classmethod
+    @asynccontextmanager
+    async def serving(cls) -> AsyncIterator[Upstream]:
+        """A new upstream served on 127.0.0.1 (:func:`serve_on_loopback`) for the block, on the running loop."""
+        up = cls()
+        async with serve_on_loopback(up.handle) as up.url:
+            yield up
 
-async def serve_on_loopback(aiohttp_server: Callable[..., Any], handle: Callable[..., Any]) -> str:
-    """Serve every GET with ``handle`` on 127.0.0.1 (pytest-aiohttp's server, stopped after the test);
-    returns the base URL without a trailing slash."""
+
+@asynccontextmanager
+async def serve_on_loopback(handle: Callable[..., Any]) -> AsyncIterator[str]:
+    """Serve every GET with ``handle`` on 127.0.0.1 and a free port, on the running event loop, for the
+    block (aiohttp's ``TestServer``, as pytest-aiohttp's ``aiohttp_server``); yields the base URL without a
+    trailing slash."""
     app = web.Application()
     app.router.add_route("GET", "/{tail:.*}", handle)
-    server = await aiohttp_server(app, host="127.0.0.1")
-    return str(server.make_url("")).rstrip("/")
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
 
 
 class FaultyUpstream:
