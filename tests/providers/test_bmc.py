@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import requests
 import yaml
 from support import ipmi_sim, sushy_emulator
 from support.configs import STREAM, config_doc
-from support.helpers import checkin_command, cli, free_port, recorded_devices, run_cli, write_config
-from support.server import ServerProcess
+from support.helpers import checkin_command, cli, free_port, recorded_devices, write_config
+from support.server import synced_server
 
 from bootserver.cli import build_parser, provider_options
 from bootserver.config import load_config
@@ -254,14 +253,11 @@ async def test_wait_follows_the_node_through_script_stub_and_config(running, bmc
     doc["server"]["admin"] = {"listen": f"127.0.0.1:{free_port()}"}  # not listen's port + 1, which may be taken
     doc["profiles"]["master"] |= {"provider": kind.provider, kind.provider: kind.settings(running.address)}
     write_config(setup.config, doc)
-    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
-    assert rc == 0, err
     config = load_config(str(setup.config))
-    server = ServerProcess(setup.config, setup.port)
     seen: dict[str, Any] = {}
 
     def step_script() -> None:
-        r = requests.get(f"{server.url}/boot.ipxe?mac={kind.mac}", timeout=10)
+        r = requests.get(f"http://127.0.0.1:{setup.port}/boot.ipxe?mac={kind.mac}", timeout=10)
         assert r.status_code == 200, r.text
         seen["kargs"] = next(line for line in r.text.splitlines() if line.startswith("kernel ")).split()[2:]
 
@@ -288,14 +284,10 @@ async def test_wait_follows_the_node_through_script_stub_and_config(running, bmc
             steps.pop(0)()
 
     args = provider_options(build_parser().parse_args(["provision", kind.node]))
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-        try:
-            await server.start(http)
-            lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
-                config, args, [kind.node], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
-                say=lambda node, message: said.append(message)))
-        finally:
-            await server.stop()
+    async with synced_server(setup.config, setup.port):
+        lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
+            config, args, [kind.node], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
+            say=lambda node, message: said.append(message)))
     assert [m for m in said if m.startswith(("stage", "waiting"))] == [
         "waiting for stage up: its system checks in once on the network (now new)", "stage ipxe",
         "stage installing", "stage installed", "stage up"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 from support.fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 - the fake_metal fixture
 from support.helpers import recorded_devices, run_cli
-from support.server import ServerProcess
+from support.server import synced_server
 
 
 async def play_device(http: aiohttp.ClientSession, chain_url: str, expected_sha256: set[str], real: bytes) -> None:
@@ -54,62 +54,55 @@ async def test_provision_then_boot_like_the_devices(tmp_path: Path, boot_setup, 
     monkeypatch.setenv("METAL_AUTH_TOKEN", TOKEN)
     monkeypatch.setenv("METAL_API_URL", fake_metal.url)
 
-    rc, _, err = await run_cli("sync-images", "--config", str(config))
-    assert rc == 0, err
+    async with (synced_server(config, port) as server,
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http):
+        rc, out0, err0 = await run_cli("provision", "master-0", "--no-wait", "--config", str(config),
+                                       "--log-level", "debug")
+        assert rc == 0, err0
+        rc, out1, err1 = await run_cli("provision", "master-1", "--no-wait", "--via", "userdata",
+                                       "--config", str(config))
+        assert rc == 0, err1
+        for text in (out0, err0, out1, err1):
+            assert TOKEN not in text
+        assert fake_metal.invalid_bodies == []
 
-    server = ServerProcess(config, port)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-        try:
-            await server.start(http)
-            rc, out0, err0 = await run_cli("provision", "master-0", "--no-wait", "--config", str(config),
-                                           "--log-level", "debug")
-            assert rc == 0, err0
-            rc, out1, err1 = await run_cli("provision", "master-1", "--no-wait", "--via", "userdata",
-                                           "--config", str(config))
-            assert rc == 0, err1
-            for text in (out0, err0, out1, err1):
-                assert TOKEN not in text
-            assert fake_metal.invalid_bodies == []
+        devices = {d["hostname"]: d for d in fake_metal.devices.values()}
+        assert out0 == f"master-0 {devices['master-0']['id']} queued 147.75.0.10,2604:1380::a,10.70.0.10\n"
+        state = recorded_devices(tmp_path / "state")["master-0"]
+        assert state["id"] == devices["master-0"]["id"]
+        assert [a["address"] for a in state["ip_addresses"]] == [
+            "147.75.0.10",
+            "2604:1380::a",
+            "10.70.0.10",
+        ]
 
-            devices = {d["hostname"]: d for d in fake_metal.devices.values()}
-            assert out0 == f"master-0 {devices['master-0']['id']} queued 147.75.0.10,2604:1380::a,10.70.0.10\n"
-            state = recorded_devices(tmp_path / "state")["master-0"]
-            assert state["id"] == devices["master-0"]["id"]
-            assert [a["address"] for a in state["ip_addresses"]] == [
-                "147.75.0.10",
-                "2604:1380::a",
-                "10.70.0.10",
-            ]
+        # device 0 got an ipxe_script_url: its iPXE fetches that URL as its script
+        assert "userdata" not in devices["master-0"]
+        await play_device(http, devices["master-0"]["ipxe_script_url"], expected, master_ign.read_bytes())
 
-            # device 0 got an ipxe_script_url: its iPXE fetches that URL as its script
-            assert "userdata" not in devices["master-0"]
-            await play_device(http, devices["master-0"]["ipxe_script_url"], expected, master_ign.read_bytes())
+        # device 1 got userdata: Equinix's iPXE runs it, and it chains to our URL
+        userdata = devices["master-1"]["userdata"].splitlines()
+        assert userdata[0] == "#!ipxe" and len(userdata) == 2
+        verb, flag, chain_url = userdata[1].split(" ")
+        assert (verb, flag) == ("chain", "--autofree")
+        assert chain_url.startswith(f"{server.url}/ipxe/master-1?exp=") and "&sig=" in chain_url
+        await play_device(http, chain_url, expected, master_ign.read_bytes())
 
-            # device 1 got userdata: Equinix's iPXE runs it, and it chains to our URL
-            userdata = devices["master-1"]["userdata"].splitlines()
-            assert userdata[0] == "#!ipxe" and len(userdata) == 2
-            verb, flag, chain_url = userdata[1].split(" ")
-            assert (verb, flag) == ("chain", "--autofree")
-            assert chain_url.startswith(f"{server.url}/ipxe/master-1?exp=") and "&sig=" in chain_url
-            await play_device(http, chain_url, expected, master_ign.read_bytes())
+        # keys rotate revokes every chain URL (no grace); provision re-points the device
+        old_url = devices["master-0"]["ipxe_script_url"]
+        rc, _, err = await run_cli("keys", "rotate", "--grace", "0", "--config", str(config))
+        assert rc == 0, err
+        async with http.get(old_url) as r:
+            assert r.status == 403
+        rc, _, err = await run_cli("provision", "master-0", "--no-wait", "--config", str(config))
+        assert rc == 0, err
+        assert [c.path for c in fake_metal.calls("PUT")] == [f"/devices/{devices['master-0']['id']}"]
+        assert fake_metal.invalid_bodies == []
+        new_url = fake_metal.devices[devices["master-0"]["id"]]["ipxe_script_url"]
+        assert new_url != old_url
+        async with http.get(new_url) as r:
+            assert r.status == 200 and (await r.text()).startswith("#!ipxe\n")
 
-            # keys rotate revokes every chain URL (no grace); provision re-points the device
-            old_url = devices["master-0"]["ipxe_script_url"]
-            rc, _, err = await run_cli("keys", "rotate", "--grace", "0", "--config", str(config))
-            assert rc == 0, err
-            async with http.get(old_url) as r:
-                assert r.status == 403
-            rc, _, err = await run_cli("provision", "master-0", "--no-wait", "--config", str(config))
-            assert rc == 0, err
-            assert [c.path for c in fake_metal.calls("PUT")] == [f"/devices/{devices['master-0']['id']}"]
-            assert fake_metal.invalid_bodies == []
-            new_url = fake_metal.devices[devices["master-0"]["id"]]["ipxe_script_url"]
-            assert new_url != old_url
-            async with http.get(new_url) as r:
-                assert r.status == 200 and (await r.text()).startswith("#!ipxe\n")
-
-            rc, _out, err = await run_cli("deprovision", "master-0", "master-1", "--config", str(config))
-            assert rc == 0, err
-            assert fake_metal.devices == {}
-        finally:
-            await server.stop()
+        rc, _out, err = await run_cli("deprovision", "master-0", "master-1", "--config", str(config))
+        assert rc == 0, err
+        assert fake_metal.devices == {}

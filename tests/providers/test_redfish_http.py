@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import aiohttp
 import pytest
 import requests
 from support.helpers import run_cli
 from support.metrics import iso_requests
-from support.server import ServerProcess
+from support.server import synced_server
 from support.sushy_emulator import (  # noqa: F401 - the fixtures: emulator, bmc_password
     PASSWORD,
     RF0_MAC,
@@ -46,20 +45,13 @@ from bootserver.provision import provision
 async def test_provision_sets_uefi_http_with_the_signed_image_url(emulator, bmc_password, boot_setup,
                                                                  tmp_path: Path) -> None:
     setup = rf0_setup(boot_setup, emulator, "http")
-    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
-    assert rc == 0, err
     config = load_config(str(setup.config))
-    server = ServerProcess(setup.config, setup.port)
     args = provider_options(build_parser().parse_args(["provision", "rf-0", "--no-wait"]))
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-        try:
-            await server.start(http)
-            with pytest.raises(ProviderError) as info:
-                await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
-                    config, args, ["rf-0"], wait=False, say=lambda node, message: None))
-            fetched = iso_requests(requests.get(server.admin_url + "/metrics", timeout=10).text)
-        finally:
-            await server.stop()
+    async with synced_server(setup.config, setup.port) as server:
+        with pytest.raises(ProviderError) as info:
+            await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
+                config, args, ["rf-0"], wait=False, say=lambda node, message: None))
+        fetched = iso_requests(requests.get(server.admin_url + "/metrics", timeout=10).text)
     path = emulator.path(0)
     # the emulator acted on UefiHttp + HttpBootUri: it fetched the node's signed image from the server
     assert fetched >= 1

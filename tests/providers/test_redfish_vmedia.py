@@ -11,12 +11,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import requests
 import yaml
 from support.helpers import recorded_devices, run_cli, write_config
 from support.metrics import iso_requests
-from support.server import ServerProcess
+from support.server import synced_server
 from support.sushy_emulator import (  # noqa: F401 - the fixtures: emulator, bmc_password
     PASSWORD,
     RF0_MAC,
@@ -39,10 +38,11 @@ def cd(emulator) -> dict[str, Any]:
 async def test_provision_inserts_the_signed_image_boots_cd_once_and_ejects_after_the_network_boot(
         emulator, bmc_password, boot_setup, tmp_path: Path) -> None:
     setup = rf0_setup(boot_setup, emulator, "virtual-media")
-    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
-    assert rc == 0, err
+    # the profile has no check-in: done at installed
+    doc = yaml.safe_load(setup.config.read_text())
+    doc["profiles"]["master"]["checkin"] = False
+    write_config(setup.config, doc)
     config = load_config(str(setup.config))
-    server = ServerProcess(setup.config, setup.port)
     said: list[str] = []
     seen: dict[str, Any] = {}
 
@@ -74,21 +74,12 @@ async def test_provision_inserts_the_signed_image_boots_cd_once_and_ejects_after
         if steps:
             steps.pop(0)()
 
-    # the profile has no check-in: done at installed
-    doc = yaml.safe_load(setup.config.read_text())
-    doc["profiles"]["master"]["checkin"] = False
-    write_config(setup.config, doc)
-    config = load_config(str(setup.config))
     args = provider_options(build_parser().parse_args(["provision", "rf-0"]))
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-        try:
-            await server.start(http)
-            lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
-                config, args, ["rf-0"], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
-                say=lambda node, message: said.append(message)))
-            fetched = iso_requests(requests.get(server.admin_url + "/metrics", timeout=10).text)
-        finally:
-            await server.stop()
+    async with synced_server(setup.config, setup.port) as server:
+        lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
+            config, args, ["rf-0"], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
+            say=lambda node, message: said.append(message)))
+        fetched = iso_requests(requests.get(server.admin_url + "/metrics", timeout=10).text)
     media = seen["media"]
     # InsertMedia with our signed image URL, Inserted, WriteProtected; the emulator fetched it from serve
     assert re.fullmatch(rf"http://127\.0\.0\.1:{setup.port}/iso/rf-0\.iso\?exp=\d+&sig=[\w-]+", media["Image"]), media
@@ -112,26 +103,19 @@ async def test_provision_inserts_the_signed_image_boots_cd_once_and_ejects_after
 async def test_no_wait_leaves_the_image_to_the_next_provision_and_deprovision_ejects(
         emulator, bmc_password, boot_setup, tmp_path: Path) -> None:
     setup = rf0_setup(boot_setup, emulator, "virtual-media")
-    rc, _, err = await run_cli("sync-images", "--config", str(setup.config))
-    assert rc == 0, err
     config = load_config(str(setup.config))
-    server = ServerProcess(setup.config, setup.port)
     said: list[str] = []
     args = provider_options(build_parser().parse_args(["provision", "rf-0", "--no-wait"]))
     loop = asyncio.get_running_loop()
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-        try:
-            await server.start(http)
-            for _ in range(2):
-                await loop.run_in_executor(None, lambda: provision(
-                    config, args, ["rf-0"], wait=False, say=lambda node, message: said.append(message)))
-            assert cd(emulator)["Inserted"] is True
-            assert recorded_devices(tmp_path / "state")["rf-0"]["media"] == f"{emulator.path(0)}/VirtualMedia/Cd"
-            dargs = provider_options(build_parser().parse_args(["deprovision", "rf-0", "--grace", "1"]))
-            await loop.run_in_executor(None, lambda: deprovision(
-                config, dargs, ["rf-0"], say=lambda node, message: said.append(message)))
-        finally:
-            await server.stop()
+    async with synced_server(setup.config, setup.port):
+        for _ in range(2):
+            await loop.run_in_executor(None, lambda: provision(
+                config, args, ["rf-0"], wait=False, say=lambda node, message: said.append(message)))
+        assert cd(emulator)["Inserted"] is True
+        assert recorded_devices(tmp_path / "state")["rf-0"]["media"] == f"{emulator.path(0)}/VirtualMedia/Cd"
+        dargs = provider_options(build_parser().parse_args(["deprovision", "rf-0", "--grace", "1"]))
+        await loop.run_in_executor(None, lambda: deprovision(
+            config, dargs, ["rf-0"], say=lambda node, message: said.append(message)))
     ejected = [m for m in said if m.startswith(f"{emulator.path(0)}/VirtualMedia/Cd: ejected ")]
     assert len(ejected) == 2, said  # by the second provision, then by deprovision
     assert cd(emulator)["Inserted"] is False

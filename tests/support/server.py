@@ -1,5 +1,6 @@
 """A real ``bootserver serve`` subprocess for the tests that need one: :class:`ServerProcess` (on the
-test's event loop) and :func:`serving` (a blocking context manager: the e2e tests and the packaging test)."""
+test's event loop; :func:`synced_server`: the cache synced first, then serving for a block) and
+:func:`serving` (a blocking context manager: the e2e tests and the packaging test)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from bootserver.config import load_config
-from support.helpers import BOOTSERVER
+from support.helpers import BOOTSERVER, run_cli
 
 
 class ServerProcess:
@@ -58,6 +59,21 @@ class ServerProcess:
             except TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def synced_server(config: Path, port: int) -> AsyncIterator[ServerProcess]:
+    """``bootserver sync-images`` with ``config`` (asserted to exit 0), then its :class:`ServerProcess` on
+    ``port`` running for the block (healthy when the block starts), stopped after it."""
+    rc, _, err = await run_cli("sync-images", "--config", str(config))
+    assert rc == 0, err
+    server = ServerProcess(config, port)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        try:
+            await server.start(http)
+            yield server
+        finally:
+            await server.stop()
 
 
 def wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, deadline_s: float = 30.0) -> None:
