@@ -20,7 +20,6 @@ import ipaddress
 import json
 import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -193,8 +192,8 @@ def test_what_kea6_cannot_be_made_from_is_one_line(tmp_path: Path, capsys: pytes
 
 # ---------------------------------------------------------------------------------------- the real kea-dhcp6
 
-KEA6 = shutil.which("kea-dhcp6") or "/usr/sbin/kea-dhcp6"
-DHCLIENT = shutil.which("dhclient") or "/usr/sbin/dhclient"
+#: The real programs (found by :func:`support.netns.program`; the ``net`` fixture checks they are installed).
+KEA6, DHCLIENT = "kea-dhcp6", "dhclient"
 
 #: dhclient's own names for what it sends and reads that its table lacks: the vendor class (option 16:
 #: enterprise number, then the class data as counted strings), the user class (option 15) and the client
@@ -259,8 +258,9 @@ def start_client(net: netns.TestNetwork, n: int, mac: str, send: str, tmp_path: 
     conf.write_text(DHCLIENT_OPTIONS + send)
     duid = b"\x00\x04" + bytes.fromhex(f"{n:032x}")  # dhclient takes its DUID from its lease file's first line
     lease.write_text('default-duid "' + "".join(f"\\{b:03o}" for b in duid) + '";\n')
-    net.start([DHCLIENT, "-6", "-1", "-d", "-v", "-sf", "/bin/true", "-cf", str(conf), "-lf", str(lease),
-               "-pf", str(tmp_path / f"dhclient{n}.pid"), f"c{n}"], log=tmp_path / f"dhclient{n}.log")
+    net.start([str(netns.program(DHCLIENT)), "-6", "-1", "-d", "-v", "-sf", "/bin/true", "-cf", str(conf),
+               "-lf", str(lease), "-pf", str(tmp_path / f"dhclient{n}.pid"), f"c{n}"],
+              log=tmp_path / f"dhclient{n}.log")
     return lease
 
 
@@ -294,7 +294,7 @@ def test_the_real_kea_dhcp6_answers_http_boot_ipxe_and_no_secure_boot_node(
     wait_for("usable link-local address on br0", lambda: not net.run(
         ["ip", "-6", "addr", "show", "dev", netns.BRIDGE, "tentative"]).stdout.strip(), timeout=10)
     log = tmp_path / "kea6.log"
-    net.start([KEA6, "-c", str(tmp_path / "kea6.json")], log=log,
+    net.start([str(netns.program(KEA6)), "-c", str(tmp_path / "kea6.json")], log=log,
               env={**os.environ, "KEA_PIDFILE_DIR": str(tmp_path), "KEA_LOCKFILE_DIR": str(tmp_path)})
     wait_for("DHCP6_STARTED in kea-dhcp6's log", lambda: "DHCP6_STARTED" in log.read_text(), timeout=15)
     clients = {

@@ -8,7 +8,6 @@ own (the firmware's boot under Secure Boot is tests/e2e/test_secureboot_network.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,7 +149,7 @@ def test_the_real_dnsmasq_hands_every_nic_of_a_secure_boot_node_its_shim(
     script.write_text(UDHCPC_SCRIPT)
     script.chmod(0o755)
     log = tmp_path / "dnsmasq.log"
-    dnsmasq = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
+    dnsmasq = str(netns.program("dnsmasq"))  # the net fixture checked it is installed
     # --no-ping: dnsmasq pings a pool address for seconds before it offers it; nothing else is on this bridge
     net.start([dnsmasq, "--no-daemon", "-C", str(conf), f"--dhcp-leasefile={tmp_path / 'leases'}",
                f"--pid-file={tmp_path / 'dnsmasq.pid'}", "--no-ping"], log=log)

@@ -15,12 +15,7 @@ import requests
 import yaml
 from support.configs import STREAM, config_doc
 from support.helpers import cli, free_port, recorded_devices, write_config
-from support.sushy_emulator import (  # noqa: F401 - the fixtures: emulator, bmc_password
-    PASSWORD,
-    USERNAME,
-    emulator_fixture,
-    password_fixture,
-)
+from support.sushy_emulator import PASSWORD, USERNAME
 
 
 def make_config(tmp_path: Path, reference: Path, address: str, **profile_redfish: Any) -> Path:

@@ -27,14 +27,7 @@ import requests
 from support.helpers import run_cli
 from support.metrics import iso_requests
 from support.server import synced_server
-from support.sushy_emulator import (  # noqa: F401 - the fixtures: emulator, bmc_password
-    PASSWORD,
-    RF0_MAC,
-    USERNAME,
-    emulator_fixture,
-    password_fixture,
-    rf0_setup,
-)
+from support.sushy_emulator import PASSWORD, USERNAME, rf0_setup
 
 from bootserver.cli import build_parser, provider_options
 from bootserver.config import load_config

@@ -16,14 +16,7 @@ import yaml
 from support.helpers import recorded_devices, run_cli, write_config
 from support.metrics import iso_requests
 from support.server import synced_server
-from support.sushy_emulator import (  # noqa: F401 - the fixtures: emulator, bmc_password
-    PASSWORD,
-    RF0_MAC,
-    USERNAME,
-    emulator_fixture,
-    password_fixture,
-    rf0_setup,
-)
+from support.sushy_emulator import RF0_MAC, rf0_setup
 
 from bootserver.cli import build_parser, provider_options
 from bootserver.config import load_config

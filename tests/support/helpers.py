@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
@@ -15,11 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from bootserver.cli import main
 from bootserver.state.sqlite_timeline import Timeline
+from support import netns
 
 REPO = Path(__file__).resolve().parents[2]
 #: The public reference data (stream metadata, pointer configs, the Equinix Metal OpenAPI spec), copied
@@ -117,10 +116,9 @@ def checkin_command(stub: dict[str, Any]) -> list[str]:
 def config_accepted(argv: list[str], text: str, path: Path) -> None:
     """The real DHCP server's own check of a config (``dnsmasq --test -C``, ``kea-dhcp4 -t``: it reads the
     file and binds nothing) passes on ``text``, written to ``path``; skipped when the program is not installed
-    (Debian: ``dnsmasq-base``, ``kea-dhcp4-server``)."""
-    prog = shutil.which(argv[0]) or f"/usr/sbin/{argv[0]}"
-    if not Path(prog).exists():
-        pytest.skip(f"{argv[0]} is not installed")
+    (Debian: ``dnsmasq-base``, ``kea-dhcp4-server``, ``kea-dhcp6-server``), a failure under CI, which installs
+    them (:func:`support.netns.skip_or_fail`)."""
+    prog = netns.program(argv[0]) or netns.skip_or_fail(f"{argv[0]} is not installed")
     path.write_text(text)
     check = subprocess.run([prog, *argv[1:], str(path)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
