@@ -35,10 +35,14 @@ def request(path: str) -> web.Request:
     return make_mocked_request("GET", path)
 
 
-async def answered(limits: Limits, route, path: str, gate: asyncio.Event | None = None) -> web.StreamResponse:
-    """One request through ``limits``: its handler waits for ``gate`` (if any), then answers 200."""
+async def answered(limits: Limits, route, path: str, gate: asyncio.Event | None = None,
+                   entered: asyncio.Event | None = None) -> web.StreamResponse:
+    """One request through ``limits``: its handler sets ``entered`` (if any), waits for ``gate`` (if any),
+    then answers 200."""
 
     async def handler(_r: web.Request) -> web.StreamResponse:
+        if entered is not None:
+            entered.set()
         if gate is not None:
             await gate.wait()
         return web.Response(text="ok")
@@ -48,11 +52,20 @@ async def answered(limits: Limits, route, path: str, gate: asyncio.Event | None 
 
 async def held(limits: Limits, route, path: str) -> tuple[asyncio.Task[web.StreamResponse], asyncio.Event]:
     """A request that holds a slot until the returned event is set."""
-    gate = asyncio.Event()
-    task = asyncio.create_task(answered(limits, route, path, gate))
-    for _ in range(10):
-        await asyncio.sleep(0)  # let it take its slot (a few loop turns, no time passes)
+    gate, entered = asyncio.Event(), asyncio.Event()
+    task = asyncio.create_task(answered(limits, route, path, gate, entered))
+    await asyncio.wait_for(entered.wait(), 5)  # its handler runs: it holds its slot
     return task, gate
+
+
+async def queued(limits: Limits, cls: str, count: int) -> None:
+    """Wait until ``count`` requests of class ``cls`` (``new``, ``in_boot``) wait in ``limits``' queue.
+    The requests here do no I/O, so a few loop turns are enough; at most 100 (no time passes)."""
+    for _ in range(100):
+        if limits.pacing().waiting[cls] == count:
+            return
+        await asyncio.sleep(0)  # one loop turn: the tasks created before run up to their wait
+    raise AssertionError(f"{limits.pacing().waiting[cls]} {cls} requests waiting, not {count}")
 
 
 async def test_refused_machines_are_paced_at_the_measured_rate_and_spread() -> None:
@@ -117,10 +130,10 @@ async def test_machines_in_their_boot_go_before_new_arrivals_and_returning_ones_
 
     task, release = await held(limits, CHAIN, "/ipxe/holder")
     waiting_new = asyncio.create_task(one(CHAIN, "/ipxe/first-timer"))
-    await asyncio.sleep(0)
+    await queued(limits, "new", 1)
     assert await one(CHAIN, "/ipxe/returner?sig=s") == 503  # the new-arrival queue is full: told to come back
     waiting_boot = asyncio.create_task(one(STUB, "/ignition/half-way"))  # a queue of its own
-    await asyncio.sleep(0)
+    await queued(limits, "in_boot", 1)
     release.set()
     await asyncio.gather(task, waiting_new, waiting_boot)
     assert order == ["/ignition/half-way", "/ipxe/first-timer"]
@@ -131,10 +144,10 @@ async def test_machines_in_their_boot_go_before_new_arrivals_and_returning_ones_
     limits.max_queued = 2
     clock.now += 5  # the first-timer arrives after the returner's first refusal, and asks before its retry
     fresh = asyncio.create_task(one(CHAIN, "/ipxe/fresh"))
-    await asyncio.sleep(0)
+    await queued(limits, "new", 1)
     clock.now += 1
     back = asyncio.create_task(one(CHAIN, "/ipxe/returner?sig=s"))
-    await asyncio.sleep(0)
+    await queued(limits, "new", 2)
     release.set()
     await asyncio.gather(task, fresh, back)
     assert order == ["/ipxe/returner?sig=s", "/ipxe/fresh"]
@@ -146,7 +159,7 @@ async def test_a_wait_longer_than_the_request_timeout_is_refused_at_once() -> No
     limits.rate = 1.0  # as measured: one request a second
     task, release = await held(limits, CHAIN, "/ipxe/holder")
     waiting = [asyncio.create_task(answered(limits, CHAIN, f"/ipxe/w{i}")) for i in range(3)]
-    await asyncio.sleep(0)
+    await queued(limits, "new", 3)
     r = await answered(limits, CHAIN, "/ipxe/fourth")  # 3 ahead at 1/s: not before the 2 s timeout
     assert r.status == 503 and int(r.headers["Retry-After"]) >= 4
     release.set()
@@ -157,7 +170,7 @@ async def test_a_waiter_that_goes_away_leaves_no_slot_behind() -> None:
     limits = Limits(1, 60, max_queued=10)
     task, release = await held(limits, CHAIN, "/ipxe/holder")
     gone = asyncio.create_task(answered(limits, CHAIN, "/ipxe/gone"))
-    await asyncio.sleep(0)
+    await queued(limits, "new", 1)
     gone.cancel()
     release.set()
     await task
