@@ -154,8 +154,7 @@ def claimed(config: Config, name: str, mac: str) -> Iterator[None]:
 
 def _check_names(config: Config, name: str, machine: Discovered) -> None:
     if name in config.nodes:
-        where = config.origins.get(f"nodes.{name}", config.source)
-        raise InputError(f"--name {name}: node {name} exists already ({where})")
+        raise InputError(f"--name {name}: node {name} exists already ({config.node_sources[name]})")
     owner = config.node_by_mac(machine.mac) or (machine.uuid and config.node_by_uuid(machine.uuid))
     if owner:
         raise InputError(f"machine {machine.mac} is node {owner} already (its MAC or UUID is in the config)")

@@ -44,6 +44,10 @@ def test_include_merges_the_nodes_and_profiles_of_every_matching_file(tmp_path: 
     assert set(config.profiles) == {"live", "other"}
     assert config.node_by_mac(NEW_MAC) == "b-node"
     assert config.origins["nodes.b-node"] == str(tmp_path / "nodes.d" / "b-node.yaml")
+    # every node's source, the interface of nodes list's SOURCE column and the fleet API
+    assert dict(config.node_sources) == {"steady": f"file:{tmp_path / 'bootserver.yaml'}",
+                                         "a-node": f"file:{tmp_path / 'nodes.d' / 'a.yaml'}",
+                                         "b-node": f"file:{tmp_path / 'nodes.d' / 'b-node.yaml'}"}
 
 
 def test_a_name_defined_twice_is_refused_naming_both_files(tmp_path: Path, reference: Path) -> None:

@@ -59,7 +59,9 @@ from .messages import describe_error, known_keys
 from .schema import (
     ARCHITECTURES,
     FCOS_STABLE_URL,
+    FILE_SOURCE,
     IGNITION_VERSIONS,
+    STORE_SOURCE,
     Config,
     Document,
     FacilityConfig,
@@ -71,11 +73,11 @@ from .schema import (
 from .server import ServerConfig, SigningConfig, TLSConfig
 
 __all__ = [
-    "ARCHITECTURES", "BILLING_CYCLES", "DEFAULT_TAG", "FCOS_STABLE_URL", "HOSTNAME_RE", "IGNITION_VERSIONS",
-    "MAC_RE", "NAME_RE", "UUID_RE", "BillingCycle", "Config", "Document", "Facility", "FacilityConfig",
-    "MetalGlobal", "MetalSettings", "MetalUUID", "MetalWord", "Name", "Node", "Profile", "ServerConfig",
-    "SettingsModel", "SigningConfig", "StreamConfig", "TLSConfig", "YamlList", "check_http_url",
-    "check_local_inputs", "check_real_config", "default_document", "describe_error", "is_uuid", "known_keys",
-    "load_config", "no_machine_boots", "normalize_mac",
-    "parse_config", "parse_networks", "split_listen",
+    "ARCHITECTURES", "BILLING_CYCLES", "DEFAULT_TAG", "FCOS_STABLE_URL", "FILE_SOURCE", "HOSTNAME_RE",
+    "IGNITION_VERSIONS", "MAC_RE", "NAME_RE", "STORE_SOURCE", "UUID_RE", "BillingCycle", "Config", "Document",
+    "Facility", "FacilityConfig", "MetalGlobal", "MetalSettings", "MetalUUID", "MetalWord", "Name", "Node",
+    "Profile", "ServerConfig", "SettingsModel", "SigningConfig", "StreamConfig", "TLSConfig", "YamlList",
+    "check_http_url", "check_local_inputs", "check_real_config", "default_document", "describe_error", "is_uuid",
+    "known_keys", "load_config", "no_machine_boots", "normalize_mac", "parse_config", "parse_networks",
+    "split_listen",
 ]

@@ -28,7 +28,7 @@ from ..streams import parse_stream
 from ..values import HOSTNAME_RULE, SettingsModel, check_hostname, split_listen
 from .messages import describe_error, keypath
 from .providers import provider_of
-from .schema import Config, Document, default_document
+from .schema import FILE_SOURCE, Config, Document, default_document
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -347,7 +347,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         if origin is None:
             raise
         raise ConfigError(origin, e.keypath, e.message) from None
-    return dataclasses.replace(cfg, origins=MappingProxyType(origins))
+    sources = {name: FILE_SOURCE + origins.get(f"nodes.{name}", str(p)) for name in cfg.nodes}
+    return dataclasses.replace(cfg, origins=MappingProxyType(origins), node_sources=MappingProxyType(sources))
 
 
 #: The top-level keys an included file may hold: what it adds to the main file's mappings.

@@ -246,6 +246,12 @@ class Document(SettingsModel):
 
 
 
+#: The prefix of a file node's source (:attr:`Config.node_sources`): ``"file:" + path``.
+FILE_SOURCE = "file:"
+#: The source of a node of the state store's inventory (:attr:`Config.node_sources`).
+STORE_SOURCE = "store"
+
+
 @dataclass(frozen=True)
 class Config:
     """A loaded, checked config. Immutable (a frozen dataclass of frozen models and read-only mappings).
@@ -283,6 +289,12 @@ class Config:
     origins: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False, compare=False)
     #: The ``dhcp:`` mapping (:class:`~bootserver.config.dhcp.DhcpSettings`), ``None`` when absent.
     dhcp: DhcpSettings | None = None
+    #: Where each node of :attr:`nodes` comes from, one entry per node (the interface the store, the
+    #: fleet API and ``nodes list``'s SOURCE column read): ``"file:PATH"`` for a node of the config file
+    #: or of an ``include:`` file (``PATH`` as the loader named it, ``<default>`` for the embedded
+    #: default), ``"store"`` (:data:`STORE_SOURCE`) for a node of the state store's inventory.
+    node_sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), repr=False,
+                                            compare=False)
 
     @classmethod
     def from_document(cls, doc: Document, source: str, base_dir: Path) -> Config:
@@ -307,6 +319,7 @@ class Config:
             _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
             includes=doc.include,
             dhcp=doc.dhcp,
+            node_sources=MappingProxyType(dict.fromkeys(doc.nodes, FILE_SOURCE + source)),
         )
 
     def resolve_path(self, value: str) -> Path:

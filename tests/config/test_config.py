@@ -143,12 +143,16 @@ def test_embedded_default_offers_fcos_stable(monkeypatch: pytest.MonkeyPatch) ->
     assert cfg.streams["fcos-stable"].metadata == FCOS_STABLE_URL
     assert cfg.source == "<default>"
     assert "bootserver" in str(cfg.cache_dir)
+    assert dict(cfg.node_sources) == {"fcos-live": "file:<default>"}
 
 
 def test_config_is_immutable_and_paths_are_relative_to_the_file(tmp_path: Path, reference: Path) -> None:
     path = write(tmp_path, reference, "cache_dir: cache\n")
     cfg = load_config(path)
     assert cfg.cache_dir == tmp_path / "cache"
+    assert dict(cfg.node_sources) == {"master-0": f"file:{path}"}
+    with pytest.raises(TypeError):
+        cfg.node_sources["x"] = "store"  # type: ignore[index]
     with pytest.raises(AttributeError):
         cfg.cache_dir = Path("/")  # type: ignore[misc]
     with pytest.raises(TypeError):
