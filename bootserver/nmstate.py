@@ -9,7 +9,8 @@ document: the models of the subset of keys a boot network needs, which refuse th
   ``mac-address``, ``ipv4``/``ipv6`` (``enabled``, ``dhcp``, ``autoconf``, ``address[]`` of ``ip`` and
   ``prefix-length``), ``link-aggregation`` (``mode``, ``port[]``, ``options``), ``vlan`` (``base-iface``,
   ``id``);
-* ``routes.config[]``: ``destination``, ``next-hop-address``, ``next-hop-interface``;
+* ``routes.config[]``: ``destination``, ``next-hop-address``, ``next-hop-interface``, ``table-id`` (254,
+  the main table);
 * ``dns-resolver.config.server[]``.
 
 The models check the shape of each value (pydantic, frozen, unknown keys refused); :func:`check_network`
@@ -171,11 +172,14 @@ class Interface(_Model):
 
 
 class Route(_Model):
-    """``routes.config[]``: ``destination`` (CIDR), ``next-hop-address``, ``next-hop-interface``."""
+    """``routes.config[]``: ``destination`` (CIDR), ``next-hop-address``, ``next-hop-interface``, and
+    ``table-id`` only as the main table (``254``, or ``0``: NMState's default), which dracut's routes
+    go to anyway (OpenShift's examples write ``table-id: 254``)."""
 
     destination: str
     next_hop_address: str | None = Field(default=None, alias="next-hop-address")
     next_hop_interface: str | None = Field(default=None, alias="next-hop-interface")
+    table_id: Literal[0, 254] | None = Field(default=None, alias="table-id")
 
     @field_validator("destination")
     @classmethod
