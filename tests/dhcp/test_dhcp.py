@@ -6,12 +6,14 @@ real firmware in ``tests/e2e/test_dhcp_boot.py``; ``kea-dhcp4 -t`` checks the Ke
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from support.configs import config_doc, load, write
-from support.helpers import config_accepted
+from support.helpers import REPO, config_accepted, write_config
 
 from bootserver.cli import main
 from bootserver.dhcp.engine import FirstMile, refusal
@@ -280,6 +282,35 @@ def test_print_for_an_interface_not_on_this_machine_takes_the_reservations_subne
     path = write(doc, tmp_path)
     rc, out, _ = run(capsys, "dhcp", "--print", "--config", str(path))
     assert rc == 0 and "dhcp-range=192.0.2.0,static,255.255.255.0,3600\n" in out
+
+
+def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra``'s keys laid over it, mappings merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def test_the_on_premises_guide_shows_what_print_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/on-premises.md section 2's dnsmasq options are what ``--print`` writes for section 1's config with
+    section 2's ``dhcp:`` and static address, line for line: a change of the rules changes the guide with it."""
+    text = (REPO / "docs" / "on-premises.md").read_text()
+    one = text[text.index("\n## 1. "):text.index("\n## 2. ")]
+    two = text[text.index("\n## 2. "):text.index("\n## 3. ")]
+    blocks = re.compile(r"^```(yaml|ini)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+    base = next(m[2] for m in blocks.finditer(one) if m[1] == "yaml")
+    extra, shown = (m[2] for m in blocks.finditer(two))
+    for name, content in (("worker.ign", '{"ignition": {"version": "3.3.0"}}'), ("bmc.pw", "secret"),
+                          ("bmc-ca.pem", "")):
+        (tmp_path / name).write_text(content)
+    write_config(tmp_path / "bootserver.yaml", merged(yaml.safe_load(base), yaml.safe_load(extra)))
+    monkeypatch.chdir(tmp_path)  # the guide's command: --config bootserver.yaml
+    rc, out, err = run(capsys, "dhcp", "--print", "--config", "bootserver.yaml")
+    assert (rc, err) == (0, "")
+    assert out == shown
+    config_accepted(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
 
 
 # ---------------------------------------------------------------------------------------- the log
