@@ -228,7 +228,9 @@ async def test_bootserver_reload_without_a_server_says_so(tmp_path: Path, refere
 @pytest.mark.parametrize("workers", [1, 3])
 async def test_bootserver_reload_and_sighup_reload_every_worker(tmp_path: Path, reference: Path, workers: int) -> None:
     path = main_config(tmp_path, reference)
-    port = int(yaml.safe_load(path.read_text())["server"]["listen"].rsplit(":", 1)[1])
+    doc = yaml.safe_load(path.read_text())
+    write_config(path, {**doc, "dhcp": {"interface": "lo"}})  # a DHCP engine configured, none running
+    port = int(doc["server"]["listen"].rsplit(":", 1)[1])
     server = ServerProcess(path, port, *(["--workers", str(workers)] if workers > 1 else []))
     async with aiohttp.ClientSession() as session:
         await server.start(session)
@@ -243,7 +245,9 @@ async def test_bootserver_reload_and_sighup_reload_every_worker(tmp_path: Path, 
             add_node(tmp_path, "added", NEW_MAC)
             rc, out, err = await run_cli("reload", "--config", str(path))
             assert rc == 0, err
-            assert out.strip() == f"reloaded {path}: 1 stream, 1 profile, 2 nodes"
+            assert out.splitlines() == [f"reloaded {path}: 1 stream, 1 profile, 2 nodes",
+                                        f"bootserver dhcp: none runs with state_dir {tmp_path / 'state'}; "
+                                        "it reads the config when it starts"]
             # every worker reloaded: each counted one, and every answer (whichever worker) knows the node
             text = await (await session.get(server.admin_url + "/metrics")).text()
             assert metric(text, 'bootserver_config_reloads_total{result="ok"}') == workers

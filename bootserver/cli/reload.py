@@ -44,8 +44,8 @@ def check(args: argparse.Namespace, config: Config) -> int:
 
 def reload(args: argparse.Namespace, config: Config) -> int:
     """Check the config, reload the running server (:func:`bootserver.reload.reload_server`) and signal
-    ``bootserver dhcp`` when it runs; print both outcomes: exit 0 reloaded, 2 refused, 1 no outcome within
-    ``--timeout``."""
+    ``bootserver dhcp`` when it runs; print both outcomes (or, with a ``dhcp:`` mapping, that no engine
+    runs): exit 0 reloaded, 2 refused, 1 no outcome within ``--timeout``."""
     from ..reload import check_config, reload_server
 
     check_config(config)  # an invalid config is refused here, with its file and key; nothing is sent
@@ -60,7 +60,11 @@ def reload(args: argparse.Namespace, config: Config) -> int:
         print(f"bootserver: reload refused, the running config stays: {status.get('message')}", file=sys.stderr)
         return 2
     print(f"reloaded {status.get('message')}")
-    return 0 if engine is None else dhcp_outcome(config, engine, sent, args.timeout)
+    if engine is None:
+        if config.dhcp is not None:  # a dhcp: mapping whose engine is not running here: say so, not silence
+            print(f"bootserver dhcp: none runs with state_dir {config.state_dir}; it reads the config when it starts")
+        return 0
+    return dhcp_outcome(config, engine, sent, args.timeout)
 
 
 def signal_dhcp(config: Config) -> int | None:
