@@ -1,7 +1,9 @@
 """``bootserver nodes adopt``: a discovered machine (:mod:`bootserver.discovery`) becomes a node.
 
 The node (its MAC and SMBIOS UUID as reported, ``hostname`` = its name, ``addresses`` = the address
-its reports came from, or ``--addresses``; ``selectable: true`` and no ``addresses`` only when asked
+its reports came from, or ``--addresses``, which a machine reported from more than one address needs:
+two machines claim its MAC, and in ``dhcp: {mode: full}`` the engine's lease for the MAC is shown as
+evidence of which one to trust; ``selectable: true`` and no ``addresses`` only when asked
 for, with a warning: then anyone who knows its MAC gets its script and configs) is written as one YAML file that the
 config's ``include:`` reads, created exclusively (:func:`bootserver.files.write_atomic`). The name and
 the machine are claimed first (:func:`claimed`: of two adoptions at once exactly one goes on, the other
@@ -29,6 +31,7 @@ import yaml
 
 from .config import Config, load_config, normalize_mac
 from .config.loader import include_files
+from .dhcp.dnsmasq import layout, leases_of
 from .dhcp.engine import signal_engine, wait_engine_status
 from .discovery import Discovered
 from .errors import BootserverError, InputError
@@ -160,7 +163,7 @@ def _check_names(config: Config, name: str, machine: Discovered) -> None:
         raise InputError(f"machine {machine.mac} is node {owner} already (its MAC or UUID is in the config)")
 
 
-def _addresses(machine: Discovered, given: Sequence[str] | None, anywhere: bool) -> list[str]:
+def _addresses(config: Config, machine: Discovered, given: Sequence[str] | None, anywhere: bool) -> list[str]:
     if given:
         for text in given:
             try:
@@ -168,12 +171,34 @@ def _addresses(machine: Discovered, given: Sequence[str] | None, anywhere: bool)
             except ValueError:
                 raise InputError(f"--addresses {text}: not an IP address or network (10.0.0.5, 10.0.0.0/24)") from None
         return list(given)
+    if machine.conflict:
+        raise InputError(f"machine {machine.mac} was reported from {len(machine.addresses)} addresses "
+                         f"({', '.join(json.dumps(a) for a in machine.addresses)}): two machines claim its MAC; "
+                         f"pass --addresses naming the one to trust{lease_evidence(config, machine.mac)}")
     if anywhere:
         return []
     if machine.address:
         return [machine.address]
     raise InputError(f"machine {machine.mac}: no address recorded for its reports: pass --addresses (or "
                      "--selectable-anywhere)")
+
+
+def lease_evidence(config: Config, mac: str) -> str:
+    """In ``dhcp: {mode: full}``, what the DHCP engine's lease file says of ``mac`` (the address it
+    leased, the evidence of which machine holds the MAC on the wire), as a clause to append to a
+    message (``"; the DHCP engine leased 10.0.0.5 to it ..."``); ``""`` in any other mode."""
+    if config.dhcp is None or not config.dhcp.full:
+        return ""
+    files = layout(config)
+    try:
+        leases = leases_of(files, mac)
+    except OSError as e:
+        return f"; the DHCP engine's lease file {files.leases} cannot be read ({e.strerror or e})"
+    if not leases:
+        return f"; the DHCP engine's lease file ({files.leases}) holds no lease for it"
+    said = ", ".join(lease.address + ("" if lease.expires is None else " until " + time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(lease.expires))) for lease in leases)
+    return f"; the DHCP engine leased {said} to it ({files.leases})"
 
 
 def _write(path: Path, text: str) -> list[Path]:
@@ -225,11 +250,14 @@ async def adopt(config: Config, store: StateStore, key: str, *, name: str, profi
     if arch is not None and arch != wanted:
         raise InputError(f"machine {machine.mac} is {machine.arch_text()}; profile {profile} boots {wanted}: "
                          "pass a profile of its architecture")
-    pinned = _addresses(machine, addresses, anywhere)
+    _addresses(config, machine, addresses, anywhere)
     path = (file if file is not None else default_file(config, name)).absolute()
     with claimed(config, name, machine.mac):
         fresh = await asyncio.to_thread(load_config, config.source)  # as it is now, another adoption done
         _check_names(fresh, name, machine)
+        # as recorded now, claimed: a report from another address meanwhile makes it a conflict
+        machine = _find(await store.discovered(), machine.mac)
+        pinned = _addresses(config, machine, addresses, anywhere)
         made = _write(path, node_yaml(name, profile, machine, time.time(), addresses=pinned, anywhere=anywhere))
         try:
             if not included(fresh, path):

@@ -10,14 +10,17 @@ it boots its node's profile without a power cycle.
 What a machine reports is data: :func:`read_report` keeps only the known keys, as text of at most
 :data:`MAX_VALUE` characters; the MAC and UUID are checked. The records live in the state store (both
 backends, :class:`Discovered`), bounded by ``server.discovery.keep`` (the oldest by last report are
-dropped). Pure functions and value types; no I/O.
+dropped). A later report never rewrites what an earlier one said (:func:`merged`): each fact keeps its
+first non-empty value, and every address that reported the MAC is kept, so a second machine claiming
+the MAC from elsewhere shows as a conflict (:attr:`Discovered.conflict`) instead of taking the record
+over. Pure functions and value types; no I/O.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .values import UUID_RE, normalize_mac
@@ -31,6 +34,9 @@ FACTS = ("serial", "manufacturer", "product", "asset", "buildarch", "platform")
 REPORT_KEYS = ("mac", "uuid", *FACTS, *(f"net{i}{part}" for i in range(NICS) for part in ("", "chip", "busid")))
 #: Longest value kept, in characters (longer ones are cut).
 MAX_VALUE = 128
+#: Addresses kept per MAC (:func:`merged`): past it, the one that reported least recently is dropped
+#: (never the first: the record stays a conflict).
+MAX_ADDRESSES = 16
 #: The CoreOS architecture of a reported ``buildarch`` (iPXE's ``${buildarch}``, ipxe.org/cfg/buildarch;
 #: GRUB's ``$grub_cpu``), by ``platform`` (iPXE's ``${platform}``: ``pcbios``, ``efi``; GRUB's
 #: ``$grub_platform``: ``pc``, ``efi``) where it matters: a BIOS machine runs the 32-bit iPXE build
@@ -49,7 +55,9 @@ class Discovered:
     """A machine that reported itself and is not a node: its MAC (the key, lower-case ``aa:bb:...``), its
     SMBIOS UUID (lower-case, or ``None``), its other facts (``{key: text}``, see :data:`FACTS`; the NICs
     as ``net0``, ``net0chip``, ...), the address its last report came from, the unix seconds of its first
-    and last report and how many reports were recorded."""
+    and last report, how many reports were recorded, and every address that reported it (``{address:
+    unix seconds of its last report}``, in the order they first reported; at most :data:`MAX_ADDRESSES`;
+    a record without them stands for ``{address: last_seen}``)."""
 
     mac: str
     uuid: str | None
@@ -58,10 +66,23 @@ class Discovered:
     first_seen: float = 0.0
     last_seen: float = 0.0
     reports: int = 1
+    addresses: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.addresses and self.address is not None:
+            object.__setattr__(self, "addresses", {self.address: self.last_seen})
+
+    @property
+    def conflict(self) -> bool:
+        """Whether the MAC was reported from more than one address: two machines claim it (or the
+        machine moved); adopting it needs ``--addresses`` naming the one to trust."""
+        return len(self.addresses) > 1
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (``GET /discovered``, the page's live updates)."""
+        """A JSON-able dict (``GET /discovered``, the page's live updates); ``addresses`` as a list in
+        the order they first reported."""
         return {"mac": self.mac, "uuid": self.uuid, "facts": dict(self.facts), "address": self.address,
+                "addresses": list(self.addresses), "conflict": self.conflict,
                 "first_seen": self.first_seen, "last_seen": self.last_seen, "reports": self.reports,
                 "arch": self.arch_text()}
 
@@ -125,6 +146,27 @@ def read_report(query: Mapping[str, str]) -> tuple[str, str | None, dict[str, st
     return mac, uuid, facts
 
 
+def merged(old: Discovered | None, new: Discovered) -> Discovered:
+    """The record after report ``new`` (its ``last_seen`` the report's time) of a machine recorded as
+    ``old`` (``None``: its first report): each fact, the UUID included, keeps its first non-empty value
+    (a later, emptier or different report adds facts, never erases or replaces one); the report's
+    address joins ``addresses`` (past :data:`MAX_ADDRESSES`, the one that reported least recently,
+    other than the first, is dropped); ``address`` and ``last_seen`` are the report's, ``reports``
+    counts it."""
+    if old is None:
+        return replace(new, reports=1, first_seen=new.last_seen,
+                       addresses={new.address: new.last_seen} if new.address is not None else {})
+    addresses = dict(old.addresses)
+    if new.address is not None:
+        if new.address not in addresses and len(addresses) >= MAX_ADDRESSES:
+            first = next(iter(addresses))
+            del addresses[min((a for a in addresses if a != first), key=addresses.__getitem__)]
+        addresses[new.address] = new.last_seen
+    return Discovered(old.mac, old.uuid or new.uuid, {**new.facts, **old.facts},
+                      new.address if new.address is not None else old.address, old.first_seen, new.last_seen,
+                      old.reports + 1, addresses)
+
+
 def facts_json(facts: Mapping[str, str]) -> str:
     """The facts as the stores keep them (a JSON object, keys sorted)."""
     return json.dumps(dict(facts), sort_keys=True)
@@ -137,3 +179,28 @@ def facts_of(text: str | None) -> dict[str, str]:
     except ValueError:
         return {}
     return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
+
+
+def row_params(record: Discovered) -> dict[str, Any]:
+    """The record as a store's row, by column name (:data:`COLUMNS`): facts as :func:`facts_json`,
+    addresses as a JSON object in the order they first reported."""
+    return {"mac": record.mac, "uuid": record.uuid, "facts": facts_json(record.facts), "address": record.address,
+            "first_seen": record.first_seen, "last_seen": record.last_seen, "reports": record.reports,
+            "addresses": json.dumps(dict(record.addresses))}
+
+
+def record_of(row: Sequence[Any]) -> Discovered:
+    """The record of a store's row ``(mac, uuid, facts, address, first_seen, last_seen, reports,
+    addresses)`` (:data:`COLUMNS`); addresses that are not a JSON object of numbers count as none (the
+    record then stands for its last ``address``)."""
+    mac, uuid, facts, address, first, last, reports, addresses = row
+    try:
+        doc = json.loads(addresses or "{}")
+        kept = {str(k): float(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
+    except (ValueError, TypeError):
+        kept = {}
+    return Discovered(mac, uuid, facts_of(facts), address, first, last, reports, kept)
+
+
+#: The columns of a record, in :func:`record_of`'s order.
+COLUMNS = "mac, uuid, facts, address, first_seen, last_seen, reports, addresses"

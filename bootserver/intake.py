@@ -40,6 +40,8 @@ class DiscoveryIntake:
         #: and the MACs this process logged a report of already (one info line per machine).
         self._reported: dict[str, float] = {}
         self._logged: set[str] = set()
+        #: (MAC, address) pairs this process warned of as a conflict already (one warning each).
+        self._conflicts: set[tuple[str, str]] = set()
         #: the discovery log's minute: (its monotonic start, lines logged, lines left out)
         self._log_window: tuple[float, int, int] = (0.0, 0, 0)
 
@@ -66,7 +68,9 @@ class DiscoveryIntake:
         read_report`) from address ``client`` at unix time ``at`` (default now) under ``config``; returns
         whether it was recorded. Not recorded, answered alike: a MAC or UUID of a configured node (the
         answer must not tell which are), and a report less than ``server.discovery.per_address`` seconds
-        after the last one recorded from that address (in this process). Raises
+        after the last one recorded from that address (in this process). A MAC reported from a second
+        address is a conflict (:func:`~bootserver.discovery.merged` keeps both; adopting it then needs
+        ``--addresses``): one warning per MAC and address, within the discovery log's bound. Raises
         :class:`~bootserver.discovery.ReportError` (no valid mac), ``UnavailableError`` (store)."""
         settings = config.server.discovery
         mac, uuid, facts = read_report(query)
@@ -84,29 +88,42 @@ class DiscoveryIntake:
                 self._reported.clear()
         self._reported[key] = now
         at = time.time() if at is None else at
-        await self.runtime.state.discover(Discovered(mac, uuid, facts, client, at, at), settings.keep)
+        record = await self.runtime.state.discover(Discovered(mac, uuid, facts, client, at, at), settings.keep)
         if mac not in self._logged and len(self._logged) < REPORTERS_KEPT:
             self._logged.add(mac)
             self._log_discovered(now, mac, uuid, client, facts)
+        if record.conflict and (mac, key) not in self._conflicts and len(self._conflicts) < REPORTERS_KEPT:
+            self._conflicts.add((mac, key))
+            self._log_conflict(now, record)
         self.runtime.discovered(mac, at)
         return True
 
     def _log_discovered(self, now: float, mac: str, uuid: str | None, client: str | None,
                         facts: Mapping[str, str]) -> None:
-        """One info line per newly discovered machine, at most :data:`DISCOVERY_LOG_LINES` a minute (a
-        flood of made-up MACs must not flood the log: the rest are counted in one line)."""
-        window, lines, skipped = self._log_window
-        if now - window >= 60:
-            if skipped:
-                log.info("%d more machines discovered in the last minute (not logged one by one; "
-                         "`bootserver nodes discovered` lists them)", skipped)
-            window, lines, skipped = now, 0, 0
-        if lines < DISCOVERY_LOG_LINES:
-            lines += 1
+        """One info line per newly discovered machine, within :meth:`_bounded`."""
+        if self._bounded(now):
             # every value as a JSON string: quotes, newlines and control characters escaped (one line)
             log.info("discovered machine %s (uuid %s) from %s: %s; adopt it with `bootserver nodes adopt %s "
                      "--name NAME --profile PROFILE`", mac, uuid or "-", json.dumps(client), json.dumps(facts),
                      mac)
-        else:
-            skipped += 1
-        self._log_window = (window, lines, skipped)
+
+    def _log_conflict(self, now: float, record: Discovered) -> None:
+        """The warning that ``record``'s MAC was reported from more than one address, within :meth:`_bounded`."""
+        if self._bounded(now):
+            log.warning("discovered machine %s reported from %d addresses (%s): two machines claim this MAC, or "
+                        "it moved; its facts are those of its first reports; `bootserver nodes adopt %s` needs "
+                        "--addresses naming the one to trust", record.mac, len(record.addresses),
+                        ", ".join(json.dumps(a) for a in record.addresses), record.mac)
+
+    def _bounded(self, now: float) -> bool:
+        """Whether a discovery log line may be written now: at most :data:`DISCOVERY_LOG_LINES` a minute
+        (a flood of made-up MACs or addresses must not flood the log: the rest are counted in one line)."""
+        window, lines, skipped = self._log_window
+        if now - window >= 60:
+            if skipped:
+                log.info("%d more discovery lines in the last minute (not logged one by one; "
+                         "`bootserver nodes discovered` lists the machines)", skipped)
+            window, lines, skipped = now, 0, 0
+        fits = lines < DISCOVERY_LOG_LINES
+        self._log_window = (window, lines + fits, skipped + (not fits))
+        return fits

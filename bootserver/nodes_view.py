@@ -80,15 +80,23 @@ def printable(value: str | None, width: int = 40) -> str:
 
 def format_discovered(records: Sequence[Discovered], now: float) -> str:
     """The ``bootserver nodes discovered`` table: one machine per line, last reported first: MAC, UUID,
-    manufacturer, product, serial, architecture (:meth:`Discovered.arch_text`), the address of its last
-    report, first and last seen, reports; every reported value through :func:`printable`."""
+    manufacturer, product, serial, architecture (:meth:`Discovered.arch_text`), every address that
+    reported it (``CONFLICT`` after them when there are several), first and last seen, reports; every
+    reported value through :func:`printable`. Then one line per conflict saying what to do."""
     rows = [("MAC", "UUID", "MANUFACTURER", "PRODUCT", "SERIAL", "ARCH", "FROM", "FIRST SEEN", "LAST SEEN",
              "REPORTS")]
+    notes = []
     for d in records:
         f = d.facts
         arch = d.arch_text()
+        where = printable(",".join(d.addresses), 80) + (" CONFLICT" if d.conflict else "")
         rows.append((d.mac, d.uuid or "-", printable(f.get("manufacturer"), 24), printable(f.get("product"), 24),
-                     printable(f.get("serial"), 24), printable(arch, 24), printable(d.address, 40),
+                     printable(f.get("serial"), 24), printable(arch, 24), where,
                      format_age(now - d.first_seen), format_age(now - d.last_seen), str(d.reports)))
+        if d.conflict:
+            notes.append(f"conflict: {d.mac} was reported from {len(d.addresses)} addresses "
+                         f"({printable(', '.join(d.addresses), 200)}): two machines claim it (or it moved); "
+                         f"adopt it with --addresses naming the one to trust\n")
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)
+    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n"
+                   for r in rows) + "".join(notes)

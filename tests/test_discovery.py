@@ -21,7 +21,7 @@ from support.reloading import MAC, add_node, main_config
 from support.server import ServerProcess
 
 from bootserver.config import load_config
-from bootserver.discovery import Discovered, ReportError, read_report
+from bootserver.discovery import MAX_ADDRESSES, Discovered, ReportError, read_report
 from bootserver.http.app import ADMIN_APP, create_app
 from bootserver.http.running import RUNNING
 from bootserver.state.backends import open_store
@@ -56,11 +56,89 @@ async def test_store_keeps_reports_bounded_and_counted(backend: Any) -> None:
         assert [d.mac for d in found] == ["52:54:00:00:01:0b", *(f"52:54:00:00:01:{i:02x}" for i in (10, 9, 8, 7))]
         first = found[0]
         assert (first.uuid, first.facts, first.address, first.first_seen, first.last_seen, first.reports) == (
-            UUID, NASTY, "10.0.0.7", 111.0, 200.0, 2)
+            UUID, {**NASTY, "serial": "11"}, "10.0.0.7", 111.0, 200.0, 2)  # the first serial kept
         assert await store.forget_discovered(["52:54:00:00:01:0b", "52:54:00:00:09:09"]) == 1
         assert len(await store.discovered()) == 4
     finally:
         await store.close()
+
+
+async def test_a_later_report_never_erases_a_fact_and_a_second_address_is_a_conflict(backend: Any) -> None:
+    """Issue 52: a second report of a MAC from another address became the recorded address and blanked
+    the UUID. Each fact keeps its first non-empty value; every address is kept (bounded, the first one
+    always), and two of them are a conflict."""
+    store = open_store(backend())
+    await store.start()
+    try:
+        first = await store.discover(Discovered(UNKNOWN, UUID, {"serial": "S1", "manufacturer": "QEMU"}, "10.0.0.5",
+                                                100.0, 100.0), keep=5)
+        assert not first.conflict and dict(first.addresses) == {"10.0.0.5": 100.0}
+        other = await store.discover(Discovered(UNKNOWN, None, {"product": "P"}, "10.0.0.66", 110.0, 110.0), keep=5)
+        again = await store.discover(Discovered(UNKNOWN, "0badc0de-7b1e-4c7e-9a4d-2f6e3b1c0d5e", {"serial": "S2"},
+                                                "10.0.0.5", 120.0, 120.0), keep=5)
+        assert other.conflict and again.conflict
+        [d] = await store.discovered()
+        assert d == again
+        assert (d.uuid, dict(d.facts), d.address, d.first_seen, d.last_seen, d.reports) == (
+            UUID, {"serial": "S1", "manufacturer": "QEMU", "product": "P"}, "10.0.0.5", 100.0, 120.0, 3)
+        assert dict(d.addresses) == {"10.0.0.5": 120.0, "10.0.0.66": 110.0}
+        assert d.as_dict()["addresses"] == ["10.0.0.5", "10.0.0.66"] and d.as_dict()["conflict"] is True
+        for i in range(MAX_ADDRESSES + 4):  # a flood of addresses claiming it: bounded, the first kept
+            d = await store.discover(Discovered(UNKNOWN, None, {}, f"10.1.0.{i}", 200.0 + i, 200.0 + i), keep=5)
+        assert len(d.addresses) == MAX_ADDRESSES and next(iter(d.addresses)) == "10.0.0.5"
+        assert "10.1.0.0" not in d.addresses and f"10.1.0.{MAX_ADDRESSES + 3}" in d.addresses
+        assert [x.addresses for x in await store.discovered()] == [d.addresses]
+    finally:
+        await store.close()
+
+
+async def test_a_conflict_is_logged_shown_and_adopted_only_with_the_address_to_trust(
+        tmp_path: Path, reference: Path, aiohttp_client: Any, caplog: Any) -> None:
+    """A MAC reported from a second address: one warning, the page and ``nodes discovered`` show the
+    conflict, ``nodes adopt`` refuses it in one line (exit 2) with the DHCP engine's lease as evidence in
+    ``full`` mode, and adopts it pinned to the address ``--addresses`` names."""
+    path = main_config(tmp_path, reference, dhcp={"interface": "lo", "mode": "full",
+                                                   "range": "127.0.0.100-127.0.0.200"})
+    app = create_app(load_config(path))
+    client = await aiohttp_client(app)
+    admin = await aiohttp_client(app[ADMIN_APP])
+    caplog.set_level(logging.INFO, logger="bootserver.service")
+    assert (await client.get(report_path(serial="S1"))).status == 200  # from 127.0.0.1
+    svc = app[RUNNING].current.svc
+    assert await app[RUNNING].intake.report(svc.config, {"mac": UNKNOWN}, "127.0.0.66")  # emptier, elsewhere
+    assert await app[RUNNING].intake.report(svc.config, {"mac": UNKNOWN}, "127.0.0.66") is False  # per_address
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.getMessage().startswith(f'discovered machine {UNKNOWN} reported from 2 addresses '
+                                           '("127.0.0.1", "127.0.0.66"): two machines claim this MAC')
+    page = await (await admin.get("/")).text()
+    assert 'class="conflict"' in page and "127.0.0.1, 127.0.0.66 (conflict: 2 addresses claim this MAC)" in page
+
+    rc, out, err = await run_cli("nodes", "discovered", "--config", str(path))
+    assert rc == 0, err
+    _, row, note = out.splitlines()
+    assert row.startswith(f"{UNKNOWN}  {UUID}  ") and "127.0.0.1,127.0.0.66 CONFLICT" in row and "S1" in row
+    assert note.startswith(f"conflict: {UNKNOWN} was reported from 2 addresses (127.0.0.1, 127.0.0.66)")
+
+    leases = tmp_path / "state" / "dhcp" / "leases"
+    for lines, evidence in (
+            ([], f"the DHCP engine's lease file ({leases}) holds no lease for it"),
+            (["0 52:54:00:aa:bb:09 127.0.0.150 other *", f"1893456000 {UNKNOWN} 127.0.0.66 m1 01:52:54:00:aa:bb:01",
+              "duid 00:01:00:01:2c:1f:aa:bb:52:54:00:00:00:01"],
+             f"the DHCP engine leased 127.0.0.66 until 2030-01-01T00:00:00Z to it ({leases})")):
+        if lines:
+            leases.parent.mkdir(parents=True, exist_ok=True)
+            leases.write_text("\n".join(lines) + "\n")
+        rc, out, err = await run_cli("nodes", "adopt", UNKNOWN, "--name", "rack1-09", "--profile", "live",
+                                     "--config", str(path))
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert (f'machine {UNKNOWN} was reported from 2 addresses ("127.0.0.1", "127.0.0.66"): two machines claim '
+                "its MAC; pass --addresses naming the one to trust; " + evidence) in err
+        assert list((tmp_path / "nodes.d").iterdir()) == []
+    rc, out, err = await run_cli("nodes", "adopt", UNKNOWN, "--name", "rack1-09", "--profile", "live",
+                                 "--addresses", "127.0.0.66", "--config", str(path))
+    assert rc == 0, err
+    node = yaml.safe_load((tmp_path / "nodes.d" / "rack1-09.yaml").read_text())["nodes"]["rack1-09"]
+    assert (node["addresses"], node["uuid"]) == (["127.0.0.66"], UUID)
 
 
 async def test_an_unknown_machine_is_told_to_report_and_wait_and_is_recorded_once_per_wait(

@@ -360,7 +360,25 @@ def test_a_schema_2_timeline_gains_device_records_and_keeps_its_rows(tmp_path: P
     assert tl.current("m0").stage == "installing" and tl.current("m0").device is None
     assert tl.write_devices({"m0": {"id": "d-1"}}) == ["m0"]
     assert tl.current("m0").device == {"id": "d-1"}
-    assert tl._db().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert tl._db().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    tl.close()
+
+
+def test_a_schema_4_timeline_keeps_its_discovered_machines_and_gains_their_addresses(tmp_path: Path) -> None:
+    """Version 5 keeps every address that reported a MAC (issue 52); a record of before stands for its
+    last address, and a report from another address is a conflict."""
+    tl = Timeline(tmp_path)
+    tl.discover(Discovered("52:54:00:aa:bb:01", None, {"serial": "S1"}, "10.0.0.5", 100.0, 100.0), keep=10)
+    db = tl._db()
+    db.execute("ALTER TABLE discovered DROP COLUMN addresses")
+    db.execute("PRAGMA user_version = 4")
+    tl.close()
+    tl = Timeline(tmp_path)
+    [d] = tl.discovered()
+    assert (d.facts, dict(d.addresses), d.conflict) == ({"serial": "S1"}, {"10.0.0.5": 100.0}, False)
+    d = tl.discover(Discovered("52:54:00:aa:bb:01", None, {}, "10.0.0.66", 110.0, 110.0), keep=10)
+    assert d.conflict and tl.discovered() == [d] and d.facts == {"serial": "S1"}
+    assert tl._db().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     tl.close()
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Config
-from ..files import write_atomic
+from ..files import read_file, write_atomic
 from .reservations import Reservation
 from .rules import (
     CLASSES,
@@ -310,12 +310,51 @@ def write_reservations(config: Config, files: Layout, taken: tuple[Reservation, 
     return changed
 
 
+@dataclass(frozen=True)
+class Lease:
+    """One DHCPv4 lease in dnsmasq's lease file: the address, the client's MAC, the host name it sent
+    (``None`` for none) and when the lease expires (unix seconds; ``None``: never)."""
+
+    address: str
+    mac: str
+    hostname: str | None
+    expires: float | None
+
+
+def leases_of(files: Layout, mac: str) -> list[Lease]:
+    """The DHCPv4 leases dnsmasq holds for ``mac`` (lower-case ``aa:bb:...``), from its lease file
+    (:attr:`Layout.leases`, read only, never through a link). The format is dnsmasq 2.90's
+    (src/lease.c, ``lease_update_file``): one lease a line, ``EXPIRY MAC ADDRESS HOSTNAME CLIENT-ID``
+    (``*`` for none, expiry 0 for never), then a ``duid`` line and the DHCPv6 leases, which name no
+    MAC and are left out. No file (no engine ran in ``full`` mode) is no lease. Raises ``OSError``
+    (:class:`~bootserver.files.LinkRefused` for a link)."""
+    try:
+        text = read_file(files.root, files.leases.name).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return []
+    found = []
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0] == "duid":
+            break
+        if len(words) < 4 or words[1].lower() != mac or not words[0].isdigit():
+            continue
+        try:
+            address = str(ipaddress.ip_address(words[2]))
+        except ValueError:
+            continue
+        expires = int(words[0])
+        found.append(Lease(address, mac, None if words[3] == "*" else words[3], float(expires) if expires else None))
+    return found
+
+
 __all__ = [
     "DNSMASQ",
     "HTTP6_VENDOR_CLASS",
     "MENU_SCRIPT",
     "MENU_TEXT",
     "Layout",
+    "Lease",
     "boot_lines",
     "class_lines",
     "conf_text",
@@ -323,6 +362,7 @@ __all__ = [
     "hosts_text",
     "http6_lines",
     "layout",
+    "leases_of",
     "option_lines",
     "opts_text",
     "range_lines",

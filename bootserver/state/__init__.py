@@ -182,11 +182,12 @@ class StateStore(ABC):
         invalidated). Returns the nodes written or removed, in order. Raises ``UnavailableError``."""
 
     @abstractmethod
-    async def discover(self, record: Discovered, keep: int) -> None:
+    async def discover(self, record: Discovered, keep: int) -> Discovered:
         """Record a discovered machine's report (:class:`~bootserver.discovery.Discovered`: a new row, or
-        its row updated and its ``reports`` counted; ``record.last_seen`` is the report's time), then keep
-        only the ``keep`` records reported last (one transaction: the table never holds more). Raises
-        :class:`~bootserver.errors.UnavailableError`."""
+        its row merged with the report by :func:`~bootserver.discovery.merged`, read and written in one
+        transaction; ``record.last_seen`` is the report's time), then keep only the ``keep`` records
+        reported last (the same transaction: the table never holds more). Returns the machine's record
+        as written. Raises :class:`~bootserver.errors.UnavailableError`."""
 
     @abstractmethod
     async def discovered(self) -> list[Discovered]:

@@ -47,7 +47,7 @@ import psycopg
 from psycopg import conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from ..discovery import Discovered, facts_json, facts_of
+from ..discovery import COLUMNS, Discovered, merged, record_of, row_params
 from ..errors import UnavailableError
 from ..signing import KEY_BYTES, KeyEntry, Keyring
 from ..timeline import (
@@ -133,12 +133,20 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX discovered_last_seen ON discovered (last_seen);
     """,
+    """
+    -- every address that reported a MAC (bootserver.discovery.merged): {address: unix seconds}, JSON
+    ALTER TABLE discovered ADD COLUMN addresses TEXT;
+    """,
 )
 
-_DISCOVER = ("INSERT INTO discovered (mac, uuid, facts, address, first_seen, last_seen) "
-             "VALUES (%(mac)s, %(uuid)s, %(facts)s, %(address)s, %(at)s, %(at)s) ON CONFLICT (mac) DO UPDATE SET "
-             "uuid = EXCLUDED.uuid, facts = EXCLUDED.facts, address = EXCLUDED.address, "
-             "last_seen = EXCLUDED.last_seen, reports = discovered.reports + 1")
+#: A machine's first report, or nothing when it has a row (then read, locked, by :data:`_DISCOVERED_ROW`).
+_DISCOVER_NEW = ("INSERT INTO discovered (mac, uuid, facts, address, first_seen, last_seen, reports, addresses) "
+                 "VALUES (%(mac)s, %(uuid)s, %(facts)s, %(address)s, %(first_seen)s, %(last_seen)s, %(reports)s, "
+                 "%(addresses)s) ON CONFLICT (mac) DO NOTHING")
+_DISCOVERED_ROW = f"SELECT {COLUMNS} FROM discovered WHERE mac = %(mac)s FOR UPDATE"
+#: The row merged with a later report (:func:`~bootserver.discovery.merged`).
+_DISCOVER_MERGED = ("UPDATE discovered SET uuid = %(uuid)s, facts = %(facts)s, address = %(address)s, "
+                    "last_seen = %(last_seen)s, reports = %(reports)s, addresses = %(addresses)s WHERE mac = %(mac)s")
 _TRIM_DISCOVERED = ("DELETE FROM discovered WHERE mac IN (SELECT mac FROM discovered "
                     "ORDER BY last_seen DESC, mac OFFSET %(keep)s)")
 
@@ -438,22 +446,29 @@ class PostgresStore(StateStore):
 
     # -- discovered machines -----------------------------------------------------------------------
 
-    async def discover(self, record: Discovered, keep: int) -> None:
-        """One transaction: the upsert and the trim, in one pipeline."""
-        params = {"mac": record.mac, "uuid": record.uuid, "facts": facts_json(record.facts),
-                  "address": record.address, "at": record.last_seen, "keep": keep}
+    async def discover(self, record: Discovered, keep: int) -> Discovered:
+        """One transaction: the first report's insert (nothing when the machine has a row) and the row
+        read, locked, in one pipeline; then the row merged with the report, and the trim."""
+        first = merged(None, record)
         pool = await self._open_pool()
         try:
-            async with pool.connection() as conn, conn.transaction(), conn.pipeline():
-                await conn.execute(_DISCOVER, params)
-                await conn.execute(_TRIM_DISCOVERED, params)
+            async with pool.connection() as conn, conn.transaction():
+                async with conn.pipeline():
+                    added = await conn.execute(_DISCOVER_NEW, row_params(first))
+                    cur = await conn.execute(_DISCOVERED_ROW, {"mac": record.mac})
+                row = await cur.fetchone()
+                now = first if added.rowcount == 1 or row is None else merged(record_of(row), record)
+                async with conn.pipeline():
+                    if now is not first:
+                        await conn.execute(_DISCOVER_MERGED, row_params(now))
+                    await conn.execute(_TRIM_DISCOVERED, {"keep": keep})
         except psycopg.Error as e:
             raise self._unavailable(e) from None
+        return now
 
     async def discovered(self) -> list[Discovered]:
-        rows = await self._fetch("SELECT mac, uuid, facts, address, first_seen, last_seen, reports FROM discovered "
-                                 "ORDER BY last_seen DESC, mac", ())
-        return [Discovered(m, u, facts_of(f), a, fs, ls, n) for m, u, f, a, fs, ls, n in rows]
+        rows = await self._fetch(f"SELECT {COLUMNS} FROM discovered ORDER BY last_seen DESC, mac", ())
+        return [record_of(r) for r in rows]
 
     async def forget_discovered(self, macs: Iterable[str]) -> int:
         pool = await self._open_pool()

@@ -210,9 +210,9 @@ class SqliteStore(StateStore):
         with self._answering:
             return await asyncio.to_thread(self.timeline.write_devices, dict(records), replace=replace)
 
-    async def discover(self, record: Discovered, keep: int) -> None:
+    async def discover(self, record: Discovered, keep: int) -> Discovered:
         with self._answering:
-            await asyncio.to_thread(self.timeline.discover, record, keep)
+            return await asyncio.to_thread(self.timeline.discover, record, keep)
 
     async def discovered(self) -> list[Discovered]:
         with self._answering:

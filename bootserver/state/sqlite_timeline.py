@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..discovery import Discovered, facts_json, facts_of
+from ..discovery import COLUMNS, Discovered, merged, record_of, row_params
 from ..errors import InputError
 from ..files import LinkRefused
 from ..timeline import (
@@ -55,7 +55,7 @@ GENERATION_FILE = "timeline.generation"
 GENERATION_BYTES = 8
 
 #: Version of the timeline schema (``PRAGMA user_version`` in sqlite; see :func:`_migrate`).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Version 1 (before coalescing) had events without count/last_at/stage and nodes without
 # last_id/events/dropped; _migrate adds them.
@@ -112,16 +112,20 @@ CREATE TABLE IF NOT EXISTS discovered (
 CREATE INDEX IF NOT EXISTS discovered_last_seen ON discovered (last_seen)
 """
 
-#: Record a report (``:mac, :uuid, :facts, :address, :at``); ``reports`` counts them.
-DISCOVER_SQL = ("INSERT INTO discovered (mac, uuid, facts, address, first_seen, last_seen) "
-                "VALUES (:mac, :uuid, :facts, :address, :at, :at) ON CONFLICT (mac) DO UPDATE SET "
-                "uuid = excluded.uuid, facts = excluded.facts, address = excluded.address, "
-                "last_seen = excluded.last_seen, reports = discovered.reports + 1")
+# Version 5: every address that reported a MAC (bootserver.discovery.merged), not just the last one.
+_COLUMNS_V5 = (("discovered", "addresses", "TEXT"),)  # JSON object {address: unix seconds of its last report}
+
+#: Write a machine's record (``:mac, :uuid, :facts, :address, :first_seen, :last_seen, :reports,
+#: :addresses``; :func:`~bootserver.discovery.merged` made it from the row read in the same transaction).
+DISCOVER_SQL = ("INSERT INTO discovered (mac, uuid, facts, address, first_seen, last_seen, reports, addresses) "
+                "VALUES (:mac, :uuid, :facts, :address, :first_seen, :last_seen, :reports, :addresses) "
+                "ON CONFLICT (mac) DO UPDATE SET uuid = excluded.uuid, facts = excluded.facts, "
+                "address = excluded.address, last_seen = excluded.last_seen, reports = excluded.reports, "
+                "addresses = excluded.addresses")
 #: Drop all but the ``:keep`` records reported last.
 TRIM_DISCOVERED_SQL = ("DELETE FROM discovered WHERE mac IN (SELECT mac FROM discovered "
                        "ORDER BY last_seen DESC, mac LIMIT -1 OFFSET :keep)")
-DISCOVERED_SQL = ("SELECT mac, uuid, facts, address, first_seen, last_seen, reports FROM discovered "
-                  "ORDER BY last_seen DESC, mac")
+DISCOVERED_SQL = f"SELECT {COLUMNS} FROM discovered ORDER BY last_seen DESC, mac"
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -152,6 +156,10 @@ def _migrate(db: sqlite3.Connection) -> None:
         if version < 4:
             for statement in filter(str.strip, _SCHEMA_V4.split(";")):
                 db.execute(statement)
+        if version < 5:
+            for table, column, decl in _COLUMNS_V5:
+                if column not in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
         if version < SCHEMA_VERSION:
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
@@ -493,28 +501,30 @@ class Timeline:
 
     # -- discovered machines (bootserver.discovery) ----------------------------------------------
 
-    def discover(self, record: Discovered, keep: int) -> None:
-        """Record a machine's report (insert, or update its row and count it), then keep only the
-        ``keep`` records reported last; one transaction. Raises ``sqlite3.Error``."""
-        params = {"mac": record.mac, "uuid": record.uuid, "facts": facts_json(record.facts),
-                  "address": record.address, "at": record.last_seen}
+    def discover(self, record: Discovered, keep: int) -> Discovered:
+        """Record a machine's report (a new row, or its row merged with the report: :func:`~bootserver.
+        discovery.merged`), then keep only the ``keep`` records reported last; one transaction. Returns
+        the machine's record as written. Raises ``sqlite3.Error``."""
         with self._lock:
             db = self._db()
             self._begin_immediate(db)
             try:
-                db.execute(DISCOVER_SQL, params)
+                row = db.execute(f"SELECT {COLUMNS} FROM discovered WHERE mac = ?", (record.mac,)).fetchone()
+                now = merged(None if row is None else record_of(row), record)
+                db.execute(DISCOVER_SQL, row_params(now))
                 db.execute(TRIM_DISCOVERED_SQL, {"keep": keep})
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
             self._wrote(1)
+        return now
 
     def discovered(self) -> list[Discovered]:
         """Every discovered machine, last reported first. Raises ``sqlite3.Error``."""
         with self._lock:
             rows = self._db().execute(DISCOVERED_SQL).fetchall()
-        return [Discovered(m, u, facts_of(f), a, fs, ls, n) for m, u, f, a, fs, ls, n in rows]
+        return [record_of(r) for r in rows]
 
     def forget_discovered(self, macs: Sequence[str]) -> int:
         """Remove the records of ``macs``; returns how many there were. Raises ``sqlite3.Error``."""

@@ -367,7 +367,8 @@ async def test_cache_page_shows_a_download_in_progress_with_its_progress(tmp_pat
 async def test_a_discovered_machine_appears_live_and_what_it_reports_stays_text(browser: Browser, fleet: Fleet) -> None:
     """A machine that matched no node reports itself (as the discovery script makes its iPXE do): the
     Discovered table shows it within the live update's time, its values as text (a reported
-    ``<script>`` is not run), without reloading the page."""
+    ``<script>`` is not run), without reloading the page; its MAC reported from a second address shows
+    as a conflict."""
     page = await open_page(browser, fleet.server.admin_url + "/")
     await expect(page.locator("#discovered-count")).to_have_text("0")
     await expect(page.locator("#discovered-none")).to_be_visible()
@@ -383,9 +384,18 @@ async def test_a_discovered_machine_appears_live_and_what_it_reports_stays_text(
     await expect(page.locator("#discovered-none")).to_be_hidden()
     assert await page.evaluate("window.pwned") is None
     assert await page.locator("#discovered img").count() == 0
+    # the same MAC reported from another address, emptier: a conflict shown live, the first facts kept
+    elsewhere = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+    async with aiohttp.ClientSession(connector=elsewhere) as other, \
+            other.get(fleet.server.url + "/discover", params={"mac": "52:54:00:aa:00:01"}) as r:
+        assert r.status == 200
+    await expect(row).to_contain_text("127.0.0.1, 127.0.0.2 (conflict: 2 addresses claim this MAC)", timeout=LIVE)
+    await expect(row).to_have_class("conflict")
+    await expect(row).to_contain_text(evil)
     # a page rendered afresh shows it too, escaped by the server
     again = await open_page(browser, fleet.server.admin_url + "/")
     await expect(again.locator('#discovered tr[data-mac="52:54:00:aa:00:01"]')).to_contain_text(evil)
+    await expect(again.locator('#discovered tr[data-mac="52:54:00:aa:00:01"]')).to_have_class("conflict")
     assert await again.evaluate("window.pwned") is None
 
 

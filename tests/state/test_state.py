@@ -24,6 +24,7 @@ from bootserver.state import StateStore, StateStoreError, repeat_key
 from bootserver.state import postgresql as pgstate
 from bootserver.state.backends import open_store
 from bootserver.state.batches import Batches
+from bootserver.state.sqlite_timeline import SCHEMA_VERSION
 from bootserver.timeline import Record, boot_started
 
 
@@ -334,7 +335,8 @@ async def test_replicas_starting_at_once_migrate_once(pg: PgCluster, tmp_path: P
     stores = [open_store(make_config(tmp_path, url)) for _ in range(4)]
     try:
         results = await asyncio.gather(*(s.migrate() for s in stores))
-        assert sorted(results) == [(0, 3), (3, 3), (3, 3), (3, 3)]
+        n = len(pgstate.MIGRATIONS)
+        assert sorted(results) == [(0, n), (n, n), (n, n), (n, n)]
         await asyncio.gather(*(s.start() for s in stores))
         assert len({s.keyring().current for s in stores}) == 1  # one first key, not four
     finally:
@@ -353,9 +355,38 @@ async def test_a_newer_schema_is_refused(pg: PgCluster, tmp_path: Path, referenc
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("INSERT INTO bootserver_schema (version) VALUES (99)")
     store = open_store(make_config(tmp_path, url))
-    with pytest.raises(StateStoreError, match=r"schema version 99 is newer than this bootserver knows \(3\)"):
+    with pytest.raises(StateStoreError, match=rf"schema version 99 is newer than this bootserver knows "
+                                              rf"\({len(pgstate.MIGRATIONS)}\)"):
         await store.start()
     await store.close()
+
+
+@needs_pg
+async def test_a_schema_3_database_keeps_its_discovered_machines_and_gains_their_addresses(
+        pg: PgCluster, tmp_path: Path) -> None:
+    """The migration that keeps every address that reported a MAC (issue 52): a record of before stands
+    for its last address; a report from another address is then a conflict."""
+    import psycopg
+
+    from bootserver.discovery import Discovered
+
+    url = pg.create_database(f"t{next(db_names)}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bootserver_schema (version INTEGER NOT NULL)")
+        for version, sql in enumerate(pgstate.MIGRATIONS[:3], 1):
+            conn.execute(sql.encode())
+            conn.execute("INSERT INTO bootserver_schema (version) VALUES (%s)", (version,))
+        conn.execute("INSERT INTO discovered (mac, uuid, facts, address, first_seen, last_seen) VALUES "
+                     "('52:54:00:aa:bb:01', NULL, '{\"serial\": \"S1\"}', '10.0.0.5', 100, 100)")
+    store = open_store(make_config(tmp_path, url))
+    await store.start()
+    try:
+        [d] = await store.discovered()
+        assert (d.facts, dict(d.addresses), d.conflict) == ({"serial": "S1"}, {"10.0.0.5": 100.0}, False)
+        d = await store.discover(Discovered("52:54:00:aa:bb:01", None, {}, "10.0.0.66", 110.0, 110.0), keep=10)
+        assert d.conflict and await store.discovered() == [d] and d.facts == {"serial": "S1"}
+    finally:
+        await store.close()
 
 
 @needs_pg
@@ -422,7 +453,7 @@ async def test_db_migrate_command(backend, tmp_path: Path) -> None:
     assert rc == 0, err
     name = str(config.state_dir / "timeline.sqlite3") if config.state_store is None else \
         config.state_store.url
-    version = 4 if config.state_store is None else len(pgstate.MIGRATIONS)
+    version = SCHEMA_VERSION if config.state_store is None else len(pgstate.MIGRATIONS)
     nothing = f"{config.state_dir / 'nodes'}: no device record files, nothing to move\n"
     assert out == f"{name}: schema at version {version} (was 0)\n{nothing}"
     rc, out, err = await run_cli("db", "migrate", "--config", str(path))

@@ -79,7 +79,7 @@ class BrokenStore(StateStore):
     async def events(self, node: str, limit: int | None = None) -> list[Event]:
         self._lost()
 
-    async def discover(self, record: Discovered, keep: int) -> None:
+    async def discover(self, record: Discovered, keep: int) -> Discovered:
         self._lost()
 
     async def discovered(self) -> list[Discovered]:

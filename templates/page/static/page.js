@@ -25,9 +25,11 @@
     for (const d of list) {
       const tr = document.createElement("tr");
       tr.dataset.mac = d.mac;
+      if (d.conflict) tr.className = "conflict";
       const f = d.facts || {};
       const cells = [d.mac, d.uuid || "-", f.manufacturer || "-", f.product || "-", f.serial || "-", d.arch || "-",
-                     d.address || "-", age(now() - d.first_seen) + " ago", age(now() - d.last_seen) + " ago",
+                     (d.addresses || []).join(", ") + (d.conflict ? " (conflict: " + d.addresses.length +
+                     " addresses claim this MAC)" : "") || "-", age(now() - d.first_seen) + " ago", age(now() - d.last_seen) + " ago",
                      String(d.reports)];
       cells.forEach((text, i) => {
         const td = document.createElement(i === 0 ? "th" : "td");
