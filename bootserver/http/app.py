@@ -42,7 +42,7 @@ from ..service import BootService
 from ..signing import Signer
 from ..state import StateStore
 from ..urls import ADMIN, DEVICE, GENERIC, GENERIC_GRUB, ROUTES, Route
-from . import accesslog, page
+from . import accesslog, api, page
 from .accesslog import NODE, ROUTE
 from .admission import LIMITS, Limits
 from .fileanswer import FileAnswer, plan, send_pieces, sendfile_ranges
@@ -469,7 +469,7 @@ def _app(svc: BootService, running: Running, metrics: Metrics, listener: str, li
     middlewares: list[Middleware] = []
     if listener == ADMIN:
         middlewares.append(host_middleware(svc.config, page.OPEN_PATHS))
-        middlewares += [page.token_middleware(token)] if token is not None else []
+        middlewares += [page.token_middleware(token, api.PREFIX)] if token is not None else []
     app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=middlewares)
     if listener == ADMIN:
         app.on_response_prepare.append(admin_headers)
@@ -482,6 +482,8 @@ def _app(svc: BootService, running: Running, metrics: Metrics, listener: str, li
         add_route(app, route, HANDLERS[route.name], stamp=listener == DEVICE)
     if listener == DEVICE:  # last: only what no route takes
         app.router.add_route("*", "/{path:.*}", unmatched)
+    else:
+        app.add_subapp(api.PREFIX, api.create_api(running, token))
     return app
 
 

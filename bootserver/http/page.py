@@ -383,15 +383,17 @@ def _request_token(request: web.Request) -> str | None:
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 
-def token_middleware(token: str) -> Any:
+def token_middleware(token: str, own_auth: str) -> Any:
     """The admin application's check of ``server.admin.token_file``'s ``token`` (see the module
     docstring): ``401`` (with ``WWW-Authenticate: Bearer``) without a token, ``403`` with a wrong one,
-    compared in constant time; ``GET /?token=<token>`` sets the cookie and redirects to ``/``."""
+    compared in constant time; ``GET /?token=<token>`` sets the cookie and redirects to ``/``. Paths
+    below ``own_auth`` (the fleet API's ``/api/v1/``, which checks its own tokens) pass unchecked."""
     want = token.encode()
+    prefix = own_auth.rstrip("/") + "/"
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS:
+        if request.path in OPEN_PATHS or request.path.startswith(prefix):
             return await handler(request)
         if request.path == "/" and "token" in request.query:
             if not hmac.compare_digest(request.query["token"].encode(), want):

@@ -1,0 +1,184 @@
+"""The pydantic models of every body and answer of the fleet API (docs/api.md): the OpenAPI document
+(:mod:`bootserver.api.openapi`) is generated from them, and request bodies and query strings are
+validated with them.
+
+A node's representation is the config's node schema (:class:`bootserver.config.Node`, the same keys and
+checks as a file's ``nodes.<name>``) plus the read-only ``name``, ``source``, ``generation``, ``stage`` and
+``since``; inside ``redfish`` and ``ipmi`` the write-only ``password`` is never shown, ``password_set``
+says whether one is set. Times are RFC 3339 (``2026-12-02T03:04:05.678Z``, UTC).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import Node, Profile
+from ..config.ipmi_settings import IpmiSettings
+from ..config.redfish_settings import RedfishSettings
+from ..timeline import STAGES
+from ..values import NAME_RE
+
+#: A node's, profile's or token's name in a path (:data:`bootserver.values.NAME_RE`).
+NamePath = Annotated[str, Field(pattern=NAME_RE, min_length=1, max_length=63)]
+
+#: The stages a node can be in (docs/design.md, "Stage order").
+Stage = Literal[STAGES]  # type: ignore[valid-type]
+
+
+def _read_only(description: str) -> Any:
+    return Field(description=description, json_schema_extra={"readOnly": True})
+
+
+def rfc3339(at: float | None) -> str | None:
+    """Unix seconds as RFC 3339 in UTC with milliseconds (``2026-12-02T03:04:05.678Z``); ``None`` as is."""
+    if at is None:
+        return None
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Answer(BaseModel):
+    """Base of the answers' models: the keys listed, no others."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class FieldErrorModel(Answer):
+    """One refused part of a body: its JSON Pointer (RFC 6901) and what is wrong (check-config's words)."""
+
+    pointer: str
+    detail: str
+
+
+class ProblemModel(BaseModel):
+    """An error (RFC 9457 problem details, ``application/problem+json``): ``type`` is stable per kind
+    (docs/api.md, "Errors"), ``title`` and ``detail`` are for a person."""
+
+    model_config = ConfigDict(extra="allow", title="Problem")
+
+    type: str = Field(description="https://bootserver.dev/problems/<kind>")
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: list[FieldErrorModel] | None = Field(
+        default=None, description="invalid-node, unprocessable: each refused part of the body")
+    conflicting_node: str | None = Field(default=None, description="conflict: the node that holds it")
+
+
+class RedfishView(RedfishSettings):
+    """A node's ``redfish`` mapping as shown: its keys, and whether a password is set (never the password)."""
+
+    password_set: bool | None = _read_only("whether the BMC password is set (write-only: never shown)")
+
+
+class IpmiView(IpmiSettings):
+    """A node's ``ipmi`` mapping as shown: its keys, and whether a password is set (never the password)."""
+
+    password_set: bool | None = _read_only("whether the BMC password is set (write-only: never shown)")
+
+
+class NodeView(Node):
+    """A node as the API shows it: the config's node keys (those at their defaults left out) and the
+    read-only ``name``, ``source`` (``store`` or ``file:PATH``), ``generation`` (the ``ETag``), ``stage``
+    and ``since`` (when it entered that stage; ``null``: never booted)."""
+
+    model_config = ConfigDict(title="Node", strict=False)
+
+    redfish: RedfishView = Field(default_factory=RedfishView)
+    ipmi: IpmiView = Field(default_factory=IpmiView)
+    name: NamePath = _read_only("the node's name")
+    source: str = _read_only("store, or file:PATH for a node of a config file (read-only here)")
+    generation: int = _read_only("increases with every change; the node's ETag")
+    stage: Stage = _read_only("the node's stage (docs/design.md, Stage order)")
+    since: datetime | None = _read_only("when the node entered its stage (RFC 3339); null: never booted")
+
+
+class NodeList(Answer):
+    """A page of nodes, ordered by name; ``next_page_token`` fetches the next (``null``: the last page)."""
+
+    items: list[NodeView]
+    next_page_token: str | None
+
+
+class NodeListQuery(BaseModel):
+    """``GET /api/v1/nodes``'s query: every filter given must hold (``source``: ``store``, ``file`` or
+    ``file:PATH``; ``mac``: any of the node's MACs, any case and separator)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    profile: NamePath | None = None
+    source: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    stage: Stage | None = None
+    mac: Annotated[str, Field(pattern=r"^[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}$")] | None = None
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+    page_token: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+
+
+class TimelineQuery(BaseModel):
+    """``GET /api/v1/nodes/{name}/timeline``'s query: ``limit``, the last N events (default: every kept one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: Annotated[int, Field(ge=1, le=100000)] | None = None
+
+
+class TimelineEvent(Answer):
+    """One row of a node's history (what ``nodes show`` prints): ``event`` happened ``count`` times, the
+    first at ``at``, the last at ``last_at``; ``ip`` the client's address; ``detail`` the event's facts."""
+
+    at: datetime
+    event: str
+    ip: str | None
+    detail: dict[str, Any]
+    count: int
+    last_at: datetime
+
+
+class Timeline(Answer):
+    """A node's history, oldest first, with its current ``stage`` and ``since``; ``dropped_events``: how
+    many older rows ``timeline.keep_events`` removed."""
+
+    name: str
+    stage: Stage
+    since: datetime | None
+    dropped_events: int
+    items: list[TimelineEvent]
+
+
+class ProfileView(Profile):
+    """A profile as the API shows it: its keys (those at their defaults left out) and its ``name``."""
+
+    model_config = ConfigDict(title="ProfileView", strict=False)
+
+    name: NamePath = _read_only("the profile's name")
+
+
+class ProfileList(Answer):
+    """Every profile, ordered by name."""
+
+    items: list[ProfileView]
+
+
+class DiscoveredView(Answer):
+    """A machine that reported itself and is no node (``GET /discover``): its MAC (the key), SMBIOS UUID,
+    the facts iPXE reported, the address of its last report, its first and last report and their count,
+    its architecture as the page shows it."""
+
+    mac: str
+    uuid: str | None
+    facts: dict[str, str]
+    address: str | None
+    first_seen: datetime
+    last_seen: datetime
+    reports: int
+    arch: str | None
+
+
+class DiscoveredList(Answer):
+    """Every discovered machine, newest report first."""
+
+    items: list[DiscoveredView]
+

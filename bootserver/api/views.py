@@ -1,0 +1,93 @@
+"""What the fleet API shows: a node, a profile, a discovered machine, a node's history, as the JSON-able
+dicts its answers carry (shaped as :mod:`bootserver.api.models` says; built as plain dicts, not through
+the models, so a page of 1,000 nodes costs no validation), and the paging of the node list.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ..config import Config, normalize_mac
+from ..discovery import Discovered
+from ..timeline import Event, NodeState
+from .models import rfc3339
+from .problems import Problem
+
+#: The BMC mappings that may hold a write-only password.
+BMC_KEYS = ("redfish", "ipmi")
+
+
+def node_source(config: Config, name: str) -> str:
+    """Where configured node ``name`` comes from: ``file:PATH`` (the file that defines it)."""
+    return "file:" + config.origins.get(f"nodes.{name}", config.source)
+
+
+def node_view(config: Config, name: str, state: NodeState, *, generation: int = 0,
+              password_set: Iterable[str] = ()) -> dict[str, Any]:
+    """Node ``name`` of ``config`` as the API shows it (:class:`~bootserver.api.models.NodeView`): its keys
+    not at their defaults, ``password_set`` in each BMC mapping it has (true when a password file or
+    variable is named, or the mapping is in ``password_set``: a password kept in the store), and the
+    read-only ``name``, ``source``, ``generation``, ``stage``, ``since`` (``state``: its timeline state)."""
+    node = config.nodes[name]
+    out: dict[str, Any] = node.model_dump(mode="json", exclude_defaults=True)
+    stored = set(password_set)
+    for key in BMC_KEYS:
+        settings = out.get(key)
+        if settings is not None or key in stored:
+            settings = out[key] = dict(settings or {})
+            settings["password_set"] = (key in stored or settings.get("password_file") is not None
+                                        or settings.get("password_env") is not None)
+    out.update(name=name, source=node_source(config, name), generation=generation, stage=state.stage,
+               since=rfc3339(state.stage_at))
+    return out
+
+
+def profile_view(config: Config, name: str) -> dict[str, Any]:
+    """Profile ``name`` as the API shows it: its keys not at their defaults and its ``name``."""
+    return {**config.profiles[name].model_dump(mode="json", exclude_defaults=True), "name": name}
+
+
+def discovered_view(machine: Discovered) -> dict[str, Any]:
+    """A discovered machine as the API shows it (times as RFC 3339)."""
+    out = machine.as_dict()
+    out["first_seen"] = rfc3339(machine.first_seen)
+    out["last_seen"] = rfc3339(machine.last_seen)
+    return out
+
+
+def timeline_view(name: str, state: NodeState, events: Sequence[Event]) -> dict[str, Any]:
+    """Node ``name``'s history (oldest first) with its current stage, as the API shows it."""
+    return {"name": name, "stage": state.stage, "since": rfc3339(state.stage_at), "dropped_events": state.dropped,
+            "items": [{"at": rfc3339(e.at), "event": e.event, "ip": e.ip, "detail": dict(e.detail), "count": e.count,
+                       "last_at": rfc3339(e.at if e.last_at is None else e.last_at)} for e in events]}
+
+
+def page_token(after: str) -> str:
+    """The opaque token of the page that starts after node ``after`` (base64url of JSON)."""
+    return base64.urlsafe_b64encode(json.dumps({"after": after}).encode()).decode().rstrip("=")
+
+
+def page_after(token: str | None) -> str | None:
+    """The name a page token starts after (``None``: the first page). Raises :class:`Problem`
+    ``invalid-parameter`` for a token this server did not make."""
+    if token is None:
+        return None
+    try:
+        after = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))["after"]
+    except (ValueError, binascii.Error, KeyError, TypeError):
+        raise Problem("invalid-parameter", "page_token is not a token this server gave") from None
+    if not isinstance(after, str):
+        raise Problem("invalid-parameter", "page_token is not a token this server gave")
+    return after
+
+
+def mac_matches(config: Config, name: str, mac: str) -> bool:
+    """Whether ``mac`` (any case and separator) is one of node ``name``'s MACs."""
+    try:
+        return normalize_mac(mac) in config.nodes[name].mac
+    except ValueError:
+        return False
