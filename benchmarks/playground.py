@@ -19,7 +19,8 @@ and its NIC first in the boot order, as servers are:
   without a reset.
 
 One line per stage change (``dhcp`` and ``tftp`` too, from the engine); the end is a table of every
-machine's address and stages with their times since its power-on. It stops when every machine is ``up``
+machine's address and stages with their times since its power-on, and a line for each reason of a ``-``
+in it (a stage that machine's boot has not, or did not reach). It stops when every machine is ``up``
 (exit 0), after ``--minutes`` (default 10; exit 1), or on Ctrl-C or SIGTERM, and always stops its
 machines, the engine and the server and removes its network. Needs root (the network namespace).
 
@@ -191,19 +192,35 @@ class Watch:
         return bool(self.seen.get(name)) and self.seen[name][-1][0] == "up"
 
 
+def no_time(name: str, firmware: str, stage: str) -> str:
+    """Why ``name``'s row of the summary has ``-`` for ``stage``: the first mile has stages that a
+    machine's boot may not have; any other ``-`` is a stage it did not reach."""
+    if firmware == "bios" and stage == "tftp":
+        return "under SeaBIOS the NIC's option ROM is iPXE itself, so nothing is loaded over TFTP"
+    if name == ADOPTED and stage == "dhcp":
+        return "its DHCP answer (a pool address) came before its adoption, when it was no node"
+    return "not reached"
+
+
 def summary(watch: Watch, machines: dict[str, str], started: dict[str, float], addresses: dict[str, str]) -> str:
     """The table the playground ends with: every machine, its firmware and address, and the second
-    (after its power-on) at which it reached each stage of its life."""
+    (after its power-on) at which it reached each stage of its life; then a line per reason for a ``-``
+    (:func:`no_time`), naming the machines and stages it stands for."""
     stages = ("dhcp", "tftp", *life.LIFE_STAGES)
     head = ["node", "firmware", "address", *stages]
     rows = [head]
+    why: dict[str, list[str]] = {}
     for name, firmware in machines.items():
         at = dict(watch.seen.get(name, []))
         rows.append([name, firmware, addresses.get(name, "-"),
                      *(f"{at[s] - started[name]:.0f} s" if s in at and name in started else "-"
                        for s in stages)])
+        for s in stages:
+            if s not in at or name not in started:
+                why.setdefault(no_time(name, firmware, s), []).append(f"{name} {s}")
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+    table = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join([*table, *(f"- ({', '.join(where)}): {reason}" for reason, where in why.items())])
 
 
 def run(args: argparse.Namespace, work: Path) -> int:

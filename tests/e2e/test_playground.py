@@ -53,6 +53,12 @@ def test_the_playground_brings_its_three_machines_up(tmp_path: Path) -> None:
                                            ("pg-new", "bios", "192.0.2.1", 7)):
         row = next(line for line in table.splitlines() if line.startswith(f"playground:   {node} "))
         assert row.split()[2] == firmware and row.split()[3].startswith(address) and row.count(" s") == times, row
+    # every "-" in the table says why: no TFTP under SeaBIOS (iPXE is the NIC's ROM), pg-new's DHCP before adoption
+    notes = [line for line in table.splitlines() if line.startswith("playground:   - (")]
+    assert notes == ["playground:   - (pg-bios tftp, pg-new tftp): under SeaBIOS the NIC's option ROM is iPXE itself, "
+                     "so nothing is loaded over TFTP",
+                     "playground:   - (pg-new dhcp): its DHCP answer (a pool address) came before its adoption, "
+                     "when it was no node"], table
     assert "playground: every machine is up" in out
     assert out.rstrip().endswith("playground: machines, engine and server stopped")
 
