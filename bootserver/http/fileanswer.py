@@ -259,6 +259,10 @@ class FileAnswer(web.StreamResponse):
                 loop = asyncio.get_running_loop()
                 try:
                     async for start, n in paced(offset, count, pace):
+                        # gone during a paced wait: asyncio's sendfile would raise RuntimeError
+                        # ("Transport is closing"), not the ConnectionError every sender raises then
+                        if transport.is_closing():
+                            raise ConnectionResetError("Connection lost")
                         await loop.sendfile(transport, fobj, start, n)
                     return
                 except NotImplementedError:

@@ -7,18 +7,23 @@ artifact to the node whose script that address fetched."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from pathlib import Path
 
 import aiohttp
 import pytest
-from support.configs import config_doc, load, master_profile
+from support.configs import config_doc, load, master_profile, write
+from support.helpers import free_port, run_cli
+from support.server import ServerProcess
 from support.signing import fixed_signer, signed
 
-from bootserver.config import parse_config
+from bootserver.config import load_config, parse_config
 from bootserver.errors import ConfigError
 from bootserver.http.app import create_app
 from bootserver.values import parse_rate
 
+MAC = "52:54:00:52:07:01"
 RATE = 512 << 10  # bytes per second
 SIZE = 3 << 19  # the kernel: 3 s at RATE
 
@@ -87,3 +92,43 @@ def test_rates_are_written_as_bytes_per_second_with_units(tmp_path: Path) -> Non
         parse_config({**base, "server": {"artifact_rate": "fast"}}, "t.yaml", tmp_path)
     with pytest.raises(ConfigError, match=r"^t.yaml: server.artifact_rate: .*at least 1024"):
         parse_config({**base, "server": {"artifact_rate": 10}}, "t.yaml", tmp_path)
+
+
+async def test_a_client_that_goes_away_from_a_paced_answer_is_a_log_line_and_a_failed_event(
+        tmp_path: Path, publish_kernel) -> None:
+    """Issue 52: with a rate, a client that went away between two paced steps got asyncio's
+    ``RuntimeError: Transport is closing`` out of the next sendfile: a traceback, no access-log line and
+    no ``kernel-failed`` event. Now it ends as an unpaced answer's broken connection does. A real
+    ``serve`` (aiohttp's test server cancels a handler whose client left, which ``serve`` does not)."""
+    port = free_port()
+    doc = config_doc(server={"listen": f"127.0.0.1:{port}", "base_url": f"http://127.0.0.1:{port}",
+                             "artifact_rate": RATE},
+                     nodes={"master-0": {"profile": "master", "mac": [MAC], "selectable": True}})
+    path = write(doc, tmp_path)
+    kernel, data = publish_kernel(load_config(path), SIZE)[:2]
+    server = ServerProcess(path, port)
+    async with aiohttp.ClientSession() as session:
+        await server.start(session)
+        try:
+            async with asyncio.timeout(30):
+                await fetch(server.url, "127.0.0.2", f"/boot.ipxe?mac={MAC}")  # the node's script
+                reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+                writer.write(f"GET {kernel} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+                got = 0
+                while got < 200_000:  # a few paced steps, then gone (reset), as a NIC that stalls for good
+                    chunk = await reader.read(65536)
+                    assert chunk
+                    got += len(chunk)
+                sock = writer.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                writer.transport.abort()
+                while "kernel-failed" not in (out := (await run_cli("nodes", "show", "master-0",
+                                                                     "--config", str(path)))[1]):
+                    await asyncio.sleep(0.1)
+        finally:
+            await server.stop()
+    err = (await server.proc.stderr.read()).decode()  # type: ignore[union-attr]
+    assert "Traceback" not in err and "Error handling request" not in err, err
+    [line] = [x for x in err.splitlines() if f"GET {kernel} 200" in x]
+    assert line.endswith(" incomplete") and 0 < int(line.split(" bytes=")[1].split()[0]) < len(data), line
+    assert [x for x in out.splitlines() if "kernel-failed" in x]
