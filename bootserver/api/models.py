@@ -164,13 +164,17 @@ class ProfileList(Answer):
 
 class DiscoveredView(Answer):
     """A machine that reported itself and is no node (``GET /discover``): its MAC (the key), SMBIOS UUID,
-    the facts iPXE reported, the address of its last report, its first and last report and their count,
-    its architecture as the page shows it."""
+    the facts iPXE reported (each its first non-empty value), the address of its last report, every
+    address that reported it (in the order they first did) and whether they are more than one (a
+    conflict: two machines claim the MAC; adopting it needs the address to trust), its first and last
+    report and their count, its architecture as the page shows it."""
 
     mac: str
     uuid: str | None
     facts: dict[str, str]
     address: str | None
+    addresses: list[str]
+    conflict: bool
     first_seen: datetime
     last_seen: datetime
     reports: int

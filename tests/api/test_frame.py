@@ -159,6 +159,13 @@ async def test_profiles_and_discovered_machines_are_read_only_lists(client: Any)
     body = await r.json()
     conforms(body, "DiscoveredList")
     assert body == {"items": []}
+    assert (await client.get("/discover?mac=52:54:00:aa:bb:01&serial=S1")).status == 200
+    r = await client.admin.get("/api/v1/discovered", headers=AUTH)
+    body = await r.json()
+    conforms(body, "DiscoveredList")
+    [machine] = body["items"]
+    assert (machine["mac"], machine["facts"], machine["addresses"], machine["conflict"]) == (
+        "52:54:00:aa:bb:01", {"serial": "S1"}, ["127.0.0.1"], False)
     r = await client.admin.post("/api/v1/profiles", headers=AUTH)
     is_problem(r, await r.json(content_type=None), 405, "method-not-allowed")
     assert r.headers["Allow"] == "GET"
