@@ -45,7 +45,7 @@ from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 
 from ..artifacts.readthrough import Transfer
-from ..errors import FetchError
+from ..errors import BootserverError, FetchError
 from . import accesslog
 
 #: ``first-last``, ``first-`` or ``-suffix`` (RFC 9110 §14.1.1, ``int-range`` / ``suffix-range``).
@@ -326,6 +326,11 @@ async def sendfile_ranges(request: web.Request, resp: web.StreamResponse, transf
     as aiohttp's FileResponse does), or with writes of at most 1 MiB over TLS or where the transport
     cannot sendfile; held to ``rate`` bytes per second when given (:class:`Pace`).
 
+    When the client goes away (``ConnectionError``) or the transfer fails (a
+    :class:`~bootserver.errors.BootserverError` such as ``FetchError``: a sha256 mismatch, the upstream
+    gone), the body bytes sent so far are recorded for the
+    access log (:data:`bootserver.http.accesslog.BODY_SENT`) before the error is raised again.
+
     TLS gets our own writes: the bytes must pass through Python to be encrypted anyway, and asyncio's
     sendfile fallback, called once per range on an SSL transport, lost bytes in our tests (clients got
     short bodies while the server saw them all sent)."""
@@ -361,7 +366,7 @@ async def sendfile_ranges(request: web.Request, resp: web.StreamResponse, transf
                     await resp.write(data)
                     offset += len(data)
                     sent += len(data)
-    except ConnectionError:
+    except (ConnectionError, BootserverError):  # the client went away, or the transfer is aborted (wrong bytes)
         request[accesslog.BODY_SENT] = (sent, False)
         raise
     finally:

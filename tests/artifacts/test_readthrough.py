@@ -101,6 +101,37 @@ async def test_wrong_bytes_abort_every_client_and_publish_nothing(tmp_path, refe
     assert "restarted" not in caplog.text
 
 
+async def test_a_transfer_aborted_for_wrong_bytes_logs_the_bytes_the_client_got(tmp_path, reference, faulty,
+                                                                                aiohttp_client, caplog):
+    """Issue 52: a read-through aborted on a sha256 mismatch logged ``bytes=0`` though the client had
+    received nearly the whole body; the access log counts the bytes sent."""
+    from aiohttp.test_utils import TestServer
+
+    from bootserver.http.app import runner_kwargs
+
+    caplog.set_level("INFO", logger="bootserver")
+    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    app = create_app(make_config(tmp_path, meta))
+    app[SERVICE].runtime.upstream.retry = FAST
+    server = TestServer(app)
+    await server.start_server(**runner_kwargs(app))
+    client = await aiohttp_client(server)
+    rootfs = paths["rootfs"]
+    faulty.wrong.add(rootfs)
+    got = 0
+    r = await client.get(served_path(paths, "rootfs"))
+    assert r.status == 200
+    with pytest.raises(aiohttp.ClientPayloadError):
+        async for chunk in r.content.iter_any():
+            got += len(chunk)
+    assert got > ROOTFS_SIZE // 2
+    path = served_path(paths, "rootfs")
+    await wait_for(lambda: any(f"GET {path} 200" in x.getMessage() for x in caplog.records), "the access-log line")
+    [line] = [x.getMessage() for x in caplog.records if f"GET {path} 200" in x.getMessage()]
+    sent = int(line.split(" bytes=")[1].split()[0])
+    assert got <= sent < ROOTFS_SIZE and line.endswith(" incomplete"), (got, line)
+
+
 def config_cache(tmp_path: Path) -> Path:
     return tmp_path / "cache"
 
