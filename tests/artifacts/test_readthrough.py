@@ -110,7 +110,7 @@ async def test_a_transfer_aborted_for_wrong_bytes_logs_the_bytes_the_client_got(
     from bootserver.http.app import runner_kwargs
 
     caplog.set_level("INFO", logger="bootserver")
-    meta, paths, files = make_stream(tmp_path, reference, faulty)
+    meta, paths, _ = make_stream(tmp_path, reference, faulty)
     app = create_app(make_config(tmp_path, meta))
     app[SERVICE].runtime.upstream.retry = FAST
     server = TestServer(app)
