@@ -4,7 +4,8 @@
 :mod:`~bootserver.cli.render` (``render``, ``url``, ``iso``), :mod:`~bootserver.cli.dhcp` (``dhcp``),
 :mod:`~bootserver.cli.keys` (``keys rotate``, ``tls init``, ``db migrate``), :mod:`~bootserver.cli.reload`
 (``reload``, ``check-config``), :mod:`~bootserver.cli.provision` (``provision``, ``deprovision``,
-``devices`` and the providers' options), :mod:`~bootserver.cli.nodes` (``nodes`` and its actions);
+``devices`` and the providers' options), :mod:`~bootserver.cli.nodes` (``nodes`` and its actions),
+:mod:`~bootserver.cli.tokens` (``tokens create|list|revoke``, ``audit``: the fleet API's);
 :mod:`~bootserver.cli.common` holds what they share (the global options, the state store opened for one
 command).
 
@@ -24,7 +25,7 @@ from .. import __version__
 from ..config import load_config
 from ..errors import BootserverError
 from ..logs import setup_logging
-from . import dhcp, images, keys, nodes, provision, reload, render, serve
+from . import dhcp, images, keys, nodes, provision, reload, render, serve, tokens
 from .common import LOG_LEVELS, common_parser
 from .provision import provider_options
 
@@ -58,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     reload.add_check(sub, common)
     provision.add(sub, common)
     nodes.add(sub, common)
+    tokens.add_tokens(sub, common)
+    tokens.add_audit(sub, common)
     keys.add_db(sub, common)
     return parser
 

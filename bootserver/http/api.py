@@ -14,21 +14,20 @@ with each error's JSON Pointer, not a 502.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import re
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 
 from ..api import openapi, views
-from ..api.operations import GRANTS, OPERATIONS, PREFIX, Operation
+from ..api.operations import OPERATIONS, PREFIX, Operation
 from ..api.problems import MEDIA_TYPE, FieldError, Problem, pointer
+from ..api.tokens import Caller, TokenCache
 from ..config import describe_error
 from ..errors import UnavailableError
 from .gate import CLIENT_MAX_SIZE
@@ -46,34 +45,11 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="bootserver"'}
 
 
-@dataclass(frozen=True)
-class Caller:
-    """Who sent a request: the ``token`` name (``admin`` for ``server.admin.token_file``'s) and what its
-    scopes grant (:data:`~bootserver.api.operations.GRANTS`)."""
-
-    token: str
-    grants: frozenset[str]
-
-
 #: The request's caller, id, validated query and JSON body, set by :func:`frame`.
 CALLER = web.RequestKey("api_caller", Caller)
 REQUEST_ID = web.RequestKey("api_request_id", str)
 QUERY = web.RequestKey("api_query", BaseModel)
 BODY = web.RequestKey("api_body", object)
-
-
-class Tokens:
-    """The tokens the API accepts: ``server.admin.token_file``'s (scope ``admin``, compared in constant
-    time)."""
-
-    def __init__(self, admin_token: str | None) -> None:
-        self.admin = admin_token.encode() if admin_token is not None else None
-
-    async def caller(self, given: str) -> Caller | None:
-        """The caller ``given`` (a bearer token) authenticates, or ``None``."""
-        if self.admin is not None and hmac.compare_digest(given.encode(), self.admin):
-            return Caller("admin", GRANTS["admin"])
-        return None
 
 
 def problem_answer(request: web.Request, problem: Problem) -> web.Response:
@@ -92,12 +68,12 @@ def json_answer(data: Any, status: int = 200, headers: dict[str, str] | None = N
                         headers=headers)
 
 
-async def _authenticate(request: web.Request, tokens: Tokens, op: Operation) -> Caller:
+async def _authenticate(request: web.Request, tokens: TokenCache, op: Operation) -> Caller:
     scheme, _, given = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")
     given = given.strip()
     if scheme.lower() != "bearer" or not given:
         raise Problem("unauthorized", "send a token: Authorization: Bearer <token>", headers=CHALLENGE)
-    caller = await tokens.caller(given)
+    caller = tokens.caller(given)
     if caller is None:
         raise Problem("unauthorized", "the token is unknown, revoked or expired", headers=CHALLENGE)
     if op.scope not in caller.grants:
@@ -147,7 +123,7 @@ def _resolve(request: web.Request, op: Operation) -> None:
         raise Problem("not-found", f"no profile {name}")
 
 
-def frame(running: Running, tokens: Tokens, op: Operation, handler: Handler) -> Handler:
+def frame(running: Running, tokens: TokenCache, op: Operation, handler: Handler) -> Handler:
     """``handler`` of ``op`` behind what the operation needs first (see the module docstring); every
     answer carries :data:`REQUEST_ID_HEADER`."""
 
@@ -276,7 +252,13 @@ def create_api(running: Running, admin_token: str | None) -> web.Application:
     application: one route per operation behind :func:`frame`, a ``405`` with ``Allow`` for another method
     on an operation's path and a ``404`` for any other path below the prefix, both as problem details."""
     api = web.Application()
-    tokens = Tokens(admin_token)
+    tokens = TokenCache(running.runtime.state, admin_token)
+
+    async def poll_tokens(app: web.Application) -> AsyncIterator[None]:
+        async with tokens.running():
+            yield
+
+    api.cleanup_ctx.append(poll_tokens)
     by_path: dict[str, list[Operation]] = {}
     for op in OPERATIONS:
         by_path.setdefault(op.path, []).append(op)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..discovery import Discovered
 from ..errors import BootserverError
 from ..timeline import Current, Event, NodeState, Record, boot_started
+from .apistore import ApiStore
 from .batches import Batches
 
 if TYPE_CHECKING:
@@ -68,8 +69,9 @@ class StateStoreError(BootserverError):
     exception."""
 
 
-class StateStore(ABC):
-    """The node timeline and the signing keys of a server (see the module docstring)."""
+class StateStore(ApiStore, ABC):
+    """The node timeline and the signing keys of a server (see the module docstring), and the fleet API's
+    tokens and audit trail (:class:`~bootserver.state.apistore.ApiStore`)."""
 
     #: What the store is, for messages: a file path, or a PostgreSQL URL without its password.
     name: str

@@ -39,7 +39,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -66,6 +66,21 @@ from ..timeline import (
     plan_batch,
 )
 from . import PUBLIC_UNAVAILABLE, RepeatKey, StateStore, StateStoreError
+from .apistore import (
+    AUDIT_READ_SQL,
+    AUDIT_SQL,
+    CREATE_TOKEN_SQL,
+    POSTGRES_SCHEMA,
+    REVOKE_TOKEN_SQL,
+    TOKENS_SQL,
+    TOUCH_TOKEN_SQL,
+    AuditEntry,
+    TokenExistsError,
+    TokenRecord,
+    audit_of,
+    audit_params,
+    token_of,
+)
 from .batches import Batches
 
 log = logging.getLogger("bootserver.state")
@@ -137,6 +152,7 @@ MIGRATIONS: tuple[str, ...] = (
     -- every address that reported a MAC (bootserver.discovery.merged): {address: unix seconds}, JSON
     ALTER TABLE discovered ADD COLUMN addresses TEXT;
     """,
+    POSTGRES_SCHEMA,  # the fleet API's tokens and audit trail (bootserver.state.apistore)
 )
 
 #: A machine's first report, or nothing when it has a row (then read, locked, by :data:`_DISCOVERED_ROW`).
@@ -478,6 +494,43 @@ class PostgresStore(StateStore):
                 return cur.rowcount
         except psycopg.Error as e:
             raise self._unavailable(e) from None
+
+    # -- the fleet API's tokens and audit trail (bootserver.state.apistore) -------------------------
+
+    async def _write(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> int:
+        """``sql`` once per row in one transaction; the rows it changed. Raises ``UnavailableError``."""
+        pool = await self._open_pool()
+        try:
+            async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                changed = 0
+                for row in rows:
+                    await cur.execute(_pg(sql), row)
+                    changed += max(cur.rowcount, 0)
+                return changed
+        except psycopg.Error as e:
+            raise self._unavailable(e) from None
+
+    async def create_token(self, record: TokenRecord) -> None:
+        row = (record.name, record.hash, " ".join(record.scopes), record.created, record.expires)
+        if not await self._write(CREATE_TOKEN_SQL, [row]):
+            raise TokenExistsError(f"token {record.name}: the name is taken (tokens list; tokens revoke {record.name})")
+
+    async def tokens(self) -> list[TokenRecord]:
+        return [token_of(r) for r in await self._fetch(TOKENS_SQL, ())]
+
+    async def revoke_token(self, name: str) -> bool:
+        return bool(await self._write(REVOKE_TOKEN_SQL, [(name,)]))
+
+    async def touch_tokens(self, used: Mapping[str, float]) -> None:
+        if used:
+            await self._write(TOUCH_TOKEN_SQL, [(at, name, at) for name, at in used.items()])
+
+    async def write_audit(self, entries: Sequence[AuditEntry]) -> None:
+        if entries:
+            await self._write(AUDIT_SQL, [e.row() for e in entries])
+
+    async def audit(self, node: str | None = None, token: str | None = None, limit: int = 1000) -> list[AuditEntry]:
+        return [audit_of(r) for r in await self._fetch(_pg(AUDIT_READ_SQL), audit_params(node, token, limit))]
 
     # -- signing keys ------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,20 @@ from ..errors import UnavailableError
 from ..signing import Keyring
 from ..timeline import Current, Event, NodeState, Record
 from . import PUBLIC_UNAVAILABLE, RepeatKey, StateStore, StateStoreError
+from .apistore import (
+    AUDIT_READ_SQL,
+    AUDIT_SQL,
+    CREATE_TOKEN_SQL,
+    REVOKE_TOKEN_SQL,
+    TOKENS_SQL,
+    TOUCH_TOKEN_SQL,
+    AuditEntry,
+    TokenExistsError,
+    TokenRecord,
+    audit_of,
+    audit_params,
+    token_of,
+)
 from .batches import Batches
 from .sqlite_timeline import SCHEMA_VERSION, Timeline, connect
 
@@ -221,6 +235,47 @@ class SqliteStore(StateStore):
     async def forget_discovered(self, macs: Iterable[str]) -> int:
         with self._answering:
             return await asyncio.to_thread(self.timeline.forget_discovered, list(macs))
+
+    # -- the fleet API's tokens and audit trail (bootserver.state.apistore) -------------------------
+
+    async def create_token(self, record: TokenRecord) -> None:
+        row = (record.name, record.hash, " ".join(record.scopes), record.created, record.expires)
+        with self._answering:
+            made = await asyncio.to_thread(self.timeline.transaction,
+                                           lambda db: db.execute(CREATE_TOKEN_SQL, row).rowcount)
+        if not made:
+            raise TokenExistsError(f"token {record.name}: the name is taken (tokens list; tokens revoke {record.name})")
+
+    async def tokens(self) -> list[TokenRecord]:
+        with self._answering:
+            rows = await asyncio.to_thread(self.timeline.snapshot, lambda db: db.execute(TOKENS_SQL).fetchall())
+        return [token_of(r) for r in rows]
+
+    async def revoke_token(self, name: str) -> bool:
+        with self._answering:
+            return bool(await asyncio.to_thread(self.timeline.transaction,
+                                                lambda db: db.execute(REVOKE_TOKEN_SQL, (name,)).rowcount))
+
+    async def touch_tokens(self, used: Mapping[str, float]) -> None:
+        rows = [(at, name, at) for name, at in used.items()]
+        if rows:
+            with self._answering:
+                await asyncio.to_thread(self.timeline.transaction,
+                                        lambda db: db.executemany(TOUCH_TOKEN_SQL, rows), len(rows))
+
+    async def write_audit(self, entries: Sequence[AuditEntry]) -> None:
+        rows = [e.row() for e in entries]
+        if rows:
+            with self._answering:
+                await asyncio.to_thread(self.timeline.transaction, lambda db: db.executemany(AUDIT_SQL, rows),
+                                        len(rows))
+
+    async def audit(self, node: str | None = None, token: str | None = None, limit: int = 1000) -> list[AuditEntry]:
+        params = audit_params(node, token, limit)
+        with self._answering:
+            rows = await asyncio.to_thread(self.timeline.snapshot,
+                                           lambda db: db.execute(AUDIT_READ_SQL, params).fetchall())
+        return [audit_of(r) for r in rows]
 
     def keyring(self) -> Keyring:
         """The keys file (created on first use; ``refreshed()`` re-reads it when another process

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..discovery import COLUMNS, Discovered, merged, record_of, row_params
@@ -44,6 +44,7 @@ from ..timeline import (
     device_of,
 )
 from . import StateStoreError
+from .apistore import SQLITE_SCHEMA as API_SCHEMA
 from .sqlite_batch import run_batch
 
 log = logging.getLogger("bootserver.timeline")
@@ -55,7 +56,7 @@ GENERATION_FILE = "timeline.generation"
 GENERATION_BYTES = 8
 
 #: Version of the timeline schema (``PRAGMA user_version`` in sqlite; see :func:`_migrate`).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Version 1 (before coalescing) had events without count/last_at/stage and nodes without
 # last_id/events/dropped; _migrate adds them.
@@ -160,6 +161,9 @@ def _migrate(db: sqlite3.Connection) -> None:
             for table, column, decl in _COLUMNS_V5:
                 if column not in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+        if version < 6:  # the fleet API's tokens and audit trail (bootserver.state.apistore)
+            for statement in filter(str.strip, API_SCHEMA.split(";")):
+                db.execute(statement)
         if version < SCHEMA_VERSION:
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         db.execute("COMMIT")
@@ -180,6 +184,9 @@ def connect(path: Path, **kwargs: Any) -> sqlite3.Connection:
     if path.is_symlink():
         raise LinkRefused(path)
     return sqlite3.connect(f"file:{quote(str(path))}?nofollow=1", uri=True, **kwargs)
+
+
+T = TypeVar("T")
 
 
 class TimelineDamagedError(StateStoreError, InputError):
@@ -437,6 +444,34 @@ class Timeline:
                 if "locked" not in str(e) or time.monotonic() >= deadline:
                     raise
             time.sleep(0.001)
+
+    def transaction(self, work: Callable[[sqlite3.Connection], T], rows: int = 1) -> T:
+        """``work(db)`` inside one write transaction (``BEGIN IMMEDIATE``: other writers wait, see
+        :meth:`_begin_immediate`), committed when it returns, rolled back when it raises (then nothing
+        of it was written); ``rows`` counts toward the next WAL checkpoint. Raises what ``work`` raised
+        or ``sqlite3.Error``."""
+        with self._lock:
+            db = self._db()
+            self._begin_immediate(db)
+            try:
+                out = work(db)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            self._wrote(max(rows, 1))
+        return out
+
+    def snapshot(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work(db)`` on the read connection inside one read transaction: every statement of it sees
+        the same committed state. Raises what ``work`` raised or ``sqlite3.Error``."""
+        with self._rlock:
+            db = self._read_db()
+            db.execute("BEGIN")
+            try:
+                return work(db)
+            finally:
+                db.execute("COMMIT")
 
     def stage(self, node: str) -> str:
         """The node's current stage (``new`` when it has no events), as last committed by any process.

@@ -254,3 +254,30 @@ async def test_a_device_provisioned_through_one_replica_is_the_others_device(
         assert metal_env.devices == {}
         for replica in (a, b):
             assert "run `bootserver provision metal-0` first" in await _get(http, replica.on_me(chain), 503)
+
+
+async def test_a_fleet_api_token_is_known_and_revoked_on_both_replicas_within_2_s(
+        two: tuple[PgCluster, Replica, Replica]) -> None:
+    _cluster, a, b = two
+    rc, out, err = await run_cli("tokens", "create", "ci", "--scope", "read", "--config", str(a.config))
+    assert rc == 0, err
+    auth = {"Authorization": f"Bearer {out.strip()}"}
+
+    async def statuses() -> list[int]:
+        got = []
+        for replica in (a, b):
+            async with http.get(f"{replica.admin_url}/api/v1/nodes/master-0", headers=auth) as r:
+                got.append(r.status)
+        return got
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+        await _until(lambda: _is(statuses(), [200, 200]), 2.0, "a new token is not accepted by both within 2 s")
+        rc, out, err = await run_cli("tokens", "revoke", "ci", "--config", str(b.config))
+        assert rc == 0, err
+        start = time.monotonic()
+        await _until(lambda: _is(statuses(), [401, 401]), 2.0, "a revoked token is still accepted after 2 s")
+        assert time.monotonic() - start < 2.0
+
+
+async def _is(got: Any, want: list[int]) -> bool:
+    return await got == want

@@ -28,6 +28,7 @@ from bootserver.discovery import Discovered
 from bootserver.errors import UnavailableError
 from bootserver.signing import KeyEntry, Keyring
 from bootserver.state import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
+from bootserver.state.apistore import AuditEntry, TokenRecord
 from bootserver.timeline import Current, Event, NodeState, Record
 
 #: libpq's message when the server's socket is gone (a local path: it must reach the log, never a body).
@@ -99,6 +100,24 @@ class BrokenStore(StateStore):
 
     async def write_devices(self, records: Mapping[str, Mapping[str, Any] | None], *,
                             replace: bool = True) -> list[str]:
+        self._lost()
+
+    async def create_token(self, record: TokenRecord) -> None:
+        self._lost()
+
+    async def tokens(self) -> list[TokenRecord]:
+        self._lost()
+
+    async def revoke_token(self, name: str) -> bool:
+        self._lost()
+
+    async def touch_tokens(self, used: Mapping[str, float]) -> None:
+        self._lost()
+
+    async def write_audit(self, entries: Sequence[AuditEntry]) -> None:
+        self._lost()
+
+    async def audit(self, node: str | None = None, token: str | None = None, limit: int = 1000) -> list[AuditEntry]:
         self._lost()
 
     def keyring(self) -> Keyring:
