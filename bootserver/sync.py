@@ -9,8 +9,10 @@ run, hashed while it streams and published only when its sha256 matches (see :mo
 Artifacts already cached with the same sha256 are skipped. An artifact another process is downloading
 right now (another ``sync-images``, a ``serve`` read-through) is not downloaded again: the sync follows
 that download to its end (:meth:`bootserver.artifacts.readthrough.ReadThrough.fetch`), and takes over if it
-stops. ``--prune`` then applies
-:mod:`bootserver.artifacts.retention`.
+stops. A stream whose metadata cannot be had, or an artifact that fails, does not stop the others: each
+failure is one line on stderr, and the run ends with :class:`SyncFailed` (exit 1, or 2 when a failure was
+bad input such as malformed metadata). ``--prune`` then applies :mod:`bootserver.artifacts.retention`
+(only after a run without failures).
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ from .streams import Artifact, Release
 
 #: Artifacts downloaded at the same time.
 PARALLEL_DOWNLOADS = 3
+
+
+class SyncFailed(BootserverError):
+    """Some streams' metadata or artifacts could not be had (each named on its own line before); the
+    others were synced. Exit 1, or the highest exit code of the failures (2 for malformed metadata)."""
+
+    def __init__(self, failures: list[BootserverError], what: str, others: bool) -> None:
+        super().__init__(f"sync-images: {what} failed (each named above)" + ("; the others are synced" if others
+                                                                              else ""))
+        self.exit_code = max(e.exit_code for e in failures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +99,17 @@ def _human(n: float) -> str:
 
 
 async def sync_images(config: Config, *, stream: str | None = None, facility: str | None = None,
-                      out: TextIO = sys.stdout, prune: bool = False) -> int:
+                      out: TextIO = sys.stdout, err: TextIO = sys.stderr, prune: bool = False) -> int:
     """Refresh stream metadata and download missing artifacts. Returns the number downloaded.
 
     With ``prune``, once every download succeeded, remove what :func:`bootserver.artifacts.retention.prune`
     finds unreferenced (one ``pruned <path>`` line each); nothing is pruned after a failure.
 
-    Progress bars (tqdm) when ``out`` is a terminal, else one summary line per artifact. Raises the
-    first :class:`~bootserver.errors.BootserverError` (``FetchError``, ``IntegrityError``,
-    ``MetadataError``) after the other downloads in flight have finished or failed cleanly.
+    Progress bars (tqdm) when ``out`` is a terminal, else one summary line per artifact. Every stream
+    and artifact is tried: a :class:`~bootserver.errors.BootserverError` of one (``FetchError``,
+    ``IntegrityError``, ``MetadataError``) is one line on ``err`` (``bootserver: <stream> [<arch>
+    <version> <kind>]: <error>``) and the others go on. Raises :class:`SyncFailed` at the end when any
+    failed, ``InputError`` for an unknown ``stream`` or ``facility``.
     """
     targets = wanted_targets(config, stream=stream, facility=facility)
     # the artifacts' parts only: sync-images needs neither the state store nor the service
@@ -104,13 +118,25 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
     catalog = StreamCatalog(config, cache, upstream)
     artifacts = ReadThrough(config, cache, catalog, upstream)
     tty = out.isatty()
+    failures: list[BootserverError] = []
+
+    def failed(label: str, e: BootserverError) -> BootserverError:
+        print(f"bootserver: {label}: {e}", file=err, flush=True)
+        failures.append(e)
+        return e
+
+    streams = sorted({s for s, _ in targets})
     try:
         items: list[SyncItem] = []
         # a secure_boot node's image is made of its release's live ISO (bootserver.images.secureboot)
         secure = {(config.node_profile(n).stream, config.node_profile(n).arch) for n in config.nodes
                   if config.node_secure_boot(n)}
-        for s in sorted({s for s, _ in targets}):
-            meta = await catalog.refresh(s)
+        for s in streams:
+            try:
+                meta = await catalog.refresh(s)
+            except BootserverError as e:
+                failed(f"{s} metadata", e)
+                continue
             for st, arch in targets:
                 if st == s:
                     rel = meta.releases[arch]
@@ -131,6 +157,8 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
                 started = time.monotonic()
                 try:
                     got = await artifacts.fetch(rel, art, hooks=bar)
+                except BootserverError as e:
+                    raise failed(label, e) from None
                 finally:
                     if bar is not None:
                         bar.bar.close()
@@ -150,12 +178,15 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
     finally:
         await artifacts.close()
         await upstream.close()
-    errors = [r for r in results if isinstance(r, BaseException)]
-    for e in errors:
-        if not isinstance(e, BootserverError):
-            raise e
-    if errors:
-        raise errors[0]
+    for r in results:
+        if isinstance(r, BaseException) and not isinstance(r, BootserverError):
+            raise r
+    if failures:
+        broken = sum(1 for r in results if isinstance(r, BootserverError))
+        what = [f"{broken} of {len(items)} artifacts"] if broken else []
+        if len(failures) > broken:
+            what.append(f"the metadata of {len(failures) - broken} of {len(streams)} streams")
+        raise SyncFailed(failures, " and ".join(what), len(items) > broken or len(streams) > len(failures) - broken)
     if prune:
         for path in prune_cache(config, cache, catalog):
             print(f"pruned {path}", file=out, flush=True)

@@ -50,11 +50,33 @@ async def test_hash_mismatch_publishes_nothing_and_exits_1(tmp_path: Path, refer
     rc, _out, err = await run_cli("sync-images", "--config", str(config), "--stream", "rhcos-4.16")
     assert rc == 1
     rootfs = doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"]["rootfs"]
-    assert err.startswith(f"bootserver: {rootfs['location']}: sha256 mismatch: expected {rootfs['sha256']}, got ")
-    assert len(err.strip().splitlines()) == 1
+    failure, summary = err.strip().splitlines()
+    release = doc["architectures"]["x86_64"]["artifacts"]["metal"]["release"]
+    assert failure.startswith(f"bootserver: rhcos-4.16 x86_64 {release} rootfs: {rootfs['location']}: sha256 "
+                              f"mismatch: expected {rootfs['sha256']}, got ")
+    assert summary == "bootserver: sync-images: 1 of 6 artifacts failed (each named above); the others are synced"
     published = [f for f in cache_files(tmp_path) if f.startswith("artifacts/") and not f.endswith(".sha256")]
     assert not any("rootfs.x86_64" in f for f in published)
     assert not any(f.startswith("tmp/") for f in cache_files(tmp_path))
+
+
+async def test_every_artifact_is_tried_and_each_failure_is_one_line(tmp_path: Path, reference: Path,
+                                                                    upstream) -> None:
+    """Issue 52: sync-images stopped at the first failed artifact. Two fail (a wrong sha256, a 404):
+    both named, one line each, the four others downloaded, exit 1 at the end."""
+    config, doc = setup(tmp_path, reference, upstream, corrupt="kernel-x86_64")
+    arm = doc["architectures"]["aarch64"]["artifacts"]["metal"]["formats"]["pxe"]
+    del upstream.files[arm["initramfs"]["location"].removeprefix(upstream.url)]
+    rc, out, err = await run_cli("sync-images", "--config", str(config), "--stream", "rhcos-4.16")
+    assert rc == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 3, err
+    assert sorted(line.split(": ", 2)[1] for line in lines[:2]) == [
+        f"rhcos-4.16 aarch64 {doc['architectures']['aarch64']['artifacts']['metal']['release']} initramfs",
+        f"rhcos-4.16 x86_64 {doc['architectures']['x86_64']['artifacts']['metal']['release']} kernel"]
+    assert any("HTTP 404" in line for line in lines[:2]) and any("sha256 mismatch" in line for line in lines[:2])
+    assert lines[2] == "bootserver: sync-images: 2 of 6 artifacts failed (each named above); the others are synced"
+    assert len([line for line in out.splitlines() if line.endswith("sha256 ok")]) == 4
 
 
 async def test_unknown_stream_is_usage_error(tmp_path: Path, reference: Path, upstream) -> None:
@@ -68,7 +90,9 @@ async def test_metadata_404_names_the_url(tmp_path: Path, reference: Path, upstr
     del upstream.files["/rhcos.json"]
     rc, _out, err = await run_cli("sync-images", "--config", str(config), "--stream", "rhcos-4.16")
     assert rc == 1
-    assert err.strip() == f"bootserver: {upstream.url}/rhcos.json: HTTP 404 Not Found"
+    assert err.strip().splitlines() == [
+        f"bootserver: rhcos-4.16 metadata: {upstream.url}/rhcos.json: HTTP 404 Not Found",
+        "bootserver: sync-images: the metadata of 1 of 1 streams failed (each named above)"]
 
 
 async def test_malformed_metadata_is_exit_2_and_keeps_old_copy(tmp_path: Path, reference: Path, upstream) -> None:
