@@ -29,7 +29,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -88,7 +88,8 @@ class Host:
     """One machine: ``name`` (node name and hostname), ``role`` (``master``, ``arbiter``, ``worker``,
     ``bootstrap``), ``macs`` (lower-case, boot MAC first), ``network`` (the NMState document as written,
     ``None`` for DHCP), ``install_dev`` (``None`` in agent mode), ``secure_boot``, ``bmc``, ``source``
-    (the file it came from)."""
+    (the file it came from), ``addresses`` (where it may boot from: every ``machineNetwork`` CIDR and
+    each static address outside them)."""
 
     name: str
     role: str
@@ -98,6 +99,7 @@ class Host:
     secure_boot: bool = False
     bmc: Bmc | None = None
     source: str = "install-config.yaml"
+    addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -427,12 +429,14 @@ def read_cluster(install_config: Mapping[str, Any] | None, agent_config: Mapping
                                 f"{mac} is also a MAC of host {macs[mac]}")
             macs.setdefault(mac, raw.name)
         state = _network(raw.network, where, raw.name, problems)
+        pinned = [str(n) for n in machine_networks]
         if state is not None:
             for key, address in _addresses(state):
                 if str(address) in vips:
                     problems.refuse(where, raw.name, key, f"{address} is the cluster's VIP "
                                     f"({vips[str(address)]}): a host must not hold it")
                 elif not any(address in net for net in machine_networks if net.version == address.version):
+                    pinned.append(str(address))
                     problems.warn(where, raw.name, key, f"{address} is outside every networking.machineNetwork "
                                   f"({', '.join(str(n) for n in machine_networks)}); imported as written "
                                   "(the installer accepts it)")
@@ -459,9 +463,10 @@ def read_cluster(install_config: Mapping[str, Any] | None, agent_config: Mapping
             problems.refuse(where, raw.name, "bootMode", f"{raw.boot_mode!r}: UEFI, UEFISecureBoot or legacy")
         bmc = _bmc(raw, problems)
         hosts.append(Host(raw.name, role, tuple(raw.macs), None if state is None else raw.network, device or None,
-                          raw.boot_mode == "UEFISecureBoot", bmc, where))
+                          raw.boot_mode == "UEFISecureBoot", bmc, where, tuple(pinned)))
     if bootstrap_mac is not None:
-        hosts.append(_bootstrap(bootstrap_mac, bootstrap_bmc, install_dev, need_device, names, macs, problems))
+        boot = _bootstrap(bootstrap_mac, bootstrap_bmc, install_dev, need_device, names, macs, problems)
+        hosts.append(replace(boot, addresses=tuple(str(n) for n in machine_networks)))
     if not hosts:
         files = " and ".join(f for f, d in (("install-config.yaml", ic), ("agent-config.yaml", ac)) if d is not None)
         problems.lines.append(f"{files}: no hosts (install-config.yaml platform.baremetal.hosts or agent-config.yaml "
@@ -493,10 +498,14 @@ def _bootstrap(mac_text: str, bmc_address: str | None, install_dev: str | None, 
 
 def node_entry(host: Host, profile: str, password_file: str | None = None) -> dict[str, Any]:
     """The host as ``nodes.<name>`` of the config (a plain mapping, for YAML): ``profile``,
-    ``hostname``, ``mac``, ``network`` (the NMState document; absent: DHCP), ``secure_boot``, and with
+    ``hostname``, ``mac``, ``addresses`` (the machine networks and its static addresses outside them:
+    where ``/boot.ipxe`` hands it its script), ``network`` (the NMState document; absent: DHCP),
+    ``secure_boot``, and with
     a BMC ``provider`` and its ``redfish:``/``ipmi:`` settings with ``password_file`` (the file holding
     the password, written by the caller: never the password itself)."""
     node: dict[str, Any] = {"profile": profile, "hostname": host.name, "mac": list(host.macs)}
+    if host.addresses:
+        node["addresses"] = list(host.addresses)
     if host.network is not None:
         node["network"] = _plain(host.network)
     if host.secure_boot:

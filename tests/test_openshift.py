@@ -111,6 +111,15 @@ def test_public_example(name: str, options: dict[str, Any], expected: Any) -> No
     assert summary(name, **options) == expected
 
 
+def test_a_host_boots_from_the_machine_networks_and_its_static_addresses_outside_them() -> None:
+    cluster = read_cluster(*example("agent-image-hosts-no-rendezvousip.txt"), need_device=False)
+    assert cluster.hosts[0].addresses == ("192.168.111.0/24", "10.19.17.129")
+    ic, _ = example("ipi-install-config-ipmi-hosts.yaml")
+    del ic["networking"]
+    cluster = read_cluster(ic, None, install_dev="/dev/sda")
+    assert {h.addresses for h in cluster.hosts} == {("10.0.0.0/16",)}  # the installer's default
+
+
 def test_the_bmc_example_imports_once_its_interfaces_have_names_of_their_own() -> None:
     ic, ac = example("agent-image-baremetal-host-bmc.txt")
     for h in ic["platform"]["baremetal"]["hosts"]:
@@ -118,6 +127,7 @@ def test_the_bmc_example_imports_once_its_interfaces_have_names_of_their_own() -
         h["networkConfig"]["routes"]["config"][0]["next-hop-interface"] = "nic0"
     cluster = read_cluster(ic, ac, need_device=False)
     assert cluster.warnings == ()
+    assert {h.addresses for h in cluster.hosts} == {("192.168.111.0/24",)}
     assert [(h.name, h.role) for h in cluster.hosts] == [("master-0", "master"), ("master-1", "master"),
                                                         ("master-2", "master")]
     host = cluster.hosts[0]
@@ -125,7 +135,7 @@ def test_the_bmc_example_imports_once_its_interfaces_have_names_of_their_own() -
     node = node_entry(host, "ostest-master", "/etc/bootserver/ostest.passwords/master-0")
     assert node == {
         "profile": "ostest-master", "hostname": "master-0", "mac": ["00:00:00:aa:bb:01"],
-        "network": h_network("nic0", "192.168.111.80"),
+        "addresses": ["192.168.111.0/24"], "network": h_network("nic0", "192.168.111.80"),
         "provider": "redfish",
         "redfish": {"address": "http://172.22.0.10:8000",
                     "system": "/redfish/v1/Systems/d3fe1eb9-f04c-465d-b5d6-d267f0a0059b",
@@ -209,6 +219,7 @@ def static(ip: str, name: str = "nic0") -> dict[str, Any]:
 def test_the_small_install_config_imports() -> None:
     cluster = read_cluster(ipi(networkConfig=static("192.0.2.10"), bootMode="UEFISecureBoot"), None)
     (host,) = cluster.hosts
+    assert host.addresses == ("192.0.2.0/24",)
     assert (host.name, host.role, host.install_dev, host.secure_boot) == ("m0", "master", "/dev/vda", True)
     assert host.bmc is not None and dict(host.bmc.settings) == {
         "address": "https://10.0.0.9", "system": "/redfish/v1/Systems/1", "username": "u", "boot_mode": "uefi"}
@@ -294,6 +305,7 @@ def test_agent_config_hosts_take_their_bmc_from_install_config_by_name() -> None
                     {"hostname": "m1", "role": "worker",
                      "interfaces": [{"name": "nic0", "macAddress": "52:54:00:00:00:0b"}]}]}
     cluster = read_cluster(ic, ac, need_device=False)
+    assert [h.addresses for h in cluster.hosts] == [("192.0.2.0/24",), ("192.0.2.0/24",)]
     assert [(h.name, h.role, h.macs, h.source) for h in cluster.hosts] == [
         ("m0", "master", ("52:54:00:00:00:0a",), "agent-config.yaml"),
         ("m1", "worker", ("52:54:00:00:00:0b",), "agent-config.yaml")]
@@ -308,6 +320,7 @@ def test_the_bootstrap_machine() -> None:
     assert (boot.name, boot.role, boot.macs, boot.install_dev) == ("bootstrap", "bootstrap", ("52:54:00:00:00:ff",),
                                                                    "/dev/vda")
     assert boot.bmc is not None and boot.bmc.provider == "ipmi"
+    assert boot.addresses == ("192.0.2.0/24",)
     assert refusals(ipi(), bootstrap_mac="52:54:00:00:00:01") == [
         "--bootstrap-mac: host bootstrap: --bootstrap-mac: 52:54:00:00:00:01 is a MAC of host m0",
         "--bootstrap-mac: host bootstrap: --install-dev: the bootstrap machine needs --install-dev DEVICE"]

@@ -5,7 +5,8 @@
 :mod:`~bootserver.cli.keys` (``keys rotate``, ``tls init``, ``db migrate``), :mod:`~bootserver.cli.reload`
 (``reload``, ``check-config``), :mod:`~bootserver.cli.provision` (``provision``, ``deprovision``,
 ``devices`` and the providers' options), :mod:`~bootserver.cli.nodes` (``nodes`` and its actions),
-:mod:`~bootserver.cli.tokens` (``tokens create|list|revoke``, ``audit``: the fleet API's);
+:mod:`~bootserver.cli.tokens` (``tokens create|list|revoke``, ``audit``: the fleet API's),
+:mod:`~bootserver.cli.openshift` (``openshift import``);
 :mod:`~bootserver.cli.common` holds what they share (the global options, the state store opened for one
 command).
 
@@ -25,7 +26,7 @@ from .. import __version__
 from ..config import load_config
 from ..errors import BootserverError
 from ..logs import setup_logging
-from . import dhcp, images, keys, nodes, provision, reload, render, serve, tokens
+from . import dhcp, images, keys, nodes, openshift, provision, reload, render, serve, tokens
 from .common import LOG_LEVELS, common_parser
 from .provision import provider_options
 
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add(sub, common)
     tokens.add_tokens(sub, common)
     tokens.add_audit(sub, common)
+    openshift.add(sub, common)
     keys.add_db(sub, common)
     return parser
 

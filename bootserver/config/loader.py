@@ -11,6 +11,7 @@ import glob
 import ipaddress
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -321,9 +322,11 @@ def parse_config(raw: Any, source: str, base_dir: Path) -> Config:
     return cfg
 
 
-def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+def load_config(path: str | os.PathLike[str] | None = None, *, replacing: Mapping[Path, str] | None = None) -> Config:
     """Load the config from ``path``, else ``$BOOTSERVER_CONFIG``, else the embedded default, with the
-    files its ``include:`` names (:func:`read_includes`).
+    files its ``include:`` names (:func:`read_includes`). ``replacing``: included files (resolved paths)
+    read as the text given instead of from disk, so a tool checks a file's new content before it
+    writes it (``bootserver openshift import``).
 
     Raises :class:`ConfigError` (exit 2) for a missing or unreadable file, YAML syntax errors, unknown
     keys, wrong types and dangling references, naming the file and the key path (the included file
@@ -339,7 +342,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     origins: dict[str, str] = {}
     if isinstance(raw, dict) and "include" in raw:
         raw["include"] = _include_patterns(raw["include"], str(p))
-        origins = read_includes(raw, str(p), base_dir, tuple(raw["include"]))
+        origins = read_includes(raw, str(p), base_dir, tuple(raw["include"]), replacing)
     try:
         cfg = parse_config(raw, str(p), base_dir)
     except ConfigError as e:
@@ -352,13 +355,14 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 
 #: The top-level keys an included file may hold: what it adds to the main file's mappings.
-INCLUDABLE = ("profiles", "nodes")
+INCLUDABLE = ("streams", "profiles", "nodes")
 
 
-def _load_yaml(p: Path) -> Any:
-    """The YAML document of file ``p`` (:class:`UniqueKeyLoader`). Raises :class:`ConfigError` naming ``p``."""
+def _load_yaml(p: Path, text: str | None = None) -> Any:
+    """The YAML document of file ``p`` (:class:`UniqueKeyLoader`), or of ``text`` read as that file.
+    Raises :class:`ConfigError` naming ``p``."""
     try:
-        data = p.read_bytes()
+        data = p.read_bytes() if text is None else text.encode()
     except OSError as e:
         raise ConfigError(str(p), "", f"cannot read config: {e.strerror}") from None
     try:
@@ -401,29 +405,31 @@ def include_files(base_dir: Path, patterns: tuple[str, ...]) -> list[Path]:
     return list(seen)
 
 
-def read_includes(raw: dict[str, Any], source: str, base_dir: Path, patterns: tuple[str, ...]) -> dict[str, str]:
-    """Merge the ``profiles`` and ``nodes`` of every file ``patterns`` name (:func:`include_files`) into
-    the main document ``raw`` (in place); returns where each included entry came from
-    (``"nodes.<name>"`` -> file). A relative ``ignition`` path of an included profile is relative to
-    its own file.
+def read_includes(raw: dict[str, Any], source: str, base_dir: Path, patterns: tuple[str, ...],
+                  replacing: Mapping[Path, str] | None = None) -> dict[str, str]:
+    """Merge the ``streams``, ``profiles`` and ``nodes`` of every file ``patterns`` name
+    (:func:`include_files`) into the main document ``raw`` (in place); returns where each included entry
+    came from (``"nodes.<name>"`` -> file). A relative ``ignition`` path of an included profile, and a
+    relative ``metadata`` path of an included stream, is relative to its own file. ``replacing``: files
+    (resolved paths) read as the text given instead of from disk.
 
     Raises :class:`ConfigError` naming the included file: unreadable or not YAML, a key other than
-    ``profiles``/``nodes``, or a name defined twice (the message names both files).
+    ``streams``/``profiles``/``nodes``, or a name defined twice (the message names both files).
     """
     origins: dict[str, str] = {}
     for section in INCLUDABLE:
         if isinstance(raw.get(section), dict):
             origins.update({f"{section}.{name}": source for name in raw[section]})
     for path in include_files(base_dir, patterns):
-        doc = _load_yaml(path)
+        doc = _load_yaml(path, (replacing or {}).get(path))
         if doc is None:
             continue
         name = str(path)
         if not isinstance(doc, dict):
-            raise ConfigError(name, "", f"expected a mapping with {' and/or '.join(INCLUDABLE)} (included by {source})")
+            raise ConfigError(name, "", f"expected a mapping with {', '.join(INCLUDABLE)} (included by {source})")
         for key in doc:
             if key not in INCLUDABLE:
-                raise ConfigError(name, str(key), f"an included file holds only {' and '.join(INCLUDABLE)} "
+                raise ConfigError(name, str(key), f"an included file holds only {', '.join(INCLUDABLE)} "
                                   f"(included by {source})")
         for section in INCLUDABLE:
             entries = doc.get(section)
@@ -443,6 +449,9 @@ def read_includes(raw: dict[str, Any], source: str, base_dir: Path, patterns: tu
                                       f"and in {name}; a name may be defined once")
                 if section == "profiles" and isinstance(value, dict) and isinstance(value.get("ignition"), str):
                     value = {**value, "ignition": str(path.parent / os.path.expanduser(value["ignition"]))}
+                if (section == "streams" and isinstance(value, dict) and isinstance(value.get("metadata"), str)
+                        and "://" not in value["metadata"]):
+                    value = {**value, "metadata": str(path.parent / os.path.expanduser(value["metadata"]))}
                 target[entry] = value
                 origins[where] = name
     return origins

@@ -238,7 +238,8 @@ class Document(SettingsModel):
     timeline: Annotated[TimelineSettings, BeforeValidator(null_as_empty)] = Field(
         default_factory=TimelineSettings)
     state_store: StateStoreField = None
-    #: Files or globs whose ``profiles`` and ``nodes`` are merged in (``bootserver.config.loader.read_includes``).
+    #: Files or globs whose ``streams``, ``profiles`` and ``nodes`` are merged in
+    #: (``bootserver.config.loader.read_includes``).
     include: YamlList[str] = ()
     #: The DHCP engine (``bootserver dhcp``, :mod:`bootserver.dhcp`); off when absent.
     dhcp: DhcpSettings | None = None

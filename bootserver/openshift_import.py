@@ -1,0 +1,340 @@
+"""``bootserver openshift import DIR``: an OpenShift install directory becomes one included config file.
+
+What it reads (docs/openshift.md): ``DIR/install-config.yaml`` (the copy kept before ``openshift-install
+create`` consumed it) and/or ``DIR/agent-config.yaml``, the role Ignition configs of ``openshift-install
+create ignition-configs`` (``bootstrap.ign``, ``master.ign``, ``worker.ign``, ``arbiter.ign``), and the
+release's stream metadata (``DIR/rhcos.json`` from ``openshift-install coreos print-stream-json``, or
+``--stream-json FILE``). The hosts are mapped once, by :func:`bootserver.openshift.read_cluster`.
+
+What it writes: ``--output FILE``, which the config's ``include:`` must read: the cluster's stream
+(``streams.<cluster>``: the metadata file by its absolute path), one profile per role and install
+device (``<cluster>-<role>``: the role's ``.ign`` by its absolute path as the real config, install
+mode, ``platform_id: metal``) and the nodes. BMC passwords go into files of mode 0600 in a folder of mode
+0700 beside it (``FILE`` without its suffix, plus ``.passwords/<host>``), named by the nodes'
+``password_file``; the pull secret and the SSH key are never read into anything written. ``bootstrap.ign``
+(full of the cluster's secrets) stays where the installer wrote it, named by its path.
+
+All or nothing: the new file's text is checked first, as ``check-config`` checks it (the config loaded
+with the new text in the file's place, :func:`bootserver.config.loader.load_config` ``replacing``, then
+:func:`bootserver.reload.check_config`), and only then written (atomically); a password file changed for
+the check is put back when the check fails. Then a running ``serve`` and ``bootserver dhcp`` reload as
+``bootserver reload`` has them do; a server that refuses puts the old file back (exit 1). Writing the
+same files again changes nothing (the text holds no time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import Config, load_config
+from .config.loader import include_files
+from .dhcp.engine import signal_engine, wait_engine_status
+from .errors import BootserverError, InputError
+from .files import write_atomic
+from .openshift import Cluster, Host, node_entry, read_cluster
+from .reload import check_config
+from .reload import reload_server as reload_running
+
+#: install-config's ``architecture`` (Go's names) -> bootserver's.
+ARCHITECTURES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
+
+
+class ImportFailed(BootserverError):
+    """The file was written and checked but the running server refused it: the old file was put back
+    (exit 1)."""
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What :func:`import_cluster` did: ``changes`` (node -> ``created``, ``updated``, ``unchanged``,
+    in file order), ``warnings`` (lines), ``output`` (the file), ``outcome`` (the reloads in words)."""
+
+    changes: Mapping[str, str]
+    warnings: tuple[str, ...]
+    output: Path
+    outcome: str
+
+
+@dataclass(frozen=True)
+class InstallDir:
+    """An install directory as read: the parsed ``install_config``/``agent_config`` (``None`` when
+    absent), ``ignition`` (role -> the ``.ign`` file that exists), ``stream`` (the stream metadata file),
+    ``arch``."""
+
+    path: Path
+    install_config: Mapping[str, Any] | None
+    agent_config: Mapping[str, Any] | None
+    ignition: Mapping[str, Path]
+    stream: Path
+    arch: str
+
+
+def _yaml(path: Path) -> Mapping[str, Any] | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise InputError(f"{path}: {'line ' + str(mark.line + 1) + ': ' if mark else ''}invalid YAML: "
+                         f"{getattr(e, 'problem', None) or 'cannot parse'}") from None
+    if not isinstance(doc, Mapping):
+        raise InputError(f"{path}: expected a mapping at the top level")
+    return doc
+
+
+def read_install_dir(path: Path, stream_json: Path | None = None) -> InstallDir:
+    """Read the install directory ``path`` (module docstring). Raises
+    :class:`~bootserver.errors.InputError` naming the file: no such folder, neither YAML file, a file
+    that is not YAML, no stream metadata, an architecture bootserver does not boot."""
+    if not path.is_dir():
+        raise InputError(f"{path}: not a folder (the install directory of openshift-install)")
+    ic = _yaml(path / "install-config.yaml")
+    ac = _yaml(path / "agent-config.yaml")
+    if ic is None and ac is None:
+        raise InputError(f"{path}: neither install-config.yaml nor agent-config.yaml (keep a copy of "
+                         "install-config.yaml: openshift-install create consumes it)")
+    stream = (stream_json or path / "rhcos.json").absolute()
+    if not stream.is_file():
+        raise InputError(f"{stream}: no stream metadata: run `openshift-install coreos print-stream-json > "
+                         f"{path / 'rhcos.json'}` or pass --stream-json FILE")
+    arch = "amd64"
+    if ic is not None:
+        cp = ic.get("controlPlane")
+        arch = str(cp.get("architecture") or arch) if isinstance(cp, Mapping) else arch
+    if arch not in ARCHITECTURES:
+        raise InputError(f"{path / 'install-config.yaml'}: controlPlane.architecture: {arch!r}: bootserver boots "
+                         "amd64 and arm64")
+    ignition = {role: (path / f"{role}.ign").absolute() for role in ("bootstrap", "master", "worker", "arbiter")
+                if (path / f"{role}.ign").is_file()}
+    return InstallDir(path.absolute(), ic, ac, ignition, stream, ARCHITECTURES[arch])
+
+
+def _slug(device: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", device.removeprefix("/dev/")).strip("-.")[:40] or "disk"
+
+
+def profiles_of(cluster: Cluster, install: InstallDir) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The profiles of ``cluster`` (name -> mapping) and each host's profile (host -> name): one per role
+    and install device, ``<cluster>-<role>`` for the device most of the role's hosts use (the first on a
+    tie), ``<cluster>-<role>-<device>`` for the others. Raises :class:`~bootserver.errors.InputError`
+    for a role whose ``.ign`` is missing."""
+    profiles: dict[str, dict[str, Any]] = {}
+    of: dict[str, str] = {}
+    for role in dict.fromkeys(h.role for h in cluster.hosts):
+        hosts = [h for h in cluster.hosts if h.role == role]
+        ign = install.ignition.get(role)
+        if ign is None:
+            raise InputError(f"{install.path / (role + '.ign')}: missing, and {hosts[0].name} is a {role}: run "
+                             f"`openshift-install create ignition-configs --dir {install.path}` first")
+        common = Counter(h.install_dev for h in hosts).most_common(1)[0][0]
+        for host in hosts:
+            name = f"{cluster.name}-{role}"
+            if host.install_dev != common and host.install_dev is not None:
+                name += f"-{_slug(host.install_dev)}"
+            of[host.name] = name
+            profiles.setdefault(name, {
+                "stream": cluster.name, "arch": install.arch, "mode": "install",
+                "install_dev": host.install_dev, "ignition": str(ign), "platform_id": "metal"})
+    return profiles, of
+
+
+def password_folder(output: Path) -> Path:
+    """The folder of the BMC password files beside ``output``: ``<output without suffix>.passwords``."""
+    return output.with_suffix(".passwords")
+
+
+def render(cluster: Cluster, install: InstallDir, output: Path) -> tuple[str, dict[Path, str]]:
+    """The included file's text and the password files (path -> password) of ``cluster``. Raises
+    :class:`~bootserver.errors.InputError` as :func:`profiles_of`."""
+    profiles, of = profiles_of(cluster, install)
+    passwords: dict[Path, str] = {}
+    nodes = {}
+    for host in cluster.hosts:
+        password_file = None
+        if host.bmc is not None and host.bmc.password is not None:
+            path = password_folder(output) / host.name
+            passwords[path] = host.bmc.password
+            password_file = str(path)
+        nodes[host.name] = node_entry(host, of[host.name], password_file)
+    doc = {"streams": {cluster.name: {"metadata": str(install.stream), "architectures": [install.arch]}},
+           "profiles": profiles, "nodes": nodes}
+    head = (f"# written by `bootserver openshift import {install.path}`: a new import replaces this file.\n"
+            "# BMC passwords are in the password_file of each node (mode 0600), never here.\n")
+    return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False), passwords
+
+
+def _changes(old_text: str | None, new_text: str, changed_passwords: set[str], hosts: Sequence[Host]) -> dict[str, str]:
+    old: dict[str, Any] = {}
+    if old_text is not None:
+        with contextlib.suppress(yaml.YAMLError):
+            doc = yaml.safe_load(old_text)
+            old = dict(doc.get("nodes") or {}) if isinstance(doc, dict) else {}
+    new_doc = yaml.safe_load(new_text)
+    new = new_doc["nodes"]
+    out = {}
+    for host in hosts:
+        if host.name not in old:
+            out[host.name] = "created"
+        elif old[host.name] != new[host.name] or host.name in changed_passwords:
+            out[host.name] = "updated"
+        else:
+            out[host.name] = "unchanged"
+    old_profiles = {} if old_text is None else (yaml.safe_load(old_text) or {}).get("profiles") or {}
+    for host in hosts:  # a changed profile or stream changes what its nodes boot
+        profile = new[host.name]["profile"]
+        if out[host.name] == "unchanged" and old_profiles.get(profile) != new_doc["profiles"][profile]:
+            out[host.name] = "updated"
+    for name in old:
+        if name not in new:
+            out[name] = "removed"
+    return out
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _write_passwords(passwords: Mapping[Path, str], before: dict[Path, str | None]) -> set[str]:
+    """Write each changed password file (0600, its folder 0700), keeping in ``before`` the previous
+    content of each file written (``None``: it was new); returns the hosts whose password changed."""
+    for path, password in passwords.items():
+        old = _read(path)
+        if old == password + "\n":
+            continue
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(path.parent, 0o700)
+        before[path] = old
+        write_atomic(path, (password + "\n").encode(), 0o600)
+    return {p.name for p in before}
+
+
+def _restore(before: Mapping[Path, str | None]) -> None:
+    for path, text in before.items():
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            write_atomic(path, text.encode(), 0o600)
+
+
+def _remove(path: Path, made: Sequence[Path]) -> None:
+    path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        password_folder(path).rmdir()  # when empty
+    for folder in made:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def import_cluster(config: Config, install: InstallDir, output: Path, *, install_dev: str | None = None,
+                   bootstrap_mac: str | None = None, bootstrap_bmc: str | None = None,
+                   reload_timeout: float = 15.0) -> Imported:
+    """Import the install directory ``install`` into ``output`` (module docstring) and reload the running
+    server and DHCP engine. Returns what changed.
+
+    Raises :class:`~bootserver.openshift.ClusterRefused` (exit 2, every refusal) or
+    :class:`~bootserver.errors.InputError` / :class:`~bootserver.errors.ConfigError` (exit 2: no
+    ``--config``, an ``output`` the config's ``include:`` does not read, a config that would not load or
+    check with the new file): nothing written. :class:`ImportFailed` (exit 1): the running server
+    refused the reload; the old file is back."""
+    if config.source == "<default>":
+        raise InputError("openshift import writes a file the config's include: names: pass --config")
+    output = output.absolute()
+    cluster = read_cluster(install.install_config, install.agent_config, install_dev=install_dev,
+                           bootstrap_mac=bootstrap_mac, bootstrap_bmc=bootstrap_bmc)
+    text, passwords = render(cluster, install, output)
+    old_text = _read(output)
+    made: list[Path] = []
+    if old_text is None:  # an empty file, which the loader reads as nothing, so include's globs can see it
+        made = [p for p in (output.parent, *output.parent.parents) if not p.exists()]
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(output, b"", exclusive=True)
+    before: dict[Path, str | None] = {}
+    try:
+        if output.resolve() not in include_files(config.base_dir, config.includes):
+            raise InputError(f"{output} is not read by the include: of {config.source} (its patterns: "
+                             f"{', '.join(config.includes) or 'none'}; '*' stays within one folder): add it, "
+                             "or pass an --output it reads")
+        changed = _write_passwords(passwords, before)
+        loaded = load_config(config.source, replacing={output.resolve(): text})
+        check_config(loaded)
+        changes = _changes(old_text, text, changed, cluster.hosts)
+        if text != old_text:
+            write_atomic(output, text.encode())
+    except BaseException:
+        _restore(before)
+        if old_text is None:
+            _remove(output, made)
+        raise
+    if all(v == "unchanged" for v in changes.values()) and text == old_text:
+        return Imported(changes, cluster.warnings, output, "nothing changed: no reload")
+    try:
+        outcome = reload_servers(loaded, list(changes), reload_timeout)
+    except ImportFailed:
+        if old_text is None:
+            _remove(output, made)
+        else:
+            write_atomic(output, old_text.encode())
+        _restore(before)
+        raise
+    return Imported(changes, cluster.warnings, output, outcome)
+
+
+def reload_servers(config: Config, nodes: Sequence[str], timeout: float) -> str:
+    """Reload the running ``serve`` of ``config``'s ``state_dir`` and signal a running ``bootserver
+    dhcp``, as ``bootserver reload`` does; the outcome in words (no server running is not an error: it
+    reads the file when it starts). Raises :class:`ImportFailed` when the server refused the reload,
+    gave no outcome within ``timeout`` seconds, or reloaded without one of ``nodes``."""
+    try:
+        pid, status = reload_running(config, timeout)
+    except InputError:
+        served = "no bootserver serve runs with this state_dir: it reads the file when it starts"
+    else:
+        if status is None:
+            raise ImportFailed(f"bootserver serve (process {pid}) gave no reload outcome within {timeout:g} s "
+                               "(see its log): the old file is back")
+        if status.get("result") != "ok":
+            raise ImportFailed(f"the server refused the reload ({status.get('message')}): the old file is back")
+        served_nodes = status.get("nodes")
+        missing = [n for n in nodes if n in config.nodes and isinstance(served_nodes, list) and n not in served_nodes]
+        if missing:
+            raise ImportFailed(f"the server reloaded without node {missing[0]}: the old file is back")
+        served = f"the server reloaded ({status.get('message')})"
+    sent = time.time()
+    engine = signal_engine(config) if config.dhcp is not None else None
+    if engine is None:
+        return served
+    status = wait_engine_status(config, sent, timeout)
+    if status is None:
+        return served + f"; sent SIGHUP to bootserver dhcp (process {engine}), no outcome within {timeout:g} s"
+    if status.get("result") != "ok":
+        return served + f"; bootserver dhcp refused the reload: {status.get('message')}"
+    return served + f"; bootserver dhcp: {status.get('message')}"
+
+
+def describe(imported: Imported) -> list[str]:
+    """The lines a user sees: one per node (``<node>: created``), then the reload outcome."""
+    return [f"{name}: {what}" for name, what in imported.changes.items()] + [imported.outcome]
+
+
+__all__ = ["ImportFailed", "Imported", "InstallDir", "describe", "import_cluster", "password_folder",
+           "profiles_of", "read_install_dir", "reload_servers", "render"]

@@ -1,0 +1,168 @@
+"""``bootserver openshift import DIR`` (bootserver.openshift_import): an install directory becomes one
+included file (stream, profiles, nodes), passwords in 0600 files beside it, nothing of the pull secret
+or SSH key anywhere; all or nothing; a second import changes nothing; a running server reloads and
+serves the imported nodes."""
+
+from __future__ import annotations
+
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from support.helpers import run_cli
+from support.reloading import main_config
+from support.server import ServerProcess
+
+DATA = Path(__file__).parent / "data"
+PULL_SECRET = '{"auths": {"quay.io": {"auth": "c3VwZXItc2VjcmV0Cg=="}}}'
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIImportTestKeyOnly"
+
+
+def install_dir(tmp_path: Path, **host: Any) -> Path:
+    """An install directory as a user has it: install-config.yaml (two masters and a worker, Redfish and
+    IPMI BMCs, one static address), the role pointer configs and rhcos.json."""
+    d = tmp_path / "install"
+    d.mkdir(exist_ok=True)
+    hosts = [
+        {"name": "m0", "role": "master", "bootMACAddress": "52:54:00:0a:00:01",
+         "rootDeviceHints": {"deviceName": "/dev/vda"},
+         "bmc": {"address": "redfish+http://127.0.0.1:8000/redfish/v1/Systems/m0", "username": "admin",
+                 "password": "bmc-pass-m0", "disableCertificateVerification": True},
+         "networkConfig": {"interfaces": [{"name": "nic0", "type": "ethernet", "state": "up",
+                                           "mac-address": "52:54:00:0a:00:01",
+                                           "ipv4": {"enabled": True, "dhcp": False,
+                                                    "address": [{"ip": "192.0.2.10", "prefix-length": 24}]}}],
+                           "routes": {"config": [{"destination": "0.0.0.0/0", "next-hop-address": "192.0.2.1",
+                                                  "next-hop-interface": "nic0", "table-id": 254}]}}},
+        {"name": "m1", "bootMACAddress": "52:54:00:0a:00:02", "rootDeviceHints": {"deviceName": "/dev/sda"},
+         "bmc": {"address": "ipmi://127.0.0.1:6230", "username": "admin", "password": "bmc-pass-m1"}},
+        {"name": "w0", "role": "worker", "bootMACAddress": "52:54:00:0a:00:03",
+         "rootDeviceHints": {"deviceName": "/dev/vda"}},
+    ]
+    hosts[0].update(host)
+    ic = {"apiVersion": "v1", "baseDomain": "example.com", "metadata": {"name": "lab"},
+          "controlPlane": {"name": "master", "replicas": 2}, "compute": [{"name": "worker", "replicas": 1}],
+          "networking": {"machineNetwork": [{"cidr": "192.0.2.0/24"}]},
+          "platform": {"baremetal": {"apiVIPs": ["192.0.2.5"], "ingressVIPs": ["192.0.2.4"], "hosts": hosts}},
+          "pullSecret": PULL_SECRET, "sshKey": SSH_KEY}
+    (d / "install-config.yaml").write_text(yaml.safe_dump(ic))
+    for role in ("master", "worker"):
+        shutil.copy(DATA / "openshift-pointer-master.ign.json", d / f"{role}.ign")
+    shutil.copy(DATA / "rhcos-stream-4.16.json", d / "rhcos.json")
+    return d
+
+
+async def openshift_import(config: Path, *args: str) -> tuple[int, str, str]:
+    return await run_cli("openshift", "import", "--config", str(config), *args)
+
+
+def written(root: Path) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def test_import_writes_the_cluster_and_a_second_import_changes_nothing(tmp_path: Path,
+                                                                             reference: Path) -> None:
+    config = main_config(tmp_path, reference)
+    inst = install_dir(tmp_path)
+    out = tmp_path / "nodes.d" / "lab.yaml"
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out))
+    assert rc == 0, stderr
+    assert stdout.splitlines() == ["m0: created", "m1: created", "w0: created",
+                                   "no bootserver serve runs with this state_dir: it reads the file when it starts"]
+    assert stderr == ""
+    doc = yaml.safe_load(out.read_text())
+    assert doc["streams"] == {"lab": {"metadata": str(inst / "rhcos.json"), "architectures": ["x86_64"]}}
+    assert doc["profiles"] == {
+        "lab-master": {"stream": "lab", "arch": "x86_64", "mode": "install", "install_dev": "/dev/vda",
+                       "ignition": str(inst / "master.ign"), "platform_id": "metal"},
+        "lab-master-sda": {"stream": "lab", "arch": "x86_64", "mode": "install", "install_dev": "/dev/sda",
+                           "ignition": str(inst / "master.ign"), "platform_id": "metal"},
+        "lab-worker": {"stream": "lab", "arch": "x86_64", "mode": "install", "install_dev": "/dev/vda",
+                       "ignition": str(inst / "worker.ign"), "platform_id": "metal"}}
+    passwords = tmp_path / "nodes.d" / "lab.passwords"
+    assert doc["nodes"]["m0"]["redfish"] == {
+        "address": "http://127.0.0.1:8000", "system": "/redfish/v1/Systems/m0", "username": "admin",
+        "verify_tls": False, "boot_mode": "uefi", "password_file": str(passwords / "m0")}
+    assert doc["nodes"]["m1"]["profile"] == "lab-master-sda"  # an empty role, filled: the second master
+    assert doc["nodes"]["m1"]["ipmi"]["port"] == 6230
+    assert "provider" not in doc["nodes"]["w0"] and doc["nodes"]["w0"]["addresses"] == ["192.0.2.0/24"]
+    # secrets: the passwords only in their 0600 files, the pull secret and the SSH key nowhere
+    assert stat.S_IMODE(passwords.stat().st_mode) == 0o700
+    assert {p.name: (p.read_text(), stat.S_IMODE(p.stat().st_mode)) for p in passwords.iterdir()} == {
+        "m0": ("bmc-pass-m0\n", 0o600), "m1": ("bmc-pass-m1\n", 0o600)}
+    files = written(tmp_path / "nodes.d")
+    for secret in ("bmc-pass", "c3VwZXItc2VjcmV0", "ImportTestKeyOnly"):
+        assert not any(secret.encode() in data for p, data in files.items() if p.parent != passwords), secret
+        assert secret not in stdout + stderr
+    rc, _, err = await run_cli("check-config", "--config", str(config))
+    assert rc == 0, err
+    # the same files again: nothing changes, not a byte
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out))
+    assert (rc, stderr) == (0, "")
+    assert stdout.splitlines() == ["m0: unchanged", "m1: unchanged", "w0: unchanged", "nothing changed: no reload"]
+    assert written(tmp_path / "nodes.d") == files
+    # a changed password and a new host: updated and created, the rest unchanged
+    inst = install_dir(tmp_path, bmc={"address": "redfish+http://127.0.0.1:8000/redfish/v1/Systems/m0",
+                                      "username": "admin", "password": "bmc-pass-new"})
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out), "--bootstrap-mac",
+                                                "52:54:00:0a:00:09", "--install-dev", "/dev/vda")
+    assert rc == 2 and "bootstrap.ign: missing" in stderr
+    shutil.copy(DATA / "openshift-pointer-master.ign.json", inst / "bootstrap.ign")
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out), "--bootstrap-mac",
+                                                "52:54:00:0a:00:09", "--install-dev", "/dev/vda")
+    assert rc == 0, stderr
+    assert stdout.splitlines()[:4] == ["m0: updated", "m1: unchanged", "w0: unchanged", "bootstrap: created"]
+    assert (passwords / "m0").read_text() == "bmc-pass-new\n"
+
+
+async def test_refusals_write_nothing(tmp_path: Path, reference: Path) -> None:
+    config = main_config(tmp_path, reference)
+    before = written(tmp_path)
+    inst = install_dir(tmp_path, bmc={"address": "idrac://10.0.0.9", "username": "root", "password": "calvin"},
+                       bootMode="UEFISecureBoot")
+    out = tmp_path / "nodes.d" / "cluster" / "lab.yaml"
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out))
+    assert (rc, stdout) == (2, "")
+    assert stderr.splitlines() == [
+        "bootserver: install-config.yaml: host m0: bmc.address: idrac:// is the vendor's own protocol, which "
+        "bootserver does not speak: write the same BMC as idrac-redfish://10.0.0.9",
+        "bootserver: 1 refused; nothing written"]
+    assert "calvin" not in stderr
+    # an output the config's include: does not read: refused, nothing left behind (not even its folder)
+    inst = install_dir(tmp_path)
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out))
+    assert rc == 2
+    assert stderr == (f"bootserver: {out} is not read by the include: of {config} (its patterns: nodes.d/*.yaml; "
+                      "'*' stays within one folder): add it, or pass an --output it reads\n")
+    # a config that would not load with the file (a node name taken): refused by the check, nothing written
+    main_config(tmp_path, reference, nodes={"m0": {"profile": "live", "mac": ["52:54:00:ff:00:01"]}})
+    before = written(tmp_path)
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(tmp_path / "nodes.d" / "lab.yaml"))
+    assert rc == 2
+    assert "node 'm0' is defined in" in stderr
+    assert written(tmp_path) == before and not (tmp_path / "nodes.d" / "cluster").exists()
+
+
+async def test_a_running_server_reloads_and_serves_the_imported_nodes(tmp_path: Path, reference: Path) -> None:
+    config = main_config(tmp_path, reference)
+    port = int(yaml.safe_load(config.read_text())["server"]["listen"].rsplit(":", 1)[1])
+    inst = install_dir(tmp_path)
+    server = ServerProcess(config, port)
+    async with aiohttp.ClientSession() as session:
+        await server.start(session)
+        try:
+            rc, stdout, stderr = await openshift_import(config, str(inst), "--output",
+                                                        str(tmp_path / "nodes.d" / "lab.yaml"))
+            assert rc == 0, stderr
+            assert stdout.splitlines()[-1].startswith("the server reloaded (")
+            rc, script, err = await run_cli("render", "ipxe", "m0", "--config", str(config))
+            assert rc == 0, err
+            assert "coreos.inst.install_dev=/dev/vda" in script and "ifname=nic0:52:54:00:0a:00:01" in script
+            async with session.get(f"{server.admin_url}/nodes") as r:
+                names = {n["node"] for n in (await r.json())["nodes"]}
+            assert {"m0", "m1", "w0"} <= names
+        finally:
+            await server.stop()
