@@ -32,7 +32,7 @@ import yaml
 from .config import Config, load_config, normalize_mac
 from .config.loader import include_files
 from .dhcp.dnsmasq import layout, leases_of
-from .dhcp.engine import signal_engine, wait_engine_status
+from .dhcp.engine import reload_engine
 from .discovery import Discovered
 from .errors import BootserverError, InputError
 from .files import write_atomic
@@ -283,16 +283,8 @@ def reload_server(config: Config, name: str, timeout: float) -> str:
     reloaded config has no node ``name``. Then a running ``bootserver dhcp`` is signalled too, so the
     node's reservation follows (:mod:`bootserver.dhcp.engine`)."""
     served = _reload_serve(config, name, timeout)
-    sent = time.time()
-    engine = signal_engine(config) if config.dhcp is not None else None
-    if engine is None:
-        return served
-    status = wait_engine_status(config, sent, timeout)
-    if status is None:
-        return served + f"; sent SIGHUP to bootserver dhcp (process {engine}), no outcome within {timeout:g} s"
-    if status.get("result") != "ok":
-        return served + f"; bootserver dhcp refused the reload, no reservation: {status.get('message')}"
-    return served + f"; bootserver dhcp: {status.get('message')}"
+    engine = reload_engine(config, timeout)
+    return served if engine is None else f"{served}; {engine}"
 
 
 def _reload_serve(config: Config, name: str, timeout: float) -> str:

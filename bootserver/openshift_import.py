@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ import yaml
 
 from .config import Config, load_config
 from .config.loader import include_files
-from .dhcp.engine import signal_engine, wait_engine_status
+from .dhcp.engine import reload_engine
 from .errors import BootserverError, InputError
 from .files import write_atomic
 from .openshift import Cluster, Host, node_entry, read_cluster
@@ -319,16 +318,8 @@ def reload_servers(config: Config, nodes: Sequence[str], timeout: float) -> str:
         if missing:
             raise ImportFailed(f"the server reloaded without node {missing[0]}: the old file is back")
         served = f"the server reloaded ({status.get('message')})"
-    sent = time.time()
-    engine = signal_engine(config) if config.dhcp is not None else None
-    if engine is None:
-        return served
-    status = wait_engine_status(config, sent, timeout)
-    if status is None:
-        return served + f"; sent SIGHUP to bootserver dhcp (process {engine}), no outcome within {timeout:g} s"
-    if status.get("result") != "ok":
-        return served + f"; bootserver dhcp refused the reload: {status.get('message')}"
-    return served + f"; bootserver dhcp: {status.get('message')}"
+    engine = reload_engine(config, timeout)
+    return served if engine is None else f"{served}; {engine}"
 
 
 def describe(imported: Imported) -> list[str]:

@@ -326,6 +326,24 @@ def wait_engine_status(config: Config, after: float, timeout: float) -> dict[str
         time.sleep(0.1)
 
 
+def reload_engine(config: Config, timeout: float) -> str | None:
+    """Signal a running ``bootserver dhcp`` of ``config``'s ``state_dir`` (:func:`signal_engine`) and wait
+    up to ``timeout`` seconds for its outcome (:func:`wait_engine_status`); the outcome in words
+    (``bootserver dhcp: 13 reservations ...``), or ``None`` without a ``dhcp:`` mapping or an engine.
+    What ``nodes adopt`` and ``openshift import`` add to their server's reload."""
+    if config.dhcp is None:
+        return None
+    sent = time.time()
+    engine = signal_engine(config)
+    if engine is None:
+        return None
+    status = wait_engine_status(config, sent, timeout)
+    if status is None:
+        return f"sent SIGHUP to bootserver dhcp (process {engine}), no outcome within {timeout:g} s"
+    if status.get("result") != "ok":
+        return f"bootserver dhcp refused the reload, no reservation: {status.get('message')}"
+    return f"bootserver dhcp: {status.get('message')}"
+
 class Engine:
     """One ``bootserver dhcp`` run: dnsmasq as its child, the relay of its log, reloads. See the module
     docstring; :func:`run_engine` is the entry point."""
