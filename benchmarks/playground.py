@@ -289,7 +289,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
                         if not adopted and mac == UNKNOWN_MAC:
                             adopted = True
                             say(f"discovered {mac}: {facts}")
-                            argv = [*bs, "nodes", "adopt", mac, "--name", ADOPTED, "--profile", "install",
+                            argv = [*bs, "nodes", "adopt", "--file=", mac, "--name", ADOPTED, "--profile", "install",
                                     "--config", str(config)]
                             say("adopting it: " + " ".join(argv))
                             p = net.run(argv, timeout=120)

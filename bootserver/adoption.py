@@ -36,6 +36,7 @@ from .dhcp.engine import reload_engine
 from .discovery import Discovered
 from .errors import BootserverError, InputError
 from .files import write_atomic
+from .node_writes import Precondition, apply_nodes, with_store
 from .reload import check_config
 from .reload import reload_server as reload_running
 from .state import StateStore
@@ -56,7 +57,7 @@ class Adopted:
     the server's reload in words."""
 
     name: str
-    file: Path
+    file: Path | None
     machine: Discovered
     outcome: str = ""
 
@@ -93,13 +94,7 @@ def node_yaml(name: str, profile: str, machine: Discovered, at: float, *, addres
     line: quotes, newlines and control characters escaped) and ``nodes: {name: ...}`` written by PyYAML
     (every value quoted as YAML needs): the node pinned to ``addresses``, ``selectable`` with
     ``anywhere``."""
-    node: dict[str, object] = {"profile": profile, "hostname": name, "mac": [machine.mac]}
-    if machine.uuid is not None:
-        node["uuid"] = machine.uuid
-    if addresses:
-        node["addresses"] = list(addresses)
-    if anywhere:
-        node["selectable"] = True
+    node = node_spec(name, profile, machine, addresses=addresses, anywhere=anywhere)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
     return (f"# adopted by `bootserver nodes adopt` at {stamp}: the machine discovered as {machine.mac}\n"
             f"# reported facts: {json.dumps(dict(machine.facts), sort_keys=True)}\n"
@@ -221,9 +216,23 @@ def _remove(path: Path | None, made: Sequence[Path]) -> None:
             folder.rmdir()
 
 
+def node_spec(name: str, profile: str, machine: Discovered, *, addresses: Sequence[str] = (),
+              anywhere: bool = False) -> dict[str, object]:
+    """The adopted node's mapping (the config's node schema): its profile, hostname (its name), the
+    machine's MAC and UUID, pinned to ``addresses``, ``selectable`` with ``anywhere``."""
+    node: dict[str, object] = {"profile": profile, "hostname": name, "mac": [machine.mac]}
+    if machine.uuid is not None:
+        node["uuid"] = machine.uuid
+    if addresses:
+        node["addresses"] = list(addresses)
+    if anywhere:
+        node["selectable"] = True
+    return node
+
+
 async def adopt(config: Config, store: StateStore, key: str, *, name: str, profile: str,
                 file: Path | None = None, addresses: Sequence[str] | None = None, anywhere: bool = False,
-                reload_timeout: float = 15.0) -> Adopted:
+                reload_timeout: float = 15.0, into_store: bool = False) -> Adopted:
     """Make the discovered machine ``key`` (its MAC or UUID) node ``name`` of ``profile``, pinned to
     ``addresses`` (default: the address it reported from; none with ``anywhere``), ``selectable`` with
     ``anywhere``, and have the running server serve it (see the module docstring); ``file`` defaults to
@@ -234,14 +243,20 @@ async def adopt(config: Config, store: StateStore, key: str, *, name: str, profi
     MAC or UUID in use or being adopted right now, no such profile, an architecture the profile does not
     boot, a file that exists or that ``include:`` does not read, a config that would not load with the
     node (its error). :class:`AdoptionFailed` (exit 1; the file removed again): the server's reload
-    failed or its config lacks the node."""
+    failed or its config lacks the node.
+
+    With ``into_store`` (``nodes adopt`` without ``--file``) the node is written into the state store
+    instead, created only if no store node has the name (:func:`bootserver.node_writes.apply_nodes`:
+    checked as ``check-config`` checks a file node; the store's claims refuse a MAC or UUID another
+    adoption took meanwhile); ``file`` and the reload are not used: every server of the store serves it
+    within 2 s by itself. ``Adopted.file`` is then ``None``."""
     if not re.match(NAME_RE, name):
         raise InputError(f"--name {name!r}: a node name is letters, digits, '.', '_' and '-' (at most 63)")
     try:
         check_hostname(name)
     except ValueError:
         raise InputError(f"--name {name!r}: it becomes the node's hostname ({HOSTNAME_RULE})") from None
-    if config.source == "<default>":
+    if config.source == "<default>" and not into_store:
         raise InputError("nodes adopt writes into the files a config's include: names: pass --config")
     if profile not in config.profiles:
         raise InputError(f"--profile {profile}: no such profile (profiles: {', '.join(config.profiles) or 'none'})")
@@ -250,7 +265,9 @@ async def adopt(config: Config, store: StateStore, key: str, *, name: str, profi
     if arch is not None and arch != wanted:
         raise InputError(f"machine {machine.mac} is {machine.arch_text()}; profile {profile} boots {wanted}: "
                          "pass a profile of its architecture")
-    _addresses(config, machine, addresses, anywhere)
+    pinned = _addresses(config, machine, addresses, anywhere)
+    if into_store:
+        return await _adopt_into_store(config, store, name, profile, machine, pinned, anywhere)
     path = (file if file is not None else default_file(config, name)).absolute()
     with claimed(config, name, machine.mac):
         fresh = await asyncio.to_thread(load_config, config.source)  # as it is now, another adoption done
@@ -274,6 +291,19 @@ async def adopt(config: Config, store: StateStore, key: str, *, name: str, profi
             raise
     await store.forget_discovered([machine.mac])
     return Adopted(name, path, machine, outcome)
+
+
+async def _adopt_into_store(config: Config, store: StateStore, name: str, profile: str, machine: Discovered,
+                            pinned: Sequence[str], anywhere: bool) -> Adopted:
+    merged = await with_store(config, store)
+    _check_names(merged, name, machine)
+    spec = node_spec(name, profile, machine, addresses=pinned, anywhere=anywhere)
+    done = await apply_nodes(config, store, {name: spec}, source="nodes adopt",
+                             preconditions={name: Precondition(create_only=True)})
+    await store.forget_discovered([machine.mac])
+    return Adopted(name, None, machine, f"written into the state store {store.name} (generation "
+                   f"{done[0].generation}): every bootserver serve and bootserver dhcp of this store serves it "
+                   "within 2 s")
 
 
 def reload_server(config: Config, name: str, timeout: float) -> str:

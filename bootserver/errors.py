@@ -66,6 +66,86 @@ class UnknownNodeError(InputError):
     """No node matches a name or selector (HTTP 404 in the server, exit 2 on the command line)."""
 
 
+class NodeCheckError(ConfigError):
+    """A node written to the state store (or read from it) fails the checks ``check-config`` makes of a
+    file node: ``<source>: nodes.<node>.<key>: <message>`` (exit 2; the fleet API's 422). ``node`` is the
+    node's name; ``errors`` every problem found as ``(key path, message)`` pairs, the key path relative to
+    the config (``nodes.web-1.mac[0]``), from pydantic's structured errors (``loc``) where the schema
+    refused it; the first is the one in the message."""
+
+    def __init__(self, source: str, path: str, message: str, *, node: str,
+                 errors: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(source, path, message)
+        self.node = node
+        self.errors = errors or ((path, message),)
+
+
+class NodeConflictError(InputError):
+    """A store node would take what another node holds (exit 2; the fleet API's 409): ``key`` is
+    ``name``, ``mac``, ``uuid``, ``hostname`` or ``address``, ``value`` the value at stake, ``holder`` the
+    node that holds it and ``holder_source`` where that one comes from (``"store"`` or ``"file:PATH"``,
+    :attr:`bootserver.config.Config.node_sources`). A name or MAC raced for by two writers: the loser
+    gets this, naming the winner."""
+
+    def __init__(self, node: str, key: str, value: str, holder: str, holder_source: str) -> None:
+        self.node = node
+        self.key = key
+        self.value = value
+        self.holder = holder
+        self.holder_source = holder_source
+        where = "the state store" if holder_source == "store" else holder_source.removeprefix("file:")
+        if key == "name":
+            super().__init__(f"nodes.{node}: node {node} is already a node of {where}")
+            return
+        label = {"mac": "MAC", "uuid": "SMBIOS UUID"}.get(key, key)
+        path = "network" if key == "address" else key
+        super().__init__(f"nodes.{node}.{path}: {label} {value} is already the {label} of node {holder} ({where})")
+
+
+class FileNodeError(InputError):
+    """A store write (apply, delete) names a file node: ``node`` is defined in ``source``
+    (``"file:PATH"``), which alone may change it (exit 2; the fleet API's 409)."""
+
+    def __init__(self, node: str, source: str) -> None:
+        self.node = node
+        self.source = source
+        super().__init__(f"nodes.{node}: node {node} is defined in {source.removeprefix('file:')}; "
+                         "change it there, not in the state store")
+
+
+class PreconditionFailedError(InputError):
+    """A store write's precondition does not hold (exit 2; the fleet API's 412): ``node``'s generation
+    is ``actual`` (``None``: no such store node), and the write expected ``expected`` (``None``:
+    ``create_only``, no such node)."""
+
+    def __init__(self, node: str, expected: int | None, actual: int | None) -> None:
+        self.node = node
+        self.expected = expected
+        self.actual = actual
+        want = "no such node (create only)" if expected is None else f"generation {expected}"
+        have = "it does not exist" if actual is None else f"it is at generation {actual}"
+        super().__init__(f"nodes.{node}: precondition failed: expected {want}, {have}")
+
+
+class UnknownStoreNodeError(UnknownNodeError):
+    """No store node of that name (exit 2; the fleet API's 404): ``node``."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        super().__init__(f"nodes.{node}: no node {node} in the state store", public=f"no node {shown(node)}")
+
+
+class ChangesExpiredError(InputError):
+    """The changes since revision ``since`` are no longer kept (the change log keeps the newest ones;
+    ``oldest`` is the oldest revision still listed): list the nodes again (the fleet API's 410)."""
+
+    def __init__(self, since: int, oldest: int) -> None:
+        self.since = since
+        self.oldest = oldest
+        super().__init__(f"the state store's node changes since revision {since} are no longer kept "
+                         f"(it keeps from revision {oldest}); list the nodes again")
+
+
 class FetchError(BootserverError):
     """A download failed: network error, HTTP error status, or a short body (exit 1)."""
 

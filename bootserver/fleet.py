@@ -27,6 +27,9 @@ class FleetNode:
     profile: str | None
     stall_at: float | None
     device: Mapping[str, Any] | None = None
+    #: Where the node comes from (:attr:`bootserver.config.Config.node_sources`: ``file:PATH`` or
+    #: ``store``); ``None`` when it is not in the config any more.
+    source: str | None = None
 
     @property
     def node(self) -> str:
@@ -66,8 +69,9 @@ def fleet_of(config: Config, states: Iterable[NodeState],
     states = list(states)
     deadlines = stall_deadlines(config, states)
     nodes, devices = config.nodes, devices or {}
+    sources = config.node_sources
     return [FleetNode(st, nodes[st.node].profile if st.node in nodes else None, deadlines.get(st.node),
-                      devices.get(st.node)) for st in states]
+                      devices.get(st.node), sources.get(st.node) if st.node in nodes else None) for st in states]
 
 
 async def read_fleet(config: Config, store: StateStore, *, devices: bool = False) -> list[FleetNode]:

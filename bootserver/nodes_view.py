@@ -57,14 +57,16 @@ def format_stalled(deadline: float | None, now: float) -> str:
 
 def format_table(fleet: Sequence[FleetNode], now: float) -> str:
     """The ``bootserver nodes`` table of the fleet view (:func:`bootserver.fleet.read_fleet`): node,
-    profile, stage, since, stalled (see :func:`format_stalled`), last event, when (plain text)."""
-    rows = [("NODE", "PROFILE", "STAGE", "SINCE", "STALLED", "LAST EVENT", "WHEN")]
+    profile, stage, since, stalled (see :func:`format_stalled`), last event, when, and where the node
+    comes from (``SOURCE``: ``file:PATH`` or ``store``; plain text)."""
+    rows = [("NODE", "PROFILE", "STAGE", "SINCE", "STALLED", "LAST EVENT", "WHEN", "SOURCE")]
     for seen in fleet:
         st = seen.state
         rows.append((st.node, seen.profile or "-", st.stage,
                      format_age(None if st.stage_at is None else now - st.stage_at),
                      format_stalled(seen.stall_at, now),
-                     st.last_event or "-", format_age(None if st.last_at is None else now - st.last_at)))
+                     st.last_event or "-", format_age(None if st.last_at is None else now - st.last_at),
+                     seen.source or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows)
 

@@ -61,8 +61,10 @@ async def test_racing_adoptions_leave_one_node_pinned_to_its_reporting_address(t
                 one, two = mac(2 * round_), mac(2 * round_ + 1)
                 name = f"race-{round_}"
                 results = await asyncio.gather(
-                    run_cli("nodes", "adopt", one, "--name", name, "--profile", "live", "--config", str(path)),
-                    run_cli("nodes", "adopt", two, "--name", name, "--profile", "live", "--config", str(path)))
+                    run_cli("nodes", "adopt", "--file=", one, "--name", name, "--profile", "live",
+                            "--config", str(path)),
+                    run_cli("nodes", "adopt", "--file=", two, "--name", name, "--profile", "live",
+                            "--config", str(path)))
                 won = [i for i, (rc, _, _) in enumerate(results) if rc == 0]
                 assert len(won) == 1, results
                 winner, loser = (one, two) if won == [0] else (two, one)
@@ -94,17 +96,17 @@ async def test_selectable_anywhere_only_when_asked_and_with_a_warning(tmp_path: 
     for i in range(3):
         assert (await client.get(report_path(mac(i), uuid=""))).status == 200
     await app[RUNNING].runtime.drain()
-    rc, _, err = await run_cli("nodes", "adopt", mac(0), "--name", "open-0", "--profile", "live",
+    rc, _, err = await run_cli("nodes", "adopt", "--file=", mac(0), "--name", "open-0", "--profile", "live",
                                  "--selectable-anywhere", "--config", str(path))
     assert rc == 0 and "warning: node open-0 is selectable from any address" in err, err
     node = yaml.safe_load((tmp_path / "nodes.d" / "open-0.yaml").read_text())["nodes"]["open-0"]
     assert node["selectable"] is True and "addresses" not in node
-    rc, _, err = await run_cli("nodes", "adopt", mac(1), "--name", "net-1", "--profile", "live",
+    rc, _, err = await run_cli("nodes", "adopt", "--file=", mac(1), "--name", "net-1", "--profile", "live",
                                  "--addresses", "10.1.0.0/24,10.2.0.7", "--config", str(path))
     assert rc == 0 and "warning" not in err, err
     node = yaml.safe_load((tmp_path / "nodes.d" / "net-1.yaml").read_text())["nodes"]["net-1"]
     assert node["addresses"] == ["10.1.0.0/24", "10.2.0.7"] and "selectable" not in node
-    rc, _, err = await run_cli("nodes", "adopt", mac(2), "--name", "bad-2", "--profile", "live",
+    rc, _, err = await run_cli("nodes", "adopt", "--file=", mac(2), "--name", "bad-2", "--profile", "live",
                                  "--addresses", "10.1.0.300", "--config", str(path))
     assert rc == 2 and err.strip() == ("bootserver: --addresses 10.1.0.300: not an IP address or network "
                                        "(10.0.0.5, 10.0.0.0/24)")
@@ -124,12 +126,12 @@ async def test_an_architecture_the_profile_does_not_boot_is_refused(tmp_path: Pa
     page = await (await (await aiohttp_client(app[ADMIN_APP])).get("/")).text()
     assert "<td>aarch64 (arm64)/efi</td>" in page and "<td>x86_64 (i386)/pcbios</td>" in page
     assert '<span id="total">1</span> node, ' in page  # one node, not "1 nodes"
-    rc, _, err = await run_cli("nodes", "adopt", mac(1), "--name", "arm-1", "--profile", "live",
+    rc, _, err = await run_cli("nodes", "adopt", "--file=", mac(1), "--name", "arm-1", "--profile", "live",
                                "--config", str(path))
     assert rc == 2 and err.strip() == (f"bootserver: machine {mac(1)} is aarch64 (arm64)/efi; profile live boots "
                                        "x86_64: pass a profile of its architecture"), err
     assert not (tmp_path / "nodes.d" / "arm-1.yaml").exists()
-    rc, _, err = await run_cli("nodes", "adopt", mac(2), "--name", "bios-2", "--profile", "live",
+    rc, _, err = await run_cli("nodes", "adopt", "--file=", mac(2), "--name", "bios-2", "--profile", "live",
                                "--config", str(path))
     assert rc == 0, err  # iPXE's i386 on a BIOS machine: an x86_64 one
 

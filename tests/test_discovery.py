@@ -219,11 +219,11 @@ async def test_nodes_discovered_and_adopt_then_the_waiting_machine_gets_its_scri
             (["--name", "new-1", "--profile", "live", "--file", str(tmp_path / "nodes.d/sub/deeper/x.yaml")],
              "is not read by the include:"),  # the loader's '*' stays within nodes.d/
             (["--name", "Bad_Name!", "--profile", "live"], "--name 'Bad_Name!'")):
-        rc, _, err = await run_cli("nodes", "adopt", UNKNOWN, *args, "--config", str(path))
+        rc, _, err = await run_cli("nodes", "adopt", "--file=", UNKNOWN, *args, "--config", str(path))
         assert rc == 2 and message in err, err
     assert sorted(p.name for p in (tmp_path / "nodes.d").iterdir()) == []
 
-    rc, out, err = await run_cli("nodes", "adopt", UUID, "--name", "rack1-07", "--profile", "live",
+    rc, out, err = await run_cli("nodes", "adopt", "--file=", UUID, "--name", "rack1-07", "--profile", "live",
                                  "--config", str(path))
     assert rc == 0, err
     written = tmp_path / "nodes.d" / "rack1-07.yaml"
@@ -235,7 +235,7 @@ async def test_nodes_discovered_and_adopt_then_the_waiting_machine_gets_its_scri
                                                            "uuid": UUID, "addresses": ["127.0.0.1"]}}}
     comments = [line for line in text.splitlines() if line.startswith("#")]
     assert len(comments) == 2 and json.loads(comments[1].split(": ", 1)[1])["serial"] == NASTY["serial"]
-    rc, _, err = await run_cli("nodes", "adopt", UNKNOWN, "--name", "again", "--profile", "live",
+    rc, _, err = await run_cli("nodes", "adopt", "--file=", UNKNOWN, "--name", "again", "--profile", "live",
                                "--config", str(path))
     assert rc == 2 and f"no discovered machine {UNKNOWN}" in err
 
@@ -255,8 +255,8 @@ async def test_adopt_reloads_a_running_server(tmp_path: Path, reference: Path) -
         try:
             async with session.get(server.url + report_path()) as r:
                 assert r.status == 200
-            rc, out, err = await run_cli("nodes", "adopt", UNKNOWN, "--name", "rack1-08", "--profile", "live",
-                                         "--config", str(path))
+            rc, out, err = await run_cli("nodes", "adopt", "--file=", UNKNOWN, "--name", "rack1-08",
+                                         "--profile", "live", "--config", str(path))
             assert rc == 0, err
             assert out.splitlines()[1].startswith("rack1-08: the server reloaded (")
             async with session.get(f"{server.url}/boot.ipxe?mac={UNKNOWN}") as r:

@@ -165,16 +165,18 @@ def test_attribution_by_client_ip_within_window(tmp_path: Path) -> None:
 def test_table_lists_configured_nodes_without_events(tmp_path: Path) -> None:
     tl = Timeline(tmp_path)
     tl.record("m0", "config", mode="install", at=1000.0)
-    text = format_table([FleetNode(st, {"m0": "master", "w0": "worker"}[st.node], None)
+    text = format_table([FleetNode(st, {"m0": "master", "w0": "worker"}[st.node], None,
+                                   source={"m0": "file:/etc/bootserver.yaml", "w0": "store"}[st.node])
                          for st in tl.nodes(["m0", "w0"])], 1000.0 + 300)
     lines = text.splitlines()
-    assert lines[0].split() == ["NODE", "PROFILE", "STAGE", "SINCE", "STALLED", "LAST", "EVENT", "WHEN"]
-    assert lines[1].split() == ["m0", "master", "installed", "5m", "ago", "-", "config", "5m", "ago"]
-    assert lines[2].split() == ["w0", "worker", "new", "-", "-", "-", "-"]
+    assert lines[0].split() == ["NODE", "PROFILE", "STAGE", "SINCE", "STALLED", "LAST", "EVENT", "WHEN", "SOURCE"]
+    assert lines[1].split() == ["m0", "master", "installed", "5m", "ago", "-", "config", "5m", "ago",
+                                "file:/etc/bootserver.yaml"]
+    assert lines[2].split() == ["w0", "worker", "new", "-", "-", "-", "-", "store"]
     # past its deadline by 3 minutes
     text = format_table([FleetNode(st, "master", 1000.0 + 120) for st in tl.nodes(["m0"])], 1000.0 + 300)
     assert text.splitlines()[1].split() == ["m0", "master", "installed", "5m", "ago", "stalled", "3m",
-                                            "config", "5m", "ago"]
+                                            "config", "5m", "ago", "-"]
 
 
 async def test_group_commit_checkpoints_the_wal_off_the_commit_path(tmp_path: Path,

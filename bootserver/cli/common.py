@@ -76,6 +76,16 @@ async def opened_store(config: Config) -> AsyncIterator[StateStore]:
         await store.close()
 
 
+@contextlib.asynccontextmanager
+async def opened_with_store(config: Config) -> AsyncIterator[tuple[StateStore, Config]]:
+    """:func:`opened_store` and the config with the store's nodes
+    (:func:`bootserver.node_writes.with_store`) for the block."""
+    from ..node_writes import with_store
+
+    async with opened_store(config) as store:
+        yield store, await with_store(config, store)
+
+
 async def keyring(config: Config) -> Keyring:
     """The signing keys of the config's state store (current first), read once; the store is closed."""
     async with opened_store(config) as store:

@@ -11,7 +11,7 @@ import glob
 import ipaddress
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from ..butane import ButaneError, is_butane
 from ..butane import translate as translate_butane
-from ..errors import ConfigError, MetadataError
+from ..errors import ConfigError, FileNodeError, MetadataError, NodeCheckError, NodeConflictError
 from ..ignition_schema import IgnitionSchemaError, validate_bytes
 from ..kargs import NETWORK_KARGS
 from ..nmstate import NetworkConfigError, NetworkState, check_network, dracut_kargs
@@ -29,7 +29,7 @@ from ..streams import parse_stream
 from ..values import HOSTNAME_RULE, SettingsModel, check_hostname, split_listen
 from .messages import describe_error, keypath
 from .providers import provider_of
-from .schema import FILE_SOURCE, Config, Document, default_document
+from .schema import FILE_SOURCE, STORE_SOURCE, Config, Document, Node, default_document
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -98,10 +98,26 @@ def _check_references(doc: Document, cfg: Config) -> None:
             raise ConfigError(src, f"profiles.{name}.install_dev", "required when mode is install")
         if prof.ignition is not None:
             check_real_config(cfg.resolve_path(prof.ignition), src, f"profiles.{name}.ignition")
+    _check_nodes(doc.nodes, doc.profiles, doc.facilities, src)
+    _check_default(doc.nodes, doc.profiles, src)
+    _check_admin_address(cfg)
+    check_network_settings(cfg, src)
+    check_boot_sources(cfg, src)
+    for name, sc in doc.streams.items():
+        if not sc.is_url:
+            path = cfg.resolve_path(sc.metadata)
+            if not path.is_file():
+                raise ConfigError(src, f"streams.{name}.metadata", f"no such file: {path}")
+
+
+def _check_nodes(nodes: Mapping[str, Node], profiles: Mapping[str, Any], facilities: Mapping[str, Any],
+                 src: str) -> None:
+    """The cross-key checks of each node of ``nodes`` (a hostname, a profile and facility that exist) and
+    that no two of them share a MAC, hostname or SMBIOS UUID. Raises :class:`ConfigError` naming ``src``."""
     seen_macs: dict[str, str] = {}
     seen_hostnames: dict[str, str] = {}
     seen_uuids: dict[str, str] = {}
-    for name, node in doc.nodes.items():
+    for name, node in nodes.items():
         if node.hostname is None:
             try:
                 check_hostname(name)
@@ -109,9 +125,9 @@ def _check_references(doc: Document, cfg: Config) -> None:
                 raise ConfigError(src, f"nodes.{name}", f"{name!r} is not a valid hostname, and a node without "
                                   f"hostname: uses its name as hostname: set hostname: or rename the node "
                                   f"({HOSTNAME_RULE})") from None
-        if node.profile not in doc.profiles:
+        if node.profile not in profiles:
             raise ConfigError(src, f"nodes.{name}.profile", f"no profile {node.profile!r}")
-        if node.facility is not None and node.facility not in doc.facilities:
+        if node.facility is not None and node.facility not in facilities:
             raise ConfigError(src, f"nodes.{name}.facility", f"no facility {node.facility!r}")
         for mac in node.mac:
             if mac in seen_macs:
@@ -129,22 +145,20 @@ def _check_references(doc: Document, cfg: Config) -> None:
                 raise ConfigError(src, f"nodes.{name}.uuid", f"{node.uuid} is already the SMBIOS UUID of node "
                                   f"{seen_uuids[node.uuid]!r}")
             seen_uuids[node.uuid] = name
-    defaults = [name for name, node in doc.nodes.items() if node.default]
+
+
+def _check_default(nodes: Mapping[str, Node], profiles: Mapping[str, Any], src: str) -> None:
+    """At most one node of ``nodes`` is the ``default``, and it boots a live-mode profile. Raises
+    :class:`ConfigError` naming ``src``."""
+    defaults = [name for name, node in nodes.items() if node.default]
     if len(defaults) > 1:
-        raise ConfigError(src, f"nodes.{defaults[1]}.default", f"node {defaults[0]!r} is the default already; "
-                          "at most one node may be")
+        raise ConfigError(src, f"nodes.{defaults[1]}.default", f"node {defaults[0]!r} is the "
+                          "default already; at most one node may be")
     for name in defaults:
-        if doc.profiles[doc.nodes[name].profile].mode != "live":
-            raise ConfigError(src, f"nodes.{name}.default", "the default node must use a live-mode profile: "
-                              "any machine that chains /boot.ipxe boots it, and an install would wipe its disk")
-    _check_admin_address(cfg)
-    check_network_settings(cfg, src)
-    check_boot_sources(cfg, src)
-    for name, sc in doc.streams.items():
-        if not sc.is_url:
-            path = cfg.resolve_path(sc.metadata)
-            if not path.is_file():
-                raise ConfigError(src, f"streams.{name}.metadata", f"no such file: {path}")
+        if profiles[nodes[name].profile].mode != "live":
+            raise ConfigError(src, f"nodes.{name}.default", "the default node must use a live-mode "
+                              "profile: any machine that chains /boot.ipxe boots it, and an install would wipe "
+                              "its disk")
 
 
 def _covers(a: str, b: str) -> bool:
@@ -465,13 +479,14 @@ def _origin(origins: dict[str, str], key: str) -> str | None:
     return origins.get(f"{parts[0]}.{parts[1].split('[', 1)[0]}")
 
 
-def check_boot_sources(config: Config, source: str) -> None:
+def check_boot_sources(config: Config, source: str, names: Iterable[str] | None = None) -> None:
     """Virtual media is Redfish's: a node whose provider is ``ipmi`` with ``boot_source: virtual-media``
     (in its ``ipmi:`` or its ``redfish:`` settings, its own or its profile's) is refused, naming the
     node and the key, rather than booted over PXE instead of its image.
 
-    Raises :class:`~bootserver.errors.ConfigError`."""
-    for name, node in config.nodes.items():
+    Only the nodes ``names`` when given (default every node). Raises :class:`~bootserver.errors.ConfigError`."""
+    for name in config.nodes if names is None else names:
+        node = config.nodes[name]
         profile = config.profiles.get(node.profile)
         if profile is None or provider_of(config, name) != "ipmi":
             continue
@@ -486,7 +501,7 @@ def check_boot_sources(config: Config, source: str) -> None:
                               "over Redfish (provider: redfish)")
 
 
-def check_network_settings(config: Config, source: str) -> None:
+def check_network_settings(config: Config, source: str, names: Iterable[str] | None = None) -> None:
     """The cross-key checks of every ``network`` key of a loaded :class:`~bootserver.config.Config`
     (``profiles``, ``nodes``): :func:`~bootserver.nmstate.check_network` on each NMState document, the
     node's kargs built once (every word checked),
@@ -494,13 +509,15 @@ def check_network_settings(config: Config, source: str) -> None:
     :func:`bootserver.config.providers.provider_of`, a node without any provider counts as Equinix's), and no
     network argument (``ip=``, ``bond=``...) also in the profile's ``kargs`` of a node whose network is not ``dhcp``.
 
-    Raises :class:`~bootserver.errors.ConfigError` naming ``source`` and the key:
+    With ``names``, only those nodes (their profiles were checked with the config). Raises
+    :class:`~bootserver.errors.ConfigError` naming ``source`` and the key:
     ``nodes.master-0.network.interfaces[2].link-aggregation.port[1]: no interface named ens9``.
     """
+    nodes = {name: config.nodes[name] for name in (config.nodes if names is None else names)}
     # (key, network, hostname): a node's document is checked with its kargs, a profile's (no hostname) alone
-    documents: list[tuple[str, str | NetworkState | None, str | None]] = [
+    documents: list[tuple[str, str | NetworkState | None, str | None]] = [] if names is not None else [
         (f"profiles.{name}", p.network, None) for name, p in config.profiles.items()]
-    documents += [(f"nodes.{name}", n.network, n.hostname or name) for name, n in config.nodes.items()]
+    documents += [(f"nodes.{name}", n.network, n.hostname or name) for name, n in nodes.items()]
     for key, network, hostname in documents:
         if not isinstance(network, NetworkState):
             continue
@@ -513,7 +530,7 @@ def check_network_settings(config: Config, source: str) -> None:
             raise ConfigError(source, f"{key}.network.{e.path}".rstrip("."), e.message) from None
         except ValueError as e:  # UnsafeValueError: a word iPXE would not read literally
             raise ConfigError(source, f"{key}.network", str(e)) from None
-    for name, node in config.nodes.items():
+    for name, node in nodes.items():
         profile = config.profiles.get(node.profile)
         if profile is None:
             continue
@@ -531,3 +548,107 @@ def check_network_settings(config: Config, source: str) -> None:
                 raise ConfigError(source, f"profiles.{node.profile}.kargs[{i}]",
                                   f"{karg} is a network argument, and node {name} has a network key; "
                                   "describe the network in one place")
+
+
+# -- the state store's nodes (issue 48; docs/design.md, "Store nodes") ------------------------------------
+
+#: What a store node's errors name as their source when the caller names none.
+STORE_NAME = "state store"
+
+
+def node_claims(name: str, node: Node) -> tuple[tuple[str, str], ...]:
+    """What node ``name`` holds that no other node may (the claims of
+    :class:`bootserver.state.nodestore.NodeWrite`), as ``(kind, value)`` pairs: each MAC (normalized),
+    its SMBIOS UUID (lower case), its hostname (its ``hostname``, else its name; lower case) and each
+    static address (``ip``) of its own NMState ``network``."""
+    claims = [("mac", mac) for mac in node.mac]
+    if node.uuid is not None:
+        claims.append(("uuid", node.uuid))
+    claims.append(("hostname", (node.hostname or name).lower()))
+    if isinstance(node.network, NetworkState):
+        for iface in node.network.interfaces:
+            claims += [("address", a.ip) for ip in (iface.ipv4, iface.ipv6) for a in ip.address]
+    return tuple(dict.fromkeys(claims))
+
+
+def store_node(name: str, spec: Any, source: str = STORE_NAME) -> Node:
+    """Store node ``name``'s mapping ``spec`` checked against the config's node schema (``nodes.<name>``
+    of :class:`~bootserver.config.schema.Document`, the name's rule included). Raises
+    :class:`~bootserver.errors.NodeCheckError` naming ``source``, ``nodes.<name>.<key>`` and every
+    problem pydantic found (``errors``)."""
+    if not isinstance(spec, Mapping):
+        raise NodeCheckError(source, f"nodes.{name}", f"expected a mapping, got {type(spec).__name__}", node=name)
+    try:
+        return Document.model_validate({"nodes": {name: dict(spec)}}).nodes[name]
+    except ValidationError as e:
+        errors = tuple(describe_error(err, Document) for err in e.errors())
+        raise NodeCheckError(source, errors[0][0], errors[0][1], node=name, errors=errors) from None
+
+
+def file_claims(config: Config) -> dict[tuple[str, str], str]:
+    """Every claim (:func:`node_claims`) of the file nodes of ``config``: ``(kind, value)`` -> node."""
+    held: dict[tuple[str, str], str] = {}
+    for name, node in config.nodes.items():
+        if config.node_sources.get(name, FILE_SOURCE) != STORE_SOURCE:
+            for claim in node_claims(name, node):
+                held.setdefault(claim, name)
+    return held
+
+
+def _node_of(keypath: str, names: Iterable[str]) -> str:
+    """The node of ``names`` that key path ``keypath`` (``nodes.<name>...``) is about (names may hold dots)."""
+    return next((n for n in names if keypath == f"nodes.{n}" or keypath.startswith(f"nodes.{n}.")), "")
+
+
+def with_store_nodes(config: Config, stored: Mapping[str, Mapping[str, Any] | Node], *,
+                     source: str = STORE_NAME, written: Iterable[str] | None = None) -> Config:
+    """The config ``config`` (its file nodes; any store nodes it held are dropped) with the store's nodes
+    ``stored`` (name -> its mapping, or its :class:`~bootserver.config.schema.Node` already checked by
+    :func:`store_node`) merged in, source ``store`` (:attr:`Config.node_sources`). The one merge of the
+    two sources: ``serve`` at start and on each change of the store, a reload, ``nodes apply``, the
+    fleet API.
+
+    Each store node is checked as ``check-config`` checks a file node at load: the schema
+    (:func:`store_node`), a profile and facility that exist, a valid hostname, one default node with a
+    live-mode profile, its ``network`` and kargs (:func:`check_network_settings`), its provider's boot
+    source (:func:`check_boot_sources`); only the nodes ``written`` when given (the rest were checked
+    when written). Errors name ``source`` (``state store``, or the file ``nodes apply`` read).
+
+    Raises :class:`~bootserver.errors.NodeCheckError` (a ``ConfigError``: the node and key; with
+    ``errors``), :class:`~bootserver.errors.FileNodeError` for a store node whose name is a file
+    node's (naming both origins: a reload whose files now name a store node is refused so),
+    :class:`~bootserver.errors.NodeConflictError` for a MAC, UUID, hostname or static address a file
+    node holds (naming it and its file).
+    """
+    files = {n: node for n, node in config.nodes.items() if config.node_sources.get(n) != STORE_SOURCE}
+    nodes: dict[str, Node] = {}
+    for name, spec in stored.items():
+        if name in files:
+            raise FileNodeError(name, config.node_sources.get(name, FILE_SOURCE + config.source))
+        nodes[name] = spec if isinstance(spec, Node) else store_node(name, spec, source)
+    held = file_claims(config) if nodes else {}
+    for name in nodes if written is None else written:
+        for claim in node_claims(name, nodes[name]):
+            holder = held.get(claim)
+            if holder is not None:
+                raise NodeConflictError(name, claim[0], claim[1], holder, config.node_sources[holder])
+    checked = nodes if written is None else {n: nodes[n] for n in written}
+    try:
+        _check_nodes(checked, config.profiles, config.facilities, source)
+    except ConfigError as e:
+        raise NodeCheckError(source, e.keypath, e.message, node=_node_of(e.keypath, checked)) from None
+    merged_nodes = {**files, **nodes}
+    sources = {**{n: config.node_sources.get(n, FILE_SOURCE + config.source) for n in files},
+               **dict.fromkeys(nodes, STORE_SOURCE)}
+    merged = dataclasses.replace(
+        config, nodes=MappingProxyType(merged_nodes), node_sources=MappingProxyType(sources),
+        _mac_index=MappingProxyType({mac: n for n, node in merged_nodes.items() for mac in node.mac}))
+    try:
+        _check_default(merged_nodes, config.profiles, source)
+        check_network_settings(merged, source, checked)
+        check_boot_sources(merged, source, checked)
+    except NodeCheckError:
+        raise
+    except ConfigError as e:
+        raise NodeCheckError(source, e.keypath, e.message, node=_node_of(e.keypath, checked)) from None
+    return merged

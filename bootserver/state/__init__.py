@@ -18,6 +18,10 @@ provider recorded at ``provision`` (a JSON object, at least ``{"provider", "id",
 ``state_dir/nodes/<node>.json``; ``bootserver db migrate`` moves them in
 (:func:`bootserver.state.backends.move_device_files`).
 
+The store also holds nodes of its own (source ``store``, beside the config's files): the inventory
+every replica shares, :class:`~bootserver.state.nodestore.NodeStore`, which :class:`StateStore`
+includes (docs/design.md, "Store nodes").
+
 Every method is a coroutine (the PostgreSQL store talks over the network; the sqlite store answers
 reads on the loop, as one indexed row, and writes through its group-commit thread). When the store
 cannot be reached or written, methods raise :class:`~bootserver.errors.UnavailableError` (HTTP 503):
@@ -38,6 +42,7 @@ from ..errors import BootserverError
 from ..timeline import Current, Event, NodeState, Record, boot_started
 from .apistore import ApiStore
 from .batches import Batches
+from .nodestore import NodeStore
 
 if TYPE_CHECKING:
     from ..signing import Keyring
@@ -69,9 +74,10 @@ class StateStoreError(BootserverError):
     exception."""
 
 
-class StateStore(ApiStore, ABC):
-    """The node timeline and the signing keys of a server (see the module docstring), and the fleet API's
-    tokens and audit trail (:class:`~bootserver.state.apistore.ApiStore`)."""
+class StateStore(ApiStore, NodeStore, ABC):
+    """The node timeline and the signing keys of a server (see the module docstring), the fleet API's
+    tokens and audit trail (:class:`~bootserver.state.apistore.ApiStore`) and the store's nodes
+    (:class:`~bootserver.state.nodestore.NodeStore`)."""
 
     #: What the store is, for messages: a file path, or a PostgreSQL URL without its password.
     name: str

@@ -41,6 +41,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 import psycopg
@@ -48,7 +49,13 @@ from psycopg import conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from ..discovery import COLUMNS, Discovered, merged, record_of, row_params
-from ..errors import UnavailableError
+from ..errors import (
+    ChangesExpiredError,
+    NodeConflictError,
+    PreconditionFailedError,
+    UnavailableError,
+    UnknownStoreNodeError,
+)
 from ..signing import KEY_BYTES, KeyEntry, Keyring
 from ..timeline import (
     ATTRIBUTION_WINDOW,
@@ -82,6 +89,30 @@ from .apistore import (
     token_of,
 )
 from .batches import Batches
+from .nodestore import (
+    BUMP_SQL,
+    CHANGE_SQL,
+    CHANGES_SQL,
+    GET_SQL,
+    KEEP_CHANGES,
+    LIST_SQL,
+    REVISION_SQL,
+    STATE_SQL,
+    TRIM_SQL,
+    TRIMMED_SQL,
+    UNCLAIM_SQL,
+    UPDATE_SQL,
+    Applied,
+    Change,
+    Inventory,
+    NodeChange,
+    NodeWrite,
+    StoredNode,
+    change_of,
+    numbered,
+    plan_apply,
+    stored_of,
+)
 
 log = logging.getLogger("bootserver.state")
 
@@ -153,6 +184,35 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE discovered ADD COLUMN addresses TEXT;
     """,
     POSTGRES_SCHEMA,  # the fleet API's tokens and audit trail (bootserver.state.apistore)
+    # the store's nodes (bootserver.state.nodestore)
+    """
+    CREATE TABLE inventory_nodes (
+        name       TEXT PRIMARY KEY,
+        spec       TEXT NOT NULL,                -- JSON object: the node's mapping in the config's node schema
+        generation BIGINT NOT NULL,              -- 1 when created, +1 per write that changed it
+        updated    DOUBLE PRECISION NOT NULL     -- unix seconds
+    );
+    CREATE TABLE inventory_claims (
+        kind  TEXT NOT NULL,                     -- mac, uuid, hostname, address
+        value TEXT NOT NULL,
+        node  TEXT NOT NULL,
+        PRIMARY KEY (kind, value)
+    );
+    CREATE INDEX inventory_claims_node ON inventory_claims (node);
+    CREATE TABLE inventory_changes (
+        revision   BIGINT PRIMARY KEY,
+        node       TEXT NOT NULL,
+        change     TEXT NOT NULL,                -- created, updated, deleted
+        generation BIGINT NOT NULL,
+        at         DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE inventory_state (
+        id       INTEGER PRIMARY KEY CHECK (id = 1),
+        revision BIGINT NOT NULL,                -- the store's revision
+        trimmed  BIGINT NOT NULL                 -- the newest revision the change log dropped
+    );
+    INSERT INTO inventory_state (id, revision, trimmed) VALUES (1, 0, 0);
+    """,
 )
 
 #: A machine's first report, or nothing when it has a row (then read, locked, by :data:`_DISCOVERED_ROW`).
@@ -198,6 +258,17 @@ _NEW_NODE = ("INSERT INTO nodes (node, stage, stage_at, last_event, last_at) VAL
 #: The batch's node rows, locked in name order (two replicas writing the same nodes never deadlock).
 _BATCH_ROWS = _pg(BATCH_ROWS_SQL.format(nodes="= ANY(%s) ORDER BY n.node FOR UPDATE OF n"))
 _IDS = "SELECT nextval(pg_get_serial_sequence('events', 'id')) FROM generate_series(1, %s)"
+#: The store's nodes: an apply's rows read and locked in name order; its inserts and claims in one
+#: statement each (``ON CONFLICT DO NOTHING``: what another writer holds is left out of what returns).
+_LOCK_NODES = ("SELECT name, spec, generation FROM inventory_nodes WHERE name = ANY(%s) ORDER BY name "
+               "FOR UPDATE")
+_INSERT_NODES = ("INSERT INTO inventory_nodes (name, spec, generation, updated) SELECT * FROM "
+                 "unnest(%s::text[], %s::text[], %s::bigint[], %s::float8[]) ON CONFLICT (name) DO NOTHING "
+                 "RETURNING name")
+_CLAIM_ALL = ("INSERT INTO inventory_claims (kind, value, node) SELECT * FROM unnest(%s::text[], %s::text[], "
+              "%s::text[]) ON CONFLICT (kind, value) DO NOTHING RETURNING kind, value")
+_HOLDERS = ("SELECT c.kind, c.value, c.node FROM inventory_claims c JOIN unnest(%s::text[], %s::text[]) "
+            "AS q(kind, value) ON c.kind = q.kind AND c.value = q.value")
 
 
 K = TypeVar("K")
@@ -531,6 +602,116 @@ class PostgresStore(StateStore):
 
     async def audit(self, node: str | None = None, token: str | None = None, limit: int = 1000) -> list[AuditEntry]:
         return [audit_of(r) for r in await self._fetch(_pg(AUDIT_READ_SQL), audit_params(node, token, limit))]
+    # -- the store's nodes (bootserver.state.nodestore) ------------------------------------------------
+
+    async def inventory(self) -> Inventory:
+        pool = await self._open_pool()
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                revision = (await (await conn.execute(REVISION_SQL)).fetchone() or (0,))[0]
+                rows = await (await conn.execute(LIST_SQL)).fetchall()
+        except psycopg.Error as e:
+            raise self._unavailable(e) from None
+        return Inventory(MappingProxyType({r[0]: stored_of(r) for r in rows}), int(revision))
+
+    async def stored_node(self, name: str) -> StoredNode | None:
+        rows = await self._fetch(_pg(GET_SQL), (name,))
+        return stored_of(rows[0]) if rows else None
+
+    async def _log(self, conn: psycopg.AsyncConnection[Any], changes: Sequence[tuple[str, Change, int]],
+                   at: float) -> list[NodeChange]:
+        """Number ``changes`` under the revision row's lock, log them, trim the log (the caller's transaction)."""
+        if not changes:
+            return []
+        (revision,) = await (await conn.execute(_pg(BUMP_SQL), (len(changes),))).fetchone() or (0,)
+        made = numbered(changes, int(revision), at)
+        async with conn.cursor() as cur:
+            await cur.executemany(_pg(CHANGE_SQL), [(c.revision, c.node, c.change, c.generation, c.at) for c in made])
+        floor = int(revision) - KEEP_CHANGES
+        if floor > 0 and (await conn.execute(_pg(TRIM_SQL), (floor,))).rowcount:
+            await conn.execute(_pg(TRIMMED_SQL), (floor, floor))
+        return made
+
+    async def apply_nodes(self, writes: Sequence[NodeWrite], at: float | None = None) -> list[Applied]:
+        """One transaction: the written nodes' rows locked in name order, the new ones inserted in one
+        statement, the claims in one (a claim another writer took, or takes meanwhile: its insert waits
+        for that one's commit and is left out, then named in the error), the revision raised last."""
+        stamp = time.time() if at is None else at
+        pool = await self._open_pool()
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                names = sorted({w.name for w in writes})
+                rows = {r[0]: (r[1], int(r[2])) for r in
+                        await (await conn.execute(_LOCK_NODES, (names,))).fetchall()}
+                plan = plan_apply(writes, rows, stamp)
+                if plan.inserts:
+                    cols = [list(c) for c in zip(*plan.inserts, strict=True)]
+                    done = {n for (n,) in await (await conn.execute(_INSERT_NODES, cols)).fetchall()}
+                    for name, *_ in plan.inserts:
+                        if name not in done:  # created meanwhile by a writer that committed first
+                            w = next(w for w in writes if w.name == name)
+                            if w.create_only or w.expect_generation is not None:
+                                raise PreconditionFailedError(name, w.expect_generation, 1)
+                            raise NodeConflictError(name, "name", name, name, "store")
+                async with conn.cursor() as cur:
+                    if plan.updates:
+                        await cur.executemany(_pg(UPDATE_SQL), plan.updates)
+                    if plan.reclaimed:
+                        await cur.executemany(_pg(UNCLAIM_SQL), [(n,) for n in plan.reclaimed])
+                if plan.claims:
+                    kinds, values, owners = (list(c) for c in zip(*plan.claims, strict=True))
+                    taken = set(await (await conn.execute(_CLAIM_ALL, (kinds, values, owners))).fetchall())
+                    lost = [(k, v, n) for k, v, n in plan.claims if (k, v) not in taken]
+                    if lost:
+                        holders = {(k, v): n for k, v, n in await (await conn.execute(
+                            _HOLDERS, ([k for k, _, _ in lost], [v for _, v, _ in lost]))).fetchall()}
+                        kind, value, node = lost[0]
+                        raise NodeConflictError(node, kind, value, holders.get((kind, value), "?"), "store")
+                await self._log(conn, plan.changes, stamp)
+        except psycopg.Error as e:
+            raise self._unavailable(e) from None
+        return plan.applied
+
+    async def delete_nodes(self, names: Sequence[str], expect: Mapping[str, int] | None = None,
+                           at: float | None = None) -> list[NodeChange]:
+        stamp = time.time() if at is None else at
+        expect = expect or {}
+        pool = await self._open_pool()
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                wanted = list(dict.fromkeys(names))
+                rows = {r[0]: int(r[2]) for r in
+                        await (await conn.execute(_LOCK_NODES, (sorted(wanted),))).fetchall()}
+                changes: list[tuple[str, Change, int]] = []
+                for name in wanted:
+                    if name not in rows:
+                        raise UnknownStoreNodeError(name)
+                    if name in expect and rows[name] != expect[name]:
+                        raise PreconditionFailedError(name, expect[name], rows[name])
+                    changes.append((name, "deleted", rows[name]))
+                await conn.execute("DELETE FROM inventory_nodes WHERE name = ANY(%s)", (wanted,))
+                await conn.execute("DELETE FROM inventory_claims WHERE node = ANY(%s)", (wanted,))
+                return await self._log(conn, changes, stamp)
+        except psycopg.Error as e:
+            raise self._unavailable(e) from None
+
+    async def node_changes(self, since: int) -> tuple[list[NodeChange], int]:
+        pool = await self._open_pool()
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                revision, trimmed = await (await conn.execute(STATE_SQL)).fetchone() or (0, 0)
+                if since < trimmed:
+                    raise ChangesExpiredError(since, int(trimmed) + 1)
+                rows = await (await conn.execute(_pg(CHANGES_SQL), (since,))).fetchall()
+        except psycopg.Error as e:
+            raise self._unavailable(e) from None
+        return [change_of(r) for r in rows], int(revision)
+
+    async def inventory_revision(self) -> int:
+        rows = await self._fetch(REVISION_SQL, ())
+        return int(rows[0][0]) if rows else 0
 
     # -- signing keys ------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +25,7 @@ from ..discovery import Discovered
 from ..errors import UnavailableError
 from ..signing import Keyring
 from ..timeline import Current, Event, NodeState, Record
-from . import PUBLIC_UNAVAILABLE, RepeatKey, StateStore, StateStoreError
+from . import PUBLIC_UNAVAILABLE, RepeatKey, StateStore, StateStoreError, sqlite_nodes
 from .apistore import (
     AUDIT_READ_SQL,
     AUDIT_SQL,
@@ -40,6 +41,16 @@ from .apistore import (
     token_of,
 )
 from .batches import Batches
+from .nodestore import (
+    GET_SQL,
+    REVISION_SQL,
+    Applied,
+    Inventory,
+    NodeChange,
+    NodeWrite,
+    StoredNode,
+    stored_of,
+)
 from .sqlite_timeline import SCHEMA_VERSION, Timeline, connect
 
 log = logging.getLogger("bootserver.timeline")
@@ -276,6 +287,41 @@ class SqliteStore(StateStore):
             rows = await asyncio.to_thread(self.timeline.snapshot,
                                            lambda db: db.execute(AUDIT_READ_SQL, params).fetchall())
         return [audit_of(r) for r in rows]
+
+    # -- the store's nodes (bootserver.state.nodestore) ------------------------------------------------
+
+    async def inventory(self) -> Inventory:
+        with self._answering:
+            return await asyncio.to_thread(self.timeline.snapshot, sqlite_nodes.inventory)
+
+    async def stored_node(self, name: str) -> StoredNode | None:
+        with self._answering:
+            row = await asyncio.to_thread(self.timeline.snapshot,
+                                          lambda db: db.execute(GET_SQL, (name,)).fetchone())
+        return None if row is None else stored_of(row)
+
+    async def apply_nodes(self, writes: Sequence[NodeWrite], at: float | None = None) -> list[Applied]:
+        stamp = time.time() if at is None else at
+        with self._answering:
+            return await asyncio.to_thread(self.timeline.transaction,
+                                           lambda db: sqlite_nodes.apply(db, writes, stamp), len(writes))
+
+    async def delete_nodes(self, names: Sequence[str], expect: Mapping[str, int] | None = None,
+                           at: float | None = None) -> list[NodeChange]:
+        stamp = time.time() if at is None else at
+        with self._answering:
+            return await asyncio.to_thread(self.timeline.transaction,
+                                           lambda db: sqlite_nodes.delete(db, names, expect or {}, stamp),
+                                           len(names))
+
+    async def node_changes(self, since: int) -> tuple[list[NodeChange], int]:
+        with self._answering:
+            return await asyncio.to_thread(self.timeline.snapshot, lambda db: sqlite_nodes.changes(db, since))
+
+    async def inventory_revision(self) -> int:
+        """One row on the read connection, on the loop (no thread hop): what every worker polls."""
+        with self._answering:
+            return int(self.timeline.read_one(REVISION_SQL))
 
     def keyring(self) -> Keyring:
         """The keys file (created on first use; ``refreshed()`` re-reads it when another process

@@ -45,6 +45,7 @@ from ..timeline import (
 )
 from . import StateStoreError
 from .apistore import SQLITE_SCHEMA as API_SCHEMA
+from .nodestore import SCHEMA_SQL as INVENTORY_SCHEMA_SQL
 from .sqlite_batch import run_batch
 
 log = logging.getLogger("bootserver.timeline")
@@ -56,7 +57,7 @@ GENERATION_FILE = "timeline.generation"
 GENERATION_BYTES = 8
 
 #: Version of the timeline schema (``PRAGMA user_version`` in sqlite; see :func:`_migrate`).
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Version 1 (before coalescing) had events without count/last_at/stage and nodes without
 # last_id/events/dropped; _migrate adds them.
@@ -163,6 +164,9 @@ def _migrate(db: sqlite3.Connection) -> None:
                     db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
         if version < 6:  # the fleet API's tokens and audit trail (bootserver.state.apistore)
             for statement in filter(str.strip, API_SCHEMA.split(";")):
+                db.execute(statement)
+        if version < 7:  # the store's nodes (bootserver.state.nodestore)
+            for statement in filter(str.strip, INVENTORY_SCHEMA_SQL.split(";")):
                 db.execute(statement)
         if version < SCHEMA_VERSION:
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -472,6 +476,13 @@ class Timeline:
                 return work(db)
             finally:
                 db.execute("COMMIT")
+
+    def read_one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The first column of the first row of ``sql`` on the read connection (``None``: no row): one
+        indexed row, cheap enough for the event loop. Raises ``sqlite3.Error``."""
+        with self._rlock:
+            row = self._read_db().execute(sql, params).fetchone()
+        return None if row is None else row[0]
 
     def stage(self, node: str) -> str:
         """The node's current stage (``new`` when it has no events), as last committed by any process.

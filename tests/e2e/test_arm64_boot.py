@@ -190,7 +190,7 @@ def test_an_unknown_arm64_machine_is_discovered_through_grub_then_adopted_and_bo
         for value in (*UNKNOWN_FACTS.values(), "aarch64 (arm64)/efi"):
             assert value.replace(" ", " ") in row, row
         assert "bootserver: this machine is not a node yet" in log.read_text(errors="replace")
-        p = run_bootserver("nodes", "adopt", UNKNOWN_MAC, "--name", "arm-adopted", "--profile", "arm-live",
+        p = run_bootserver("nodes", "adopt", "--file=", UNKNOWN_MAC, "--name", "arm-adopted", "--profile", "arm-live",
                            "--config", str(config), timeout=60)
         assert p.returncode == 0 and "the server reloaded" in p.stdout, (p.stdout, p.stderr)
         end = time.monotonic() + BOOT_TIMEOUT
