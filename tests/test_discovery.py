@@ -128,13 +128,13 @@ async def test_a_conflict_is_logged_shown_and_adopted_only_with_the_address_to_t
         if lines:
             leases.parent.mkdir(parents=True, exist_ok=True)
             leases.write_text("\n".join(lines) + "\n")
-        rc, out, err = await run_cli("nodes", "adopt", UNKNOWN, "--name", "rack1-09", "--profile", "live",
+        rc, out, err = await run_cli("nodes", "adopt", "--file=", UNKNOWN, "--name", "rack1-09", "--profile", "live",
                                      "--config", str(path))
         assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
         assert (f'machine {UNKNOWN} was reported from 2 addresses ("127.0.0.1", "127.0.0.66"): two machines claim '
                 "its MAC; pass --addresses naming the one to trust; " + evidence) in err
         assert list((tmp_path / "nodes.d").iterdir()) == []
-    rc, out, err = await run_cli("nodes", "adopt", UNKNOWN, "--name", "rack1-09", "--profile", "live",
+    rc, out, err = await run_cli("nodes", "adopt", "--file=", UNKNOWN, "--name", "rack1-09", "--profile", "live",
                                  "--addresses", "127.0.0.66", "--config", str(path))
     assert rc == 0, err
     node = yaml.safe_load((tmp_path / "nodes.d" / "rack1-09.yaml").read_text())["nodes"]["rack1-09"]
