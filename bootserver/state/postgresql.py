@@ -22,11 +22,16 @@ The schema is versioned (table ``bootserver_schema``) and migrated at start unde
 advisory lock (:data:`MIGRATION_LOCK`), so replicas starting at once migrate once; ``bootserver db
 migrate`` does the same by hand.
 
-Losing the database: reads and writes fail within :data:`WAIT` seconds with
+Losing the database: the first reads and writes fail within :data:`WAIT` seconds with
 :class:`~bootserver.errors.UnavailableError` (HTTP 503 for scripts and stubs: never a guessed
-boot-once), artifacts keep flowing, the signing keys in hand stay in use, and the pool reconnects by
-itself when the database is back. A batch that fails on a broken connection is retried once on a new
-one (nothing of a failed transaction was written, so a retry cannot double an event).
+boot-once); the store then remembers that the database is down (a circuit: :meth:`PostgresStore.
+_opened_circuit`) and every statement, ``/readyz`` included, fails at once instead of waiting for the
+pool, while one background probe connects every :data:`PROBE_EVERY` seconds. When it gets through, a
+new pool replaces the old one (whose connections died with the server) and statements run again:
+recovery within about a second of the database answering, not after the pool's own reconnection
+backoff (20-30 s). Artifacts keep flowing meanwhile, and the signing keys in hand stay in use. A batch
+that fails on a broken connection is retried once on a new one (nothing of a failed transaction was
+written, so a retry cannot double an event).
 
 The password comes from ``state_store.password_file``, else libpq's own ``PGPASSWORD``/``PGPASSFILE``
 (``~/.pgpass``); a password inside the URL works but is discouraged (it ends up in the config file).
@@ -125,6 +130,12 @@ WAIT = 3.0
 KEYS_STALE = KEYS_POLL + WAIT
 #: Connections per replica process.
 POOL_MAX = 8
+#: Seconds between two connection attempts of the probe while the database is down (the circuit is open).
+PROBE_EVERY = 0.5
+#: SQLSTATEs of a database that went away (PostgreSQL's errcodes: class 08, connection exception, and
+#: 57P01-57P03, the server shutting down or starting); an error without a SQLSTATE is libpq's own, a
+#: connection that could not be made or broke.
+_GONE_SQLSTATES = ("57P01", "57P02", "57P03")
 #: Key of the advisory lock held while migrating (``pg_advisory_xact_lock``), ASCII "bootsrv1".
 MIGRATION_LOCK = 0x626F6F7473727631
 
@@ -335,6 +346,12 @@ class PostgresStore(StateStore):
         self.source = source
         self.name = public_name(url)
         self._pool: AsyncConnectionPool | None = None
+        #: the circuit: why the database is down (the first error that said so), ``None`` while it answers
+        self._down: str | None = None
+        self._down_since = 0.0
+        self._probe: asyncio.Task[None] | None = None
+        #: pools replaced after an outage, closing in the background (closed by :meth:`close` at the latest)
+        self._retired: set[asyncio.Task[None]] = set()
         self._batches = Batches(self._commit)
         self._currents: Reads[str, Current] = Reads(self._read_currents, Current("new"))
         self._attributions: Reads[tuple[str, float], str | None] = Reads(self._read_attributions, None)
@@ -356,18 +373,71 @@ class PostgresStore(StateStore):
                                       f"{self.password_file}: {getattr(e, 'strerror', None) or 'empty'}") from None
         return kwargs
 
+    async def _new_pool(self) -> AsyncConnectionPool:
+        """A pool opened with its first connection. Raises :class:`StateStoreError` (one line)."""
+        pool = AsyncConnectionPool(self.url, kwargs=self._connect_kwargs(), min_size=1, max_size=POOL_MAX,
+                                   timeout=WAIT, open=False, name="bootserver-state")
+        try:
+            await pool.open(wait=True, timeout=WAIT + 2)
+        except Exception as e:
+            await pool.close()
+            raise StateStoreError(f"{self.name}: cannot connect to the state store: {_one_line(e)}") from None
+        return pool
+
     async def _open_pool(self) -> AsyncConnectionPool:
+        """The pool (opened on first use). Raises :class:`~bootserver.errors.UnavailableError` at once
+        while the circuit is open (the database is down: :meth:`_opened_circuit`), never waiting."""
+        if self._down is not None:
+            raise UnavailableError(f"state store {self.name}: {self._down} (down for "
+                                   f"{time.monotonic() - self._down_since:.0f} s; trying again every "
+                                   f"{PROBE_EVERY:g} s)", public=PUBLIC_UNAVAILABLE)
         if self._pool is None:
-            pool = AsyncConnectionPool(self.url, kwargs=self._connect_kwargs(), min_size=1, max_size=POOL_MAX,
-                                       timeout=WAIT, open=False, name="bootserver-state")
-            try:
-                await pool.open(wait=True, timeout=WAIT + 2)
-            except Exception as e:
-                await pool.close()
-                raise StateStoreError(f"{self.name}: cannot connect to the state store: "
-                                      f"{_one_line(e)}") from None
-            self._pool = pool
+            self._pool = await self._new_pool()
         return self._pool
+
+    def _opened_circuit(self, e: Exception, pool: AsyncConnectionPool | None) -> None:
+        """After ``e`` on ``pool``: when ``e`` says the database is gone (no connection within
+        :data:`WAIT`, a connection refused or broken, the server shutting down: :data:`_GONE_SQLSTATES`)
+        and ``pool`` is the current pool, open the circuit and start the probe (:meth:`_probe_until_up`)."""
+        gone = isinstance(e, psycopg.OperationalError) and not isinstance(e, psycopg.errors.QueryCanceled) and (
+            e.sqlstate is None or e.sqlstate.startswith("08") or e.sqlstate in _GONE_SQLSTATES)
+        if not gone or pool is not self._pool or self._down is not None:
+            return
+        self._down, self._down_since = _one_line(e), time.monotonic()
+        log.warning("%s: the state store is down (%s): refusing at once, trying to connect every %g s",
+                    self.name, self._down, PROBE_EVERY)
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._probe_until_up())
+
+    async def _probe_until_up(self) -> None:
+        """While the circuit is open: connect every :data:`PROBE_EVERY` seconds (the first at once); once
+        a connection answers, a new pool replaces the old one (closed in the background after
+        :data:`WAIT` seconds, the longest a statement may still be using it) and the circuit closes."""
+        delay = 0.0
+        while self._down is not None:
+            await asyncio.sleep(delay)
+            delay = PROBE_EVERY
+            try:
+                conn = await psycopg.AsyncConnection.connect(self.url, **self._connect_kwargs())
+                async with conn:
+                    await conn.execute("SELECT 1")
+                pool = await self._new_pool()
+            except (psycopg.Error, StateStoreError, OSError) as e:
+                self._down = _one_line(e)
+                continue
+            old, self._pool = self._pool, pool
+            log.info("%s: the state store answers again after %.1f s", self.name,
+                     time.monotonic() - self._down_since)
+            self._down = None
+            if old is not None:
+                task = asyncio.get_running_loop().create_task(self._retire(old))
+                self._retired.add(task)
+                task.add_done_callback(self._retired.discard)
+
+    @staticmethod
+    async def _retire(pool: AsyncConnectionPool) -> None:
+        await asyncio.sleep(WAIT)
+        await pool.close()
 
     async def migrate(self) -> tuple[int, int]:
         """Bring the schema to the newest version under the migration advisory lock; returns
@@ -396,16 +466,23 @@ class PostgresStore(StateStore):
         self._poller = asyncio.create_task(self._poll_keys())
 
     async def close(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
+        tasks = [t for t in (self._poller, self._probe) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._batches.drained(closing=True)
+        for task in list(self._retired):
+            task.cancel()
+        await asyncio.gather(*self._retired, return_exceptions=True)
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
 
-    def _unavailable(self, e: Exception) -> UnavailableError:
+    def _unavailable(self, e: Exception, pool: AsyncConnectionPool | None) -> UnavailableError:
+        """The error to raise after ``e`` on ``pool``; opens the circuit when ``e`` says the database is
+        gone (:meth:`_opened_circuit`)."""
         self._keys_problem = f"state store {self.name}: {_one_line(e)}"  # the keys cannot be read either
+        self._opened_circuit(e, pool)
         return UnavailableError(f"state store {self.name}: {_one_line(e)}", public=PUBLIC_UNAVAILABLE)
 
     async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -414,7 +491,7 @@ class PostgresStore(StateStore):
             async with pool.connection() as conn:
                 return await (await conn.execute(sql, params)).fetchall()
         except psycopg.Error as e:
-            raise self._unavailable(e) from None
+            raise self._unavailable(e, pool) from None
 
     async def stage(self, node: str) -> str:
         return (await self.current(node)).stage
@@ -475,11 +552,11 @@ class PostgresStore(StateStore):
                         raise
             except psycopg.OperationalError as e:
                 if attempt == 2 or isinstance(e, psycopg.errors.QueryCanceled):
-                    raise self._unavailable(e) from None
+                    raise self._unavailable(e, pool) from None
                 log.warning("%s: timeline batch of %d failed, retrying on a new connection: %s",
                             self.name, len(records), _one_line(e))
             except psycopg.Error as e:
-                raise self._unavailable(e) from None
+                raise self._unavailable(e, pool) from None
         raise AssertionError("unreachable")
 
     async def events(self, node: str, limit: int | None = None) -> list[Event]:
@@ -528,7 +605,7 @@ class PostgresStore(StateStore):
                     cur = await conn.execute(_CLEAR_DEVICES, (gone,))
                     done.update(n for (n,) in await cur.fetchall())
         except psycopg.Error as e:
-            raise self._unavailable(e) from None
+            raise self._unavailable(e, pool) from None
         return [n for n in records if n in done]
 
     # -- discovered machines -----------------------------------------------------------------------
@@ -550,7 +627,7 @@ class PostgresStore(StateStore):
                         await conn.execute(_DISCOVER_MERGED, row_params(now))
                     await conn.execute(_TRIM_DISCOVERED, {"keep": keep})
         except psycopg.Error as e:
-            raise self._unavailable(e) from None
+            raise self._unavailable(e, pool) from None
         return now
 
     async def discovered(self) -> list[Discovered]:
@@ -564,7 +641,7 @@ class PostgresStore(StateStore):
                 cur = await conn.execute("DELETE FROM discovered WHERE mac = ANY(%s)", (list(macs),))
                 return cur.rowcount
         except psycopg.Error as e:
-            raise self._unavailable(e) from None
+            raise self._unavailable(e, pool) from None
 
     # -- the fleet API's tokens and audit trail (bootserver.state.apistore) -------------------------
 
@@ -579,7 +656,7 @@ class PostgresStore(StateStore):
                     changed += max(cur.rowcount, 0)
                 return changed
         except psycopg.Error as e:
-            raise self._unavailable(e) from None
+            raise self._unavailable(e, pool) from None
 
     async def create_token(self, record: TokenRecord) -> None:
         row = (record.name, record.hash, " ".join(record.scopes), record.created, record.expires)
