@@ -689,7 +689,7 @@ class PostgresStore(StateStore):
                 revision = (await (await conn.execute(REVISION_SQL)).fetchone() or (0,))[0]
                 rows = await (await conn.execute(LIST_SQL)).fetchall()
         except psycopg.Error as e:
-            raise self._unavailable(e) from None
+            raise self._unavailable(e, pool) from None
         return Inventory(MappingProxyType({r[0]: stored_of(r) for r in rows}), int(revision))
 
     async def stored_node(self, name: str) -> StoredNode | None:
@@ -747,7 +747,7 @@ class PostgresStore(StateStore):
                         raise NodeConflictError(node, kind, value, holders.get((kind, value), "?"), "store")
                 await self._log(conn, plan.changes, stamp)
         except psycopg.Error as e:
-            raise self._unavailable(e) from None
+            raise self._unavailable(e, pool) from None
         return plan.applied
 
     async def delete_nodes(self, names: Sequence[str], expect: Mapping[str, int] | None = None,
@@ -771,7 +771,7 @@ class PostgresStore(StateStore):
                 await conn.execute("DELETE FROM inventory_claims WHERE node = ANY(%s)", (wanted,))
                 return await self._log(conn, changes, stamp)
         except psycopg.Error as e:
-            raise self._unavailable(e) from None
+            raise self._unavailable(e, pool) from None
 
     async def node_changes(self, since: int) -> tuple[list[NodeChange], int]:
         pool = await self._open_pool()
@@ -783,7 +783,7 @@ class PostgresStore(StateStore):
                     raise ChangesExpiredError(since, int(trimmed) + 1)
                 rows = await (await conn.execute(_pg(CHANGES_SQL), (since,))).fetchall()
         except psycopg.Error as e:
-            raise self._unavailable(e) from None
+            raise self._unavailable(e, pool) from None
         return [change_of(r) for r in rows], int(revision)
 
     async def inventory_revision(self) -> int:
