@@ -13,7 +13,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic.json_schema import SkipJsonSchema
 
 from ..config import Node, Profile
 from ..config.ipmi_settings import IpmiSettings
@@ -28,8 +29,8 @@ NamePath = Annotated[str, Field(pattern=NAME_RE, min_length=1, max_length=63)]
 Stage = Literal[STAGES]  # type: ignore[valid-type]
 
 
-def _read_only(description: str) -> Any:
-    return Field(description=description, json_schema_extra={"readOnly": True})
+def _read_only(description: str, **default: Any) -> Any:
+    return Field(description=description, json_schema_extra={"readOnly": True}, **default)
 
 
 def rfc3339(at: float | None) -> str | None:
@@ -68,16 +69,45 @@ class ProblemModel(BaseModel):
     conflicting_node: str | None = Field(default=None, description="conflict: the node that holds it")
 
 
+_PASSWORD_SET = "whether a BMC password is set (password, password_file or password_env); never the password"
+_PASSWORD = ("the BMC password (write-only: kept sealed, never shown; null removes it; left out of a PUT "
+             "that names no password source, the kept one stays)")
+
+
 class RedfishView(RedfishSettings):
     """A node's ``redfish`` mapping as shown: its keys, and whether a password is set (never the password)."""
 
-    password_set: bool | None = _read_only("whether the BMC password is set (write-only: never shown)")
+    password_sealed: SkipJsonSchema[str | None] = None
+    password_set: bool | None = _read_only(_PASSWORD_SET, default=None)
 
 
 class IpmiView(IpmiSettings):
     """A node's ``ipmi`` mapping as shown: its keys, and whether a password is set (never the password)."""
 
-    password_set: bool | None = _read_only("whether the BMC password is set (write-only: never shown)")
+    password_sealed: SkipJsonSchema[str | None] = None
+    password_set: bool | None = _read_only(_PASSWORD_SET, default=None)
+
+
+class RedfishBody(RedfishSettings):
+    """A node's ``redfish`` mapping as written: its keys and the write-only ``password``."""
+
+    model_config = ConfigDict(title="RedfishInput")
+
+    password_sealed: SkipJsonSchema[str | None] = None
+    password: str | None = Field(default=None, min_length=1, max_length=1024, description=_PASSWORD,
+                                 json_schema_extra={"writeOnly": True})
+    password_set: bool | None = _read_only(_PASSWORD_SET + " (ignored in a body)", default=None)
+
+
+class IpmiBody(IpmiSettings):
+    """A node's ``ipmi`` mapping as written: its keys and the write-only ``password``."""
+
+    model_config = ConfigDict(title="IpmiInput")
+
+    password_sealed: SkipJsonSchema[str | None] = None
+    password: str | None = Field(default=None, min_length=1, max_length=1024, description=_PASSWORD,
+                                 json_schema_extra={"writeOnly": True})
+    password_set: bool | None = _read_only(_PASSWORD_SET + " (ignored in a body)", default=None)
 
 
 class NodeView(Node):
@@ -94,6 +124,29 @@ class NodeView(Node):
     generation: int = _read_only("increases with every change; the node's ETag")
     stage: Stage = _read_only("the node's stage (docs/design.md, Stage order)")
     since: datetime | None = _read_only("when the node entered its stage (RFC 3339); null: never booted")
+
+
+class NodeBody(Node):
+    """A node as ``PUT`` writes it: the config's node keys (checked as ``check-config`` checks a file
+    node), the write-only ``redfish.password`` / ``ipmi.password``; the read-only keys of a representation
+    may be sent back and are ignored."""
+
+    model_config = ConfigDict(title="NodeInput", strict=False)
+
+    redfish: RedfishBody = Field(default_factory=RedfishBody)
+    ipmi: IpmiBody = Field(default_factory=IpmiBody)
+    name: str | None = _read_only("ignored (the path names the node)", default=None)
+    source: str | None = _read_only("ignored", default=None)
+    generation: int | None = _read_only("ignored (If-Match is the precondition)", default=None)
+    stage: str | None = _read_only("ignored", default=None)
+    since: str | None = _read_only("ignored", default=None)
+
+
+class NodePatch(RootModel[dict[str, Any]]):
+    """A JSON merge patch of a node (RFC 7396): the keys to set, ``null`` to remove one; nested mappings
+    (``redfish``, ``metal``...) merge the same way."""
+
+    model_config = ConfigDict(title="NodeMergePatch")
 
 
 class NodeList(Answer):

@@ -86,6 +86,21 @@ class Operation:
 COMMON_PROBLEMS = ("unauthorized", "forbidden", "unavailable")
 
 _ETAG = {"ETag": "the node's generation, quoted (RFC 9110 section 8.8.3)"}
+_CREATED = {**_ETAG, "Location": "the node's URL (201 only)"}
+_IF_MATCH = {"If-Match": 'the node\'s generation as its ETag ("3"), or *: the write holds only for that '
+                         "generation (412 otherwise; RFC 9110 section 13.1.1)"}
+_IF_NONE_MATCH = {"If-None-Match": "*: create only (412 when the node exists; RFC 9110 section 13.1.2)"}
+_WRITE_PROBLEMS = ("not-found", "file-managed", "conflict", "precondition-failed", "invalid-node",
+                   "malformed-json", "unsupported-media-type", "payload-too-large", "invalid-parameter")
+MERGE_PATCH = "application/merge-patch+json"
+_NAME = {"name": "$request.path.name"}
+#: What a stateful client can do next with a node it wrote (OpenAPI links).
+_NODE_LINKS = {
+    "GetNode": Link("getNode", _NAME, "read the node back"),
+    "PatchNode": Link("patchNode", _NAME, "change some of its keys"),
+    "DeleteNode": Link("deleteNode", _NAME, "delete it"),
+    "GetTimeline": Link("getNodeTimeline", _NAME, "its history"),
+}
 
 #: Every operation of the API, in the OpenAPI document's order.
 OPERATIONS: tuple[Operation, ...] = (
@@ -95,6 +110,17 @@ OPERATIONS: tuple[Operation, ...] = (
               {200: models.NodeList}, query=models.NodeListQuery, problems=("invalid-parameter",)),
     Operation("getNode", "GET", "/nodes/{name}", "read", "One node", {200: models.NodeView},
               resolve="node", headers=_ETAG, problems=("not-found",)),
+    Operation("putNode", "PUT", "/nodes/{name}", "write", "Create or replace a store node",
+              {201: models.NodeView, 200: models.NodeView}, resolve="node_name", body=models.NodeBody,
+              request_headers={**_IF_MATCH, **_IF_NONE_MATCH}, headers=_CREATED, problems=_WRITE_PROBLEMS,
+              links={201: _NODE_LINKS, 200: _NODE_LINKS}),
+    Operation("patchNode", "PATCH", "/nodes/{name}", "write", "Change a store node (JSON merge patch, RFC 7396)",
+              {200: models.NodeView}, resolve="node", body=models.NodePatch, media=(MERGE_PATCH,),
+              request_headers=_IF_MATCH, headers=_ETAG, problems=_WRITE_PROBLEMS,
+              links={200: _NODE_LINKS}),
+    Operation("deleteNode", "DELETE", "/nodes/{name}", "write", "Delete a store node", {204: None},
+              resolve="node", request_headers=_IF_MATCH,
+              problems=("not-found", "file-managed", "precondition-failed", "invalid-parameter")),
     Operation("getNodeTimeline", "GET", "/nodes/{name}/timeline", "read",
               "The node's history (what `nodes show` prints)", {200: models.Timeline}, resolve="node",
               query=models.TimelineQuery, problems=("not-found", "invalid-parameter")),

@@ -51,7 +51,6 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
     Kind("unsupported-media-type", 415, "Unsupported content type"),
     Kind("invalid-node", 422, "The node is refused by the config's checks"),
     Kind("unprocessable", 422, "The request is refused"),
-    Kind("precondition-required", 428, "This request needs a precondition header"),
     Kind("internal-error", 500, "Internal error"),
     Kind("unavailable", 503, "Not available now, retry later"),
 )}

@@ -8,10 +8,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config import Config, normalize_mac
+from ..config import STORE_SOURCE, Config, normalize_mac
 from ..discovery import Discovered
 from ..timeline import Event, NodeState
 from .models import rfc3339
@@ -22,27 +22,40 @@ BMC_KEYS = ("redfish", "ipmi")
 
 
 def node_source(config: Config, name: str) -> str:
-    """Where configured node ``name`` comes from: ``file:PATH`` (the file that defines it)."""
-    return "file:" + config.origins.get(f"nodes.{name}", config.source)
+    """Where configured node ``name`` comes from: ``file:PATH`` (the file that defines it) or ``store``."""
+    return config.node_sources.get(name) or "file:" + config.origins.get(f"nodes.{name}", config.source)
 
 
-def node_view(config: Config, name: str, state: NodeState, *, generation: int = 0,
-              password_set: Iterable[str] = ()) -> dict[str, Any]:
-    """Node ``name`` of ``config`` as the API shows it (:class:`~bootserver.api.models.NodeView`): its keys
-    not at their defaults, ``password_set`` in each BMC mapping it has (true when a password file or
-    variable is named, or the mapping is in ``password_set``: a password kept in the store), and the
-    read-only ``name``, ``source``, ``generation``, ``stage``, ``since`` (``state``: its timeline state)."""
-    node = config.nodes[name]
-    out: dict[str, Any] = node.model_dump(mode="json", exclude_defaults=True)
-    stored = set(password_set)
+def is_file_node(config: Config, name: str) -> bool:
+    """Whether ``name`` is a node of the config's files (not of the store)."""
+    return name in config.nodes and node_source(config, name) != STORE_SOURCE
+
+
+def node_view(config: Config, name: str, state: NodeState) -> dict[str, Any]:
+    """File node ``name`` of ``config`` as the API shows it (:class:`~bootserver.api.models.NodeView`): its
+    keys not at their defaults, as :func:`stored_view` shows them, ``generation`` 0."""
+    spec = config.nodes[name].model_dump(mode="json", exclude_defaults=True)
+    return shown(name, spec, node_source(config, name), 0, state)
+
+
+def stored_view(name: str, spec: Mapping[str, Any], generation: int, state: NodeState) -> dict[str, Any]:
+    """Store node ``name`` as the API shows it, from its stored mapping ``spec`` (see :func:`shown`)."""
+    return shown(name, spec, STORE_SOURCE, generation, state)
+
+
+def shown(name: str, spec: Mapping[str, Any], source: str, generation: int, state: NodeState) -> dict[str, Any]:
+    """A node's mapping ``spec`` as the API shows it: its keys as given, each BMC mapping's sealed
+    password left out and ``password_set`` in its place (whether any password source is set), and the
+    read-only ``name``, ``source``, ``generation``, ``stage`` and ``since`` (``state``: its timeline state)."""
+    out: dict[str, Any] = dict(spec)
     for key in BMC_KEYS:
         settings = out.get(key)
-        if settings is not None or key in stored:
-            settings = out[key] = dict(settings or {})
-            settings["password_set"] = (key in stored or settings.get("password_file") is not None
-                                        or settings.get("password_env") is not None)
-    out.update(name=name, source=node_source(config, name), generation=generation, stage=state.stage,
-               since=rfc3339(state.stage_at))
+        if isinstance(settings, Mapping):
+            bmc = {k: v for k, v in settings.items() if k != "password_sealed"}
+            bmc["password_set"] = any(settings.get(k) is not None
+                                      for k in ("password_sealed", "password_file", "password_env"))
+            out[key] = bmc
+    out.update(name=name, source=source, generation=generation, stage=state.stage, since=rfc3339(state.stage_at))
     return out
 
 

@@ -29,9 +29,10 @@ class BmcSettings(SettingsModel):
 
     * ``address``: how to reach the BMC (each provider checks its form: a URL for Redfish, a host name
       or IP address for IPMI).
-    * ``username``; ``password_file`` (a file holding the password, relative to the config file) or
-      ``password_env`` (an environment variable holding it): one of the two; setting one here drops
-      the other from the profile. The password is read when a command needs it
+    * ``username``; ``password_file`` (a file holding the password, relative to the config file),
+      ``password_env`` (an environment variable holding it) or ``password_sealed`` (a password given to
+      the fleet API, sealed: :mod:`bootserver.sealing`): one of them; setting one here drops the others
+      from the profile. The password is read when a command needs it
       (:func:`bootserver.providers.bmc.BmcProvider.password`).
     * ``boot_mode``: ``uefi`` or ``legacy``.
     * ``boot_source``: ``pxe`` (boot from the network once; the default), ``virtual-media`` (the
@@ -44,6 +45,9 @@ class BmcSettings(SettingsModel):
     username: str | None = None
     password_file: str | None = None
     password_env: str | None = None
+    #: The password sealed by the fleet API (``bootserver.sealing``; the API's write-only ``password``):
+    #: never written by hand, never shown by the API.
+    password_sealed: str | None = None
     boot_mode: Literal["uefi", "legacy"] | None = None
     boot_source: Literal["pxe", "virtual-media", "http"] | None = None
     timeout: Annotated[float, Field(gt=0, le=3600)] | None = None
@@ -65,8 +69,16 @@ class BmcSettings(SettingsModel):
             raise ValueError("set password_file or password_env, not both")
         return value
 
-    #: The password source is one unit: setting one here drops the other from the base.
-    one_of = (("password_file", "password_env"),)
+    @field_validator("password_sealed")
+    @classmethod
+    def _sealed_alone(cls, value: str | None, info: Any) -> str | None:
+        if value is not None and (info.data.get("password_file") is not None
+                                  or info.data.get("password_env") is not None):
+            raise ValueError("a password (password_sealed) and password_file or password_env: set one")
+        return value
+
+    #: The password source is one unit: setting one here drops the others from the base.
+    one_of = (("password_file", "password_env", "password_sealed"),)
     #: Checked by ``check-config`` (:func:`bootserver.config.check_local_inputs`): the password file.
     local_files: ClassVar[tuple[str, ...]] = ("password_file",)
 

@@ -17,19 +17,26 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 
-from ..api import openapi, views
+from .. import node_writes
+from ..api import openapi, views, writes
 from ..api.operations import OPERATIONS, PREFIX, Operation
 from ..api.problems import MEDIA_TYPE, FieldError, Problem, pointer
 from ..api.tokens import Caller, TokenCache
-from ..config import describe_error
-from ..errors import UnavailableError
+from ..config import STORE_SOURCE, describe_error, normalize_mac
+from ..config.loader import store_node
+from ..errors import BootserverError, FileNodeError, InputError, UnavailableError
+from ..node_writes import Precondition
+from ..service import BootService
+from ..state.apistore import AuditEntry
 from .gate import CLIENT_MAX_SIZE
 from .running import LOADED, Running
 
@@ -62,10 +69,16 @@ def problem_answer(request: web.Request, problem: Problem) -> web.Response:
                         content_type=MEDIA_TYPE, headers=problem.headers)
 
 
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):  # a stored node's read-only mappings
+        return dict(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
 def json_answer(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    """``data`` as an ``application/json`` answer."""
-    return web.Response(status=status, body=json.dumps(data).encode(), content_type="application/json",
-                        headers=headers)
+    """``data`` as an ``application/json`` answer (read-only mappings as objects)."""
+    return web.Response(status=status, body=json.dumps(data, default=_plain).encode(),
+                        content_type="application/json", headers=headers)
 
 
 async def _authenticate(request: web.Request, tokens: TokenCache, op: Operation) -> Caller:
@@ -114,12 +127,85 @@ async def _body(request: web.Request, op: Operation) -> Any:
         raise Problem("malformed-json", f"the body is not JSON{where}") from None
 
 
-def _resolve(request: web.Request, op: Operation) -> None:
-    config = request[LOADED].svc.config
+_ETAG = re.compile(r'\s*(W/)?"([^"]*)"\s*(,|$)')
+
+
+def preconditions(request: web.Request, found: Found | None) -> Precondition:
+    """The write's precondition from ``If-Match`` (the node's generation as an entity tag, compared
+    strongly, or ``*``) and ``If-None-Match: *`` (RFC 9110 section 13.1), checked against ``found`` (the
+    node now) and handed to the store, which checks it again inside its transaction. Raises
+    :class:`Problem` ``precondition-failed`` when it already fails, ``invalid-parameter`` for an
+    ``If-None-Match`` other than ``*``."""
+    name = request.match_info["name"]
+    none_match = request.headers.get(hdrs.IF_NONE_MATCH)
+    if none_match is not None:
+        if none_match.strip() != "*":
+            raise Problem("invalid-parameter", "If-None-Match: only * (create only) is understood on a write")
+        if found is not None:
+            raise Problem("precondition-failed", f"node {name} exists (If-None-Match: *)")
+        return Precondition(create_only=True)
+    match = request.headers.get(hdrs.IF_MATCH)
+    if match is None:
+        return Precondition()
+    if found is None:
+        raise Problem("precondition-failed", f"node {name} does not exist (If-Match)")
+    if match.strip() == "*":
+        return Precondition(generation=found.generation)
+    tags, pos = [], 0
+    while pos < len(match):
+        m = _ETAG.match(match, pos)
+        if m is None or m.end() == pos:
+            break
+        if m.group(1) is None:  # a weak tag never matches If-Match (strong comparison)
+            tags.append(m.group(2))
+        pos = m.end()
+    if str(found.generation) not in tags:
+        raise Problem("precondition-failed", f"node {name} is at generation {found.generation} (If-Match)")
+    return Precondition(generation=found.generation)
+
+
+@dataclass(frozen=True)
+class Found:
+    """A node the path names, as found: its ``source`` (``store`` or ``file:PATH``), its mapping ``spec``
+    (a store node's as stored, sealed passwords included; a file node's keys not at their defaults) and
+    ``generation`` (0 for a file node)."""
+
+    name: str
+    source: str
+    spec: Mapping[str, Any]
+    generation: int
+
+    @property
+    def in_file(self) -> bool:
+        """Whether it is a file node (read-only here)."""
+        return self.source != STORE_SOURCE
+
+
+#: The node the path names (``resolve`` ``node``: always; ``node_name``: when it exists).
+FOUND = web.RequestKey("api_found", Found)
+
+
+async def find(svc: BootService, name: str) -> Found | None:
+    """Node ``name``: a file node of the running config, else the state store's (read there, so a write
+    is read back at once on any replica), else ``None``."""
+    config = svc.config
+    if views.is_file_node(config, name):
+        spec = config.nodes[name].model_dump(mode="json", exclude_defaults=True)
+        return Found(name, views.node_source(config, name), spec, 0)
+    stored = await svc.runtime.state.stored_node(name)
+    return None if stored is None else Found(name, STORE_SOURCE, stored.spec, stored.generation)
+
+
+async def _resolve(request: web.Request, op: Operation) -> None:
+    svc = request[LOADED].svc
     name = request.match_info.get("name", "")
-    if op.resolve == "node" and name not in config.nodes:
-        raise Problem("not-found", f"no node {name}")
-    if op.resolve == "profile" and name not in config.profiles:
+    if op.resolve in ("node", "node_name"):
+        found = await find(svc, name)
+        if found is not None:
+            request[FOUND] = found
+        elif op.resolve == "node":
+            raise Problem("not-found", f"no node {name}")
+    if op.resolve == "profile" and name not in svc.config.profiles:
         raise Problem("not-found", f"no profile {name}")
 
 
@@ -137,7 +223,7 @@ def frame(running: Running, tokens: TokenCache, op: Operation, handler: Handler)
             query = _query(request, op)
             if query is not None:
                 request[QUERY] = query
-            _resolve(request, op)
+            await _resolve(request, op)
             if op.body is not None:
                 request[BODY] = await _body(request, op)
             response = await handler(request)
@@ -177,23 +263,35 @@ async def get_openapi(request: web.Request) -> web.StreamResponse:
     return web.Response(body=openapi.document_bytes(), content_type="application/json")
 
 
+def _macs(spec: Mapping[str, Any]) -> list[str]:
+    macs = spec.get("mac", [])
+    return [macs] if isinstance(macs, str) else [m for m in macs if isinstance(m, str)]
+
+
 async def list_nodes(request: web.Request) -> web.StreamResponse:
-    """``GET /api/v1/nodes``: a page of nodes by name, filtered (:class:`~bootserver.api.models.NodeListQuery`)."""
+    """``GET /api/v1/nodes``: a page of nodes by name, both sources (the store's read from the store),
+    filtered (:class:`~bootserver.api.models.NodeListQuery`)."""
     svc = request[LOADED].svc
     config = svc.config
     q = request[QUERY]
     after = views.page_after(getattr(q, "page_token", None))
     limit: int = getattr(q, "limit", 100)
     profile, source, mac, stage = (getattr(q, k, None) for k in ("profile", "source", "mac", "stage"))
-    names = sorted(n for n in config.nodes if after is None or n > after)
-    if profile is not None:
-        names = [n for n in names if config.nodes[n].profile == profile]
-    if source is not None:
-        names = [n for n in names if views.node_source(config, n) == source
-                 or (source == "file" and views.node_source(config, n).startswith("file:"))]
-    if mac is not None:
-        names = [n for n in names if views.mac_matches(config, n, mac)]
     state = svc.runtime.state
+    inventory = await state.inventory()
+    specs: dict[str, Found] = {n: Found(n, STORE_SOURCE, s.spec, s.generation) for n, s in inventory.nodes.items()}
+    files = {n for n in config.nodes if views.is_file_node(config, n)}
+    names = sorted(n for n in files | set(specs) if after is None or n > after)
+    if source is not None:
+        names = [n for n in names if (STORE_SOURCE if n in specs else views.node_source(config, n)) == source
+                 or (source == "file" and n not in specs)]
+    if profile is not None:
+        names = [n for n in names if (specs[n].spec.get("profile") if n in specs else config.nodes[n].profile)
+                 == profile]
+    if mac is not None:
+        want = normalize_mac(mac)
+        names = [n for n in names if (want in (m.lower().replace("-", ":") for m in _macs(specs[n].spec))
+                                      if n in specs else views.mac_matches(config, n, mac))]
     await svc.runtime.drain()
     if stage is not None:
         states = {s.node: s for s in await state.nodes(names) if s.stage == stage}
@@ -201,18 +299,107 @@ async def list_nodes(request: web.Request) -> web.StreamResponse:
     page = names[:limit]
     if stage is None:
         states = {s.node: s for s in await state.nodes(page)}
-    items = [views.node_view(config, n, states[n]) for n in page]
+    items = [views.stored_view(n, specs[n].spec, specs[n].generation, states[n]) if n in specs
+             else views.node_view(config, n, states[n]) for n in page]
     more = len(names) > limit
     return json_answer({"items": items, "next_page_token": views.page_token(page[-1]) if more else None})
 
 
+async def _view(svc: BootService, found: Found) -> dict[str, Any]:
+    await svc.runtime.drain()
+    return views.shown(found.name, found.spec, found.source, found.generation,
+                       await svc.runtime.state.node(found.name))
+
+
+def _etag(view: Mapping[str, Any]) -> dict[str, str]:
+    return {hdrs.ETAG: f'"{view["generation"]}"'}
+
+
 async def get_node(request: web.Request) -> web.StreamResponse:
     """``GET /api/v1/nodes/{name}``: one node, its generation as ``ETag``."""
+    view = await _view(request[LOADED].svc, request[FOUND])
+    return json_answer(view, headers=_etag(view))
+
+
+async def _audit(request: web.Request, action: str, before: Mapping[str, Any] | None,
+                 after: Mapping[str, Any] | None, status: int) -> None:
+    """Record a write in the audit trail (the changed keys, never a value); a store that fails here is
+    logged: the write itself is done."""
+    loaded = request[LOADED]
+    entry = AuditEntry(time.time(), request[CALLER].token, loaded.gate.client(request), request[REQUEST_ID],
+                       request.method, request.match_info.get("name"), action,
+                       tuple(writes.changed_keys(before, after)), status)
+    try:
+        await loaded.svc.runtime.state.write_audit([entry])
+    except BootserverError as e:
+        log.error("%s %s: the audit entry of request %s was not written: %s", request.method, request.path,
+                  entry.request_id, e)
+
+
+def _writable(request: web.Request) -> Found | None:
+    found = request.get(FOUND)
+    if found is not None and found.in_file:
+        raise writes.problem_of(FileNodeError(found.name, found.source), found.name)
+    return found
+
+
+async def _write(request: web.Request, found: Found | None, spec: dict[str, Any],
+                 pre: Precondition) -> tuple[int, dict[str, Any]]:
     svc = request[LOADED].svc
     name = request.match_info["name"]
-    await svc.runtime.drain()
-    view = views.node_view(svc.config, name, await svc.runtime.state.node(name))
-    return json_answer(view, headers={hdrs.ETAG: f'"{view["generation"]}"'})
+    try:  # kept as the schema reads it (MACs in lower case, defaults left out): a read sent back is unchanged
+        spec = store_node(name, spec).model_dump(mode="json", exclude_defaults=True)
+        applied = (await node_writes.apply_nodes(svc.config, svc.runtime.state, {name: spec},
+                                                 preconditions={name: pre}))[0]
+    except InputError as e:
+        raise writes.problem_of(e, name) from None
+    status = 201 if applied.outcome == "created" else 200
+    view = await _view(svc, Found(name, STORE_SOURCE, spec, applied.generation))
+    if applied.outcome != "unchanged":
+        await _audit(request, "created" if status == 201 else "patched" if request.method == "PATCH" else "replaced",
+                     None if found is None else found.spec, spec, status)
+    return status, view
+
+
+async def put_node(request: web.Request) -> web.StreamResponse:
+    """``PUT /api/v1/nodes/{name}``: create (201) or replace (200) a store node (docs/api.md, "Nodes")."""
+    found = _writable(request)
+    pre = preconditions(request, found)
+    name = request.match_info["name"]
+    spec = writes.spec_of(name, request[BODY], request[LOADED].svc.config.state_dir,
+                          None if found is None else found.spec)
+    status, view = await _write(request, found, spec, pre)
+    headers = _etag(view)
+    if status == 201:
+        headers[hdrs.LOCATION] = f"{PREFIX}/nodes/{name}"
+    return json_answer(view, status, headers)
+
+
+async def patch_node(request: web.Request) -> web.StreamResponse:
+    """``PATCH /api/v1/nodes/{name}``: a JSON merge patch (RFC 7396) of a store node."""
+    found = _writable(request)
+    assert found is not None  # resolve="node"
+    pre = preconditions(request, found)
+    name = request.match_info["name"]
+    patched = writes.merge_patch(found.spec, writes.password_patch(request[BODY]))
+    spec = writes.spec_of(name, patched, request[LOADED].svc.config.state_dir, found.spec, keep=False)
+    _, view = await _write(request, found, spec, pre)
+    return json_answer(view, headers=_etag(view))
+
+
+async def delete_node(request: web.Request) -> web.StreamResponse:
+    """``DELETE /api/v1/nodes/{name}``: delete a store node (204); its history stays readable."""
+    found = _writable(request)
+    assert found is not None  # resolve="node"
+    pre = preconditions(request, found)
+    svc = request[LOADED].svc
+    try:
+        await node_writes.delete_nodes(svc.config, svc.runtime.state, [found.name],
+                                       None if pre.generation is None else {found.name: pre.generation})
+    except InputError as e:
+        raise writes.problem_of(e, found.name) from None
+    await _audit(request, "deleted", found.spec, None, 204)
+    return web.Response(status=204)
 
 
 async def get_node_timeline(request: web.Request) -> web.StreamResponse:
@@ -241,7 +428,8 @@ async def list_discovered(request: web.Request) -> web.StreamResponse:
 
 #: The handler of each operation, by operation name.
 HANDLERS: dict[str, Handler] = {
-    "getOpenapi": get_openapi, "listNodes": list_nodes, "getNode": get_node,
+    "getOpenapi": get_openapi, "listNodes": list_nodes, "getNode": get_node, "putNode": put_node,
+    "patchNode": patch_node, "deleteNode": delete_node,
     "getNodeTimeline": get_node_timeline, "listProfiles": list_profiles, "getProfile": get_profile,
     "listDiscovered": list_discovered,
 }

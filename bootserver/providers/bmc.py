@@ -42,6 +42,7 @@ from bootserver.providers.base import (
     option,
 )
 from bootserver.providers.interface import Provider, node_settings
+from bootserver.sealing import unseal
 from bootserver.urls import Urls
 
 log = logging.getLogger(__name__)
@@ -117,11 +118,15 @@ class BmcProvider(Provider[BmcOptions], Generic[SettingsT, MachineT]):
         return s
 
     def password(self, node: str, settings: SettingsT) -> str:
-        """The BMC password of a node from its merged settings' ``password_env`` (an environment variable)
-        or ``password_file`` (a file, relative to the config file; one trailing newline dropped). Raises
-        :class:`MissingCredentials` (exit 2) naming the node and the key, never the value. The value goes
+        """The BMC password of a node from its merged settings' ``password_sealed`` (given to the fleet API,
+        opened with ``state_dir``'s key: :func:`bootserver.sealing.unseal`, whose ``SealError`` it raises),
+        ``password_env`` (an environment variable) or ``password_file`` (a file, relative to the config file;
+        one trailing newline dropped). Raises :class:`MissingCredentials` (exit 2) naming the node and the
+        key, never the value. The value goes
         to the BMC client only: never printed, logged or recorded."""
         key = self.settings_key
+        if settings.password_sealed is not None:  # given to the fleet API (bootserver.sealing)
+            return unseal(self.config.state_dir, node, key, settings.password_sealed)
         if settings.password_env is not None:
             value = os.environ.get(settings.password_env)
             if not value:
