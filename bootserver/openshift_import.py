@@ -127,11 +127,13 @@ def _slug(device: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", device.removeprefix("/dev/")).strip("-.")[:40] or "disk"
 
 
-def profiles_of(cluster: Cluster, install: InstallDir) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+def profiles_of(cluster: Cluster, install: InstallDir,
+                console: str | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """The profiles of ``cluster`` (name -> mapping) and each host's profile (host -> name): one per role
     and install device, ``<cluster>-<role>`` for the device most of the role's hosts use (the first on a
-    tie), ``<cluster>-<role>-<device>`` for the others. Raises :class:`~bootserver.errors.InputError`
-    for a role whose ``.ign`` is missing."""
+    tie), ``<cluster>-<role>-<device>`` for the others; ``console``: their console karg
+    (``console=ttyS1,115200n8``; none by default, as platform ``metal`` names none). Raises
+    :class:`~bootserver.errors.InputError` for a role whose ``.ign`` is missing."""
     profiles: dict[str, dict[str, Any]] = {}
     of: dict[str, str] = {}
     for role in dict.fromkeys(h.role for h in cluster.hosts):
@@ -148,7 +150,8 @@ def profiles_of(cluster: Cluster, install: InstallDir) -> tuple[dict[str, dict[s
             of[host.name] = name
             profiles.setdefault(name, {
                 "stream": cluster.name, "arch": install.arch, "mode": "install",
-                "install_dev": host.install_dev, "ignition": str(ign), "platform_id": "metal"})
+                "install_dev": host.install_dev, "ignition": str(ign), "platform_id": "metal",
+                **({"console": console} if console else {})})
     return profiles, of
 
 
@@ -157,10 +160,11 @@ def password_folder(output: Path) -> Path:
     return output.with_suffix(".passwords")
 
 
-def render(cluster: Cluster, install: InstallDir, output: Path) -> tuple[str, dict[Path, str]]:
-    """The included file's text and the password files (path -> password) of ``cluster``. Raises
-    :class:`~bootserver.errors.InputError` as :func:`profiles_of`."""
-    profiles, of = profiles_of(cluster, install)
+def render(cluster: Cluster, install: InstallDir, output: Path,
+           console: str | None = None) -> tuple[str, dict[Path, str]]:
+    """The included file's text and the password files (path -> password) of ``cluster``; ``console`` as
+    :func:`profiles_of`'s. Raises :class:`~bootserver.errors.InputError` as :func:`profiles_of`."""
+    profiles, of = profiles_of(cluster, install, console)
     passwords: dict[Path, str] = {}
     nodes = {}
     for host in cluster.hosts:
@@ -246,9 +250,9 @@ def _remove(path: Path, made: Sequence[Path]) -> None:
 
 def import_cluster(config: Config, install: InstallDir, output: Path, *, install_dev: str | None = None,
                    bootstrap_mac: str | None = None, bootstrap_bmc: str | None = None,
-                   reload_timeout: float = 15.0) -> Imported:
+                   console: str | None = None, reload_timeout: float = 15.0) -> Imported:
     """Import the install directory ``install`` into ``output`` (module docstring) and reload the running
-    server and DHCP engine. Returns what changed.
+    server and DHCP engine; ``console``: the profiles' console karg. Returns what changed.
 
     Raises :class:`~bootserver.openshift.ClusterRefused` (exit 2, every refusal) or
     :class:`~bootserver.errors.InputError` / :class:`~bootserver.errors.ConfigError` (exit 2: no
@@ -260,7 +264,7 @@ def import_cluster(config: Config, install: InstallDir, output: Path, *, install
     output = output.absolute()
     cluster = read_cluster(install.install_config, install.agent_config, install_dev=install_dev,
                            bootstrap_mac=bootstrap_mac, bootstrap_bmc=bootstrap_bmc)
-    text, passwords = render(cluster, install, output)
+    text, passwords = render(cluster, install, output, console)
     old_text = _read(output)
     made: list[Path] = []
     if old_text is None:  # an empty file, which the loader reads as nothing, so include's globs can see it

@@ -24,7 +24,7 @@ def import_dir(args: argparse.Namespace, config: Config) -> int:
     try:
         done = import_cluster(config, install, Path(args.output), install_dev=args.install_dev,
                               bootstrap_mac=args.bootstrap_mac, bootstrap_bmc=args.bootstrap_bmc,
-                              reload_timeout=args.timeout)
+                              console=args.console, reload_timeout=args.timeout)
     except ClusterRefused as e:
         for line in e.problems:
             print(f"bootserver: {line}", file=sys.stderr)
@@ -56,6 +56,8 @@ def add(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     a.add_argument("--bootstrap-mac", metavar="MAC", help="the bootstrap machine's MAC (node bootstrap, "
                    "DIR/bootstrap.ign)")
     a.add_argument("--bootstrap-bmc", metavar="URL", help="the bootstrap machine's BMC (ipmi://, redfish://...)")
+    a.add_argument("--console", metavar="KARG", help="the machines' serial console as a kernel argument "
+                   "(console=ttyS1,115200n8), written as the profiles' console (default none)")
     a.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS",
                    help="how long to wait for the server's reload (default 15)")
     a.set_defaults(func=import_dir)

@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from support.helpers import free_port
+from support.netns import in_ci
 from support.server import serving
 
-from . import rig
+from . import rig, standin
 from .stack import (
     REAL_IGNITION,
     Stack,
@@ -100,3 +102,33 @@ def host_stack(e2e_source: tuple[Path, dict[str, bytes], dict]) -> Iterator[Stac
         yield from serve_stack(work, artifacts, metadata, name="host", base_host="127.0.0.1")
     finally:
         real.write_bytes(original)
+
+
+@pytest.fixture(scope="session")
+def life_source(tools: rig.Tools, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The stand-in's stream, synced: a local upstream serves the stand-in's kernel, initramfs and rootfs
+    (the metal image) named in stream metadata (``stream.json``), and ``sync-images`` fills ``cache/``
+    for stream :data:`standin.STANDIN_STREAM`. Yields the folder; shared by the whole-life test and the OpenShift
+    import's boot."""
+    need(tools, "qemu", "busybox", "vmlinuz", "modules_dir", "ignition", "ipxe_efi_rom")
+    parts = standin.find_standin_tools(tools)
+    if parts.missing():
+        msg = "stand-in part missing: " + "; ".join(parts.missing()) + " (see docs/testing.md)"
+        if in_ci():
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    artifacts = standin.build_standin(parts).artifacts()
+    work = tmp_path_factory.mktemp("life")
+    with rig.StaticServer({}) as upstream:
+        doc = stream_metadata(upstream.url(""), artifacts)
+        for kind, art in doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"].items():
+            upstream.routes[art["location"].removeprefix(upstream.url(""))] = artifacts[kind]
+        (work / "stream.json").write_text(json.dumps(doc))
+        cfg = work / "sync.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "cache_dir": str(work / "cache"), "state_dir": str(work / "sync-state"),
+            "streams": {standin.STANDIN_STREAM: {"metadata": str(work / "stream.json")}},
+            "profiles": {"sync": {"stream": standin.STANDIN_STREAM, "mode": "live"}}}))
+        p = run_bootserver("sync-images", "--config", str(cfg), timeout=120)
+        assert p.returncode == 0, p.stderr
+    yield work

@@ -57,6 +57,10 @@ IMAGE_BYTES = (ROOT_START + ROOT_SECTORS) * 512
 #: The installed system's kernel arguments (coreos-installer's platform replaces ``metal``).
 INSTALLED_KARGS = "console=ttyS0,115200n8 ignition.platform.id=metal"
 
+#: The stream name of the stand-in's synced cache (the e2e fixture ``life_source``): a config that names
+#: its stream so, with the same metadata and ``cache_dir``, serves the stand-in without another sync.
+STANDIN_STREAM = "standin"
+
 #: The markers of the stand-in on the serial console.
 MARK_INSTALLED = "STANDIN-INSTALLED:"
 MARK_FIRSTBOOT = "STANDIN-FIRSTBOOT:"
@@ -383,13 +387,14 @@ class Machine:
     (``(argv prefix, tap name)``, e.g. ``(["ip", "netns", "exec", NS], "tap0")``) the NIC is that tap
     device of a DHCP engine's network instead, QEMU runs under the prefix, and under UEFI the
     firmware's own PXE (no option ROM) does the first DHCP and TFTP. ``extra`` is appended
-    (``-smbios``). A guest reboot resets the machine (the firmware boots again); a power-off ends QEMU.
+    (``-smbios``); ``forwards``: more ports of ``127.0.0.1`` the guest reaches at ``rig.GUEST_HOST``
+    (another server of the test). A guest reboot resets the machine (the firmware boots again); a power-off ends QEMU.
     The serial ports go to ``log`` (UEFI: the second one to :func:`rig.second_serial_log`). Use as a
     context manager: leaving kills QEMU."""
 
     def __init__(self, tools: rig.Tools, firmware: str, disk: Path, log: Path, port: int, mac: str,
                  chain_url: str, memory_mb: int = 768, extra: list[str] | None = None,
-                 tap: tuple[list[str], str] | None = None) -> None:
+                 tap: tuple[list[str], str] | None = None, forwards: tuple[int, ...] = ()) -> None:
         if firmware not in rig.FIRMWARES:
             raise rig.RigError(f"unknown firmware {firmware!r}")
         missing = tools.missing("qemu", "busybox", "ipxe_efi_rom", *(("ovmf",) if firmware == "uefi" else ()))
@@ -397,8 +402,8 @@ class Machine:
             raise rig.RigError("missing: " + "; ".join(missing))
         self.firmware, self.log, self.proc = firmware, log, None
         rom = f",romfile={tools.ipxe_efi_rom}" if firmware == "uefi" else ""
-        net = ["-netdev", f"user,id=n0,restrict=on,bootfile={chain_url},guestfwd=tcp:{rig.GUEST_HOST}:"
-                          f"{port}-cmd:{tools.busybox} nc 127.0.0.1 {port}"]
+        net = ["-netdev", f"user,id=n0,restrict=on,bootfile={chain_url}" + "".join(
+            f",guestfwd=tcp:{rig.GUEST_HOST}:{p}-cmd:{tools.busybox} nc 127.0.0.1 {p}" for p in (port, *forwards))]
         wrap: list[str] = []
         if tap is not None:  # a DHCP engine's network: the firmware's own PXE under UEFI, not iPXE's ROM
             wrap, name = tap

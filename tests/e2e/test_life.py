@@ -1,10 +1,19 @@
 """The whole life of a node on real firmware, with a stand-in CoreOS built from Debian's parts
-(:mod:`standin`): power-on, network boot, install, reboot, boot-once's local-boot answer, the disk's first
-boot with the real Ignition merging the real config, the check-in (``up``); then ``nodes reinstall``
-and the whole life again, which replaces the system on the disk. One machine under SeaBIOS, TCG: about a
-minute and a half per life. The same life under OVMF (its own PXE, iPXE's ``exit 1``, GRUB on the disk)
-is the playground's UEFI machine, checked the same way by ``test_playground.py``; the reinstall is the
-server's (boot-once reset, the changed config), the same under either firmware, so it runs once here.
+(:mod:`standin`), its node imported from an OpenShift install directory (issue 51): ``bootserver
+openshift import`` of a directory the test makes as openshift-install leaves it (install-config.yaml,
+``master.ign`` a pointer config as ``create ignition-configs`` writes it, ``rhcos.json``), then
+power-on, network boot, install, reboot, boot-once's local-boot answer, the disk's first boot with the
+real Ignition merging the stub, which merges the pointer config, which merges the role's real config from
+a stand-in Machine Config Server on the test's network (``/config/master``), and the check-in (``up``);
+then ``nodes reinstall`` and the whole life again with a changed role config, which replaces the system
+on the disk. One machine under OVMF (UEFI: iPXE's ``exit 1``, GRUB on the disk), TCG: two to three
+minutes per life. The same life under SeaBIOS is the playground's BIOS machine (``test_playground.py``);
+the reinstall is the server's, the same under either firmware, so it runs once here.
+
+Stand-ins, because the real parts cannot run here: CoreOS (:mod:`standin`) and the Machine Config
+Server (a static server answering ``/config/master`` over http; the real one answers over https on port
+22623 with the cluster's CA, which the pointer config carries). The stand-in's release is the session's
+synced one (``life_source``): the cluster is named after its stream (:data:`standin.STANDIN_STREAM`).
 """
 
 from __future__ import annotations
@@ -18,74 +27,64 @@ from pathlib import Path
 import pytest
 import yaml
 from support.helpers import free_port
-from support.netns import in_ci
 from support.server import serving
 
 from . import life, rig, standin
-from .stack import bootserver_command, need, run_bootserver, stream_metadata
+from .stack import bootserver_command, run_bootserver
 
 pytestmark = pytest.mark.e2e
 
-#: The machine: SeaBIOS, iPXE's option ROM on its NIC.
-FIRMWARE, NODE, MAC = "bios", "life-bios", "52:54:00:e2:11:01"
+DATA = Path(__file__).resolve().parents[1] / "data"
+#: The machine: OVMF, iPXE's option ROM on its NIC; the install-config host it is.
+FIRMWARE, NODE, MAC = "uefi", "life-master-0", "52:54:00:e2:11:01"
 #: Seconds from power-on to the installer's reboot, and from there to the check-in (TCG, generous: the
 #: machine may be shared).
 INSTALL_TIMEOUT = 420.0
 FIRSTBOOT_TIMEOUT = 420.0
 
 
-@pytest.fixture(scope="session")
-def life_source(tools: rig.Tools, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The stand-in's stream, synced: a local upstream serves the stand-in's kernel, initramfs and rootfs
-    (the metal image) named in stream metadata, and ``sync-images`` fills a cache. Yields the folder."""
-    need(tools, "qemu", "busybox", "vmlinuz", "modules_dir", "ignition", "ipxe_efi_rom")
-    parts = standin.find_standin_tools(tools)
-    if parts.missing():
-        msg = "stand-in part missing: " + "; ".join(parts.missing()) + " (see docs/testing.md)"
-        if in_ci():
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
-    artifacts = standin.build_standin(parts).artifacts()
-    work = tmp_path_factory.mktemp("life")
-    with rig.StaticServer({}) as upstream:
-        doc = stream_metadata(upstream.url(""), artifacts)
-        for kind, art in doc["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"].items():
-            upstream.routes[art["location"].removeprefix(upstream.url(""))] = artifacts[kind]
-        (work / "stream.json").write_text(json.dumps(doc))
-        cfg = write_config(work, work / "sync-state", port=1)
-        p = run_bootserver("sync-images", "--config", str(cfg), timeout=120)
-        assert p.returncode == 0, p.stderr
-    yield work
-
-
-def write_config(work: Path, state: Path, port: int) -> Path:
-    """A config of the life node (install mode, platform metal, console ttyS0, the real config of
-    :func:`life.real_config` in ``real.ign``), its admin listener on ``port + 1``."""
-    if not (work / "real.ign").exists():
-        (work / "real.ign").write_text(json.dumps(life.real_config(1)[0]))
-    doc = {
-        "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://{rig.GUEST_HOST}:{port}",
-                   "admin": {"listen": f"127.0.0.1:{port + 1}"}},
-        "cache_dir": str(work / "cache"), "state_dir": str(state),
-        "streams": {"standin": {"metadata": str(work / "stream.json")}},
-        "profiles": {"life": {"stream": "standin", "mode": "install", "install_dev": "/dev/vda",
-                              "platform_id": "metal", "console": "console=ttyS0,115200n8",
-                              "ignition": "real.ign"}},
-        # selectable: the machine reaches the server through QEMU's forwarder on 127.0.0.1
-        "nodes": {NODE: {"profile": "life", "mac": MAC, "selectable": True}},
+def install_dir(path: Path, work: Path, mcs_port: int) -> Path:
+    """The install directory: install-config.yaml with one master (UEFI, its disk named), the
+    installer's real pointer config with its merge source moved to the stand-in Machine Config Server on
+    ``mcs_port``, and the stand-in's stream metadata as ``rhcos.json``."""
+    path.mkdir(exist_ok=True)
+    ic = {
+        "apiVersion": "v1", "baseDomain": "example.com", "metadata": {"name": standin.STANDIN_STREAM},
+        "controlPlane": {"name": "master", "replicas": 1}, "compute": [{"name": "worker", "replicas": 0}],
+        # the guest reaches the server through QEMU's user network forwarder, which connects from
+        # 127.0.0.1: that is the machine network the server sees it on
+        "networking": {"machineNetwork": [{"cidr": "127.0.0.0/8"}]},
+        "platform": {"baremetal": {"apiVIPs": ["192.0.2.5"], "ingressVIPs": ["192.0.2.4"], "hosts": [
+            {"name": NODE, "role": "master", "bootMACAddress": MAC, "bootMode": "UEFI",
+             "rootDeviceHints": {"deviceName": "/dev/vda"}}]}},
+        "pullSecret": '{"auths": {}}', "sshKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eLife e2e",
     }
-    path = work / f"{state.name}.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    (path / "install-config.yaml").write_text(yaml.safe_dump(ic))
+    pointer = json.loads((DATA / "openshift-pointer-master.ign.json").read_text())
+    pointer["ignition"]["config"]["merge"][0]["source"] = f"http://{rig.GUEST_HOST}:{mcs_port}/config/master"
+    (path / "master.ign").write_text(json.dumps(pointer, separators=(",", ":")))
+    (path / "rhcos.json").write_text((work / "stream.json").read_text())
     return path
 
 
 @contextlib.contextmanager
-def serve(work: Path, name: str) -> Iterator[tuple[Path, int, str]]:
-    """``bootserver serve`` for the life nodes with a fresh state: yields (config, port, admin URL)."""
+def serve(work: Path, tmp_path: Path, mcs_port: int) -> Iterator[tuple[Path, int, str]]:
+    """The install directory imported (``openshift import``, console ttyS0) into a fresh config, and
+    ``bootserver serve`` for it: yields (config, port, admin URL)."""
     port = free_port()
-    config = write_config(work, work / f"state-{name}", port)
+    config = tmp_path / "bootserver.yaml"
+    config.write_text(yaml.safe_dump({
+        "server": {"listen": f"127.0.0.1:{port}", "base_url": f"http://{rig.GUEST_HOST}:{port}",
+                   "admin": {"listen": f"127.0.0.1:{port + 1}"}},
+        "cache_dir": str(work / "cache"), "state_dir": str(tmp_path / "state"),
+        "include": ["clusters/*.yaml"]}))
+    inst = install_dir(tmp_path / "install", work, mcs_port)
+    p = run_bootserver("openshift", "import", str(inst), "--config", str(config), "--console",
+                       "console=ttyS0,115200n8", "--output", str(tmp_path / "clusters" / "life.yaml"))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == f"{NODE}: created", p.stdout
     admin = f"http://127.0.0.1:{port + 1}"
-    with serving(["--config", str(config)], admin + "/healthz", work / f"serve-{name}.log",
+    with serving(["--config", str(config)], admin + "/healthz", tmp_path / "serve.log",
                  command=bootserver_command()):
         yield config, port, admin
 
@@ -113,15 +112,16 @@ def one_life(machine: standin.Machine, admin: str, node: str) -> str:
     return serial
 
 
-def test_a_node_installs_boots_its_disk_checks_in_and_reinstalls(
+def test_an_imported_node_installs_boots_its_disk_checks_in_and_reinstalls(
         tools: rig.Tools, life_source: Path, tmp_path: Path) -> None:
     firmware, node, work = FIRMWARE, NODE, life_source
     real, files = life.real_config(1)
-    (work / "real.ign").write_text(json.dumps(real))
-    with serve(work, firmware) as (config, port, admin):
+    with rig.StaticServer({"/config/master": json.dumps(real).encode()}) as mcs, \
+            serve(work, tmp_path, mcs.port) as (config, port, admin):
         disk = standin.blank_disk(tmp_path / "disk.img")
         chain = rig.guest_url(port, "/boot.ipxe?mac=${net0/mac}")
-        machine = standin.Machine(tools, firmware, disk, tmp_path / "serial.log", port, MAC, chain)
+        machine = standin.Machine(tools, firmware, disk, tmp_path / "serial.log", port, MAC, chain,
+                                  forwards=(mcs.port,))
         try:
             script = run_bootserver("render", "ipxe", node, "--config", str(config)).stdout
             serial = one_life(machine, admin, node)
@@ -136,11 +136,13 @@ def test_a_node_installs_boots_its_disk_checks_in_and_reinstalls(
             assert life.stages(events) == list(life.LIFE_STAGES), [e["event"] for e in events]
             names = [e["event"] for e in events]
             assert names.index("stub") < names.index("localboot") < names.index("config") < names.index("checkin")
+            # the role's config, merged through the installer's pointer config, is on the disk
+            assert "/config/master" in mcs.requests
             life.check_disk(disk, node, files)
 
-            # reinstall, with a changed real config: the next boot installs again and replaces the system
+            # reinstall, with a changed role config: the next boot installs again and replaces the system
             real2, files2 = life.real_config(2)
-            (work / "real.ign").write_text(json.dumps(real2))
+            mcs.routes["/config/master"] = json.dumps(real2).encode()
             p = run_bootserver("nodes", "reinstall", node, "--config", str(config))
             assert p.returncode == 0, p.stderr
             one_life(machine, admin, node)
@@ -152,4 +154,3 @@ def test_a_node_installs_boots_its_disk_checks_in_and_reinstalls(
             assert gone[next(iter(files))] is None, "the first system's file survived the reinstall"
         finally:
             machine.power_off()
-
