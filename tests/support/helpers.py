@@ -4,10 +4,7 @@ units are bytes and seconds."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +16,7 @@ import yaml
 from bootserver.cli import main
 from bootserver.state.sqlite_timeline import Timeline
 from support import netns
+from support.forked_cli import run_forked
 
 REPO = Path(__file__).resolve().parents[2]
 #: The public reference data (stream metadata, pointer configs, the Equinix Metal OpenAPI spec), copied
@@ -77,19 +75,11 @@ def cli(capsys: Any, *args: str) -> tuple[int, str, str]:
 
 
 async def run_cli(*args: str, timeout: float = 60, cwd: Path | None = None) -> tuple[int, str, str]:
-    """Run ``python -m bootserver ARGS`` (in its own process group, in ``cwd``) without blocking the
-    event loop; returns ``(rc, stdout, stderr)``. After ``timeout`` seconds the group is killed and
-    ``asyncio.TimeoutError`` raised."""
-    proc = await asyncio.create_subprocess_exec(*BOOTSERVER, *args, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE, cwd=cwd, start_new_session=True)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    """Run ``bootserver ARGS`` in a process of its own (in its own process group, in ``cwd``) without
+    blocking the event loop; returns ``(rc, stdout, stderr)``. After ``timeout`` seconds the group is
+    killed and ``asyncio.TimeoutError`` raised. The process is forked from the session's server that has
+    imported the command line (:mod:`support.forked_cli`), not a new ``python -m bootserver``."""
+    return await run_forked(args, timeout, cwd)
 
 
 def recorded_devices(state_dir: Path) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,92 @@
+"""``bootserver ARGS`` for the tests, in a process of its own that does not import the command line again.
+
+A new ``python -m bootserver`` spends about 0.5 s of CPU importing the command line (pydantic's models,
+aiohttp, yaml) before it runs, and the suite runs a few hundred commands: minutes of a 2-core run. So the
+commands are forked from one server process per test session that imported ``bootserver.cli`` once:
+the standard library's ``multiprocessing`` ``forkserver`` with ``bootserver.cli`` preloaded (the server
+is started by exec, so the test process's threads, loops and browser never reach a child).
+
+Each child is what ``python -m bootserver ARGS`` is once its imports are done: its own process in a
+session of its own (``setsid``: a timeout kills its whole group), the caller's working directory and
+environment at the call, stdin ``/dev/null``, stdout and stderr to files the caller reads back (as a pipe,
+not a terminal), ``bootserver.cli.main(ARGS)``'s status as its exit status (``-N``: killed by signal N),
+the interpreter's exit functions run at its end. The server process stops with the test session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import io
+import multiprocessing
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import bootserver
+
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload(["bootserver.cli"])
+#: What ``python -m bootserver`` has as ``sys.argv[0]``.
+_MAIN = str(Path(bootserver.__file__).with_name("__main__.py"))
+
+
+def _command(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
+    """The child: become ``python -m bootserver ARGS`` after its imports, then run it (exit status: its own)."""
+    os.setsid()
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY), (2, err, os.O_WRONLY)):
+        opened = os.open(path, flags)
+        os.dup2(opened, fd)
+        os.close(opened)
+    # what an interpreter whose stdout and stderr are pipes has (encoding from the UTF-8 locale)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+                                  line_buffering=True)
+    sys.argv = [_MAIN, *args]
+    from bootserver.cli import main
+
+    try:
+        code = main(args)
+    finally:
+        atexit._run_exitfuncs()  # the interpreter's exit runs them; multiprocessing's child ends with os._exit
+        sys.stdout.flush()
+    sys.exit(code)
+
+
+async def run_forked(args: tuple[str, ...], timeout: float, cwd: Path | None) -> tuple[int, str, str]:
+    """Run ``bootserver ARGS`` as a forked child (module docstring) without blocking the event loop;
+    returns ``(exit status, stdout, stderr)``. After ``timeout`` seconds its process group is killed and
+    ``TimeoutError`` raised."""
+    loop = asyncio.get_running_loop()
+    with tempfile.TemporaryDirectory(prefix="bootserver-cli-") as folder:
+        out, err = Path(folder, "stdout"), Path(folder, "stderr")
+        out.touch()
+        err.touch()
+        child = _CONTEXT.Process(target=_command, args=(list(args), str(cwd or os.getcwd()), dict(os.environ),
+                                                        str(out), str(err)))
+        child.start()  # a round trip to the fork server (the session's first call starts it: about 1 s)
+        pid = child.pid
+        assert pid is not None
+        ended = loop.create_future()
+        loop.add_reader(child.sentinel, lambda: ended.done() or ended.set_result(None))
+        try:
+            await asyncio.wait_for(ended, timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # (killed before its setsid)
+            await asyncio.to_thread(child.join, 10)
+            raise
+        finally:
+            loop.remove_reader(child.sentinel)
+        child.join()
+        assert child.exitcode is not None
+        return child.exitcode, out.read_bytes().decode(), err.read_bytes().decode()
