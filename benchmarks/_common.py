@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -20,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,30 @@ from support.helpers import BOOTSERVER, REFERENCE, REPO, free_port, run_cli, wri
 
 PY = sys.executable
 MB = 1_000_000  # throughput figures are in MB/s = 10^6 bytes per second
+
+
+def run_main(main: Callable[[], Any]) -> None:
+    """Run a benchmark's ``main`` (a coroutine function through ``asyncio.run``, or a plain function)
+    so that whatever ends it, the servers and clusters it started stop with it: SIGTERM and SIGHUP
+    become SIGINT (a plain function gets ``KeyboardInterrupt``; ``asyncio.run`` cancels the main task),
+    so every ``finally`` and context manager on the way out runs, as at a normal end or an exception.
+    Exits with ``main``'s return value (an int) or 0, 128 + the signal's number after a signal."""
+    got: list[int] = []
+
+    def interrupted(signum: int, _frame: object) -> None:
+        got.append(signum)
+        signal.raise_signal(signal.SIGINT)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupted)
+    try:
+        result = asyncio.run(main()) if inspect.iscoroutinefunction(main) else main()
+    except KeyboardInterrupt:
+        sig = got[0] if got else signal.SIGINT
+        print(f"{Path(sys.argv[0]).name}: stopped by {signal.Signals(sig).name}; the servers and clusters "
+              "it started are stopped", file=sys.stderr)
+        sys.exit(128 + sig)
+    sys.exit(result if isinstance(result, int) else 0)
 
 
 def make_file(path: Path, size: int) -> str:

@@ -20,7 +20,6 @@ Usage: ``.venv/bin/python benchmarks/artifacts.py [--workers 1] [--rounds 3] [--
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import sys
@@ -43,6 +42,7 @@ from _common import (
     read_through_page_cache,
     rmtree,
     run_cli,
+    run_main,
     start,
     stop,
     wait_http,
@@ -186,4 +186,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_main(main)

@@ -104,6 +104,7 @@ from _common import (
     median,
     pct,
     rmtree,
+    run_main,
     runqueue_seconds,
     signed_chain_paths,
     sync_images,
@@ -373,8 +374,15 @@ async def run_storm(urls: list[str], shas: dict[str, str], args: argparse.Namesp
     loop = asyncio.get_running_loop()
     with concurrent.futures.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn")) as pool:
         start = time.time() + 2.0 + 0.5 * n  # every process imported and waiting before the power-on
-        shares = await asyncio.gather(*(loop.run_in_executor(
-            pool, client_process, machines[i::n], shas, args.connections, args.timeout, start) for i in range(n)))
+        try:
+            shares = await asyncio.gather(*(loop.run_in_executor(
+                pool, client_process, machines[i::n], shas, args.connections, args.timeout, start)
+                for i in range(n)))
+        except BaseException:  # interrupted (run_main): the clients stop now, not after their --timeout
+            for proc in list(getattr(pool, "_processes", {}).values()):  # no public way before Python 3.14
+                proc.kill()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
     storm = Storm(None, shas, started=start)
     for share in shares:
         storm.merge(share)
@@ -594,4 +602,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_main(main)

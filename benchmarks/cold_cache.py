@@ -30,6 +30,7 @@ from _common import (
     free_port,
     make_file,
     rmtree,
+    run_main,
     sha256_file,
     time_v,
     write_config,
@@ -118,4 +119,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_main(main)

@@ -49,6 +49,7 @@ from _common import (
     median,
     read_through_page_cache,
     rmtree,
+    run_main,
 )
 from boot_storm import MACHINES_PER_CLIENT, SERVER_KEEPALIVE, storm_phases
 
@@ -213,4 +214,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    run_main(main)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import BOOTSERVER, REFERENCE, rmtree, write_config
+from _common import BOOTSERVER, REFERENCE, rmtree, run_main, write_config
 
 from bootserver.config import load_config
 from bootserver.images.netboot import node_image
@@ -90,4 +90,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -13,7 +13,6 @@ Usage: ``.venv/bin/python benchmarks/node_images.py [--nodes 50] [--cli 3]``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import BOOTSERVER, Bootserver, free_port, markdown_table, rmtree, write_config
+from _common import BOOTSERVER, Bootserver, free_port, markdown_table, rmtree, run_main, write_config
 from iso_build import config_doc
 
 
@@ -103,4 +102,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_main(main)

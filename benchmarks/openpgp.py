@@ -12,7 +12,6 @@ from /proc). Prints Markdown. Usage: ``.venv/bin/python benchmarks/openpgp.py [-
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -24,7 +23,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import BOOTSERVER, PeakRss, Upstream, make_file, markdown_table, rmtree, start, write_config
+from _common import (
+    BOOTSERVER,
+    PeakRss,
+    Upstream,
+    make_file,
+    markdown_table,
+    rmtree,
+    run_main,
+    start,
+    write_config,
+)
 
 
 def gpg(home: Path, *args: str) -> bytes:
@@ -88,4 +97,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_main(main)

@@ -30,6 +30,7 @@ from _common import (
     markdown_table,
     median,
     run_cli,
+    run_main,
     start,
     stop,
     wait_http,
@@ -139,4 +140,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

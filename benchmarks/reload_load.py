@@ -34,6 +34,7 @@ from _common import (
     markdown_table,
     rmtree,
     run_cli,
+    run_main,
     sha256_file,
     write_config,
     write_json,
@@ -182,4 +183,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

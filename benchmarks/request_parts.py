@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import REFERENCE, markdown_table
+from _common import REFERENCE, markdown_table, run_main
 
 from bootserver.signing import Keyring, Signer
 
@@ -279,4 +279,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_main(main)

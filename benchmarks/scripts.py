@@ -38,7 +38,6 @@ Usage: ``.venv/bin/python benchmarks/scripts.py [--nodes 200] [--workers 1] [--r
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import contextlib
 import json
@@ -67,6 +66,7 @@ from _common import (
     median,
     rewrite_stream_locations,
     rmtree,
+    run_main,
     signed_chain_paths,
     start,
     stop,
@@ -392,4 +392,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_main(main)

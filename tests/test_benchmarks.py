@@ -4,22 +4,56 @@ measurement. Only the Python parts; nginx and wrk runs stay out of the test suit
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 from support.helpers import REPO
 
 
-def test_small_boot_storm_through_two_workers_boots_every_machine_and_the_floor() -> None:
+def _processes() -> dict[int, tuple[int, str]]:
+    """Every process: pid -> (parent pid, command line with spaces)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # gone meanwhile
+                continue
+            found[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmdline)
+    return found
+
+
+def _left_behind(tmp_path: Path, descendants: set[int] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    """The command lines of processes still running that name ``tmp_path`` (the benchmark's servers and
+    PostgreSQL cluster: their folders are under it) or are among ``descendants``, waiting up to 10 s for
+    them to go."""
+    deadline = time.monotonic() + 10
+    while True:
+        left = [cmd for pid, (_, cmd) in _processes().items()
+                if (str(tmp_path) in cmd or pid in descendants) and pid != os.getpid()]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)  # poll interval, bounded by the deadline
+
+
+def test_small_boot_storm_through_two_workers_boots_every_machine_and_the_floor(tmp_path: Path) -> None:
     """``--floor``: the same client boots every machine through the bare app too (benchmarks/bare_boot.py:
     its script, artifacts' sha256, stub's hash and check-in URL pass the client's checks), and each of this
-    tree's storms gets its CPU per boot over the floor's."""
+    tree's storms gets its CPU per boot over the floor's. Its servers end with it (issue 52)."""
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "boot_storm.py"), "--nodes", "20",
-                           "--workers", "2", "--floor"], capture_output=True, text=True, timeout=240)
+                           "--workers", "2", "--floor"], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _left_behind(tmp_path) == [] and list(tmp_path.iterdir()) == []
     for phase in ("cold", "warm"):  # booted 20, failed 0; a ratio to the floor of the same round
         assert re.search(rf"^\| 1 \| this tree \| {phase} \| 20 \| 0 \|.* \| [0-9.]+ \|$", proc.stdout, re.M), \
             proc.stdout
@@ -29,6 +63,56 @@ def test_small_boot_storm_through_two_workers_boots_every_machine_and_the_floor(
                          proc.stdout, re.M), proc.stdout
     for step in ("script", "kernel", "initramfs", "stub", "config", "checkin"):
         assert len(re.findall(rf"^\| {step} \| 20 \|", proc.stdout, re.M)) == 4, proc.stdout
+
+
+@pytest.mark.skipif(not list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")),
+                    reason="PostgreSQL is not installed (Debian package postgresql)")
+def test_a_boot_storm_stopped_by_sigterm_stops_its_replicas_clients_and_postgresql() -> None:
+    """Issue 52: ``boot_storm.py --state-store postgresql --replicas 2`` left its PostgreSQL cluster
+    running. SIGTERM while its clients storm two replicas: it exits 143 and nothing it started is left
+    (its serve processes, their workers, its client processes, the cluster), nor their folders. Its
+    temporary folder is one the cluster's user (``nobody`` under root: tests/support/pgcluster.py) can
+    enter, which pytest's is not."""
+    tmp_path = Path(tempfile.mkdtemp(prefix="bootserver-test-bench-"))
+    tmp_path.chmod(0o755)
+    try:
+        _stopped_by_sigterm(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _stopped_by_sigterm(tmp_path: Path) -> None:
+    out = (tmp_path / "out").open("w")
+    bench = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "boot_storm.py"), "--nodes", "20",
+                              "--state-store", "postgresql", "--replicas", "2", "--clients", "2"],
+                             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # the cluster, both replicas and the client processes all running
+            procs = _processes()
+            mine, todo = set(), [bench.pid]
+            while todo:
+                pid = todo.pop()
+                kids = [p for p, (ppid, _) in procs.items() if ppid == pid]
+                mine.update(kids)
+                todo += kids
+            serving = [p for p in mine if " serve --config " in procs[p][1]]
+            clients = [p for p in mine if "multiprocessing" in procs[p][1] and "resource_tracker" not in procs[p][1]]
+            postgres = [p for p, (_, cmd) in procs.items() if "postgres -D " + str(tmp_path) in cmd]
+            if len(serving) >= 2 and clients and postgres:
+                break
+            assert bench.poll() is None and time.monotonic() < deadline, (tmp_path / "out").read_text()[-3000:]
+            time.sleep(0.1)  # poll interval, bounded by the deadline
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(90) == 128 + signal.SIGTERM, (tmp_path / "out").read_text()[-3000:]
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+        out.close()
+    assert "stopped by SIGTERM" in (tmp_path / "out").read_text()
+    assert _left_behind(tmp_path, mine) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
 def test_event_loops_benchmark_storms_and_downloads_on_asyncio_and_uvloop() -> None:

@@ -9,12 +9,13 @@ Every wait is bounded (``pg_ctl -w -t``).
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from support.helpers import free_port
@@ -81,6 +82,25 @@ class PgCluster:
         return self.url(name)
 
     def destroy(self) -> None:
-        with contextlib.suppress(RuntimeError):
+        """Stop the server (``pg_ctl stop -m immediate``; when that fails, SIGQUIT to the postmaster of
+        ``postmaster.pid``, PostgreSQL's own immediate shutdown, waited for up to :data:`PG_CTL_WAIT`
+        seconds) and remove its folder. Never raises for a server already gone."""
+        try:
             self.stop("immediate")
+        except (RuntimeError, subprocess.TimeoutExpired):
+            self._quit_postmaster()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _quit_postmaster(self) -> None:
+        try:
+            pid = int((self.data / "postmaster.pid").read_text().split()[0])
+            os.kill(pid, signal.SIGQUIT)
+        except (OSError, ValueError, IndexError):
+            return
+        deadline = time.monotonic() + PG_CTL_WAIT
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)  # poll interval, bounded by the deadline
