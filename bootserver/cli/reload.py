@@ -77,13 +77,19 @@ def signal_dhcp(config: Config) -> int | None:
 
 
 def dhcp_outcome(config: Config, pid: int, sent: float, timeout: float) -> int:
-    """Print the outcome of ``bootserver dhcp``'s reload (process ``pid``, signalled after unix time ``sent``)."""
+    """Print the outcome of ``bootserver dhcp``'s reload (process ``pid``, signalled after unix time ``sent``),
+    as the engine records it once dnsmasq serves it (:func:`bootserver.dhcp.engine.wait_engine_status`):
+    exit 0 reloaded, 2 refused (invalid config), 1 failed (dnsmasq did not start with the new options; the
+    old ones serve again) or no outcome within ``timeout`` seconds."""
     from ..dhcp.engine import wait_engine_status
 
     status = wait_engine_status(config, sent, timeout)
     if status is None:
         print(f"bootserver: sent SIGHUP to bootserver dhcp (process {pid}); no outcome within {timeout:g} s: "
               "see its log", file=sys.stderr)
+        return 1
+    if status.get("result") == "failed":
+        print(f"bootserver: bootserver dhcp could not apply the reload: {status.get('message')}", file=sys.stderr)
         return 1
     if status.get("result") != "ok":
         print(f"bootserver: bootserver dhcp refused the reload, its running config stays: {status.get('message')}",

@@ -6,14 +6,21 @@ files live in ``state_dir/dhcp/`` (:class:`Layout`), never in a system-wide plac
 
 ``dnsmasq.conf``  the options (``--conf-file``): interface, mode, classes, the ``secure_boot`` nodes'
                   MACs (:func:`secure_boot_lines`), boot rules, TFTP
-``hosts/nodes``   the reservations, one ``dhcp-host`` line each (``--dhcp-hostsdir``)
-``opts/nodes``    each reserved node's own gateway and name servers (``--dhcp-optsdir``)
+``hosts/nodes``   the reservations, one ``dhcp-host`` line each (``--dhcp-hostsfile``)
+``opts/nodes``    each reserved node's own gateway and name servers (``--dhcp-optsfile``)
+``hosts.d/``      reservations added since, a file per node (``--dhcp-hostsdir``), and ``opts.d/``
+                  their options (``--dhcp-optsdir``)
 ``tftp/``         the TFTP root: ``bootserver loaders``' files and ``proxy`` mode's PXE menu files
 ``leases``        dnsmasq's lease file
 
-dnsmasq re-reads a file of ``--dhcp-hostsdir`` and ``--dhcp-optsdir`` when it changes (inotify), so a
-reload writes those two files only (:func:`write_reservations`) and never restarts dnsmasq, which keeps
-its leases. Every value written is checked before (MACs, addresses, host names, node names), so no
+A reload that only adds reservations writes a file per added node into ``hosts.d/`` and ``opts.d/``,
+which dnsmasq reads as they appear (inotify). One that removes or changes some rewrites ``hosts/nodes``
+and ``opts/nodes`` whole, empties the two folders (:func:`write_reservations`) and sends dnsmasq
+``SIGHUP``, on which it drops every record it read from them and reads them again, keeping its leases
+(dnsmasq(8)); records read from a folder are only ever added, so a removal through the folder alone
+would stay live (and a rewritten file log ``duplicate dhcp-host IP address``). dnsmasq 2.90 crashes on
+that ``SIGHUP`` once it answered a machine whose reservation carries a tag: then the engine restarts it
+(:mod:`bootserver.dhcp.engine`). Every value written is checked before (MACs, addresses, host names, node names), so no
 line can carry a second option.
 """
 
@@ -61,14 +68,25 @@ class Layout:
         return self.root / "dnsmasq.conf"
 
     @property
-    def hosts_dir(self) -> Path:
-        """``hosts/``: the ``--dhcp-hostsdir``."""
-        return self.root / "hosts"
+    def hosts_file(self) -> Path:
+        """``hosts/nodes``: the reservations (``--dhcp-hostsfile``)."""
+        return self.root / "hosts" / "nodes"
 
     @property
-    def opts_dir(self) -> Path:
-        """``opts/``: the ``--dhcp-optsdir``."""
-        return self.root / "opts"
+    def opts_file(self) -> Path:
+        """``opts/nodes``: the reserved nodes' own options (``--dhcp-optsfile``)."""
+        return self.root / "opts" / "nodes"
+
+    @property
+    def hosts_added(self) -> Path:
+        """``hosts.d/``: reservations added since :attr:`hosts_file` was written, a file per node
+        (``--dhcp-hostsdir``)."""
+        return self.root / "hosts.d"
+
+    @property
+    def opts_added(self) -> Path:
+        """``opts.d/``: their options, a file per node (``--dhcp-optsdir``)."""
+        return self.root / "opts.d"
 
     @property
     def tftp_root(self) -> Path:
@@ -232,10 +250,13 @@ def http6_lines(config: Config) -> list[str]:
 
 
 def host_line(config: Config, r: Reservation) -> str:
-    """Reservation ``r`` as a ``dhcp-host`` value: ``MAC,set:node-<name>[,IPv4][,[IPv6]],HOSTNAME``;
-    the MAC and tag alone in ``proxy`` mode."""
+    """Reservation ``r`` as a ``dhcp-host`` value: ``MAC[,set:node-<name>][,IPv4][,[IPv6]],HOSTNAME``;
+    the MAC alone in ``proxy`` mode. The node's tag only where its own options need it
+    (:func:`option_lines`): dnsmasq 2.90 crashes (SIGABRT) re-reading on ``SIGHUP`` a ``dhcp-host``
+    with a tag after it answered that machine (fixed in 2.91, upstream commit f006be7), so the engine
+    restarts it instead when such reservations change (:func:`tagged`)."""
     assert config.dhcp is not None
-    fields = [r.mac, f"set:{tag_of(r.node)}"]
+    fields = [r.mac] + ([f"set:{tag_of(r.node)}"] if option_lines(config, r) else [])
     if config.dhcp.full:
         if r.ipv4 is not None:
             fields.append(str(r.ipv4.ip))
@@ -254,6 +275,11 @@ def option_lines(config: Config, r: Reservation) -> list[str]:
     tag = f"tag:{tag_of(r.node)}"
     return [f"{tag},option:router" + (f",{r.gateway}" if r.gateway else ""),
             f"{tag},option:dns-server" + "".join(f",{d}" for d in r.dns)]
+
+
+def tagged(config: Config, taken: tuple[Reservation, ...]) -> bool:
+    """Whether any reservation of ``taken`` carries its node's tag (:func:`host_line`)."""
+    return any(option_lines(config, r) for r in taken)
 
 
 def hosts_text(config: Config, taken: tuple[Reservation, ...]) -> str:
@@ -277,8 +303,9 @@ def conf_text(config: Config, subnet: ipaddress.IPv4Network | None, files: Layou
     lines = [f"# dnsmasq options for {dhcp.interface} ({dhcp.mode} mode), written by bootserver from {config.source}",
              "port=0", f"interface={dhcp.interface}", "bind-interfaces", "log-dhcp"]
     if files is not None:
-        lines += ["log-facility=-", f"dhcp-leasefile={files.leases}", f"dhcp-hostsdir={files.hosts_dir}",
-                  f"dhcp-optsdir={files.opts_dir}"]
+        lines += ["log-facility=-", f"dhcp-leasefile={files.leases}", f"dhcp-hostsfile={files.hosts_file}",
+                  f"dhcp-optsfile={files.opts_file}", f"dhcp-hostsdir={files.hosts_added}",
+                  f"dhcp-optsdir={files.opts_added}"]
     if dhcp.full:
         lines.append("dhcp-authoritative")
     lines += range_lines(config, subnet)
@@ -293,12 +320,12 @@ def conf_text(config: Config, subnet: ipaddress.IPv4Network | None, files: Layou
 
 
 def write_reservations(config: Config, files: Layout, taken: tuple[Reservation, ...]) -> bool:
-    """Write ``hosts/nodes`` and ``opts/nodes`` of ``files`` (each whole: temp file and rename, so
-    dnsmasq never reads half a file), options first (a new tag's options are there when its host line
-    appears); returns whether either changed."""
+    """Write ``hosts/nodes`` and ``opts/nodes`` of ``files`` with every reservation of ``taken`` (each
+    whole: temp file and rename, so dnsmasq never reads half a file; it reads them on start and on
+    ``SIGHUP``) and empty ``hosts.d/`` and ``opts.d/`` (:func:`add_reservations`); returns whether
+    anything changed."""
     changed = False
-    for path, text in ((files.opts_dir / "nodes", opts_text(config, taken)),
-                       (files.hosts_dir / "nodes", hosts_text(config, taken))):
+    for path, text in ((files.opts_file, opts_text(config, taken)), (files.hosts_file, hosts_text(config, taken))):
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             if path.read_text() == text:
@@ -307,6 +334,11 @@ def write_reservations(config: Config, files: Layout, taken: tuple[Reservation, 
             pass
         write_atomic(path, text.encode())
         changed = True
+    for folder in (files.hosts_added, files.opts_added):
+        folder.mkdir(parents=True, exist_ok=True)
+        for added in folder.iterdir():
+            added.unlink()
+            changed = True
     return changed
 
 
@@ -348,6 +380,20 @@ def leases_of(files: Layout, mac: str) -> list[Lease]:
     return found
 
 
+def add_reservations(config: Config, files: Layout, added: tuple[Reservation, ...]) -> list[Path]:
+    """Write each reservation of ``added`` into a file of its own, ``opts.d/<node>`` (when it has options)
+    before ``hosts.d/<node>``, which dnsmasq reads as each appears (inotify; records read that way are only
+    ever added: a removal or change goes through :func:`write_reservations`). Returns the hosts files."""
+    written = []
+    for r in added:
+        lines = option_lines(config, r)
+        if lines:
+            write_atomic(files.opts_added / r.node, "".join(f"{line}\n" for line in lines).encode())
+        write_atomic(files.hosts_added / r.node, f"{host_line(config, r)}\n".encode())
+        written.append(files.hosts_added / r.node)
+    return written
+
+
 __all__ = [
     "DNSMASQ",
     "HTTP6_VENDOR_CLASS",
@@ -355,6 +401,7 @@ __all__ = [
     "MENU_TEXT",
     "Layout",
     "Lease",
+    "add_reservations",
     "boot_lines",
     "class_lines",
     "conf_text",
@@ -367,5 +414,6 @@ __all__ = [
     "opts_text",
     "range_lines",
     "secure_boot_lines",
+    "tagged",
     "write_reservations",
 ]

@@ -3,12 +3,17 @@ foreground as our child, its files written from the config, its log relayed into
 node timeline, its reservations kept live across reloads.
 
 **Start** (:func:`run_engine`): the ``dhcp:`` checks (:func:`~bootserver.dhcp.reservations.check_dhcp`,
-against the interface as it is now), the files under ``state_dir/dhcp/`` (:mod:`bootserver.dhcp.dnsmasq`;
-the TFTP root gets ``bootserver loaders``' files and ``proxy`` mode's PXE menu files), then dnsmasq
-(``--keep-in-foreground``, its own options file only, no ``/etc/dnsmasq.conf``, no DNS, bound to
-``dhcp.interface`` alone, as the user bootserver runs as). It is up once it logs ``started``; when it
-exits before that, its last line becomes ours, naming the key at fault (``dhcp.interface`` for an
-unknown interface or a port in use), exit 2 (config) or 1.
+against the interface as it is now); then the engine claims its ``state_dir`` and its interface
+(:func:`claim`: an ``flock`` on ``state_dir/dhcp/engine.lock`` and an abstract socket named for the
+interface), so a second engine of either is refused in one line naming the first's process id (exit 2);
+a dnsmasq of this ``state_dir`` that outlived its engine (its pid file) is stopped
+(:func:`stop_stale_dnsmasq`, a warning line). Then the files under ``state_dir/dhcp/``
+(:mod:`bootserver.dhcp.dnsmasq`; the TFTP root gets ``bootserver loaders``' files and ``proxy`` mode's PXE
+menu files), then dnsmasq (``--keep-in-foreground``, its own options file only, no ``/etc/dnsmasq.conf``,
+no DNS, bound to ``dhcp.interface`` alone, as the user bootserver runs as), which dies with the engine
+(``PR_SET_PDEATHSIG``), however the engine ends. It is up once it logs ``started``; when it exits before
+that, its last line becomes ours, naming the key at fault (``dhcp.interface`` for an unknown interface or
+a port in use), exit 2 (config) or 1.
 
 **Its log** (stderr) goes into ours line by line under the logger ``bootserver.dnsmasq`` (escaped by
 :class:`bootserver.logs.TextFormatter`, like every line; ``log-dhcp``'s detail lines at debug). The
@@ -19,19 +24,27 @@ first mile goes onto the timeline (:class:`FirstMile`): ``DHCPACK`` (``full``) o
 **Reload** (``SIGHUP``; ``bootserver reload`` and ``nodes adopt`` send it to the process in
 ``state_dir/dhcp/engine.pid`` too, and the systemd unit follows the server's reload): the config is read
 again and checked; an invalid one is one error line and the running one stays. The reservations are
-rewritten (``hosts/nodes``, ``opts/nodes``), which dnsmasq re-reads by itself: no restart, no lease lost.
-Only a change of dnsmasq's own options (``dhcp:`` keys, ``server.base_url``, the ``secure_boot`` nodes and
-their MACs: :func:`~bootserver.dhcp.dnsmasq.secure_boot_lines`) restarts it (its lease file keeps the
-leases). The log line says how many reservations changed.
+rewritten (``hosts/nodes``, ``opts/nodes``) and dnsmasq gets ``SIGHUP``, on which it re-reads them whole
+(a removed or changed reservation is gone at once) and keeps its leases: no restart. Only a change of
+dnsmasq's own options (``dhcp:`` keys, ``server.base_url``, the ``secure_boot`` nodes and their MACs:
+:func:`~bootserver.dhcp.dnsmasq.secure_boot_lines`) restarts it, once ``dnsmasq --test`` accepted the new
+options (its lease file keeps the leases); when the new one does not start, the old options are started
+again. The outcome (``state_dir/dhcp/reload.json``, :func:`wait_engine_status`) is written when dnsmasq
+serves it (it logged re-reading the reservations, or it restarted) and says how many reservations changed.
 
 **Stop**: ``SIGTERM`` or ``SIGINT`` stop dnsmasq (``SIGTERM``, ``SIGKILL`` after 5 s) and return 0.
+dnsmasq ending on its own ends the engine (exit 1) with a line naming its exit status or signal and its
+last line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
+import errno
+import fcntl
 import grp
 import ipaddress
 import json
@@ -41,7 +54,11 @@ import pwd
 import re
 import shutil
 import signal
+import socket
+import struct
+import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +71,7 @@ from ..state import StateStore, StateStoreError
 from ..state.backends import open_store
 from ..timeline import Record
 from ..values import host_family
-from .dnsmasq import DNSMASQ, Layout, conf_text, layout, write_reservations
+from .dnsmasq import DNSMASQ, Layout, add_reservations, conf_text, layout, tagged, write_reservations
 from .iface import NoInterface, interface_addresses
 from .reservations import Reservation, check_dhcp, subnet_of, unselectable
 from .rules import menu_files, menu_script, secure_boot_unlisted
@@ -66,6 +83,14 @@ relay = logging.getLogger("bootserver.dnsmasq")
 PID_FILE = "engine.pid"
 #: ``state_dir/dhcp/reload.json``: the outcome of the engine's last reload (:func:`wait_engine_status`).
 STATUS_FILE = "reload.json"
+#: ``state_dir/dhcp/engine.lock``: locked (``flock``) by the engine of this ``state_dir`` while it runs, and
+#: holding its process id; never removed (two engines must lock the same file).
+LOCK_FILE = "engine.lock"
+#: The abstract Unix socket an engine listens on while it answers on an interface (Linux: the name space of
+#: abstract sockets is the network namespace's, as the interface's name is).
+IFACE_SOCKET = "bootserver-dhcp:{interface}"
+#: ``state_dir/dhcp/dnsmasq.pid``: dnsmasq's own pid file (``--pid-file``).
+DNSMASQ_PID = "dnsmasq.pid"
 
 #: Seconds dnsmasq has to say ``started`` (or fail) before ``bootserver dhcp`` gives up.
 START_TIMEOUT = 15.0
@@ -142,7 +167,7 @@ def dnsmasq_argv(files: Layout) -> list[str]:
         raise EngineError("dnsmasq is not installed (Debian: apt-get install dnsmasq-base)")
     user = pwd.getpwuid(os.geteuid()).pw_name
     group = grp.getgrgid(os.getegid()).gr_name
-    return [program, "--keep-in-foreground", f"--conf-file={files.conf}", f"--pid-file={files.root / 'dnsmasq.pid'}",
+    return [program, "--keep-in-foreground", f"--conf-file={files.conf}", f"--pid-file={files.root / DNSMASQ_PID}",
             "--no-resolv", "--no-hosts", f"--user={user}", f"--group={group}"]
 
 
@@ -268,6 +293,166 @@ class FirstMile:
 # ---------------------------------------------------------------------------------------- the engine
 
 
+class EngineRunning(InputError):
+    """Another ``bootserver dhcp`` runs for this ``state_dir`` or answers on this interface (exit 2); the
+    message names its process id (:func:`claim`)."""
+
+
+#: linux/prctl.h: the signal a process gets when the thread that forked it ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def _socket_holder(name: bytes) -> int | None:
+    """The process id listening on the abstract socket ``name`` (``SO_PEERCRED``), or ``None``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
+        peer.settimeout(1.0)
+        try:
+            peer.connect(name)
+            creds = peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError:
+            return None
+    return int(struct.unpack("3i", creds)[0])
+
+
+def _lock_holder(path: Path) -> int | None:
+    """The process id in the lock file ``path`` (its holder writes it right after locking: up to 1 s)."""
+    end = time.monotonic() + 1.0
+    while True:
+        with contextlib.suppress(OSError):
+            text = path.read_text().strip()
+            if text.isdigit():
+                return int(text)
+        if time.monotonic() >= end:
+            return None
+        time.sleep(0.05)
+
+
+@dataclass
+class Claim:
+    """An engine's hold on its ``state_dir`` (``fd``: :data:`LOCK_FILE`, locked) and on its interface
+    (``sock``: :data:`IFACE_SOCKET`, listening); the kernel drops both when the process ends, however it
+    ends (``SIGKILL`` too), so no stale lock is ever left."""
+
+    fd: int
+    sock: socket.socket
+
+    def answer(self) -> None:
+        """Accept and close what connected to the socket (another engine asking for our process id)."""
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                conn.close()
+
+    def release(self) -> None:
+        """Give both up (the lock file stays: see :data:`LOCK_FILE`)."""
+        self.sock.close()
+        os.close(self.fd)
+
+
+def _pid_text(pid: int | None) -> str:
+    return f"process {pid}" if pid is not None else "process id unknown"
+
+
+def claim(config: Config) -> Claim:
+    """Take ``config``'s ``state_dir`` and ``dhcp.interface`` for this process: an exclusive ``flock`` on
+    ``state_dir/dhcp/engine.lock`` (:data:`LOCK_FILE`, which then holds our process id), and the abstract
+    Unix socket of the interface (:data:`IFACE_SOCKET`). Raises :class:`EngineRunning` naming the engine
+    that holds either (its process id: the lock file's, or the socket's ``SO_PEERCRED``), and ``OSError``
+    when ``state_dir/dhcp`` cannot be written."""
+    assert config.dhcp is not None
+    files = layout(config)
+    files.root.mkdir(parents=True, exist_ok=True)
+    path = files.root / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise EngineRunning(f"{config.source}: state_dir: bootserver dhcp ({_pid_text(_lock_holder(path))}) "
+                            f"already runs for {config.state_dir}: one engine per state_dir") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    iface = config.dhcp.interface
+    name = b"\0" + IFACE_SOCKET.format(interface=iface).encode()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(name)
+        sock.listen(16)
+    except OSError as e:
+        sock.close()
+        os.close(fd)
+        if e.errno != errno.EADDRINUSE:
+            raise
+        raise EngineRunning(f"{config.source}: dhcp.interface: bootserver dhcp ({_pid_text(_socket_holder(name))}) "
+                            f"already answers on {iface}: one engine per interface (two DHCP servers would "
+                            "answer one network)") from None
+    sock.setblocking(False)
+    return Claim(fd, sock)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+async def stop_stale_dnsmasq(files: Layout) -> int | None:
+    """Stop a dnsmasq of ``files`` that outlived its engine: the process in ``state_dir/dhcp/dnsmasq.pid``
+    (:data:`DNSMASQ_PID`) when it is a dnsmasq whose command line names our ``--conf-file`` (``SIGTERM``,
+    ``SIGKILL`` after :data:`STOP_TIMEOUT` seconds). Called with the ``state_dir`` claimed (:func:`claim`):
+    no running engine of ours owns it. Returns its process id, or ``None`` when there was none. Raises
+    :class:`EngineError` when it cannot be stopped (another user's process)."""
+    try:
+        pid = int((files.root / DNSMASQ_PID).read_text().strip())
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    if os.path.basename(argv[0]) != DNSMASQ.encode() or f"--conf-file={files.conf}".encode() not in argv:
+        return None
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            raise EngineError(f"{files.root / DNSMASQ_PID}: dnsmasq (process {pid}) of this state_dir outlived "
+                              "its engine and this user cannot stop it: stop it, then start bootserver dhcp") from None
+        end = time.monotonic() + STOP_TIMEOUT
+        while _alive(pid) and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        if not _alive(pid):
+            return pid
+    return pid
+
+
+def _die_with_engine(engine: int) -> Callable[[], None]:
+    """dnsmasq's ``preexec_fn``: ``PR_SET_PDEATHSIG`` (prctl(2)) gives it ``SIGTERM`` when the engine
+    (process ``engine``) ends, also by ``SIGKILL``; when the engine already ended before that, it exits."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != engine:
+            os._exit(1)
+
+    return preexec
+
+
+def exit_text(code: int) -> str:
+    """A process's end from its ``returncode`` ``code`` (asyncio's: negative for a signal):
+    ``was killed by SIGKILL (signal 9)`` or ``exited with status 3``."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "a signal"
+        return f"was killed by {name} (signal {-code})"
+    return f"exited with status {code}"
+
+
 def _reservation_changes(old: tuple[Reservation, ...], new: tuple[Reservation, ...]) -> tuple[int, int, int]:
     before, after = {r.node: r for r in old}, {r.node: r for r in new}
     added = len(after.keys() - before.keys())
@@ -302,16 +487,19 @@ def signal_engine(config: Config) -> int | None:
     return pid
 
 
-def _write_status(files: Layout, *, ok: bool, message: str) -> None:
-    doc = {"pid": os.getpid(), "at": time.time(), "result": "ok" if ok else "invalid", "message": message}
+def _write_status(files: Layout, *, result: str, message: str) -> None:
+    doc = {"pid": os.getpid(), "at": time.time(), "result": result, "message": message}
     with contextlib.suppress(OSError):
         write_atomic(files.root / STATUS_FILE, json.dumps(doc).encode())
 
 
 def wait_engine_status(config: Config, after: float, timeout: float) -> dict[str, Any] | None:
     """The engine's first reload outcome recorded at or after unix time ``after`` (``{"pid", "at",
-    "result": "ok"|"invalid", "message"}`` from ``state_dir/dhcp/reload.json``), polled every 0.1 s for at
-    most ``timeout`` seconds; ``None`` when none came."""
+    "result", "message"}`` from ``state_dir/dhcp/reload.json``; ``result``: ``ok``, ``invalid`` (the
+    config was refused, nothing changed) or ``failed`` (dnsmasq did not start with the new options; the
+    old ones serve again)), polled every 0.1 s for at most ``timeout`` seconds; ``None`` when none came.
+    The outcome is written once the reload is done: after dnsmasq re-read the reservations, or after
+    its restart."""
     path = layout(config).root / STATUS_FILE
     end = time.monotonic() + timeout
     while True:
@@ -340,21 +528,51 @@ def reload_engine(config: Config, timeout: float) -> str | None:
     status = wait_engine_status(config, sent, timeout)
     if status is None:
         return f"sent SIGHUP to bootserver dhcp (process {engine}), no outcome within {timeout:g} s"
+    if status.get("result") == "failed":
+        return f"bootserver dhcp could not apply the reload: {status.get('message')}"
     if status.get("result") != "ok":
         return f"bootserver dhcp refused the reload, no reservation: {status.get('message')}"
     return f"bootserver dhcp: {status.get('message')}"
 
+
+#: The first dnsmasq version that re-reads reservations with a tag (``set:``) on ``SIGHUP`` without crashing
+#: once it answered their machines (2.90 aborts in ``dhcp_netid_list_free``; upstream commit f006be7).
+SIGHUP_SAFE = (2, 91)
+
+
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
+def dnsmasq_version(program: str) -> tuple[int, ...]:
+    """dnsmasq's version (``dnsmasq --version``'s first line, ``Dnsmasq version 2.90 ...``), e.g.
+    ``(2, 90)``; ``(0,)`` when it cannot be told."""
+    try:
+        out = subprocess.run([program, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return (0,)
+    match = re.match(r"Dnsmasq version (\d+(?:\.\d+)*)", out)
+    return tuple(int(x) for x in match.group(1).split(".")) if match else (0,)
+
+
+#: Seconds dnsmasq has to re-read its reservations after ``SIGHUP`` (its ``read <file>`` lines).
+REREAD_TIMEOUT = 5.0
+
+
 class Engine:
-    """One ``bootserver dhcp`` run: dnsmasq as its child, the relay of its log, reloads. See the module
-    docstring; :func:`run_engine` is the entry point."""
+    """One ``bootserver dhcp`` run: dnsmasq as its child, the relay of its log (:attr:`pump_task`),
+    reloads. See the module docstring; :func:`run_engine` is the entry point."""
 
     def __init__(self, config: Config, store: StateStore | None) -> None:
         self.config = config
         self.store = store
         self.prepared = prepare(config)
         self.child: asyncio.subprocess.Process | None = None
+        self.pump_task: asyncio.Future[None] | None = None
+        self.last_line = ""
         self.first_mile = self._first_mile()
-        self.lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self._awaited: tuple[set[str], asyncio.Future[None]] | None = None
+        self.version = dnsmasq_version(dnsmasq_argv(self.prepared.files)[0])
 
     def _first_mile(self) -> FirstMile:
         assert self.config.dhcp is not None
@@ -362,28 +580,32 @@ class Engine:
         return FirstMile(self.config.dhcp.mode, known)
 
     async def start(self) -> None:
-        """Write the files and start dnsmasq; returns once it logged ``started``. Raises as :func:`refusal`."""
+        """Write the files and start dnsmasq (it dies with this process: :func:`_die_with_engine`);
+        returns once it logged ``started``, its log then relayed by :attr:`pump_task`. Raises as
+        :func:`refusal`."""
         write_files(self.config, self.prepared)
+        self.last_line = ""
         self.child = await asyncio.create_subprocess_exec(
             *dnsmasq_argv(self.prepared.files), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            preexec_fn=_die_with_engine(os.getpid()))
         assert self.child.stderr is not None
-        last = ""
         end = time.monotonic() + START_TIMEOUT
         while True:
             try:
                 raw = await asyncio.wait_for(self.child.stderr.readline(), max(0.1, end - time.monotonic()))
             except TimeoutError:
                 await self.stop()
-                raise EngineError(f"dnsmasq did not start within {START_TIMEOUT:g} s (last line: {last!r})") from None
+                raise EngineError(f"dnsmasq did not start within {START_TIMEOUT:g} s (last line: "
+                                  f"{self.last_line!r})") from None
             if not raw:
-                await self.child.wait()
-                raise refusal(self.config, last)
+                code = await self.child.wait()
+                raise refusal(self.config, self.last_line or f"it {exit_text(code)} without a line")
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self._relay(line)
-            last = line or last
             if re.match(r"^dnsmasq(\[\d+\])?: started, version", line):
                 break
+        self.pump_task = asyncio.ensure_future(self.pump())
         log.info("dnsmasq (process %d) answers on %s in %s mode: %d reservations, files in %s", self.child.pid,
                  self.config.dhcp.interface if self.config.dhcp else "", self.config.dhcp.mode if self.config.dhcp
                  else "", len(self.prepared.taken), self.prepared.files.root)
@@ -394,6 +616,12 @@ class Engine:
         answer = re.match(r"^\d+ (?:DHCPACK|DHCPOFFER|PXE|DHCPREPLY|DHCPADVERTISE)", msg)
         level = logging.DEBUG if re.match(r"^\d+ ", msg) and not answer else logging.INFO
         relay.log(level, "%s", line)
+        if line:
+            self.last_line = line
+        if self._awaited is not None and msg in self._awaited[0]:
+            self._awaited[0].discard(msg)
+            if not self._awaited[0] and not self._awaited[1].done():
+                self._awaited[1].set_result(None)
 
     async def _record(self, seen: list[Seen]) -> None:
         for s in seen:
@@ -425,96 +653,187 @@ class Engine:
             await self._record(self.first_mile.feed(line, time.time()))
 
     async def stop(self) -> None:
-        """Stop dnsmasq: SIGTERM, then SIGKILL after :data:`STOP_TIMEOUT` seconds."""
+        """Stop dnsmasq: SIGTERM, then SIGKILL after :data:`STOP_TIMEOUT` seconds; its log relayed to the end."""
         child, self.child = self.child, None
-        if child is None or child.returncode is not None:
-            return
-        child.terminate()
-        try:
-            await asyncio.wait_for(child.wait(), STOP_TIMEOUT)
-        except TimeoutError:
-            child.kill()
-            await child.wait()
+        pump, self.pump_task = self.pump_task, None
+        if child is not None and child.returncode is None:
+            child.terminate()
+            try:
+                await asyncio.wait_for(child.wait(), STOP_TIMEOUT)
+            except TimeoutError:
+                child.kill()
+                await child.wait()
+        if pump is not None:
+            await pump
 
-    async def reload(self) -> bool:
-        """Read the config again (see the module docstring); returns whether dnsmasq must be restarted
-        (its own options changed). An invalid config is logged and changes nothing."""
+    async def died(self) -> EngineError:
+        """The error of dnsmasq ending on its own (:attr:`pump_task` done): how it ended and its last line."""
+        assert self.child is not None
+        code = await self.child.wait()
+        last = f"its last line: {self.last_line}" if self.last_line else "it wrote no line"
+        return EngineError(f"dnsmasq (process {self.child.pid}) {exit_text(code)} while answering on "
+                           f"{self.config.dhcp.interface if self.config.dhcp else ''}; {last}")
+
+    async def _confirmed(self, lines: list[str], act: Callable[[], object]) -> bool:
+        """Do ``act`` and wait until dnsmasq logged each of ``lines`` (its messages, without the
+        ``dnsmasq-dhcp[PID]: `` prefix); ``False`` when it did not within :data:`REREAD_TIMEOUT` seconds."""
+        assert self.child is not None
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._awaited = (set(lines), done)
+        try:
+            act()
+            if lines:
+                await asyncio.wait_for(done, REREAD_TIMEOUT)
+            return True
+        except (TimeoutError, ProcessLookupError):
+            return False
+        finally:
+            self._awaited = None
+
+    async def _restart(self, old: tuple[Config, Prepared]) -> str | None:
+        """Restart dnsmasq with :attr:`prepared`'s options (checked with ``dnsmasq --test`` first); when
+        the new one does not start, the old files and options (``old``) are written and started again.
+        Returns ``None``, or why the new options failed. Raises :class:`EngineError` when the old ones
+        do not start again either."""
+        files = self.prepared.files
+        candidate = files.root / "dnsmasq.conf.new"
+        write_atomic(candidate, self.prepared.conf.encode())
+        argv = [a if not a.startswith("--conf-file=") else f"--conf-file={candidate}"
+                for a in dnsmasq_argv(files)]
+        test = await asyncio.create_subprocess_exec(*argv, "--test", stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await test.communicate()
+        with contextlib.suppress(OSError):
+            candidate.unlink()
+        if test.returncode != 0:
+            lines = out.decode("utf-8", "replace").strip().splitlines()
+            return f"dnsmasq --test refused the new options: {lines[-1] if lines else 'no message'}"
+        await self.stop()
+        try:
+            await self.start()
+            return None
+        except BootserverError as e:
+            failed = str(e)
+        await self.stop()
+        self.config, self.prepared = old
+        log.error("dnsmasq did not start with the new options (%s); starting it again with the old ones", failed)
+        await self.start()
+        return f"dnsmasq did not start with the new options: {failed}"
+
+    async def reload(self) -> None:
+        """Read the config again (see the module docstring) and record the outcome (:func:`_write_status`)
+        once dnsmasq serves it: after it re-read the reservations, or after its restart. An invalid config
+        is logged and changes nothing; a restart that fails brings the old options back."""
         try:
             new = load_config(self.config.source)
             prepared = prepare(new)
         except BootserverError as e:
             log.error("reload refused, the running config stays: %s", e)
-            _write_status(self.prepared.files, ok=False, message=str(e))
-            return False
+            _write_status(self.prepared.files, result="invalid", message=str(e))
+            return
         added, removed, changed = _reservation_changes(self.prepared.taken, prepared.taken)
+        counts = f"{len(prepared.taken)} reservations ({added} added, {removed} removed, {changed} changed)"
         restart = prepared.conf != self.prepared.conf
-        old, self.config, self.prepared = self.prepared, new, prepared
-        write_reservations(new, prepared.files, prepared.taken)
-        if restart:
-            write_files(new, prepared)
+        old, (self.config, self.prepared) = (self.config, self.prepared), (new, prepared)
         self.first_mile = self._first_mile()
-        message = (f"{len(prepared.taken)} reservations ({added} added, {removed} removed, {changed} changed)"
-                   + ("; dnsmasq's options changed: restarting it" if restart
-                      else " without restarting dnsmasq" if old.taken != prepared.taken else ""))
+        before = {r.node: r for r in old[1].taken}
+        fresh = tuple(r for r in prepared.taken if r.node not in before)
+        gone = len(before) + len(fresh) != len(prepared.taken) or any(
+            before[r.node] != r for r in prepared.taken if r.node in before)
+        files = prepared.files
+        if not restart and old[1].taken == prepared.taken:
+            message = counts
+        elif restart or (gone and tagged(old[0], old[1].taken) and self.version < SIGHUP_SAFE):
+            why = ("dnsmasq's options changed" if restart else f"dnsmasq {_dotted(self.version)} cannot re-read "
+                   f"tagged reservations in place (before {_dotted(SIGHUP_SAFE)} it crashes on SIGHUP)")
+            log.info("reload: %s; %s: restarting it", counts, why)
+            try:
+                failed = await self._restart(old)
+            except BootserverError as e:
+                _write_status(files, result="failed", message=f"{e}; the old config did not start again either: "
+                              "bootserver dhcp ends")
+                raise
+            if failed is not None:
+                log.error("reload: %s; the old config serves again", failed)
+                _write_status(files, result="failed", message=f"{failed}; the old config serves again")
+                return
+            assert self.child is not None
+            message = f"{counts}; {why}: restarted it (process {self.child.pid})"
+        else:
+            child = self.child
+            assert child is not None
+            if gone:  # dnsmasq drops what it read and reads the files again: SIGHUP
+                write_reservations(new, files, prepared.taken)
+                ok = await self._confirmed([f"read {files.opts_file}"], lambda: child.send_signal(signal.SIGHUP))
+            else:  # added only: a file each, which dnsmasq reads as it appears
+                ok = await self._confirmed([f"inotify: {files.hosts_added / r.node} new or modified" for r in fresh],
+                                           lambda: add_reservations(new, files, fresh))
+            if not ok:
+                message = f"{counts}; dnsmasq did not confirm reading them within {REREAD_TIMEOUT:g} s"
+                log.error("reload: %s", message)
+                _write_status(files, result="failed", message=message)
+                return
+            message = f"{counts} without restarting dnsmasq"
         log.info("reload: %s", message)
-        _write_status(prepared.files, ok=True, message=message)
-        return restart
+        _write_status(prepared.files, result="ok", message=message)
 
 
 async def run_engine(config: Config) -> int:
     """``bootserver dhcp``: run the engine until SIGTERM/SIGINT (returns 0). Raises
-    :class:`~bootserver.errors.ConfigError` and :class:`EngineError` as :func:`prepare` and :func:`refusal`;
-    dnsmasq dying on its own is an :class:`EngineError` naming its last line."""
+    :class:`~bootserver.errors.ConfigError` and :class:`EngineError` as :func:`prepare` and :func:`refusal`,
+    :class:`EngineRunning` as :func:`claim`; dnsmasq dying on its own is an :class:`EngineError` naming how
+    it ended (:func:`exit_text`) and its last line."""
     engine = Engine(config, None)  # checks the config and the interface first: nothing opened on a refusal
-    for line in (*unselectable(config, engine.prepared.taken), *secure_boot_unlisted(config)):
-        log.warning("%s", line)
-    try:
-        store: StateStore | None = open_store(config)
-        assert store is not None
-        await store.start()
-    except (StateStoreError, OSError) as e:
-        log.warning("the state store cannot be opened (%s): the first mile will not be on the timeline", e)
-        store = None
-    engine.store = store
+    held = claim(config)
     loop = asyncio.get_running_loop()
-    stop, hup = asyncio.Event(), asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, hup.set)
+    loop.add_reader(held.sock, held.answer)
+    store: StateStore | None = None
     pid_file: Path | None = None
+    stop, hup = asyncio.Event(), asyncio.Event()
     try:
+        stale = await stop_stale_dnsmasq(engine.prepared.files)
+        if stale is not None:
+            log.warning("dnsmasq (process %d) of %s outlived its engine: stopped it", stale, engine.prepared.files.root)
+        for line in (*unselectable(config, engine.prepared.taken), *secure_boot_unlisted(config)):
+            log.warning("%s", line)
+        try:
+            store = open_store(config)
+            assert store is not None
+            await store.start()
+        except (StateStoreError, OSError) as e:
+            log.warning("the state store cannot be opened (%s): the first mile will not be on the timeline", e)
+            store = None
+        engine.store = store
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, hup.set)
         await engine.start()
         pid_file = write_pid(config)
         while True:
-            pump = asyncio.ensure_future(engine.pump())
-            while True:
-                waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(hup.wait()), pump]
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                for w in waits[:2]:
-                    w.cancel()
-                if stop.is_set():
-                    await engine.stop()
-                    await pump
-                    return 0
-                if pump.done():
-                    code = engine.child.returncode if engine.child is not None else None
-                    raise EngineError(f"dnsmasq exited on its own (status {code}); see its lines above")
-                hup.clear()
-                if await engine.reload():
-                    await engine.stop()
-                    await pump
-                    await engine.start()
-                    break
+            assert engine.pump_task is not None
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(hup.wait())]
+            watched: list[asyncio.Future[Any]] = [*waits, engine.pump_task]
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+            if stop.is_set():
+                await engine.stop()
+                return 0
+            if engine.pump_task.done():
+                raise await engine.died()
+            hup.clear()
+            await engine.reload()
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
         await engine.stop()
-        if pid_file is not None:
-            with contextlib.suppress(OSError, ValueError):
-                if int(pid_file.read_text().strip()) == os.getpid():
-                    pid_file.unlink()
+        if pid_file is not None:  # ours alone: the state_dir is claimed
+            with contextlib.suppress(OSError):
+                pid_file.unlink()
         if store is not None:
             await store.close()
+        loop.remove_reader(held.sock)
+        held.release()
 
 
 def print_config(config: Config, what: str) -> str:
@@ -549,6 +868,7 @@ def print_config(config: Config, what: str) -> str:
     return conf_text(config, subnet, None, taken)
 
 
-__all__ = ["PID_FILE", "STATUS_FILE", "Engine", "EngineError", "FirstMile", "Prepared", "Seen", "dnsmasq_argv",
-           "prepare", "print_config", "refusal", "run_engine", "signal_engine", "wait_engine_status", "write_files",
-           "write_pid", "write_tftp_root"]
+__all__ = ["DNSMASQ_PID", "IFACE_SOCKET", "LOCK_FILE", "PID_FILE", "REREAD_TIMEOUT", "SIGHUP_SAFE", "STATUS_FILE",
+           "Claim", "Engine", "EngineError", "EngineRunning", "FirstMile", "Prepared", "Seen", "claim", "dnsmasq_argv",
+           "dnsmasq_version", "exit_text", "prepare", "print_config", "refusal", "reload_engine", "run_engine",
+           "signal_engine", "stop_stale_dnsmasq", "wait_engine_status", "write_files", "write_pid", "write_tftp_root"]

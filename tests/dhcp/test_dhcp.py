@@ -164,7 +164,7 @@ enable-tftp
 tftp-root=/srv/tftp
 dhcp-host=52:54:00:00:00:10,set:node-m0,127.0.0.10,m0
 dhcp-host=52:54:00:00:00:11,set:node-m1,127.0.0.11,m1
-dhcp-host=52:54:00:00:00:12,set:node-spare,spare
+dhcp-host=52:54:00:00:00:12,spare
 dhcp-option=tag:node-m0,option:router,127.0.0.1
 dhcp-option=tag:node-m0,option:dns-server,127.0.0.53
 dhcp-option=tag:node-m1,option:router
@@ -195,9 +195,9 @@ pxe-service=tag:!ipxe,tag:known,ARM64_EFI,"bootserver",grubaa64
 pxe-service=tag:!ipxe,tag:known,x86PC,"bootserver",undionly
 enable-tftp
 tftp-root=/srv/tftp
-dhcp-host=52:54:00:00:00:10,set:node-m0
-dhcp-host=52:54:00:00:00:11,set:node-m1
-dhcp-host=52:54:00:00:00:12,set:node-spare
+dhcp-host=52:54:00:00:00:10
+dhcp-host=52:54:00:00:00:11
+dhcp-host=52:54:00:00:00:12
 """
 
 

@@ -67,8 +67,8 @@ def test_the_playground_brings_its_three_machines_up(tmp_path: Path) -> None:
     adopted = said[said.index(next(line for line in said if line.startswith("playground: adopting it: "))) + 1]
     assert "bootserver dhcp: 3 reservations (1 added, 0 removed, 0 changed) without restarting dnsmasq" in adopted, \
         adopted
-    hosts = (work / "state" / "dhcp" / "hosts" / "nodes").read_text()
-    assert "52:54:00:9a:00:99,set:node-pg-new,pg-new\n" in hosts, hosts
+    hosts = (work / "state" / "dhcp" / "hosts.d" / "pg-new").read_text()  # an added reservation's own file
+    assert hosts == "52:54:00:9a:00:99,pg-new\n", hosts
     engine_log = (work / "dhcp.log").read_text()
     assert len(re.findall(r"dnsmasq \(process \d+\) answers on", engine_log)) == 1, engine_log[-3000:]
     assert "reload: 3 reservations (1 added, 0 removed, 0 changed) without restarting dnsmasq" in engine_log
