@@ -40,9 +40,12 @@ from .config.loader import include_files
 from .dhcp.engine import reload_engine
 from .errors import BootserverError, InputError
 from .files import write_atomic
+from .node_writes import apply_nodes, checked
 from .openshift import Cluster, Host, node_entry, read_cluster
 from .reload import check_config
 from .reload import reload_server as reload_running
+from .sealing import SealError, seal, unseal
+from .state import StateStore
 
 #: install-config's ``architecture`` (Go's names) -> bootserver's.
 ARCHITECTURES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
@@ -160,25 +163,59 @@ def password_folder(output: Path) -> Path:
     return output.with_suffix(".passwords")
 
 
-def render(cluster: Cluster, install: InstallDir, output: Path,
-           console: str | None = None) -> tuple[str, dict[Path, str]]:
+def render(cluster: Cluster, install: InstallDir, output: Path, console: str | None = None, *,
+           with_nodes: bool = True) -> tuple[str, dict[Path, str]]:
     """The included file's text and the password files (path -> password) of ``cluster``; ``console`` as
-    :func:`profiles_of`'s. Raises :class:`~bootserver.errors.InputError` as :func:`profiles_of`."""
+    :func:`profiles_of`'s; without ``with_nodes`` the file holds the stream and profiles alone (the
+    nodes go into the state store: :func:`store_specs`). Raises :class:`~bootserver.errors.InputError`
+    as :func:`profiles_of`."""
     profiles, of = profiles_of(cluster, install, console)
     passwords: dict[Path, str] = {}
     nodes = {}
-    for host in cluster.hosts:
+    for host in cluster.hosts if with_nodes else ():
         password_file = None
         if host.bmc is not None and host.bmc.password is not None:
             path = password_folder(output) / host.name
             passwords[path] = host.bmc.password
             password_file = str(path)
         nodes[host.name] = node_entry(host, of[host.name], password_file)
-    doc = {"streams": {cluster.name: {"metadata": str(install.stream), "architectures": [install.arch]}},
-           "profiles": profiles, "nodes": nodes}
+    doc: dict[str, Any] = {"streams": {cluster.name: {"metadata": str(install.stream),
+                                                      "architectures": [install.arch]}},
+                           "profiles": profiles}
+    if with_nodes:
+        doc["nodes"] = nodes
     head = (f"# written by `bootserver openshift import {install.path}`: a new import replaces this file.\n"
-            "# BMC passwords are in the password_file of each node (mode 0600), never here.\n")
+            + ("# BMC passwords are in the password_file of each node (mode 0600), never here.\n" if with_nodes
+               else "# Its nodes are in the state store (`bootserver nodes list`), their BMC passwords sealed.\n"))
     return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False), passwords
+
+
+def store_specs(cluster: Cluster, install: InstallDir, state_dir: Path, stored: Mapping[str, Any],
+                console: str | None = None) -> dict[str, dict[str, Any]]:
+    """The cluster's nodes as store nodes (name -> mapping of the config's node schema): each BMC
+    password sealed for the node (:func:`bootserver.sealing.seal`, ``password_sealed``: the store's
+    write-only secret), the sealed text of ``stored`` (name -> the store node's mapping) kept when it
+    opens to the same password, so an import of the same files changes nothing. Raises
+    :class:`~bootserver.sealing.SealError` for an unreadable key."""
+    _, of = profiles_of(cluster, install, console)
+    specs = {}
+    for host in cluster.hosts:
+        spec = node_entry(host, of[host.name])
+        if host.bmc is not None and host.bmc.password is not None:
+            where = host.bmc.provider
+            old = _get_text(stored.get(host.name), where, "password_sealed")
+            keep = None
+            if old is not None:
+                with contextlib.suppress(SealError):
+                    keep = old if unseal(state_dir, host.name, where, old) == host.bmc.password else None
+            spec[where]["password_sealed"] = keep or seal(state_dir, host.name, where, host.bmc.password)
+        specs[host.name] = spec
+    return specs
+
+
+def _get_text(spec: Any, where: str, key: str) -> str | None:
+    value = spec.get(where, {}).get(key) if isinstance(spec, Mapping) and isinstance(spec.get(where), Mapping) else None
+    return value if isinstance(value, str) else None
 
 
 def _changes(old_text: str | None, new_text: str, changed_passwords: set[str], hosts: Sequence[Host]) -> dict[str, str]:
@@ -302,6 +339,63 @@ def import_cluster(config: Config, install: InstallDir, output: Path, *, install
     return Imported(changes, cluster.warnings, output, outcome)
 
 
+async def import_to_store(config: Config, store: StateStore, install: InstallDir, output: Path, *,
+                          install_dev: str | None = None, bootstrap_mac: str | None = None,
+                          bootstrap_bmc: str | None = None, console: str | None = None,
+                          reload_timeout: float = 15.0) -> Imported:
+    """``--nodes-to-store``: as :func:`import_cluster`, but ``output`` holds the stream and profiles alone
+    and the nodes go into the state store (:func:`bootserver.node_writes.apply_nodes`, the path of
+    ``nodes apply``: checked as ``check-config`` checks a file node, written all or nothing), their BMC
+    passwords sealed (:func:`store_specs`). Order: the file's new text and the nodes are checked
+    together first; then the file is written and the servers reload (the new profiles), then the nodes
+    are applied (every server picks store nodes up by itself); a failed apply puts the old file back.
+    One line per node from the store (``created``, ``updated``, ``unchanged``). Raises as
+    :func:`import_cluster`, and what ``apply_nodes`` raises (nothing written to the store)."""
+    if config.source == "<default>":
+        raise InputError("openshift import writes a file the config's include: names: pass --config")
+    output = output.absolute()
+    cluster = read_cluster(install.install_config, install.agent_config, install_dev=install_dev,
+                           bootstrap_mac=bootstrap_mac, bootstrap_bmc=bootstrap_bmc)
+    text, _ = render(cluster, install, output, console, with_nodes=False)
+    inventory = await store.inventory()
+    specs = store_specs(cluster, install, config.state_dir, {n: s.spec for n, s in inventory.nodes.items()}, console)
+    old_text = _read(output)
+    made: list[Path] = []
+    if old_text is None:
+        made = [p for p in (output.parent, *output.parent.parents) if not p.exists()]
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(output, b"", exclusive=True)
+    try:
+        if output.resolve() not in include_files(config.base_dir, config.includes):
+            raise InputError(f"{output} is not read by the include: of {config.source} (its patterns: "
+                             f"{', '.join(config.includes) or 'none'}; '*' stays within one folder): add it, "
+                             "or pass an --output it reads")
+        loaded = load_config(config.source, replacing={output.resolve(): text})
+        check_config(loaded)
+        checked(loaded, inventory, specs)  # the nodes over the new profiles, before anything is written
+        if text != old_text:
+            write_atomic(output, text.encode())
+    except BaseException:
+        if old_text is None:
+            _remove(output, made)
+        raise
+    outcome = "the profiles are unchanged: no reload"
+    try:
+        if text != old_text:
+            outcome = reload_servers(loaded, [], reload_timeout)
+        applied = await apply_nodes(loaded, store, specs)
+    except BaseException:
+        if old_text is None:
+            _remove(output, made)
+        else:
+            write_atomic(output, old_text.encode())
+        raise
+    changes = {a.name: a.outcome for a in applied}
+    if any(v != "unchanged" for v in changes.values()):
+        outcome += "; the nodes are in the state store: every server reads them by itself"
+    return Imported(changes, cluster.warnings, output, outcome)
+
+
 def reload_servers(config: Config, nodes: Sequence[str], timeout: float) -> str:
     """Reload the running ``serve`` of ``config``'s ``state_dir`` and signal a running ``bootserver
     dhcp``, as ``bootserver reload`` does; the outcome in words (no server running is not an error: it
@@ -331,5 +425,5 @@ def describe(imported: Imported) -> list[str]:
     return [f"{name}: {what}" for name, what in imported.changes.items()] + [imported.outcome]
 
 
-__all__ = ["ImportFailed", "Imported", "InstallDir", "describe", "import_cluster", "password_folder",
-           "profiles_of", "read_install_dir", "reload_servers", "render"]
+__all__ = ["ImportFailed", "Imported", "InstallDir", "describe", "import_cluster", "import_to_store",
+           "password_folder", "profiles_of", "read_install_dir", "reload_servers", "render", "store_specs"]

@@ -166,3 +166,46 @@ async def test_a_running_server_reloads_and_serves_the_imported_nodes(tmp_path: 
             assert {"m0", "m1", "w0"} <= names
         finally:
             await server.stop()
+
+
+async def test_nodes_to_store_puts_the_nodes_into_the_state_store_with_sealed_passwords(
+        tmp_path: Path, reference: Path) -> None:
+    from bootserver.sealing import unseal
+
+    config = main_config(tmp_path, reference)
+    inst = install_dir(tmp_path)
+    out = tmp_path / "nodes.d" / "lab.yaml"
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out), "--nodes-to-store")
+    assert rc == 0, stderr
+    assert stdout.splitlines() == [
+        "m0: created", "m1: created", "w0: created",
+        "no bootserver serve runs with this state_dir: it reads the file when it starts; the nodes are in the "
+        "state store: every server reads them by itself"]
+    doc = yaml.safe_load(out.read_text())
+    assert set(doc) == {"streams", "profiles"}  # the file keeps the stream and profiles
+    assert not (tmp_path / "nodes.d" / "lab.passwords").exists()
+    rc, exported, err = await run_cli("nodes", "export", "--config", str(config))
+    assert rc == 0, err
+    nodes = yaml.safe_load(exported)["nodes"]
+    assert set(nodes) == {"m0", "m1", "w0"} and nodes["m1"]["profile"] == "lab-master-sda"
+    sealed = nodes["m0"]["redfish"]["password_sealed"]
+    assert unseal(tmp_path / "state", "m0", "redfish", sealed) == "bmc-pass-m0"
+    # the password is nowhere in clear: not in the store's files, the config's files, the output
+    for path, data in written(tmp_path).items():
+        assert b"bmc-pass-m" not in data or path.parent == inst, path
+    assert "bmc-pass" not in stdout + stderr + exported
+    rc, listed, err = await run_cli("nodes", "list", "--config", str(config))
+    assert rc == 0 and "store" in listed, err
+    # the same files again: nothing changes (the sealed passwords are kept, not sealed anew)
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out), "--nodes-to-store")
+    assert (rc, stderr) == (0, "")
+    assert stdout.splitlines() == ["m0: unchanged", "m1: unchanged", "w0: unchanged",
+                                   "the profiles are unchanged: no reload"]
+    rc, again, err = await run_cli("nodes", "export", "--config", str(config))
+    assert again == exported
+    # a changed password: that node is updated, sealed anew
+    inst = install_dir(tmp_path, bmc={"address": "redfish+http://127.0.0.1:8000/redfish/v1/Systems/m0",
+                                      "username": "admin", "password": "bmc-pass-new"})
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out), "--nodes-to-store")
+    assert rc == 0, stderr
+    assert stdout.splitlines()[:3] == ["m0: updated", "m1: unchanged", "w0: unchanged"]

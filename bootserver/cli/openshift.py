@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..config import Config
+from .common import opened_store
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -18,13 +20,22 @@ def import_dir(args: argparse.Namespace, config: Config) -> int:
     """Import the install directory: one line per node (created, updated, unchanged), then the reloads'
     outcome; each warning and each refusal on standard error, one line each."""
     from ..openshift import ClusterRefused
-    from ..openshift_import import describe, import_cluster, read_install_dir
+    from ..openshift_import import Imported, describe, import_cluster, import_to_store, read_install_dir
 
     install = read_install_dir(Path(args.dir), None if args.stream_json is None else Path(args.stream_json))
+    options: dict[str, Any] = {"install_dev": args.install_dev, "bootstrap_mac": args.bootstrap_mac,
+                               "bootstrap_bmc": args.bootstrap_bmc, "console": args.console,
+                               "reload_timeout": args.timeout}
+
+    async def to_store() -> Imported:
+        async with opened_store(config) as store:
+            return await import_to_store(config, store, install, Path(args.output), **options)
+
     try:
-        done = import_cluster(config, install, Path(args.output), install_dev=args.install_dev,
-                              bootstrap_mac=args.bootstrap_mac, bootstrap_bmc=args.bootstrap_bmc,
-                              console=args.console, reload_timeout=args.timeout)
+        if args.nodes_to_store:
+            done = asyncio.run(to_store())
+        else:
+            done = import_cluster(config, install, Path(args.output), **options)
     except ClusterRefused as e:
         for line in e.problems:
             print(f"bootserver: {line}", file=sys.stderr)
@@ -58,6 +69,8 @@ def add(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     a.add_argument("--bootstrap-bmc", metavar="URL", help="the bootstrap machine's BMC (ipmi://, redfish://...)")
     a.add_argument("--console", metavar="KARG", help="the machines' serial console as a kernel argument "
                    "(console=ttyS1,115200n8), written as the profiles' console (default none)")
+    a.add_argument("--nodes-to-store", action="store_true", help="put the nodes into the state store (their BMC "
+                   "passwords sealed, as the fleet API keeps them); FILE keeps the stream and profiles")
     a.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS",
                    help="how long to wait for the server's reload (default 15)")
     a.set_defaults(func=import_dir)
