@@ -285,6 +285,24 @@ def _remove(path: Path, made: Sequence[Path]) -> None:
             folder.rmdir()
 
 
+def _placeholder(output: Path, old_text: str | None) -> list[Path]:
+    """A new ``output`` is first an empty file (the loader reads it as nothing), so that ``include:``'s
+    globs see it; returns the folders made for it (deepest first), for :func:`_remove`."""
+    if old_text is not None:
+        return []
+    made = [p for p in (output.parent, *output.parent.parents) if not p.exists()]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(output, b"", exclusive=True)
+    return made
+
+
+def _check_included(config: Config, output: Path) -> None:
+    if output.resolve() not in include_files(config.base_dir, config.includes):
+        raise InputError(f"{output} is not read by the include: of {config.source} (its patterns: "
+                         f"{', '.join(config.includes) or 'none'}; '*' stays within one folder): add it, "
+                         "or pass an --output it reads")
+
+
 def import_cluster(config: Config, install: InstallDir, output: Path, *, install_dev: str | None = None,
                    bootstrap_mac: str | None = None, bootstrap_bmc: str | None = None,
                    console: str | None = None, reload_timeout: float = 15.0) -> Imported:
@@ -303,17 +321,10 @@ def import_cluster(config: Config, install: InstallDir, output: Path, *, install
                            bootstrap_mac=bootstrap_mac, bootstrap_bmc=bootstrap_bmc)
     text, passwords = render(cluster, install, output, console)
     old_text = _read(output)
-    made: list[Path] = []
-    if old_text is None:  # an empty file, which the loader reads as nothing, so include's globs can see it
-        made = [p for p in (output.parent, *output.parent.parents) if not p.exists()]
-        output.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(output, b"", exclusive=True)
+    made = _placeholder(output, old_text)
     before: dict[Path, str | None] = {}
     try:
-        if output.resolve() not in include_files(config.base_dir, config.includes):
-            raise InputError(f"{output} is not read by the include: of {config.source} (its patterns: "
-                             f"{', '.join(config.includes) or 'none'}; '*' stays within one folder): add it, "
-                             "or pass an --output it reads")
+        _check_included(config, output)
         changed = _write_passwords(passwords, before)
         loaded = load_config(config.source, replacing={output.resolve(): text})
         check_config(loaded)
@@ -360,16 +371,9 @@ async def import_to_store(config: Config, store: StateStore, install: InstallDir
     inventory = await store.inventory()
     specs = store_specs(cluster, install, config.state_dir, {n: s.spec for n, s in inventory.nodes.items()}, console)
     old_text = _read(output)
-    made: list[Path] = []
-    if old_text is None:
-        made = [p for p in (output.parent, *output.parent.parents) if not p.exists()]
-        output.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(output, b"", exclusive=True)
+    made = _placeholder(output, old_text)
     try:
-        if output.resolve() not in include_files(config.base_dir, config.includes):
-            raise InputError(f"{output} is not read by the include: of {config.source} (its patterns: "
-                             f"{', '.join(config.includes) or 'none'}; '*' stays within one folder): add it, "
-                             "or pass an --output it reads")
+        _check_included(config, output)
         loaded = load_config(config.source, replacing={output.resolve(): text})
         check_config(loaded)
         checked(loaded, inventory, specs)  # the nodes over the new profiles, before anything is written
