@@ -6,7 +6,7 @@ watch's warnings (:mod:`bootserver.stalls`), so it sits below all three.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .discovery import Discovered
 from .fleet import FleetNode
@@ -80,11 +80,13 @@ def printable(value: str | None, width: int = 40) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
-def format_discovered(records: Sequence[Discovered], now: float) -> str:
+def format_discovered(records: Sequence[Discovered], now: float,
+                      evidence: Callable[[str], str] | None = None) -> str:
     """The ``bootserver nodes discovered`` table: one machine per line, last reported first: MAC, UUID,
     manufacturer, product, serial, architecture (:meth:`Discovered.arch_text`), every address that
     reported it (``CONFLICT`` after them when there are several), first and last seen, reports; every
-    reported value through :func:`printable`. Then one line per conflict saying what to do."""
+    reported value through :func:`printable`. Then one line per conflict saying what to do, ending with
+    ``evidence(mac)`` when given (the DHCP engine's lease: :func:`bootserver.adoption.lease_evidence`)."""
     rows = [("MAC", "UUID", "MANUFACTURER", "PRODUCT", "SERIAL", "ARCH", "FROM", "FIRST SEEN", "LAST SEEN",
              "REPORTS")]
     notes = []
@@ -98,7 +100,8 @@ def format_discovered(records: Sequence[Discovered], now: float) -> str:
         if d.conflict:
             notes.append(f"conflict: {d.mac} was reported from {len(d.addresses)} addresses "
                          f"({printable(', '.join(d.addresses), 200)}): two machines claim it (or it moved); "
-                         f"adopt it with --addresses naming the one to trust\n")
+                         f"adopt it with --addresses naming the one to trust"
+                         f"{evidence(d.mac) if evidence is not None else ''}\n")
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n"
                    for r in rows) + "".join(notes)

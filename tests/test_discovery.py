@@ -117,9 +117,10 @@ async def test_a_conflict_is_logged_shown_and_adopted_only_with_the_address_to_t
     assert rc == 0, err
     _, row, note = out.splitlines()
     assert row.startswith(f"{UNKNOWN}  {UUID}  ") and "127.0.0.1,127.0.0.66 CONFLICT" in row and "S1" in row
-    assert note.startswith(f"conflict: {UNKNOWN} was reported from 2 addresses (127.0.0.1, 127.0.0.66)")
-
     leases = tmp_path / "state" / "dhcp" / "leases"
+    assert note.startswith(f"conflict: {UNKNOWN} was reported from 2 addresses (127.0.0.1, 127.0.0.66)")
+    assert note.endswith(f"; the DHCP engine's lease file ({leases}) holds no lease for it")
+
     for lines, evidence in (
             ([], f"the DHCP engine's lease file ({leases}) holds no lease for it"),
             (["0 52:54:00:aa:bb:09 127.0.0.150 other *", f"1893456000 {UNKNOWN} 127.0.0.66 m1 01:52:54:00:aa:bb:01",

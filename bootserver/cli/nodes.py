@@ -71,11 +71,13 @@ def reinstall(args: argparse.Namespace, config: Config) -> int:
 
 def discovered(args: argparse.Namespace, config: Config) -> int:
     """The machines that matched no node and wait to be adopted."""
+    from ..adoption import lease_evidence
     from ..nodes_view import format_discovered
 
     async def run() -> str:
         async with opened_store(config) as store:
-            return format_discovered(await store.discovered(), time.time())
+            return format_discovered(await store.discovered(), time.time(),
+                                     lambda mac: lease_evidence(config, mac))
 
     sys.stdout.write(asyncio.run(run()))
     return 0
