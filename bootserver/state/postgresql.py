@@ -808,6 +808,7 @@ class PostgresStore(StateStore):
                                            (secrets.token_bytes(KEY_BYTES), int(time.time())))
                         rows = await (await conn.execute(select)).fetchall()
         except psycopg.Error as e:
+            self._opened_circuit(e, pool)  # an idle replica learns of an outage from its key poll
             raise StateStoreError(f"{self.name}: cannot read the signing keys: {_one_line(e)}") from None
         keys = self._keyring_of(rows)
         self._keys_read_at = time.monotonic()
