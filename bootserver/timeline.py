@@ -104,9 +104,14 @@ ARTIFACT_OUTCOMES = ("requested", "completed", "partial", "unchanged", "failed")
 
 #: Every event name.
 EVENTS = ("dhcp", "tftp", "script", "localboot", "stub", "config", "reinstall", "checkin",
+          # what the fleet API's actions did (history only: no stage of their own)
+          "provision", "provision-failed", "deprovision", "deprovision-failed",
           *(f"{k}-{s}" for k in ARTIFACT_KINDS for s in ARTIFACT_OUTCOMES))
 
 _EVENT_NAMES = frozenset(EVENTS)
+
+#: The events of the fleet API's actions: they go into the history and leave the stage as it is.
+_ACTION_EVENTS = frozenset({"provision", "provision-failed", "deprovision", "deprovision-failed"})
 
 #: Stages after which an install-mode node with boot-once boots its local disk.
 INSTALLED_STAGES = frozenset({"installing", "installed", "unconfirmed", "up"})
@@ -157,7 +162,7 @@ def next_stage(stage: str, event: str, mode: str, *, real_config: bool = True) -
         return "ipxe"
     if event == "checkin":
         return stage if stage in _CHECKIN_KEEPS else UP
-    if event == "localboot":
+    if event == "localboot" or event in _ACTION_EVENTS:
         return stage
     if event == "stub":
         reached = "unconfirmed" if not real_config else "installing" if mode == "install" else "ignition"

@@ -239,3 +239,68 @@ class DiscoveredList(Answer):
 
     items: list[DiscoveredView]
 
+
+
+class ActionAccepted(Answer):
+    """An action accepted (202): which, on which node, the request's id, and when. Follow ``Location`` (the
+    node) and its ``stage``; the node's timeline records how the action ended (``provision``,
+    ``provision-failed``, ...)."""
+
+    action: Literal["reinstall", "provision", "deprovision"]
+    node: str
+    request_id: str
+    accepted_at: datetime
+
+
+class AdoptBody(BaseModel):
+    """``POST /api/v1/discovered/{mac}/adopt``: the new node's ``name`` and ``profile``; ``addresses`` it
+    may boot from (default: the address the machine reported from), or ``anywhere`` (any address,
+    ``selectable``), as ``bootserver nodes adopt`` takes them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: NamePath
+    profile: NamePath
+    addresses: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = None
+    anywhere: bool = False
+
+
+class AuditQuery(BaseModel):
+    """``GET /api/v1/audit``'s query: one node's or one token's entries, the newest ``limit``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: NamePath | None = None
+    token: Annotated[str, Field(min_length=1, max_length=63)] | None = None
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+
+
+class AuditItem(Answer):
+    """One write or action: when, the token's name, the client's address, the request id, the method, the
+    node, the action (``created``, ``replaced``, ``patched``, ``deleted``, ``reinstall``, ``provision``,
+    ``deprovision``, ``adopted``, ``token-created``, ``token-revoked``), the changed keys (never a value)
+    and the answer's status."""
+
+    at: datetime
+    token: str
+    client: str | None
+    request_id: str
+    method: str
+    node: str | None
+    action: str
+    changed: list[str]
+    status: int
+
+
+class AuditList(Answer):
+    """Audit entries, newest first."""
+
+    items: list[AuditItem]
+
+
+class WatchQuery(BaseModel):
+    """``GET /api/v1/watch``'s query: the store revision to resume after (default: now)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    since: Annotated[int, Field(ge=0, le=2**62)] | None = None

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from . import models
-from .operations import COMMON_PROBLEMS, JSON, OPERATIONS, Operation
+from .operations import ACTIONS, COMMON_PROBLEMS, JSON, OPERATIONS, Operation
 from .problems import KINDS, MEDIA_TYPE
 
 #: Where a model's schema lives in the document.
@@ -35,8 +35,24 @@ def _models() -> list[type[BaseModel]]:
     return list(seen.values())
 
 
+def _not_null(prop: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter's schema without pydantic's ``null`` alternative (a query has no null: the
+    parameter is left out) and without a ``null`` default."""
+    alts = prop.get("anyOf")
+    if alts is not None:
+        rest = [a for a in alts if a != {"type": "null"}]
+        if len(rest) == 1:
+            prop = {**{k: v for k, v in prop.items() if k != "anyOf"}, **rest[0]}
+    if prop.get("default", 0) is None:
+        prop = {k: v for k, v in prop.items() if k != "default"}
+    return prop
+
+
 def _parameters(op: Operation) -> list[dict[str, Any]]:
     params: list[dict[str, Any]] = []
+    if "{action}" in op.path:
+        params.append({"name": "action", "in": "path", "required": True,
+                       "schema": {"type": "string", "enum": list(ACTIONS)}})
     for segment in ("name", "mac"):
         if "{" + segment + "}" in op.path:
             schema = ({"type": "string", "pattern": r"^[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}$"} if segment == "mac"
@@ -49,7 +65,7 @@ def _parameters(op: Operation) -> list[dict[str, Any]]:
         schema = op.query.model_json_schema()
         required = set(schema.get("required", ()))
         for key, prop in schema["properties"].items():
-            prop = {k: v for k, v in prop.items() if k != "title"}
+            prop = _not_null({k: v for k, v in prop.items() if k != "title"})
             params.append({"name": key, "in": "query", "required": key in required, "schema": prop,
                            **({"description": prop["description"]} if "description" in prop else {})})
     for name, description in op.request_headers.items():
@@ -87,6 +103,8 @@ def _operation(op: Operation, names: dict[str, str]) -> dict[str, Any]:
             answer["content"] = {JSON: {"schema": {"$ref": REF.format(model=names[model.__name__])}}}
         elif op.name == "getOpenapi":
             answer["content"] = {JSON: {"schema": {"type": "object"}}}
+        elif op.stream:
+            answer["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
         if op.headers and status < 300:
             answer["headers"] = {h: {"description": d, "schema": {"type": "string"}} for h, d in op.headers.items()}
         if status in op.links:

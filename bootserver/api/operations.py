@@ -35,6 +35,7 @@ GRANTS: Mapping[str, frozenset[str]] = {
 #: What an operation needs resolved before its handler runs: nothing, an existing node named by the
 #: ``{name}`` path segment (404 otherwise), a node name that may not exist yet (PUT), an existing
 #: profile.
+ACTIONS = ("reinstall", "provision", "deprovision")
 Resolve = Literal["none", "node", "node_name", "profile"]
 
 JSON = "application/json"
@@ -75,6 +76,8 @@ class Operation:
     links: Mapping[int, Mapping[str, Link]] = field(default_factory=dict)
     #: Whether the operation is answered without a token (the OpenAPI document itself).
     open: bool = False
+    #: Whether the answer is a stream of Server-Sent Events (``text/event-stream``).
+    stream: bool = False
 
     @property
     def full_path(self) -> str:
@@ -129,4 +132,21 @@ OPERATIONS: tuple[Operation, ...] = (
               resolve="profile", problems=("not-found",)),
     Operation("listDiscovered", "GET", "/discovered", "read", "The machines that reported themselves",
               {200: models.DiscoveredList}),
+    Operation("postNodeAction", "POST", "/nodes/{name}/actions/{action}", "actions",
+              "Reinstall, provision or deprovision a node (202: follow Location and its stage)",
+              {202: models.ActionAccepted}, resolve="node",
+              headers={"Location": "the node's URL: follow its stage"},
+              problems=("not-found", "unprocessable")),
+    Operation("adoptDiscovered", "POST", "/discovered/{mac}/adopt", "actions",
+              "Make a discovered machine a store node (as bootserver nodes adopt)",
+              {201: models.NodeView}, body=models.AdoptBody, headers=_CREATED,
+              problems=("not-found", "conflict", "unprocessable", "invalid-node", "malformed-json",
+                        "unsupported-media-type", "payload-too-large"),
+              links={201: _NODE_LINKS}),
+    Operation("listAudit", "GET", "/audit", "read", "The audit trail of writes and actions, newest first",
+              {200: models.AuditList}, query=models.AuditQuery, problems=("invalid-parameter",)),
+    Operation("watch", "GET", "/watch", "read",
+              "Server-Sent Events: one per node added, changed, deleted or changing stage",
+              {200: None}, query=models.WatchQuery, problems=("gone", "invalid-parameter"),
+              stream=True),
 )

@@ -14,6 +14,7 @@ with each error's JSON Pointer, not a 502.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -26,17 +27,30 @@ from typing import Any
 from aiohttp import hdrs, web
 from pydantic import BaseModel, ValidationError
 
-from .. import node_writes
+from .. import adoption, node_writes
+from .. import provision as provisioning
 from ..api import openapi, views, writes
-from ..api.operations import OPERATIONS, PREFIX, Operation
+from ..api.models import AdoptBody, rfc3339
+from ..api.operations import ACTIONS, OPERATIONS, PREFIX, Operation
 from ..api.problems import MEDIA_TYPE, FieldError, Problem, pointer
 from ..api.tokens import Caller, TokenCache
 from ..config import STORE_SOURCE, describe_error, normalize_mac
 from ..config.loader import store_node
-from ..errors import BootserverError, FileNodeError, InputError, UnavailableError
+from ..config.providers import provider_of
+from ..errors import (
+    BootserverError,
+    ChangesExpiredError,
+    FileNodeError,
+    InputError,
+    NodeCheckError,
+    NodeConflictError,
+    PreconditionFailedError,
+    UnavailableError,
+)
 from ..node_writes import Precondition
 from ..service import BootService
 from ..state.apistore import AuditEntry
+from ..timeline import Record
 from .gate import CLIENT_MAX_SIZE
 from .running import LOADED, Running
 
@@ -322,12 +336,12 @@ async def get_node(request: web.Request) -> web.StreamResponse:
 
 
 async def _audit(request: web.Request, action: str, before: Mapping[str, Any] | None,
-                 after: Mapping[str, Any] | None, status: int) -> None:
+                 after: Mapping[str, Any] | None, status: int, node: str | None = None) -> None:
     """Record a write in the audit trail (the changed keys, never a value); a store that fails here is
     logged: the write itself is done."""
     loaded = request[LOADED]
     entry = AuditEntry(time.time(), request[CALLER].token, loaded.gate.client(request), request[REQUEST_ID],
-                       request.method, request.match_info.get("name"), action,
+                       request.method, node or request.match_info.get("name"), action,
                        tuple(writes.changed_keys(before, after)), status)
     try:
         await loaded.svc.runtime.state.write_audit([entry])
@@ -426,12 +440,179 @@ async def list_discovered(request: web.Request) -> web.StreamResponse:
     return json_answer({"items": [views.discovered_view(m) for m in machines]})
 
 
+def _record(svc: BootService, name: str, spec: Mapping[str, Any], event: str,
+            detail: Mapping[str, Any]) -> Record:
+    profile = svc.config.profiles.get(str(spec.get("profile")))
+    return Record(name, event, profile.mode if profile else "install", time.time(), detail=dict(detail),
+                  real_config=profile is None or profile.ignition is not None)
+
+
+async def _run_action(svc: BootService, action: str, found: Found, request_id: str) -> None:
+    """``provision``/``deprovision`` of one node as the commands do them (in a thread: the providers block),
+    then the node's timeline records how it ended (``provision`` with the provider's line, or
+    ``provision-failed`` with the error's line)."""
+    state = svc.runtime.state
+    try:
+        config = await node_writes.with_store(svc.config, state)
+        if action == "provision":
+            lines = await asyncio.to_thread(provisioning.provision, config, {}, [found.name], wait=False)
+        else:
+            lines = await asyncio.to_thread(provisioning.deprovision, config, {}, [found.name])
+        event, detail = action, {"outcome": " ".join(lines)[:500], "request": request_id}
+    except BootserverError as e:
+        log.warning("%s of node %s (request %s) failed: %s", action, found.name, request_id, e)
+        event, detail = f"{action}-failed", {"error": (e.public or str(e))[:500], "request": request_id}
+    await state.record(_record(svc, found.name, found.spec, event, detail))
+
+
+#: The actions running in the background (kept so they are not collected before they end).
+_ACTIONS: set[asyncio.Task[None]] = set()
+
+
+async def post_node_action(request: web.Request) -> web.StreamResponse:
+    """``POST /api/v1/nodes/{name}/actions/{reinstall|provision|deprovision}``: 202 with ``Location`` (the
+    node); ``reinstall`` is recorded at once, ``provision``/``deprovision`` run in the background and
+    the node's timeline records how they ended."""
+    action = request.match_info["action"]
+    if action not in ACTIONS:
+        raise Problem("not-found", f"no action {action} (actions: {', '.join(ACTIONS)})")
+    found = request[FOUND]
+    svc = request[LOADED].svc
+    if not isinstance(found.spec.get("profile"), str) or found.spec["profile"] not in svc.config.profiles:
+        raise Problem("unprocessable", f"node {found.name}: its profile is not in the running config yet")
+    if action == "reinstall":
+        await svc.runtime.state.record(_record(svc, found.name, found.spec, "reinstall",
+                                               {"request": request[REQUEST_ID]}))
+    else:
+        config = await node_writes.with_store(svc.config, svc.runtime.state)
+        if found.name not in config.nodes or provider_of(config, found.name) is None:
+            raise Problem("unprocessable", f"node {found.name} has no provider to {action} it with "
+                          "(set provider on the node or its profile)")
+        task = asyncio.ensure_future(_run_action(svc, action, found, request[REQUEST_ID]))
+        _ACTIONS.add(task)
+        task.add_done_callback(_ACTIONS.discard)
+    await _audit(request, action, None, None, 202)
+    body = {"action": action, "node": found.name, "request_id": request[REQUEST_ID],
+            "accepted_at": rfc3339(time.time())}
+    return json_answer(body, 202, {hdrs.LOCATION: f"{PREFIX}/nodes/{found.name}"})
+
+
+async def adopt_discovered(request: web.Request) -> web.StreamResponse:
+    """``POST /api/v1/discovered/{mac}/adopt``: the discovered machine becomes a store node, by the rules of
+    ``bootserver nodes adopt`` (201, the node)."""
+    svc = request[LOADED].svc
+    state = svc.runtime.state
+    mac = request.match_info["mac"]
+    try:
+        body = AdoptBody.model_validate(request[BODY])
+    except ValidationError as e:
+        errors = [FieldError(pointer(err["loc"]), describe_error(err, AdoptBody)[1]) for err in e.errors()]
+        raise Problem("unprocessable", f"the body is refused: {errors[0].detail}", errors=errors) from None
+    want = normalize_mac(mac)
+    if not any(want in m.macs() for m in await state.discovered()):
+        raise Problem("not-found", f"no discovered machine {want} (GET /api/v1/discovered)")
+    try:
+        adopted = await adoption.adopt(svc.config, state, want, name=body.name, profile=body.profile,
+                                       addresses=body.addresses, anywhere=body.anywhere, into_store=True)
+    except (NodeConflictError, PreconditionFailedError, NodeCheckError, FileNodeError) as e:
+        raise writes.problem_of(e, body.name) from None
+    except InputError as e:
+        raise Problem("unprocessable", e.public or str(e)) from None
+    stored = await state.stored_node(adopted.name)
+    if stored is None:  # deleted meanwhile
+        raise Problem("not-found", f"no node {adopted.name}")
+    view = await _view(svc, Found(adopted.name, STORE_SOURCE, stored.spec, stored.generation))
+    await _audit(request, "adopted", None, stored.spec, 201, node=adopted.name)
+    return json_answer(view, 201, {**_etag(view), hdrs.LOCATION: f"{PREFIX}/nodes/{adopted.name}"})
+
+
+async def list_audit(request: web.Request) -> web.StreamResponse:
+    """``GET /api/v1/audit?node=&token=&limit=``: the audit trail, newest first."""
+    q = request[QUERY]
+    entries = await request[LOADED].svc.runtime.state.audit(getattr(q, "node", None), getattr(q, "token", None),
+                                                           getattr(q, "limit", 100))
+    return json_answer({"items": [{**e.as_dict(), "at": rfc3339(e.at)} for e in entries]})
+
+
+#: Seconds between two looks at the store's change log and the nodes' stages while someone watches, and
+#: between two keep-alive comments.
+WATCH_POLL = 1.0
+WATCH_KEEPALIVE = 15.0
+#: What ends every watch when the server stops (set by the sub-application's shutdown).
+_STOPPING = web.AppKey("api_stopping", asyncio.Event)
+_CHANGE = {"created": "added", "updated": "changed", "deleted": "deleted"}
+
+
+def _sse(revision: int, change: str, data: Mapping[str, Any]) -> bytes:
+    return f"id: {revision}\nevent: {change}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+async def watch(request: web.Request) -> web.StreamResponse:
+    """``GET /api/v1/watch?since=REVISION`` (or ``Last-Event-ID``): Server-Sent Events, one per node added,
+    changed or deleted (from the store's change log, resumable by revision) or changing stage (seen here
+    every :data:`WATCH_POLL` seconds, with the store's revision at the time); ``since`` older than the log
+    keeps: 410 ``gone``."""
+    state = request[LOADED].svc.runtime.state
+    since = getattr(request[QUERY], "since", None)
+    last_id = request.headers.get("Last-Event-ID", "")
+    if since is None and last_id.isdigit():
+        since = int(last_id)
+    try:
+        if since is None:
+            since = await state.inventory_revision()
+        changes, revision = await state.node_changes(since)
+    except ChangesExpiredError as e:
+        raise Problem("gone", f"revision {e.since} is older than the store keeps (from {e.oldest}): list the "
+                      "nodes again and watch from now") from None
+    await request[LOADED].svc.runtime.drain()
+    stages = {s.node: s.stage for s in await state.nodes()}
+    response = web.StreamResponse(headers={hdrs.CONTENT_TYPE: "text/event-stream", hdrs.CACHE_CONTROL: "no-store",
+                                           REQUEST_ID_HEADER: request[REQUEST_ID]})
+    await response.prepare(request)
+    stopping = request.app[_STOPPING]
+    loop = asyncio.get_running_loop()
+    quiet_since = loop.time()
+    try:
+        await response.write(b": watching\n\n")
+        while True:
+            out = [_sse(c.revision, _CHANGE[c.change], {"revision": c.revision, "name": c.node,
+                                                         "change": _CHANGE[c.change], "generation": c.generation})
+                   for c in changes]
+            since = max([since, revision, *(c.revision for c in changes)])
+            now = {s.node: s.stage for s in await state.nodes()}
+            out += [_sse(since, "stage", {"revision": since, "name": n, "change": "stage", "stage": st})
+                    for n, st in sorted(now.items()) if stages.get(n, "new") != st]
+            stages = now
+            if out:
+                await response.write(b"".join(out))
+                quiet_since = loop.time()
+            elif loop.time() - quiet_since >= WATCH_KEEPALIVE:
+                await response.write(b": keep-alive\n\n")
+                quiet_since = loop.time()
+            try:
+                await asyncio.wait_for(stopping.wait(), WATCH_POLL)
+                break
+            except TimeoutError:
+                pass
+            try:
+                changes, revision = await state.node_changes(since)
+            except ChangesExpiredError:
+                await response.write(b"event: gone\ndata: {}\n\n")
+                break
+            except UnavailableError:
+                changes = []
+    except (ConnectionError, UnavailableError):  # the client went away, or the store while we streamed
+        pass
+    return response
+
+
 #: The handler of each operation, by operation name.
 HANDLERS: dict[str, Handler] = {
     "getOpenapi": get_openapi, "listNodes": list_nodes, "getNode": get_node, "putNode": put_node,
     "patchNode": patch_node, "deleteNode": delete_node,
     "getNodeTimeline": get_node_timeline, "listProfiles": list_profiles, "getProfile": get_profile,
-    "listDiscovered": list_discovered,
+    "listDiscovered": list_discovered, "postNodeAction": post_node_action, "adoptDiscovered": adopt_discovered,
+    "listAudit": list_audit, "watch": watch,
 }
 
 
@@ -447,6 +628,12 @@ def create_api(running: Running, admin_token: str | None) -> web.Application:
             yield
 
     api.cleanup_ctx.append(poll_tokens)
+    api[_STOPPING] = asyncio.Event()
+
+    async def stop_watches(app: web.Application) -> None:
+        app[_STOPPING].set()
+
+    api.on_shutdown.append(stop_watches)
     by_path: dict[str, list[Operation]] = {}
     for op in OPERATIONS:
         by_path.setdefault(op.path, []).append(op)

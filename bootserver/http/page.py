@@ -288,7 +288,8 @@ class Page:
     async def node(self, name: str) -> dict[str, Any]:
         """What a node's page shows: its row, its events (oldest first), the time spent in each stage
         (:func:`stage_spans`), its script and stub (as ``bootserver render`` prints them; an error's
-        public text when they cannot be rendered now) and its chain URL."""
+        public text when they cannot be rendered now), its chain URL and its changes through the fleet
+        API (the audit trail, newest first, at most 100)."""
         svc = self.svc
         row = next(r for r in await self.rows() if r["node"] == name)
         state, events = await svc.history(name)
@@ -304,9 +305,10 @@ class Page:
         now = time.time()
         spans = stage_spans(events, profile.mode, real_config=profile.ignition is not None,
                             final=final_stages(profile.mode, checkin=profile.checkin), now=now)
+        changes = await svc.runtime.state.audit(node=name, limit=100)
         return {"row": row, "events": events, "state": state, "spans": spans, "script": script, "stub": stub,
                 "chain": svc.chain_url(name), "now": now, "checkin": profile.checkin,
-                "keep_events": svc.config.timeline.keep_events}
+                "keep_events": svc.config.timeline.keep_events, "changes": changes}
 
 
 @dataclass(frozen=True, slots=True)
