@@ -517,14 +517,14 @@ def wait_engine_status(config: Config, after: float, timeout: float) -> dict[str
 def reload_engine(config: Config, timeout: float) -> str | None:
     """Signal a running ``bootserver dhcp`` of ``config``'s ``state_dir`` (:func:`signal_engine`) and wait
     up to ``timeout`` seconds for its outcome (:func:`wait_engine_status`); the outcome in words
-    (``bootserver dhcp: 13 reservations ...``), or ``None`` without a ``dhcp:`` mapping or an engine.
-    What ``nodes adopt`` and ``openshift import`` add to their server's reload."""
+    (``bootserver dhcp: 13 reservations ...``; with no engine running, that none runs), or ``None``
+    without a ``dhcp:`` mapping. What ``nodes adopt`` and ``openshift import`` add to their server's reload."""
     if config.dhcp is None:
         return None
     sent = time.time()
     engine = signal_engine(config)
     if engine is None:
-        return None
+        return f"no bootserver dhcp runs with state_dir {config.state_dir}: it reads the config when it starts"
     status = wait_engine_status(config, sent, timeout)
     if status is None:
         return f"sent SIGHUP to bootserver dhcp (process {engine}), no outcome within {timeout:g} s"
