@@ -81,6 +81,22 @@ class InstallDir:
     arch: str
 
 
+class _InstallerLoader(yaml.SafeLoader):
+    """PyYAML's safe loader reading numbers as YAML 1.2 does, as the installer's Go YAML reads them: an
+    unquoted all-digit MAC (``52:54:00:00:10:00``) stays a string, not YAML 1.1's base-60 integer."""
+
+
+_InstallerLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_InstallerLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
+_InstallerLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+.0123456789"))
+
+
 def _yaml(path: Path) -> Mapping[str, Any] | None:
     try:
         text = path.read_text(encoding="utf-8")
@@ -89,7 +105,7 @@ def _yaml(path: Path) -> Mapping[str, Any] | None:
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_InstallerLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise InputError(f"{path}: {'line ' + str(mark.line + 1) + ': ' if mark else ''}invalid YAML: "
@@ -123,6 +139,10 @@ def read_install_dir(path: Path, stream_json: Path | None = None) -> InstallDir:
                          "amd64 and arm64")
     ignition = {role: (path / f"{role}.ign").absolute() for role in ("bootstrap", "master", "worker", "arbiter")
                 if (path / f"{role}.ign").is_file()}
+    if not ignition and (path / "boot-artifacts").is_dir():
+        raise InputError(f"{path / 'boot-artifacts'}: the agent-based installer's PXE files are not served by "
+                         "bootserver yet (docs/openshift.md, walkthrough 3); import a directory of "
+                         "`openshift-install create ignition-configs`")
     return InstallDir(path.absolute(), ic, ac, ignition, stream, ARCHITECTURES[arch])
 
 

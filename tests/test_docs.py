@@ -57,5 +57,5 @@ def test_config_reference_documents_every_key_and_only_real_keys() -> None:
 
 
 def test_docs_exist() -> None:
-    for name in ("config.md", "openshift-on-equinix-metal.md", "on-premises.md", "troubleshooting.md"):
+    for name in ("config.md", "openshift.md", "on-premises.md", "troubleshooting.md"):
         assert (DOCS / name).is_file(), name

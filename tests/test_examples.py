@@ -37,7 +37,7 @@ EXAMPLES = doc_examples()
 
 def test_the_docs_have_whole_example_configs() -> None:
     assert {e[0].split("#")[0] for e in EXAMPLES} >= {"README.md", "docs/config.md", "docs/on-premises.md",
-                                                     "docs/openshift-on-equinix-metal.md",
+                                                     "docs/openshift.md",
                                                      "systemd/bootserver.yaml.example", "container/bootserver.yaml"}
 
 

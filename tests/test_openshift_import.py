@@ -5,6 +5,9 @@ serves the imported nodes."""
 
 from __future__ import annotations
 
+import itertools
+import re
+import shlex
 import shutil
 import stat
 from pathlib import Path
@@ -209,3 +212,65 @@ async def test_nodes_to_store_puts_the_nodes_into_the_state_store_with_sealed_pa
     rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out), "--nodes-to-store")
     assert rc == 0, stderr
     assert stdout.splitlines()[:3] == ["m0: updated", "m1: unchanged", "w0: unchanged"]
+
+
+def doc_blocks(kind: str) -> list[str]:
+    """The ```KIND blocks of docs/openshift.md, in order."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "openshift.md").read_text()
+    return [m.group(1) for m in re.finditer(rf"^```{kind}\n(.*?)^```", text, re.S | re.M)]
+
+
+async def test_the_upi_walkthroughs_run_as_written(tmp_path: Path) -> None:
+    """docs/openshift.md, walkthroughs 1 and 2: its install-config, its bootserver config and its import
+    command as written (only /etc/bootserver and the machine's folders moved into the test's folder),
+    with openshift-install's outputs stood in for (pointer configs, the 4.16 stream metadata); the
+    output is the one the page shows."""
+    ic_text = next(b for b in doc_blocks("yaml") if b.startswith("apiVersion: v1\n"))
+    main = next(b for b in doc_blocks("yaml") if "include: [clusters/*.yaml]" in b)
+    shell = next(b for b in doc_blocks("sh") if "bootserver openshift import ocp" in b)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    for machine in ("/var/lib/bootserver", "/var/cache/bootserver"):
+        main = main.replace(machine, str(tmp_path / machine.strip("/").replace("/", "-")))
+    (etc / "bootserver.yaml").write_text(main)
+    ocp = tmp_path / "ocp"
+    ocp.mkdir()
+    (ocp / "install-config.yaml").write_text(ic_text)
+    for role in ("bootstrap", "master", "worker"):  # what `create ignition-configs` writes
+        shutil.copy(DATA / "openshift-pointer-master.ign.json", ocp / f"{role}.ign")
+    shutil.copy(DATA / "rhcos-stream-4.16.json", ocp / "rhcos.json")  # `coreos print-stream-json`
+    lines = shell.replace("\\\n", " ").splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("bootserver openshift import"))
+    command = shlex.split(lines[at].replace("/etc/bootserver", str(etc)))
+    shown = [line.removeprefix("# ") for line in itertools.takewhile(lambda x: x.startswith("# "), lines[at + 1:])]
+    rc, stdout, stderr = await run_cli(*command[1:], cwd=tmp_path)
+    assert (rc, stderr) == (0, ""), stderr
+    assert stdout.splitlines() == shown
+    doc = yaml.safe_load((etc / "clusters" / "ocp.yaml").read_text())
+    assert doc["nodes"]["ocp-master-1"]["redfish"]["boot_source"] == "virtual-media"
+    assert doc["nodes"]["ocp-worker-0"]["redfish"]["verify_tls"] is False
+    assert doc["nodes"]["ocp-master-2"]["provider"] == "ipmi"
+    rc, _, err = await run_cli("check-config", "--config", str(etc / "bootserver.yaml"))
+    assert rc == 0, err
+
+    # walkthrough 2: the agent-config hosts, with an install-config of platform none
+    ac_text = next(b for b in doc_blocks("yaml") if b.startswith("apiVersion: v1beta1\n"))
+    ic = yaml.safe_load(ic_text)
+    ic["platform"] = {"none": {}}
+    (ocp / "install-config.yaml").write_text(yaml.safe_dump(ic))
+    (ocp / "agent-config.yaml").write_text(ac_text)
+    rc, stdout, stderr = await run_cli("openshift", "import", "ocp", "--config", str(etc / "bootserver.yaml"),
+                                       "--output", str(etc / "clusters" / "ocp.yaml"), cwd=tmp_path)
+    assert rc == 0, stderr
+    assert stdout.splitlines()[:5] == ["ocp-master-0: updated", "ocp-master-1: removed", "ocp-master-2: removed",
+                                       "ocp-worker-0: removed", "bootstrap: removed"]
+    node = yaml.safe_load((etc / "clusters" / "ocp.yaml").read_text())["nodes"]["ocp-master-0"]
+    assert node["mac"] == ["52:54:00:00:20:00"] and node["addresses"] == ["192.0.2.0/24"]
+    assert node["network"]["interfaces"][0]["ipv4"]["address"] == [{"ip": "192.0.2.20", "prefix-length": 24}]
+    # walkthrough 3: an agent directory is refused, saying so
+    (tmp_path / "agent" / "boot-artifacts").mkdir(parents=True)
+    shutil.copy(ocp / "install-config.yaml", tmp_path / "agent")
+    shutil.copy(DATA / "rhcos-stream-4.16.json", tmp_path / "agent" / "rhcos.json")
+    rc, stdout, stderr = await run_cli("openshift", "import", "agent", "--config", str(etc / "bootserver.yaml"),
+                                       "--output", str(etc / "clusters" / "agent.yaml"), cwd=tmp_path)
+    assert rc == 2 and "not served by bootserver yet (docs/openshift.md, walkthrough 3)" in stderr
