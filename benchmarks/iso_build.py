@@ -26,6 +26,7 @@ from _common import BOOTSERVER, REFERENCE, rmtree, run_main, write_config
 
 from bootserver.config import load_config
 from bootserver.images.netboot import node_image
+from bootserver.inventory import inventory
 from bootserver.urls import Urls
 
 
@@ -60,7 +61,7 @@ def main() -> None:
         path = write_config(work / "bootserver.yaml", config_doc(work, args.nodes))
         config = load_config(path)
         urls = Urls(config)
-        names = list(config.nodes)
+        names = list(inventory(config).values())
         start = time.perf_counter()
         size = node_image(config, urls, names[0]).size
         cold = time.perf_counter() - start
@@ -76,7 +77,8 @@ def main() -> None:
         cli = []
         for name in names[:args.cli]:
             start = time.perf_counter()
-            subprocess.run([*BOOTSERVER, "iso", name, "-o", str(work / f"{name}.iso"), "--config", str(path)],
+            subprocess.run([*BOOTSERVER, "iso", name.name, "-o", str(work / f"{name.name}.iso"),
+                            "--config", str(path)],
                            check=True, capture_output=True, timeout=120)
             cli.append(time.perf_counter() - start)
         print(f"Image size: {size} bytes\n")

@@ -36,6 +36,7 @@ from .dhcp.engine import reload_engine
 from .discovery import Discovered
 from .errors import BootserverError, InputError
 from .files import write_atomic
+from .inventory import inventory
 from .node_writes import Precondition, apply_nodes, with_store
 from .reload import check_config
 from .reload import reload_server as reload_running
@@ -153,9 +154,10 @@ def claimed(config: Config, name: str, mac: str) -> Iterator[None]:
 def _check_names(config: Config, name: str, machine: Discovered) -> None:
     if name in config.nodes:
         raise InputError(f"--name {name}: node {name} exists already ({config.node_sources[name]})")
-    owner = config.node_by_mac(machine.mac) or (machine.uuid and config.node_by_uuid(machine.uuid))
+    nodes = inventory(config)
+    owner = nodes.by_mac(machine.mac) or (nodes.by_uuid(machine.uuid) if machine.uuid else None)
     if owner:
-        raise InputError(f"machine {machine.mac} is node {owner} already (its MAC or UUID is in the config)")
+        raise InputError(f"machine {machine.mac} is node {owner.name} already (its MAC or UUID is in the config)")
 
 
 def _addresses(config: Config, machine: Discovered, given: Sequence[str] | None, anywhere: bool) -> list[str]:

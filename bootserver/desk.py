@@ -17,13 +17,12 @@ from .artifacts.cache import Published
 from .artifacts.catalog import StreamCatalog
 from .artifacts.readthrough import ReadThrough, Transfer
 from .artifacts.report import cache_report
-from .config import Config
+from .config import Config, ResolvedNode
 from .errors import UnavailableError
 from .files import LinkRefused
 from .images.firmware import IPXE_LOADERS, arm64_grub
 from .images.netsecure import GRUB_CFG, generic_grub_cfg, loader_file, loader_set, secure_boot_streams
 from .images.tools import need
-from .inventory import NodeContext
 from .runtime import Runtime
 from .streams import ARTIFACT_KINDS
 from .timeline import artifact_event
@@ -35,7 +34,7 @@ class ArtifactDesk:
     """Artifacts and loaders for ``config`` (its streams, ``read_through``, its nodes resolved as
     ``nodes``), through ``runtime``'s cache, upstream and downloads in flight."""
 
-    def __init__(self, config: Config, runtime: Runtime, nodes: Mapping[str, NodeContext]) -> None:
+    def __init__(self, config: Config, runtime: Runtime, nodes: Mapping[str, ResolvedNode]) -> None:
         self.config = config
         self.runtime = runtime
         self.nodes = nodes
@@ -60,9 +59,9 @@ class ArtifactDesk:
         """Why :meth:`open` found nothing, in public words."""
         return "not a known artifact" if self.artifacts.enabled else "not in cache"
 
-    async def requested(self, segments: tuple[str, ...], client: str | None) -> tuple[str, str | None]:
+    async def requested(self, segments: tuple[str, ...], client: str | None) -> tuple[str, ResolvedNode | None]:
         """``(kind, node)`` of an artifact request from address ``client``: its kind (see :meth:`kind`)
-        and the node it is attributed to (docs/design.md; ``None`` when none), after recording
+        and the node it is attributed to, as resolved (docs/design.md; ``None`` when none), after recording
         ``<kind>-requested`` for it. Never raises: artifacts are served whatever happens to the
         timeline (a failure is logged)."""
         kind = self.kind(segments)
@@ -75,19 +74,18 @@ class ArtifactDesk:
                 return kind, None
             if kind != "other":
                 await self.runtime.record(resolved, f"{kind}-requested", ip=client)
-            return kind, resolved.name
+            return kind, resolved
         except (UnavailableError, OSError) as e:
             log.error("artifact %s: not recorded in the node timeline: %s", "/".join(segments), e)
             return kind, None
 
-    def answered(self, node: str, kind: str, client: str | None, *, status: int, nbytes: int,
+    def answered(self, resolved: ResolvedNode, kind: str, client: str | None, *, status: int, nbytes: int,
                  complete: bool) -> None:
         """Record how an attributed artifact answer ended, once its last byte went out (or the
         connection broke): :func:`~bootserver.timeline.artifact_event` (``<kind>-completed``,
         ``-partial``, ``-unchanged`` or ``-failed``) with the body ``nbytes`` sent and the ``status``.
         The write runs in the background (:meth:`Runtime.drain` waits for it); call on the event loop."""
-        resolved = self.nodes.get(node)
-        if kind not in ARTIFACT_KINDS or resolved is None:
+        if kind not in ARTIFACT_KINDS:
             return
         event = artifact_event(kind, status, complete)
         self.runtime.spawn(self.runtime.record(resolved, event, ip=client,

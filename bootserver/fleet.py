@@ -12,7 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Config
+from .config import Config, ResolvedNode
+from .inventory import inventory
 from .state import StateStore
 from .timeline import NodeState, final_stages, stall_deadline
 
@@ -46,20 +47,19 @@ class FleetNode:
         return self.stall_at is not None and now >= self.stall_at
 
 
-def node_final_stages(config: Config, node: str) -> tuple[str, ...]:
-    """The stages where configured node ``node`` has nothing more to do
-    (:func:`bootserver.timeline.final_stages` of its profile: ``up`` when it checks in)."""
-    profile = config.node_profile(node)
-    return final_stages(profile.mode, checkin=profile.checkin)
+def node_final_stages(node: ResolvedNode) -> tuple[str, ...]:
+    """The stages where a configured node (as resolved) has nothing more to do
+    (:func:`bootserver.timeline.final_stages` of its mode: ``up`` when it checks in)."""
+    return final_stages(node.mode, checkin=node.checkin)
 
 
 def stall_deadlines(config: Config, states: Iterable[NodeState]) -> dict[str, float | None]:
     """Each configured node's stall deadline (:func:`bootserver.timeline.stall_deadline`, unix
     seconds; ``None``: it cannot stall now) under ``timeline.stall_after``; nodes not in the config
     (history of a removed node) are left out."""
-    limits = config.timeline.stall_limits
-    return {st.node: stall_deadline(st, limits, node_final_stages(config, st.node))
-            for st in states if st.node in config.nodes}
+    limits, nodes = config.timeline.stall_limits, inventory(config)
+    return {st.node: stall_deadline(st, limits, node_final_stages(nodes[st.node]))
+            for st in states if st.node in nodes}
 
 
 def fleet_of(config: Config, states: Iterable[NodeState],
@@ -68,10 +68,9 @@ def fleet_of(config: Config, states: Iterable[NodeState],
     record) when given."""
     states = list(states)
     deadlines = stall_deadlines(config, states)
-    nodes, devices = config.nodes, devices or {}
-    sources = config.node_sources
+    nodes, devices = inventory(config), devices or {}
     return [FleetNode(st, nodes[st.node].profile if st.node in nodes else None, deadlines.get(st.node),
-                      devices.get(st.node), sources.get(st.node) if st.node in nodes else None) for st in states]
+                      devices.get(st.node), nodes[st.node].source if st.node in nodes else None) for st in states]
 
 
 async def read_fleet(config: Config, store: StateStore, *, devices: bool = False) -> list[FleetNode]:

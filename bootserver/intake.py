@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from .config import Config
 from .discovery import NICS, Discovered, read_report
 from .grub import render_grub_discovery
+from .inventory import inventory
 from .ipxe import render_discovery_script
 from .runtime import Runtime
 from .values import normalize_mac
@@ -74,7 +75,8 @@ class DiscoveryIntake:
         :class:`~bootserver.discovery.ReportError` (no valid mac), ``UnavailableError`` (store)."""
         settings = config.server.discovery
         mac, uuid, facts = read_report(query)
-        if config.node_by_mac(mac) is not None or (uuid is not None and config.node_by_uuid(uuid)):
+        nodes = inventory(config)
+        if nodes.by_mac(mac) is not None or (uuid is not None and nodes.by_uuid(uuid)):
             return False
         now, key = time.monotonic(), client or "-"
         last = self._reported.get(key)

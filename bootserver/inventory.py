@@ -1,5 +1,9 @@
-"""Which configured node a request or a command concerns: by name, by selector (MAC, SMBIOS UUID,
-hostname) and the asking address (a node's ``addresses``, ``selectable``, the ``default`` node).
+"""The inventory: every node of one loaded config resolved once (:class:`Inventory`, one per config:
+its *generation*), and which of them a request or a command concerns: by name, by selector (MAC,
+SMBIOS UUID, hostname) and the asking address (a node's ``addresses``, ``selectable``, the ``default``
+node). Every consumer (the service's answers, the page, the DHCP engine's reservations, provisioning,
+``sync-images``, the stall watch, ``render``) takes a node from here as one
+:class:`~bootserver.config.resolved.ResolvedNode`, never the config and a name.
 
 Pure domain code: no aiohttp web layer.
 """
@@ -8,69 +12,128 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from dataclasses import dataclass
+import weakref
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 
-from .config import Config, Node, Profile
-from .config.providers import provider_of
+from .config import Config
+from .config.resolved import ResolvedNode, resolve_nodes
 from .errors import UnknownNodeError, shown
-from .nmstate import NetworkState
-
-
-@dataclass(frozen=True, slots=True)
-class NodeContext:
-    """A configured node resolved once, as a request carries it down (matchbox keeps the profile in
-    the request context): its ``name``, its settings (``spec``: ``nodes.<name>``), its profile's name
-    and settings, its provider (``None``: none; :func:`~bootserver.config.providers.provider_of`), its
-    ``hostname`` (its own, else its name) and its ``network`` (its own, else its profile's, else
-    ``"dhcp"``: ``"dhcp"``, ``"provider"`` or an NMState document)."""
-
-    name: str
-    spec: Node
-    profile_name: str
-    profile: Profile
-    provider: str | None
-    hostname: str
-    network: str | NetworkState
-
-
-def node_context(config: Config, name: str) -> NodeContext:
-    """Configured node ``name`` of ``config`` resolved (:class:`NodeContext`). Raises ``KeyError`` for an
-    unknown node (use :func:`find_node` first)."""
-    spec = config.nodes[name]
-    profile = config.profiles[spec.profile]
-    network = spec.network if spec.network is not None else profile.network
-    return NodeContext(name, spec, spec.profile, profile, provider_of(config, name), config.node_hostname(name),
-                       "dhcp" if network is None else network)
-
-
-def node_contexts(config: Config) -> dict[str, NodeContext]:
-    """Every configured node of ``config`` resolved (:class:`NodeContext`); a loaded config never
-    changes, so this is built once per service."""
-    return {name: node_context(config, name) for name in config.nodes}
-
-
-def find_node(config: Config, *, name: str | None = None, mac: str | None = None,
-              uuid: str | None = None, hostname: str | None = None) -> str:
-    """Return the name of the node matching the first selector given (name, mac, uuid, hostname).
-
-    MACs match in any case with ``:`` or ``-``. Raises :class:`UnknownNodeError` with a reason a
-    person can act on.
-    """
-    if name is not None:
-        if name in config.nodes:
-            return name
-        raise UnknownNodeError(f"no node {name!r} in {config.source}", public=f"no node {name!r}")
-    for key, value, finder in (("mac", mac, config.node_by_mac), ("uuid", uuid, config.node_by_uuid),
-                               ("hostname", hostname, config.node_by_hostname)):
-        if value:
-            found = finder(value)
-            if found is None:
-                raise UnknownNodeError(f"no node with {key} {value} in {config.source}")
-            return found
-    raise UnknownNodeError("no selector given: use ?mac=, ?uuid= or ?hostname=")
-
+from .values import normalize_mac
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class Inventory(Mapping[str, ResolvedNode]):
+    """Every node of a loaded config resolved once (name -> :class:`ResolvedNode`, in config order),
+    with its lookups by selector. Read-only; a config's inventory is :func:`inventory` (made once per
+    config). ``source`` is the config's file name, for error messages."""
+
+    def __init__(self, config: Config) -> None:
+        self.source = config.source
+        self._nodes = MappingProxyType(resolve_nodes(config))
+        self._by_mac = {mac: n.name for n in self._nodes.values() for mac in n.mac}
+        self._by_uuid = {n.uuid: n.name for n in self._nodes.values() if n.uuid is not None}
+        self._default = next((n for n in self._nodes.values() if n.default), None)
+
+    def __getitem__(self, name: str) -> ResolvedNode:
+        return self._nodes[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    @property
+    def default(self) -> ResolvedNode | None:
+        """The node with ``default: true`` (at most one; see :meth:`select`), or ``None``."""
+        return self._default
+
+    def of_provider(self, provider: str) -> list[ResolvedNode]:
+        """The nodes whose provider is ``provider`` (a registry name), in config order."""
+        return [n for n in self._nodes.values() if n.provider == provider]
+
+    def by_mac(self, mac: str) -> ResolvedNode | None:
+        """The node with this MAC (any case, ``:`` or ``-``), or ``None``."""
+        try:
+            name = self._by_mac.get(normalize_mac(mac))
+        except ValueError:
+            return None
+        return None if name is None else self._nodes[name]
+
+    def by_uuid(self, uuid: str) -> ResolvedNode | None:
+        """The node with this SMBIOS UUID (any case), or ``None``."""
+        name = self._by_uuid.get(uuid.strip().lower())
+        return None if name is None else self._nodes[name]
+
+    def by_hostname(self, hostname: str) -> ResolvedNode | None:
+        """The node whose hostname (its own, else its name) equals ``hostname`` (any case), or ``None``."""
+        hostname = hostname.strip().lower()
+        return next((n for n in self._nodes.values() if n.hostname.lower() == hostname), None)
+
+    def find(self, *, name: str | None = None, mac: str | None = None, uuid: str | None = None,
+             hostname: str | None = None) -> ResolvedNode:
+        """The node matching the first selector given (name, mac, uuid, hostname). MACs match in any
+        case with ``:`` or ``-``. Raises :class:`UnknownNodeError` with a reason a person can act on."""
+        if name is not None:
+            node = self._nodes.get(name)
+            if node is not None:
+                return node
+            raise UnknownNodeError(f"no node {name!r} in {self.source}", public=f"no node {name!r}")
+        for key, value, finder in (("mac", mac, self.by_mac), ("uuid", uuid, self.by_uuid),
+                                   ("hostname", hostname, self.by_hostname)):
+            if value:
+                found = finder(value)
+                if found is None:
+                    raise UnknownNodeError(f"no node with {key} {value} in {self.source}")
+                return found
+        raise UnknownNodeError("no selector given: use ?mac=, ?uuid= or ?hostname=")
+
+    def select(self, addr: Address | None, *, mac: str | None = None, uuid: str | None = None,
+               hostname: str | None = None) -> ResolvedNode:
+        """The node the generic entry (``/boot.ipxe?mac=|uuid=|hostname=``) may hand out to a client at
+        ``addr``: the node matching the first selector given, when ``addr`` is in its ``addresses``, or
+        it has none and is ``selectable``; otherwise the ``default`` node (matchbox's default group), when
+        there is one and ``addr`` is in its ``addresses`` (if any).
+
+        Raises :class:`UnknownNodeError` with the same ``public`` text whether no node matches or a node
+        matches but may not be handed out to ``addr`` (docs/design.md, "Identity and trust": the answer
+        must not tell which MACs are registered); ``str(err)`` says which, for the server's log.
+        """
+        given = [(k, v) for k, v in (("mac", mac), ("uuid", uuid), ("hostname", hostname)) if v]
+        if given:
+            key, value = given[0]
+            public = f"no node to boot for {key} {shown(value)} from this address"  # escaped: request text
+            try:
+                node = self.find(**{key: value})
+            except UnknownNodeError as e:
+                reason = str(e)
+            else:
+                if address_allowed(node, addr) if node.addresses else node.selectable:
+                    return node
+                reason = f"node {node.name} ({key} {value}) is not selectable from {addr}"
+        else:
+            public = reason = "no selector given: use ?mac=, ?uuid= or ?hostname="
+        fallback = self._default
+        if fallback is not None and address_allowed(fallback, addr):
+            return fallback
+        raise UnknownNodeError(reason, public=public)
+
+
+#: config id -> its inventory, while the config lives (a config is immutable: its inventory never changes).
+_GENERATIONS: dict[int, Inventory] = {}
+
+
+def inventory(config: Config) -> Inventory:
+    """The inventory of loaded ``config`` (:class:`Inventory`): resolved on the first call for this
+    config object, the same object on every further call while the config lives."""
+    key = id(config)
+    found = _GENERATIONS.get(key)
+    if found is None:
+        found = _GENERATIONS[key] = Inventory(config)
+        weakref.finalize(config, _GENERATIONS.pop, key, None)
+    return found
 
 
 @functools.lru_cache(maxsize=4096)
@@ -79,10 +142,10 @@ def cidr_network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     return ipaddress.ip_network(cidr)
 
 
-def address_allowed(config: Config, node: str, addr: Address | None) -> bool:
+def address_allowed(node: ResolvedNode, addr: Address | None) -> bool:
     """True when ``node`` has no ``addresses`` binding or ``addr`` lies in one of them (an IPv4-mapped
     IPv6 address counts as its IPv4 address; ``None``, an address that cannot be told, never matches)."""
-    bound = config.nodes[node].addresses
+    bound = node.addresses
     if not bound:
         return True
     if addr is None:
@@ -92,38 +155,4 @@ def address_allowed(config: Config, node: str, addr: Address | None) -> bool:
     return any(addr in cidr_network(n) for n in bound)
 
 
-def select_node(config: Config, addr: Address | None, *, mac: str | None = None, uuid: str | None = None,
-                hostname: str | None = None) -> str:
-    """The node the generic entry (``/boot.ipxe?mac=|uuid=|hostname=``) may hand out to a client at
-    ``addr``: the node matching the first selector given, when ``addr`` is in its ``addresses``, or it
-    has none and is ``selectable``; otherwise the ``default`` node (matchbox's default group), when
-    there is one and ``addr`` is in its ``addresses`` (if any).
-
-    Raises :class:`UnknownNodeError` with the same ``public`` text whether no node matches or a node
-    matches but may not be handed out to ``addr`` (docs/design.md, "Identity and trust": the answer must
-    not tell which MACs are registered); ``str(err)`` says which, for the server's log.
-    """
-    given = [(k, v) for k, v in (("mac", mac), ("uuid", uuid), ("hostname", hostname)) if v]
-    if given:
-        key, value = given[0]
-        public = f"no node to boot for {key} {shown(value)} from this address"  # escaped: request text
-        try:
-            node = find_node(config, **{key: value})
-        except UnknownNodeError as e:
-            reason = str(e)
-        else:
-            n = config.nodes[node]
-            if address_allowed(config, node, addr) if n.addresses else n.selectable:
-                return node
-            reason = f"node {node} ({key} {value}) is not selectable from {addr}"
-    else:
-        public = reason = "no selector given: use ?mac=, ?uuid= or ?hostname="
-    fallback = default_node(config)
-    if fallback is not None and address_allowed(config, fallback, addr):
-        return fallback
-    raise UnknownNodeError(reason, public=public)
-
-
-def default_node(config: Config) -> str | None:
-    """The node with ``default: true`` (at most one; see :func:`select_node`), or ``None``."""
-    return next((name for name, n in config.nodes.items() if n.default), None)
+__all__ = ["Address", "Inventory", "ResolvedNode", "address_allowed", "cidr_network", "inventory"]

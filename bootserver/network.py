@@ -4,8 +4,8 @@
 device, :func:`bootserver.equinix_network.equinix_network`) or an NMState document
 (:mod:`bootserver.nmstate`, which owns its models, its checks and its kargs, and the key's type,
 ``NetworkSetting``). This module answers for a node of a loaded config: which of the three it has
-(:attr:`bootserver.inventory.NodeContext.network`), its NMState document (:func:`node_network`), its kargs
-(:func:`node_kargs`), each for the node as resolved once (:class:`~bootserver.inventory.NodeContext`).
+(:attr:`bootserver.config.ResolvedNode.network`), its NMState document (:func:`node_network`), its kargs
+(:func:`node_kargs`), each for the node as resolved once (:class:`~bootserver.config.ResolvedNode`).
 The config checks every ``network`` key at load (:func:`bootserver.config.loader.check_network_settings`).
 """
 
@@ -15,16 +15,16 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from .config import ResolvedNode
 from .equinix_network import equinix_network
 from .errors import DeviceRecordError
-from .inventory import NodeContext
 from .nmstate import NetworkConfigError, NetworkState, dracut_kargs
 from .values import host_family
 
 # ------------------------------------------------------------------------------------------ a node
 
 
-def node_network(resolved: NodeContext, device: Mapping[str, Any] | None) -> NetworkState | None:
+def node_network(resolved: ResolvedNode, device: Mapping[str, Any] | None) -> NetworkState | None:
     """The NMState document of a node as resolved, ``None`` for ``dhcp``. For ``provider``, derived
     from ``device``, the node's device record as the state store holds it (:attr:`Current.device
     <bootserver.timeline.Current.device>`; ``None`` without one) by :func:`equinix_network`.
@@ -46,7 +46,7 @@ def node_network(resolved: NodeContext, device: Mapping[str, Any] | None) -> Net
     return network
 
 
-def node_kargs(resolved: NodeContext, device: Mapping[str, Any] | None) -> tuple[str, ...]:
+def node_kargs(resolved: ResolvedNode, device: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The dracut network kernel arguments of a node (``()`` for ``dhcp``), with its hostname; ``device``
     is its device record (``None`` without one), read by ``network: provider`` only.
 

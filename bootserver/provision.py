@@ -28,9 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bootserver.config import Config
-from bootserver.config.providers import REGISTRY, provider_of
+from bootserver.config import Config, ResolvedNode
+from bootserver.config.providers import REGISTRY
 from bootserver.errors import InputError
+from bootserver.inventory import inventory
 from bootserver.providers.base import Outcome, ProviderError, ProviderOptions
 from bootserver.providers.interface import Provider, provider_class, provider_classes
 from bootserver.state.backends import open_store
@@ -44,17 +45,17 @@ log = logging.getLogger(__name__)
 DONE_STAGES = {"install": "installed", "live": "running"}
 
 
-def done_stages(profile: Any) -> tuple[str, ...]:
-    """The stages that end the wait for a node of ``profile`` (a :class:`bootserver.config.Profile`):
+def done_stages(node: ResolvedNode) -> tuple[str, ...]:
+    """The stages that end the wait for a node (as resolved, :class:`bootserver.config.ResolvedNode`):
     :func:`bootserver.timeline.final_stages` (``up`` when its stub carries the check-in unit, the
     default; else ``installed``/``running`` or ``unconfirmed``)."""
-    return final_stages(profile.mode, checkin=profile.checkin)
+    return final_stages(node.mode, checkin=node.checkin)
 
 
-def _waiting_line(profile: Any, stage: str) -> str:
-    if profile.checkin:
+def _waiting_line(node: ResolvedNode, stage: str) -> str:
+    if node.checkin:
         return f"waiting for stage {UP}: its system checks in once on the network (now {stage})"
-    return f"waiting for stage {DONE_STAGES[profile.mode]} (now {stage})"
+    return f"waiting for stage {DONE_STAGES[node.mode]} (now {stage})"
 
 Say = Callable[[str, str], None]
 
@@ -78,11 +79,12 @@ def by_provider(config: Config, nodes: Sequence[str]) -> dict[str, list[str]]:
     """``{provider name: its nodes, in the given order}``. Raises ``InputError`` (exit 2, before any
     call) naming the first node that has no provider (it names none and has no provider's settings)."""
     groups: dict[str, list[str]] = {}
+    resolved = inventory(config)
     for node in dict.fromkeys(nodes):
-        provider = provider_of(config, node)
+        provider = resolved[node].provider
         if provider is None:
             raise InputError(f"node {node}: no provider: set provider ({', '.join(REGISTRY)}) on the node or "
-                             f"its profile {config.nodes[node].profile}")
+                             f"its profile {resolved[node].profile}")
         groups.setdefault(provider, []).append(node)
     return groups
 
@@ -209,16 +211,16 @@ def wait_for_nodes(
                 devices[node] = changed
                 store.set_device(node, changed)
 
+    resolved = inventory(config)
     for node in list(pending):
-        profile = config.node_profile(node)
         stage = stages[node].stage
         last_stage[node] = stage
-        if profile.boots_once and stage in INSTALLED_STAGES:
+        if resolved[node].boots_once and stage in INSTALLED_STAGES:
             say(node, f"already {stage}; it boots its disk until `bootserver nodes reinstall {node}`")
             network_boot_over(node)
             pending.remove(node)
         else:
-            say(node, _waiting_line(profile, stage))
+            say(node, _waiting_line(resolved[node], stage))
     while pending:
         failed = []
         states = {s.node: s for s in store.nodes(pending)}
@@ -247,7 +249,7 @@ def wait_for_nodes(
                 say(node, f"stage {state.stage}")
             if state.stage in INSTALLED_STAGES and (state.stage_at or 0) >= since:
                 network_boot_over(node)
-            if state.stage in done_stages(config.node_profile(node)) and (state.stage_at or 0) >= since:
+            if state.stage in done_stages(resolved[node]) and (state.stage_at or 0) >= since:
                 pending.remove(node)
         if failed:
             lines = [watched[n][0].line(n, devices[n]) for n in watched]

@@ -21,9 +21,8 @@ from .artifacts.cache import ArtifactCache
 from .artifacts.catalog import StreamCatalog
 from .artifacts.readthrough import Download, cancel_downloads
 from .artifacts.upstream import Upstream
-from .config import Config
+from .config import Config, ResolvedNode
 from .errors import BootserverError, FetchError, UnavailableError
-from .inventory import NodeContext
 from .metrics import Metrics
 from .signing import Signer
 from .stalls import StallWatch
@@ -236,7 +235,7 @@ class Runtime:
             if later is not None:
                 self.spawn(later)
 
-    async def record(self, resolved: NodeContext, event: str, *, ip: str | None = None,
+    async def record(self, resolved: ResolvedNode, event: str, *, ip: str | None = None,
                      detail: Mapping[str, Any] | None = None, at: float | None = None,
                      current: Current | None = None) -> str:
         """Record timeline ``event`` of the node as resolved (at unix time ``at`` in seconds, default now)
@@ -247,15 +246,15 @@ class Runtime:
         Raises :class:`~bootserver.errors.UnavailableError` (HTTP 503) when the store cannot be written:
         a stub or config served without its event would defeat boot-once, so the client is asked to
         retry (iPXE's script retries, Ignition retries 5xx answers)."""
-        node, profile = resolved.name, resolved.profile
+        node, mode = resolved.name, resolved.mode
         when = time.time() if at is None else at
-        real_config = profile.ignition is not None
+        real_config = resolved.ignition is not None
         if current is not None and event not in BOOT_ENDING_EVENTS and self.state.count_again(
-                repeat_key(current, node, event, ip, detail, profile.mode, real_config), when):
+                repeat_key(current, node, event, ip, detail, mode, real_config), when):
             # a repeat of the record queued behind for this node as read: counted into it (issue 43)
             self.tell(Recorded(node, event, current.stage, None, when))
             return current.stage
-        record = Record(node, event, profile.mode, when, ip, detail, real_config=real_config)
+        record = Record(node, event, mode, when, ip, detail, real_config=real_config)
         before = None
         if event in BOOT_ENDING_EVENTS:  # rare: once per boot
             before = current.stage if current is not None else await self.state.stage(node)

@@ -14,11 +14,10 @@ import contextlib
 from .artifacts.cache import ArtifactCache
 from .artifacts.catalog import StreamCatalog
 from .artifacts.upstream import Upstream
-from .config import Config
-from .config.providers import boot_platform, boots_virtual_media
+from .config import Config, ResolvedNode
 from .errors import DeviceRecordError, MetadataError
 from .grub import GrubUnsupported, render_grub_config
-from .inventory import NodeContext, node_contexts
+from .inventory import inventory
 from .ipxe import ScriptContext
 from .kargs import CommandLineTooLong, build_kargs, check_command_line
 from .network import node_kargs
@@ -27,7 +26,7 @@ from .streams import Release
 from .urls import Urls
 
 
-def script_context(urls: Urls, resolved: NodeContext, release: Release,
+def script_context(urls: Urls, resolved: ResolvedNode, release: Release,
                    network: tuple[str, ...] | None = None, stub_ttl: int | None = None) -> ScriptContext:
     """Build the boot script context of the node as resolved for ``release`` (its profile's stream and
     arch), its URLs from ``urls`` (which reads the loaded config). ``stub_ttl``: how long the stub URL
@@ -40,19 +39,19 @@ def script_context(urls: Urls, resolved: NodeContext, release: Release,
     :class:`~bootserver.errors.DeviceRecordError` (503) for a ``network: provider`` node without a
     usable device record.
     """
-    node, profile = resolved.name, resolved.profile
+    node = resolved.name
     kernel_url = urls.artifact(node, release, release.kernel)
     kargs = build_kargs(
-        arch=profile.arch, mode=profile.mode,
+        arch=resolved.arch, mode=resolved.mode,
         rootfs_url=urls.artifact(node, release, release.rootfs),
-        stub_url=urls.stub(node, stub_ttl), install_dev=profile.install_dev,
-        console=profile.console, extra=profile.kargs, platform=boot_platform(urls.config, node),
+        stub_url=urls.stub(node, stub_ttl), install_dev=resolved.install_dev,
+        console=resolved.console, extra=resolved.kargs, platform=resolved.platform,
         network=node_kargs(resolved, None) if network is None else network,
     )
-    check_command_line(node, profile.arch, kernel_url, kargs)
+    check_command_line(node, resolved.arch, kernel_url, kargs)
     return ScriptContext(
-        node=node, profile=resolved.profile_name, stream=release.stream, release=release.version, arch=release.arch,
-        mode=profile.mode, kernel_url=kernel_url,
+        node=node, profile=resolved.profile, stream=release.stream, release=release.version, arch=release.arch,
+        mode=resolved.mode, kernel_url=kernel_url,
         initramfs_url=urls.artifact(node, release, release.initramfs), kargs=kargs,
     )
 
@@ -72,20 +71,19 @@ def check_command_lines(config: Config) -> list[str]:
     urls = Urls(config, Signer(Keyring(config.state_dir / "keys.json", [KeyEntry(bytes(32), 0)])))
     catalog = StreamCatalog(config, ArtifactCache(config.cache_dir), Upstream.for_config(config))  # cached() only
     later = []
-    for node, resolved in node_contexts(config).items():
-        profile = resolved.profile
+    for node, resolved in inventory(config).items():
         try:
-            meta = catalog.cached(profile.stream)
+            meta = catalog.cached(resolved.stream)
             network = node_kargs(resolved, None)
         except (MetadataError, DeviceRecordError):
             meta = None
-        release = None if meta is None else meta.releases.get(profile.arch)
+        release = None if meta is None else meta.releases.get(resolved.arch)
         if release is None:
             later.append(node)
             continue
         try:
             ctx = script_context(urls, resolved, release, network)
-            if boots_virtual_media(config, node):  # GRUB puts BOOT_IMAGE=<kernel> first: longer
+            if resolved.boots_image:  # GRUB puts BOOT_IMAGE=<kernel> first: longer
                 with contextlib.suppress(GrubUnsupported):  # an https base URL: iso.check_boot_networks
                     render_grub_config(ctx)
         except CommandLineTooLong as e:

@@ -13,11 +13,12 @@ import asyncio
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .butane import ButaneError
-from .config import IGNITION_VERSIONS, Config
+from .config import IGNITION_VERSIONS, Config, ResolvedNode
 from .desk import ArtifactDesk
 from .errors import UnavailableError
 from .fleet import FleetNode, read_fleet
@@ -26,7 +27,7 @@ from .ignition import NotAcceptableError, RealConfigs, StubTemplate, negotiate_v
 from .images.netboot import node_image
 from .images.overlay import NodeImage
 from .images.secureboot import check_secure_boot, secureboot_image
-from .inventory import NodeContext, node_contexts
+from .inventory import Inventory, inventory
 from .ipxe import render_boot_script, render_localboot_script
 from .network import client_family, family_kargs, node_kargs
 from .renders import RenderCache, ScriptInputs, StubInputs
@@ -39,7 +40,7 @@ from .urls import Urls
 log = logging.getLogger("bootserver.service")
 
 
-def boot_how(resolved: NodeContext, via: str, family: int | None) -> dict[str, str]:
+def boot_how(resolved: ResolvedNode, via: str, family: int | None) -> dict[str, str]:
     """How a node's boot reached its script, for its timeline event: ``via`` (``ipxe``: iPXE, from PXE or
     UEFI HTTP Boot; ``image``: the GRUB of its boot image; ``grub``: a GRUB sourcing the generic entry,
     the arm64 GRUB or a vendor's signed one), ``ip`` (``IPv4``, ``IPv6``) and ``secure_boot`` as far as
@@ -49,9 +50,42 @@ def boot_how(resolved: NodeContext, via: str, family: int | None) -> dict[str, s
     how = {"via": via}
     if family is not None:
         how["ip"] = f"IPv{family}"
-    secure = resolved.profile.secure_boot if resolved.spec.secure_boot is None else resolved.spec.secure_boot
-    how["secure_boot"] = "vendor" if via == "grub" and secure and resolved.profile.arch == "x86_64" else "off"
+    how["secure_boot"] = "vendor" if via == "grub" and resolved.secure_boot and resolved.arch == "x86_64" else "off"
     return how
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptAnswer:
+    """A node's last recorded script answer (:meth:`BootService.script`) and what it was made from: the
+    node as read (``current``), ``how`` it asked (``(grub, address family, via)``), the stream metadata
+    and signing state it was rendered with; its ``event`` (``script``/``localboot``), ``script`` (text)
+    and the event's ``detail``. A request whose inputs are all the same reuses it whole."""
+
+    current: Current
+    how: tuple[bool, int | None, str]
+    meta: StreamMetadata
+    signing: tuple[int, bytes]
+    event: str
+    script: str
+    detail: dict[str, Any]
+
+
+class NetworkKargs(NamedTuple):
+    """A node's network kargs (:func:`~bootserver.network.node_kargs`) and the device record they were
+    built from (``None``: none)."""
+
+    device: Mapping[str, Any] | None
+    kargs: tuple[str, ...]
+
+
+class StubKey(NamedTuple):
+    """What a stub template (:class:`~bootserver.ignition.StubTemplate`) is shared by: the spec
+    ``version``, the real config's hash (``None``: none), the CA (PEM) and whether it checks in."""
+
+    version: str
+    config_hash: str | None
+    ca_pem: bytes | None
+    checkin: bool
 
 
 class BootService:
@@ -62,8 +96,10 @@ class BootService:
         runtime; the one serving until then keeps answering the requests that started on it)."""
         self.config = config
         self.runtime = runtime
-        #: Every configured node resolved once (profile, settings, provider): what a request carries down.
-        self._nodes = node_contexts(config)
+        #: Every configured node resolved once (:class:`~bootserver.inventory.Inventory`): what a request
+        #: carries down, what the page, ``render`` and the desk take.
+        self.inventory: Inventory = inventory(config)
+        self._nodes = self.inventory
         #: Artifacts, loaders and what the cache holds, for this config (its streams, ``read_through``).
         self.desk = ArtifactDesk(config, runtime, self._nodes)
         self.urls = Urls(config, lambda: runtime.signer)
@@ -71,24 +107,22 @@ class BootService:
         self._scripts: RenderCache[ScriptInputs, str] = RenderCache(self._render_script)
         self._grub_configs: RenderCache[ScriptInputs, str] = RenderCache(self._render_grub_config)
         self._stubs: RenderCache[StubInputs, bytes] = RenderCache(self._render_stub)
-        #: (version, real config hash, CA, checks in) -> the stub every node of those shares
-        self._stub_templates: dict[tuple[str, str | None, bytes | None, bool], StubTemplate] = {}
+        #: The stub every node of one version, real config, CA and check-in shares.
+        self._stub_templates: dict[StubKey, StubTemplate] = {}
         #: profile -> its real config's file (see :meth:`_config_path`).
         self._config_paths: dict[str, Path | None] = {}
-        #: node -> ``(current, (grub, family, via), metadata, signing state, (event, script, detail))``:
-        #: its last recorded script answer and what it was made from (:meth:`script`); never mutated.
-        self._answered: dict[str, tuple[Current, tuple[bool, int | None, str], StreamMetadata, tuple[int, bytes],
-                                        tuple[str, str, dict[str, Any]]]] = {}
-        #: Each node's network kargs and the device record they were built from (see :meth:`_network`).
-        self._kargs: dict[str, tuple[Mapping[str, Any] | None, tuple[str, ...]]] = {}
+        #: node -> its last recorded script answer and what it was made from (:meth:`script`).
+        self._answered: dict[str, ScriptAnswer] = {}
+        #: node -> its network kargs and the device record they were built from (see :meth:`_network`).
+        self._kargs: dict[str, NetworkKargs] = {}
 
-    def node(self, name: str) -> NodeContext:
-        """Configured node ``name`` as resolved once for this config (:class:`~bootserver.inventory.NodeContext`:
-        settings, profile, provider, hostname, network), what a request carries down from the front.
-        Raises ``KeyError`` for a name that is not a node (:func:`bootserver.inventory.find_node` first)."""
+    def node(self, name: str) -> ResolvedNode:
+        """Configured node ``name`` as resolved once for this config (:class:`~bootserver.config.ResolvedNode`),
+        what a request carries down from the front. Raises ``KeyError`` for a name that is not a node
+        (:meth:`bootserver.inventory.Inventory.find` first)."""
         return self._nodes[name]
 
-    async def script(self, node: NodeContext | str, *, grub: bool = False, client: str | None = None,
+    async def script(self, node: ResolvedNode | str, *, grub: bool = False, client: str | None = None,
                      record: bool = False, via: str | None = None) -> str:
         """The node's iPXE script (text): the boot script, or with boot-once the boot-disk script once
         the node is installed; in GRUB's form with ``grub`` (``GET /grub/<node>``, the UEFI boot of the
@@ -113,56 +147,56 @@ class BootService:
         via = via or ("grub" if grub else "ipxe")
         # A repeat of the node's last answer (the same node as read, family, loader, metadata and
         # signing state) reuses it, its event's detail included: no inputs built, compared or rendered.
-        profile = resolved.profile
-        meta = self.desk.catalog.cached(profile.stream)
+        meta = self.desk.catalog.cached(resolved.stream)
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
+        how = (grub, family, via)
         answered = self._answered.get(resolved.name)
-        if answered is not None and (answered[0] is current or answered[0] == current) \
-                and answered[1] == (grub, family, via) and answered[2] is meta and answered[3] == signing:
-            event, script, detail = answered[4]
+        if answered is not None and (answered.current is current or answered.current == current) \
+                and answered.how == how and answered.meta is meta and answered.signing == signing:
+            event, script, detail = answered.event, answered.script, answered.detail
         else:
-            event, script, detail = made = await self._script(resolved, current, grub=grub, family=family)
+            event, script, detail = await self._script(resolved, current, grub=grub, family=family)
             if event == "script":
                 detail |= boot_how(resolved, via, family)
             if meta is not None:
-                self._answered[resolved.name] = (current, (grub, family, via), meta, signing, made)
+                self._answered[resolved.name] = ScriptAnswer(current, how, meta, signing, event, script, detail)
         await self.runtime.record(resolved, event, ip=client, detail=detail, current=current)
         return script
 
-    async def _script(self, resolved: NodeContext, current: Current, grub: bool = False,
+    async def _script(self, resolved: ResolvedNode, current: Current, grub: bool = False,
                       family: int | None = None) -> tuple[str, str, dict[str, Any]]:
         """``(event, script, detail)`` for the node as read (``current``: its stage and device record):
         the boot-disk script when boot-once applies, else the boot script; in GRUB's form with ``grub``
         (the boot image's UEFI boot), the same boot either way. ``family``: the address family the
         machine asked over (its URLs' base URL, and ``ip=dhcp6`` for a DHCP node asking over IPv6)."""
-        node, profile = resolved.name, resolved.profile
+        node = resolved.name
         stage = current.stage
-        if profile.boots_once and stage in INSTALLED_STAGES:
+        if resolved.boots_once and stage in INSTALLED_STAGES:
             script = render_grub_localboot(node, stage) if grub else render_localboot_script(node, stage)
             return "localboot", script, {"stage": stage}
         catalog = self.desk.catalog
-        meta = catalog.cached(profile.stream)  # the hot path: a copy at hand; else a load waited for briefly
-        meta = meta if meta is not None else await self.runtime.metadata.wait(catalog, profile.stream)
-        release = meta.releases[profile.arch]
+        meta = catalog.cached(resolved.stream)  # the hot path: a copy at hand; else a load waited for briefly
+        meta = meta if meta is not None else await self.runtime.metadata.wait(catalog, resolved.stream)
+        release = meta.releases[resolved.arch]
         # rendered once per change of its inputs (ScriptInputs), not per request
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
         inputs = ScriptInputs(node, release, signing, self._network(resolved, current.device, family), family)
         script = self._grub_configs.get(node, inputs) if grub else self._scripts.get(node, inputs)
-        return "script", script, {"mode": profile.mode, "release": release.version}
+        return "script", script, {"mode": resolved.mode, "release": release.version}
 
-    def _resolved(self, node: NodeContext | str) -> NodeContext:
-        return node if isinstance(node, NodeContext) else self._nodes[node]
+    def _resolved(self, node: ResolvedNode | str) -> ResolvedNode:
+        return node if isinstance(node, ResolvedNode) else self._nodes[node]
 
-    def _network(self, resolved: NodeContext, device: Mapping[str, Any] | None,
+    def _network(self, resolved: ResolvedNode, device: Mapping[str, Any] | None,
                  family: int | None = None) -> tuple[str, ...]:
         """The node's network kargs (:func:`~bootserver.network.node_kargs`) for a machine asking over
         ``family`` (:func:`~bootserver.network.family_kargs`), built again only when its device record
         changed. Raises ``DeviceRecordError`` (never kept: the next request tries again)."""
         hit = self._kargs.get(resolved.name)
-        if hit is not None and (hit[0] is device or hit[0] == device):
-            return family_kargs(hit[1], family)
+        if hit is not None and (hit.device is device or hit.device == device):
+            return family_kargs(hit.kargs, family)
         kargs = node_kargs(resolved, device)
-        self._kargs[resolved.name] = (device, kargs)
+        self._kargs[resolved.name] = NetworkKargs(device, kargs)
         return family_kargs(kargs, family)
 
     def _render_script(self, inputs: ScriptInputs) -> str:
@@ -173,7 +207,7 @@ class BootService:
         return render_grub_config(script_context(self.urls.for_family(inputs.family), self._nodes[inputs.node],
                                                  inputs.release, inputs.network))
 
-    async def record(self, node: NodeContext | str, event: str, *, ip: str | None = None,
+    async def record(self, node: ResolvedNode | str, event: str, *, ip: str | None = None,
                      detail: Mapping[str, Any] | None = None, at: float | None = None) -> str:
         """Record timeline ``event`` of configured node ``node`` (as resolved, or by name) from address
         ``ip`` (at unix time ``at``, default now; :meth:`bootserver.runtime.Runtime.record`); returns the
@@ -181,7 +215,7 @@ class BootService:
         when the store cannot be written."""
         return await self.runtime.record(self._resolved(node), event, ip=ip, detail=detail, at=at)
 
-    async def image(self, node: NodeContext | str) -> NodeImage:
+    async def image(self, node: ResolvedNode | str) -> NodeImage:
         """The node's boot image: for a ``secure_boot`` node the Secure Boot one
         (:func:`bootserver.images.secureboot.secureboot_image`; the release's live ISO, kernel and
         initramfs fetched into the cache first, sha256-checked, once however many ask), else the
@@ -191,23 +225,21 @@ class BootService:
         when the state store (the node's device record, for ``network: provider``) cannot be read, and
         the fetch's errors (``FetchError``, ``IntegrityError``)."""
         resolved = self._resolved(node)
-        node, profile = resolved.name, resolved.profile
-        if not (profile.secure_boot if resolved.spec.secure_boot is None else resolved.spec.secure_boot):
-            current = await self.runtime.state.current(node)
-            return await asyncio.to_thread(node_image, self.config, self.urls, node, current.device)
+        if not resolved.secure_boot:
+            current = await self.runtime.state.current(resolved.name)
+            return await asyncio.to_thread(node_image, self.config, self.urls, resolved, current.device)
         release, (iso, kernel, initramfs), kargs = await self.secure_boot_parts(resolved)
-        return await asyncio.to_thread(secureboot_image, self.config, self.urls, node, release,
+        return await asyncio.to_thread(secureboot_image, self.config, self.urls, resolved, release,
                                        iso, kernel, initramfs, kargs)
 
-    async def secure_boot_parts(self, node: NodeContext | str) -> tuple[Release, tuple[Path, Path, Path],
+    async def secure_boot_parts(self, node: ResolvedNode | str) -> tuple[Release, tuple[Path, Path, Path],
                                                                          tuple[str, ...]]:
         """What a ``secure_boot`` node boots, from its image or over the network (``bootserver loaders``):
         its release, the cached live ISO, kernel and initramfs (fetched first, sha256-checked) and its
         kargs with the stub URL signed for ``chain_ttl`` (they are written to disk). Raises as :meth:`image`."""
         resolved = self._resolved(node)
-        profile = resolved.profile
         current = await self.runtime.state.current(resolved.name)
-        release = await self.desk.catalog.release(profile.stream, profile.arch)
+        release = await self.desk.catalog.release(resolved.stream, resolved.arch)
         check_secure_boot(resolved.name, release)
         assert release.live_iso is not None
         fetched = await asyncio.gather(*(self.desk.artifacts.fetch(release, a)
@@ -251,7 +283,7 @@ class BootService:
         return ready, {**report, "state_store": {"backend": state.backend, "ready": problem is None},
                        "ready": ready}
 
-    async def real_config(self, node: NodeContext | str, *, client: str | None = None,
+    async def real_config(self, node: ResolvedNode | str, *, client: str | None = None,
                           record: bool = False) -> bytes | None:
         """The node's real Ignition config bytes, or ``None`` when its profile has none; with ``record``
         (the server's answer to address ``client``), records ``config`` when there is one.
@@ -267,13 +299,13 @@ class BootService:
             await self.runtime.record(resolved, "config", ip=client)
         return pinned[0]
 
-    def _real_config_pinned(self, resolved: NodeContext) -> tuple[bytes, str] | None:
+    def _real_config_pinned(self, resolved: ResolvedNode) -> tuple[bytes, str] | None:
         """``(bytes, sha512 hash)`` of the node's real config, or ``None``. Raises as :meth:`real_config`."""
-        node, name = resolved.name, resolved.profile_name
+        node, name = resolved.name, resolved.profile
         try:
             path = self._config_paths[name]
         except KeyError:
-            path = self._config_paths[name] = self._config_path(name)
+            path = self._config_paths[name] = self._config_path(resolved.ignition)
         if path is None:
             return None
         try:
@@ -285,11 +317,11 @@ class BootService:
             raise UnavailableError(f"node {node}: {e}",
                                    public=f"node {node}: its Butane config cannot be translated now") from None
 
-    def _config_path(self, profile: str) -> Path | None:
-        """Profile ``profile``'s real config file (what :meth:`~bootserver.config.Config.ignition_path`
-        resolves) as joined, not resolved: kept per profile, its links still followed at each read (a
-        resolve per stub and config request cost tens of us of a cold boot, issue 40)."""
-        ignition = self.config.profiles[profile].ignition
+    def _config_path(self, ignition: str | None) -> Path | None:
+        """A profile's real config file ``ignition`` (as written; what
+        :meth:`~bootserver.config.Config.ignition_path` resolves) as joined, not resolved: kept per
+        profile, its links still followed at each read (a resolve per stub and config request cost tens
+        of us of a cold boot, issue 40)."""
         return None if ignition is None else self.config.base_dir / os.path.expanduser(ignition)
 
     def _ca_pem(self) -> bytes | None:
@@ -306,7 +338,7 @@ class BootService:
             raise UnavailableError(f"server.tls.ca: cannot read {ca}: {e.strerror}",
                                    public="the server's CA certificate cannot be read now") from None
 
-    async def stub(self, node: NodeContext | str, *, version: str | None = None, accept: str | None = None,
+    async def stub(self, node: ResolvedNode | str, *, version: str | None = None, accept: str | None = None,
                    client: str | None = None, record: bool = False) -> bytes:
         """The node's merge-style Ignition stub, as the exact bytes served: in spec ``version`` (default:
         the profile's ``ignition_version``), or with ``accept`` (the client's ``Accept`` header) in the
@@ -322,16 +354,16 @@ class BootService:
         """
         resolved = self._resolved(node)
         if accept is not None:
-            version = negotiate_version(accept, resolved.profile.ignition_version, IGNITION_VERSIONS)
+            version = negotiate_version(accept, resolved.ignition_version, IGNITION_VERSIONS)
         data = self._stub(resolved, version, client_family(client))
         if record:
             await self.runtime.record(resolved, "stub", ip=client)
         return data
 
-    def _stub(self, resolved: NodeContext, version: str | None, family: int | None = None) -> bytes:
+    def _stub(self, resolved: ResolvedNode, version: str | None, family: int | None = None) -> bytes:
         """:meth:`stub` for the node as resolved, its URLs on the base URL of address family ``family``."""
-        node, name, profile = resolved.name, resolved.profile_name, resolved.profile
-        maximum = profile.ignition_version
+        node, name = resolved.name, resolved.profile
+        maximum = resolved.ignition_version
         if version is None:
             version = maximum
         elif version not in stub_versions(maximum, IGNITION_VERSIONS):
@@ -340,7 +372,7 @@ class BootService:
                 f"{name} allows 3.1.0 to {maximum} (profiles.{name}.ignition_version)")
         pinned = self._real_config_pinned(resolved)
         signing = self.urls.signer.state(self.config.server.signing.install_ttl)
-        checkin = self.urls.signer.state(self.config.server.signing.chain_ttl) if profile.checkin else None
+        checkin = self.urls.signer.state(self.config.server.signing.chain_ttl) if resolved.checkin else None
         # One cache slot per node and version, so clients of different versions do not evict each other.
         return self._stubs.get(f"{node} {version}", StubInputs(node, version, None if pinned is None else pinned[1],
                                                                signing, self._ca_pem(), checkin, family))
@@ -350,7 +382,7 @@ class BootService:
         (:class:`~bootserver.ignition.StubTemplate`), with the node's hostname and URLs written in."""
         node = inputs.node
         urls = self.urls.for_family(inputs.family)
-        key = (inputs.version, inputs.config_hash, inputs.ca_pem, inputs.checkin is not None)
+        key = StubKey(inputs.version, inputs.config_hash, inputs.ca_pem, inputs.checkin is not None)
         template = self._stub_templates.get(key)
         if template is None:
             template = self._stub_templates[key] = StubTemplate(

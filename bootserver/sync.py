@@ -34,6 +34,7 @@ from .artifacts.retention import prune as prune_cache
 from .artifacts.upstream import DownloadHooks, Upstream
 from .config import Config
 from .errors import BootserverError, InputError
+from .inventory import inventory
 from .streams import Artifact, Release
 
 #: Artifacts downloaded at the same time.
@@ -129,8 +130,7 @@ async def sync_images(config: Config, *, stream: str | None = None, facility: st
     try:
         items: list[SyncItem] = []
         # a secure_boot node's image is made of its release's live ISO (bootserver.images.secureboot)
-        secure = {(config.node_profile(n).stream, config.node_profile(n).arch) for n in config.nodes
-                  if config.node_secure_boot(n)}
+        secure = {(n.stream, n.arch) for n in inventory(config).values() if n.secure_boot}
         for s in streams:
             try:
                 meta = await catalog.refresh(s)

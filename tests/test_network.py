@@ -396,11 +396,11 @@ def test_profile_network_is_the_default_of_its_nodes(reference: Path, tmp_path: 
     d = doc(reference, tmp_path, None, network="provider")
     d["nodes"]["worker-0"] = {"profile": "metal", "network": "dhcp"}
     config = parse_config(d, "b.yaml", tmp_path)
-    from bootserver.inventory import node_context
+    from bootserver.inventory import inventory
     from bootserver.network import node_kargs
 
-    assert node_context(config, "master-0").network == "provider"
-    assert node_kargs(node_context(config, "worker-0"), None) == ()
+    assert inventory(config)["master-0"].network == "provider"
+    assert node_kargs(inventory(config)["worker-0"], None) == ()
 
 
 def test_an_nmstate_document_from_openshift_agent_config_reads_as_is() -> None:

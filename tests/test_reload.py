@@ -28,6 +28,7 @@ from bootserver.config import load_config
 from bootserver.errors import ConfigError
 from bootserver.http.app import ADMIN_APP, create_app
 from bootserver.http.running import RUNNING
+from bootserver.inventory import inventory
 
 NEW_MAC = "52:54:00:00:00:02"
 
@@ -42,7 +43,7 @@ def test_include_merges_the_nodes_and_profiles_of_every_matching_file(tmp_path: 
     config = load_config(tmp_path / "bootserver.yaml")
     assert list(config.nodes) == ["steady", "a-node", "b-node"]
     assert set(config.profiles) == {"live", "other"}
-    assert config.node_by_mac(NEW_MAC) == "b-node"
+    assert inventory(config).find(mac=NEW_MAC).name == "b-node"
     assert config.origins["nodes.b-node"] == str(tmp_path / "nodes.d" / "b-node.yaml")
     # every node's source, the interface of nodes list's SOURCE column and the fleet API
     assert dict(config.node_sources) == {"steady": f"file:{tmp_path / 'bootserver.yaml'}",

@@ -13,8 +13,9 @@ import sys
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from ..config import Config
+from ..config import Config, ResolvedNode
 from ..errors import UnknownNodeError
+from ..inventory import inventory
 
 if TYPE_CHECKING:
     from ..signing import Keyring
@@ -39,11 +40,13 @@ def common_parser() -> argparse.ArgumentParser:
     return common
 
 
-def node(config: Config, name: str) -> str:
-    """``name`` when the config has such a node; else :class:`UnknownNodeError` (exit 2) naming the file."""
-    if name not in config.nodes:
-        raise UnknownNodeError(f"{config.source}: nodes: no node {name!r}")
-    return name
+def node(config: Config, arg: str) -> ResolvedNode:
+    """The node a command's argument ``arg`` names, as resolved in ``config``'s inventory
+    (:func:`bootserver.inventory.inventory`); else :class:`UnknownNodeError` (exit 2) naming the file."""
+    found = inventory(config).get(arg)
+    if found is None:
+        raise UnknownNodeError(f"{config.source}: nodes: no node {arg!r}")
+    return found
 
 
 def duration_arg(value: str) -> int:

@@ -44,11 +44,11 @@ def loaders(args: argparse.Namespace, config: Config) -> int:
                 svc = BootService(config, runtime)
                 sets = {s: await loader_set(config, svc.desk.catalog, svc.desk.artifacts, s) for s in streams}
                 nodes = []  # each secure_boot node's own config, for a vendor GRUB without http
-                for node, spec in config.nodes.items():
-                    if config.node_profile(node).stream in streams and config.node_secure_boot(node):
+                for node in svc.inventory.values():
+                    if node.stream in streams and node.secure_boot:
                         release, (_, kernel, initramfs), kargs = await svc.secure_boot_parts(node)
-                        nodes += [TftpNode(node, mac, release.stream, release.version, kernel, initramfs, kargs)
-                                  for mac in spec.mac]
+                        nodes += [TftpNode(node.name, mac, release.stream, release.version, kernel, initramfs,
+                                           kargs) for mac in node.mac]
                 return sets, nodes
 
         sets, nodes = asyncio.run(fetch())

@@ -58,11 +58,10 @@ def reinstall(args: argparse.Namespace, config: Config) -> int:
         async with opened_with_store(config) as (store, merged):
             names = [node(merged, name) for name in args.nodes]
             out = []
-            for name in names:
-                profile = merged.node_profile(name)
-                await store.record(Record(name, "reinstall", profile.mode, time.time(),
-                                          real_config=profile.ignition is not None))
-                out.append(f"{name}: marked for reinstall; its next boot installs again\n")
+            for one in names:
+                await store.record(Record(one.name, "reinstall", one.mode, time.time(),
+                                          real_config=one.ignition is not None))
+                out.append(f"{one.name}: marked for reinstall; its next boot installs again\n")
             return "".join(out)
 
     sys.stdout.write(asyncio.run(run()))

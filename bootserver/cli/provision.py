@@ -21,7 +21,7 @@ def provision(args: argparse.Namespace, config: Config) -> int:
     """Make each node boot from this server with its provider, then follow it to ``up``."""
     from .. import provision as provisioning
 
-    nodes = [node(config, n) for n in dict.fromkeys(args.nodes)]
+    nodes = [node(config, n).name for n in dict.fromkeys(args.nodes)]
     if not args.timeout > 0:
         raise InputError(f"--timeout: must be a positive number of seconds, got {args.timeout:g}")
     base = config.server.effective_base_url
@@ -43,7 +43,7 @@ def deprovision(args: argparse.Namespace, config: Config) -> int:
     """Undo ``provision`` for each node."""
     from .. import provision as provisioning
 
-    nodes = [node(config, n) for n in dict.fromkeys(args.nodes)]
+    nodes = [node(config, n).name for n in dict.fromkeys(args.nodes)]
     print("\n".join(provisioning.deprovision(config, provider_options(args), nodes, say=say)))
     return 0
 

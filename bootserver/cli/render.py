@@ -29,7 +29,7 @@ def render(args: argparse.Namespace, config: Config) -> int:
 
     if args.what != "ignition" and args.ignition_version is not None:
         raise InputError(f"render {args.what}: --version applies to render ignition only")
-    name = node(config, args.node)
+    name = node(config, args.node).name
     # what a machine asking from an address of that family gets (its base URL, its kargs); nothing recorded
     client = {4: "0.0.0.0", 6: "::", None: None}[args.family]
 
@@ -51,7 +51,7 @@ def url(args: argparse.Namespace, config: Config) -> int:
     """Print the node's signed chain URL and ``#!ipxe`` userdata (or, ``--iso``, its boot image's URL)."""
     from ..urls import Urls
 
-    name = node(config, args.node)
+    name = node(config, args.node).name
     ring = asyncio.run(keyring(config))
     urls = Urls(config, keys=lambda: ring)
     if args.iso:
@@ -76,17 +76,18 @@ def iso(args: argparse.Namespace, config: Config) -> int:
     from ..runtime import Runtime
     from ..service import BootService
 
-    name = node(config, args.node)
+    resolved = node(config, args.node)
+    name = resolved.name
 
     async def build() -> tuple[NodeImage, str, float]:
         async with Runtime(config) as runtime:
-            if config.node_secure_boot(name):
-                how = f"Secure Boot: the signed shim, GRUB and kernel of stream {config.node_profile(name).stream}"
+            if resolved.secure_boot:
+                how = f"Secure Boot: the signed shim, GRUB and kernel of stream {resolved.stream}"
             else:  # bad input fails before anything is built; network: provider reads the device record
                 device = (await runtime.state.current(name)).device
-                how = boot_network(config, name, device).describe()
+                how = boot_network(config.source, resolved, device).describe()
             start = time.monotonic()
-            return await BootService(config, runtime).image(name), how, start
+            return await BootService(config, runtime).image(resolved), how, start
 
     image, how, start = asyncio.run(build())
     output = Path(args.output or f"{name}.iso")

@@ -16,8 +16,9 @@ Modules, by concern:
   iPXE word, duration, listen address, MAC, http(s) URL, hostname, CIDR) and
   :class:`~bootserver.values.SettingsModel`;
 * :mod:`~bootserver.config.schema`: the settings models and :class:`Config`;
-* :mod:`~bootserver.config.providers`: the providers' registry, and what it says of a node (its
-  provider, its platform, whether it boots from its image);
+* :mod:`~bootserver.config.providers`: the providers' registry (each one's module, settings key, platform);
+* :mod:`~bootserver.config.resolved`: a node resolved (:class:`ResolvedNode`: its settings over its
+  profile's over the defaults, in one flat value), the one place that rule is written;
 * the providers' settings, one module each: :mod:`~bootserver.config.equinix_settings` (``metal:``),
   :mod:`~bootserver.config.redfish_settings` (``redfish:``), :mod:`~bootserver.config.ipmi_settings`
   (``ipmi:``), both BMCs' on :mod:`~bootserver.config.bmc_settings`;
@@ -56,6 +57,7 @@ from .equinix_settings import (
 )
 from .loader import check_local_inputs, check_real_config, load_config, no_machine_boots, parse_config
 from .messages import describe_error, known_keys
+from .resolved import ResolvedNode
 from .schema import (
     ARCHITECTURES,
     FCOS_STABLE_URL,
@@ -76,8 +78,8 @@ __all__ = [
     "ARCHITECTURES", "BILLING_CYCLES", "DEFAULT_TAG", "FCOS_STABLE_URL", "FILE_SOURCE", "HOSTNAME_RE",
     "IGNITION_VERSIONS", "MAC_RE", "NAME_RE", "STORE_SOURCE", "UUID_RE", "BillingCycle", "Config", "Document",
     "Facility", "FacilityConfig", "MetalGlobal", "MetalSettings", "MetalUUID", "MetalWord", "Name", "Node",
-    "Profile", "ServerConfig", "SettingsModel", "SigningConfig", "StreamConfig", "TLSConfig", "YamlList",
-    "check_http_url", "check_local_inputs", "check_real_config", "default_document", "describe_error", "is_uuid",
-    "known_keys", "load_config", "no_machine_boots", "normalize_mac", "parse_config", "parse_networks",
+    "Profile", "ResolvedNode", "ServerConfig", "SettingsModel", "SigningConfig", "StreamConfig", "TLSConfig",
+    "YamlList", "check_http_url", "check_local_inputs", "check_real_config", "default_document", "describe_error",
+    "is_uuid", "known_keys", "load_config", "no_machine_boots", "normalize_mac", "parse_config", "parse_networks",
     "split_listen",
 ]

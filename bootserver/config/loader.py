@@ -28,7 +28,7 @@ from ..nmstate import NetworkConfigError, NetworkState, check_network, dracut_ka
 from ..streams import parse_stream
 from ..values import HOSTNAME_RULE, SettingsModel, check_hostname, split_listen
 from .messages import describe_error, keypath
-from .providers import provider_of
+from .resolved import provider_of, resolve_nodes
 from .schema import FILE_SOURCE, STORE_SOURCE, Config, Document, Node, default_document
 
 
@@ -488,7 +488,7 @@ def check_boot_sources(config: Config, source: str, names: Iterable[str] | None 
     for name in config.nodes if names is None else names:
         node = config.nodes[name]
         profile = config.profiles.get(node.profile)
-        if profile is None or provider_of(config, name) != "ipmi":
+        if profile is None or provider_of(node, profile) != "ipmi":
             continue
         for key in ("ipmi", "redfish"):
             own, inherited = getattr(node, key).boot_source, getattr(profile, key).boot_source
@@ -506,7 +506,7 @@ def check_network_settings(config: Config, source: str, names: Iterable[str] | N
     (``profiles``, ``nodes``): :func:`~bootserver.nmstate.check_network` on each NMState document, the
     node's kargs built once (every word checked),
     ``network: provider`` only on nodes of the Equinix provider (the one device record with addresses;
-    :func:`bootserver.config.providers.provider_of`, a node without any provider counts as Equinix's), and no
+    :func:`bootserver.config.resolved.provider_of`, a node without any provider counts as Equinix's), and no
     network argument (``ip=``, ``bond=``...) also in the profile's ``kargs`` of a node whose network is not ``dhcp``.
 
     With ``names``, only those nodes (their profiles were checked with the config). Raises
@@ -530,22 +530,20 @@ def check_network_settings(config: Config, source: str, names: Iterable[str] | N
             raise ConfigError(source, f"{key}.network.{e.path}".rstrip("."), e.message) from None
         except ValueError as e:  # UnsafeValueError: a word iPXE would not read literally
             raise ConfigError(source, f"{key}.network", str(e)) from None
-    for name, node in nodes.items():
-        profile = config.profiles.get(node.profile)
-        if profile is None:
+    for name, resolved in resolve_nodes(config).items():
+        if name not in nodes:
             continue
-        network = node.network if node.network is not None else profile.network
-        if network is None or network == "dhcp":
+        network, provider = resolved.network, resolved.provider
+        if network == "dhcp":
             continue
         # A node without a provider (none named, no provider's settings) is Equinix's, as before providers.
-        provider = provider_of(config, name)
         if network == "provider" and provider not in (None, "equinix"):
-            where = f"nodes.{name}.network" if node.network is not None else f"profiles.{node.profile}.network"
-            raise ConfigError(source, where, f"network: provider reads the addresses of an Equinix Metal device "
-                              f"record, and node {name}'s provider is {provider}; give it an NMState network or dhcp")
-        for i, karg in enumerate(profile.kargs):
+            raise ConfigError(source, resolved.network_key, "network: provider reads the addresses of an Equinix "
+                              f"Metal device record, and node {name}'s provider is {provider}; give it an NMState "
+                              "network or dhcp")
+        for i, karg in enumerate(resolved.kargs):
             if karg.split("=", 1)[0] in NETWORK_KARGS:
-                raise ConfigError(source, f"profiles.{node.profile}.kargs[{i}]",
+                raise ConfigError(source, f"profiles.{resolved.profile}.kargs[{i}]",
                                   f"{karg} is a network argument, and node {name} has a network key; "
                                   "describe the network in one place")
 
@@ -640,9 +638,7 @@ def with_store_nodes(config: Config, stored: Mapping[str, Mapping[str, Any] | No
     merged_nodes = {**files, **nodes}
     sources = {**{n: config.node_sources.get(n, FILE_SOURCE + config.source) for n in files},
                **dict.fromkeys(nodes, STORE_SOURCE)}
-    merged = dataclasses.replace(
-        config, nodes=MappingProxyType(merged_nodes), node_sources=MappingProxyType(sources),
-        _mac_index=MappingProxyType({mac: n for n, node in merged_nodes.items() for mac in node.mac}))
+    merged = dataclasses.replace(config, nodes=MappingProxyType(merged_nodes), node_sources=MappingProxyType(sources))
     try:
         _check_default(merged_nodes, config.profiles, source)
         check_network_settings(merged, source, checked)

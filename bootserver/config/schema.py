@@ -282,7 +282,6 @@ class Config:
     metal: MetalGlobal
     timeline: TimelineSettings
     state_store: StateStoreSettings | None
-    _mac_index: Mapping[str, str] = field(repr=False, compare=False)
     #: The ``include:`` patterns of the main file, as written (relative to ``base_dir``).
     includes: tuple[str, ...] = ()
     #: Where each ``profiles``/``nodes`` entry was defined: ``"nodes.<name>"`` -> file (only when the
@@ -317,7 +316,6 @@ class Config:
             metal=doc.metal,
             timeline=doc.timeline,
             state_store=doc.state_store,
-            _mac_index=MappingProxyType({mac: name for name, node in doc.nodes.items() for mac in node.mac}),
             includes=doc.include,
             dhcp=doc.dhcp,
             node_sources=MappingProxyType(dict.fromkeys(doc.nodes, FILE_SOURCE + source)),
@@ -375,39 +373,6 @@ class Config:
         if facility is None or facility not in self.facilities:
             return ()
         return self.facilities[facility].mirrors
-
-    def node_by_mac(self, mac: str) -> str | None:
-        """Name of the node with this MAC (any case, ``:`` or ``-``), or ``None``."""
-        try:
-            return self._mac_index.get(normalize_mac(mac))
-        except ValueError:
-            return None
-
-    def node_by_uuid(self, uuid: str) -> str | None:
-        """Name of the node with this SMBIOS UUID (any case), or ``None``."""
-        uuid = uuid.strip().lower()
-        return next((n for n, node in self.nodes.items() if node.uuid == uuid), None)
-
-    def node_by_hostname(self, hostname: str) -> str | None:
-        """Name of the node whose hostname (:meth:`node_hostname`) equals ``hostname`` (any case)."""
-        hostname = hostname.strip().lower()
-        return next((n for n in self.nodes if self.node_hostname(n).lower() == hostname), None)
-
-    def node_profile(self, node: str) -> Profile:
-        """The profile settings of configured node ``node``: the one node -> profile lookup. Raises
-        ``KeyError`` for an unknown node."""
-        return self.profiles[self.nodes[node].profile]
-
-    def node_secure_boot(self, node: str) -> bool:
-        """Whether node ``node``'s boot image is the Secure Boot one (its ``secure_boot``, else its
-        profile's). Raises ``KeyError`` for an unknown node."""
-        spec = self.nodes[node].secure_boot
-        return self.node_profile(node).secure_boot if spec is None else spec
-
-    def node_hostname(self, node: str) -> str:
-        """The node's hostname, written to its ``/etc/hostname`` and used as the Equinix device hostname:
-        its ``hostname`` or, lacking one, its name (checked at load to be a valid hostname then)."""
-        return self.nodes[node].hostname or node
 
 
 def _resolve(base_dir: Path, value: str) -> Path:

@@ -67,6 +67,7 @@ from ..config import Config, load_config
 from ..errors import BootserverError, ConfigError, InputError
 from ..files import write_atomic
 from ..images.firmware import write_loaders
+from ..inventory import inventory
 from ..state import StateStore, StateStoreError
 from ..state.backends import open_store
 from ..timeline import Record
@@ -625,15 +626,14 @@ class Engine:
 
     async def _record(self, seen: list[Seen]) -> None:
         for s in seen:
-            node = self.config.node_by_mac(s.mac)
+            node = inventory(self.config).by_mac(s.mac)
             if node is None or self.store is None:
                 continue
-            profile = self.config.node_profile(node)
             try:
-                await self.store.record(Record(node, s.event, profile.mode, s.at or time.time(), s.ip, s.detail,
-                                               real_config=profile.ignition is not None))
+                await self.store.record(Record(node.name, s.event, node.mode, s.at or time.time(), s.ip, s.detail,
+                                               real_config=node.ignition is not None))
             except (StateStoreError, OSError) as e:
-                log.warning("node %s: %s not recorded on the timeline: %s", node, s.event, e)
+                log.warning("node %s: %s not recorded on the timeline: %s", node.name, s.event, e)
 
     async def pump(self) -> None:
         """Relay dnsmasq's lines and record the first mile until its stderr ends."""

@@ -26,6 +26,7 @@ import json
 from typing import Any
 
 from ..config import Config
+from ..inventory import inventory
 from .reservations import Reservation
 from .rules import (
     CLASSES,
@@ -79,7 +80,7 @@ def client_classes(config: Config, next_server: str | None) -> list[dict[str, An
     of its MACs and the client class; a class may only test classes defined before it). ``next_server``:
     the TFTP server's IPv4 address for loader files, or ``None``."""
     known_only = not config.server.discovery.enabled
-    secure = secure_boot_macs(config)
+    secure, nodes = secure_boot_macs(config), inventory(config)
     classes: list[dict[str, Any]] = []
     if secure:
         macs = " or ".join(f"pkt4.mac == 0x{mac.replace(':', '').lower()}" for _node, mac in secure)
@@ -95,7 +96,7 @@ def client_classes(config: Config, next_server: str | None) -> list[dict[str, An
         classes.append(_class_entry(rule, rule.client.name, test, next_server))
         if rule.client is IPXE:  # the nodes' own classes test member('ipxe'): after its definition
             for own, node in ((r, r.node) for r in rules if r.node is not None):
-                test = f"{_mac_test(node_macs(config, node))} and {class_test(own.client, own.not_ipxe)}"
+                test = f"{_mac_test(node_macs(nodes[node]))} and {class_test(own.client, own.not_ipxe)}"
                 classes.append(_class_entry(own, f"{tag_of(node)}-{own.client.name}", test, next_server))
     return classes
 

@@ -14,10 +14,10 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..config import Config
+from ..config import Config, ResolvedNode
 from ..errors import ConfigError
 from ..images.network import boot_interface
-from ..inventory import node_context
+from ..inventory import inventory
 from ..nmstate import NetworkConfigError, NetworkState, check_network
 from .iface import InterfaceAddresses, NoInterface, interface_addresses
 
@@ -26,38 +26,33 @@ from .iface import InterfaceAddresses, NoInterface, interface_addresses
 class Reservation:
     """Node ``node``'s reservation: its boot ``mac`` (lower case, ``:``), ``hostname`` (its first
     label: DHCP's host name option), and from its ``network`` (``None``/``()`` where it has none):
-    ``ipv4`` (with its prefix), ``gateway``, ``dns`` (IPv4 name servers), ``ipv6`` (with its prefix)."""
+    ``ipv4`` (with its prefix), ``gateway``, ``dns`` (IPv4 name servers), ``ipv6`` (with its prefix);
+    ``key``: the config key of its network (``nodes.<n>.network`` or its profile's), for error messages."""
 
     node: str
     mac: str
     hostname: str
+    key: str
     ipv4: ipaddress.IPv4Interface | None = None
     gateway: str | None = None
     dns: tuple[str, ...] = ()
     ipv6: ipaddress.IPv6Interface | None = None
 
 
-def _where(config: Config, node: str) -> str:
-    spec = config.nodes[node]
-    return f"nodes.{node}.network" if spec.network is not None else f"profiles.{spec.profile}.network"
-
-
-def reservation(config: Config, node: str) -> Reservation | None:
-    """Node ``node``'s reservation, or ``None`` when it has no MAC. Raises
-    :class:`~bootserver.errors.ConfigError` naming the node's ``network`` key when its boot interface
-    cannot be told."""
-    spec = config.nodes[node]
-    if not spec.mac:
+def reservation(node: ResolvedNode, source: str) -> Reservation | None:
+    """The reservation of ``node`` (as resolved, of the config file ``source``), or ``None`` when it has
+    no MAC. Raises :class:`~bootserver.errors.ConfigError` naming the node's ``network`` key when its boot
+    interface cannot be told."""
+    if not node.mac:
         return None
-    hostname = config.node_hostname(node).split(".")[0]
-    network = node_context(config, node).network
+    name, key, hostname, network = node.name, node.network_key, node.hostname.split(".")[0], node.network
     if not isinstance(network, NetworkState) or not network.interfaces:
-        return Reservation(node, spec.mac[0], hostname)
+        return Reservation(name, node.mac[0], hostname, key)
     try:
         plan = check_network(network)
-        _nic, carrier, mac = boot_interface(network, spec.mac)
+        _nic, carrier, mac = boot_interface(network, node.mac)
     except NetworkConfigError as e:
-        raise ConfigError(config.source, f"{_where(config, node)}.{e.path}", e.message) from None
+        raise ConfigError(source, f"{key}.{e.path}", e.message) from None
     ipv4 = ipv6 = None
     gateway = None
     if carrier.ipv4.address and not carrier.ipv4.dhcp:
@@ -68,12 +63,12 @@ def reservation(config: Config, node: str) -> Reservation | None:
         first = carrier.ipv6.address[0]
         ipv6 = ipaddress.IPv6Interface(f"{first.ip}/{first.prefix_length}")
     dns = tuple(s for s in network.dns_resolver.config.server if ipaddress.ip_address(s).version == 4)
-    return Reservation(node, mac or spec.mac[0], hostname, ipv4, gateway, dns, ipv6)
+    return Reservation(name, mac or node.mac[0], hostname, key, ipv4, gateway, dns, ipv6)
 
 
 def reservations(config: Config) -> tuple[Reservation, ...]:
     """Every node's :func:`reservation`, in the config's node order (nodes without a MAC left out)."""
-    return tuple(r for node in config.nodes if (r := reservation(config, node)) is not None)
+    return tuple(r for node in inventory(config).values() if (r := reservation(node, config.source)) is not None)
 
 
 def subnet_of(config: Config, found: InterfaceAddresses | None, taken: tuple[Reservation, ...]) -> \
@@ -115,7 +110,7 @@ def check_subnet6(config: Config, prefix: ipaddress.IPv6Network, taken: tuple[Re
     assert dhcp is not None
     for r in taken:
         if r.ipv6 is not None and r.ipv6.ip not in prefix:
-            raise ConfigError(config.source, _where(config, r.node), f"node {r.node}'s IPv6 address {r.ipv6.ip} is "
+            raise ConfigError(config.source, r.key, f"node {r.node}'s IPv6 address {r.ipv6.ip} is "
                               f"outside {dhcp.interface}'s IPv6 prefix {prefix}: DHCPv6 cannot hand it out there")
     if dhcp.range6 is not None and not all(ipaddress.IPv6Address(a) in prefix for a in dhcp.range6):
         raise ConfigError(config.source, "dhcp.range6", f"{dhcp.range6[0]}-{dhcp.range6[1]} is not inside "
@@ -153,7 +148,7 @@ def check_dhcp(config: Config, *, local: bool = True) -> tuple[Reservation, ...]
             if address is None:
                 continue
             if address.ip in by_address:
-                raise ConfigError(config.source, _where(config, r.node), f"address {address.ip} is also node "
+                raise ConfigError(config.source, r.key, f"address {address.ip} is also node "
                                   f"{by_address[address.ip]}'s: two reservations cannot share an address")
             by_address[address.ip] = r.node
     found = None
@@ -174,7 +169,7 @@ def check_dhcp(config: Config, *, local: bool = True) -> tuple[Reservation, ...]
                           "reservations do not tell one subnet to hand addresses out of")
     for r in taken:
         if r.ipv4 is not None and r.ipv4.ip not in subnet:
-            raise ConfigError(config.source, _where(config, r.node), f"node {r.node}'s address {r.ipv4.ip} is "
+            raise ConfigError(config.source, r.key, f"node {r.node}'s address {r.ipv4.ip} is "
                               f"outside {dhcp.interface}'s subnet {subnet}: DHCP cannot hand it out there")
     if dhcp.range is not None:
         start, end = (ipaddress.IPv4Address(a) for a in dhcp.range)
@@ -199,17 +194,18 @@ def check_dhcp(config: Config, *, local: bool = True) -> tuple[Reservation, ...]
 def unselectable(config: Config, taken: tuple[Reservation, ...]) -> tuple[str, ...]:
     """One warning line per reserved node the generic entry ``/boot.ipxe?mac=`` (every DHCP-booted
     machine's URL, :func:`bootserver.dhcp.rules.chain_url`) will never hand its own script: no ``addresses``
-    and ``selectable`` false (:func:`bootserver.inventory.select_node`). Such a machine gets the DHCP
+    and ``selectable`` false (:meth:`bootserver.inventory.Inventory.select`). Such a machine gets the DHCP
     engine's answer, then boots as a machine no node has (the ``default`` node, or discovery). Each line
     names the node's key and says what to add: ``addresses`` with its reserved address when it has one."""
     lines = []
+    nodes = inventory(config)
     for r in taken:
-        spec = config.nodes[r.node]
-        if spec.addresses or spec.selectable:
+        node = nodes[r.node]
+        if node.addresses or node.selectable:
             continue
         fix = (f"addresses: [{r.ipv4.ip}] (its reserved address)" if r.ipv4 is not None else
                "addresses: [the subnet it boots from]") + " or selectable: true"
-        origin = config.origins.get(f"nodes.{r.node}", config.source)
+        origin = node.source.removeprefix("file:")
         lines.append(f"{origin}: nodes.{r.node}: the DHCP engine reserves "
                      f"{r.mac} for it, but /boot.ipxe hands its script to no address (no addresses, not "
                      f"selectable): it would boot as a machine no node has; add {fix}")

@@ -44,10 +44,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Config
+from ..config import Config, ResolvedNode
 from ..images.firmware import ARM64_GRUB
 from ..images.netsecure import SET_DIR, secure_boot_streams
-from ..inventory import node_context
+from ..inventory import inventory
 from ..nmstate import NetworkState
 from ..urls import GENERIC, LOADER_ARM64, LOADER_IPXE, LOADER_SECUREBOOT
 
@@ -163,28 +163,28 @@ def http_base(config: Config) -> str:
     return config.server.base_url_for(4)
 
 
-def node_macs(config: Config, node: str) -> tuple[str, ...]:
-    """Every MAC of node ``node`` (lower case, ``:``), each once: its ``mac`` (the selectors), then the
+def node_macs(node: ResolvedNode) -> tuple[str, ...]:
+    """Every MAC of ``node`` (lower case, ``:``), each once: its ``mac`` (the selectors), then the
     ``mac-address`` of each ethernet interface of its NMState ``network`` (its own or its profile's),
     such as a bond's other ports, which its firmware may PXE-boot from as well. ``()`` when it has none."""
-    network = node_context(config, node).network
+    network = node.network
     pinned = (i.mac_address for i in network.interfaces if i.type == "ethernet" and i.mac_address) \
         if isinstance(network, NetworkState) else ()
-    return tuple(dict.fromkeys((*config.nodes[node].mac, *pinned)))
+    return tuple(dict.fromkeys((*node.mac, *pinned)))
 
 
-def secure_boot_nodes(config: Config) -> tuple[str, ...]:
+def secure_boot_nodes(config: Config) -> tuple[ResolvedNode, ...]:
     """The ``secure_boot`` nodes the engines know by a MAC (x86_64, with a MAC: :func:`node_macs`), in
     config order: those of :data:`SECURE_BOOT`."""
     streams = set(secure_boot_streams(config))
-    return tuple(node for node in config.nodes if config.node_secure_boot(node)
-                 and config.node_profile(node).stream in streams and node_macs(config, node))
+    return tuple(node for node in inventory(config).values()
+                 if node.secure_boot and node.stream in streams and node_macs(node))
 
 
 def secure_boot_macs(config: Config) -> tuple[tuple[str, str], ...]:
     """``(node, MAC)`` for every MAC (:func:`node_macs`) of every :func:`secure_boot_nodes` node: the
     clients of :data:`SECURE_BOOT`, whichever NIC the firmware boots from (its reservation has one)."""
-    return tuple((node, mac) for node in secure_boot_nodes(config) for mac in node_macs(config, node))
+    return tuple((node.name, mac) for node in secure_boot_nodes(config) for mac in node_macs(node))
 
 
 def secure_boot_unlisted(config: Config) -> tuple[str, ...]:
@@ -194,12 +194,12 @@ def secure_boot_unlisted(config: Config) -> tuple[str, ...]:
     NIC falls through to the next boot device. Each line names the node's key and the MAC to add."""
     lines = []
     for node in secure_boot_nodes(config):
-        listed = set(config.nodes[node].mac)
-        origin = config.origins.get(f"nodes.{node}", config.source)
-        lines += [f"{origin}: nodes.{node}: secure_boot, and its network names NIC {mac}, which is not among "
+        listed, name = set(node.mac), node.name
+        origin = node.source.removeprefix("file:")
+        lines += [f"{origin}: nodes.{name}: secure_boot, and its network names NIC {mac}, which is not among "
                   f"its mac selectors: the DHCP engine hands that NIC the shim, but the shim's GRUB finds the "
                   f"node by its mac selectors only, so a boot from it falls through; add {mac} to "
-                  f"nodes.{node}.mac" for mac in node_macs(config, node) if mac not in listed]
+                  f"nodes.{name}.mac" for mac in node_macs(node) if mac not in listed]
     return tuple(lines)
 
 
@@ -210,11 +210,10 @@ def secure_boot_rules(config: Config) -> tuple[BootRule, ...]:
     (no engine can tell them)."""
     out = []
     for node in secure_boot_nodes(config):
-        profile = config.node_profile(node)
-        shim = f"{SET_DIR}/{profile.stream}/bootx64.efi"
-        out += [BootRule(EFI64, shim, menu=shim, node=node),
-                BootRule(HTTP64, http_base(config) + LOADER_SECUREBOOT.path(stream=profile.stream, file="bootx64.efi"),
-                         url=True, vendor_class=HTTP_VENDOR_CLASS, node=node)]
+        shim = f"{SET_DIR}/{node.stream}/bootx64.efi"
+        out += [BootRule(EFI64, shim, menu=shim, node=node.name),
+                BootRule(HTTP64, http_base(config) + LOADER_SECUREBOOT.path(stream=node.stream, file="bootx64.efi"),
+                         url=True, vendor_class=HTTP_VENDOR_CLASS, node=node.name)]
     return tuple(out)
 
 

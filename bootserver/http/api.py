@@ -36,7 +36,6 @@ from ..api.problems import MEDIA_TYPE, FieldError, Problem, pointer
 from ..api.tokens import Caller, TokenCache
 from ..config import STORE_SOURCE, describe_error, normalize_mac
 from ..config.loader import store_node
-from ..config.providers import provider_of
 from ..errors import (
     BootserverError,
     ChangesExpiredError,
@@ -47,6 +46,7 @@ from ..errors import (
     PreconditionFailedError,
     UnavailableError,
 )
+from ..inventory import inventory
 from ..node_writes import Precondition
 from ..service import BootService
 from ..state.apistore import AuditEntry
@@ -485,7 +485,8 @@ async def post_node_action(request: web.Request) -> web.StreamResponse:
                                                {"request": request[REQUEST_ID]}))
     else:
         config = await node_writes.with_store(svc.config, svc.runtime.state)
-        if found.name not in config.nodes or provider_of(config, found.name) is None:
+        resolved = inventory(config).get(found.name)
+        if resolved is None or resolved.provider is None:
             raise Problem("unprocessable", f"node {found.name} has no provider to {action} it with "
                           "(set provider on the node or its profile)")
         task = asyncio.ensure_future(_run_action(svc, action, found, request[REQUEST_ID]))

@@ -35,7 +35,6 @@ from ..errors import (
 )
 from ..files import LinkRefused, open_file
 from ..ignition import MEDIA_TYPE, NotAcceptableError
-from ..inventory import find_node, select_node
 from ..metrics import Metrics
 from ..runtime import Runtime
 from ..service import BootService
@@ -143,14 +142,14 @@ def front(running: Running, limits: Limits, spec: Route, handler: Handler, *, st
                     if reason is not None:
                         log.warning("%s %s: 403 %s", request.method, request.rel_url.raw_path, reason)
                         return forbidden()
-                request[RESOLVED] = svc.node(find_node(svc.config, name=name))
+                request[RESOLVED] = svc.inventory.find(name=name)
             elif spec is GENERIC or spec is GENERIC_GRUB:
                 q = request.query
                 try:
-                    selected = select_node(svc.config, gate.address(request), mac=q.get("mac"),
-                                           uuid=q.get("uuid"), hostname=q.get("hostname"))
-                    request[NODE] = selected
-                    request[RESOLVED] = svc.node(selected)
+                    selected = svc.inventory.select(gate.address(request), mac=q.get("mac"),
+                                                    uuid=q.get("uuid"), hostname=q.get("hostname"))
+                    request[NODE] = selected.name
+                    request[RESOLVED] = selected
                 except UnknownNodeError:
                     if not svc.config.server.discovery.enabled:
                         raise  # off: 404; on: the same script whether no node matches or not here
@@ -339,15 +338,14 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     desk = request[LOADED].desk
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
-    config = desk.config
-    rate = config.server.artifact_rate  # bytes/s held to; an attributed node's profile's first
+    rate = desk.config.server.artifact_rate  # bytes/s held to; an attributed node's profile's first
     if request.method == "GET":
         client = _client(request)
         kind, node = await desk.requested(segments, client)
         request[accesslog.ARTIFACT_KIND] = kind
         if node is not None:
-            request[NODE] = node
-            rate = config.profiles[config.nodes[node].profile].artifact_rate or rate
+            request[NODE] = node.name
+            rate = node.artifact_rate or rate
             request[accesslog.ON_SENT] = lambda status, nbytes, complete: desk.answered(
                 node, kind, client, status=status, nbytes=nbytes, complete=complete)
     found = await desk.open(segments)
@@ -430,9 +428,9 @@ async def node_report(request: web.Request) -> web.Response:
         limit = int(request.query["limit"]) if "limit" in request.query else None
     except ValueError:
         raise web.HTTPBadRequest(text="limit must be an integer\n") from None
-    svc, node = _service(request), request[NODE]
-    state, events = await svc.history(node, limit)
-    return web.json_response({**state.as_dict(time.time()), "profile": svc.config.nodes[node].profile,
+    node = request[RESOLVED]
+    state, events = await _service(request).history(node.name, limit)
+    return web.json_response({**state.as_dict(time.time()), "profile": node.profile,
                               "events": [e.as_dict() for e in events]})
 
 

@@ -22,7 +22,7 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
 
 from ..config import Config, split_listen
-from ..inventory import Address, address_allowed, cidr_network
+from ..inventory import Address, address_allowed, cidr_network, inventory
 from ..urls import Route
 
 log = logging.getLogger("bootserver.security")
@@ -191,6 +191,8 @@ class Gate:
 
     def __init__(self, config: Config, check: Callable[[str, str, str | None, str | None], bool]) -> None:
         self.config = config
+        #: the config's nodes, resolved once (their ``addresses``)
+        self.inventory = inventory(config)
         self.check = check
         #: (route name, configured node) -> the route path a signature covers (built once per pair)
         self._paths: dict[tuple[str, str], str] = {}
@@ -207,15 +209,16 @@ class Gate:
         path = self._paths.get((route.name, node))
         if path is None:
             path = route.path(node=node)
-            if node in self.config.nodes:  # names from the URL are not kept: only configured ones
+            if node in self.inventory:  # names from the URL are not kept: only configured ones
                 self._paths[(route.name, node)] = path
         if not self.check(node, path, q.get("exp"), q.get("sig")):
             return "missing, expired or invalid signature"
         if route.real_config and tls is not None and not tls.allow_plain_configs and request.scheme != "https":
             return "real config over plain HTTP"
-        if node in self.config.nodes and self.config.nodes[node].addresses:
+        resolved = self.inventory.get(node)
+        if resolved is not None and resolved.addresses:
             addr = self.address(request)
-            if not address_allowed(self.config, node, addr):
+            if not address_allowed(resolved, addr):
                 return f"source address {addr} not in the node's addresses"
         return None
 

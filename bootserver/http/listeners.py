@@ -27,7 +27,7 @@ from aiohttp import web
 from .. import __version__, reload
 from ..config import Config, split_listen
 from ..errors import ConfigError
-from ..inventory import default_node
+from ..inventory import inventory
 from .app import ADMIN_APP, RUNNING, create_app, runner_kwargs
 from .parse_errors import ADMIN_HEADERS, DEVICE_HEADERS, fence
 
@@ -73,11 +73,11 @@ def chain_hint(config: Config) -> str | None:
     """The one line that tells how to boot a machine from this server: the ``chain`` command for the
     ``default`` node's generic entry, and whether the base URL is reachable from another machine at all;
     ``None`` without a default node."""
-    fallback = default_node(config)
+    fallback = inventory(config).default
     if fallback is None:
         return None
     base = config.server.effective_base_url
-    line = (f"to boot any machine into node {fallback} ({config.node_profile(fallback).mode} mode): "
+    line = (f"to boot any machine into node {fallback.name} ({fallback.mode} mode): "
             f"at its iPXE prompt, chain {base}/boot.ipxe")
     host = urlsplit(base).hostname or ""
     if host in ("localhost", "127.0.0.1", "::1"):

@@ -42,7 +42,7 @@ from aiohttp import web
 from markupsafe import Markup
 
 from .. import __version__
-from ..config.providers import provider_of
+from ..config import ResolvedNode
 from ..errors import BootserverError
 from ..nodes_view import format_age
 from ..resources import data_dir
@@ -221,11 +221,10 @@ class Page:
         the live listeners stay (they observe the runtime every config shares)."""
         self.svc = svc
         self.loaded_at = loaded_at
-        config = svc.config
         #: what a row shows that only the config decides (it is immutable): node -> profile, mode,
         #: configured provider, MACs
-        self._static = {name: (node.profile, config.node_profile(name).mode, provider_of(config, name) or "-",
-                               list(node.mac)) for name, node in config.nodes.items()}
+        self._static = {name: (node.profile, node.mode, node.provider or "-", list(node.mac))
+                        for name, node in svc.inventory.items()}
         #: each fleet row's cells that only the config decides, escaped once (:class:`RowView`)
         self.row_heads = {name: Markup('<th scope="row"><a href="/ui/nodes/{0}">{0}</a></th><td>{1}</td><td>{2}</td>')
                           .format(name, profile, mode) for name, (profile, mode, _, _) in self._static.items()}
@@ -280,34 +279,32 @@ class Page:
         """The discovered machines that are not nodes (adopted by hand: their MAC or UUID is in the
         config), last reported first, as JSON-able dicts (:meth:`Discovered.as_dict
         <bootserver.discovery.Discovered.as_dict>`). Raises ``UnavailableError``."""
-        svc = self.svc
-        config = svc.config
+        nodes = self.svc.inventory
         return [d.as_dict() for d in await self.runtime.state.discovered()
-                if config.node_by_mac(d.mac) is None and not (d.uuid and config.node_by_uuid(d.uuid))]
+                if nodes.by_mac(d.mac) is None and not (d.uuid and nodes.by_uuid(d.uuid))]
 
-    async def node(self, name: str) -> dict[str, Any]:
+    async def node(self, node: ResolvedNode) -> dict[str, Any]:
         """What a node's page shows: its row, its events (oldest first), the time spent in each stage
         (:func:`stage_spans`), its script and stub (as ``bootserver render`` prints them; an error's
         public text when they cannot be rendered now), its chain URL and its changes through the fleet
         API (the audit trail, newest first, at most 100)."""
-        svc = self.svc
+        svc, name = self.svc, node.name
         row = next(r for r in await self.rows() if r["node"] == name)
         state, events = await svc.history(name)
-        profile = svc.config.node_profile(name)
         try:
-            script = await svc.script(name)
+            script = await svc.script(node)
         except BootserverError as e:
             script = f"(cannot be rendered now: {e.public or e})"
         try:
-            stub = (await svc.stub(name)).decode()
+            stub = (await svc.stub(node)).decode()
         except BootserverError as e:
             stub = f"(cannot be rendered now: {e.public or e})"
         now = time.time()
-        spans = stage_spans(events, profile.mode, real_config=profile.ignition is not None,
-                            final=final_stages(profile.mode, checkin=profile.checkin), now=now)
+        spans = stage_spans(events, node.mode, real_config=node.ignition is not None,
+                            final=final_stages(node.mode, checkin=node.checkin), now=now)
         changes = await svc.runtime.state.audit(node=name, limit=100)
         return {"row": row, "events": events, "state": state, "spans": spans, "script": script, "stub": stub,
-                "chain": svc.chain_url(name), "now": now, "checkin": profile.checkin,
+                "chain": svc.chain_url(name), "now": now, "checkin": node.checkin,
                 "keep_events": svc.config.timeline.keep_events, "changes": changes}
 
 
@@ -447,8 +444,8 @@ async def fleet(request: web.Request) -> web.Response:
 async def node_page(request: web.Request) -> web.Response:
     """``GET /ui/nodes/{node}`` (admin): one node."""
     page = request.app[PAGE]
-    name = request.match_info["node"]
-    return page.render("node.html.j2", **await page.node(name))
+    # a configured node: the front (bootserver.http.app) answered 404 for any other name
+    return page.render("node.html.j2", **await page.node(page.svc.node(request.match_info["node"])))
 
 
 async def cache_page(request: web.Request) -> web.Response:

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from .. import reload
-from ..config import Config
+from ..config import Config, ResolvedNode
 from ..desk import ArtifactDesk
 from ..errors import BootserverError
 from ..intake import DiscoveryIntake
-from ..inventory import NodeContext
 from ..metrics import Metrics
 from ..runtime import Runtime
 from ..service import BootService
@@ -49,9 +48,9 @@ class Loaded:
 
 #: What answers this request (:class:`Loaded`), set by :func:`front`.
 LOADED = web.RequestKey("loaded", Loaded)
-#: The node the request concerns, resolved once by :func:`front` (:class:`~bootserver.inventory.NodeContext`)
+#: The node the request concerns, resolved once by :func:`front` (:class:`~bootserver.config.ResolvedNode`)
 #: and passed down to the service; ``request[NODE]`` holds its name for the access log.
-RESOLVED = web.RequestKey("resolved", NodeContext)
+RESOLVED = web.RequestKey("resolved", ResolvedNode)
 
 
 class Running:

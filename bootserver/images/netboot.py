@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import Config
+from ..config import Config, ResolvedNode
 from ..grub import grub_path, grub_quote
 from ..ipxe import check_script_word
 from ..urls import Urls
@@ -156,8 +156,9 @@ def netboot_arm64_base(cache_dir: Path) -> BaseImage:
                       "efiboot.img", "BOOTSERVER", UEFI_BOOT)
 
 
-def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] | None = None) -> NodeImage:
-    """Node ``node``'s netboot image: the base (:func:`netboot_base`) with the node's region, whose
+def node_image(config: Config, urls: Urls, resolved: ResolvedNode,
+               device: Mapping[str, Any] | None = None) -> NodeImage:
+    """The netboot image of a node (as resolved): the base (:func:`netboot_base`) with the node's region, whose
     ``isolinux.cfg`` (:func:`isolinux_cfg`) and ``grub.cfg`` (:func:`grub_cfg`) bring up the node's
     boot network (:func:`~.network.boot_network`) and chain its signed chain URL or GRUB config. A node
     whose profile is aarch64 gets the UEFI-only image (:func:`netboot_arm64_base`): its region is the
@@ -175,16 +176,17 @@ def node_image(config: Config, urls: Urls, node: str, device: Mapping[str, Any] 
     :class:`~bootserver.grub.GrubUnsupported` / :class:`~bootserver.ipxe.UnsafeValueError` for URLs
     GRUB or iPXE cannot read.
     """
-    boot = boot_network(config, node, device)
+    node = resolved.name
+    boot = boot_network(config.source, resolved, device)
     chain, grub = urls.chain(node), urls.grub(node)
     exp, key = urls.signer.state(config.server.signing.chain_ttl)
-    if config.node_profile(node).arch == "aarch64":  # UEFI only, through the arm64 GRUB
+    if resolved.arch == "aarch64":  # UEFI only, through the arm64 GRUB
         base = netboot_arm64_base(config.cache_dir)
         digest = hashlib.sha256(repr((boot, grub.split("?")[0], hashlib.sha256(key).hexdigest(),
                                       base.name)).encode()).hexdigest()[:16]
-        return cached_region(config, urls, node, base, digest, exp, lambda: {NODE_GRUB: grub_cfg(boot, grub)})
+        return cached_region(config, urls, resolved, base, digest, exp, lambda: {NODE_GRUB: grub_cfg(boot, grub)})
     base = netboot_base(config.cache_dir)
     digest = hashlib.sha256(repr((boot, chain.split("?")[0], grub.split("?")[0], hashlib.sha256(key).hexdigest(),
                                   base.name)).encode()).hexdigest()[:16]
-    return cached_region(config, urls, node, base, digest, exp,
+    return cached_region(config, urls, resolved, base, digest, exp,
                          lambda: {NODE_ISOLINUX: isolinux_cfg(boot, chain), NODE_GRUB: grub_cfg(boot, grub)})

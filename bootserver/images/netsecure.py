@@ -38,6 +38,7 @@ from ..artifacts.readthrough import ReadThrough
 from ..config import Config
 from ..files import write_atomic
 from ..grub import grub_kargs, grub_path, grub_quote
+from ..inventory import inventory
 from .secureboot import GRUB, MOKMANAGER, SHIM, SecureBootUnsupported, vendor_loaders
 
 #: The network names of the vendor's loaders (the name served -> the name in the live ISO's
@@ -108,10 +109,9 @@ def secure_boot_streams(config: Config) -> list[str]:
     """The streams a network loader set is made for: those of the x86_64 ``secure_boot`` nodes, in
     config order (a set is made of the stream's release's live ISO, fetched on first use)."""
     out: list[str] = []
-    for node in config.nodes:
-        profile = config.node_profile(node)
-        if config.node_secure_boot(node) and profile.arch == "x86_64" and profile.stream not in out:
-            out.append(profile.stream)
+    for node in inventory(config).values():
+        if node.secure_boot and node.arch == "x86_64" and node.stream not in out:
+            out.append(node.stream)
     return out
 
 

@@ -10,11 +10,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import Config
-from ..config.providers import boots_virtual_media
+from ..config import Config, ResolvedNode
 from ..errors import ConfigError, InputError
 from ..grub import GrubUnsupported, grub_path
-from ..inventory import node_context
+from ..inventory import inventory
 from ..network import node_network
 from ..nmstate import Interface, NetworkConfigError, NetworkState, check_network
 
@@ -104,10 +103,11 @@ def boot_interface(state: NetworkState, macs: Iterable[str]) -> tuple[Interface,
     return nic, carrier, nic.mac_address or (macs[0] if macs else None)
 
 
-def boot_network(config: Config, node: str, device: Mapping[str, Any] | None = None) -> BootNetwork:
-    """How node ``node``'s image brings up its boot interface: from its ``network`` (``device``, its device
-    record in the state store, for ``network: provider``), see :func:`boot_interface`. A node with
-    ``network: dhcp`` (the default), or whose boot interface has ``dhcp: true``, gets DHCP on its first MAC.
+def boot_network(config_file: str, resolved: ResolvedNode, device: Mapping[str, Any] | None = None) -> BootNetwork:
+    """How the image of a node (as resolved; of config file ``config_file``) brings up its boot interface:
+    from its ``network`` (``device``, its device record in the state store, for ``network: provider``), see
+    :func:`boot_interface`. A node with ``network: dhcp`` (the default), or whose boot interface has
+    ``dhcp: true``, gets DHCP on its first MAC.
 
     Raises :class:`~bootserver.errors.ConfigError` naming the config file, node and key when the boot
     interface cannot be told (``nodes.<n>.network.interfaces: no interface has the node's MAC ...``), and
@@ -115,17 +115,15 @@ def boot_network(config: Config, node: str, device: Mapping[str, Any] | None = N
     on a VLAN (the image does not tag), or only IPv6 (neither loader sets a static IPv6 address).
     Raises :class:`~bootserver.errors.DeviceRecordError` as :func:`~bootserver.network.node_network`.
     """
-    macs = config.nodes[node].mac
-    state = node_network(node_context(config, node), device)
+    node, macs, where = resolved.name, resolved.mac, resolved.network_key
+    state = node_network(resolved, device)
     if state is None or not state.interfaces:
         return BootNetwork("", macs[0] if macs else None)
-    spec = config.nodes[node]
-    where = f"nodes.{node}.network" if spec.network is not None else f"profiles.{spec.profile}.network"
     try:
         plan = check_network(state)
         _nic, carrier, mac = boot_interface(state, macs)
     except NetworkConfigError as e:
-        raise ConfigError(config.source, f"{where}.{e.path}", e.message) from None
+        raise ConfigError(config_file, f"{where}.{e.path}", e.message) from None
     if not (carrier.ipv4.on or carrier.ipv6.on):
         vlans = [i.name for i in state.interfaces if i.vlan is not None and i.vlan.base_iface == carrier.name]
         if vlans:
@@ -148,15 +146,16 @@ def check_boot_networks(config: Config) -> None:
     NMState ``network`` can be told (:func:`boot_network`). Raises
     :class:`~bootserver.errors.ConfigError` naming the config file, node and key. What only the image
     cannot do (IPv6 only, a VLAN; :class:`IsoError`; a base URL GRUB cannot fetch, https or IPv6) fails
-    only for the nodes that ``provision`` boots from their image (:func:`boots_virtual_media`), and for
-    every node in ``bootserver iso``. ``secure_boot`` nodes are left out: their image sets no network."""
-    for node in config.nodes:
-        if config.node_secure_boot(node):
+    only for the nodes that ``provision`` boots from their image (:attr:`ResolvedNode.boots_image
+    <bootserver.config.ResolvedNode.boots_image>`), and for every node in ``bootserver iso``.
+    ``secure_boot`` nodes are left out: their image sets no network."""
+    for resolved in inventory(config).values():
+        if resolved.secure_boot:
             continue  # its image is the vendor's GRUB and kernel with kargs, nothing of the netboot image
-        network = node_context(config, node).network
-        if boots_virtual_media(config, node) and network != "provider":
-            boot_network(config, node)
-            facility = config.nodes[node].facility
+        node, network = resolved.name, resolved.network
+        if resolved.boots_image and network != "provider":
+            boot_network(config.source, resolved)
+            facility = resolved.facility
             bases = [("server.base_url", config.server.effective_base_url)]
             if facility is not None and (facility_base := config.facilities[facility].base_url_for(None)):
                 bases.append((f"facilities.{facility}.base_url", facility_base))
@@ -168,4 +167,4 @@ def check_boot_networks(config: Config) -> None:
                                       f"virtual-media), whose GRUB fetches plain http only, not {base}") from None
         elif isinstance(network, NetworkState):
             with contextlib.suppress(IsoError):
-                boot_network(config, node)
+                boot_network(config.source, resolved)

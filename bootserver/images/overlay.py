@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import Config
+from ..config import Config, ResolvedNode
 from ..files import fsync_dir, read_file, write_atomic
 from ..urls import Urls
 from .base import BaseImage
@@ -97,13 +97,13 @@ class NodeImage:
         fsync_dir(path.parent)
 
 
-def cached_region(config: Config, urls: Urls, node: str, base: BaseImage, digest: str, exp: int,
+def cached_region(config: Config, urls: Urls, resolved: ResolvedNode, base: BaseImage, digest: str, exp: int,
                   texts: Callable[[], Mapping[str, str]]) -> NodeImage:
-    """The node's image over ``base`` from its cached region ``<node>-<digest>-<exp>.region`` in
+    """The image of a node (as resolved) over ``base`` from its cached region ``<node>-<digest>-<exp>.region`` in
     ``<cache_dir>/iso/nodes`` while one is valid for half of ``chain_ttl`` more, else from a new one
     made of ``texts()`` (a mapping of the base's region files to their texts), which replaces the
     node's older regions. Raises as :meth:`~.base.BaseImage.region` and ``OSError``."""
-    folder = config.cache_dir / "iso" / "nodes"
+    node, folder = resolved.name, config.cache_dir / "iso" / "nodes"
     later = urls.signer.now() + config.server.signing.chain_ttl / 2
     for have in sorted(folder.glob(f"{node}-{digest}-*.region"), reverse=True):
         stamp = have.stem.rsplit("-", 1)[1]

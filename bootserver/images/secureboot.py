@@ -32,7 +32,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..config import Config
+from ..config import Config, ResolvedNode
 from ..errors import BootserverError, InputError
 from ..grub import grub_kargs, grub_quote
 from ..streams import Release
@@ -217,9 +217,9 @@ def check_secure_boot(node: str, release: Release) -> None:
                                     f"is {release.arch} for this node")
 
 
-def secureboot_image(config: Config, urls: Urls, node: str, release: Release, iso: Path, kernel: Path,
-                     initramfs: Path, kargs: Sequence[str]) -> NodeImage:
-    """Node ``node``'s Secure Boot image: the base of ``release`` (:func:`secureboot_base` from the
+def secureboot_image(config: Config, urls: Urls, resolved: ResolvedNode, release: Release, iso: Path,
+                     kernel: Path, initramfs: Path, kargs: Sequence[str]) -> NodeImage:
+    """The Secure Boot image of a node (as resolved): the base of ``release`` (:func:`secureboot_base` from the
     vendor's loaders of the cached live ISO ``iso`` and the cached ``kernel`` and ``initramfs``) with
     the node's region (:func:`secureboot_region`) for ``kargs`` (the node's kernel arguments as its
     iPXE script carries them, the stub URL signed for ``chain_ttl``; ``initrd=main`` is left out: GRUB's
@@ -227,6 +227,7 @@ def secureboot_image(config: Config, urls: Urls, node: str, release: Release, is
     image's (:func:`~.overlay.cached_region`). Raises :class:`SecureBootUnsupported`,
     :class:`VendorImageError`, :class:`~.base.RegionTooSmall`, as :func:`~.base.base_image`, and
     :class:`~bootserver.ipxe.UnsafeValueError` for a karg GRUB would not read literally."""
+    node = resolved.name
     check_secure_boot(node, release)
     assert release.live_iso is not None
     loaders = vendor_loaders(iso, release.live_iso.sha256, config.cache_dir)
@@ -236,4 +237,4 @@ def secureboot_image(config: Config, urls: Urls, node: str, release: Release, is
     exp, key = urls.signer.state(config.server.signing.chain_ttl)
     stable = tuple(k.split("?", 1)[0] if k.startswith(SIGNED_KARGS) else k for k in kargs)
     digest = hashlib.sha256(repr((stable, hashlib.sha256(key).hexdigest(), base.name)).encode()).hexdigest()[:16]
-    return cached_region(config, urls, node, base, digest, exp, lambda: secureboot_region(node, kargs))
+    return cached_region(config, urls, resolved, base, digest, exp, lambda: secureboot_region(node, kargs))

@@ -31,8 +31,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from bootserver.config import Config
 from bootserver.config.bmc_settings import BmcSettings
-from bootserver.config.providers import provider_of
 from bootserver.errors import InputError
+from bootserver.inventory import inventory
 from bootserver.providers.base import (
     MissingCredentials,
     Outcome,
@@ -41,7 +41,7 @@ from bootserver.providers.base import (
     ProviderOptions,
     option,
 )
-from bootserver.providers.interface import Provider, node_settings
+from bootserver.providers.interface import Provider
 from bootserver.sealing import unseal
 from bootserver.urls import Urls
 
@@ -91,6 +91,8 @@ class BmcProvider(Provider[BmcOptions], Generic[SettingsT, MachineT]):
         self.config = config
         self.options = options
         self.urls = urls
+        #: the config's nodes, resolved once (their provider and merged settings)
+        self.inventory = inventory(config)
 
     @classmethod
     def open(cls, config: Config, options: BmcOptions, urls: Urls) -> BmcProvider[SettingsT, MachineT]:
@@ -111,7 +113,7 @@ class BmcProvider(Provider[BmcOptions], Generic[SettingsT, MachineT]):
         """The node's merged settings (node over profile), with ``address`` and ``username`` present:
         else ``InputError`` naming the node and the key (``node rf-0: no redfish.address: set it on
         the node or its profile``)."""
-        s: SettingsT = node_settings(self.config, node, type(self))
+        s: SettingsT = self.inventory[node].settings
         for key in ("address", "username"):
             if getattr(s, key) is None:
                 raise InputError(f"node {node}: no {self.settings_key}.{key}: set it on the node or its profile")
@@ -146,7 +148,7 @@ class BmcProvider(Provider[BmcOptions], Generic[SettingsT, MachineT]):
 
     def nodes(self) -> list[str]:
         """The nodes of the config whose provider is this one, in config order."""
-        return [node for node in self.config.nodes if provider_of(self.config, node) == self.name]
+        return [node.name for node in self.inventory.of_provider(self.name)]
 
     # -- what a protocol fills in
 

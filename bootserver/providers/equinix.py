@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from bootserver.config import Config
+from bootserver.config import Config, ResolvedNode
 from bootserver.config.equinix_settings import (
     BILLING_CYCLES,
     DEFAULT_TAG,
@@ -32,6 +32,7 @@ from bootserver.config.equinix_settings import (
 )
 from bootserver.config.messages import describe_error
 from bootserver.errors import InputError
+from bootserver.inventory import inventory
 from bootserver.providers.base import (
     Outcome,
     Poll,
@@ -69,15 +70,13 @@ def settings_from_options(**options: Any) -> MetalSettings:
         raise InputError(f"--{option}: {message}") from None
 
 
-def node_settings(config: Config, node: str) -> MetalSettings:
-    """The merged ``metal:`` settings of ``node`` in a loaded ``bootserver.config.Config``: the node's
-    mapping over its profile's (both already checked at config load). ``always_pxe`` defaults to true
-    when the profile boots once (an installed node then gets the boot-disk script on every PXE boot,
-    and ``bootserver nodes reinstall`` reinstalls it without touching the device)."""
-    spec = config.nodes[node]
-    profile = config.node_profile(node)
-    merged = spec.metal.merged_over(profile.metal)
-    if merged.always_pxe is None and profile.boots_once:
+def node_settings(node: ResolvedNode) -> MetalSettings:
+    """The merged ``metal:`` settings of a node of the Equinix provider (as resolved: the node's mapping
+    over its profile's, both checked at config load). ``always_pxe`` defaults to true when the node boots
+    once (an installed node then gets the boot-disk script on every PXE boot, and ``bootserver nodes
+    reinstall`` reinstalls it without touching the device)."""
+    merged: MetalSettings = node.settings if node.provider == "equinix" else MetalSettings()
+    if merged.always_pxe is None and node.boots_once:
         merged = merged.model_copy(update={"always_pxe": True})
     return merged
 
@@ -255,6 +254,8 @@ class Equinix(Provider[EquinixOptions]):
         self.client = client
         self.tag = config.metal.tag
         self.urls = urls
+        #: the config's nodes, resolved once (their hostname, merged settings)
+        self.inventory = inventory(config)
 
     @classmethod
     def used_by(cls, config: Config, options: EquinixOptions) -> bool:
@@ -291,10 +292,10 @@ class Equinix(Provider[EquinixOptions]):
         )
         out = []
         for node in nodes:
-            settings = overrides.merged_over(node_settings(self.config, node))
+            settings = overrides.merged_over(node_settings(self.inventory[node]))
             if opts.tags:
                 settings = settings.model_copy(update={"tags": (*(settings.tags or ()), *opts.tags)})
-            out.append((node, build_device_spec(self.config.node_hostname(node), settings, self.urls.chain(node),
+            out.append((node, build_device_spec(self.inventory[node].hostname, settings, self.urls.chain(node),
                                                 via=opts.via, managed_tag=self.tag, node=node)))
         return out
 
@@ -356,7 +357,7 @@ class Equinix(Provider[EquinixOptions]):
             project = self._project(rec)
             if project not in listed:
                 listed[project] = self.client.list(project, tag=self.tag)
-            device = find_managed_device(listed[project], self.config.node_hostname(node), self.tag)
+            device = find_managed_device(listed[project], self.inventory[node].hostname, self.tag)
             device_id = device.id if device else rec.get("id")
             deleted = False
             if device_id:
@@ -376,9 +377,9 @@ class Equinix(Provider[EquinixOptions]):
         project of ``--project``, else ``metal.project``, else the one of this config's Equinix devices
         recorded in the state store (``provision --project`` through another replica's config)."""
         projects = [d.get("project") for n, d in recorded.items()
-                    if n in self.config.nodes and d.get("provider", "equinix") == self.name and d.get("project")]
+                    if n in self.inventory and d.get("provider", "equinix") == self.name and d.get("project")]
         project = self._project({"project": projects[0]} if projects else None)
-        by_hostname = {self.config.node_hostname(n): n for n in self.config.nodes}
+        by_hostname = {n.hostname: name for name, n in self.inventory.items()}
         devices = self.client.list(project, tag=self.tag)
         return [f"{format_device(d, d.hostname)} {by_hostname.get(d.hostname, '-')}"
                 for d in sorted(devices, key=lambda d: (d.hostname, d.id))]

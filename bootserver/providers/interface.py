@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from bootserver.config import Config
-from bootserver.config.providers import REGISTRY, provider_of, provider_settings
+from bootserver.config.providers import REGISTRY
+from bootserver.inventory import inventory
 from bootserver.providers.base import Outcome, Poll, ProviderOptions
 from bootserver.urls import Urls
 
@@ -61,7 +62,7 @@ class Provider(Generic[OptionsT]):
     @classmethod
     def used_by(cls, config: Config, options: OptionsT) -> bool:
         """Whether ``devices`` should ask this provider (it has nodes, or options name it)."""
-        return any(provider_of(config, n) == cls.name for n in config.nodes)
+        return bool(inventory(config).of_provider(cls.name))
 
     @classmethod
     def open(cls, config: Config, options: OptionsT, urls: Urls) -> Provider[OptionsT]:
@@ -123,7 +124,3 @@ def provider_classes() -> list[type[Provider[Any]]]:
     """Every registered provider class, in registry order."""
     return [provider_class(name) for name in REGISTRY]
 
-
-def node_settings(config: Config, node: str, provider: type[Provider[Any]]) -> Any:
-    """The provider's settings of ``node``: its mapping merged over its profile's (node wins)."""
-    return provider_settings(config, node, provider.settings_key)

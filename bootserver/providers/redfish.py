@@ -320,8 +320,9 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         the signed image URL, override ``Cd``/``Once``). Settings of every node, and the boot network of
         each virtual-media node's image, are checked before any BMC is asked."""
         for node in nodes:
-            if self.settings(node).boot_source in IMAGE_BOOTS and not self.config.node_secure_boot(node):
-                boot_network(self.config, node)  # exit 2 naming the node and key, before any BMC call
+            if self.settings(node).boot_source in IMAGE_BOOTS and not self.inventory[node].secure_boot:
+                # exit 2 naming the node and key, before any BMC call
+                boot_network(self.config.source, self.inventory[node])
         systems = {}
         for node in nodes:  # every node's Secure Boot is read before any power action (on any node)
             bmc, s = self.bmc(node)
@@ -387,7 +388,7 @@ class Redfish(BmcProvider[RedfishSettings, System]):
                 f"node {node}: Secure Boot is on in {system.path}, and its boot from the network (our iPXE) is "
                 "not signed: set redfish.boot_source: virtual-media and secure_boot: true (the release's signed "
                 "shim, GRUB and kernel), or turn Secure Boot off")
-        if not self.config.node_secure_boot(node):
+        if not self.inventory[node].secure_boot:
             raise SecureBootRefused(
                 f"node {node}: Secure Boot is on in {system.path}, and its boot image is not the Secure Boot one: "
                 "set secure_boot: true (the release's signed shim, GRUB and kernel), or turn Secure Boot off")
@@ -449,7 +450,7 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         return {k: v for k, v in device.items() if k != "media"}
 
     def _check_macs(self, node: str, device: Mapping[str, Any]) -> None:
-        macs = self.config.nodes[node].mac
+        macs = self.inventory[node].mac
         if macs and device["macs"] and not set(macs) & set(device["macs"]):
             log.warning("node %s: none of the system's MACs (%s) is in nodes.%s.mac: /boot.ipxe?mac= will "
                         "not find it", node, ", ".join(device["macs"]), node)

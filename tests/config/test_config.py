@@ -13,6 +13,7 @@ from support.helpers import REPO
 
 from bootserver.config import FCOS_STABLE_URL, load_config
 from bootserver.errors import ConfigError
+from bootserver.inventory import inventory
 
 BASE = """
 streams:
@@ -167,10 +168,11 @@ def test_mac_selectors_are_normalised(tmp_path: Path, reference: Path) -> None:
         reference,
         replace=('mac: "52:54:00:12:34:56"', "mac: [52-54-00-AB-CD-EF, '52:54:00:00:00:01']"),
     )
-    cfg = load_config(path)
-    assert cfg.node_by_mac("52:54:00:ab:cd:ef") == "master-0"
-    assert cfg.node_by_mac("52-54-00-00-00-01") == "master-0"
-    assert cfg.node_by_mac("52:54:00:00:00:02") is None
+    nodes = inventory(load_config(path))
+    assert nodes["master-0"].mac == ("52:54:00:ab:cd:ef", "52:54:00:00:00:01")
+    assert nodes.find(mac="52:54:00:ab:cd:ef").name == "master-0"
+    assert nodes.find(mac="52-54-00-00-00-01").name == "master-0"
+    assert nodes.by_mac("52:54:00:00:00:02") is None
 
 
 def test_documented_example_config_loads(tmp_path: Path) -> None:
@@ -219,9 +221,9 @@ def test_a_node_name_that_is_not_a_hostname_needs_hostname(tmp_path: Path, refer
     assert str(info.value).startswith(f"{path}: nodes.master_0: 'master_0' is not a valid hostname, and a node "
                                       "without hostname: uses its name as hostname: set hostname: or rename the node")
     path = write(tmp_path, reference, replace=("master-0: {", "master_0: {hostname: master-0, "))
-    cfg = load_config(path)
-    assert cfg.node_hostname("master_0") == "master-0"
-    assert cfg.node_by_hostname("MASTER-0") == "master_0"
+    nodes = inventory(load_config(path))
+    assert nodes["master_0"].hostname == "master-0"
+    assert nodes.find(hostname="MASTER-0").name == "master_0"
 
 
 def test_hostname_key_follows_the_same_rule(tmp_path: Path, reference: Path) -> None:

@@ -15,6 +15,7 @@ from support.networks import MAC, STATIC
 from bootserver.config import parse_config
 from bootserver.images.netboot import grub_cfg, ipxe_commands
 from bootserver.images.network import BootNetwork, boot_network
+from bootserver.inventory import inventory
 
 BOND = {
     "interfaces": [
@@ -44,7 +45,8 @@ def doc(reference: Path, tmp_path: Path, network: Any = None, mac: Any = MAC) ->
 
 
 def boot_of(reference: Path, tmp_path: Path, network: Any, mac: Any = MAC) -> BootNetwork:
-    return boot_network(parse_config(doc(reference, tmp_path, network, mac), "b.yaml", tmp_path), "master-0")
+    config = parse_config(doc(reference, tmp_path, network, mac), "b.yaml", tmp_path)
+    return boot_network(config.source, inventory(config)["master-0"])
 
 
 def test_the_interface_with_the_node_mac_gets_its_static_address(reference: Path, tmp_path: Path) -> None:

@@ -169,6 +169,7 @@ def test_userdata_refuses_unsafe_urls(url):
 
 def test_always_pxe_follows_boot_once_unless_set(tmp_path, reference) -> None:
     from bootserver.config import parse_config
+    from bootserver.inventory import inventory
     from bootserver.providers.equinix import node_settings
 
     cfg = parse_config({
@@ -179,7 +180,7 @@ def test_always_pxe_follows_boot_once_unless_set(tmp_path, reference) -> None:
         "nodes": {"a": {"profile": "install"}, "b": {"profile": "once-off"}, "c": {"profile": "live"},
                   "d": {"profile": "install", "metal": {"always_pxe": False}}},
     }, "t.yaml", tmp_path)
-    assert [node_settings(cfg, n).always_pxe for n in "abcd"] == [True, None, None, False]
+    assert [node_settings(inventory(cfg)[n]).always_pxe for n in "abcd"] == [True, None, None, False]
 
 
 def test_a_nodes_platform_comes_from_the_registry_without_importing_a_provider(reference) -> None:
@@ -193,7 +194,7 @@ def test_a_nodes_platform_comes_from_the_registry_without_importing_a_provider(r
 import sys
 from pathlib import Path
 from bootserver.config import parse_config
-from bootserver.config.providers import boot_platform
+from bootserver.inventory import inventory
 doc = {{"streams": {{"r": {{"metadata": "rhcos-stream-4.16.json"}}}},
        "profiles": {{"p": {{"stream": "r", "install_dev": "/dev/sda"}},
                     "bmc": {{"stream": "r", "install_dev": "/dev/sda", "provider": "redfish",
@@ -204,7 +205,7 @@ doc = {{"streams": {{"r": {{"metadata": "rhcos-stream-4.16.json"}}}},
        "nodes": {{"n": {{"profile": "p"}}, "b": {{"profile": "bmc", "redfish": {{"system": "/redfish/v1/Systems/1"}}}},
                  "q": {{"profile": "own"}}, "e": {{"profile": "eq"}}}}}}
 config = parse_config(doc, "c.yaml", Path({str(reference)!r}))
-print(*(boot_platform(config, n) for n in ("n", "b", "q", "e")))
+print(*(inventory(config)[n].platform for n in ("n", "b", "q", "e")))
 print(sorted(m for m in sys.modules if m.startswith("bootserver.providers.") and m.split(".")[-1] in
              ("equinix", "redfish")))
 """
