@@ -17,7 +17,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from support.helpers import BOOTSERVER, SCHEMAS, write_config
+from support.forked_cli import run_forked_sync
+from support.helpers import SCHEMAS, write_config
 from support.services import service
 from support.signing import fixed_signer
 
@@ -152,8 +153,7 @@ def test_openshift_variant_is_translated_raw(butane_path: Path, tmp_path: Path) 
 
 def test_check_config_accepts_a_butane_profile(butane_path: Path, reference: Path, tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "bootserver.yaml", config_doc(reference, butane_config(tmp_path)))
-    p = subprocess.run([*BOOTSERVER, "check-config", "--config", str(cfg)], capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL, timeout=60)
+    p = run_forked_sync(["check-config", "--config", str(cfg)])
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"{cfg}: ok")
 
@@ -166,8 +166,7 @@ def test_without_butane_on_path_check_config_and_serve_exit_2(command: list[str]
                                                       "server": {"base_url": "http://127.0.0.1:1",
                                                                  "listen": "127.0.0.1:1"}})
     env = {**os.environ, "PATH": str(tmp_path / "empty")}  # no butane anywhere
-    p = subprocess.run([*BOOTSERVER, *command, "--config", str(cfg)], capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL, env=env, timeout=60)
+    p = run_forked_sync([*command, "--config", str(cfg)], env=env)
     assert p.returncode == 2, p.stderr
     assert p.stdout == ""
     lines = p.stderr.strip().splitlines()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import ValidationError
+from support.forked_cli import run_forked_sync
 from support.helpers import REPO
 
 from bootserver.config import FCOS_STABLE_URL, load_config
@@ -237,8 +238,9 @@ def test_hostname_key_follows_the_same_rule(tmp_path: Path, reference: Path) -> 
 
 
 def _bootserver(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bootserver", *argv], capture_output=True, text=True,
-                          timeout=60, env=env)
+    """``bootserver ARGV`` in a process of its own (forked, :mod:`support.forked_cli`; the tests above run
+    the real ``python -m bootserver``)."""
+    return run_forked_sync(argv, timeout=60, env=env)
 
 
 @pytest.mark.parametrize("name,shown", [("master\\n0", "'master\\n0'"), ("m\\0", "'m\\x00'"),

@@ -22,8 +22,10 @@ import io
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import bootserver
@@ -60,33 +62,64 @@ def _command(args: list[str], cwd: str, env: dict[str, str], out: str, err: str)
     sys.exit(code)
 
 
+class _Forked:
+    """One command: its child (started), its output files, and a kill of its whole group."""
+
+    def __init__(self, args: tuple[str, ...], folder: str, cwd: Path | None, env: dict[str, str] | None) -> None:
+        self.out, self.err = Path(folder, "stdout"), Path(folder, "stderr")
+        self.out.touch()
+        self.err.touch()
+        self.child = _CONTEXT.Process(target=_command, args=(list(args), str(cwd or os.getcwd()),
+                                                             dict(os.environ if env is None else env),
+                                                             str(self.out), str(self.err)))
+        self.child.start()  # a round trip to the fork server (the session's first call starts it: about 1 s)
+        assert self.child.pid is not None
+        self.pid: int = self.child.pid
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)  # (killed before its setsid)
+
+    def result(self) -> tuple[int, str, str]:
+        self.child.join()
+        assert self.child.exitcode is not None
+        return self.child.exitcode, self.out.read_bytes().decode(), self.err.read_bytes().decode()
+
+
 async def run_forked(args: tuple[str, ...], timeout: float, cwd: Path | None) -> tuple[int, str, str]:
     """Run ``bootserver ARGS`` as a forked child (module docstring) without blocking the event loop;
     returns ``(exit status, stdout, stderr)``. After ``timeout`` seconds its process group is killed and
     ``TimeoutError`` raised."""
     loop = asyncio.get_running_loop()
     with tempfile.TemporaryDirectory(prefix="bootserver-cli-") as folder:
-        out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        out.touch()
-        err.touch()
-        child = _CONTEXT.Process(target=_command, args=(list(args), str(cwd or os.getcwd()), dict(os.environ),
-                                                        str(out), str(err)))
-        child.start()  # a round trip to the fork server (the session's first call starts it: about 1 s)
-        pid = child.pid
-        assert pid is not None
+        forked = _Forked(args, folder, cwd, None)
         ended = loop.create_future()
-        loop.add_reader(child.sentinel, lambda: ended.done() or ended.set_result(None))
+        loop.add_reader(forked.child.sentinel, lambda: ended.done() or ended.set_result(None))
         try:
             await asyncio.wait_for(ended, timeout)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)  # (killed before its setsid)
-            await asyncio.to_thread(child.join, 10)
+            forked.kill()
+            await asyncio.to_thread(forked.child.join, 10)
             raise
         finally:
-            loop.remove_reader(child.sentinel)
-        child.join()
-        assert child.exitcode is not None
-        return child.exitcode, out.read_bytes().decode(), err.read_bytes().decode()
+            loop.remove_reader(forked.child.sentinel)
+        return forked.result()
+
+
+def run_forked_sync(args: Sequence[str], timeout: float = 60, cwd: Path | None = None,
+                    env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([*BOOTSERVER, *args], capture_output=True, text=True, timeout=..., cwd=..., env=...)``
+    as a forked child (module docstring): the same ``CompletedProcess``, and ``subprocess.TimeoutExpired``
+    after ``timeout`` seconds (its process group killed)."""
+    with tempfile.TemporaryDirectory(prefix="bootserver-cli-") as folder:
+        forked = _Forked(tuple(args), folder, cwd, None if env is None else dict(env))
+        forked.child.join(timeout)
+        if forked.child.exitcode is None:
+            forked.kill()
+            forked.child.join(10)
+            raise subprocess.TimeoutExpired(["bootserver", *args], timeout)
+        code, out, err = forked.result()
+        text = [t.replace("\r\n", "\n").replace("\r", "\n") for t in (out, err)]  # text=True's newlines
+        return subprocess.CompletedProcess(["bootserver", *args], code, *text)
