@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from .ipxe import check_script_word
-from .values import normalize_mac
+from .values import unicast_mac
 
 #: A Linux interface name (at most IFNAMSIZ - 1 = 15 bytes) that also fits the ``:``/``,``-separated
 #: dracut arguments: letters, digits, ``_``, ``-`` and ``.``, not starting with ``.`` or ``-``.
@@ -82,7 +82,7 @@ def _ip(value: str) -> str:
 def _mac(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         raise ValueError("put MAC addresses in quotes: YAML reads an unquoted 52:54:00:12:34:56 as a number")
-    return normalize_mac(value) if isinstance(value, str) else value
+    return unicast_mac(value) if isinstance(value, str) else value
 
 
 _Tuple = BeforeValidator(_list_to_tuple)

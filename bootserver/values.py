@@ -45,6 +45,7 @@ __all__ = [
     "parse_duration",
     "parse_networks",
     "split_listen",
+    "unicast_mac",
     "url_for_family",
 ]
 
@@ -177,6 +178,20 @@ def normalize_mac(value: str) -> str:
     if not MAC_RE.match(value):
         raise ValueError(f"not a MAC address: {value!r}")
     return value.lower().replace("-", ":")
+
+
+def unicast_mac(value: str) -> str:
+    """A configured NIC's MAC address (:func:`normalize_mac`), which must be one a NIC can have: raises
+    ``ValueError`` for a group (multicast or broadcast) address, the least significant bit of its first
+    octet set (IEEE 802-2014, 8.2.2), and for the all-zero address, as well as for anything
+    :func:`normalize_mac` refuses."""
+    mac = normalize_mac(value)
+    if int(mac[:2], 16) & 1:
+        raise ValueError(f"{mac} is a multicast (group) address, no NIC's own: the first octet's lowest bit "
+                         "is set")
+    if mac == "00:00:00:00:00:00":
+        raise ValueError(f"{mac} is the all-zero address, no NIC's own")
+    return mac
 
 
 def check_http_url(value: str) -> str:

@@ -38,9 +38,9 @@ from ..values import (
     ScriptWord,
     SettingsModel,
     YamlList,
-    normalize_mac,
     null_as_empty,
     one_per_family,
+    unicast_mac,
     url_for_family,
 )
 from .dhcp import DhcpSettings
@@ -211,7 +211,7 @@ class Node(SettingsModel):
             # YAML 1.1 reads an unquoted 52:54:00:12:34:56 as a base-60 integer
             raise ValueError("put MAC addresses in quotes: YAML reads an unquoted 52:54:00:12:34:56 as a number")
         if isinstance(value, list):
-            return tuple(normalize_mac(v) if isinstance(v, str) else v for v in value)
+            return tuple(unicast_mac(v) if isinstance(v, str) else v for v in value)
         return value
 
     @field_validator("uuid")

@@ -475,3 +475,31 @@ def test_check_config_warns_of_a_reserved_node_boot_ipxe_never_hands_its_script(
     path = write(doc, tmp_path)
     rc, _, err = run(capsys, "check-config", "--config", str(path))
     assert rc == 0 and err == ""
+
+
+def test_a_comma_in_the_base_url_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """dnsmasq's ``dhcp-boot`` separates its fields by commas: the chain URL would be cut at one."""
+    doc = fleet({"mode": "full"})
+    doc["server"]["base_url"] = "http://192.0.2.1:8080/boot,server"
+    path = write(doc, tmp_path)
+    for command in (["check-config"], ["dhcp", "--print"], ["dhcp"]):
+        rc, out, err = run(capsys, *command, "--config", str(path))
+        assert (rc, out) == (2, "") and err == (
+            f"bootserver: {path}: server.base_url: http://192.0.2.1:8080/boot,server has a comma, which would cut the "
+            "boot file the DHCP engine hands machines at it (dnsmasq's dhcp-boot fields are separated by commas): use "
+            "a base URL without one\n"), err
+
+
+@pytest.mark.parametrize("mac", ["01:00:5e:00:00:fb", "FF:FF:FF:FF:FF:FF", "33:33:00:00:00:01", "00:00:00:00:00:00"])
+@pytest.mark.parametrize("where", ["mac", "network"])
+def test_a_group_or_zero_mac_is_refused_naming_node_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            mac: str, where: str) -> None:
+    """No NIC has a multicast, broadcast or all-zero MAC: a reservation for one would never be answered."""
+    node = {"profile": "master", "mac": mac} if where == "mac" else {
+        "profile": "master", "mac": "52:54:00:00:00:01", "network": static(mac, "127.0.0.9/8")}
+    path = write(fleet({"mode": "full"}, a=node), tmp_path)
+    rc, out, err = run(capsys, "check-config", "--config", str(path))
+    key = "nodes.a.mac" if where == "mac" else "nodes.a.network.interfaces[0].mac-address"
+    what = "the all-zero address" if mac == "00:00:00:00:00:00" else "a multicast (group) address"
+    assert (rc, out) == (2, "") and err.startswith(f"bootserver: {path}: {key}: {mac.lower()} is {what}, no NIC's own")
+    assert err.count("\n") == 1, err
