@@ -240,10 +240,12 @@ def _get_text(spec: Any, where: str, key: str) -> str | None:
 
 def _changes(old_text: str | None, new_text: str, changed_passwords: set[str], hosts: Sequence[Host]) -> dict[str, str]:
     old: dict[str, Any] = {}
+    old_profiles: dict[str, Any] = {}
     if old_text is not None:
-        with contextlib.suppress(yaml.YAMLError):
+        with contextlib.suppress(yaml.YAMLError, TypeError, ValueError):
             doc = yaml.safe_load(old_text)
             old = dict(doc.get("nodes") or {}) if isinstance(doc, dict) else {}
+            old_profiles = dict(doc.get("profiles") or {}) if isinstance(doc, dict) else {}
     new_doc = yaml.safe_load(new_text)
     new = new_doc["nodes"]
     out = {}
@@ -254,7 +256,6 @@ def _changes(old_text: str | None, new_text: str, changed_passwords: set[str], h
             out[host.name] = "updated"
         else:
             out[host.name] = "unchanged"
-    old_profiles = {} if old_text is None else (yaml.safe_load(old_text) or {}).get("profiles") or {}
     for host in hosts:  # a changed profile or stream changes what its nodes boot
         profile = new[host.name]["profile"]
         if out[host.name] == "unchanged" and old_profiles.get(profile) != new_doc["profiles"][profile]:
