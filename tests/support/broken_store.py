@@ -29,6 +29,7 @@ from bootserver.errors import UnavailableError
 from bootserver.signing import KeyEntry, Keyring
 from bootserver.state import PUBLIC_UNAVAILABLE, StateStore, StateStoreError
 from bootserver.state.apistore import AuditEntry, TokenRecord
+from bootserver.state.nodestore import Applied, Inventory, NodeChange, NodeWrite, StoredNode
 from bootserver.timeline import Current, Event, NodeState, Record
 
 #: libpq's message when the server's socket is gone (a local path: it must reach the log, never a body).
@@ -118,6 +119,25 @@ class BrokenStore(StateStore):
         self._lost()
 
     async def audit(self, node: str | None = None, token: str | None = None, limit: int = 1000) -> list[AuditEntry]:
+        self._lost()
+
+    async def inventory(self) -> Inventory:
+        self._lost()
+
+    async def stored_node(self, name: str) -> StoredNode | None:
+        self._lost()
+
+    async def apply_nodes(self, writes: Sequence[NodeWrite], at: float | None = None) -> list[Applied]:
+        self._lost()
+
+    async def delete_nodes(self, names: Sequence[str], expect: Mapping[str, int] | None = None,
+                           at: float | None = None) -> list[NodeChange]:
+        self._lost()
+
+    async def node_changes(self, since: int) -> tuple[list[NodeChange], int]:
+        self._lost()
+
+    async def inventory_revision(self) -> int:
         self._lost()
 
     def keyring(self) -> Keyring:
