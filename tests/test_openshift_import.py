@@ -267,6 +267,14 @@ async def test_the_upi_walkthroughs_run_as_written(tmp_path: Path) -> None:
     node = yaml.safe_load((etc / "clusters" / "ocp.yaml").read_text())["nodes"]["ocp-master-0"]
     assert node["mac"] == ["52:54:00:00:20:00"] and node["addresses"] == ["192.0.2.0/24"]
     assert node["network"]["interfaces"][0]["ipv4"]["address"] == [{"ip": "192.0.2.20", "prefix-length": 24}]
+    # the DHCP engine reserves the host's static address, as the page shows
+    dhcp = next(b for b in doc_blocks("yaml") if b.startswith("dhcp:\n"))
+    (etc / "bootserver.yaml").write_text(main + dhcp)
+    shown_dhcp = next(b for b in doc_blocks("sh") if "bootserver dhcp --print" in b).splitlines()[1].removeprefix("# ")
+    rc, printed, err = await run_cli("dhcp", "--print", "--config", str(etc / "bootserver.yaml"))
+    assert rc == 0, err
+    assert [line for line in printed.splitlines() if line.startswith("dhcp-host=")] == [shown_dhcp]
+    (etc / "bootserver.yaml").write_text(main)
     # walkthrough 3: an agent directory is refused, saying so
     (tmp_path / "agent" / "boot-artifacts").mkdir(parents=True)
     shutil.copy(ocp / "install-config.yaml", tmp_path / "agent")
