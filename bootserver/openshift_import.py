@@ -25,10 +25,11 @@ same files again changes nothing (the text holds no time).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,9 @@ from .reload import check_config
 from .reload import reload_server as reload_running
 from .sealing import SealError, seal, unseal
 from .state import StateStore
+
+#: ``state_dir``'s lock file of :func:`serialized`.
+LOCK_FILE = "openshift-import.lock"
 
 #: install-config's ``architecture`` (Go's names) -> bootserver's.
 ARCHITECTURES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
@@ -324,6 +328,20 @@ def _check_included(config: Config, output: Path) -> None:
                          "or pass an --output it reads")
 
 
+@contextlib.contextmanager
+def serialized(config: Config) -> Iterator[None]:
+    """Hold ``state_dir/openshift-import.lock`` (an exclusive ``flock``) for the block: imports with one
+    ``state_dir`` run one after the other, so two at once never mix one's file with the other's password
+    files or store nodes. The lock goes with the process (a killed import leaves nothing held)."""
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(config.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def import_cluster(config: Config, install: InstallDir, output: Path, *, install_dev: str | None = None,
                    bootstrap_mac: str | None = None, bootstrap_bmc: str | None = None,
                    console: str | None = None, reload_timeout: float = 15.0) -> Imported:
@@ -340,6 +358,12 @@ def import_cluster(config: Config, install: InstallDir, output: Path, *, install
     output = output.absolute()
     cluster = read_cluster(install.install_config, install.agent_config, install_dev=install_dev,
                            bootstrap_mac=bootstrap_mac, bootstrap_bmc=bootstrap_bmc)
+    with serialized(config):
+        return _import_file(config, cluster, install, output, console, reload_timeout)
+
+
+def _import_file(config: Config, cluster: Cluster, install: InstallDir, output: Path, console: str | None,
+                 reload_timeout: float) -> Imported:
     text, passwords = render(cluster, install, output, console)
     old_text = _read(output)
     made = _placeholder(output, old_text)
@@ -388,6 +412,12 @@ async def import_to_store(config: Config, store: StateStore, install: InstallDir
     output = output.absolute()
     cluster = read_cluster(install.install_config, install.agent_config, install_dev=install_dev,
                            bootstrap_mac=bootstrap_mac, bootstrap_bmc=bootstrap_bmc)
+    with serialized(config):
+        return await _import_store(config, store, cluster, install, output, console, reload_timeout)
+
+
+async def _import_store(config: Config, store: StateStore, cluster: Cluster, install: InstallDir, output: Path,
+                        console: str | None, reload_timeout: float) -> Imported:
     text, _ = render(cluster, install, output, console, with_nodes=False)
     inventory = await store.inventory()
     specs = store_specs(cluster, install, config.state_dir, {n: s.spec for n, s in inventory.nodes.items()}, console)
