@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .config import Config, ResolvedNode
 from .inventory import inventory
-from .state import StateStore
+from .state import DeviceStore, TimelineStore
 from .timeline import NodeState, final_stages, stall_deadline
 
 
@@ -73,7 +73,11 @@ def fleet_of(config: Config, states: Iterable[NodeState],
                       devices.get(st.node), nodes[st.node].source if st.node in nodes else None) for st in states]
 
 
-async def read_fleet(config: Config, store: StateStore, *, devices: bool = False) -> list[FleetNode]:
+class FleetStore(TimelineStore, DeviceStore, Protocol):
+    """What the fleet view reads of the state store: the timeline's node states and the device records."""
+
+
+async def read_fleet(config: Config, store: FleetStore, *, devices: bool = False) -> list[FleetNode]:
     """The fleet view of ``config``'s nodes as ``store`` holds them now (one listing; with ``devices``,
     one more read for the device records). Raises :class:`~bootserver.errors.UnavailableError`."""
     names = list(config.nodes)

@@ -46,7 +46,7 @@ from .openshift import Cluster, Host, node_entry, read_cluster
 from .reload import check_config
 from .reload import reload_server as reload_running
 from .sealing import SealError, seal, unseal
-from .state import StateStore
+from .state.nodestore import NodeStore
 
 #: ``state_dir``'s lock file of :func:`serialized`.
 LOCK_FILE = "openshift-import.lock"
@@ -395,7 +395,7 @@ def _import_file(config: Config, cluster: Cluster, install: InstallDir, output: 
     return Imported(changes, cluster.warnings, output, outcome)
 
 
-async def import_to_store(config: Config, store: StateStore, install: InstallDir, output: Path, *,
+async def import_to_store(config: Config, store: NodeStore, install: InstallDir, output: Path, *,
                           install_dev: str | None = None, bootstrap_mac: str | None = None,
                           bootstrap_bmc: str | None = None, console: str | None = None,
                           reload_timeout: float = 15.0) -> Imported:
@@ -416,7 +416,7 @@ async def import_to_store(config: Config, store: StateStore, install: InstallDir
         return await _import_store(config, store, cluster, install, output, console, reload_timeout)
 
 
-async def _import_store(config: Config, store: StateStore, cluster: Cluster, install: InstallDir, output: Path,
+async def _import_store(config: Config, store: NodeStore, cluster: Cluster, install: InstallDir, output: Path,
                         console: str | None, reload_timeout: float) -> Imported:
     text, _ = render(cluster, install, output, console, with_nodes=False)
     inventory = await store.inventory()

@@ -22,9 +22,8 @@ import time
 
 from .config import Config
 from .errors import UnavailableError
-from .fleet import FleetNode, read_fleet
+from .fleet import FleetNode, FleetStore, read_fleet
 from .nodes_view import format_age
-from .state import StateStore
 from .timeline import DISCOVERED, NodeState, Recorded
 
 log = logging.getLogger("bootserver.stalls")
@@ -43,7 +42,7 @@ class StallWatch:
     """The stall watch of one server over ``state``, the state store of ``config``'s nodes: its task,
     what it warned about, its lock file, and the stages last read for the metrics."""
 
-    def __init__(self, config: Config, state: StateStore) -> None:
+    def __init__(self, config: Config, state: FleetStore) -> None:
         self.config = config
         self.state = state
         #: Set after each recorded event (:meth:`recorded`; ``None`` until :meth:`start` started the watch).

@@ -68,7 +68,7 @@ from ..errors import BootserverError, ConfigError, InputError
 from ..files import write_atomic
 from ..images.firmware import write_loaders
 from ..inventory import inventory
-from ..state import StateStore, StateStoreError
+from ..state import StateStore, StateStoreError, TimelineStore
 from ..state.backends import open_store
 from ..timeline import Record
 from ..values import host_family
@@ -564,7 +564,7 @@ class Engine:
     """One ``bootserver dhcp`` run: dnsmasq as its child, the relay of its log (:attr:`pump_task`),
     reloads. See the module docstring; :func:`run_engine` is the entry point."""
 
-    def __init__(self, config: Config, store: StateStore | None) -> None:
+    def __init__(self, config: Config, store: TimelineStore | None) -> None:
         self.config = config
         self.store = store
         self.prepared = prepare(config)

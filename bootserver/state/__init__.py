@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..discovery import Discovered
 from ..errors import BootserverError
@@ -74,17 +74,15 @@ class StateStoreError(BootserverError):
     exception."""
 
 
-class StateStore(ApiStore, NodeStore, ABC):
-    """The node timeline and the signing keys of a server (see the module docstring), the fleet API's
-    tokens and audit trail (:class:`~bootserver.state.apistore.ApiStore`) and the store's nodes
-    (:class:`~bootserver.state.nodestore.NodeStore`)."""
+class Lifecycle(Protocol):
+    """The store's own life: open it (:meth:`start`, or :meth:`prepare` once before a server forks),
+    migrate its schema, say whether it answers (:meth:`ready`), close it. What the runtime and the
+    commands that open a store use."""
 
     #: What the store is, for messages: a file path, or a PostgreSQL URL without its password.
     name: str
     #: ``sqlite`` or ``postgresql`` (what ``/readyz`` shows).
     backend: str
-    #: History rows kept per node (``timeline.keep_events``).
-    keep_events: int
 
     @abstractmethod
     async def start(self) -> None:
@@ -108,6 +106,18 @@ class StateStore(ApiStore, NodeStore, ABC):
     @abstractmethod
     async def close(self) -> None:
         """Finish pending writes and release connections and threads."""
+
+    @abstractmethod
+    async def ready(self) -> str | None:
+        """``None`` when the store answers now, else why not (one line, no secret)."""
+
+
+class TimelineStore(Protocol):
+    """The node timeline: each node's stage and history, written through the group commit. What the
+    runtime's record, the fleet view, the stall watch and the DHCP engine's first mile use."""
+
+    #: History rows kept per node (``timeline.keep_events``).
+    keep_events: int
 
     @abstractmethod
     async def stage(self, node: str) -> str:
@@ -143,15 +153,6 @@ class StateStore(ApiStore, NodeStore, ABC):
         (:meth:`~bootserver.state.batches.Batches.count_again`)."""
         return False
 
-    @staticmethod
-    async def _record(batches: Batches, record: Record, current: Current | None) -> str:
-        if current is not None and current.coalesces(record):
-            batches.record_behind(record, current.last_id, repeat_key(current, record.node, record.event,
-                                                                      record.ip, record.detail, record.mode,
-                                                                      record.real_config))
-            return current.stage
-        return await batches.record(record)
-
     @abstractmethod
     async def flush(self) -> None:
         """Commit the write-behind records queued so far (before a listing reads the tables)."""
@@ -174,7 +175,11 @@ class StateStore(ApiStore, NodeStore, ABC):
     async def nodes(self, names: Iterable[str] = ()) -> list[NodeState]:
         """Every node with events plus every name in ``names``, by name. Raises ``UnavailableError``."""
 
-    # -- device records ----------------------------------------------------------------------------
+
+
+class DeviceStore(Protocol):
+    """The device records: what each node's provider recorded at ``provision`` (see the module
+    docstring). What ``provision``, ``deprovision``, ``devices`` and the fleet view use."""
 
     @abstractmethod
     async def devices(self, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -188,23 +193,6 @@ class StateStore(ApiStore, NodeStore, ABC):
         with ``replace=False`` a node that already has a record keeps it. Every process and replica
         reads the new records at their next request (a sqlite server's cached :meth:`current` is
         invalidated). Returns the nodes written or removed, in order. Raises ``UnavailableError``."""
-
-    @abstractmethod
-    async def discover(self, record: Discovered, keep: int) -> Discovered:
-        """Record a discovered machine's report (:class:`~bootserver.discovery.Discovered`: a new row, or
-        its row merged with the report by :func:`~bootserver.discovery.merged`, read and written in one
-        transaction; ``record.last_seen`` is the report's time), then keep only the ``keep`` records
-        reported last (the same transaction: the table never holds more). Returns the machine's record
-        as written. Raises :class:`~bootserver.errors.UnavailableError`."""
-
-    @abstractmethod
-    async def discovered(self) -> list[Discovered]:
-        """Every discovered machine, last reported first. Raises :class:`~bootserver.errors.UnavailableError`."""
-
-    @abstractmethod
-    async def forget_discovered(self, macs: Iterable[str]) -> int:
-        """Remove the records of ``macs`` (adopted machines); returns how many there were. Raises
-        :class:`~bootserver.errors.UnavailableError`."""
 
     async def device(self, node: str) -> dict[str, Any] | None:
         """The node's device record, ``None`` without one. Raises ``UnavailableError``."""
@@ -224,6 +212,34 @@ class StateStore(ApiStore, NodeStore, ABC):
         theirs. Returns the nodes added. Raises ``UnavailableError``."""
         return await self.write_devices(records, replace=False)
 
+
+class DiscoveryStore(Protocol):
+    """The discovered machines: reports of machines no node matched, until they are adopted. What the
+    discovery intake, the page, the fleet API and ``nodes adopt`` use."""
+
+    @abstractmethod
+    async def discover(self, record: Discovered, keep: int) -> Discovered:
+        """Record a discovered machine's report (:class:`~bootserver.discovery.Discovered`: a new row, or
+        its row merged with the report by :func:`~bootserver.discovery.merged`, read and written in one
+        transaction; ``record.last_seen`` is the report's time), then keep only the ``keep`` records
+        reported last (the same transaction: the table never holds more). Returns the machine's record
+        as written. Raises :class:`~bootserver.errors.UnavailableError`."""
+
+    @abstractmethod
+    async def discovered(self) -> list[Discovered]:
+        """Every discovered machine, last reported first. Raises :class:`~bootserver.errors.UnavailableError`."""
+
+    @abstractmethod
+    async def forget_discovered(self, macs: Iterable[str]) -> int:
+        """Remove the records of ``macs`` (adopted machines); returns how many there were. Raises
+        :class:`~bootserver.errors.UnavailableError`."""
+
+
+
+class KeyStore(Protocol):
+    """The URL signing keys (:mod:`bootserver.signing`): read, kept fresh, rotated. What the signer and
+    ``keys rotate`` use."""
+
     @abstractmethod
     def keyring(self) -> Keyring:
         """The signing keys in hand (current first), kept fresh: its ``refreshed()`` returns the newest
@@ -233,6 +249,20 @@ class StateStore(ApiStore, NodeStore, ABC):
     async def rotate_keys(self, grace: int) -> Keyring:
         """Make a new current key; the previous one stays accepted ``grace`` seconds. Returns the keys."""
 
-    @abstractmethod
-    async def ready(self) -> str | None:
-        """``None`` when the store answers now, else why not (one line, no secret)."""
+
+class StateStore(Lifecycle, TimelineStore, DeviceStore, DiscoveryStore, KeyStore, NodeStore, ApiStore, ABC):
+    """The whole state store (see the module docstring), as each backend implements it: its seams, each
+    what one kind of consumer needs and is typed with: :class:`Lifecycle`, :class:`TimelineStore`,
+    :class:`DeviceStore`, :class:`DiscoveryStore`, :class:`KeyStore`, the store's nodes
+    (:class:`~bootserver.state.nodestore.NodeStore`) and the fleet API's tokens and audit trail
+    (:class:`~bootserver.state.apistore.ApiStore`). Only what opens a store (the runtime, a command)
+    holds the whole."""
+
+    @staticmethod
+    async def _record(batches: Batches, record: Record, current: Current | None) -> str:
+        if current is not None and current.coalesces(record):
+            batches.record_behind(record, current.last_id, repeat_key(current, record.node, record.event,
+                                                                      record.ip, record.detail, record.mode,
+                                                                      record.real_config))
+            return current.stage
+        return await batches.record(record)
