@@ -103,14 +103,21 @@ class NodeConflictError(InputError):
 
 
 class FileNodeError(InputError):
-    """A store write (apply, delete) names a file node: ``node`` is defined in ``source``
-    (``"file:PATH"``), which alone may change it (exit 2; the fleet API's 409)."""
+    """A store node's name is a file node's: ``node`` is defined in ``source`` (``"file:PATH"``), which
+    alone may change it (exit 2; the fleet API's 409). ``stored``: the state store holds a node of that
+    name already (a start or reload whose files now name it: the message names both origins), else a
+    store write names the file node."""
 
-    def __init__(self, node: str, source: str) -> None:
+    def __init__(self, node: str, source: str, *, stored: bool = False) -> None:
         self.node = node
         self.source = source
-        super().__init__(f"nodes.{node}: node {node} is defined in {source.removeprefix('file:')}; "
-                         "change it there, not in the state store")
+        path = source.removeprefix("file:")
+        if stored:
+            super().__init__(f"nodes.{node}: node {node} is defined in {path} and in the state store; a name may "
+                             f"be defined once (remove it from the file, or `bootserver nodes delete {node}`)")
+        else:
+            super().__init__(f"nodes.{node}: node {node} is defined in {path}; change it there, not in the "
+                             "state store")
 
 
 class PreconditionFailedError(InputError):

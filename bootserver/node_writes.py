@@ -12,9 +12,10 @@ Every serving process picks the change up by itself (:mod:`bootserver.http.runni
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -24,9 +25,10 @@ import yaml
 
 from .config import Config, Node
 from .config.loader import STORE_NAME, UniqueKeyLoader, node_claims, store_node, with_store_nodes
-from .errors import ConfigError, FileNodeError
+from .errors import ChangesExpiredError, ConfigError, FileNodeError, NodeCheckError, NodeConflictError
 from .images.network import check_boot_networks
 from .scripts import check_command_lines
+from .state.backends import open_store
 from .state.nodestore import Applied, Inventory, NodeChange, NodeStore, NodeWrite
 
 
@@ -139,3 +141,112 @@ def export_yaml(inventory: Inventory) -> str:
     yaml.safe_dump({"nodes": {n: dict(s.spec) for n, s in inventory.nodes.items()}}, out, sort_keys=False,
                    default_flow_style=False, allow_unicode=True)
     return out.getvalue()
+
+
+def serving_config(config: Config) -> tuple[Config, list[str]]:
+    """What ``serve`` serves at start: ``config`` (its files) with the state store's nodes
+    (:meth:`StoreNodes.merged`, strict: a store node whose name or claim a file node now has refuses the
+    start, naming both origins), and the lines of the store nodes left out. Opens and closes the store.
+    Raises :class:`~bootserver.errors.FileNodeError`, :class:`~bootserver.errors.NodeConflictError`, the
+    store's errors."""
+    async def run() -> tuple[Config, list[str]]:
+        store = open_store(config)
+        await store.start()
+        try:
+            nodes = StoreNodes()
+            await nodes.load(store)
+        finally:
+            await store.close()
+        return nodes.merged(config, strict=True)
+
+    return asyncio.run(run())
+
+
+#: Seconds between two polls of the store's revision by a serving process (``serve``'s workers,
+#: ``bootserver dhcp``): a store write is served everywhere within this plus one rebuild.
+POLL = 0.5
+
+
+class StoreNodes:
+    """The state store's nodes as one process last read them, kept by polling the store's revision
+    (:meth:`~bootserver.state.nodestore.NodeStore.inventory_revision`, one row: cheap) and reading only
+    the nodes that changed since (:meth:`~bootserver.state.nodestore.NodeStore.node_changes`; the whole
+    inventory when the change log no longer reaches back). Each node's mapping is checked against the
+    schema once per generation (:func:`~bootserver.config.loader.store_node`). What ``serve``'s store
+    watch (:mod:`bootserver.http.running`) and ``bootserver dhcp`` build their config from
+    (:meth:`merged`)."""
+
+    def __init__(self) -> None:
+        #: The store's revision as read (-1: never read).
+        self.revision = -1
+        #: name -> (generation, its mapping, the checked node or ``None`` when it fails the schema)
+        self.nodes: dict[str, tuple[int, Mapping[str, Any], Node | None]] = {}
+        #: The schema error of each node that fails it (by name), for :meth:`merged`'s skipped lines.
+        self._errors: dict[str, str] = {}
+
+    def _take(self, name: str, generation: int, spec: Mapping[str, Any]) -> None:
+        self._errors.pop(name, None)
+        try:
+            node: Node | None = store_node(name, spec)
+        except ConfigError as e:
+            node, self._errors[name] = None, str(e)
+        self.nodes[name] = (generation, spec, node)
+
+    async def load(self, store: NodeStore) -> None:
+        """Read every store node (at start). Raises ``UnavailableError``."""
+        inventory = await store.inventory()
+        self.nodes.clear()
+        self._errors.clear()
+        for name, s in inventory.nodes.items():
+            self._take(name, s.generation, s.spec)
+        self.revision = inventory.revision
+
+    async def refresh(self, store: NodeStore) -> set[str]:
+        """Read what changed since the revision last read; returns the names of the nodes created, changed
+        or deleted (empty: nothing changed). Raises ``UnavailableError``."""
+        revision = await store.inventory_revision()
+        if revision == self.revision:
+            return set()
+        try:
+            changes, revision = await store.node_changes(self.revision)
+        except ChangesExpiredError:
+            before = {n: g for n, (g, _, _) in self.nodes.items()}
+            await self.load(store)
+            return {n for n in before.keys() | self.nodes.keys()
+                    if before.get(n) != (self.nodes[n][0] if n in self.nodes else None)}
+        names = {c.node for c in changes}
+        for name in sorted(names):
+            stored = await store.stored_node(name)
+            if stored is None:
+                self.nodes.pop(name, None)
+                self._errors.pop(name, None)
+            else:  # also at the same generation: deleted and created again in between
+                self._take(name, stored.generation, stored.spec)
+        self.revision = revision
+        return names
+
+    def merged(self, files: Config, *, strict: bool, written: Iterable[str] | None = None) -> tuple[Config, list[str]]:
+        """``files`` (a config loaded from its files) with these store nodes
+        (:func:`~bootserver.config.loader.with_store_nodes`); with ``written``, only those nodes are checked
+        again (the others were, against the same files). A node that fails the checks under this config
+        (its profile is not in this replica's config, say) is left out and named in the returned lines;
+        with ``strict`` (a start, a reload: the files changed), a store node whose name or claim a file node
+        now has refuses the whole config instead: raises :class:`~bootserver.errors.FileNodeError` or
+        :class:`~bootserver.errors.NodeConflictError`, naming both origins."""
+        nodes = {n: node for n, (_, _, node) in self.nodes.items() if node is not None}
+        skipped = [f"store node {n} is not served: {e}" for n, e in sorted(self._errors.items())]
+        check = None if written is None else [n for n in written if n in nodes]
+        for _ in range(len(nodes) + 1):
+            try:
+                return with_store_nodes(files, nodes, written=check), skipped
+            except (FileNodeError, NodeConflictError, NodeCheckError) as e:
+                if strict and not isinstance(e, NodeCheckError):
+                    raise
+                bad = e.node if e.node in nodes else None
+                if bad is None:
+                    raise
+                del nodes[bad]
+                if check is not None:
+                    check = [n for n in check if n != bad]
+                skipped.append(f"store node {bad} is not served: {e}")
+        raise AssertionError("unreachable")

@@ -49,6 +49,24 @@ def node(config: Config, arg: str) -> ResolvedNode:
     return found
 
 
+def for_nodes(config: Config, names: list[str]) -> Config:
+    """``config``, with the state store's nodes merged in when one of ``names`` is not a node of its
+    files (a store node: ``render``, ``url``, ``iso``, ``provision`` name it as a file node), so a
+    command about file nodes never opens the store. Raises what
+    :func:`bootserver.node_writes.with_store` raises."""
+    if all(name in config.nodes for name in names):
+        return config
+    import asyncio
+
+    from ..node_writes import with_store
+
+    async def merged() -> Config:
+        async with opened_store(config) as store:
+            return await with_store(config, store)
+
+    return asyncio.run(merged())
+
+
 def duration_arg(value: str) -> int:
     """An option's duration (``24h``, ``7d``: :func:`bootserver.values.parse_duration`) in seconds."""
     from ..values import parse_duration

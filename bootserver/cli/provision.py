@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from ..config import Config
 from ..errors import InputError
-from .common import node, say
+from .common import for_nodes, node, say
 
 if TYPE_CHECKING:
     from .common import Subparsers
@@ -21,6 +21,7 @@ def provision(args: argparse.Namespace, config: Config) -> int:
     """Make each node boot from this server with its provider, then follow it to ``up``."""
     from .. import provision as provisioning
 
+    config = for_nodes(config, list(args.nodes))
     nodes = [node(config, n).name for n in dict.fromkeys(args.nodes)]
     if not args.timeout > 0:
         raise InputError(f"--timeout: must be a positive number of seconds, got {args.timeout:g}")
@@ -43,6 +44,7 @@ def deprovision(args: argparse.Namespace, config: Config) -> int:
     """Undo ``provision`` for each node."""
     from .. import provision as provisioning
 
+    config = for_nodes(config, list(args.nodes))
     nodes = [node(config, n).name for n in dict.fromkeys(args.nodes)]
     print("\n".join(provisioning.deprovision(config, provider_options(args), nodes, say=say)))
     return 0

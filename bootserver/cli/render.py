@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..errors import InputError
-from .common import duration_arg, keyring, node
+from .common import duration_arg, for_nodes, keyring, node
 
 if TYPE_CHECKING:
     from ..images.overlay import NodeImage
@@ -29,6 +29,7 @@ def render(args: argparse.Namespace, config: Config) -> int:
 
     if args.what != "ignition" and args.ignition_version is not None:
         raise InputError(f"render {args.what}: --version applies to render ignition only")
+    config = for_nodes(config, [args.node])
     name = node(config, args.node).name
     # what a machine asking from an address of that family gets (its base URL, its kargs); nothing recorded
     client = {4: "0.0.0.0", 6: "::", None: None}[args.family]
@@ -51,6 +52,7 @@ def url(args: argparse.Namespace, config: Config) -> int:
     """Print the node's signed chain URL and ``#!ipxe`` userdata (or, ``--iso``, its boot image's URL)."""
     from ..urls import Urls
 
+    config = for_nodes(config, [args.node])
     name = node(config, args.node).name
     ring = asyncio.run(keyring(config))
     urls = Urls(config, keys=lambda: ring)
@@ -76,6 +78,7 @@ def iso(args: argparse.Namespace, config: Config) -> int:
     from ..runtime import Runtime
     from ..service import BootService
 
+    config = for_nodes(config, [args.node])
     resolved = node(config, args.node)
     name = resolved.name
 

@@ -14,13 +14,18 @@ if TYPE_CHECKING:
 
 
 def serve(args: argparse.Namespace, config: Config) -> int:
-    """Check the local inputs and the state store, then serve until stopped (exit 0)."""
+    """Check the local inputs and the state store, add the store's nodes, then serve until stopped (exit 0)."""
+    from ..node_writes import serving_config
     from ..state.backends import prepare_store
 
     check_local_inputs(config)
     workers = config.server.workers if args.workers is None else args.workers
     # a damaged timeline or an unreachable database stops the server here, with or without --workers
     prepare_store(config)
+    # the state store's nodes beside the files' (a file that now names a store node: one line, exit 2)
+    config, skipped = serving_config(config)
+    for line in skipped:
+        logging.getLogger("bootserver.cli").error("%s", line)
     if workers > 1:
         setup_logging(args.log_level, args.log_format, pid=True)
     warning = no_machine_boots(config)

@@ -622,7 +622,7 @@ def with_store_nodes(config: Config, stored: Mapping[str, Mapping[str, Any] | No
     nodes: dict[str, Node] = {}
     for name, spec in stored.items():
         if name in files:
-            raise FileNodeError(name, config.node_sources.get(name, FILE_SOURCE + config.source))
+            raise FileNodeError(name, config.node_sources.get(name, FILE_SOURCE + config.source), stored=True)
         nodes[name] = spec if isinstance(spec, Node) else store_node(name, spec, source)
     held = file_claims(config) if nodes else {}
     for name in nodes if written is None else written:

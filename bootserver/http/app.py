@@ -411,6 +411,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def _start_service(app: web.Application) -> None:
     await app[RUNNING].runtime.start(watch_stalls=True)
+    app[RUNNING].start_watch()
 
 
 async def nodes(request: web.Request) -> web.Response:

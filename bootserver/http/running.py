@@ -15,10 +15,12 @@ from aiohttp import web
 
 from .. import reload
 from ..config import Config, ResolvedNode
+from ..config.loader import with_store_nodes
 from ..desk import ArtifactDesk
 from ..errors import BootserverError
 from ..intake import DiscoveryIntake
 from ..metrics import Metrics
+from ..node_writes import POLL, StoreNodes
 from ..runtime import Runtime
 from ..service import BootService
 from . import page
@@ -59,11 +61,25 @@ class Running:
     Requests in flight finish on the :class:`Loaded` they started with (:func:`front` hands it to the
     handler); what outlives a config (the :class:`~bootserver.runtime.Runtime`: state store, upstream,
     downloads in flight, metrics, observers such as the live page's listeners) carries over. One reload
-    runs at a time; more signals meanwhile make one more."""
+    runs at a time; more signals meanwhile make one more.
+
+    The store watch (:meth:`watch_store`, started with the application) keeps the state store's nodes
+    served without a reload: every :data:`~bootserver.node_writes.POLL` seconds it reads the store's
+    revision (one row), and on a change the nodes that changed; the config of the files
+    (:attr:`files`) with the store's nodes is then swapped in as a reload does (:meth:`swap`), so a
+    store write is served by every worker of every replica within about a second; requests and
+    transfers in flight finish on the config they started with."""
 
     def __init__(self, loaded: Loaded, runtime: Runtime, metrics: Metrics, live: page.Page) -> None:
         self.current = loaded
         self.runtime = runtime
+        #: The config of the files alone (the running one without its store nodes): what a store change
+        #: is merged into.
+        self.files = with_store_nodes(runtime.config, {})
+        #: The state store's nodes as this process last read them.
+        self.store_nodes = StoreNodes()
+        self._watch: asyncio.Task[None] | None = None
+        self._skipped: set[str] = set()
         #: Discovered machines' scripts and reports (outlives reloads, as its rate limit must).
         self.intake = DiscoveryIntake(runtime)
         self.metrics = metrics
@@ -82,6 +98,63 @@ class Running:
         self.runtime.spawn(follow_streams(before.desk, loaded.desk))
         return loaded
 
+    def start_watch(self) -> None:
+        """Start :meth:`watch_store` (on the event loop; :meth:`close` stops it)."""
+        if self._watch is None:
+            self._watch = asyncio.create_task(self.watch_store())
+
+    async def watch_store(self) -> None:
+        """Follow the state store's nodes until cancelled (see the class docstring). A store that cannot
+        answer is one warning line (and one when it answers again); the running config stays meanwhile."""
+        failing = False
+        while True:
+            try:
+                await self.follow_store()
+                if failing:
+                    log.info("store watch: the state store answers again")
+                failing = False
+            except Exception as e:  # the store away (UnavailableError), or a bug: the running config stays
+                if not failing:
+                    log.warning("store watch: the state store's nodes cannot be read, the running config "
+                                "stays: %s", e, exc_info=not isinstance(e, BootserverError))
+                failing = True
+            await asyncio.sleep(POLL)
+
+    async def follow_store(self) -> bool:
+        """One step of the store watch: read what changed in the store's nodes and, when something did,
+        serve the files' config with them; returns whether it swapped. A node that fails this config's
+        checks (its profile is not in this replica's config, say) is left out with one error line. Raises
+        ``UnavailableError``."""
+        nodes = self.store_nodes
+        first = nodes.revision < 0
+        if first:
+            await nodes.load(self.runtime.state)
+            changed: set[str] | None = None
+        else:
+            changed = await nodes.refresh(self.runtime.state)
+            if not changed:
+                return False
+        async with self._lock:
+            config, skipped = nodes.merged(self.files, strict=False, written=changed)
+            for line in skipped:
+                if line not in self._skipped:
+                    log.error("%s", line)
+            self._skipped = set(skipped)
+            if first and config.nodes == self.runtime.config.nodes:
+                return False
+            before = self.runtime.config.nodes
+            loaded = self.swap(config)
+            now = config.nodes
+            made = sorted(n for n in now if n not in before)
+            gone = sorted(n for n in before if n not in now)
+            updated = sorted(n for n in (changed or now) if n in now and n in before and now[n] != before[n])
+            log.info("store nodes: %s; serving %d nodes", "; ".join(
+                f"{what} {', '.join(names[:10])}{' ...' if len(names) > 10 else ''}"
+                for what, names in (("created", made), ("updated", updated), ("deleted", gone)) if names)
+                or "none changed", len(now))
+            self.metrics.config_loaded.set(loaded.at)
+            return True
+
     async def reload(self) -> bool:
         """Read the config file again (with its includes), check it as ``check-config`` does and serve it
         (:mod:`bootserver.reload`); returns whether it serves now. An invalid config is one error line
@@ -91,7 +164,9 @@ class Running:
         async with self._lock:
             running = self.runtime.config
             try:
-                config = await asyncio.to_thread(reload.load_checked, running.source)
+                files = await asyncio.to_thread(reload.load_checked, running.source)
+                # the store's nodes as last read; a file that now names one of them refuses the reload
+                config, skipped = self.store_nodes.merged(files, strict=True)
             except Exception as e:  # an invalid config (ConfigError), or a bug: the running config stays
                 message = str(e) if isinstance(e, BootserverError) else f"{type(e).__name__}: {e}"
                 log.error("reload refused; the config loaded at %s keeps serving: %s",
@@ -102,6 +177,9 @@ class Running:
                                         loaded_at=self.current.at)
                 return False
             config, changed = reload.keep_running(running, config)
+            self.files, _ = reload.keep_running(running, files)
+            for line in skipped:
+                log.error("%s", line)
             if changed:
                 log.warning("%s", reload.restart_warning(changed))
             loaded = self.swap(config)
@@ -113,7 +191,12 @@ class Running:
             return True
 
     async def close(self) -> None:
-        """Close what every loaded config shared (:meth:`bootserver.runtime.Runtime.close`)."""
+        """Stop the store watch; close what every loaded config shared
+        (:meth:`bootserver.runtime.Runtime.close`)."""
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+            self._watch = None
         await self.runtime.close()
 
 

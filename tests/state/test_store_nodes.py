@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from support.helpers import write_config
-from support.reloading import MAC, main_config
+from support.reloading import MAC, add_node, main_config
 
 from bootserver.cli import main
 from bootserver.config import load_config
@@ -27,6 +28,8 @@ from bootserver.errors import (
     PreconditionFailedError,
     UnknownStoreNodeError,
 )
+from bootserver.http.app import create_app
+from bootserver.http.running import RUNNING
 from bootserver.node_writes import Precondition, apply_nodes, delete_nodes
 from bootserver.state import nodestore
 from bootserver.state.backends import open_store
@@ -237,3 +240,42 @@ def test_nodes_adopt_writes_into_the_store_by_default(tmp_path: Path, reference:
         "profile": "live", "hostname": "rack-1", "mac": ["52:54:00:00:03:01"],
         "uuid": "4c4c4544-0000-1111-2222-000000000003", "addresses": ["10.0.0.31"]}}}
     assert "rack-1" not in _cli(capsys, "nodes", "discovered", "--config", config)[1]
+
+
+async def test_a_running_server_follows_the_store_and_refuses_a_reload_naming_a_store_node(
+        tmp_path: Path, reference: Path, aiohttp_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The store watch of one process (each worker runs its own): a write is served at its next step,
+    without a reload, a deleted node gets what an unknown machine gets; a reload whose files now name
+    a store node is refused in one line naming both origins, and the running config stays."""
+    path = main_config(tmp_path, reference)
+    config = load_config(path)
+    app = create_app(config)
+    client = await aiohttp_client(app)
+    running = app[RUNNING]
+    store = running.runtime.state
+    mac = "52:54:00:00:04:01"
+    assert not await running.follow_store()  # the first read: nothing in the store, nothing swapped
+    assert "bs-report" in await (await client.get(f"/boot.ipxe?mac={mac}")).text()  # discovery
+
+    await apply_nodes(config, store, {"live-1": {"profile": "live", "mac": [mac], "selectable": True}})
+    assert await running.follow_store()
+    assert running.runtime.config.node_sources["live-1"] == "store"
+    body = await (await client.get(f"/boot.ipxe?mac={mac}")).text()
+    assert "node live-1" in body and "kernel " in body
+    assert not await running.follow_store()  # nothing changed since
+
+    add_node(tmp_path, "live-1", "52:54:00:00:04:02")  # a file now names the store node
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="bootserver.web"):
+        assert not await running.reload()
+    [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert line.endswith(f"nodes.live-1: node live-1 is defined in {tmp_path / 'nodes.d' / 'live-1.yaml'} "
+                         "and in the state store; a name may be defined once (remove it from the file, or "
+                         "`bootserver nodes delete live-1`)"), line
+    assert "node live-1" in await (await client.get(f"/boot.ipxe?mac={mac}")).text()  # the running config stays
+    (tmp_path / "nodes.d" / "live-1.yaml").unlink()
+
+    await delete_nodes(config, store, ["live-1"])
+    assert await running.follow_store()
+    assert "bs-report" in await (await client.get(f"/boot.ipxe?mac={mac}")).text()  # an unknown machine again
+    assert [e.event for e in await store.events("live-1")][:1] == ["script"]  # its history stays
