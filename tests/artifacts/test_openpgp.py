@@ -119,14 +119,17 @@ async def test_sync_images_publishes_only_artifacts_whose_signature_holds(case: 
         assert len(published(tmp_path)) == 3 and kernel in published(tmp_path)
         return
     assert rc == 1, (out, err)
-    assert err.count("\n") == 1, err  # one line
-    assert err.startswith(f"bootserver: fcos {RELEASE} {kernel}: "), err
+    failure, summary = err.splitlines()  # one line for the artifact, then sync-images' summary
+    assert failure.startswith(f"bootserver: fcos x86_64 {RELEASE} kernel: "), err  # sync-images' label
+    assert f"fcos {RELEASE} {kernel}: " in failure, err  # the download's own words name the file
+    assert summary == "bootserver: sync-images: 1 of 3 artifacts failed (each named above); the others are synced"
     expected = CASES[case].format(good=keys["good"]["keyid"][-16:], other=keys["other"]["keyid"][-16:])
     if case == "tampered signature":
         assert "OpenPGP" in err and "signature" in err, err
     else:
         assert expected in err, err
     assert kernel not in published(tmp_path)  # nothing published for the bad one
+    assert len(published(tmp_path)) == 2  # the initramfs and rootfs were still synced
     assert not [p for p in (tmp_path / "cache").rglob("*kernel*") if p.is_file()], "a kernel file was left"
 
 
