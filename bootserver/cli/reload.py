@@ -20,6 +20,9 @@ def check(args: argparse.Namespace, config: Config) -> int:
     from ..values import counted
 
     check_config(config)  # what a reload checks too
+    from ..images.netsecure import check_secure_boot_isos
+
+    check_secure_boot_isos(config)  # the secure_boot nodes' streams whose metadata is at hand
     taken = None
     if config.dhcp is not None:
         from ..dhcp.reservations import check_dhcp, unselectable

@@ -151,6 +151,13 @@ def class_lines(classes: tuple[ClientClass, ...] = CLASSES) -> list[str]:
     return lines
 
 
+def quoted(value: str) -> str:
+    """``value`` as one field of a dnsmasq option: in double quotes when it holds a comma, which would
+    otherwise end the field (dnsmasq 2.90 hides a comma, ``#`` and spaces between quotes: src/option.c,
+    ``read_file``); a boot file URL holds no quote or backslash (:func:`~bootserver.values.check_http_url`)."""
+    return f'"{value}"' if "," in value else value
+
+
 def boot_lines(config: Config) -> list[str]:
     """The boot file of each rule: ``dhcp-boot`` in ``full`` mode, written last rule first (of the
     ``dhcp-boot`` lines whose tags all match, dnsmasq 2.90 takes the one written last: its list is built
@@ -167,7 +174,7 @@ def boot_lines(config: Config) -> list[str]:
     if config.dhcp.full:
         vendor = {(rule.client.name, rule.vendor_class) for rule in rules if rule.vendor_class}
         return ([f"dhcp-option-force=tag:{name},option:vendor-class,{value}" for name, value in sorted(vendor)]
-                + [f"dhcp-boot={_tags(rule, known_only, secure)}{rule.file}" for rule in reversed(rules)])
+                + [f"dhcp-boot={_tags(rule, known_only, secure)}{quoted(rule.file)}" for rule in reversed(rules)])
     lines = [f'pxe-prompt="{MENU_TEXT}",0']
     for rule in rules:
         if not rule.menu:
@@ -412,6 +419,7 @@ __all__ = [
     "leases_of",
     "option_lines",
     "opts_text",
+    "quoted",
     "range_lines",
     "secure_boot_lines",
     "tagged",

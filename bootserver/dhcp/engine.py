@@ -8,12 +8,13 @@ against the interface as it is now); then the engine claims its ``state_dir`` an
 interface), so a second engine of either is refused in one line naming the first's process id (exit 2);
 a dnsmasq of this ``state_dir`` that outlived its engine (its pid file) is stopped
 (:func:`stop_stale_dnsmasq`, a warning line). Then the files under ``state_dir/dhcp/``
-(:mod:`bootserver.dhcp.dnsmasq`; the TFTP root gets ``bootserver loaders``' files and ``proxy`` mode's PXE
-menu files), then dnsmasq (``--keep-in-foreground``, its own options file only, no ``/etc/dnsmasq.conf``,
-no DNS, bound to ``dhcp.interface`` alone, as the user bootserver runs as), which dies with the engine
-(``PR_SET_PDEATHSIG``), however the engine ends. It is up once it logs ``started``; when it exits before
-that, its last line becomes ours, naming the key at fault (``dhcp.interface`` for an unknown interface or
-a port in use), exit 2 (config) or 1.
+(:mod:`bootserver.dhcp.dnsmasq`; the TFTP root gets ``bootserver loaders``' files and ``proxy`` mode's
+PXE menu files, and, in the background, the ``secure_boot`` streams' signed loader sets, rewritten after
+every reload: :func:`write_secure_boot_sets`), then dnsmasq (``--keep-in-foreground``, its own options
+file only, no ``/etc/dnsmasq.conf``, no DNS, bound to ``dhcp.interface`` alone, as the user bootserver
+runs as), which dies with the engine (``PR_SET_PDEATHSIG``), however the engine ends. It is up once it
+logs ``started``; when it exits before that, its last line becomes ours, naming the key at fault
+(``dhcp.interface`` for an unknown interface or a port in use), exit 2 (config) or 1.
 
 **Its log** (stderr) goes into ours line by line under the logger ``bootserver.dnsmasq`` (escaped by
 :class:`bootserver.logs.TextFormatter`, like every line; ``log-dhcp``'s detail lines at debug). The
@@ -64,10 +65,13 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config, load_config
+from ..desk import ArtifactDesk
 from ..errors import BootserverError, ConfigError, InputError
 from ..files import write_atomic
 from ..images.firmware import write_loaders
+from ..images.netsecure import loader_set, secure_boot_streams, write_secureboot_loaders
 from ..inventory import inventory
+from ..runtime import Runtime
 from ..state import StateStore, StateStoreError, TimelineStore
 from ..state.backends import open_store
 from ..timeline import Record
@@ -146,6 +150,31 @@ def write_tftp_root(config: Config, files: Layout) -> None:
             write_atomic(files.tftp_root / name, menu_script(config).encode())
         elif source in written:
             write_atomic(files.tftp_root / name, written[source].read_bytes())
+
+
+async def write_secure_boot_sets(config: Config, files: Layout) -> tuple[list[Path], list[str]]:
+    """Write the network loader set of every ``secure_boot`` stream (:func:`~bootserver.images.netsecure.\
+secure_boot_streams`) into the TFTP root of ``files``, as ``bootserver loaders`` does: ``secureboot/<stream>/``
+    with the release's signed shim (``bootx64.efi``, the boot file the engine hands those nodes), GRUB,
+    MokManager and the generic GRUB config, and ``grub/grub.cfg`` (:func:`~bootserver.images.netsecure.\
+write_secureboot_loaders`); each stream's live ISO is fetched through the cache on first use. Not the
+    nodes' own TFTP configs (``secureboot/nodes/``, for a vendor GRUB without ``http``: ``bootserver
+    loaders`` writes those). Returns the files written and one line per stream that could not be
+    written (no live ISO, a failed fetch), naming it."""
+    streams = secure_boot_streams(config)
+    if not streams:
+        return [], []
+    sets: dict[str, Path] = {}
+    failed: list[str] = []
+    async with Runtime(config) as runtime:
+        desk = ArtifactDesk(config, runtime, inventory(config))
+        for stream in streams:
+            try:
+                sets[stream] = await loader_set(config, desk.catalog, desk.artifacts, stream)
+            except (BootserverError, OSError) as e:
+                failed.append(f"stream {stream}: {e}")
+    written = await asyncio.to_thread(write_secureboot_loaders, files.tftp_root, sets, config.server.base_url_for(4))
+    return written, failed
 
 
 def write_files(config: Config, prepared: Prepared) -> None:
@@ -573,6 +602,7 @@ class Engine:
         self.last_line = ""
         self.first_mile = self._first_mile()
         self._awaited: tuple[set[str], asyncio.Future[None]] | None = None
+        self.sets_task: asyncio.Future[None] | None = None
         self.version = dnsmasq_version(dnsmasq_argv(self.prepared.files)[0])
 
     def _first_mile(self) -> FirstMile:
@@ -610,6 +640,35 @@ class Engine:
         log.info("dnsmasq (process %d) answers on %s in %s mode: %d reservations, files in %s", self.child.pid,
                  self.config.dhcp.interface if self.config.dhcp else "", self.config.dhcp.mode if self.config.dhcp
                  else "", len(self.prepared.taken), self.prepared.files.root)
+
+    def keep_secure_boot_sets(self) -> None:
+        """(Re)write the TFTP root's Secure Boot sets for the running config in the background
+        (:func:`write_secure_boot_sets`: a live ISO may have to be fetched first), replacing a write in
+        progress; each stream it cannot write is a warning line."""
+        if self.sets_task is not None and not self.sets_task.done():
+            self.sets_task.cancel()
+        self.sets_task = asyncio.ensure_future(self._write_sets(self.config))
+
+    async def _write_sets(self, config: Config) -> None:
+        files = layout(config)
+        try:
+            written, failed = await write_secure_boot_sets(config, files)
+        except (BootserverError, OSError) as e:
+            written, failed = [], [str(e)]
+        for line in failed:
+            log.warning("%s: its secure_boot nodes get no shim from %s until it can be written", line, files.tftp_root)
+        if written:
+            log.info("the Secure Boot loaders of %s are in %s", ", ".join(sorted(
+                {p.relative_to(files.tftp_root).parts[1] for p in written
+                 if p.relative_to(files.tftp_root).parts[0] == "secureboot"})), files.tftp_root)
+
+    async def stop_sets(self) -> None:
+        """Cancel a Secure Boot sets write in progress (:meth:`keep_secure_boot_sets`)."""
+        task, self.sets_task = self.sets_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def _relay(self, line: str) -> None:
         match = _LINE.match(line)
@@ -809,6 +868,7 @@ async def run_engine(config: Config) -> int:
         loop.add_signal_handler(signal.SIGHUP, hup.set)
         await engine.start()
         pid_file = write_pid(config)
+        engine.keep_secure_boot_sets()
         while True:
             assert engine.pump_task is not None
             waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(hup.wait())]
@@ -823,9 +883,11 @@ async def run_engine(config: Config) -> int:
                 raise await engine.died()
             hup.clear()
             await engine.reload()
+            engine.keep_secure_boot_sets()
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)
+        await engine.stop_sets()
         await engine.stop()
         if pid_file is not None:  # ours alone: the state_dir is claimed
             with contextlib.suppress(OSError):
@@ -871,4 +933,5 @@ def print_config(config: Config, what: str) -> str:
 __all__ = ["DNSMASQ_PID", "IFACE_SOCKET", "LOCK_FILE", "PID_FILE", "REREAD_TIMEOUT", "SIGHUP_SAFE", "STATUS_FILE",
            "Claim", "Engine", "EngineError", "EngineRunning", "FirstMile", "Prepared", "Seen", "claim", "dnsmasq_argv",
            "dnsmasq_version", "exit_text", "prepare", "print_config", "refusal", "reload_engine", "run_engine",
-           "signal_engine", "stop_stale_dnsmasq", "wait_engine_status", "write_files", "write_pid", "write_tftp_root"]
+           "signal_engine", "stop_stale_dnsmasq", "wait_engine_status", "write_files", "write_pid",
+           "write_secure_boot_sets", "write_tftp_root"]

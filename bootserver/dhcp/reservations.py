@@ -121,8 +121,7 @@ def check_dhcp(config: Config, *, local: bool = True) -> tuple[Reservation, ...]
     """``check-config``'s look at ``dhcp:`` (nothing when it is absent); returns the reservations.
 
     Refused, each with one :class:`~bootserver.errors.ConfigError` naming the key: a ``server.base_url``
-    on loopback (``localhost``, ``127.0.0.0/8``: the chain URL machines get must reach us) or with a comma
-    (it would cut the boot file in dnsmasq's ``dhcp-boot``, whose fields commas separate), two nodes with one
+    on loopback (``localhost``, ``127.0.0.0/8``: the chain URL machines get must reach us), two nodes with one
     address (``nodes.<n>.network``, naming the other node), two nodes with one MAC; and, against the
     interface's subnet (``local``: the interface must be on this machine; else a reservation's subnet
     stands in for it, :func:`subnet_of`): ``dhcp.interface`` missing (``local``) or without an IPv4
@@ -137,11 +136,6 @@ def check_dhcp(config: Config, *, local: bool = True) -> tuple[Reservation, ...]
         raise ConfigError(config.source, "server.base_url", f"{config.server.effective_base_url} is this machine's "
                           f"loopback: machines on {dhcp.interface} would be handed a chain URL they cannot reach "
                           "(set server.base_url to the address they reach bootserver at)")
-    for url in config.server.effective_base_urls:
-        if "," in url:
-            raise ConfigError(config.source, "server.base_url", f"{url} has a comma, which would cut the boot file "
-                              "the DHCP engine hands machines at it (dnsmasq's dhcp-boot fields are separated by "
-                              "commas): use a base URL without one")
     taken = reservations(config)
     by_address: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, str] = {}
     by_mac: dict[str, str] = {}

@@ -33,9 +33,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..artifacts.cache import ArtifactCache
 from ..artifacts.catalog import StreamCatalog
 from ..artifacts.readthrough import ReadThrough
+from ..artifacts.upstream import Upstream
 from ..config import Config
+from ..errors import ConfigError, MetadataError
 from ..files import write_atomic
 from ..grub import grub_kargs, grub_path, grub_quote
 from ..inventory import inventory
@@ -133,6 +136,34 @@ async def loader_set(config: Config, catalog: StreamCatalog, artifacts: ReadThro
     return await asyncio.to_thread(vendor_loaders, iso.path, release.live_iso.sha256, config.cache_dir)
 
 
+def check_secure_boot_isos(config: Config) -> list[str]:
+    """``check-config``'s look at the ``secure_boot`` nodes: raises :class:`~bootserver.errors.ConfigError`
+    naming the node's ``secure_boot`` key (the node's, else its profile's) when its stream's current
+    x86_64 release has no live ISO, the only source of the signed loaders (:func:`loader_set`). Needs the
+    stream metadata without the network (a file, or synced): the streams whose metadata is not at hand are
+    returned, left to ``loaders``, ``iso`` and the engine."""
+    catalog = StreamCatalog(config, ArtifactCache(config.cache_dir), Upstream.for_config(config))  # cached() only
+    later: list[str] = []
+    for name, node in inventory(config).items():
+        if not (node.secure_boot and node.arch == "x86_64"):
+            continue
+        try:
+            meta = catalog.cached(node.stream)
+        except MetadataError:
+            meta = None
+        release = None if meta is None else meta.releases.get("x86_64")
+        if release is None:
+            later.append(node.stream)
+        elif release.live_iso is None:
+            spec = config.nodes[name]
+            key = (f"nodes.{name}.secure_boot" if spec.secure_boot is not None
+                   else f"profiles.{spec.profile}.secure_boot")
+            raise ConfigError(config.source, key, f"node {name} boots under Secure Boot, but stream {node.stream}'s "
+                              f"release {release.version} offers no live ISO (metal.formats.iso.disk), the only source "
+                              "of its signed shim and GRUB")
+    return list(dict.fromkeys(later))
+
+
 @dataclass(frozen=True)
 class TftpNode:
     """A ``secure_boot`` node's boot in a TFTP root: its MAC (the config's name), stream, release, the
@@ -185,6 +216,7 @@ def write_secureboot_loaders(dest: Path, sets: dict[str, Path], base_url: str,
     return written
 
 
-__all__ = ["DEBIAN_GRUB_CFG", "GRUB_CFG", "NET_LOADERS", "NODES_DIR", "SET_DIR", "TftpNode", "generic_grub_cfg",
+__all__ = ["DEBIAN_GRUB_CFG", "GRUB_CFG", "NET_LOADERS", "NODES_DIR", "SET_DIR", "TftpNode", "check_secure_boot_isos",
+           "generic_grub_cfg",
            "loader_file", "loader_set", "node_tftp_cfg", "release_dir", "secure_boot_streams",
            "write_secureboot_loaders"]

@@ -32,7 +32,7 @@ from bootserver.dhcp.engine import SIGHUP_SAFE, dnsmasq_argv, dnsmasq_version
 
 A_MAC, B_MAC = "52:54:00:e1:00:0a", "52:54:00:e1:00:0b"
 BASE_URL = f"http://{netns.SERVER_IPV4}:8080"
-UDHCPC_SCRIPT = '#!/bin/sh\n[ "$1" = bound ] && echo "bound $ip $hostname"\nexit 0\n'
+UDHCPC_SCRIPT = '#!/bin/sh\n[ "$1" = bound ] && echo "bound $ip $hostname $boot_file"\nexit 0\n'
 
 
 def static(mac: str, address: str) -> dict[str, Any]:
@@ -74,9 +74,10 @@ class Lab:
         """``bootserver ARGS --config CONFIG`` inside the namespace, to its end."""
         return self.net.run([*BOOTSERVER, *args, "--config", str(config or self.config)], timeout=timeout)
 
-    def client(self, mac: str, tries: int = 3) -> str:
+    def client(self, mac: str, tries: int = 3, *extra: str) -> str:
         """What dnsmasq hands a DHCP client with ``mac`` (busybox ``udhcpc`` on a new veth port of the
-        bridge): ``bound <ip> <hostname>``, or ``""`` when nothing bound within ``tries`` discovers 1 s apart."""
+        bridge, with ``extra`` arguments): ``bound <ip> <hostname> <boot file>``, or ``""`` when nothing
+        bound within ``tries`` discovers 1 s apart."""
         n = next(self.ports)
         self.net.ip("link", "add", f"c{n}", "type", "veth", "peer", "name", f"p{n}")
         self.net.ip("link", "set", f"c{n}", "address", mac)
@@ -84,10 +85,10 @@ class Lab:
         self.net.ip("link", "set", f"c{n}", "up")
         try:
             p = self.net.run(["busybox", "udhcpc", "-i", f"c{n}", "-f", "-q", "-n", "-t", str(tries), "-T", "1",
-                              "-s", str(self.folder / "udhcpc.sh")], timeout=30)
+                              "-s", str(self.folder / "udhcpc.sh"), *extra], timeout=30)
         finally:
             self.net.ip("link", "del", f"c{n}")
-        return next((ln for ln in p.stdout.splitlines() if ln.startswith("bound ")), "")
+        return next((ln.strip() for ln in p.stdout.splitlines() if ln.startswith("bound ")), "")
 
     def wait_log(self, pattern: str, log: Path | None = None, timeout: float = 20.0) -> re.Match[str]:
         """Wait until ``pattern`` (a regex) is in the engine's log (or ``log``); its match."""
@@ -295,3 +296,19 @@ def test_dnsmasq_dies_with_its_engine_and_a_stale_one_is_stopped_at_start(lab: L
     assert last.startswith(f"bootserver: dnsmasq (process {dnsmasq}) was killed by SIGKILL (signal 9) while "
                            "answering on eng1; its last line: dnsmasq"), last
     assert not (state / "engine.pid").exists()
+
+
+def test_a_comma_in_the_base_url_reaches_the_machine_whole(engine: Lab) -> None:
+    """dnsmasq's dhcp-boot separates fields by commas: the boot file URL is quoted, and a UEFI HTTP Boot
+    client (vendor class HTTPClient, architecture 16) gets it whole."""
+    doc = base_doc()
+    doc["server"]["base_url"] = f"{BASE_URL}/a,b"
+    write(doc, engine.folder)
+    before = engine.log.read_text().count(": restarted it (process ")
+    os.kill(engine.engine.pid, signal.SIGHUP)  # the engine alone: serve would keep its base URL until a restart
+    end = time.monotonic() + 20
+    while engine.log.read_text().count(": restarted it (process ") == before:
+        assert engine.engine.poll() is None and time.monotonic() < end, engine.log.read_text()[-3000:]
+        time.sleep(0.05)
+    got = engine.client(A_MAC, 3, "-V", "HTTPClient:Arch:00016:UNDI:003016", "-x", "0x5d:0010")
+    assert got == f"bound 192.0.2.10 a {BASE_URL}/a,b/loaders/ipxe.efi", got

@@ -16,6 +16,8 @@ from support.secureboot import LOADERS, secureboot_setup
 from support.upstreams import Upstream
 
 from bootserver.config import load_config
+from bootserver.dhcp.dnsmasq import layout
+from bootserver.dhcp.engine import write_secure_boot_sets
 from bootserver.http.app import create_app
 
 
@@ -141,7 +143,7 @@ async def test_proxy_mode_menus_a_secure_boot_node_its_shim_never_ipxe(setup, tm
     assert ipxe_efi == ['pxe-service=tag:!ipxe,tag:!secureboot,X86-64_EFI,"bootserver",ipxe',
                         'pxe-service=tag:!ipxe,tag:!secureboot,BC_EFI,"bootserver",ipxe']
     assert "dhcp-mac=set:secureboot,52:54:00:00:00:01" in out.splitlines()
-    assert "dhcp-host=52:54:00:00:00:01,set:node-sb-0" in out.splitlines()
+    assert "dhcp-host=52:54:00:00:00:01" in out.splitlines()  # proxy mode: the MAC alone, no options to tag
     config_accepted(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
 
 
@@ -183,3 +185,32 @@ async def test_dhcpv6_hands_http_boot_the_loader_and_ipxe_its_script_on_the_ipv6
     # over DHCPv4 iPXE chains on the IPv4 base URL
     assert "dhcp-boot=tag:ipxe,http://192.0.2.1:8080/boot.ipxe?mac=${net0/mac}" in lines
     config_accepted(["dnsmasq", "--test", "-C"], out, tmp_path / "dnsmasq.conf")
+
+
+async def test_the_dhcp_engine_keeps_the_sets_in_its_tftp_root_and_check_config_refuses_a_stream_without_iso(
+        setup) -> None:
+    """The engine's TFTP root gets what ``bootserver loaders`` writes for the ``secure_boot`` streams (its boot
+    file for those nodes is ``secureboot/<stream>/bootx64.efi``); a stream without a live ISO is a line
+    naming it, and ``check-config`` refuses the node on it, naming its key."""
+    path, _ = setup
+    config = load_config(path)
+    files = layout(config)
+    written, failed = await write_secure_boot_sets(config, files)
+    for served, inside in (("bootx64.efi", "BOOTX64.EFI"), ("grubx64.efi", "grubx64.efi"), ("mmx64.efi", "mmx64.efi")):
+        assert (files.tftp_root / "secureboot" / "fcos" / served).read_bytes() == LOADERS[inside]
+    assert (files.tftp_root / "secureboot" / "fcos" / "grub.cfg").read_text() == GENERIC
+    assert {p.relative_to(files.tftp_root).as_posix() for p in written} == {
+        "secureboot/fcos/bootx64.efi", "secureboot/fcos/grubx64.efi", "secureboot/fcos/mmx64.efi",
+        "secureboot/fcos/grub.cfg", "grub/grub.cfg"}
+    assert failed == ["stream no-iso: stream no-iso (release 39.20231101.3.0) offers no live ISO "
+                      "(metal.formats.iso.disk) to take the signed loaders from"]
+    rc, out, err = await run_cli("check-config", "--config", str(path))
+    assert (rc, out) == (2, "") and err == (
+        f"bootserver: {path}: nodes.no-iso.secure_boot: node no-iso boots under Secure Boot, but stream no-iso's "
+        "release 39.20231101.3.0 offers no live ISO (metal.formats.iso.disk), the only source of its signed shim "
+        "and GRUB\n"), err
+    doc = yaml.safe_load(path.read_text())
+    del doc["nodes"]["no-iso"]
+    path.write_text(yaml.safe_dump(doc))
+    rc, out, err = await run_cli("check-config", "--config", str(path))
+    assert rc == 0, err
