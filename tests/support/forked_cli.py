@@ -21,6 +21,7 @@ import contextlib
 import io
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,9 +66,11 @@ def _command(args: list[str], cwd: str, env: dict[str, str], out: str, err: str)
 class _Forked:
     """One command: its child (started), its output files, and a kill of its whole group."""
 
-    def __init__(self, args: tuple[str, ...], folder: str, cwd: Path | None, env: dict[str, str] | None) -> None:
-        self.out, self.err = Path(folder, "stdout"), Path(folder, "stderr")
-        self.out.touch()
+    def __init__(self, args: tuple[str, ...], folder: str, cwd: Path | None, env: dict[str, str] | None,
+                 stdout: bool = True) -> None:
+        self.out, self.err = Path(folder, "stdout") if stdout else Path(os.devnull), Path(folder, "stderr")
+        if stdout:
+            self.out.touch()
         self.err.touch()
         self.child = _CONTEXT.Process(target=_command, args=(list(args), str(cwd or os.getcwd()),
                                                              dict(os.environ if env is None else env),
@@ -123,3 +126,58 @@ def run_forked_sync(args: Sequence[str], timeout: float = 60, cwd: Path | None =
         code, out, err = forked.result()
         text = [t.replace("\r\n", "\n").replace("\r", "\n") for t in (out, err)]  # text=True's newlines
         return subprocess.CompletedProcess(["bootserver", *args], code, *text)
+
+
+class ForkedProcess:
+    """A long-running ``bootserver ARGS`` (``serve``) forked as above, with what
+    ``asyncio.create_subprocess_exec(..., stdout=DEVNULL, stderr=PIPE)`` gives :class:`support.server.ServerProcess`:
+    ``pid``, ``returncode`` (``None`` while it runs), ``stderr`` (an ``asyncio.StreamReader``, fed from its
+    stderr file as it grows, every 50 ms, and at EOF once the process ended), ``send_signal``,
+    ``terminate``, ``kill`` and ``wait`` (its exit status). Made on the event loop that reads it."""
+
+    def __init__(self, args: Sequence[str]) -> None:
+        self._folder = tempfile.mkdtemp(prefix="bootserver-serve-")
+        self._forked = _Forked(tuple(args), self._folder, None, None, stdout=False)
+        self.pid = self._forked.pid
+        self.stderr = asyncio.StreamReader()
+        loop = asyncio.get_running_loop()
+        self._ended: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(self._forked.child.sentinel, self._on_exit)
+        self._feeding = loop.create_task(self._feed())
+
+    def _on_exit(self) -> None:
+        asyncio.get_running_loop().remove_reader(self._forked.child.sentinel)
+        if not self._ended.done():
+            self._ended.set_result(None)
+
+    async def _feed(self) -> None:
+        try:
+            with open(self._forked.err, "rb") as err:
+                while not self._ended.done():
+                    self.stderr.feed_data(err.read())
+                    await asyncio.wait([self._ended], timeout=0.05)  # polling interval of the file, until it ends
+                self.stderr.feed_data(err.read())
+            self.stderr.feed_eof()
+        finally:
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._forked.child.exitcode if self._ended.done() else None
+
+    def send_signal(self, sig: int) -> None:
+        if not self._ended.done():
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    async def wait(self) -> int:
+        await asyncio.shield(self._ended)
+        await self._feeding
+        code = self._forked.child.exitcode
+        assert code is not None
+        return code

@@ -17,12 +17,14 @@ from typing import Any
 import aiohttp
 
 from bootserver.config import load_config
+from support.forked_cli import ForkedProcess
 from support.helpers import BOOTSERVER, run_cli
 
 
 class ServerProcess:
-    """A ``bootserver serve`` subprocess; ``url`` is its base URL once ``/healthz`` answers, ``admin_url``
-    its admin listener's (``/nodes``, ``/metrics``: ``server.admin.listen``, when that is host:port)."""
+    """A ``bootserver serve`` process (forked: :class:`support.forked_cli.ForkedProcess`); ``url`` is its
+    base URL once ``/healthz`` answers, ``admin_url`` its admin listener's (``/nodes``, ``/metrics``:
+    ``server.admin.listen``, when that is host:port)."""
 
     def __init__(self, config: Path, port: int, *extra_args: str) -> None:
         self.config = config
@@ -30,12 +32,12 @@ class ServerProcess:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.admin_url = "http://" + load_config(config).server.admin_listen
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: ForkedProcess | None = None
 
     async def start(self, session: Any, deadline: float = 20.0) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
-            *BOOTSERVER, "serve", "--config", str(self.config), *self.extra_args,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # forked from the session's server that imported the command line (support.forked_cli), stdout
+        # discarded, stderr readable as it comes (self.proc.stderr)
+        self.proc = ForkedProcess(["serve", "--config", str(self.config), *self.extra_args])
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
         while loop.time() < end:
