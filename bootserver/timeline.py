@@ -106,6 +106,8 @@ ARTIFACT_OUTCOMES = ("requested", "completed", "partial", "unchanged", "failed")
 EVENTS = ("dhcp", "tftp", "script", "localboot", "stub", "config", "reinstall", "checkin",
           # what the fleet API's actions did (history only: no stage of their own)
           "provision", "provision-failed", "deprovision", "deprovision-failed",
+          # the DHCP engine wrote, changed or removed the node's reservation (history only)
+          "reservation",
           *(f"{k}-{s}" for k in ARTIFACT_KINDS for s in ARTIFACT_OUTCOMES))
 
 _EVENT_NAMES = frozenset(EVENTS)
@@ -162,7 +164,7 @@ def next_stage(stage: str, event: str, mode: str, *, real_config: bool = True) -
         return "ipxe"
     if event == "checkin":
         return stage if stage in _CHECKIN_KEEPS else UP
-    if event == "localboot" or event in _ACTION_EVENTS:
+    if event in ("localboot", "reservation") or event in _ACTION_EVENTS:
         return stage
     if event == "stub":
         reached = "unconfirmed" if not real_config else "installing" if mode == "install" else "ignition"

@@ -33,6 +33,14 @@ options (its lease file keeps the leases); when the new one does not start, the 
 again. The outcome (``state_dir/dhcp/reload.json``, :func:`wait_engine_status`) is written when dnsmasq
 serves it (it logged re-reading the reservations, or it restarted) and says how many reservations changed.
 
+**The state store's nodes** (issue 48): the engine reads them at start beside the files' (a file that
+names one: exit 2, naming both origins) and then polls the store's revision every
+:data:`~bootserver.node_writes.POLL` seconds (:meth:`Engine.follow_store`): a node written, changed or
+deleted with ``bootserver nodes apply``/``delete`` (through any replica's config) has its reservation
+written, changed or removed as a reload would (:meth:`Engine.serve`: no restart unless dnsmasq's own
+options changed), within about a second, and each node whose reservation changed gets a
+``reservation`` event on its timeline (``added``, ``changed``, ``removed``, with its MAC and address).
+
 **Stop**: ``SIGTERM`` or ``SIGINT`` stop dnsmasq (``SIGTERM``, ``SIGKILL`` after 5 s) and return 0.
 dnsmasq ending on its own ends the engine (exit 1) with a line naming its exit status or signal and its
 last line.
@@ -71,9 +79,11 @@ from ..files import write_atomic
 from ..images.firmware import write_loaders
 from ..images.netsecure import loader_set, secure_boot_streams, write_secureboot_loaders
 from ..inventory import inventory
+from ..node_writes import POLL, StoreNodes
 from ..runtime import Runtime
 from ..state import StateStore, StateStoreError, TimelineStore
 from ..state.backends import open_store
+from ..state.nodestore import NodeStore
 from ..timeline import Record
 from ..values import host_family
 from .dnsmasq import DNSMASQ, Layout, add_reservations, conf_text, layout, tagged, write_reservations
@@ -595,6 +605,10 @@ class Engine:
 
     def __init__(self, config: Config, store: TimelineStore | None) -> None:
         self.config = config
+        #: The config of the files alone (what a change of the state store's nodes is merged into).
+        self.files = config
+        #: The state store's nodes as last read (:meth:`follow_store`).
+        self.store_nodes = StoreNodes()
         self.store = store
         self.prepared = prepare(config)
         self.child: asyncio.subprocess.Process | None = None
@@ -784,12 +798,47 @@ class Engine:
         once dnsmasq serves it: after it re-read the reservations, or after its restart. An invalid config
         is logged and changes nothing; a restart that fails brings the old options back."""
         try:
-            new = load_config(self.config.source)
+            files = load_config(self.config.source)
+            # the state store's nodes as last read; a file that now names one of them refuses the reload
+            new, skipped = self.store_nodes.merged(files, strict=True)
             prepared = prepare(new)
         except BootserverError as e:
             log.error("reload refused, the running config stays: %s", e)
             _write_status(self.prepared.files, result="invalid", message=str(e))
             return
+        for line in skipped:
+            log.error("%s", line)
+        self.files = files
+        await self.serve(new, prepared, "reload")
+
+    async def follow_store(self, store: NodeStore) -> bool:
+        """One step of the store watch (every :data:`~bootserver.node_writes.POLL` seconds): read what
+        changed in the state store's nodes and, when something did, write the reservations of the files'
+        config with them (:meth:`serve`: a file per new one, ``SIGHUP`` for a changed or removed one;
+        dnsmasq keeps running). Returns whether something changed. A store node this config cannot serve
+        is left out with one error line; a config the engine refuses (``dhcp:`` checks) changes nothing.
+        Raises ``UnavailableError``."""
+        changed = await self.store_nodes.refresh(store)
+        if not changed:
+            return False
+        new, skipped = self.store_nodes.merged(self.files, strict=False, written=changed)
+        for line in skipped:
+            log.error("%s", line)
+        try:
+            prepared = prepare(new)
+        except BootserverError as e:
+            log.error("store nodes %s: not served by the DHCP engine, the running reservations stay: %s",
+                      ", ".join(sorted(changed)), e)
+            return True
+        await self.serve(new, prepared, "store")
+        return True
+
+    async def serve(self, new: Config, prepared: Prepared, cause: str) -> None:
+        """Serve ``new`` (``prepared``): rewrite the reservations without restarting dnsmasq where it can
+        (see the module docstring), record each node's reservation change on its timeline (event
+        ``reservation``: ``added``, ``changed`` or ``removed``, with its address) and the outcome
+        (:func:`_write_status`); ``cause`` (``reload``, ``store``) starts the log line."""
+        what = "reload" if cause == "reload" else "store nodes"
         added, removed, changed = _reservation_changes(self.prepared.taken, prepared.taken)
         counts = f"{len(prepared.taken)} reservations ({added} added, {removed} removed, {changed} changed)"
         restart = prepared.conf != self.prepared.conf
@@ -800,12 +849,13 @@ class Engine:
         gone = len(before) + len(fresh) != len(prepared.taken) or any(
             before[r.node] != r for r in prepared.taken if r.node in before)
         files = prepared.files
+        await self._record_reservations(old[0], old[1].taken, prepared.taken)
         if not restart and old[1].taken == prepared.taken:
             message = counts
         elif restart or (gone and tagged(old[0], old[1].taken) and self.version < SIGHUP_SAFE):
             why = ("dnsmasq's options changed" if restart else f"dnsmasq {_dotted(self.version)} cannot re-read "
                    f"tagged reservations in place (before {_dotted(SIGHUP_SAFE)} it crashes on SIGHUP)")
-            log.info("reload: %s; %s: restarting it", counts, why)
+            log.info("%s: %s; %s: restarting it", what, counts, why)
             try:
                 failed = await self._restart(old)
             except BootserverError as e:
@@ -813,7 +863,7 @@ class Engine:
                               "bootserver dhcp ends")
                 raise
             if failed is not None:
-                log.error("reload: %s; the old config serves again", failed)
+                log.error("%s: %s; the old config serves again", what, failed)
                 _write_status(files, result="failed", message=f"{failed}; the old config serves again")
                 return
             assert self.child is not None
@@ -829,12 +879,33 @@ class Engine:
                                            lambda: add_reservations(new, files, fresh))
             if not ok:
                 message = f"{counts}; dnsmasq did not confirm reading them within {REREAD_TIMEOUT:g} s"
-                log.error("reload: %s", message)
+                log.error("%s: %s", what, message)
                 _write_status(files, result="failed", message=message)
                 return
             message = f"{counts} without restarting dnsmasq"
-        log.info("reload: %s", message)
+        log.info("%s: %s", what, message)
         _write_status(prepared.files, result="ok", message=message)
+
+    async def _record_reservations(self, old: Config, before: tuple[Reservation, ...],
+                                   after: tuple[Reservation, ...]) -> None:
+        """Record each node whose reservation was added, changed or removed (event ``reservation``)."""
+        if self.store is None:
+            return
+        was, now = {r.node: r for r in before}, {r.node: r for r in after}
+        for name in sorted(was.keys() | now.keys()):
+            if was.get(name) == now.get(name):
+                continue
+            change = "added" if name not in was else "removed" if name not in now else "changed"
+            r = now.get(name) or was[name]
+            node = inventory(self.config if name in now else old).get(name)
+            if node is None:
+                continue
+            detail = {"change": change, "mac": r.mac, **({"address": str(r.ipv4.ip)} if r.ipv4 else {})}
+            try:
+                await self.store.record(Record(name, "reservation", node.mode, time.time(), None, detail,
+                                               real_config=node.ignition is not None))
+            except (StateStoreError, OSError) as e:
+                log.warning("node %s: reservation not recorded on the timeline: %s", name, e)
 
 
 async def run_engine(config: Config) -> int:
@@ -863,17 +934,29 @@ async def run_engine(config: Config) -> int:
             log.warning("the state store cannot be opened (%s): the first mile will not be on the timeline", e)
             store = None
         engine.store = store
+        if store is not None:  # the state store's nodes beside the files' (a file naming one: exit 2)
+            try:
+                await engine.store_nodes.load(store)
+            except BootserverError as e:
+                log.warning("the state store's nodes cannot be read (%s): the files' nodes only, for now", e)
+            config, skipped = engine.store_nodes.merged(config, strict=True)
+            for line in skipped:
+                log.error("%s", line)
+            if config.nodes != engine.config.nodes:
+                engine.config, engine.prepared = config, prepare(config)
+                engine.first_mile = engine._first_mile()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         loop.add_signal_handler(signal.SIGHUP, hup.set)
         await engine.start()
         pid_file = write_pid(config)
         engine.keep_secure_boot_sets()
+        failing = False
         while True:
             assert engine.pump_task is not None
             waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(hup.wait())]
             watched: list[asyncio.Future[Any]] = [*waits, engine.pump_task]
-            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(watched, timeout=POLL, return_when=asyncio.FIRST_COMPLETED)
             for w in waits:
                 w.cancel()
             if stop.is_set():
@@ -881,9 +964,20 @@ async def run_engine(config: Config) -> int:
                 return 0
             if engine.pump_task.done():
                 raise await engine.died()
-            hup.clear()
-            await engine.reload()
-            engine.keep_secure_boot_sets()
+            if hup.is_set():
+                hup.clear()
+                await engine.reload()
+                engine.keep_secure_boot_sets()
+            elif store is not None:  # the store watch: a store write reserved within POLL and a re-read
+                try:
+                    if await engine.follow_store(store):
+                        engine.keep_secure_boot_sets()
+                    failing = False
+                except BootserverError as e:
+                    if not failing:
+                        log.warning("store watch: the state store's nodes cannot be read, the running "
+                                    "reservations stay: %s", e)
+                    failing = True
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(signum)

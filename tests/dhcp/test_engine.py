@@ -312,3 +312,38 @@ def test_a_comma_in_the_base_url_reaches_the_machine_whole(engine: Lab) -> None:
         time.sleep(0.05)
     got = engine.client(A_MAC, 3, "-V", "HTTPClient:Arch:00016:UNDI:003016", "-x", "0x5d:0010")
     assert got == f"bound 192.0.2.10 a {BASE_URL}/a,b/loaders/ipxe.efi", got
+
+
+def test_store_nodes_are_reserved_changed_and_removed_within_2_s_without_a_restart(engine: Lab) -> None:
+    """Issue 48: a node written to the state store (``nodes apply``: no reload, no signal) gets its
+    reservation from the running engine within 2 s, a change and a delete too, in the same dnsmasq
+    process, each on the node's timeline (event ``reservation``)."""
+    pool = {"range": "192.0.2.100-192.0.2.150"}
+    assert engine.reload(base_doc(**pool) | {"nodes": {}}).returncode == 0
+    pid = engine.dnsmasq_pid()
+    nodes = engine.folder / "store-nodes.yaml"
+
+    def apply(text: str, *args: str) -> float:
+        nodes.write_text(text)
+        mark = len(engine.log.read_text(errors="replace"))
+        p = engine.bootserver(*args) if args else engine.bootserver("nodes", "apply", "-f", str(nodes))
+        assert p.returncode == 0, p.stderr
+        start = time.monotonic()
+        end = start + 2.0
+        while "store nodes: " not in engine.log.read_text(errors="replace")[mark:]:
+            assert time.monotonic() < end, f"no reservation within 2 s:\n{engine.log.read_text()[-3000:]}"
+            time.sleep(0.02)  # polling the log, bounded by the deadline
+        return time.monotonic() - start
+
+    took = apply(f'nodes: {{st-1: {{profile: master, mac: "{A_MAC}", selectable: true}}}}')
+    assert engine.client(A_MAC, tries=8).split()[2:] == ["st-1"]
+    took = max(took, apply(f'nodes: {{st-1: {{profile: master, mac: "{A_MAC}", selectable: true, hostname: st-one}}}}'))
+    assert engine.client(A_MAC, tries=8).split()[2:] == ["st-one"]
+    took = max(took, apply("", "nodes", "delete", "st-1"))
+    assert engine.client(A_MAC, tries=8).split()[2:] == []  # a pool address, no longer the node's name
+    assert engine.dnsmasq_pid() == pid, "dnsmasq was restarted"
+    assert "without restarting dnsmasq" in engine.log.read_text().split("store nodes: ")[-1]
+    shown = engine.bootserver("nodes", "show", "st-1")
+    changes = re.findall(r"reservation\s.*?(added|changed|removed)", shown.stdout)
+    assert changes == ["added", "changed", "removed"], shown.stdout
+    print(f"store writes reserved within {took:.2f} s")
