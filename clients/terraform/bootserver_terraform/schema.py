@@ -45,6 +45,15 @@ PLAIN: dict[str, types.TfType] = {
     "network": types.String(), "secure_boot": types.Bool(),
 }
 
+#: Node keys named otherwise in Terraform: ``provider`` is a meta-argument of every resource block.
+TF_NAMES = {"provider": "machine_provider"}
+
+
+def tf_name(key: str) -> str:
+    """The Terraform attribute of node key ``key`` (the key itself but for :data:`TF_NAMES`)."""
+    return TF_NAMES.get(key, key)
+
+
 #: A key's value when the API's representation leaves it out.
 DEFAULTS: dict[str, Any] = {"mac": [], "addresses": [], "selectable": False, "default": False}
 
@@ -55,7 +64,8 @@ DESCRIPTIONS = {
     "mac": "The node's MAC addresses.",
     "uuid": "The node's SMBIOS UUID.",
     "hostname": "The host name the node calls itself (default: its name).",
-    "provider": "How provision reaches the machine: equinix, redfish or ipmi.",
+    "provider": "The node key provider (named machine_provider here: provider is a meta-argument of every "
+                "Terraform resource): how provision reaches the machine, equinix, redfish or ipmi.",
     "addresses": "IP addresses or CIDRs allowed to fetch the node's script and configs.",
     "selectable": "Whether /boot.ipxe hands the node's script to any address.",
     "default": "Whether the node is the generic entry's fallback (live mode only).",
@@ -109,7 +119,7 @@ def node_attributes() -> list[Attribute]:
     read-only ``generation`` and ``source``."""
     attrs = [Attribute("name", types.String(), DESCRIPTIONS["name"], required=True, requires_replace=True)]
     for key, kind in PLAIN.items():
-        attrs.append(Attribute(key, kind, DESCRIPTIONS[key], required=key == "profile",
+        attrs.append(Attribute(tf_name(key), kind, DESCRIPTIONS[key], required=key == "profile",
                                optional=key != "profile"))
     attrs.append(Attribute("generation", types.Number(), DESCRIPTIONS["generation"], computed=True))
     attrs.append(Attribute("source", types.String(), DESCRIPTIONS["source"], computed=True))
@@ -206,7 +216,7 @@ def to_api(state: dict[str, Any]) -> dict[str, Any]:
     passwords included."""
     body: dict[str, Any] = {}
     for key in PLAIN:
-        value = state.get(key)
+        value = state.get(tf_name(key))
         if value is None:
             continue
         body[key] = _document(value) if key == "network" else _number(value)
@@ -228,36 +238,39 @@ def from_api(node: dict[str, Any], prior: dict[str, Any] | None) -> dict[str, An
     state: dict[str, Any] = {"name": node.get("name", prior.get("name")), "generation": node.get("generation"),
                              "source": node.get("source")}
     for key in PLAIN:
-        value = node.get(key)
-        if same(key, prior.get(key), value):
-            state[key] = prior.get(key)
+        value, name = node.get(key), tf_name(key)
+        if same(key, prior.get(name), value):
+            state[name] = prior.get(name)
         elif key == "network" and value is not None and not isinstance(value, str):
-            state[key] = _json_text(value)
-        else:
-            state[key] = DEFAULTS.get(key) if value is None and key in DEFAULTS else value
-            if key in DEFAULTS and state[key] == DEFAULTS[key]:
-                state[key] = None
+            state[name] = _json_text(value)
+        else:  # a key at its default is null (left out of the configuration), else the API's value
+            state[name] = None if key in DEFAULTS and normal(key, value) == DEFAULTS[key] else value
     for key, inner in NESTED.items():
-        mapping = dict(node.get(key) or {})
-        before = prior.get(key) or {}
-        password_set = bool(mapping.pop("password_set", False))
-        value: dict[str, Any] | None = {}
-        for k in inner:
-            if k == SECRET:
-                value[k] = before.get(SECRET) if password_set else None
-            elif normal_inner(key, k, before.get(k)) == normal_inner(key, k, mapping.get(k)):
-                value[k] = before.get(k)
-            elif k == "customdata" and mapping.get(k) is not None:
-                value[k] = _json_text(mapping[k])
-            elif k == "verify_tls" and isinstance(mapping.get(k), bool):
-                value[k] = "true" if mapping[k] else "false"
-            else:
-                value[k] = mapping.get(k)
-        if not any(v is not None for v in value.values()):
-            # nothing set: null, unless the configuration wrote the mapping empty (``redfish = {}``)
-            value = before if prior.get(key) is not None and not any(before.values()) else None
-        state[key] = value
+        state[key] = _block_from_api(key, inner, node.get(key) or {}, prior.get(key))
     return state
+
+
+def _block_from_api(key: str, inner: dict[str, types.TfType], mapping: dict[str, Any],
+                    prior: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A nested mapping (``redfish``, ``ipmi``, ``metal``) as Terraform's block value; ``None`` when nothing
+    is set (unless the configuration wrote the block empty)."""
+    before = prior or {}
+    out: dict[str, Any] = {}
+    for k in inner:
+        value = mapping.get(k)
+        if k == SECRET:
+            out[k] = before.get(SECRET) if mapping.get("password_set") else None
+        elif normal_inner(key, k, before.get(k)) == normal_inner(key, k, value):
+            out[k] = before.get(k)
+        elif k == "customdata" and value is not None:
+            out[k] = _json_text(value)
+        elif k == "verify_tls" and isinstance(value, bool):
+            out[k] = "true" if value else "false"
+        else:
+            out[k] = value
+    if any(v is not None for v in out.values()):
+        return out
+    return before if prior is not None and not any(v is not None for v in before.values()) else None
 
 
 def replacing_patch(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
