@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from support.automation import Fleet
+from support.automation import Fleet, install_collection
 from support.configs import STREAM, config_doc, master_profile, write
 from support.helpers import BOOTSERVER, free_port
 from support.server import serving
@@ -30,3 +31,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     admin = "http://" + load_config(config).server.admin_listen
     with serving(["--config", str(config)], f"http://127.0.0.1:{port}/healthz", base / "serve.log"):
         yield Fleet(url=admin, token=token, boot_url=f"http://127.0.0.1:{port}", config=config, log=base / "serve.log")
+
+
+@pytest.fixture(scope="session")
+def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The collection built and installed from its tarball as a user installs it: the folder to give
+    ``ANSIBLE_COLLECTIONS_PATH``."""
+    return install_collection(tmp_path_factory.mktemp("collection"))

@@ -7,17 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from support.automation import Fleet, ansible_playbook, install_collection, tail
+from support.automation import Fleet, ansible_playbook, tail
 from support.helpers import REPO
 
 PLAYBOOKS = REPO / "tests" / "data" / "automation"
-
-
-@pytest.fixture(scope="module")
-def collections(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The collection built and installed as a user installs it (``ANSIBLE_COLLECTIONS_PATH``)."""
-    return install_collection(tmp_path_factory.mktemp("collection"))
 
 
 def test_playbook(fleet: Fleet, collections: Path) -> None:
