@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config import STORE_SOURCE, Config, normalize_mac
+from ..config import STORE_SOURCE, Node, Profile, ResolvedNode, normalize_mac
 from ..discovery import Discovered
 from ..timeline import Event, NodeState
 from .models import rfc3339
@@ -21,21 +21,17 @@ from .problems import Problem
 BMC_KEYS = ("redfish", "ipmi")
 
 
-def node_source(config: Config, name: str) -> str:
-    """Where configured node ``name`` comes from: ``file:PATH`` (the file that defines it) or ``store``."""
-    return config.node_sources.get(name) or "file:" + config.origins.get(f"nodes.{name}", config.source)
+def is_file_node(node: ResolvedNode | None) -> bool:
+    """Whether ``node`` (a node of the running config as resolved, ``None``: none) is one of the config's
+    files (not of the store)."""
+    return node is not None and node.source != STORE_SOURCE
 
 
-def is_file_node(config: Config, name: str) -> bool:
-    """Whether ``name`` is a node of the config's files (not of the store)."""
-    return name in config.nodes and node_source(config, name) != STORE_SOURCE
-
-
-def node_view(config: Config, name: str, state: NodeState) -> dict[str, Any]:
-    """File node ``name`` of ``config`` as the API shows it (:class:`~bootserver.api.models.NodeView`): its
-    keys not at their defaults, as :func:`stored_view` shows them, ``generation`` 0."""
-    spec = config.nodes[name].model_dump(mode="json", exclude_defaults=True)
-    return shown(name, spec, node_source(config, name), 0, state)
+def node_view(node: ResolvedNode, written: Node, state: NodeState) -> dict[str, Any]:
+    """A file node (as resolved, and its settings as ``written`` in its file) as the API shows it
+    (:class:`~bootserver.api.models.NodeView`): its keys not at their defaults, as :func:`stored_view`
+    shows them, ``generation`` 0."""
+    return shown(node.name, written.model_dump(mode="json", exclude_defaults=True), node.source, 0, state)
 
 
 def stored_view(name: str, spec: Mapping[str, Any], generation: int, state: NodeState) -> dict[str, Any]:
@@ -59,9 +55,10 @@ def shown(name: str, spec: Mapping[str, Any], source: str, generation: int, stat
     return out
 
 
-def profile_view(config: Config, name: str) -> dict[str, Any]:
-    """Profile ``name`` as the API shows it: its keys not at their defaults and its ``name``."""
-    return {**config.profiles[name].model_dump(mode="json", exclude_defaults=True), "name": name}
+def profile_view(name: str, profile: Profile) -> dict[str, Any]:
+    """Profile ``name`` (its settings ``profile``) as the API shows it: its keys not at their defaults and
+    its ``name``."""
+    return {**profile.model_dump(mode="json", exclude_defaults=True), "name": name}
 
 
 def discovered_view(machine: Discovered) -> dict[str, Any]:
@@ -98,9 +95,9 @@ def page_after(token: str | None) -> str | None:
     return after
 
 
-def mac_matches(config: Config, name: str, mac: str) -> bool:
-    """Whether ``mac`` (any case and separator) is one of node ``name``'s MACs."""
+def mac_matches(node: ResolvedNode, mac: str) -> bool:
+    """Whether ``mac`` (any case and separator) is one of ``node``'s MACs."""
     try:
-        return normalize_mac(mac) in config.nodes[name].mac
+        return normalize_mac(mac) in node.mac
     except ValueError:
         return False

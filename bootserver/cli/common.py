@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Config, ResolvedNode
 from ..errors import UnknownNodeError
-from ..inventory import inventory
+from ..inventory import Inventory
 
 if TYPE_CHECKING:
     from ..signing import Keyring
@@ -40,12 +40,12 @@ def common_parser() -> argparse.ArgumentParser:
     return common
 
 
-def node(config: Config, arg: str) -> ResolvedNode:
-    """The node a command's argument ``arg`` names, as resolved in ``config``'s inventory
-    (:func:`bootserver.inventory.inventory`); else :class:`UnknownNodeError` (exit 2) naming the file."""
-    found = inventory(config).get(arg)
+def node(nodes: Inventory, arg: str) -> ResolvedNode:
+    """The node a command's argument ``arg`` names in a config's inventory (:func:`bootserver.inventory.inventory`),
+    as resolved there; else :class:`UnknownNodeError` (exit 2) naming the config file."""
+    found = nodes.get(arg)
     if found is None:
-        raise UnknownNodeError(f"{config.source}: nodes: no node {arg!r}")
+        raise UnknownNodeError(f"{nodes.source}: nodes: no node {arg!r}")
     return found
 
 

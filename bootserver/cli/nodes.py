@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import Config
+from ..inventory import inventory
 from .common import node, opened_store, opened_with_store
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def show(args: argparse.Namespace, config: Config) -> int:
         async with opened_with_store(config) as (store, merged):
             name = args.node
             if name not in merged.nodes and not (await store.node(name)).last_event:
-                node(merged, name)  # no such node, and no history: the usual error
+                node(inventory(merged), name)  # no such node, and no history: the usual error
             device = await store.device(name)  # what provision recorded, if anything
             head = "" if device is None else (f"device: {device.get('provider', 'equinix')} "
                                               f"{device.get('id', '-')} {device.get('state', '-')}\n")
@@ -56,7 +57,7 @@ def reinstall(args: argparse.Namespace, config: Config) -> int:
 
     async def run() -> str:
         async with opened_with_store(config) as (store, merged):
-            names = [node(merged, name) for name in args.nodes]
+            names = [node(inventory(merged), name) for name in args.nodes]
             out = []
             for one in names:
                 await store.record(Record(one.name, "reinstall", one.mode, time.time(),

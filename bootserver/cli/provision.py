@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from ..config import Config
 from ..errors import InputError
+from ..inventory import inventory
 from .common import for_nodes, node, say
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ def provision(args: argparse.Namespace, config: Config) -> int:
     from .. import provision as provisioning
 
     config = for_nodes(config, list(args.nodes))
-    nodes = [node(config, n).name for n in dict.fromkeys(args.nodes)]
+    nodes = [node(inventory(config), n).name for n in dict.fromkeys(args.nodes)]
     if not args.timeout > 0:
         raise InputError(f"--timeout: must be a positive number of seconds, got {args.timeout:g}")
     base = config.server.effective_base_url
@@ -45,7 +46,7 @@ def deprovision(args: argparse.Namespace, config: Config) -> int:
     from .. import provision as provisioning
 
     config = for_nodes(config, list(args.nodes))
-    nodes = [node(config, n).name for n in dict.fromkeys(args.nodes)]
+    nodes = [node(inventory(config), n).name for n in dict.fromkeys(args.nodes)]
     print("\n".join(provisioning.deprovision(config, provider_options(args), nodes, say=say)))
     return 0
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..config import Config
 from ..errors import InputError
+from ..inventory import inventory
 from .common import duration_arg, for_nodes, keyring, node
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def render(args: argparse.Namespace, config: Config) -> int:
     if args.what != "ignition" and args.ignition_version is not None:
         raise InputError(f"render {args.what}: --version applies to render ignition only")
     config = for_nodes(config, [args.node])
-    name = node(config, args.node).name
+    name = node(inventory(config), args.node).name
     # what a machine asking from an address of that family gets (its base URL, its kargs); nothing recorded
     client = {4: "0.0.0.0", 6: "::", None: None}[args.family]
 
@@ -53,7 +54,7 @@ def url(args: argparse.Namespace, config: Config) -> int:
     from ..urls import Urls
 
     config = for_nodes(config, [args.node])
-    name = node(config, args.node).name
+    name = node(inventory(config), args.node).name
     ring = asyncio.run(keyring(config))
     urls = Urls(config, keys=lambda: ring)
     if args.iso:
@@ -79,7 +80,7 @@ def iso(args: argparse.Namespace, config: Config) -> int:
     from ..service import BootService
 
     config = for_nodes(config, [args.node])
-    resolved = node(config, args.node)
+    resolved = node(inventory(config), args.node)
     name = resolved.name
 
     async def build() -> tuple[NodeImage, str, float]:

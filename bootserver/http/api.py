@@ -202,10 +202,10 @@ FOUND = web.RequestKey("api_found", Found)
 async def find(svc: BootService, name: str) -> Found | None:
     """Node ``name``: a file node of the running config, else the state store's (read there, so a write
     is read back at once on any replica), else ``None``."""
-    config = svc.config
-    if views.is_file_node(config, name):
-        spec = config.nodes[name].model_dump(mode="json", exclude_defaults=True)
-        return Found(name, views.node_source(config, name), spec, 0)
+    node = svc.inventory.get(name)
+    if node is not None and views.is_file_node(node):
+        spec = svc.config.nodes[name].model_dump(mode="json", exclude_defaults=True)
+        return Found(name, node.source, spec, 0)
     stored = await svc.runtime.state.stored_node(name)
     return None if stored is None else Found(name, STORE_SOURCE, stored.spec, stored.generation)
 
@@ -294,18 +294,19 @@ async def list_nodes(request: web.Request) -> web.StreamResponse:
     state = svc.runtime.state
     inventory = await state.inventory()
     specs: dict[str, Found] = {n: Found(n, STORE_SOURCE, s.spec, s.generation) for n, s in inventory.nodes.items()}
-    files = {n for n in config.nodes if views.is_file_node(config, n)}
+    nodes = svc.inventory
+    files = {n for n, node in nodes.items() if views.is_file_node(node)}
     names = sorted(n for n in files | set(specs) if after is None or n > after)
     if source is not None:
-        names = [n for n in names if (STORE_SOURCE if n in specs else views.node_source(config, n)) == source
+        names = [n for n in names if (STORE_SOURCE if n in specs else nodes[n].source) == source
                  or (source == "file" and n not in specs)]
     if profile is not None:
-        names = [n for n in names if (specs[n].spec.get("profile") if n in specs else config.nodes[n].profile)
+        names = [n for n in names if (specs[n].spec.get("profile") if n in specs else nodes[n].profile)
                  == profile]
     if mac is not None:
         want = normalize_mac(mac)
         names = [n for n in names if (want in (m.lower().replace("-", ":") for m in _macs(specs[n].spec))
-                                      if n in specs else views.mac_matches(config, n, mac))]
+                                      if n in specs else views.mac_matches(nodes[n], mac))]
     await svc.runtime.drain()
     if stage is not None:
         states = {s.node: s for s in await state.nodes(names) if s.stage == stage}
@@ -314,7 +315,7 @@ async def list_nodes(request: web.Request) -> web.StreamResponse:
     if stage is None:
         states = {s.node: s for s in await state.nodes(page)}
     items = [views.stored_view(n, specs[n].spec, specs[n].generation, states[n]) if n in specs
-             else views.node_view(config, n, states[n]) for n in page]
+             else views.node_view(nodes[n], config.nodes[n], states[n]) for n in page]
     more = len(names) > limit
     return json_answer({"items": items, "next_page_token": views.page_token(page[-1]) if more else None})
 
@@ -426,12 +427,13 @@ async def get_node_timeline(request: web.Request) -> web.StreamResponse:
 async def list_profiles(request: web.Request) -> web.StreamResponse:
     """``GET /api/v1/profiles``: every profile by name."""
     config = request[LOADED].svc.config
-    return json_answer({"items": [views.profile_view(config, p) for p in sorted(config.profiles)]})
+    return json_answer({"items": [views.profile_view(p, config.profiles[p]) for p in sorted(config.profiles)]})
 
 
 async def get_profile(request: web.Request) -> web.StreamResponse:
     """``GET /api/v1/profiles/{name}``: one profile."""
-    return json_answer(views.profile_view(request[LOADED].svc.config, request.match_info["name"]))
+    name = request.match_info["name"]
+    return json_answer(views.profile_view(name, request[LOADED].svc.config.profiles[name]))
 
 
 async def list_discovered(request: web.Request) -> web.StreamResponse:
