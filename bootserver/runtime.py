@@ -26,7 +26,7 @@ from .errors import BootserverError, FetchError, UnavailableError
 from .metrics import Metrics
 from .signing import Signer
 from .stalls import StallWatch
-from .state import StateStore, repeat_key
+from .state import StateStore, TimelineStore, repeat_key
 from .state.backends import open_store
 from .streams import StreamMetadata
 from .timeline import BOOT_DONE_STAGES, DISCOVERED, Current, Record, Recorded
@@ -57,7 +57,7 @@ class BootDurations:
     script, read from ``state`` (:func:`~bootserver.timeline.boot_started`), to ``report``
     (:meth:`bootserver.metrics.Metrics.boot_done`)."""
 
-    def __init__(self, state: StateStore, report: Callable[[str, float], None]) -> None:
+    def __init__(self, state: TimelineStore, report: Callable[[str, float], None]) -> None:
         self.state = state
         self.report = report
 
