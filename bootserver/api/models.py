@@ -163,11 +163,11 @@ class NodeListQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     profile: NamePath | None = None
-    source: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    source: Annotated[str, Field(min_length=1, max_length=500)] | None = None
     stage: Stage | None = None
     mac: Annotated[str, Field(pattern=r"^[0-9A-Fa-f]{2}([:-][0-9A-Fa-f]{2}){5}$")] | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
-    page_token: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    page_token: Annotated[str, Field(pattern=r"^([0-9a-f]{2}){1,100}$")] | None = None
 
 
 class TimelineQuery(BaseModel):

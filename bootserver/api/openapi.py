@@ -68,9 +68,9 @@ def _parameters(op: Operation) -> list[dict[str, Any]]:
             prop = _not_null({k: v for k, v in prop.items() if k != "title"})
             params.append({"name": key, "in": "query", "required": key in required, "schema": prop,
                            **({"description": prop["description"]} if "description" in prop else {})})
-    for name, description in op.request_headers.items():
+    for name, (description, schema) in op.request_headers.items():
         params.append({"name": name, "in": "header", "required": False, "description": description,
-                       "schema": {"type": "string"}})
+                       "schema": dict(schema)})
     return params
 
 

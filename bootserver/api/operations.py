@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -70,7 +70,8 @@ class Operation:
     query: type[BaseModel] | None = None
     body: type[BaseModel] | None = None
     media: tuple[str, ...] = (JSON,)
-    request_headers: Mapping[str, str] = field(default_factory=dict)
+    #: Request headers: name -> (description, JSON Schema of the value).
+    request_headers: Mapping[str, tuple[str, Mapping[str, Any]]] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
     links: Mapping[int, Mapping[str, Link]] = field(default_factory=dict)
@@ -90,13 +91,15 @@ COMMON_PROBLEMS = ("unauthorized", "forbidden", "unavailable")
 
 _ETAG = {"ETag": "the node's generation, quoted (RFC 9110 section 8.8.3)"}
 _CREATED = {**_ETAG, "Location": "the node's URL (201 only)"}
-_IF_MATCH = {"If-Match": 'the node\'s generation as its ETag ("3"), or *: the write holds only for that '
-                         "generation (412 otherwise; RFC 9110 section 13.1.1)"}
-_IF_NONE_MATCH = {"If-None-Match": "*: create only (412 when the node exists; RFC 9110 section 13.1.2)"}
+_IF_MATCH = {"If-Match": ('the node\'s generation as its ETag ("3"), or *: the write holds only for that '
+                          "generation (412 otherwise, also for a value that names no generation; RFC 9110 "
+                          "section 13.1.1)", {"type": "string"})}
+_IF_NONE_MATCH = {"If-None-Match": ("*: create only (412 when the node exists; RFC 9110 section 13.1.2)",
+                                    {"type": "string", "enum": ["*"]})}
 _WRITE_PROBLEMS = ("not-found", "file-managed", "conflict", "precondition-failed", "invalid-node",
                    "malformed-json", "unsupported-media-type", "payload-too-large", "invalid-parameter")
 MERGE_PATCH = "application/merge-patch+json"
-_NAME = {"name": "$request.path.name"}
+_NAME = {"name": "$response.body#/name"}
 #: What a stateful client can do next with a node it wrote (OpenAPI links).
 _NODE_LINKS = {
     "GetNode": Link("getNode", _NAME, "read the node back"),

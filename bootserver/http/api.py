@@ -45,6 +45,7 @@ from ..errors import (
     NodeConflictError,
     PreconditionFailedError,
     UnavailableError,
+    shown,
 )
 from ..inventory import inventory
 from ..node_writes import Precondition
@@ -73,12 +74,17 @@ QUERY = web.RequestKey("api_query", BaseModel)
 BODY = web.RequestKey("api_body", object)
 
 
+def shown_text(text: str) -> str:
+    """``text`` on one log line: control characters as escapes (a detail may quote what a client sent)."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode()
+
+
 def problem_answer(request: web.Request, problem: Problem) -> web.Response:
     """``problem`` as an ``application/problem+json`` answer (its status and headers, ``instance`` the
     request's path), with one log line (kind and detail: never a body or a header's value)."""
     kind = problem.kind
     log.log(logging.WARNING if kind.status >= 500 else logging.INFO, "%s %s: %d %s: %s", request.method,
-            request.path, kind.status, kind.kind, problem.detail)
+            shown(request.path, 200), kind.status, kind.kind, shown_text(problem.detail))
     return web.Response(status=kind.status, body=json.dumps(problem.body(request.path)).encode(),
                         content_type=MEDIA_TYPE, headers=problem.headers)
 
@@ -250,7 +256,7 @@ def frame(running: Running, tokens: TokenCache, op: Operation, handler: Handler)
         except web.HTTPException:
             raise
         except Exception:
-            log.exception("%s %s: 500 unexpected error (request %s)", request.method, request.path, rid)
+            log.exception("%s %s: 500 unexpected error (request %s)", request.method, shown(request.path, 200), rid)
             response = problem_answer(request, Problem("internal-error", f"the server log has the details "
                                                        f"(request {rid})"))
         response.headers[REQUEST_ID_HEADER] = rid
@@ -347,7 +353,7 @@ async def _audit(request: web.Request, action: str, before: Mapping[str, Any] | 
     try:
         await loaded.svc.runtime.state.write_audit([entry])
     except BootserverError as e:
-        log.error("%s %s: the audit entry of request %s was not written: %s", request.method, request.path,
+        log.error("%s %s: the audit entry of request %s was not written: %s", request.method, shown(request.path, 200),
                   entry.request_id, e)
 
 
@@ -358,12 +364,20 @@ def _writable(request: web.Request) -> Found | None:
     return found
 
 
+def _normalized(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` as the schema reads it (MACs in lower case, keys at their defaults left out), so a
+    representation sent back is unchanged. Raises :class:`Problem` ``invalid-node``."""
+    try:
+        return store_node(name, spec).model_dump(mode="json", exclude_defaults=True)
+    except InputError as e:
+        raise writes.problem_of(e, name) from None
+
+
 async def _write(request: web.Request, found: Found | None, spec: dict[str, Any],
                  pre: Precondition) -> tuple[int, dict[str, Any]]:
     svc = request[LOADED].svc
     name = request.match_info["name"]
-    try:  # kept as the schema reads it (MACs in lower case, defaults left out): a read sent back is unchanged
-        spec = store_node(name, spec).model_dump(mode="json", exclude_defaults=True)
+    try:
         applied = (await node_writes.apply_nodes(svc.config, svc.runtime.state, {name: spec},
                                                  preconditions={name: pre}))[0]
     except InputError as e:
@@ -379,11 +393,10 @@ async def _write(request: web.Request, found: Found | None, spec: dict[str, Any]
 async def put_node(request: web.Request) -> web.StreamResponse:
     """``PUT /api/v1/nodes/{name}``: create (201) or replace (200) a store node (docs/api.md, "Nodes")."""
     found = _writable(request)
-    pre = preconditions(request, found)
     name = request.match_info["name"]
-    spec = writes.spec_of(name, request[BODY], request[LOADED].svc.config.state_dir,
-                          None if found is None else found.spec)
-    status, view = await _write(request, found, spec, pre)
+    spec = _normalized(name, writes.spec_of(name, request[BODY], request[LOADED].svc.config.state_dir,
+                                            None if found is None else found.spec))
+    status, view = await _write(request, found, spec, preconditions(request, found))
     headers = _etag(view)
     if status == 201:
         headers[hdrs.LOCATION] = f"{PREFIX}/nodes/{name}"
@@ -394,11 +407,11 @@ async def patch_node(request: web.Request) -> web.StreamResponse:
     """``PATCH /api/v1/nodes/{name}``: a JSON merge patch (RFC 7396) of a store node."""
     found = _writable(request)
     assert found is not None  # resolve="node"
-    pre = preconditions(request, found)
     name = request.match_info["name"]
     patched = writes.merge_patch(found.spec, writes.password_patch(request[BODY]))
-    spec = writes.spec_of(name, patched, request[LOADED].svc.config.state_dir, found.spec, keep=False)
-    _, view = await _write(request, found, spec, pre)
+    spec = _normalized(name, writes.spec_of(name, patched, request[LOADED].svc.config.state_dir, found.spec,
+                                            keep=False))
+    _, view = await _write(request, found, spec, preconditions(request, found))
     return json_answer(view, headers=_etag(view))
 
 
@@ -511,7 +524,10 @@ async def adopt_discovered(request: web.Request) -> web.StreamResponse:
     except ValidationError as e:
         errors = [FieldError(pointer(err["loc"]), describe_error(err, AdoptBody)[1]) for err in e.errors()]
         raise Problem("unprocessable", f"the body is refused: {errors[0].detail}", errors=errors) from None
-    want = normalize_mac(mac)
+    try:
+        want = normalize_mac(mac)
+    except ValueError:
+        raise Problem("not-found", "no discovered machine of that MAC (GET /api/v1/discovered)") from None
     if not any(want in m.macs() for m in await state.discovered()):
         raise Problem("not-found", f"no discovered machine {want} (GET /api/v1/discovered)")
     try:
