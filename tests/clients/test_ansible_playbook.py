@@ -1,10 +1,14 @@
 """The bootserver.fleet collection, built (``ansible-galaxy collection build``) and installed as a user
 installs it, run by ``ansible-playbook`` against a real ``serve``: create, a second run without change
-(a BMC password set), check mode with ``--diff`` changing nothing, one key updated, an action waited
-for while the machine boots, absent."""
+(a BMC password set), check mode with ``--diff`` changing nothing, one key updated, absent; an action
+waited for while the machine boots (the test plays the machine); a discovered machine adopted; an API
+error failing the task in one line."""
 
 from __future__ import annotations
 
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from support.automation import Fleet, ansible_playbook, tail
@@ -72,3 +76,54 @@ def test_problem_details_fail_the_task(fleet: Fleet, collections: Path, tmp_path
     assert "Module failed: PUT /nodes/ans-bad: 422 invalid-node: node ans-bad: 1 error: " in line
     assert "(/redfish/address: must be an http(s) URL of the BMC" in line
     assert fleet.node("ans-bad") is None
+
+
+def test_action_waits_for_the_stage(fleet: Fleet, collections: Path) -> None:
+    env = fleet.env()
+    assert fleet.api("PUT", "/nodes/ans-1", {"profile": "worker", "mac": ["52:54:00:aa:20:02"],
+                                              "addresses": ["127.0.0.1"]}).status_code == 201
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(ansible_playbook, PLAYBOOKS / "reinstall.yml", collections, "-e", "node=ans-1",
+                              env=env)
+        deadline = time.monotonic() + 60
+        while (fleet.node("ans-1") or {}).get("stage") != "reinstall":  # the action reached the server
+            assert time.monotonic() < deadline and not waiting.done(), "ans-1 was never marked for reinstall"
+            time.sleep(0.2)  # poll interval, bounded by the deadline
+        # the machine: its iPXE chains the generic entry with its MAC, from an address the node allows
+        with urllib.request.urlopen(f"{fleet.boot_url}/boot.ipxe?mac=52:54:00:aa:20:02", timeout=30) as r:
+            assert r.read().startswith(b"#!ipxe")
+        proc, waited = waiting.result(timeout=120)
+    assert proc.returncode == 0, tail(proc)
+    assert waited["changed"] and waited["node"]["stage"] == "ipxe" and waited["action"]["action"] == "reinstall"
+    assert 0 < waited["waited"] < 60
+    assert fleet.api("DELETE", "/nodes/ans-1").status_code == 204
+
+
+def test_adopt_a_discovered_machine(fleet: Fleet, collections: Path, tmp_path: Path) -> None:
+    # the machine: it matched no node, so its iPXE reports itself (what /boot.ipxe's discovery script does)
+    report = f"{fleet.boot_url}/discover?mac=52:54:00:aa:20:09&uuid=4c4c4544-0042-3510-8054-b2c04f4e4d32"
+    with urllib.request.urlopen(report, timeout=30) as r:
+        assert r.status == 200
+    play = tmp_path / "adopt.yml"
+    play.write_text("""
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Adopt the machine
+      bootserver.fleet.adopt:
+        mac: 52-54-00-AA-20-09
+        name: ans-9
+        profile: worker
+      register: adopted
+    - ansible.builtin.copy: {content: "{{ adopted | to_json }}", dest: "{{ result_file }}", mode: "0600"}
+""")
+    proc, adopted = ansible_playbook(play, collections, env=fleet.env())
+    assert proc.returncode == 0, tail(proc)
+    assert adopted["changed"] and adopted["node"]["name"] == "ans-9"
+    node = fleet.node("ans-9")
+    assert node is not None and node["mac"] == ["52:54:00:aa:20:09"] and node["profile"] == "worker"
+    assert node["uuid"] == "4c4c4544-0042-3510-8054-b2c04f4e4d32"
+    proc, again = ansible_playbook(play, collections, env=fleet.env())
+    assert proc.returncode == 0, tail(proc)
+    assert again["changed"] is False and again["node"]["generation"] == node["generation"]
+    assert fleet.api("DELETE", "/nodes/ans-9").status_code == 204
