@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from .errors import InputError
 from .ipxe import UnsafeValueError, check_script_word
+from .logs import escape_controls
 from .nmstate import NetworkConfigError, NetworkState, check_network
 from .values import NAME_RE, check_hostname, normalize_mac
 
@@ -124,15 +125,18 @@ def _get(doc: Any, *keys: str) -> Any:
 
 
 class _Problems:
+    """The refusals and warnings of one read, each one line: a host name or value from the files may
+    hold a newline or control character, escaped (:func:`~bootserver.logs.escape_controls`)."""
+
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.warnings: list[str] = []
 
     def refuse(self, source: str, host: str, key: str, message: str) -> None:
-        self.lines.append(f"{source}: host {host}: {key}: {message}")
+        self.lines.append(escape_controls(f"{source}: host {host}: {key}: {message}"))
 
     def warn(self, source: str, host: str, key: str, message: str) -> None:
-        self.warnings.append(f"{source}: host {host}: {key}: {message}")
+        self.warnings.append(escape_controls(f"{source}: host {host}: {key}: {message}"))
 
 
 def _mac(value: Any) -> str | None:

@@ -253,6 +253,12 @@ def test_the_small_install_config_imports() -> None:
     ({"networkConfig": {"interfaces": [{"name": "nic0", "type": "ethernet", "state": "up", "mtu": 9000}]}},
      "install-config.yaml: host m0: networkConfig.interfaces[0].mtu: a key bootserver's NMState subset does not have "
      "(docs/config.md, network)"),
+    # a newline in what the file says stays escaped: the refusal cannot print a line of its own
+    ({"name": "m0\nbootserver: imported"}, "install-config.yaml: host m0\\nbootserver: imported: name: not a host "
+     "name bootserver can use as node name and hostname"),
+    ({"bmc": {"address": "ftp\nbootserver-ok://10.0.0.9"}}, "install-config.yaml: host m0: bmc.address: "
+     "ftp\\nbootserver-ok:// is not a BMC scheme bootserver drives (ipmi://, redfish://, redfish+http://, "
+     "redfish-virtualmedia://, idrac-redfish://, ilo5-redfish://...)"),
 ])
 def test_each_refusal_is_one_line_naming_host_and_key(host: dict[str, Any], expected: str) -> None:
     assert refusals(ipi(**host)) == [expected]
