@@ -138,7 +138,7 @@ async def test_a_conflict_is_logged_shown_and_adopted_only_with_the_address_to_t
     rc, out, err = await run_cli("nodes", "adopt", "--file=", UNKNOWN, "--name", "rack1-09", "--profile", "live",
                                  "--addresses", "127.0.0.66", "--config", str(path))
     assert rc == 0, err
-    assert out.splitlines()[-1].endswith(f"; no bootserver dhcp runs with state_dir {tmp_path / 'state'}: "
+    assert out.splitlines()[-1].endswith(f"; bootserver dhcp: none runs with state_dir {tmp_path / 'state'}; "
                                          "it reads the config when it starts"), out  # dhcp: set, no engine
     node = yaml.safe_load((tmp_path / "nodes.d" / "rack1-09.yaml").read_text())["nodes"]["rack1-09"]
     assert (node["addresses"], node["uuid"]) == (["127.0.0.66"], UUID)

@@ -65,9 +65,15 @@ def reload(args: argparse.Namespace, config: Config) -> int:
     print(f"reloaded {status.get('message')}")
     if engine is None:
         if config.dhcp is not None:  # a dhcp: mapping whose engine is not running here: say so, not silence
-            print(f"bootserver dhcp: none runs with state_dir {config.state_dir}; it reads the config when it starts")
+            from ..dhcp.engine import not_running
+
+            print(not_running(config))
         return 0
-    return dhcp_outcome(config, engine, sent, args.timeout)
+    from ..dhcp.engine import engine_outcome
+
+    code, line = engine_outcome(config, engine, sent, args.timeout)
+    print(line if code == 0 else f"bootserver: {line}", file=sys.stdout if code == 0 else sys.stderr)
+    return code
 
 
 def signal_dhcp(config: Config) -> int | None:
@@ -77,29 +83,6 @@ def signal_dhcp(config: Config) -> int | None:
     from ..dhcp.engine import signal_engine
 
     return signal_engine(config)
-
-
-def dhcp_outcome(config: Config, pid: int, sent: float, timeout: float) -> int:
-    """Print the outcome of ``bootserver dhcp``'s reload (process ``pid``, signalled after unix time ``sent``),
-    as the engine records it once dnsmasq serves it (:func:`bootserver.dhcp.engine.wait_engine_status`):
-    exit 0 reloaded, 2 refused (invalid config), 1 failed (dnsmasq did not start with the new options; the
-    old ones serve again) or no outcome within ``timeout`` seconds."""
-    from ..dhcp.engine import wait_engine_status
-
-    status = wait_engine_status(config, sent, timeout)
-    if status is None:
-        print(f"bootserver: sent SIGHUP to bootserver dhcp (process {pid}); no outcome within {timeout:g} s: "
-              "see its log", file=sys.stderr)
-        return 1
-    if status.get("result") == "failed":
-        print(f"bootserver: bootserver dhcp could not apply the reload: {status.get('message')}", file=sys.stderr)
-        return 1
-    if status.get("result") != "ok":
-        print(f"bootserver: bootserver dhcp refused the reload, its running config stays: {status.get('message')}",
-              file=sys.stderr)
-        return 2
-    print(f"bootserver dhcp reloaded: {status.get('message')}")
-    return 0
 
 
 def add_reload(sub: Subparsers, common: argparse.ArgumentParser) -> None:

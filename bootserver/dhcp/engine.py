@@ -554,25 +554,41 @@ def wait_engine_status(config: Config, after: float, timeout: float) -> dict[str
         time.sleep(0.1)
 
 
+def not_running(config: Config) -> str:
+    """What ``reload``, ``nodes adopt`` and ``openshift import`` say when ``config`` has a ``dhcp:``
+    mapping and no engine runs with its ``state_dir``."""
+    return f"bootserver dhcp: none runs with state_dir {config.state_dir}; it reads the config when it starts"
+
+
+def engine_outcome(config: Config, pid: int, sent: float, timeout: float) -> tuple[int, str]:
+    """The outcome of the reload of ``bootserver dhcp`` (process ``pid``, signalled at unix time ``sent``)
+    as the engine records it once dnsmasq serves it (:func:`wait_engine_status`, up to ``timeout``
+    seconds): ``(exit code, line)``, 0 reloaded (``bootserver dhcp reloaded: 13 reservations ...``), 2
+    refused (an invalid config: the running one stays), 1 failed (dnsmasq did not start with the new
+    options; the old ones serve again) or no outcome in time. The one reading of the outcome, for
+    ``reload`` and for :func:`reload_engine`."""
+    status = wait_engine_status(config, sent, timeout)
+    if status is None:
+        return 1, f"sent SIGHUP to bootserver dhcp (process {pid}); no outcome within {timeout:g} s: see its log"
+    if status.get("result") == "failed":
+        return 1, f"bootserver dhcp could not apply the reload: {status.get('message')}"
+    if status.get("result") != "ok":
+        return 2, f"bootserver dhcp refused the reload, its running config stays: {status.get('message')}"
+    return 0, f"bootserver dhcp reloaded: {status.get('message')}"
+
+
 def reload_engine(config: Config, timeout: float) -> str | None:
     """Signal a running ``bootserver dhcp`` of ``config``'s ``state_dir`` (:func:`signal_engine`) and wait
-    up to ``timeout`` seconds for its outcome (:func:`wait_engine_status`); the outcome in words
-    (``bootserver dhcp: 13 reservations ...``; with no engine running, that none runs), or ``None``
-    without a ``dhcp:`` mapping. What ``nodes adopt`` and ``openshift import`` add to their server's reload."""
+    up to ``timeout`` seconds for its outcome; the outcome's line (:func:`engine_outcome`; with no engine
+    running, :func:`not_running`), or ``None`` without a ``dhcp:`` mapping. What ``nodes adopt`` and
+    ``openshift import`` add to their server's reload."""
     if config.dhcp is None:
         return None
     sent = time.time()
     engine = signal_engine(config)
     if engine is None:
-        return f"no bootserver dhcp runs with state_dir {config.state_dir}: it reads the config when it starts"
-    status = wait_engine_status(config, sent, timeout)
-    if status is None:
-        return f"sent SIGHUP to bootserver dhcp (process {engine}), no outcome within {timeout:g} s"
-    if status.get("result") == "failed":
-        return f"bootserver dhcp could not apply the reload: {status.get('message')}"
-    if status.get("result") != "ok":
-        return f"bootserver dhcp refused the reload, no reservation: {status.get('message')}"
-    return f"bootserver dhcp: {status.get('message')}"
+        return not_running(config)
+    return engine_outcome(config, engine, sent, timeout)[1]
 
 
 #: The first dnsmasq version that re-reads reservations with a tag (``set:``) on ``SIGHUP`` without crashing
@@ -1026,6 +1042,7 @@ def print_config(config: Config, what: str) -> str:
 
 __all__ = ["DNSMASQ_PID", "IFACE_SOCKET", "LOCK_FILE", "PID_FILE", "REREAD_TIMEOUT", "SIGHUP_SAFE", "STATUS_FILE",
            "Claim", "Engine", "EngineError", "EngineRunning", "FirstMile", "Prepared", "Seen", "claim", "dnsmasq_argv",
-           "dnsmasq_version", "exit_text", "prepare", "print_config", "refusal", "reload_engine", "run_engine",
+           "dnsmasq_version", "engine_outcome", "exit_text", "not_running",
+           "prepare", "print_config", "refusal", "reload_engine", "run_engine",
            "signal_engine", "stop_stale_dnsmasq", "wait_engine_status", "write_files", "write_pid",
            "write_secure_boot_sets", "write_tftp_root"]

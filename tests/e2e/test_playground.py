@@ -65,8 +65,8 @@ def test_the_playground_brings_its_three_machines_up(tmp_path: Path) -> None:
     # the adoption: the engine's pool address, then a reservation by the same dnsmasq, reloaded
     said = out.splitlines()
     adopted = said[said.index(next(line for line in said if line.startswith("playground: adopting it: "))) + 1]
-    assert "bootserver dhcp: 3 reservations (1 added, 0 removed, 0 changed) without restarting dnsmasq" in adopted, \
-        adopted
+    assert ("bootserver dhcp reloaded: 3 reservations (1 added, 0 removed, 0 changed) without restarting dnsmasq"
+            in adopted), adopted
     hosts = (work / "state" / "dhcp" / "hosts.d" / "pg-new").read_text()  # an added reservation's own file
     assert hosts == "52:54:00:9a:00:99,pg-new\n", hosts
     engine_log = (work / "dhcp.log").read_text()
