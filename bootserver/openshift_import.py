@@ -41,6 +41,7 @@ from .config.loader import include_files
 from .dhcp.engine import reload_engine
 from .errors import BootserverError, InputError
 from .files import write_atomic
+from .logs import escape_controls
 from .node_writes import apply_nodes, checked
 from .openshift import Cluster, Host, node_entry, read_cluster
 from .reload import check_config
@@ -208,7 +209,9 @@ def render(cluster: Cluster, install: InstallDir, output: Path, console: str | N
                            "profiles": profiles}
     if with_nodes:
         doc["nodes"] = nodes
-    head = (f"# written by `bootserver openshift import {install.path}`: a new import replaces this file.\n"
+    # the folder's name as one comment line, whatever it holds (a newline would start a YAML line of its own)
+    head = (f"# written by `bootserver openshift import {escape_controls(str(install.path))}`: a new import "
+            "replaces this file.\n"
             + ("# BMC passwords are in the password_file of each node (mode 0600), never here.\n" if with_nodes
                else "# Its nodes are in the state store (`bootserver nodes list`), their BMC passwords sealed.\n"))
     return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False), passwords

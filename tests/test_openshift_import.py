@@ -19,6 +19,9 @@ from support.helpers import run_cli
 from support.reloading import main_config
 from support.server import ServerProcess
 
+from bootserver.openshift import read_cluster
+from bootserver.openshift_import import read_install_dir, render
+
 DATA = Path(__file__).parent / "data"
 PULL_SECRET = '{"auths": {"quay.io": {"auth": "c3VwZXItc2VjcmV0Cg=="}}}'
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIImportTestKeyOnly"
@@ -119,6 +122,18 @@ async def test_import_writes_the_cluster_and_a_second_import_changes_nothing(tmp
     assert rc == 0, stderr
     assert stdout.splitlines()[:4] == ["m0: updated", "m1: unchanged", "w0: unchanged", "bootstrap: created"]
     assert (passwords / "m0").read_text() == "bmc-pass-new\n"
+
+
+def test_the_install_directory_is_named_in_one_comment_line_whatever_its_name(tmp_path: Path) -> None:
+    """The file's first line names the install directory; a newline in the folder's name stays escaped,
+    so the name cannot add YAML of its own to the file."""
+    inst = install_dir(tmp_path).rename(tmp_path / "install\nnodes: {}")
+    install = read_install_dir(inst)
+    cluster = read_cluster(install.install_config, install.agent_config)
+    text, _ = render(cluster, install, tmp_path / "lab.yaml")
+    assert text.splitlines()[0] == (f"# written by `bootserver openshift import {tmp_path}/install\\nnodes: {{}}`: "
+                                    "a new import replaces this file.")
+    assert list(yaml.safe_load(text)["nodes"]) == ["m0", "m1", "w0"]
 
 
 async def test_refusals_write_nothing(tmp_path: Path, reference: Path) -> None:
