@@ -180,3 +180,20 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, root: Path | Non
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_changed(path: Path, data: bytes, mode: int = 0o644) -> bool:
+    """:func:`write_atomic` ``data`` to ``path`` unless ``path`` is a regular file (never read through a
+    link) that holds ``data`` already with permissions ``mode``; returns whether it wrote. For files
+    written again and again from the same source (a TFTP root's loaders at each engine start and
+    reload): an unchanged file keeps its inode and costs one read, no copy and no ``fsync``. Raises
+    ``OSError`` as :func:`write_atomic`."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if (stat.S_ISREG(st.st_mode) and st.st_size == len(data) and stat.S_IMODE(st.st_mode) == mode
+                    and f.read() == data):
+                return False
+    write_atomic(path, data, mode)
+    return True

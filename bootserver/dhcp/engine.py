@@ -75,7 +75,7 @@ from typing import Any
 from ..config import Config, load_config
 from ..desk import ArtifactDesk
 from ..errors import BootserverError, ConfigError, InputError
-from ..files import write_atomic
+from ..files import write_atomic, write_changed
 from ..images.firmware import write_loaders
 from ..images.netsecure import loader_set, secure_boot_streams, write_secureboot_loaders
 from ..inventory import inventory
@@ -157,9 +157,9 @@ def write_tftp_root(config: Config, files: Layout) -> None:
                                                 config.server.base_url_for(4), need_arm64=arm64)}
     for name, source in menu_files(config).items():
         if source is None:
-            write_atomic(files.tftp_root / name, menu_script(config).encode())
+            write_changed(files.tftp_root / name, menu_script(config).encode())
         elif source in written:
-            write_atomic(files.tftp_root / name, written[source].read_bytes())
+            write_changed(files.tftp_root / name, written[source].read_bytes())
 
 
 async def write_secure_boot_sets(config: Config, files: Layout) -> tuple[list[Path], list[str]]:

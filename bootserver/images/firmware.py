@@ -22,7 +22,7 @@ import hashlib
 import logging
 from pathlib import Path
 
-from ..files import write_atomic
+from ..files import write_changed
 from ..grub import grub_path, grub_quote
 from .tools import GRUB_ARM64_MODULES, GRUB_MKSTANDALONE, IsoToolMissing, made_once, need, run
 
@@ -95,8 +95,9 @@ def arm64_grub(cache_dir: Path, base_url: str) -> Path:
 def write_loaders(dest: Path, cache_dir: Path, base_url: str, *, need_arm64: bool = True) -> list[Path]:
     """``bootserver loaders DIR``: write the arm64 GRUB (:func:`arm64_grub`) and Debian's x86_64 iPXE
     builds (:data:`IPXE_LOADERS`) into the folder ``dest`` (created if missing), each file whole
-    (temp file, rename). Without ``need_arm64`` (no profile is aarch64) a missing arm64 GRUB package
-    is skipped with a warning. Returns the files written. Raises as :func:`arm64_grub`; a missing iPXE
+    (temp file, rename) and only when it changed (:func:`~bootserver.files.write_changed`). Without
+    ``need_arm64`` (no profile is aarch64) a missing arm64 GRUB package is skipped with a warning.
+    Returns the files, written or already in place. Raises as :func:`arm64_grub`; a missing iPXE
     build is :class:`~bootserver.images.tools.IsoToolMissing`."""
     sources: dict[str, Path] = {}
     try:
@@ -110,7 +111,7 @@ def write_loaders(dest: Path, cache_dir: Path, base_url: str, *, need_arm64: boo
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     for name, src in sources.items():
-        write_atomic(dest / name, src.read_bytes())
+        write_changed(dest / name, src.read_bytes())  # the DHCP engine writes them at each start
         written.append(dest / name)
     return written
 

@@ -39,7 +39,7 @@ from ..artifacts.readthrough import ReadThrough
 from ..artifacts.upstream import Upstream
 from ..config import Config
 from ..errors import ConfigError, MetadataError
-from ..files import write_atomic
+from ..files import write_atomic, write_changed
 from ..grub import grub_kargs, grub_path, grub_quote
 from ..inventory import inventory
 from .secureboot import GRUB, MOKMANAGER, SHIM, SecureBootUnsupported, vendor_loaders
@@ -184,7 +184,9 @@ def write_secureboot_loaders(dest: Path, sets: dict[str, Path], base_url: str,
     name -> its extracted loaders folder), ``secureboot/<stream>/`` with :data:`NET_LOADERS` and the
     generic :data:`GRUB_CFG`; :data:`DEBIAN_GRUB_CFG` at the root; for each of ``nodes`` its
     ``secureboot/nodes/<mac>.cfg`` (:func:`node_tftp_cfg`) and its release's kernel and initramfs
-    (:func:`release_dir`). Each file whole (temp file, rename). Returns the files written. Raises as
+    (:func:`release_dir`). Each file whole (temp file, rename), and only when it changed
+    (:func:`~bootserver.files.write_changed`: the engine writes the sets at every reload). Returns the
+    files of the sets, written or already in place. Raises as
     :func:`generic_grub_cfg` and :func:`node_tftp_cfg`, and ``OSError``."""
     cfg = generic_grub_cfg(base_url).encode()
     written = []
@@ -197,7 +199,7 @@ def write_secureboot_loaders(dest: Path, sets: dict[str, Path], base_url: str,
             written.append(folder / name)
         own = dest / SET_DIR / NODES_DIR / f"{n.mac}.cfg"
         own.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(own, node_tftp_cfg(n.node, n.stream, n.release, n.kargs).encode())
+        write_changed(own, node_tftp_cfg(n.node, n.stream, n.release, n.kargs).encode())
         written.append(own)
     for stream, loaders in sets.items():
         folder = dest / SET_DIR / stream
@@ -205,13 +207,13 @@ def write_secureboot_loaders(dest: Path, sets: dict[str, Path], base_url: str,
         for name in NET_LOADERS:
             found = loader_file(loaders, name)
             if found is not None:
-                write_atomic(folder / name, found.read_bytes())
+                write_changed(folder / name, found.read_bytes())
                 written.append(folder / name)
-        write_atomic(folder / GRUB_CFG, cfg)
+        write_changed(folder / GRUB_CFG, cfg)
         written.append(folder / GRUB_CFG)
     if sets:
         (dest / DEBIAN_GRUB_CFG).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(dest / DEBIAN_GRUB_CFG, cfg)
+        write_changed(dest / DEBIAN_GRUB_CFG, cfg)
         written.append(dest / DEBIAN_GRUB_CFG)
     return written
 

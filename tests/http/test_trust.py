@@ -18,7 +18,7 @@ from support.ranges import ranges
 from support.server import ServerProcess
 from support.trust import trust_config
 
-from bootserver.files import open_file, read_file
+from bootserver.files import open_file, read_file, write_changed
 
 #: How every line of the text log starts (logs.TextFormatter): a forged line would not have to.
 LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+(\[\d+\])?: ")
@@ -220,6 +220,22 @@ async def test_a_link_swapped_in_after_the_look_is_not_followed(tmp_path: Path) 
     with pytest.raises(LinkRefused) as info:
         open_file(root, "a/b/f")
     assert info.value.filename == str(root / "a" / "b")
+
+
+def test_an_unchanged_file_is_not_written_again_and_a_link_is_replaced_never_written_through(tmp_path: Path) -> None:
+    """files.write_changed (the TFTP root's loaders at each engine start and reload): the same bytes and mode
+    leave the file as it is; a link planted at the path is replaced by a file, its target untouched."""
+    path = tmp_path / "bootx64.efi"
+    assert write_changed(path, b"shim") is True
+    inode = path.stat().st_ino
+    assert write_changed(path, b"shim") is False and path.stat().st_ino == inode
+    assert write_changed(path, b"shim", 0o600) is True and path.stat().st_mode & 0o777 == 0o600
+    target = tmp_path / "target"
+    target.write_bytes(b"shim")
+    path.unlink()
+    path.symlink_to(target)
+    assert write_changed(path, b"shim") is True
+    assert not path.is_symlink() and path.read_bytes() == b"shim" and target.read_bytes() == b"shim"
 
 
 async def test_state_dir_links_are_refused(tmp_path: Path, reference: Path) -> None:

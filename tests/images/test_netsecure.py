@@ -204,6 +204,10 @@ async def test_the_dhcp_engine_keeps_the_sets_in_its_tftp_root_and_check_config_
         "secureboot/fcos/grub.cfg", "grub/grub.cfg"}
     assert failed == ["stream no-iso: stream no-iso (release 39.20231101.3.0) offers no live ISO "
                       "(metal.formats.iso.disk) to take the signed loaders from"]
+    # at the next reload the same sets are in place already: nothing copied again (same inodes, same files)
+    inodes = {p: p.stat().st_ino for p in written}
+    again, _ = await write_secure_boot_sets(config, files)
+    assert again == written and {p: p.stat().st_ino for p in again} == inodes
     rc, out, err = await run_cli("check-config", "--config", str(path))
     assert (rc, out) == (2, "") and err == (
         f"bootserver: {path}: nodes.no-iso.secure_boot: node no-iso boots under Secure Boot, but stream no-iso's "
