@@ -39,7 +39,7 @@ from .errors import InputError
 from .ipxe import UnsafeValueError, check_script_word
 from .logs import escape_controls
 from .nmstate import NetworkConfigError, NetworkState, check_network
-from .values import NAME_RE, check_hostname, normalize_mac
+from .values import NAME_RE, check_hostname, normalize_mac, unicast_mac
 
 #: The roles a host can have (``hosts[].role``); an empty role is filled (:func:`fill_roles`).
 ROLES = ("master", "arbiter", "worker")
@@ -146,6 +146,15 @@ def _mac(value: Any) -> str | None:
         return normalize_mac(value)
     except ValueError:
         return None
+
+
+def _nic_mac(value: Any) -> str:
+    """A NIC's own MAC as the config takes it (:func:`~bootserver.values.unicast_mac`, lower-case).
+    Raises ``ValueError`` with the refusal's message: not a MAC, a group or the all-zero address."""
+    mac = _mac(value)
+    if mac is None:
+        raise ValueError(f"not a MAC address: {value!r}")
+    return unicast_mac(mac)
 
 
 def parse_bmc(address: str) -> tuple[str, dict[str, Any]]:
@@ -277,11 +286,10 @@ def _install_config_hosts(doc: Mapping[str, Any], problems: _Problems) -> list[_
         h = h if isinstance(h, Mapping) else {}
         name = str(h.get("name") or f"hosts[{i}]")
         macs = []
-        boot = _mac(h.get("bootMACAddress"))
-        if boot is None:
-            problems.refuse(source, name, "bootMACAddress", f"not a MAC address: {h.get('bootMACAddress')!r}")
-        else:
-            macs.append(boot)
+        try:
+            macs.append(_nic_mac(h.get("bootMACAddress")))
+        except ValueError as e:
+            problems.refuse(source, name, "bootMACAddress", str(e))
         for iface in _get(h, "networkConfig", "interfaces") or []:
             mac = _mac(_get(iface, "mac-address"))
             if mac and mac not in macs:
@@ -302,11 +310,12 @@ def _agent_config_hosts(doc: Mapping[str, Any], bmcs: Mapping[str, Any], problem
         if not interfaces:
             problems.refuse(source, name, "interfaces", "at least one interface with its macAddress is required")
         for j, iface in enumerate(interfaces):
-            mac = _mac(_get(iface, "macAddress"))
-            if mac is None:
-                problems.refuse(source, name, f"interfaces[{j}].macAddress",
-                                f"not a MAC address: {_get(iface, 'macAddress')!r}")
-            elif mac not in macs:
+            try:
+                mac = _nic_mac(_get(iface, "macAddress"))
+            except ValueError as e:
+                problems.refuse(source, name, f"interfaces[{j}].macAddress", str(e))
+                continue
+            if mac not in macs:
                 macs.append(mac)
         ic = bmcs.get(name, {})
         out.append(_Raw(i, name, str(h.get("role") or ""), macs, h.get("networkConfig"), h.get("rootDeviceHints"),
@@ -483,10 +492,12 @@ def read_cluster(install_config: Mapping[str, Any] | None, agent_config: Mapping
 def _bootstrap(mac_text: str, bmc_address: str | None, install_dev: str | None, need_device: bool,
                names: Mapping[str, str], macs: Mapping[str, str], problems: _Problems) -> Host:
     where = "--bootstrap-mac"
-    mac = _mac(mac_text)
-    if mac is None:
-        problems.refuse(where, "bootstrap", "--bootstrap-mac", f"not a MAC address: {mac_text!r}")
-    elif mac in macs:
+    mac: str | None = None
+    try:
+        mac = _nic_mac(mac_text)
+    except ValueError as e:
+        problems.refuse(where, "bootstrap", "--bootstrap-mac", str(e))
+    if mac is not None and mac in macs:
         problems.refuse(where, "bootstrap", "--bootstrap-mac", f"{mac} is a MAC of host {macs[mac]}")
     if "bootstrap" in names:
         problems.refuse(where, "bootstrap", "name", "a host of the files is named bootstrap already")

@@ -248,6 +248,8 @@ def test_the_small_install_config_imports() -> None:
      "redfish+http://, redfish-virtualmedia://, idrac-redfish://, ilo5-redfish://...)"),
     ({"role": "boss"}, "install-config.yaml: host m0: role: 'boss' is not a role (master, arbiter, worker or empty)"),
     ({"bootMACAddress": "52:54:00"}, "install-config.yaml: host m0: bootMACAddress: not a MAC address: '52:54:00'"),
+    ({"bootMACAddress": "01:00:5e:00:00:01"}, "install-config.yaml: host m0: bootMACAddress: 01:00:5e:00:00:01 is a "
+     "multicast (group) address, no NIC's own: the first octet's lowest bit is set"),
     ({"name": "M_0!"}, "install-config.yaml: host M_0!: name: not a host name bootserver can use as node name and "
      "hostname"),
     ({"networkConfig": {"interfaces": [{"name": "nic0", "type": "ethernet", "state": "up", "mtu": 9000}]}},
@@ -330,3 +332,5 @@ def test_the_bootstrap_machine() -> None:
     assert refusals(ipi(), bootstrap_mac="52:54:00:00:00:01") == [
         "--bootstrap-mac: host bootstrap: --bootstrap-mac: 52:54:00:00:00:01 is a MAC of host m0",
         "--bootstrap-mac: host bootstrap: --install-dev: the bootstrap machine needs --install-dev DEVICE"]
+    assert refusals(ipi(), bootstrap_mac="00:00:00:00:00:00", install_dev="/dev/vda") == [
+        "--bootstrap-mac: host bootstrap: --bootstrap-mac: 00:00:00:00:00:00 is the all-zero address, no NIC's own"]
