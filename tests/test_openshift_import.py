@@ -5,11 +5,14 @@ serves the imported nodes."""
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import itertools
 import re
 import shlex
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +137,38 @@ def test_the_install_directory_is_named_in_one_comment_line_whatever_its_name(tm
     assert text.splitlines()[0] == (f"# written by `bootserver openshift import {tmp_path}/install\\nnodes: {{}}`: "
                                     "a new import replaces this file.")
     assert list(yaml.safe_load(text)["nodes"]) == ["m0", "m1", "w0"]
+
+
+async def test_two_imports_with_one_state_dir_run_one_after_the_other(tmp_path: Path, reference: Path) -> None:
+    """An import waits for the state_dir's import lock (state_dir/openshift-import.lock, held here as another
+    import would hold it): seen blocked on it in /proc/locks, nothing written meanwhile; it goes on once
+    the lock is given up."""
+    config = main_config(tmp_path, reference)
+    out = tmp_path / "nodes.d" / "lab.yaml"
+    lock = tmp_path / "state" / "openshift-import.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bootserver", "openshift", "import", "--config", str(config),
+            str(install_dir(tmp_path)), "--output", str(out),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            waiter = re.compile(rf"^\d+: -> FLOCK\s+ADVISORY\s+WRITE\s+{proc.pid}\s+\S+:{lock.stat().st_ino}\s", re.M)
+            async with asyncio.timeout(30):
+                while not waiter.search(Path("/proc/locks").read_text()):
+                    assert proc.returncode is None
+                    await asyncio.sleep(0.05)
+            assert not out.exists() and not (tmp_path / "nodes.d" / "lab.passwords").exists()
+        except BaseException:
+            if proc.returncode is None:
+                proc.kill()
+            raise
+        fcntl.flock(held, fcntl.LOCK_UN)
+    async with asyncio.timeout(60):
+        stdout, stderr = await proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert stdout.decode().splitlines()[:3] == ["m0: created", "m1: created", "w0: created"]
 
 
 async def test_refusals_write_nothing(tmp_path: Path, reference: Path) -> None:
