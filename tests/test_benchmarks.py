@@ -181,3 +181,11 @@ def test_scripts_benchmark_against_a_baseline_tree_prints_both_ratios() -> None:
     assert where, proc.stderr[-3000:]
     listed = subprocess.run(["git", "-C", str(REPO), "worktree", "list"], capture_output=True, text=True).stdout
     assert where[1] not in listed and not Path(where[1]).exists()
+
+
+def test_api_benchmark_pages_through_every_store_node() -> None:
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "api.py"), "--nodes", "120", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"^\| GET /api/v1/nodes\?limit=100 \(every page\) \| 2 \| [0-9.]+ \|", proc.stdout, re.M), \
+        proc.stdout

@@ -15,6 +15,7 @@ with each error's JSON Pointer, not a 502.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import logging
 import re
@@ -45,7 +46,6 @@ from ..errors import (
     NodeConflictError,
     PreconditionFailedError,
     UnavailableError,
-    shown,
 )
 from ..inventory import inventory
 from ..node_writes import Precondition
@@ -84,7 +84,7 @@ def problem_answer(request: web.Request, problem: Problem) -> web.Response:
     request's path), with one log line (kind and detail: never a body or a header's value)."""
     kind = problem.kind
     log.log(logging.WARNING if kind.status >= 500 else logging.INFO, "%s %s: %d %s: %s", request.method,
-            shown(request.path, 200), kind.status, kind.kind, shown_text(problem.detail))
+            shown_text(request.path), kind.status, kind.kind, shown_text(problem.detail))
     return web.Response(status=kind.status, body=json.dumps(problem.body(request.path)).encode(),
                         content_type=MEDIA_TYPE, headers=problem.headers)
 
@@ -256,7 +256,7 @@ def frame(running: Running, tokens: TokenCache, op: Operation, handler: Handler)
         except web.HTTPException:
             raise
         except Exception:
-            log.exception("%s %s: 500 unexpected error (request %s)", request.method, shown(request.path, 200), rid)
+            log.exception("%s %s: 500 unexpected error (request %s)", request.method, shown_text(request.path), rid)
             response = problem_answer(request, Problem("internal-error", f"the server log has the details "
                                                        f"(request {rid})"))
         response.headers[REQUEST_ID_HEADER] = rid
@@ -288,6 +288,37 @@ def _macs(spec: Mapping[str, Any]) -> list[str]:
     return [macs] if isinstance(macs, str) else [m for m in macs if isinstance(m, str)]
 
 
+@dataclass
+class Listing:
+    """The node list's view of the store, kept while the store's revision and the running config stay:
+    every node's :class:`Found` (the store's and the file nodes') and their names in order. A page then
+    costs one indexed row (the revision) and the page's own work, not a read of every store node."""
+
+    revision: int = -1
+    config: object = None
+    found: Mapping[str, Found] | None = None
+    names: tuple[str, ...] = ()
+
+    async def current(self, svc: BootService) -> tuple[Mapping[str, Found], tuple[str, ...]]:
+        """Every node by name and the names in order, read again when the store's revision or the
+        running config changed."""
+        state, config = svc.runtime.state, svc.config
+        revision = await state.inventory_revision()
+        if self.found is None or revision != self.revision or config is not self.config:
+            inventory = await state.inventory()
+            found: dict[str, Found] = {n: Found(n, STORE_SOURCE, s.spec, s.generation)
+                                       for n, s in inventory.nodes.items()}
+            for n, node in svc.inventory.items():
+                if n not in found and views.is_file_node(node):
+                    found[n] = Found(n, node.source, {}, 0)
+            self.found, self.names = found, tuple(sorted(found))
+            self.revision, self.config = inventory.revision, config
+        return self.found, self.names
+
+
+LISTING = web.AppKey("api_listing", Listing)
+
+
 async def list_nodes(request: web.Request) -> web.StreamResponse:
     """``GET /api/v1/nodes``: a page of nodes by name, both sources (the store's read from the store),
     filtered (:class:`~bootserver.api.models.NodeListQuery`)."""
@@ -298,11 +329,10 @@ async def list_nodes(request: web.Request) -> web.StreamResponse:
     limit: int = getattr(q, "limit", 100)
     profile, source, mac, stage = (getattr(q, k, None) for k in ("profile", "source", "mac", "stage"))
     state = svc.runtime.state
-    inventory = await state.inventory()
-    specs: dict[str, Found] = {n: Found(n, STORE_SOURCE, s.spec, s.generation) for n, s in inventory.nodes.items()}
+    found, ordered = await request.app[LISTING].current(svc)
+    specs = {n: f for n, f in found.items() if not f.in_file}
     nodes = svc.inventory
-    files = {n for n, node in nodes.items() if views.is_file_node(node)}
-    names = sorted(n for n in files | set(specs) if after is None or n > after)
+    names = list(ordered[bisect.bisect_right(ordered, after):] if after is not None else ordered)
     if source is not None:
         names = [n for n in names if (STORE_SOURCE if n in specs else nodes[n].source) == source
                  or (source == "file" and n not in specs)]
@@ -353,7 +383,7 @@ async def _audit(request: web.Request, action: str, before: Mapping[str, Any] | 
     try:
         await loaded.svc.runtime.state.write_audit([entry])
     except BootserverError as e:
-        log.error("%s %s: the audit entry of request %s was not written: %s", request.method, shown(request.path, 200),
+        log.error("%s %s: the audit entry of request %s was not written: %s", request.method, shown_text(request.path),
                   entry.request_id, e)
 
 
@@ -648,6 +678,7 @@ def create_api(running: Running, admin_token: str | None) -> web.Application:
 
     api.cleanup_ctx.append(poll_tokens)
     api[_STOPPING] = asyncio.Event()
+    api[LISTING] = Listing()
 
     async def stop_watches(app: web.Application) -> None:
         app[_STOPPING].set()
