@@ -22,7 +22,10 @@ def check(args: argparse.Namespace, config: Config) -> int:
     check_config(config)  # what a reload checks too
     from ..images.netsecure import check_secure_boot_isos
 
-    check_secure_boot_isos(config)  # the secure_boot nodes' streams whose metadata is at hand
+    for stream in check_secure_boot_isos(config):  # the secure_boot nodes' streams whose metadata is at hand
+        print(f"bootserver: warning: stream {stream}: its metadata is not at hand (no file, not synced): whether its "
+              "release offers the live ISO its secure_boot nodes need is not checked (run sync-images, then "
+              "check-config)", file=sys.stderr)
     taken = None
     if config.dhcp is not None:
         from ..dhcp.reservations import check_dhcp, unselectable

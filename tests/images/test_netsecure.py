@@ -213,8 +213,16 @@ async def test_the_dhcp_engine_keeps_the_sets_in_its_tftp_root_and_check_config_
         f"bootserver: {path}: nodes.no-iso.secure_boot: node no-iso boots under Secure Boot, but stream no-iso's "
         "release 39.20231101.3.0 offers no live ISO (metal.formats.iso.disk), the only source of its signed shim "
         "and GRUB\n"), err
+    # the stream's metadata at a URL not synced yet: not checked, and check-config says so
     doc = yaml.safe_load(path.read_text())
+    doc["streams"]["no-iso"]["metadata"] = "http://127.0.0.1:9/no-iso.json"
+    path.write_text(yaml.safe_dump(doc))
+    rc, out, err = await run_cli("check-config", "--config", str(path))
+    assert rc == 0 and err.splitlines()[0] == (
+        "bootserver: warning: stream no-iso: its metadata is not at hand (no file, not synced): whether its release "
+        "offers the live ISO its secure_boot nodes need is not checked (run sync-images, then check-config)"), err
     del doc["nodes"]["no-iso"]
     path.write_text(yaml.safe_dump(doc))
     rc, out, err = await run_cli("check-config", "--config", str(path))
     assert rc == 0, err
+    assert "not at hand" not in err
