@@ -189,3 +189,14 @@ def test_api_benchmark_pages_through_every_store_node() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"^\| GET /api/v1/nodes\?limit=100 \(every page\) \| 2 \| [0-9.]+ \|", proc.stdout, re.M), \
         proc.stdout
+
+
+def test_store_nodes_benchmark_runs() -> None:
+    """``store_nodes.py`` on sqlite with a few nodes: the apply of one file, serve's start with them, one
+    node applied and served (docs/benchmarks.md has the 10,000-node PostgreSQL run)."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "store_nodes.py"), "--nodes", "20", "--writes",
+                           "2", "--state-store", "sqlite"], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"^nodes apply of 20 nodes in one file: [0-9.]+ s", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^serve with 20 store nodes: up in [0-9.]+ s, peak RSS [0-9]+ MiB", proc.stdout, re.M)
+    assert re.search(r"over 2 writes .*: median [0-9.]+ s, max [0-9.]+ s$", proc.stdout, re.M), proc.stdout

@@ -28,7 +28,7 @@ from ..nmstate import NetworkConfigError, NetworkState, check_network, dracut_ka
 from ..streams import parse_stream
 from ..values import HOSTNAME_RULE, SettingsModel, check_hostname, split_listen
 from .messages import describe_error, keypath
-from .resolved import provider_of, resolve_nodes
+from .resolved import provider_of, resolve_node, resolve_nodes
 from .schema import FILE_SOURCE, STORE_SOURCE, Config, Document, Node, default_document
 
 
@@ -530,9 +530,10 @@ def check_network_settings(config: Config, source: str, names: Iterable[str] | N
             raise ConfigError(source, f"{key}.network.{e.path}".rstrip("."), e.message) from None
         except ValueError as e:  # UnsafeValueError: a word iPXE would not read literally
             raise ConfigError(source, f"{key}.network", str(e)) from None
-    for name, resolved in resolve_nodes(config).items():
-        if name not in nodes:
-            continue
+    resolved_nodes = resolve_nodes(config) if names is None else {
+        name: resolve_node(name, spec, config.profiles[spec.profile], config.source)
+        for name, spec in nodes.items() if spec.profile in config.profiles}
+    for name, resolved in resolved_nodes.items():
         network, provider = resolved.network, resolved.provider
         if network == "dhcp":
             continue

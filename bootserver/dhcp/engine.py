@@ -78,7 +78,7 @@ from ..errors import BootserverError, ConfigError, InputError
 from ..files import write_atomic, write_changed
 from ..images.firmware import write_loaders
 from ..images.netsecure import loader_set, secure_boot_streams, write_secureboot_loaders
-from ..inventory import inventory
+from ..inventory import carry_over, inventory
 from ..node_writes import POLL, StoreNodes
 from ..runtime import Runtime
 from ..state import StateStore, StateStoreError, TimelineStore
@@ -838,6 +838,7 @@ class Engine:
         if not changed:
             return False
         new, skipped = self.store_nodes.merged(self.files, strict=False, written=changed)
+        carry_over(new, self.config, changed)
         for line in skipped:
             log.error("%s", line)
         try:
