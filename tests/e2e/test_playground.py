@@ -41,7 +41,7 @@ def test_the_playground_brings_its_three_machines_up(tmp_path: Path) -> None:
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-3000:]
     assert out.startswith("playground: the installer is a stand-in for CoreOS built from Debian's parts")
     assert "playground: discovered 52:54:00:9a:00:99" in out and "Playground Labs" in out
-    assert "nodes adopt 52:54:00:9a:00:99 --name pg-new --profile install" in out
+    assert "nodes adopt --file= 52:54:00:9a:00:99 --name pg-new --profile install" in out  # its included file
     first_mile = {"pg-bios": ["dhcp"], "pg-uefi": ["dhcp", "tftp"], "pg-new": []}  # pg-new: before adoption
     for node, before in first_mile.items():
         lines = [line for line in out.splitlines() if line.startswith(f"playground: {node} ")]
