@@ -2,7 +2,8 @@
 busybox's ``udhcpc`` on veth ports of the bridge: a reload that removes or changes a reservation takes
 effect in the same dnsmasq process (SIGHUP), one engine per ``state_dir`` and per interface, dnsmasq
 dies with its engine and a stale one is stopped at start, a restart for dnsmasq's own options that
-fails brings the old ones back, and the engine's last line when dnsmasq dies names how it ended.
+fails brings the old ones back, the engine's last line when dnsmasq dies names how it ended, and nodes
+written to the state store (sqlite, and PostgreSQL through another replica's config) are reserved live.
 
 One namespace, one ``serve`` and one engine for the module (``bootserver reload`` signals both); each
 test leaves the config as it found it. The firmware's boot through the engine is
@@ -26,6 +27,8 @@ import pytest
 from support import netns
 from support.configs import config_doc, write
 from support.helpers import BOOTSERVER
+from support.pgcluster import PgCluster
+from support.stores import needs_pg
 
 from bootserver.dhcp.dnsmasq import Layout
 from bootserver.dhcp.engine import SIGHUP_SAFE, dnsmasq_argv, dnsmasq_version
@@ -347,3 +350,48 @@ def test_store_nodes_are_reserved_changed_and_removed_within_2_s_without_a_resta
     changes = re.findall(r"reservation\s.*?(added|changed|removed)", shown.stdout)
     assert changes == ["added", "changed", "removed"], shown.stdout
     print(f"store writes reserved within {took:.2f} s")
+
+
+@needs_pg
+def test_a_node_applied_through_another_replica_is_reserved_within_2_s_from_postgresql(
+        pg: PgCluster, tmp_path: Path) -> None:
+    """Issue 48's "done when" for DHCP on two replicas of one PostgreSQL: a node applied through replica
+    A's config (``nodes apply`` on the host, no server, no signal) is reserved within 2 s by the engine
+    running from replica B's config in its own namespace, in the same dnsmasq process; deleted through A,
+    B's engine removes the reservation within 2 s too. The database is reached through its Unix socket
+    (a filesystem path, the same from inside the namespace)."""
+    database = f"dhcp{os.getpid()}"
+    pg.create_database(database)
+    store = {"url": f"postgresql://{PgCluster.USER}@/{database}?host={pg.root}&port={pg.port}"}
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    config_a = write(config_doc(nodes={}) | {"state_store": store}, a)
+    config_b = write(base_doc(range="192.0.2.100-192.0.2.150") | {"nodes": {}, "state_store": store}, b)
+    (b / "udhcpc.sh").write_text(UDHCPC_SCRIPT)
+    (b / "udhcpc.sh").chmod(0o755)
+    nodes = a / "nodes.yaml"
+    with netns.lab("bs-engpg", ("dnsmasq", "dnsmasq-base"), ("busybox", "busybox-static")) as net:
+        log = b / "dhcp.log"
+        lab = Lab(net, b, config_b, start_engine(net, config_b, log, b / "state" / "dhcp"), log, itertools.count())
+        pid = lab.dnsmasq_pid()
+
+        def through_a(*args: str) -> float:
+            """``bootserver ARGS --config A`` on the host; seconds until B's engine says it rewrote."""
+            mark = len(log.read_text(errors="replace"))
+            p = subprocess.run([*BOOTSERVER, *args, "--config", str(config_a)], capture_output=True, text=True,
+                               timeout=60)
+            assert p.returncode == 0, p.stderr
+            start = time.monotonic()
+            while "store nodes: " not in log.read_text(errors="replace")[mark:]:
+                assert time.monotonic() < start + 2.0, f"not within 2 s:\n{log.read_text()[-3000:]}"
+                time.sleep(0.02)  # polling the log, bounded by the deadline
+            return time.monotonic() - start
+
+        nodes.write_text(f'nodes: {{pg-1: {{profile: master, mac: "{A_MAC}", selectable: true}}}}')
+        took = through_a("nodes", "apply", "-f", str(nodes))
+        assert lab.client(A_MAC, tries=8).split()[2:] == ["pg-1"]
+        took = max(took, through_a("nodes", "delete", "pg-1"))
+        assert lab.client(A_MAC, tries=8).split()[2:] == []  # a pool address, no longer the node's name
+        assert lab.dnsmasq_pid() == pid, "dnsmasq was restarted"
+        print(f"writes through replica A reserved by B's engine within {took:.2f} s")
