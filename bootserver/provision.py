@@ -26,12 +26,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from bootserver.config import Config, ResolvedNode
 from bootserver.config.providers import REGISTRY
 from bootserver.errors import InputError
-from bootserver.inventory import inventory
 from bootserver.providers.base import Outcome, ProviderError, ProviderOptions
 from bootserver.providers.interface import Provider, provider_class, provider_classes
 from bootserver.state.backends import open_store
@@ -75,17 +74,24 @@ class DeviceFailed(ProviderError):
 # ----------------------------------------------------------------------------------------- grouping
 
 
-def by_provider(config: Config, nodes: Sequence[str]) -> dict[str, list[str]]:
-    """``{provider name: its nodes, in the given order}``. Raises ``InputError`` (exit 2, before any
-    call) naming the first node that has no provider (it names none and has no provider's settings)."""
-    groups: dict[str, list[str]] = {}
-    resolved = inventory(config)
-    for node in dict.fromkeys(nodes):
-        provider = resolved[node].provider
-        if provider is None:
-            raise InputError(f"node {node}: no provider: set provider ({', '.join(REGISTRY)}) on the node or "
-                             f"its profile {resolved[node].profile}")
-        groups.setdefault(provider, []).append(node)
+def unique(nodes: Sequence[ResolvedNode]) -> list[ResolvedNode]:
+    """``nodes`` in order, each name once (its first)."""
+    once: dict[str, ResolvedNode] = {}
+    for node in nodes:
+        once.setdefault(node.name, node)
+    return list(once.values())
+
+
+def by_provider(nodes: Sequence[ResolvedNode]) -> dict[str, list[ResolvedNode]]:
+    """``{provider name: its nodes (as resolved), in the given order, each once}``. Raises ``InputError``
+    (exit 2, before any call) naming the first node that has no provider (it names none and has no
+    provider's settings)."""
+    groups: dict[str, list[ResolvedNode]] = {}
+    for node in unique(nodes):
+        if node.provider is None:
+            raise InputError(f"node {node.name}: no provider: set provider ({', '.join(REGISTRY)}) on the node or "
+                             f"its profile {node.profile}")
+        groups.setdefault(node.provider, []).append(node)
     return groups
 
 
@@ -164,9 +170,17 @@ class WaitPolicy:
     factor: float = 1.5
 
 
+class Watched(NamedTuple):
+    """A node :func:`wait_for_nodes` follows: the node as resolved, its open provider and the device
+    record its provider made (``provision``'s)."""
+
+    node: ResolvedNode
+    provider: Provider[Any]
+    device: dict[str, Any]
+
+
 def wait_for_nodes(
-    config: Config,
-    watched: dict[str, tuple[Provider[Any], dict[str, Any]]],
+    watched: Mapping[str, Watched],
     store: BlockingStateStore,
     *,
     since: float,
@@ -175,9 +189,10 @@ def wait_for_nodes(
     sleep: Callable[[float], None] = time.sleep,
     say: Say = lambda node, message: None,
 ) -> dict[str, dict[str, Any]]:
-    """Follow the node timeline (in ``store``) until each node of ``watched`` (node -> its provider and recorded
-    device) entered a final stage (:func:`done_stages`: ``up`` when its profile checks in, else
-    :data:`DONE_STAGES` or ``unconfirmed``) at or after ``since`` (unix seconds).
+    """Follow the node timeline (in ``store``) until each node of ``watched`` (name -> the node, its
+    provider and its recorded device: :class:`Watched`) entered a final stage (:func:`done_stages`: ``up``
+    when its profile checks in, else :data:`DONE_STAGES` or ``unconfirmed``) at or after ``since`` (unix
+    seconds).
 
     Each round reads every pending node's stage (``say(node, "stage <stage>")`` when it changed) and
     asks its provider for the device (``say(node, "device <id> is <state>")`` when that changed; the
@@ -193,7 +208,7 @@ def wait_for_nodes(
     failed device, :class:`ProvisionTimeout` when ``policy.timeout`` seconds pass first,
     ``ProviderError`` when the far end answers with an error.
     """
-    devices = {node: device for node, (_, device) in watched.items()}
+    devices = {name: w.device for name, w in watched.items()}
     provider_state = {node: device.get("state") for node, device in devices.items()}
     deadline = clock() + policy.timeout
     interval = policy.interval
@@ -206,28 +221,26 @@ def wait_for_nodes(
         # once per node: the provider undoes what only the network boot needed (Redfish: the image)
         if node not in booted:
             booted.add(node)
-            changed = watched[node][0].booted(node, devices[node], say)
+            changed = watched[node].provider.booted(watched[node].node, devices[node], say)
             if changed is not None:
                 devices[node] = changed
                 store.set_device(node, changed)
 
-    resolved = inventory(config)
     for node in list(pending):
         stage = stages[node].stage
         last_stage[node] = stage
-        if resolved[node].boots_once and stage in INSTALLED_STAGES:
+        if watched[node].node.boots_once and stage in INSTALLED_STAGES:
             say(node, f"already {stage}; it boots its disk until `bootserver nodes reinstall {node}`")
             network_boot_over(node)
             pending.remove(node)
         else:
-            say(node, _waiting_line(resolved[node], stage))
+            say(node, _waiting_line(watched[node].node, stage))
     while pending:
         failed = []
         states = {s.node: s for s in store.nodes(pending)}
         for node in list(pending):
-            provider, _ = watched[node]
             try:
-                poll = provider.poll(node, devices[node])
+                poll = watched[node].provider.poll(watched[node].node, devices[node])
             except ProviderError as exc:
                 if exc.status is not None:
                     raise
@@ -249,10 +262,10 @@ def wait_for_nodes(
                 say(node, f"stage {state.stage}")
             if state.stage in INSTALLED_STAGES and (state.stage_at or 0) >= since:
                 network_boot_over(node)
-            if state.stage in done_stages(resolved[node]) and (state.stage_at or 0) >= since:
+            if state.stage in done_stages(watched[node].node) and (state.stage_at or 0) >= since:
                 pending.remove(node)
         if failed:
-            lines = [watched[n][0].line(n, devices[n]) for n in watched]
+            lines = [w.provider.line(w.node, devices[n]) for n, w in watched.items()]
             names = ", ".join(f"{n} ({devices[n].get('id')})" for n in failed)
             raise DeviceFailed(f"device provisioning failed: {names}; run `bootserver deprovision` "
                                "and try again", lines)
@@ -273,7 +286,7 @@ def wait_for_nodes(
 def provision(
     config: Config,
     options: Mapping[str, ProviderOptions],
-    nodes: Sequence[str],
+    nodes: Sequence[ResolvedNode],
     *,
     wait: bool = True,
     policy: WaitPolicy = WaitPolicy(),
@@ -282,47 +295,49 @@ def provision(
     now: Callable[[], float] = time.time,
     say: Say = lambda node, message: None,
 ) -> list[str]:
-    """Provision ``nodes`` with their providers (``options``: provider name -> its options, built once
-    by the CLI; a provider not in it gets its defaults), then (``wait``) follow their
+    """Provision ``nodes`` (resolved by the caller from ``config``'s inventory:
+    :class:`bootserver.config.ResolvedNode`; a name given twice counts once) with their providers
+    (``options``: provider name -> its options, built once by the CLI; a provider not in it gets its
+    defaults), then (``wait``) follow their
     installs (:func:`wait_for_nodes`). Returns one output line per node, in order.
 
     Raises ``InputError`` (exit 2) for bad settings before any call, ``ProviderError`` (exit 1) for
     a failure of a provider, :class:`DeviceFailed` / :class:`ProvisionTimeout` from the wait.
     """
     since = now()
-    watched: dict[str, tuple[Provider[Any], dict[str, Any]]] = {}
+    watched: dict[str, Watched] = {}
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(BlockingStateStore(config))
         urls = Urls(config, keys=store.keyring)
         opened = [(stack.enter_context(_open(name, config, options, urls)), group)
-                  for name, group in by_provider(config, nodes).items()]
+                  for name, group in by_provider(nodes).items()]
         for provider, group in opened:
-            outcomes = provider.provision(group, store.devices(group), store.set_device, say)
+            given = {node.name: node for node in group}
+            outcomes = provider.provision(group, store.devices(list(given)), store.set_device, say)
             for outcome in outcomes:
                 assert outcome.device is not None
-                watched[outcome.node] = (provider, outcome.device)
+                watched[outcome.node] = Watched(given[outcome.node], provider, outcome.device)
         if wait:
-            devices = wait_for_nodes(config, watched, store, since=since, policy=policy, clock=clock,
-                                     sleep=sleep, say=say)
+            devices = wait_for_nodes(watched, store, since=since, policy=policy, clock=clock, sleep=sleep, say=say)
         else:
-            devices = {node: device for node, (_, device) in watched.items()}
-        return [watched[n][0].line(n, devices[n]) for n in dict.fromkeys(nodes)]
+            devices = {name: w.device for name, w in watched.items()}
+        return [watched[n.name].provider.line(n, devices[n.name]) for n in unique(nodes)]
 
 
-def deprovision(config: Config, options: Mapping[str, ProviderOptions], nodes: Sequence[str], *,
+def deprovision(config: Config, options: Mapping[str, ProviderOptions], nodes: Sequence[ResolvedNode], *,
                 say: Say = lambda n, m: None) -> list[str]:
-    """Undo ``provision`` for ``nodes`` with their providers (``options`` as for :func:`provision`)
-    and clear their recorded devices. Returns one output line per node. A node whose provider fails
-    keeps its recorded device."""
+    """Undo ``provision`` for ``nodes`` (resolved, as for :func:`provision`) with their providers
+    (``options`` as for :func:`provision`) and clear their recorded devices. Returns one output line per
+    node. A node whose provider fails keeps its recorded device."""
     lines: dict[str, str] = {}
     with BlockingStateStore(config) as store:
         urls = Urls(config, keys=store.keyring)
-        for name, group in by_provider(config, nodes).items():
+        for name, group in by_provider(nodes).items():
             with _open(name, config, options, urls) as provider:
-                for outcome in provider.deprovision(group, store.devices(group), say):
+                for outcome in provider.deprovision(group, store.devices([n.name for n in group]), say):
                     store.clear_device(outcome.node)
                     lines[outcome.node] = outcome.line
-    return [lines[n] for n in dict.fromkeys(nodes)]
+    return [lines[n.name] for n in unique(nodes)]
 
 
 def devices(config: Config, options: Mapping[str, ProviderOptions]) -> list[str]:
@@ -360,10 +375,12 @@ __all__ = [
     "Outcome",
     "ProvisionTimeout",
     "WaitPolicy",
+    "Watched",
     "by_provider",
     "deprovision",
     "devices",
     "done_stages",
     "provision",
+    "unique",
     "wait_for_nodes",
 ]

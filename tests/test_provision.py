@@ -12,6 +12,7 @@ from support.fake_metal import PROJECT, TOKEN, fake_metal_fixture  # noqa: F401 
 
 from bootserver.cli import build_parser, provider_options
 from bootserver.errors import BootserverError
+from bootserver.inventory import inventory
 from bootserver.providers.base import ProviderError
 from bootserver.provision import (
     DeviceFailed,
@@ -75,7 +76,7 @@ def args(*argv: str):
 def run(config, nodes, clock=None, *argv: str, **kw):
     clock = clock or FakeClock()
     said: list[str] = []
-    lines = provision(config, args(*argv), nodes, clock=clock, sleep=clock.sleep,
+    lines = provision(config, args(*argv), [inventory(config)[n] for n in nodes], clock=clock, sleep=clock.sleep,
                       say=lambda n, m: said.append(f"{n}: {m}"), **kw)
     return lines, said
 
@@ -276,11 +277,11 @@ def test_deprovision_deletes_and_clears_state(env, tmp_path, reference):
     [device_id] = env.devices
     said: list[str] = []
     dargs = provider_options(build_parser().parse_args(["deprovision", "master-0"]))
-    assert deprovision(config, dargs, ["master-0"], say=lambda n, m: said.append(m)) == [
+    assert deprovision(config, dargs, [inventory(config)["master-0"]], say=lambda n, m: said.append(m)) == [
         f"master-0 {device_id} deleted"]
     assert said == [f"deleted device {device_id}"]
     assert env.devices == {} and recorded(config, "master-0") is None
-    assert deprovision(config, dargs, ["master-0"]) == ["master-0 - absent"]
+    assert deprovision(config, dargs, [inventory(config)["master-0"]]) == ["master-0 - absent"]
 
 
 def test_deprovision_of_a_device_deleted_elsewhere_clears_state(env, tmp_path, reference):
@@ -289,7 +290,7 @@ def test_deprovision_of_a_device_deleted_elsewhere_clears_state(env, tmp_path, r
     [device_id] = env.devices
     env.devices.clear()
     dargs = provider_options(build_parser().parse_args(["deprovision", "master-0"]))
-    assert deprovision(config, dargs, ["master-0"]) == [f"master-0 {device_id} absent"]
+    assert deprovision(config, dargs, [inventory(config)["master-0"]]) == [f"master-0 {device_id} absent"]
     assert recorded(config, "master-0") is None
 
 

@@ -23,13 +23,13 @@ def provision(args: argparse.Namespace, config: Config) -> int:
     from .. import provision as provisioning
 
     config = for_nodes(config, list(args.nodes))
-    nodes = [node(inventory(config), n).name for n in dict.fromkeys(args.nodes)]
+    nodes = [node(inventory(config), n) for n in dict.fromkeys(args.nodes)]
     if not args.timeout > 0:
         raise InputError(f"--timeout: must be a positive number of seconds, got {args.timeout:g}")
     base = config.server.effective_base_url
     host = urlsplit(base).hostname or ""
     if host == "localhost" or host.startswith("127.") or host == "::1":
-        print(f"bootserver: warning: devices cannot reach the chain URL {base}/ipxe/{nodes[0]}: "
+        print(f"bootserver: warning: devices cannot reach the chain URL {base}/ipxe/{nodes[0].name}: "
               f"set server.base_url in {config.source}", file=sys.stderr)
     try:
         lines = provisioning.provision(config, provider_options(args), nodes, wait=not args.no_wait,
@@ -46,7 +46,7 @@ def deprovision(args: argparse.Namespace, config: Config) -> int:
     from .. import provision as provisioning
 
     config = for_nodes(config, list(args.nodes))
-    nodes = [node(inventory(config), n).name for n in dict.fromkeys(args.nodes)]
+    nodes = [node(inventory(config), n) for n in dict.fromkeys(args.nodes)]
     print("\n".join(provisioning.deprovision(config, provider_options(args), nodes, say=say)))
     return 0
 

@@ -499,10 +499,11 @@ async def _run_action(svc: BootService, action: str, found: Found, request_id: s
     state = svc.runtime.state
     try:
         config = await node_writes.with_store(svc.config, state)
+        node = inventory(config)[found.name]  # resolved once, from the config the providers open
         if action == "provision":
-            lines = await asyncio.to_thread(provisioning.provision, config, {}, [found.name], wait=False)
+            lines = await asyncio.to_thread(provisioning.provision, config, {}, [node], wait=False)
         else:
-            lines = await asyncio.to_thread(provisioning.deprovision, config, {}, [found.name])
+            lines = await asyncio.to_thread(provisioning.deprovision, config, {}, [node])
         event, detail = action, {"outcome": " ".join(lines)[:500], "request": request_id}
     except BootserverError as e:
         log.warning("%s of node %s (request %s) failed: %s", action, found.name, request_id, e)

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
-from bootserver.config import Config
+from bootserver.config import Config, ResolvedNode
 from bootserver.config.bmc_settings import BmcSettings
 from bootserver.errors import InputError
 from bootserver.inventory import inventory
@@ -109,50 +109,46 @@ class BmcProvider(Provider[BmcOptions], Generic[SettingsT, MachineT]):
 
     # -- settings
 
-    def settings(self, node: str) -> SettingsT:
-        """The node's merged settings (node over profile), with ``address`` and ``username`` present:
-        else ``InputError`` naming the node and the key (``node rf-0: no redfish.address: set it on
-        the node or its profile``)."""
-        s: SettingsT = self.inventory[node].settings
+    def settings(self, node: ResolvedNode) -> SettingsT:
+        """The node's merged settings (node over profile, as resolved: ``node.settings``), with ``address``
+        and ``username`` present: else ``InputError`` naming the node and the key (``node rf-0: no
+        redfish.address: set it on the node or its profile``)."""
+        s: SettingsT = node.settings
         for key in ("address", "username"):
             if getattr(s, key) is None:
-                raise InputError(f"node {node}: no {self.settings_key}.{key}: set it on the node or its profile")
+                raise InputError(f"node {node.name}: no {self.settings_key}.{key}: set it on the node or its profile")
         return s
 
-    def password(self, node: str, settings: SettingsT) -> str:
-        """The BMC password of a node from its merged settings' ``password_sealed`` (given to the fleet API,
-        opened with ``state_dir``'s key: :func:`bootserver.sealing.unseal`, whose ``SealError`` it raises),
-        ``password_env`` (an environment variable) or ``password_file`` (a file, relative to the config file;
-        one trailing newline dropped). Raises :class:`MissingCredentials` (exit 2) naming the node and the
-        key, never the value. The value goes
-        to the BMC client only: never printed, logged or recorded."""
-        key = self.settings_key
+    def password(self, node: ResolvedNode) -> str:
+        """The BMC password of a node from its merged settings (``node.settings``): ``password_sealed``
+        (given to the fleet API, opened with ``state_dir``'s key: :func:`bootserver.sealing.unseal`, whose
+        ``SealError`` it raises), ``password_env`` (an environment variable) or ``password_file`` (a file,
+        relative to the config file; one trailing newline dropped). Raises :class:`MissingCredentials`
+        (exit 2) naming the node and the key, never the value. The value goes to the BMC client only: never
+        printed, logged or recorded."""
+        key, settings, name = self.settings_key, node.settings, node.name
         if settings.password_sealed is not None:  # given to the fleet API (bootserver.sealing)
-            return unseal(self.config.state_dir, node, key, settings.password_sealed)
+            return unseal(self.config.state_dir, name, key, settings.password_sealed)
         if settings.password_env is not None:
             value = os.environ.get(settings.password_env)
             if not value:
-                raise MissingCredentials(f"node {node}: {key}.password_env: ${settings.password_env} is not set")
+                raise MissingCredentials(f"node {name}: {key}.password_env: ${settings.password_env} is not set")
             return value
         if settings.password_file is not None:
             path = self.config.resolve_path(settings.password_file)
             try:
                 value = Path(path).read_text(encoding="utf-8").strip("\r\n")
             except OSError as exc:
-                raise MissingCredentials(f"node {node}: {key}.password_file: {path}: "
+                raise MissingCredentials(f"node {name}: {key}.password_file: {path}: "
                                          f"{exc.strerror or exc}") from None
             if not value:
-                raise MissingCredentials(f"node {node}: {key}.password_file: {path} is empty")
+                raise MissingCredentials(f"node {name}: {key}.password_file: {path} is empty")
             return value
-        raise MissingCredentials(f"node {node}: no BMC password: set {key}.password_file or {key}.password_env")
-
-    def nodes(self) -> list[str]:
-        """The nodes of the config whose provider is this one, in config order."""
-        return [node.name for node in self.inventory.of_provider(self.name)]
+        raise MissingCredentials(f"node {name}: no BMC password: set {key}.password_file or {key}.password_env")
 
     # -- what a protocol fills in
 
-    def machine(self, node: str, device: Mapping[str, Any]) -> MachineT:
+    def machine(self, node: ResolvedNode, device: Mapping[str, Any]) -> MachineT:
         """The node's machine at its BMC; ``device`` is its recorded device (``{}`` if none)."""
         raise NotImplementedError
 
@@ -177,18 +173,18 @@ class BmcProvider(Provider[BmcOptions], Generic[SettingsT, MachineT]):
         """Force the power off."""
         raise NotImplementedError
 
-    def clear_boot(self, node: str, machine: MachineT, device: Mapping[str, Any],
+    def clear_boot(self, node: ResolvedNode, machine: MachineT, device: Mapping[str, Any],
                    say: Callable[[str, str], None]) -> None:
         """Undo what ``provision`` set for the next boot (the machine is off)."""
         raise NotImplementedError
 
-    def look(self, node: str, device: Mapping[str, Any]) -> list[str]:
+    def look(self, node: ResolvedNode, device: Mapping[str, Any]) -> list[str]:
         """The words of ``devices`` for a node after its name, stage excluded: ``[id, power, *more]``.
         Raises ``ProviderError`` when the BMC fails (:meth:`unreachable` answers then)."""
         machine = self.machine(node, device)
         return [self.machine_id(machine), self.power_state(machine)]
 
-    def unreachable(self, node: str, device: Mapping[str, Any]) -> list[str]:
+    def unreachable(self, node: ResolvedNode, device: Mapping[str, Any]) -> list[str]:
         """The words of ``devices`` for a node whose BMC failed: ``[id, "error", *more]``."""
         raise NotImplementedError
 
@@ -197,7 +193,7 @@ class BmcProvider(Provider[BmcOptions], Generic[SettingsT, MachineT]):
 
     # -- the flow
 
-    def poll(self, node: str, device: Mapping[str, Any]) -> Poll:
+    def poll(self, node: ResolvedNode, device: Mapping[str, Any]) -> Poll:
         """The machine's power state (a BMC reports no failure of an install)."""
         current = dict(device, state=self.power_state(self.machine(node, device)), updated_at=now())
         return Poll(current["state"], current)
@@ -213,44 +209,45 @@ class BmcProvider(Provider[BmcOptions], Generic[SettingsT, MachineT]):
                 return False
             time.sleep(min(self.poll_interval, remaining))
 
-    def power_off(self, node: str, machine: MachineT, say: Callable[[str, str], None]) -> None:
+    def power_off(self, node: ResolvedNode, machine: MachineT, say: Callable[[str, str], None]) -> None:
         """Power the machine off: a graceful shutdown and up to ``--grace`` seconds for it, then a hard
         off and up to :attr:`hard_off_timeout` seconds for it (``ProviderError`` past that)."""
         if self.power_state(machine) == "Off":
             return
         grace = self.options.grace
         if grace > 0 and self.soft_off(machine) and self.wait_off(machine, grace):
-            say(node, f"{self.where(machine)}: shut down")
+            say(node.name, f"{self.where(machine)}: shut down")
             return
         self.hard_off(machine)
         if not self.wait_off(machine, self.hard_off_timeout):
-            raise ProviderError(f"node {node}: {self.where(machine)}: the power is still "
+            raise ProviderError(f"node {node.name}: {self.where(machine)}: the power is still "
                                 f"{self.power_state(machine)} {self.hard_off_timeout:g} s after {self.hard_off_name}")
-        say(node, f"{self.where(machine)}: {self.hard_off_done}"
+        say(node.name, f"{self.where(machine)}: {self.hard_off_done}"
                   + (f" after {grace:g} s of {self.soft_off_name}" if grace > 0 else ""))
 
-    def deprovision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+    def deprovision(self, nodes: Sequence[ResolvedNode], recorded: Mapping[str, Mapping[str, Any]],
                     say: Callable[[str, str], None]) -> list[Outcome]:
         """Power each node's machine off (:meth:`power_off`) and undo its boot setting; the settings and
         password of every node are checked before any BMC is asked."""
         for node in nodes:
-            self.password(node, self.settings(node))
+            self.settings(node)
+            self.password(node)
         out = []
         for node in nodes:
-            device = recorded.get(node) or {}
+            device = recorded.get(node.name) or {}
             machine = self.machine(node, device)
             self.power_off(node, machine, say)
             self.clear_boot(node, machine, device, say)
-            out.append(Outcome(node, None, f"{node} {self.machine_id(machine)} Off"))
+            out.append(Outcome(node.name, None, f"{node.name} {self.machine_id(machine)} Off"))
         return out
 
     def devices(self, stages: Mapping[str, str], recorded: Mapping[str, Mapping[str, Any]]) -> list[str]:
         """``node id power-state stage [more]`` for every node of this provider; a BMC that fails gives
         ``error`` as the power state and its one line in the log."""
         lines = []
-        for node in self.nodes():
+        for node in self.inventory.of_provider(self.name):
             self.settings(node)  # bad settings stop the command (exit 2), as provision's
-            device = recorded.get(node) or {}
+            device = recorded.get(node.name) or {}
             if device.get("provider") != self.name:
                 device = {}
             try:
@@ -259,7 +256,7 @@ class BmcProvider(Provider[BmcOptions], Generic[SettingsT, MachineT]):
                 log.error("%s", exc)
                 words = self.unreachable(node, device)
             at = self.words_before_stage
-            lines.append(" ".join([node, *words[:at], stages.get(node, "new"), *words[at:]]))
+            lines.append(" ".join([node.name, *words[:at], stages.get(node.name, "new"), *words[at:]]))
         return lines
 
 

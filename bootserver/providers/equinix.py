@@ -282,7 +282,7 @@ class Equinix(Provider[EquinixOptions]):
             raise InputError("no Equinix Metal project: pass --project ID or set metal.project in the config")
         return check_project_id(project)
 
-    def _specs(self, nodes: Sequence[str]) -> list[tuple[str, DeviceSpec]]:
+    def _specs(self, nodes: Sequence[ResolvedNode]) -> list[tuple[ResolvedNode, DeviceSpec]]:
         opts = self.options
         overrides = settings_from_options(
             plan=opts.plan, metro=opts.metro, facility=opts.facility, billing_cycle=opts.billing_cycle,
@@ -292,14 +292,14 @@ class Equinix(Provider[EquinixOptions]):
         )
         out = []
         for node in nodes:
-            settings = overrides.merged_over(node_settings(self.inventory[node]))
+            settings = overrides.merged_over(node_settings(node))
             if opts.tags:
                 settings = settings.model_copy(update={"tags": (*(settings.tags or ()), *opts.tags)})
-            out.append((node, build_device_spec(self.inventory[node].hostname, settings, self.urls.chain(node),
-                                                via=opts.via, managed_tag=self.tag, node=node)))
+            out.append((node, build_device_spec(node.hostname, settings, self.urls.chain(node.name),
+                                                via=opts.via, managed_tag=self.tag, node=node.name)))
         return out
 
-    def provision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+    def provision(self, nodes: Sequence[ResolvedNode], recorded: Mapping[str, Mapping[str, Any]],
                   record: Callable[[str, dict[str, Any]], None],
                   say: Callable[[str, str], None]) -> list[Outcome]:
         """Create or reuse (and re-point) one device per node; every option is checked first."""
@@ -312,13 +312,13 @@ class Equinix(Provider[EquinixOptions]):
             if device is None:
                 device = self.client.create(project, spec)
                 existing.append(device)
-                say(node, f"created device {device.id} ({device.state})")
+                say(node.name, f"created device {device.id} ({device.state})")
             else:
-                say(node, f"reusing device {device.id} ({device.state})")
-                device = self._repoint(node, device, spec)
+                say(node.name, f"reusing device {device.id} ({device.state})")
+                device = self._repoint(node.name, device, spec)
             state = device_state(project, device)
-            record(node, state)
-            out.append(Outcome(node, state, self.line(node, state)))
+            record(node.name, state)
+            out.append(Outcome(node.name, state, self.line(node, state)))
         return out
 
     def _repoint(self, node: str, device: Device, spec: DeviceSpec) -> Device:
@@ -332,7 +332,7 @@ class Equinix(Provider[EquinixOptions]):
         updated = self.client.update(device.id, ipxe_script_url=spec.ipxe_script_url, userdata=spec.userdata)
         return updated
 
-    def poll(self, node: str, device: Mapping[str, Any]) -> Poll:
+    def poll(self, node: ResolvedNode, device: Mapping[str, Any]) -> Poll:
         """``GET /devices/{id}``; ``failed`` ends the wait. A device gone (404) is an error."""
         try:
             current = self.client.get(device["id"])
@@ -341,35 +341,35 @@ class Equinix(Provider[EquinixOptions]):
         return Poll(current.state, device_state(device.get("project", ""), current),
                     failed=current.state in FAILED_STATES)
 
-    def line(self, node: str, device: Mapping[str, Any]) -> str:
+    def line(self, node: ResolvedNode, device: Mapping[str, Any]) -> str:
         """``node id state addr,addr,...``."""
         addresses = ",".join(a["address"] for a in device.get("ip_addresses") or ()) or "-"
-        return f"{node} {device['id']} {device['state']} {addresses}"
+        return f"{node.name} {device['id']} {device['state']} {addresses}"
 
-    def deprovision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+    def deprovision(self, nodes: Sequence[ResolvedNode], recorded: Mapping[str, Mapping[str, Any]],
                     say: Callable[[str, str], None]) -> list[Outcome]:
         """Delete each node's device: the project's device with its hostname and tag, else the one
         recorded. A device the API no longer knows (404) counts as gone."""
         listed: dict[str, list[Device]] = {}
         out = []
         for node in nodes:
-            rec = recorded.get(node) or {}
+            rec = recorded.get(node.name) or {}
             project = self._project(rec)
             if project not in listed:
                 listed[project] = self.client.list(project, tag=self.tag)
-            device = find_managed_device(listed[project], self.inventory[node].hostname, self.tag)
+            device = find_managed_device(listed[project], node.hostname, self.tag)
             device_id = device.id if device else rec.get("id")
             deleted = False
             if device_id:
                 try:
                     self.client.delete(device_id)
                     deleted = True
-                    say(node, f"deleted device {device_id}")
+                    say(node.name, f"deleted device {device_id}")
                 except ProviderNotFound:
-                    say(node, f"device {device_id} was already gone")
+                    say(node.name, f"device {device_id} was already gone")
             else:
-                say(node, "no device")
-            out.append(Outcome(node, None, f"{node} {device_id or '-'} {'deleted' if deleted else 'absent'}"))
+                say(node.name, "no device")
+            out.append(Outcome(node.name, None, f"{node.name} {device_id or '-'} {'deleted' if deleted else 'absent'}"))
         return out
 
     def devices(self, stages: Mapping[str, str], recorded: Mapping[str, Mapping[str, Any]]) -> list[str]:

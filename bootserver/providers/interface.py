@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from bootserver.config import Config
+from bootserver.config import Config, ResolvedNode
 from bootserver.config.providers import REGISTRY
 from bootserver.inventory import inventory
 from bootserver.providers.base import Outcome, Poll, ProviderOptions
@@ -80,31 +80,34 @@ class Provider(Generic[OptionsT]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def provision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+    def provision(self, nodes: Sequence[ResolvedNode], recorded: Mapping[str, Mapping[str, Any]],
                   record: Callable[[str, dict[str, Any]], None],
                   say: Callable[[str, str], None]) -> list[Outcome]:
-        """Make each node boot from bootserver now. ``recorded`` is each node's recorded ``device``
-        (``{}`` if none); ``record(node, device)`` stores a device as soon as it exists (before a later
-        node may fail); ``say(node, message)`` reports progress."""
+        """Make each node (as resolved by the caller: its provider is this one, its ``settings`` this
+        provider's, merged) boot from bootserver now. ``recorded`` is each node's recorded ``device`` by
+        name (``{}`` if none); ``record(name, device)`` stores a device as soon as it exists (before a later
+        node may fail); ``say(name, message)`` reports progress."""
         raise NotImplementedError
 
-    def poll(self, node: str, device: Mapping[str, Any]) -> Poll:
+    def poll(self, node: ResolvedNode, device: Mapping[str, Any]) -> Poll:
         """The node's device as it is now (``device`` is what was recorded), while ``provision`` waits."""
         raise NotImplementedError
 
-    def booted(self, node: str, device: Mapping[str, Any], say: Callable[[str, str], None]) -> dict[str, Any] | None:
+    def booted(self, node: ResolvedNode, device: Mapping[str, Any],
+               say: Callable[[str, str], None]) -> dict[str, Any] | None:
         """Called once by ``provision``'s wait when the node's network boot is over (its stage is
         ``installing`` or later): undo what only that boot needed (Redfish: eject the boot image).
         Returns the new device record, or ``None`` when nothing changed. Default: nothing."""
         return None
 
-    def line(self, node: str, device: Mapping[str, Any]) -> str:
+    def line(self, node: ResolvedNode, device: Mapping[str, Any]) -> str:
         """The output line of ``provision`` for a node and its recorded device."""
         raise NotImplementedError
 
-    def deprovision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+    def deprovision(self, nodes: Sequence[ResolvedNode], recorded: Mapping[str, Mapping[str, Any]],
                     say: Callable[[str, str], None]) -> list[Outcome]:
-        """Undo ``provision`` for each node; each outcome's ``device`` is ``None`` (state cleared)."""
+        """Undo ``provision`` for each node (as resolved, ``recorded`` as for :meth:`provision`); each
+        outcome's ``device`` is ``None`` (state cleared)."""
         raise NotImplementedError
 
     def devices(self, stages: Mapping[str, str], recorded: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -38,6 +38,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from bootserver.config import ResolvedNode
 from bootserver.config.ipmi_settings import DEFAULT_CIPHER_SUITE, DEFAULT_PORT, IpmiSettings
 from bootserver.errors import BootserverError, InputError
 from bootserver.providers.base import Outcome, ProviderError
@@ -222,21 +223,21 @@ class Ipmi(BmcProvider[IpmiSettings, Bmc]):
                                   "and it is not on PATH")
         self.binary = binary
 
-    def bmc(self, node: str) -> tuple[Bmc, IpmiSettings]:
+    def bmc(self, node: ResolvedNode) -> tuple[Bmc, IpmiSettings]:
         """The node's BMC client and its merged settings. Raises ``InputError`` for missing settings or
         a password that cannot be read."""
         s = self.settings(node)
         assert s.address is not None and s.username is not None  # self.settings() checked both
-        password = self.password(node, s)
+        password = self.password(node)
         if len(password.encode()) > 20:
-            raise InputError(f"node {node}: ipmi: the password is longer than IPMI's 20 bytes")
-        return Bmc(node, s.address, s.port or DEFAULT_PORT, s.username, password,
+            raise InputError(f"node {node.name}: ipmi: the password is longer than IPMI's 20 bytes")
+        return Bmc(node.name, s.address, s.port or DEFAULT_PORT, s.username, password,
                    cipher_suite=s.cipher_suite or DEFAULT_CIPHER_SUITE, timeout=s.timeout or DEFAULT_TIMEOUT,
                    binary=self.binary), s
 
     # -- the BMC family's steps
 
-    def machine(self, node: str, device: Mapping[str, Any]) -> Bmc:
+    def machine(self, node: ResolvedNode, device: Mapping[str, Any]) -> Bmc:
         """The node's BMC client (no request yet)."""
         return self.bmc(node)[0]
 
@@ -259,12 +260,12 @@ class Ipmi(BmcProvider[IpmiSettings, Bmc]):
         """Chassis Control power down."""
         machine.chassis_control(POWER_DOWN)
 
-    def clear_boot(self, node: str, machine: Bmc, device: Mapping[str, Any],
+    def clear_boot(self, node: ResolvedNode, machine: Bmc, device: Mapping[str, Any],
                    say: Callable[[str, str], None]) -> None:
         """The boot flags, no longer valid (parameter 5 with the valid bit clear)."""
         machine.set_boot_flags((BOOT_FLAGS, 0x00, 0x00, 0x00, 0x00, 0x00))
 
-    def unreachable(self, node: str, device: Mapping[str, Any]) -> list[str]:
+    def unreachable(self, node: ResolvedNode, device: Mapping[str, Any]) -> list[str]:
         s = self.settings(node)
         assert s.address is not None
         return [bmc_name(s.address, s.port or DEFAULT_PORT), "error"]
@@ -284,13 +285,13 @@ class Ipmi(BmcProvider[IpmiSettings, Bmc]):
             "updated_at": now(),
         }
 
-    def line(self, node: str, device: Mapping[str, Any]) -> str:
+    def line(self, node: ResolvedNode, device: Mapping[str, Any]) -> str:
         """``node BMC power-state``."""
-        return f"{node} {device['id']} {device['state']}"
+        return f"{node.name} {device['id']} {device['state']}"
 
     # -- commands
 
-    def provision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+    def provision(self, nodes: Sequence[ResolvedNode], recorded: Mapping[str, Mapping[str, Any]],
                   record: Callable[[str, dict[str, Any]], None],
                   say: Callable[[str, str], None]) -> list[Outcome]:
         """Boot each node from the network: the boot flags (once, unless ``persistent``), then power up,
@@ -304,11 +305,11 @@ class Ipmi(BmcProvider[IpmiSettings, Bmc]):
             bmc.set_boot_flags(boot_flags(mode, persistent))
             action = POWER_CYCLE if was == "On" else POWER_UP
             bmc.chassis_control(action)
-            say(node, f"BMC {bmc.name}: next boot from the network ({mode}, "
+            say(node.name, f"BMC {bmc.name}: next boot from the network ({mode}, "
                       f"{'every boot' if persistent else 'once'}); {ACTIONS[action]} (was {was})")
             device = self.record(bmc, s, bmc.power())
-            record(node, device)
-            out.append(Outcome(node, device, self.line(node, device)))
+            record(node.name, device)
+            out.append(Outcome(node.name, device, self.line(node, device)))
         return out
 
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     import sushy.auth
 
-from bootserver.config import Config
+from bootserver.config import Config, ResolvedNode
 from bootserver.config.redfish_settings import RedfishSettings
 from bootserver.errors import InputError
 from bootserver.images.network import boot_network
@@ -264,22 +264,22 @@ class Redfish(BmcProvider[RedfishSettings, System]):
 
     # -- settings
 
-    def _verify(self, node: str, s: RedfishSettings) -> bool | str:
+    def _verify(self, node: ResolvedNode, s: RedfishSettings) -> bool | str:
         if s.verify_tls is None or isinstance(s.verify_tls, bool):
             return s.verify_tls is not False
         path = self.config.resolve_path(s.verify_tls)
         if not Path(path).is_file():
-            raise InputError(f"node {node}: redfish.verify_tls: no CA file {path}")
+            raise InputError(f"node {node.name}: redfish.verify_tls: no CA file {path}")
         return str(path)
 
-    def bmc(self, node: str) -> tuple[Bmc, RedfishSettings]:
+    def bmc(self, node: ResolvedNode) -> tuple[Bmc, RedfishSettings]:
         """The node's BMC client (shared by the nodes of one BMC and user) and its settings."""
         s = self.settings(node)
         address, username = s.address, s.username
         assert address is not None and username is not None  # self.settings() checked both
         key = (address, username)
         if key not in self._bmcs:
-            password = self.password(node, s)
+            password = self.password(node)
             self._bmcs[key] = Bmc(address, username, password, verify=self._verify(node, s),
                                   timeout=s.timeout or DEFAULT_TIMEOUT)
         return self._bmcs[key], s
@@ -306,13 +306,13 @@ class Redfish(BmcProvider[RedfishSettings, System]):
             "updated_at": now(),
         }
 
-    def line(self, node: str, device: Mapping[str, Any]) -> str:
+    def line(self, node: ResolvedNode, device: Mapping[str, Any]) -> str:
         """``node system power-state mac,mac,...``."""
-        return f"{node} {device['id']} {device['state']} {','.join(device.get('macs') or ()) or '-'}"
+        return f"{node.name} {device['id']} {device['state']} {','.join(device.get('macs') or ()) or '-'}"
 
     # -- commands
 
-    def provision(self, nodes: Sequence[str], recorded: Mapping[str, Mapping[str, Any]],
+    def provision(self, nodes: Sequence[ResolvedNode], recorded: Mapping[str, Mapping[str, Any]],
                   record: Callable[[str, dict[str, Any]], None],
                   say: Callable[[str, str], None]) -> list[Outcome]:
         """Boot each node's system from the network once: override ``Pxe``/``Once``, then power on or
@@ -320,32 +320,32 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         the signed image URL, override ``Cd``/``Once``). Settings of every node, and the boot network of
         each virtual-media node's image, are checked before any BMC is asked."""
         for node in nodes:
-            if self.settings(node).boot_source in IMAGE_BOOTS and not self.inventory[node].secure_boot:
+            if self.settings(node).boot_source in IMAGE_BOOTS and not node.secure_boot:
                 # exit 2 naming the node and key, before any BMC call
-                boot_network(self.config.source, self.inventory[node])
+                boot_network(self.config.source, node)
         systems = {}
         for node in nodes:  # every node's Secure Boot is read before any power action (on any node)
             bmc, s = self.bmc(node)
-            system = bmc.system(s.system, node)
+            system = bmc.system(s.system, node.name)
             self._check_secure_boot(node, s, system, self.secure_boot(bmc, system))
             if s.boot_source == "http":
                 self._check_http_boot(node, bmc, system)
-            systems[node] = system
+            systems[node.name] = system
         out = []
         for node in nodes:
             bmc, s = self.bmc(node)
-            system = systems[node]
+            system = systems[node.name]
             sushy = _sushy()
             mode = {"uefi": sushy.BOOT_SOURCE_MODE_UEFI, "legacy": sushy.BOOT_SOURCE_MODE_BIOS}.get(s.boot_mode or "")
             media = uri = None
             target, source = sushy.BOOT_SOURCE_TARGET_PXE, "the network"
             if s.boot_source == "http":
-                uri = self.urls.iso(node)
+                uri = self.urls.iso(node.name)
                 target, source = sushy.BOOT_SOURCE_TARGET_UEFI_HTTP, "UEFI HTTP boot of its boot image"
             elif s.boot_source == "virtual-media":
                 media = self._virtual_cd(bmc, system)
                 self._eject(bmc, media, node, say)
-                url = self.urls.iso(node)
+                url = self.urls.iso(node.name)
                 bmc.call(f"POST {media.path} InsertMedia", partial(
                     media.insert_media, url, inserted=True, write_protected=True))
                 target, source = _sushy().BOOT_SOURCE_TARGET_CD, f"its boot image in {media.path}"
@@ -355,14 +355,14 @@ class Redfish(BmcProvider[RedfishSettings, System]):
             power = _power(system)
             reset = _sushy().RESET_FORCE_RESTART if power == "On" else _sushy().RESET_ON
             bmc.call(f"POST {system.path} Reset {reset.value}", partial(system.reset_system, reset))
-            say(node, f"{system.path}: next boot from {source} (once); {reset.value} (was {power})")
+            say(node.name, f"{system.path}: next boot from {source} (once); {reset.value} (was {power})")
             bmc.call(f"GET {system.path}", partial(system.refresh, force=True))
             device = self.record(bmc, system)
             if media is not None:
                 device["media"] = media.path
             self._check_macs(node, device)
-            record(node, device)
-            out.append(Outcome(node, device, self.line(node, device)))
+            record(node.name, device)
+            out.append(Outcome(node.name, device, self.line(node, device)))
         return out
 
     def secure_boot(self, bmc: Bmc, system: Any) -> bool | None:
@@ -377,7 +377,7 @@ class Redfish(BmcProvider[RedfishSettings, System]):
             return None
         return None if resource.enabled is None else bool(resource.enabled)
 
-    def _check_secure_boot(self, node: str, s: RedfishSettings, system: Any, enabled: bool | None) -> None:
+    def _check_secure_boot(self, node: ResolvedNode, s: RedfishSettings, system: Any, enabled: bool | None) -> None:
         """Raise :class:`SecureBootRefused` (exit 2) naming ``node`` and what to set when Secure Boot is
         on (``enabled``) but the node's boot cannot run under it: the network boot (iPXE and the GRUB we
         build are not signed), or a boot image that is not the Secure Boot one (``secure_boot``)."""
@@ -385,24 +385,24 @@ class Redfish(BmcProvider[RedfishSettings, System]):
             return
         if s.boot_source not in IMAGE_BOOTS:
             raise SecureBootRefused(
-                f"node {node}: Secure Boot is on in {system.path}, and its boot from the network (our iPXE) is "
+                f"node {node.name}: Secure Boot is on in {system.path}, and its boot from the network (our iPXE) is "
                 "not signed: set redfish.boot_source: virtual-media and secure_boot: true (the release's signed "
                 "shim, GRUB and kernel), or turn Secure Boot off")
-        if not self.inventory[node].secure_boot:
+        if not node.secure_boot:
             raise SecureBootRefused(
-                f"node {node}: Secure Boot is on in {system.path}, and its boot image is not the Secure Boot one: "
+                f"node {node.name}: Secure Boot is on in {system.path}, and its boot image is not the Secure Boot one: "
                 "set secure_boot: true (the release's signed shim, GRUB and kernel), or turn Secure Boot off")
 
-    def _check_http_boot(self, node: str, bmc: Bmc, system: Any) -> None:
+    def _check_http_boot(self, node: ResolvedNode, bmc: Bmc, system: Any) -> None:
         """Raise :class:`HttpBootRefused` (exit 2) naming ``node`` when ``system`` offers no UEFI HTTP boot
         override (``UefiHttp`` not among ``BootSourceOverrideTarget@Redfish.AllowableValues``: an older
         BMC, or the system in legacy boot mode)."""
         allowed = bmc.call(f"GET {system.path}", system.get_allowed_system_boot_source_values)
         if _sushy().BOOT_SOURCE_TARGET_UEFI_HTTP not in allowed:
             names = ", ".join(sorted(str(getattr(a, "value", a)) for a in allowed)) or "none"
-            raise HttpBootRefused(f"node {node}: {system.path} offers no UEFI HTTP boot (UefiHttp is not among its "
-                                  f"boot override targets: {names}): set redfish.boot_source: virtual-media or pxe, "
-                                  "or boot_mode: uefi")
+            raise HttpBootRefused(f"node {node.name}: {system.path} offers no UEFI HTTP boot (UefiHttp is not among "
+                                  f"its boot override targets: {names}): set redfish.boot_source: virtual-media or "
+                                  "pxe, or boot_mode: uefi")
 
     def _virtual_cd(self, bmc: Bmc, system: Any) -> Any:
         """The CD/DVD member of the ``VirtualMedia`` collection of the system's manager (``Links.ManagedBy``),
@@ -431,37 +431,38 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         raise ProviderError(f"BMC {bmc.address}: {system.path}: no CD or DVD virtual media in the VirtualMedia "
                             "of its managers or of the system")
 
-    def _eject(self, bmc: Bmc, media: Any, node: str, say: Callable[[str, str], None]) -> None:
+    def _eject(self, bmc: Bmc, media: Any, node: ResolvedNode, say: Callable[[str, str], None]) -> None:
         """``VirtualMedia.EjectMedia`` when ``media`` holds an image (refreshed first)."""
         bmc.call(f"GET {media.path}", partial(media.refresh, force=True))
         if media.inserted or media.image:
             image = str(media.image or "").split("?")[0]
             bmc.call(f"POST {media.path} EjectMedia", media.eject_media)
-            say(node, f"{media.path}: ejected {image or 'the inserted media'}")
+            say(node.name, f"{media.path}: ejected {image or 'the inserted media'}")
 
-    def booted(self, node: str, device: Mapping[str, Any], say: Callable[[str, str], None]) -> dict[str, Any] | None:
+    def booted(self, node: ResolvedNode, device: Mapping[str, Any],
+               say: Callable[[str, str], None]) -> dict[str, Any] | None:
         """With ``virtual-media``: eject the boot image once the node's network boot is over, so no later
         reboot boots it by accident. Returns the record without its ``media``."""
         if not device.get("media"):
             return None
         bmc, s = self.bmc(node)
-        system = bmc.system(device.get("id") or s.system, node)
+        system = bmc.system(device.get("id") or s.system, node.name)
         self._eject(bmc, self._virtual_cd(bmc, system), node, say)
         return {k: v for k, v in device.items() if k != "media"}
 
-    def _check_macs(self, node: str, device: Mapping[str, Any]) -> None:
-        macs = self.inventory[node].mac
+    def _check_macs(self, node: ResolvedNode, device: Mapping[str, Any]) -> None:
+        macs = node.mac
         if macs and device["macs"] and not set(macs) & set(device["macs"]):
             log.warning("node %s: none of the system's MACs (%s) is in nodes.%s.mac: /boot.ipxe?mac= will "
-                        "not find it", node, ", ".join(device["macs"]), node)
+                        "not find it", node.name, ", ".join(device["macs"]), node.name)
 
     # -- the BMC family's steps
 
-    def machine(self, node: str, device: Mapping[str, Any]) -> System:
+    def machine(self, node: ResolvedNode, device: Mapping[str, Any]) -> System:
         """The node's system: the one recorded (``device``'s ``id``), else ``redfish.system``, else the
         BMC's only one."""
         bmc, s = self.bmc(node)
-        return System(bmc, bmc.system(device.get("id") or s.system, node))
+        return System(bmc, bmc.system(device.get("id") or s.system, node.name))
 
     def machine_id(self, machine: System) -> str:
         return str(machine.system.path)
@@ -487,7 +488,7 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         bmc, system = machine.bmc, machine.system
         bmc.call(f"POST {system.path} Reset ForceOff", partial(system.reset_system, _sushy().RESET_FORCE_OFF))
 
-    def clear_boot(self, node: str, machine: System, device: Mapping[str, Any],
+    def clear_boot(self, node: ResolvedNode, machine: System, device: Mapping[str, Any],
                    say: Callable[[str, str], None]) -> None:
         """Eject the boot image (a virtual-media node, or one whose record holds ``media``), then turn
         the boot override off (target ``None``, else ``Hdd`` on a BMC without ``None``)."""
@@ -500,7 +501,7 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         bmc.call(f"PATCH {system.path} Boot", partial(
             system.set_system_boot_options, target, enabled=_sushy().BOOT_SOURCE_ENABLED_DISABLED))
 
-    def look(self, node: str, device: Mapping[str, Any]) -> list[str]:
+    def look(self, node: ResolvedNode, device: Mapping[str, Any]) -> list[str]:
         """``[system, power-state, secure-boot:on|off|-]`` (``-``: the BMC offers no ``SecureBoot``
         resource); the system is the one recorded at ``provision`` (state store), else
         ``redfish.system``, else the BMC's only one."""
@@ -509,7 +510,7 @@ class Redfish(BmcProvider[RedfishSettings, System]):
         secure = "-" if enabled is None else "on" if enabled else "off"
         return [self.machine_id(machine), self.power_state(machine), f"secure-boot:{secure}"]
 
-    def unreachable(self, node: str, device: Mapping[str, Any]) -> list[str]:
+    def unreachable(self, node: ResolvedNode, device: Mapping[str, Any]) -> list[str]:
         return [self.settings(node).system or "-", "error", "secure-boot:-"]
 
 

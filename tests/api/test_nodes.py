@@ -188,7 +188,7 @@ async def test_a_bmc_password_is_kept_sealed_never_shown_and_the_provider_reads_
     assert (await answer(r))["redfish"]["password_set"] is True
     merged = await with_store(config, store)
     provider = Redfish(merged, BmcOptions(), None)  # type: ignore[arg-type]
-    assert provider.password("web-1", inventory(merged)["web-1"].settings) == PASSWORD
+    assert provider.password(inventory(merged)["web-1"]) == PASSWORD
     for path in ("/api/v1/nodes", URL):
         assert PASSWORD not in await (await admin.get(path, headers=AUTH)).text()
     r = await admin.patch(URL, data=json.dumps({"redfish": {"password": None}}), headers=PATCH)

@@ -24,6 +24,7 @@ from support.server import synced_server
 
 from bootserver.cli import build_parser, provider_options
 from bootserver.config import load_config
+from bootserver.inventory import inventory
 from bootserver.provision import WaitPolicy, provision
 
 CHASSIS, SET_BOOT_OPTIONS = 0x00, 0x08
@@ -286,7 +287,7 @@ async def test_wait_follows_the_node_through_script_stub_and_config(running, bmc
     args = provider_options(build_parser().parse_args(["provision", kind.node]))
     async with synced_server(setup.config, setup.port):
         lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
-            config, args, [kind.node], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
+            config, args, [inventory(config)[kind.node]], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
             say=lambda node, message: said.append(message)))
     assert [m for m in said if m.startswith(("stage", "waiting"))] == [
         "waiting for stage up: its system checks in once on the network (now new)", "stage ipxe",

@@ -31,6 +31,7 @@ from support.sushy_emulator import PASSWORD, USERNAME, rf0_setup
 
 from bootserver.cli import build_parser, provider_options
 from bootserver.config import load_config
+from bootserver.inventory import inventory
 from bootserver.providers.base import ProviderError
 from bootserver.provision import provision
 
@@ -43,7 +44,7 @@ async def test_provision_sets_uefi_http_with_the_signed_image_url(emulator, bmc_
     async with synced_server(setup.config, setup.port) as server:
         with pytest.raises(ProviderError) as info:
             await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
-                config, args, ["rf-0"], wait=False, say=lambda node, message: None))
+                config, args, [inventory(config)["rf-0"]], wait=False, say=lambda node, message: None))
         fetched = iso_requests(requests.get(server.admin_url + "/metrics", timeout=10).text)
     path = emulator.path(0)
     # the emulator acted on UefiHttp + HttpBootUri: it fetched the node's signed image from the server

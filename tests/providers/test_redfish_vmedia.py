@@ -20,6 +20,7 @@ from support.sushy_emulator import RF0_MAC, rf0_setup
 
 from bootserver.cli import build_parser, provider_options
 from bootserver.config import load_config
+from bootserver.inventory import inventory
 from bootserver.provision import WaitPolicy, deprovision, provision
 
 
@@ -70,7 +71,7 @@ async def test_provision_inserts_the_signed_image_boots_cd_once_and_ejects_after
     args = provider_options(build_parser().parse_args(["provision", "rf-0"]))
     async with synced_server(setup.config, setup.port) as server:
         lines = await asyncio.get_running_loop().run_in_executor(None, lambda: provision(
-            config, args, ["rf-0"], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
+            config, args, [inventory(config)["rf-0"]], policy=WaitPolicy(timeout=60, interval=0.1), sleep=pause,
             say=lambda node, message: said.append(message)))
         fetched = iso_requests(requests.get(server.admin_url + "/metrics", timeout=10).text)
     media = seen["media"]
@@ -103,12 +104,12 @@ async def test_no_wait_leaves_the_image_to_the_next_provision_and_deprovision_ej
     async with synced_server(setup.config, setup.port):
         for _ in range(2):
             await loop.run_in_executor(None, lambda: provision(
-                config, args, ["rf-0"], wait=False, say=lambda node, message: said.append(message)))
+                config, args, [inventory(config)["rf-0"]], wait=False, say=lambda node, message: said.append(message)))
         assert cd(emulator)["Inserted"] is True
         assert recorded_devices(tmp_path / "state")["rf-0"]["media"] == f"{emulator.path(0)}/VirtualMedia/Cd"
         dargs = provider_options(build_parser().parse_args(["deprovision", "rf-0", "--grace", "1"]))
         await loop.run_in_executor(None, lambda: deprovision(
-            config, dargs, ["rf-0"], say=lambda node, message: said.append(message)))
+            config, dargs, [inventory(config)["rf-0"]], say=lambda node, message: said.append(message)))
     ejected = [m for m in said if m.startswith(f"{emulator.path(0)}/VirtualMedia/Cd: ejected ")]
     assert len(ejected) == 2, said  # by the second provision, then by deprovision
     assert cd(emulator)["Inserted"] is False
