@@ -24,7 +24,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -53,6 +53,41 @@ class AdoptionFailed(BootserverError):
 
 
 @dataclass(frozen=True)
+class Adoption:
+    """One adoption asked for, built once by :func:`adopt` and handed whole to each step (the node is not
+    in the config yet, so there is no :class:`~bootserver.config.ResolvedNode` of it): node ``name``
+    (also its hostname) of ``profile``, the discovered ``machine`` (as last read from the state store),
+    pinned to ``addresses`` (CIDRs or addresses; ``()``: none), ``selectable`` with ``anywhere``."""
+
+    name: str
+    profile: str
+    machine: Discovered
+    addresses: tuple[str, ...] = ()
+    anywhere: bool = False
+
+    def spec(self) -> dict[str, object]:
+        """The adopted node's mapping (the config's node schema): its profile, hostname (its name), the
+        machine's MAC and UUID, ``addresses`` when pinned, ``selectable: true`` with ``anywhere``."""
+        node: dict[str, object] = {"profile": self.profile, "hostname": self.name, "mac": [self.machine.mac]}
+        if self.machine.uuid is not None:
+            node["uuid"] = self.machine.uuid
+        if self.addresses:
+            node["addresses"] = list(self.addresses)
+        if self.anywhere:
+            node["selectable"] = True
+        return node
+
+    def yaml(self, at: float) -> str:
+        """The node's file, written at ``at`` (unix seconds): two comment lines saying where it came from (the
+        machine's facts as one JSON line: quotes, newlines and control characters escaped) and ``nodes:
+        {name: ...}`` (:meth:`spec`) written by PyYAML (every value quoted as YAML needs)."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+        return (f"# adopted by `bootserver nodes adopt` at {stamp}: the machine discovered as {self.machine.mac}\n"
+                f"# reported facts: {json.dumps(dict(self.machine.facts), sort_keys=True)}\n"
+                + yaml.safe_dump({"nodes": {self.name: self.spec()}}, sort_keys=False))
+
+
+@dataclass(frozen=True)
 class Adopted:
     """What :func:`adopt` did: the node's name, the file written, the machine it was, and the outcome of
     the server's reload in words."""
@@ -78,28 +113,15 @@ def _find(records: list[Discovered], key: str) -> Discovered:
     return hit
 
 
-def default_file(config: Config, name: str) -> Path:
+def default_file(config: Config, adoption: Adoption) -> Path:
     """Where a node adopted without ``--file`` goes: ``nodes.d/<name>.yaml`` beside the config file."""
-    return config.base_dir / "nodes.d" / f"{name}.yaml"
+    return config.base_dir / "nodes.d" / f"{adoption.name}.yaml"
 
 
 def included(config: Config, path: Path) -> bool:
     """Whether the config's ``include:`` reads the existing file ``path``, as the loader finds its files
     (:func:`~bootserver.config.loader.include_files`: its globbing, where ``*`` stays within a folder)."""
     return path.resolve() in include_files(config.base_dir, config.includes)
-
-
-def node_yaml(name: str, profile: str, machine: Discovered, at: float, *, addresses: Sequence[str] = (),
-              anywhere: bool = False) -> str:
-    """The node's file: two comment lines saying where it came from (the machine's facts as one JSON
-    line: quotes, newlines and control characters escaped) and ``nodes: {name: ...}`` written by PyYAML
-    (every value quoted as YAML needs): the node pinned to ``addresses``, ``selectable`` with
-    ``anywhere``."""
-    node = node_spec(name, profile, machine, addresses=addresses, anywhere=anywhere)
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
-    return (f"# adopted by `bootserver nodes adopt` at {stamp}: the machine discovered as {machine.mac}\n"
-            f"# reported facts: {json.dumps(dict(machine.facts), sort_keys=True)}\n"
-            + yaml.safe_dump({"nodes": {name: node}}, sort_keys=False))
 
 
 def _alive(pid: int) -> bool:
@@ -113,10 +135,11 @@ def _alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def claimed(config: Config, name: str, mac: str) -> Iterator[None]:
-    """Hold the claims on node ``name`` and machine ``mac`` (files in ``state_dir/adopting/``, created
-    exclusively) while the adoption runs; released at the end. A claim whose process is gone is taken
-    over. Raises :class:`~bootserver.errors.InputError` naming the adoption that holds one."""
+def claimed(config: Config, adoption: Adoption) -> Iterator[None]:
+    """Hold the claims on the adoption's node name and machine (its MAC; files in ``state_dir/adopting/``,
+    created exclusively) while the adoption runs; released at the end. A claim whose process is gone is
+    taken over. Raises :class:`~bootserver.errors.InputError` naming the adoption that holds one."""
+    name, mac = adoption.name, adoption.machine.mac
     folder = config.state_dir / CLAIMS
     folder.mkdir(parents=True, exist_ok=True)
     mine = json.dumps({"pid": os.getpid(), "name": name, "mac": mac}).encode()
@@ -151,7 +174,8 @@ def claimed(config: Config, name: str, mac: str) -> Iterator[None]:
             path.unlink(missing_ok=True)
 
 
-def _check_names(config: Config, name: str, machine: Discovered) -> None:
+def _check_names(config: Config, adoption: Adoption) -> None:
+    name, machine = adoption.name, adoption.machine
     if name in config.nodes:
         raise InputError(f"--name {name}: node {name} exists already ({config.node_sources[name]})")
     nodes = inventory(config)
@@ -218,20 +242,6 @@ def _remove(path: Path | None, made: Sequence[Path]) -> None:
             folder.rmdir()
 
 
-def node_spec(name: str, profile: str, machine: Discovered, *, addresses: Sequence[str] = (),
-              anywhere: bool = False) -> dict[str, object]:
-    """The adopted node's mapping (the config's node schema): its profile, hostname (its name), the
-    machine's MAC and UUID, pinned to ``addresses``, ``selectable`` with ``anywhere``."""
-    node: dict[str, object] = {"profile": profile, "hostname": name, "mac": [machine.mac]}
-    if machine.uuid is not None:
-        node["uuid"] = machine.uuid
-    if addresses:
-        node["addresses"] = list(addresses)
-    if anywhere:
-        node["selectable"] = True
-    return node
-
-
 async def adopt(config: Config, store: StateStore, key: str, *, name: str, profile: str,
                 file: Path | None = None, addresses: Sequence[str] | None = None, anywhere: bool = False,
                 reload_timeout: float = 15.0, into_store: bool = False) -> Adopted:
@@ -267,17 +277,17 @@ async def adopt(config: Config, store: StateStore, key: str, *, name: str, profi
     if arch is not None and arch != wanted:
         raise InputError(f"machine {machine.mac} is {machine.arch_text()}; profile {profile} boots {wanted}: "
                          "pass a profile of its architecture")
-    pinned = _addresses(config, machine, addresses, anywhere)
+    asked = Adoption(name, profile, machine, tuple(_addresses(config, machine, addresses, anywhere)), anywhere)
     if into_store:
-        return await _adopt_into_store(config, store, name, profile, machine, pinned, anywhere)
-    path = (file if file is not None else default_file(config, name)).absolute()
-    with claimed(config, name, machine.mac):
+        return await _adopt_into_store(config, store, asked)
+    path = (file if file is not None else default_file(config, asked)).absolute()
+    with claimed(config, asked):
         fresh = await asyncio.to_thread(load_config, config.source)  # as it is now, another adoption done
-        _check_names(fresh, name, machine)
+        _check_names(fresh, asked)
         # as recorded now, claimed: a report from another address meanwhile makes it a conflict
         machine = _find(await store.discovered(), machine.mac)
-        pinned = _addresses(config, machine, addresses, anywhere)
-        made = _write(path, node_yaml(name, profile, machine, time.time(), addresses=pinned, anywhere=anywhere))
+        asked = replace(asked, machine=machine, addresses=tuple(_addresses(config, machine, addresses, anywhere)))
+        made = _write(path, asked.yaml(time.time()))
         try:
             if not included(fresh, path):
                 raise InputError(f"{path} is not read by the include: of {config.source} (its patterns: "
@@ -287,7 +297,7 @@ async def adopt(config: Config, store: StateStore, key: str, *, name: str, profi
             check_config(loaded)
             if loaded.origins.get(f"nodes.{name}") not in (str(path), str(path.resolve())):
                 raise InputError(f"{path}: the config loaded with it has no node {name} from it")
-            outcome = await asyncio.to_thread(reload_server, config, name, reload_timeout)
+            outcome = await asyncio.to_thread(reload_server, config, asked, reload_timeout)
         except BaseException:
             _remove(path, made)
             raise
@@ -295,12 +305,11 @@ async def adopt(config: Config, store: StateStore, key: str, *, name: str, profi
     return Adopted(name, path, machine, outcome)
 
 
-async def _adopt_into_store(config: Config, store: StateStore, name: str, profile: str, machine: Discovered,
-                            pinned: Sequence[str], anywhere: bool) -> Adopted:
+async def _adopt_into_store(config: Config, store: StateStore, adoption: Adoption) -> Adopted:
     merged = await with_store(config, store)
-    _check_names(merged, name, machine)
-    spec = node_spec(name, profile, machine, addresses=pinned, anywhere=anywhere)
-    done = await apply_nodes(config, store, {name: spec}, source="nodes adopt",
+    _check_names(merged, adoption)
+    name, machine = adoption.name, adoption.machine
+    done = await apply_nodes(config, store, {name: adoption.spec()}, source="nodes adopt",
                              preconditions={name: Precondition(create_only=True)})
     await store.forget_discovered([machine.mac])
     return Adopted(name, None, machine, f"written into the state store {store.name} (generation "
@@ -308,18 +317,19 @@ async def _adopt_into_store(config: Config, store: StateStore, name: str, profil
                    "within 2 s")
 
 
-def reload_server(config: Config, name: str, timeout: float) -> str:
+def reload_server(config: Config, adoption: Adoption, timeout: float) -> str:
     """Signal the running server to reload and wait for its outcome (:mod:`bootserver.reload`); the
     outcome in words (no server running is not an error: it reads the file when it starts). Raises
     :class:`AdoptionFailed` when the reload failed, brought no outcome within ``timeout`` seconds, or the
-    reloaded config has no node ``name``. Then a running ``bootserver dhcp`` is signalled too, so the
-    node's reservation follows (:mod:`bootserver.dhcp.engine`)."""
-    served = _reload_serve(config, name, timeout)
+    reloaded config has no node of the adoption's name. Then a running ``bootserver dhcp`` is signalled
+    too, so the node's reservation follows (:mod:`bootserver.dhcp.engine`)."""
+    served = _reload_serve(config, adoption, timeout)
     engine = reload_engine(config, timeout)
     return served if engine is None else f"{served}; {engine}"
 
 
-def _reload_serve(config: Config, name: str, timeout: float) -> str:
+def _reload_serve(config: Config, adoption: Adoption, timeout: float) -> str:
+    name = adoption.name
     try:
         pid, status = reload_running(config, timeout)
     except InputError:
