@@ -40,10 +40,10 @@ def script_context(urls: Urls, resolved: ResolvedNode, release: Release,
     usable device record.
     """
     node = resolved.name
-    kernel_url = urls.artifact(node, release, release.kernel)
+    kernel_url = urls.artifact(resolved, release, release.kernel)
     kargs = build_kargs(
         arch=resolved.arch, mode=resolved.mode,
-        rootfs_url=urls.artifact(node, release, release.rootfs),
+        rootfs_url=urls.artifact(resolved, release, release.rootfs),
         stub_url=urls.stub(node, stub_ttl), install_dev=resolved.install_dev,
         console=resolved.console, extra=resolved.kargs, platform=resolved.platform,
         network=node_kargs(resolved, None) if network is None else network,
@@ -52,7 +52,7 @@ def script_context(urls: Urls, resolved: ResolvedNode, release: Release,
     return ScriptContext(
         node=node, profile=resolved.profile, stream=release.stream, release=release.version, arch=release.arch,
         mode=resolved.mode, kernel_url=kernel_url,
-        initramfs_url=urls.artifact(node, release, release.initramfs), kargs=kargs,
+        initramfs_url=urls.artifact(resolved, release, release.initramfs), kargs=kargs,
     )
 
 

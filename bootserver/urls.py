@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, quote, urlsplit
 
-from .config import Config
+from .config import Config, ResolvedNode
 from .signing import Keyring, Signer, verify
 from .streams import Artifact, Release
 
@@ -224,18 +224,18 @@ class Urls:
         ttl = self.config.server.signing.chain_ttl if ttl is None else ttl
         return self._signed(self.base, node, ISO.path(node=node), ttl)
 
-    def artifact_base(self, node: str) -> str:
-        """Base URL for a node's artifacts: its facility's ``base_url`` of this address family when set
-        (:meth:`~bootserver.config.schema.FacilityConfig.base_url_for`), else ours."""
-        facility = self.config.nodes[node].facility
+    def artifact_base(self, node: ResolvedNode) -> str:
+        """Base URL for a node's artifacts (the node as resolved): its facility's ``base_url`` of this
+        address family when set (:meth:`~bootserver.config.schema.FacilityConfig.base_url_for`), else ours."""
+        facility = node.facility
         if facility is not None:
             fb = self.config.facilities[facility].base_url_for(self.family)
             if fb:
                 return fb
         return self.base
 
-    def artifact(self, node: str, release: Release, artifact: Artifact) -> str:
-        """Where the node fetches one artifact of ``release``."""
+    def artifact(self, node: ResolvedNode, release: Release, artifact: Artifact) -> str:
+        """Where the node (as resolved) fetches one artifact of ``release``."""
         key = (release.stream, release.arch, release.version, artifact.filename)
         path = self._artifact_paths.get(key)
         if path is None:  # made once per release and file, not per node (a node's first script)

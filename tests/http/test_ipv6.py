@@ -18,6 +18,7 @@ from support.server import ServerProcess
 
 from bootserver.config import parse_config
 from bootserver.errors import ConfigError
+from bootserver.inventory import inventory
 from bootserver.urls import Urls
 
 
@@ -67,11 +68,13 @@ def test_a_facility_cache_has_a_base_url_per_family(tmp_path: Path) -> None:
     signer = lambda: None  # noqa: E731 - artifact URLs are not signed
     for family, base in ((4, "http://198.51.100.7:8080"), (6, "http://[2001:db8:da11::7]:8080"),
                          (None, "http://198.51.100.7:8080")):
-        assert Urls(config, signer, family=family).artifact_base("master-0") == base  # type: ignore[arg-type]
+        urls = Urls(config, signer, family=family)  # type: ignore[arg-type]
+        assert urls.artifact_base(inventory(config)["master-0"]) == base
     # one URL as before; a host name serves either family
     doc["facilities"]["da11"]["base_url"] = "http://cache.da11.example:8080"
-    urls6 = Urls(load(doc, tmp_path), signer, family=6)  # type: ignore[arg-type]
-    assert urls6.artifact_base("master-0") == "http://cache.da11.example:8080"
+    config6 = load(doc, tmp_path)
+    urls6 = Urls(config6, signer, family=6)  # type: ignore[arg-type]
+    assert urls6.artifact_base(inventory(config6)["master-0"]) == "http://cache.da11.example:8080"
     doc["facilities"]["da11"]["base_url"] = ["http://198.51.100.7:8080", "http://198.51.100.8:8080"]
     with pytest.raises(ConfigError) as info:
         load(doc, tmp_path)
