@@ -33,9 +33,11 @@ class ResolvedNode:
     (the real config's path as written, or ``None``), ``ignition_version`` (the newest stub spec),
     ``kargs`` (the profile's extra kargs), ``console`` (the profile's, or ``None``: the default of
     :func:`bootserver.kargs.build_kargs`), ``platform`` (``ignition.platform.id``: :func:`platform_of`),
-    ``boots_once``, ``checkin``, ``secure_boot``, ``artifact_rate`` (bytes per second, ``None``: the
-    server's), ``network`` (``"dhcp"``, ``"provider"`` or an NMState document) and ``network_key``, the
-    config key it comes from (``nodes.<n>.network``, else ``profiles.<p>.network``), for error messages.
+    ``boots_once``, ``checkin``, ``secure_boot`` and ``secure_boot_key`` (the config key it comes from,
+    ``nodes.<n>.secure_boot``, else ``profiles.<p>.secure_boot``, for error messages), ``artifact_rate``
+    (bytes per second, ``None``: the server's), ``network`` (``"dhcp"``, ``"provider"`` or an NMState
+    document) and ``network_key``, the config key it comes from (``nodes.<n>.network``, else
+    ``profiles.<p>.network``), for error messages.
 
     Its provider: ``provider`` (``None``: none; :func:`provider_of`) and ``settings``, that provider's
     settings of the node merged over its profile's (node wins; ``None`` without a provider).
@@ -63,6 +65,7 @@ class ResolvedNode:
     boots_once: bool
     checkin: bool
     secure_boot: bool
+    secure_boot_key: str
     artifact_rate: int | None
     network: str | NetworkState
     network_key: str
@@ -116,6 +119,8 @@ def resolve_node(name: str, spec: Node, profile: Profile, source: str) -> Resolv
         kargs=profile.kargs, console=profile.console, platform=platform_of(profile, provider),
         boots_once=profile.boots_once, checkin=profile.checkin,
         secure_boot=profile.secure_boot if spec.secure_boot is None else spec.secure_boot,
+        secure_boot_key=f"nodes.{name}.secure_boot" if spec.secure_boot is not None
+        else f"profiles.{spec.profile}.secure_boot",
         artifact_rate=profile.artifact_rate, network="dhcp" if network is None else network,
         network_key=f"nodes.{name}.network" if spec.network is not None else f"profiles.{spec.profile}.network",
         provider=provider, settings=settings)

@@ -155,12 +155,9 @@ def check_secure_boot_isos(config: Config) -> list[str]:
         if release is None:
             later.append(node.stream)
         elif release.live_iso is None:
-            spec = config.nodes[name]
-            key = (f"nodes.{name}.secure_boot" if spec.secure_boot is not None
-                   else f"profiles.{spec.profile}.secure_boot")
-            raise ConfigError(config.source, key, f"node {name} boots under Secure Boot, but stream {node.stream}'s "
-                              f"release {release.version} offers no live ISO (metal.formats.iso.disk), the only source "
-                              "of its signed shim and GRUB")
+            raise ConfigError(config.source, node.secure_boot_key, f"node {name} boots under Secure Boot, but stream "
+                              f"{node.stream}'s release {release.version} offers no live ISO (metal.formats.iso.disk), "
+                              "the only source of its signed shim and GRUB")
     return list(dict.fromkeys(later))
 
 
