@@ -59,16 +59,17 @@ class ArtifactDesk:
         """Why :meth:`open` found nothing, in public words."""
         return "not a known artifact" if self.artifacts.enabled else "not in cache"
 
-    async def requested(self, segments: tuple[str, ...], client: str | None) -> tuple[str, ResolvedNode | None]:
+    async def requested(self, segments: tuple[str, ...], client: str | None,
+                        signed: ResolvedNode | None = None) -> tuple[str, ResolvedNode | None]:
         """``(kind, node)`` of an artifact request from address ``client``: its kind (see :meth:`kind`)
-        and the node it is attributed to, as resolved (docs/design.md; ``None`` when none), after recording
-        ``<kind>-requested`` for it. Never raises: artifacts are served whatever happens to the
-        timeline (a failure is logged)."""
+        and the node it is attributed to, as resolved (docs/design.md; ``None`` when none; ``signed``, the
+        node a private artifact's URL was signed for, when given), after recording ``<kind>-requested`` for
+        it. Never raises: artifacts are served whatever happens to the timeline (a failure is logged)."""
         kind = self.kind(segments)
-        if not client:
+        if not client and signed is None:
             return kind, None
         try:
-            node = await self.runtime.state.attribute(client)  # one indexed row
+            node = signed.name if signed is not None else await self.runtime.state.attribute(client or "")
             resolved = None if node is None else self.nodes.get(node)
             if resolved is None:
                 return kind, None

@@ -164,7 +164,9 @@ class IntegrityError(FetchError):
         self.url = url
         self.expected = expected
         self.actual = actual
-        super().__init__(f"{url}: sha256 mismatch: expected {expected}, got {actual}")
+        changed = " (the file changed since its release was written: not served; import it again)" \
+            if url.startswith("file://") else ""
+        super().__init__(f"{url}: sha256 mismatch: expected {expected}, got {actual}{changed}")
 
 
 class DiskFullError(BootserverError):

@@ -50,6 +50,20 @@ def check_extra_karg(value: str) -> str:
     return value
 
 
+#: Kernel arguments an agent-mode profile's ``kargs`` (the installer's own line) may not set: ours.
+AGENT_RESERVED_KARGS = ("initrd", "coreos.live.rootfs_url")
+
+
+def check_agent_karg(value: str) -> str:
+    """Check one of an agent-mode profile's kargs (the words openshift-install wrote after its kernel URL,
+    ``ignition.firstboot`` and ``ignition.platform.id`` among them): a safe word that does not set the
+    initramfs or rootfs bootserver sets. Raises :class:`UnsafeValueError`."""
+    check_script_word(value)
+    if value.split("=", 1)[0] in AGENT_RESERVED_KARGS:
+        raise UnsafeValueError(f"{value.split('=', 1)[0]} is set by bootserver (its own URL); do not set it in kargs")
+    return value
+
+
 class CommandLineTooLong(BootserverError):
     """A node's kernel command line does not fit the kernel's buffer (exit 2: the config must change;
     500 from the server). Never truncated: the kernel would boot without the last arguments."""
@@ -95,6 +109,10 @@ def build_kargs(*, arch: str, mode: str, rootfs_url: str, stub_url: str, install
     :func:`bootserver.nmstate.dracut_kargs`) follows it, ``extra`` is appended last. Raises
     :class:`UnsafeValueError` for a value iPXE would misread and ``ValueError`` for a non-http(s) URL or
     an unknown mode/arch/platform.
+
+    ``agent`` mode (an OpenShift agent's PXE files) is the installer's kernel line with our URLs:
+    ``initrd=main``, ``coreos.live.rootfs_url=`` and ``extra`` as they are, nothing else (no stub, no
+    console, no network: the agent's Ignition inside the initramfs configures the host).
     """
     for url in (rootfs_url, stub_url):
         if not url.startswith(("http://", "https://")):
@@ -104,6 +122,11 @@ def build_kargs(*, arch: str, mode: str, rootfs_url: str, stub_url: str, install
     if platform not in PLATFORMS:
         raise ValueError(f"unknown platform {platform!r}")
     args = ["initrd=main", f"coreos.live.rootfs_url={rootfs_url}"]
+    if mode == "agent":
+        args.extend(extra)
+        for word in args:
+            check_script_word(word)
+        return tuple(args)
     if mode == "install":
         if not install_dev:
             raise ValueError("install mode needs install_dev")

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import json
 import os
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +43,11 @@ from .config.loader import include_files
 from .dhcp.engine import reload_engine
 from .errors import BootserverError, InputError
 from .files import write_atomic
+from .ipxe import UnsafeValueError
+from .kargs import check_agent_karg
 from .logs import escape_controls
 from .node_writes import apply_nodes, checked
-from .openshift import Cluster, Host, node_entry, read_cluster
+from .openshift import Cluster, ClusterRefused, Host, node_entry, read_cluster
 from .reload import check_config
 from .reload import reload_server as reload_running
 from .sealing import SealError, seal, unseal
@@ -72,18 +76,44 @@ class Imported:
     outcome: str
 
 
+#: The agent's PXE files of ``openshift-install agent create pxe-files`` in ``boot-artifacts/``, by
+#: artifact kind (``{arch}``: x86_64, aarch64).
+AGENT_FILES = {"kernel": "agent.{arch}-vmlinuz", "initramfs": "agent.{arch}-initrd.img",
+               "rootfs": "agent.{arch}-rootfs.img"}
+
+#: The agent's kernel arguments when ``boot-artifacts/`` holds no ``agent.<arch>.ipxe`` (the installer
+#: writes it only with ``bootArtifactsBaseURL``): the RHCOS live ISO's ``coreos/kargs.json`` default
+#: without ``coreos.liveiso=``, as the installer writes it into the script (DESIGN.md); ``console=ttyS0``
+#: follows on the external platform, ``fips=1`` with ``fips: true``.
+DEFAULT_AGENT_KARGS = ("ignition.firstboot", "ignition.platform.id=metal")
+
+
+@dataclass(frozen=True)
+class AgentFiles:
+    """The agent's PXE files as read (agent mode): ``files`` (artifact kind -> the file in
+    ``boot-artifacts/``), ``sha256`` (kind -> its sha256, hex, read at import), ``kargs`` (the words of
+    the installer's kernel line without its kernel URL, ``initrd=`` and ``coreos.live.rootfs_url=``),
+    ``kargs_from`` (the ``.ipxe`` file they were read from, ``None``: :data:`DEFAULT_AGENT_KARGS`)."""
+
+    files: Mapping[str, Path]
+    sha256: Mapping[str, str]
+    kargs: tuple[str, ...]
+    kargs_from: Path | None
+
+
 @dataclass(frozen=True)
 class InstallDir:
     """An install directory as read: the parsed ``install_config``/``agent_config`` (``None`` when
-    absent), ``ignition`` (role -> the ``.ign`` file that exists), ``stream`` (the stream metadata file),
-    ``arch``."""
+    absent), ``ignition`` (role -> the ``.ign`` file that exists), ``stream`` (the stream metadata file;
+    ``None`` in agent mode), ``arch``, ``agent`` (agent mode: its PXE files; ``None``: UPI)."""
 
     path: Path
     install_config: Mapping[str, Any] | None
     agent_config: Mapping[str, Any] | None
     ignition: Mapping[str, Path]
-    stream: Path
+    stream: Path | None
     arch: str
+    agent: AgentFiles | None = None
 
 
 class _InstallerLoader(yaml.SafeLoader):
@@ -120,10 +150,13 @@ def _yaml(path: Path) -> Mapping[str, Any] | None:
     return doc
 
 
-def read_install_dir(path: Path, stream_json: Path | None = None) -> InstallDir:
-    """Read the install directory ``path`` (module docstring). Raises
-    :class:`~bootserver.errors.InputError` naming the file: no such folder, neither YAML file, a file
-    that is not YAML, no stream metadata, an architecture bootserver does not boot."""
+def read_install_dir(path: Path, stream_json: Path | None = None, mode: str | None = None) -> InstallDir:
+    """Read the install directory ``path`` (module docstring). ``mode``: ``upi`` (the role ``.ign``
+    files and the stream metadata), ``agent`` (the agent's PXE files in ``boot-artifacts/``:
+    :func:`read_agent_files`), ``None``: ``agent`` when ``path`` holds ``boot-artifacts/``, else ``upi``.
+    Raises :class:`~bootserver.errors.InputError` naming the file: no such folder, neither YAML file, a
+    file that is not YAML, no stream metadata (UPI) or agent file (agent), an architecture bootserver
+    does not boot."""
     if not path.is_dir():
         raise InputError(f"{path}: not a folder (the install directory of openshift-install)")
     ic = _yaml(path / "install-config.yaml")
@@ -131,10 +164,6 @@ def read_install_dir(path: Path, stream_json: Path | None = None) -> InstallDir:
     if ic is None and ac is None:
         raise InputError(f"{path}: neither install-config.yaml nor agent-config.yaml (keep a copy of "
                          "install-config.yaml: openshift-install create consumes it)")
-    stream = (stream_json or path / "rhcos.json").absolute()
-    if not stream.is_file():
-        raise InputError(f"{stream}: no stream metadata: run `openshift-install coreos print-stream-json > "
-                         f"{path / 'rhcos.json'}` or pass --stream-json FILE")
     arch = "amd64"
     if ic is not None:
         cp = ic.get("controlPlane")
@@ -142,13 +171,113 @@ def read_install_dir(path: Path, stream_json: Path | None = None) -> InstallDir:
     if arch not in ARCHITECTURES:
         raise InputError(f"{path / 'install-config.yaml'}: controlPlane.architecture: {arch!r}: bootserver boots "
                          "amd64 and arm64")
+    if mode == "agent" or (mode is None and (path / "boot-artifacts").is_dir()):
+        agent = read_agent_files(path / "boot-artifacts", ARCHITECTURES[arch], ic)
+        return InstallDir(path.absolute(), ic, ac, {}, None, ARCHITECTURES[arch], agent)
+    stream = (stream_json or path / "rhcos.json").absolute()
+    if not stream.is_file():
+        raise InputError(f"{stream}: no stream metadata: run `openshift-install coreos print-stream-json > "
+                         f"{path / 'rhcos.json'}` or pass --stream-json FILE")
     ignition = {role: (path / f"{role}.ign").absolute() for role in ("bootstrap", "master", "worker", "arbiter")
                 if (path / f"{role}.ign").is_file()}
-    if not ignition and (path / "boot-artifacts").is_dir():
-        raise InputError(f"{path / 'boot-artifacts'}: the agent-based installer's PXE files are not served by "
-                         "bootserver yet (docs/openshift.md, walkthrough 3); import a directory of "
-                         "`openshift-install create ignition-configs`")
     return InstallDir(path.absolute(), ic, ac, ignition, stream, ARCHITECTURES[arch])
+
+
+def read_agent_files(folder: Path, arch: str, install_config: Mapping[str, Any] | None) -> AgentFiles:
+    """The agent's PXE files in ``folder`` (``boot-artifacts/`` of ``openshift-install agent create
+    pxe-files``) for ``arch``: each file's sha256, read now, and the kernel arguments of the installer's
+    ``agent.<arch>.ipxe`` (:func:`agent_kargs`) or, without that script, :data:`DEFAULT_AGENT_KARGS` (with
+    ``console=ttyS0`` on ``platform.external``, ``fips=1`` with ``fips: true``, as the installer adds
+    them). Raises :class:`~bootserver.errors.InputError` naming the file missing or unreadable, or the
+    script's word that cannot be a karg."""
+    files = {kind: (folder / name.format(arch=arch)).absolute() for kind, name in AGENT_FILES.items()}
+    sha256 = {}
+    for kind, path in files.items():
+        try:
+            with path.open("rb") as f:
+                sha256[kind] = hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError as e:
+            raise InputError(f"{path}: cannot read: {e.strerror} (run `openshift-install agent create pxe-files`; "
+                             "the agent's vmlinuz, initrd.img and rootfs.img are needed)") from None
+    script = folder / f"agent.{arch}.ipxe"
+    try:
+        text = script.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        kargs = list(DEFAULT_AGENT_KARGS)
+        platform = install_config.get("platform") if isinstance(install_config, Mapping) else None
+        if isinstance(platform, Mapping) and "external" in platform:
+            kargs.append("console=ttyS0")
+        if isinstance(install_config, Mapping) and install_config.get("fips") is True:
+            kargs.append("fips=1")
+        return AgentFiles(files, sha256, tuple(kargs), None)
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{script}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    return AgentFiles(files, sha256, agent_kargs(text, script), script.absolute())
+
+
+def agent_kargs(text: str, source: Path | str) -> tuple[str, ...]:
+    """The kernel arguments of the installer's iPXE script ``text`` (``agent.<arch>.ipxe``: ``kernel
+    BASE/agent.<arch>-vmlinuz initrd=initrd coreos.live.rootfs_url=BASE/agent.<arch>-rootfs.img KARGS``):
+    the words after the kernel URL without ``initrd=`` and ``coreos.live.rootfs_url=``, whose values are
+    bootserver's own. Raises :class:`~bootserver.errors.InputError` naming ``source``: no ``kernel``
+    line, or a word iPXE would not read literally."""
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0] != "kernel":
+            continue
+        words = [w for w in words[1:] if not w.startswith("--")][1:]
+        kargs = tuple(w for w in words if w.split("=", 1)[0] not in ("initrd", "coreos.live.rootfs_url"))
+        for word in kargs:
+            try:
+                check_agent_karg(word)
+            except UnsafeValueError as e:
+                raise InputError(f"{source}: kernel line: {escape_controls(str(e))}") from None
+        return kargs
+    raise InputError(f"{source}: no kernel line (openshift-install agent create pxe-files writes `kernel URL "
+                     "initrd=initrd coreos.live.rootfs_url=URL ...`)")
+
+
+def release_path(output: Path) -> Path:
+    """The agent release's stream metadata beside ``output``: ``<output without suffix>.release.json``."""
+    return output.with_suffix(".release.json")
+
+
+def release_text(cluster: Cluster, install: InstallDir) -> str:
+    """The agent's PXE files as CoreOS stream metadata (the format of :func:`bootserver.streams.parse_stream`),
+    one release of ``install.arch`` whose artifacts are the files by ``file://`` URL with the sha256
+    read at import, named ``agent-<16 hex digits of their sha256s>`` (new files, a new release). The
+    same files give the same text."""
+    agent = install.agent
+    assert agent is not None
+    digest = hashlib.sha256(" ".join(agent.sha256[k] for k in AGENT_FILES).encode()).hexdigest()[:16]
+    pxe = {kind: {"location": agent.files[kind].as_uri(), "sha256": agent.sha256[kind]} for kind in AGENT_FILES}
+    doc = {"stream": f"{cluster.name}-agent",
+           "metadata": {"generator": "bootserver openshift import (agent mode)"},
+           "architectures": {install.arch: {"artifacts": {"metal": {"release": f"agent-{digest}",
+                                                                    "formats": {"pxe": pxe}}}}}}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def agent_refusals(cluster: Cluster, *, install_dev: str | None, bootstrap_mac: str | None,
+                   console: str | None) -> list[str]:
+    """Why ``cluster`` cannot boot the agent's PXE files (one line each; none: it can): options of the
+    UPI import, a host whose BMC boots virtual media (the PXE files boot over the network) or that asks
+    for UEFI Secure Boot (iPXE is not signed)."""
+    lines = [f"{option}: not in agent mode ({why})" for option, value, why in (
+        ("--install-dev", install_dev, "the agent installs to the disk of the host's rootDeviceHints"),
+        ("--bootstrap-mac", bootstrap_mac, "the rendezvous host bootstraps the cluster"),
+        ("--console", console, "the hosts boot the installer's kernel line as it is")) if value is not None]
+    for host in cluster.hosts:
+        if host.bmc is not None and host.bmc.settings.get("boot_source") == "virtual-media":
+            lines.append(escape_controls(
+                f"{host.source}: host {host.name}: bmc.address: a virtual media BMC boots an image; the agent's "
+                "PXE files boot from the network: write the same BMC as redfish:// (idrac-redfish://, "
+                "ilo5-redfish://)"))
+        if host.secure_boot:
+            lines.append(escape_controls(
+                f"{host.source}: host {host.name}: bootMode: UEFISecureBoot: the agent's PXE files boot through "
+                "iPXE, which Secure Boot refuses (boot the agent ISO instead)"))
+    return lines
 
 
 def _slug(device: str) -> str:
@@ -159,11 +288,16 @@ def profiles_of(cluster: Cluster, install: InstallDir,
                 console: str | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """The profiles of ``cluster`` (name -> mapping) and each host's profile (host -> name): one per role
     and install device, ``<cluster>-<role>`` for the device most of the role's hosts use (the first on a
-    tie), ``<cluster>-<role>-<device>`` for the others; ``console``: their console karg
+    tie), ``<cluster>-<role>-<device>`` for the others (agent mode: one, ``<cluster>-agent``, mode
+    ``agent`` with the installer's kargs); ``console``: their console karg
     (``console=ttyS1,115200n8``; none by default, as platform ``metal`` names none). Raises
     :class:`~bootserver.errors.InputError` for a role whose ``.ign`` is missing."""
     profiles: dict[str, dict[str, Any]] = {}
     of: dict[str, str] = {}
+    if install.agent is not None:  # one initramfs for every host: its Ignition tells them apart by MAC
+        name = f"{cluster.name}-agent"
+        profiles[name] = {"stream": name, "arch": install.arch, "mode": "agent", "kargs": list(install.agent.kargs)}
+        return profiles, {h.name: name for h in cluster.hosts}
     for role in dict.fromkeys(h.role for h in cluster.hosts):
         hosts = [h for h in cluster.hosts if h.role == role]
         ign = install.ignition.get(role)
@@ -204,9 +338,12 @@ def render(cluster: Cluster, install: InstallDir, output: Path, console: str | N
             passwords[path] = host.bmc.password
             password_file = str(path)
         nodes[host.name] = node_entry(host, of[host.name], password_file)
-    doc: dict[str, Any] = {"streams": {cluster.name: {"metadata": str(install.stream),
-                                                      "architectures": [install.arch]}},
-                           "profiles": profiles}
+    if install.agent is not None:
+        streams = {f"{cluster.name}-agent": {"metadata": str(release_path(output)), "architectures": [install.arch],
+                                             "private": True}}
+    else:
+        streams = {cluster.name: {"metadata": str(install.stream), "architectures": [install.arch]}}
+    doc: dict[str, Any] = {"streams": streams, "profiles": profiles}
     if with_nodes:
         doc["nodes"] = nodes
     # the folder's name as one comment line, whatever it holds (a newline would start a YAML line of its own)
@@ -296,12 +433,12 @@ def _write_passwords(passwords: Mapping[Path, str], before: dict[Path, str | Non
     return {p.name for p in before}
 
 
-def _restore(before: Mapping[Path, str | None]) -> None:
+def _restore(before: Mapping[Path, str | None], mode: int = 0o600) -> None:
     for path, text in before.items():
         if text is None:
             path.unlink(missing_ok=True)
         else:
-            write_atomic(path, text.encode(), 0o600)
+            write_atomic(path, text.encode(), mode)
 
 
 def _remove(path: Path, made: Sequence[Path]) -> None:
@@ -345,6 +482,41 @@ def serialized(config: Config) -> Iterator[None]:
         os.close(fd)
 
 
+def _read_cluster(install: InstallDir, install_dev: str | None, bootstrap_mac: str | None,
+                  bootstrap_bmc: str | None, console: str | None) -> Cluster:
+    """The install directory's cluster (:func:`bootserver.openshift.read_cluster`; in agent mode without
+    install devices, and :func:`agent_refusals`). Raises :class:`~bootserver.openshift.ClusterRefused`."""
+    agent = install.agent is not None
+    cluster = read_cluster(install.install_config, install.agent_config, install_dev=None if agent else install_dev,
+                           need_device=not agent, bootstrap_mac=None if agent else bootstrap_mac,
+                           bootstrap_bmc=bootstrap_bmc)
+    if install.agent is not None:
+        refused = agent_refusals(cluster, install_dev=install_dev, bootstrap_mac=bootstrap_mac, console=console)
+        if refused:
+            raise ClusterRefused(refused)
+        if install.agent.kargs_from is None:
+            script = install.agent.files["kernel"].parent / f"agent.{install.arch}.ipxe"
+            cluster = replace(cluster, warnings=(*cluster.warnings, escape_controls(
+                f"{script}: none (agent-config.yaml sets no bootArtifactsBaseURL): the hosts boot the installer's "
+                f"default kernel arguments: {' '.join(install.agent.kargs)}")))
+    return cluster
+
+
+def _write_release(cluster: Cluster, install: InstallDir, output: Path, before: dict[Path, str | None]) -> bool:
+    """Agent mode: write the release's stream metadata (:func:`release_text`) beside ``output`` when it
+    changed, keeping its previous text in ``before``; whether it changed."""
+    if install.agent is None:
+        return False
+    path = release_path(output)
+    text = release_text(cluster, install)
+    old = _read(path)
+    if old == text:
+        return False
+    before[path] = old
+    write_atomic(path, text.encode(), 0o644)
+    return True
+
+
 def import_cluster(config: Config, install: InstallDir, output: Path, *, install_dev: str | None = None,
                    bootstrap_mac: str | None = None, bootstrap_bmc: str | None = None,
                    console: str | None = None, reload_timeout: float = 15.0) -> Imported:
@@ -359,8 +531,7 @@ def import_cluster(config: Config, install: InstallDir, output: Path, *, install
     if config.source == "<default>":
         raise InputError("openshift import writes a file the config's include: names: pass --config")
     output = output.absolute()
-    cluster = read_cluster(install.install_config, install.agent_config, install_dev=install_dev,
-                           bootstrap_mac=bootstrap_mac, bootstrap_bmc=bootstrap_bmc)
+    cluster = _read_cluster(install, install_dev, bootstrap_mac, bootstrap_bmc, console)
     with serialized(config):
         return _import_file(config, cluster, install, output, console, reload_timeout)
 
@@ -371,9 +542,12 @@ def _import_file(config: Config, cluster: Cluster, install: InstallDir, output: 
     old_text = _read(output)
     made = _placeholder(output, old_text)
     before: dict[Path, str | None] = {}
+    released: dict[Path, str | None] = {}
     try:
         _check_included(config, output)
         changed = _write_passwords(passwords, before)
+        if _write_release(cluster, install, output, released):  # new agent files: every node boots them
+            changed |= {h.name for h in cluster.hosts}
         loaded = load_config(config.source, replacing={output.resolve(): text})
         check_config(loaded)
         changes = _changes(old_text, text, changed, cluster.hosts)
@@ -381,6 +555,7 @@ def _import_file(config: Config, cluster: Cluster, install: InstallDir, output: 
             write_atomic(output, text.encode())
     except BaseException:
         _restore(before)
+        _restore(released, 0o644)
         if old_text is None:
             _remove(output, made)
         raise
@@ -394,6 +569,7 @@ def _import_file(config: Config, cluster: Cluster, install: InstallDir, output: 
         else:
             write_atomic(output, old_text.encode())
         _restore(before)
+        _restore(released, 0o644)
         raise
     return Imported(changes, cluster.warnings, output, outcome)
 
@@ -413,8 +589,7 @@ async def import_to_store(config: Config, store: NodeStore, install: InstallDir,
     if config.source == "<default>":
         raise InputError("openshift import writes a file the config's include: names: pass --config")
     output = output.absolute()
-    cluster = read_cluster(install.install_config, install.agent_config, install_dev=install_dev,
-                           bootstrap_mac=bootstrap_mac, bootstrap_bmc=bootstrap_bmc)
+    cluster = _read_cluster(install, install_dev, bootstrap_mac, bootstrap_bmc, console)
     with serialized(config):
         return await _import_store(config, store, cluster, install, output, console, reload_timeout)
 
@@ -426,23 +601,27 @@ async def _import_store(config: Config, store: NodeStore, cluster: Cluster, inst
     specs = store_specs(cluster, install, config.state_dir, {n: s.spec for n, s in inventory.nodes.items()}, console)
     old_text = _read(output)
     made = _placeholder(output, old_text)
+    released: dict[Path, str | None] = {}
     try:
         _check_included(config, output)
+        new_release = _write_release(cluster, install, output, released)
         loaded = load_config(config.source, replacing={output.resolve(): text})
         check_config(loaded)
         checked(loaded, inventory, specs)  # the nodes over the new profiles, before anything is written
         if text != old_text:
             write_atomic(output, text.encode())
     except BaseException:
+        _restore(released, 0o644)
         if old_text is None:
             _remove(output, made)
         raise
     outcome = "the profiles are unchanged: no reload"
     try:
-        if text != old_text:
+        if text != old_text or new_release:
             outcome = reload_servers(loaded, [], reload_timeout)
         applied = await apply_nodes(loaded, store, specs)
     except BaseException:
+        _restore(released, 0o644)
         if old_text is None:
             _remove(output, made)
         else:
@@ -483,5 +662,7 @@ def describe(imported: Imported) -> list[str]:
     return [f"{name}: {what}" for name, what in imported.changes.items()] + [imported.outcome]
 
 
-__all__ = ["ImportFailed", "Imported", "InstallDir", "describe", "import_cluster", "import_to_store",
-           "password_folder", "profiles_of", "read_install_dir", "reload_servers", "render", "store_specs"]
+__all__ = ["AGENT_FILES", "DEFAULT_AGENT_KARGS", "AgentFiles", "ImportFailed", "Imported", "InstallDir",
+           "agent_kargs", "agent_refusals", "describe", "import_cluster", "import_to_store", "password_folder",
+           "profiles_of", "read_agent_files", "read_install_dir", "release_path", "release_text", "reload_servers",
+           "render", "store_specs"]

@@ -52,6 +52,8 @@ def done_stages(node: ResolvedNode) -> tuple[str, ...]:
 
 
 def _waiting_line(node: ResolvedNode, stage: str) -> str:
+    if node.mode == "agent":
+        return f"waiting for stage installing: the agent has its rootfs and installs the disk (now {stage})"
     if node.checkin:
         return f"waiting for stage {UP}: its system checks in once on the network (now {stage})"
     return f"waiting for stage {DONE_STAGES[node.mode]} (now {stage})"

@@ -46,7 +46,7 @@ def script_context(urls: Urls, resolved: ResolvedNode, release: Release,
         rootfs_url=urls.artifact(resolved, release, release.rootfs),
         stub_url=urls.stub(node, stub_ttl), install_dev=resolved.install_dev,
         console=resolved.console, extra=resolved.kargs, platform=resolved.platform,
-        network=node_kargs(resolved, None) if network is None else network,
+        network=() if resolved.mode == "agent" else node_kargs(resolved, None) if network is None else network,
     )
     check_command_line(node, resolved.arch, kernel_url, kargs)
     return ScriptContext(

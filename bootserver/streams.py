@@ -65,6 +65,10 @@ class Release:
     #: The release's live ISO (``metal.formats.iso.disk``, kind ``iso``), where the vendor's signed boot
     #: loaders are (a Secure Boot image is made of them); ``None`` when the stream offers none.
     live_iso: Artifact | None = None
+    #: Its artifacts are handed only to the nodes of its stream, on URLs signed per node, and kept below
+    #: ``cache_dir/private/`` (``streams.<name>.private``: an OpenShift agent release, whose initrd holds the
+    #: cluster's secrets).
+    private: bool = False
 
     @property
     def artifacts(self) -> tuple[Artifact, Artifact, Artifact]:
@@ -86,15 +90,19 @@ class StreamMetadata:
     releases: Mapping[str, Release]
 
 
-def _artifact(kind: str, raw: Any, source: str, path: str) -> Artifact:
+def _artifact(kind: str, raw: Any, source: str, path: str, local: bool = False) -> Artifact:
     if not isinstance(raw, dict):
         raise MetadataError(source, path, "missing or not an object")
     location = raw.get("location")
     if not isinstance(location, str) or not location:
         raise MetadataError(source, f"{path}.location", "missing or not a string")
     parts = urlsplit(location)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise MetadataError(source, f"{path}.location", f"not an http(s) URL: {location!r}")
+    if local and parts.scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/") or parts.query:
+            raise MetadataError(source, f"{path}.location", f"not a file:///absolute/path URL: {location!r}")
+    elif parts.scheme not in ("http", "https") or not parts.hostname:
+        raise MetadataError(source, f"{path}.location", f"not an http(s) URL: {location!r}"
+                            + (" (file:// only in a metadata file of this machine)" if parts.scheme == "file" else ""))
     filename = unquote(parts.path.rsplit("/", 1)[-1])
     if not SAFE_SEGMENT_RE.match(filename):
         raise MetadataError(source, f"{path}.location", f"unusable file name {filename!r}")
@@ -107,10 +115,15 @@ def _artifact(kind: str, raw: Any, source: str, path: str) -> Artifact:
     return Artifact(kind=kind, url=location, sha256=sha256.lower(), signature=signature, filename=filename)
 
 
-def parse_stream(data: bytes | str, *, name: str, source: str, architectures: tuple[str, ...]) -> StreamMetadata:
+def parse_stream(data: bytes | str, *, name: str, source: str, architectures: tuple[str, ...],
+                 local: bool = False, private: bool = False) -> StreamMetadata:
     """Parse stream metadata ``data`` into a :class:`StreamMetadata` for ``architectures``.
 
-    ``source`` (file path or URL) and the JSON path appear in every error. Raises
+    ``source`` (file path or URL) and the JSON path appear in every error. ``local``: the document is a
+    file of this machine (``streams.<name>.metadata`` a path), whose artifact locations may also be
+    ``file:///absolute/path`` URLs (a release of local files, as ``bootserver openshift import`` writes
+    for the agent's PXE files); never a document fetched from a URL. ``private``: its releases'
+    :attr:`Release.private`. Raises
     :class:`MetadataError` for non-JSON input, the legacy pre-stream format, a missing ``metal`` PXE
     artifact for a requested architecture, a location that is not http(s), or a malformed sha256.
     """
@@ -142,7 +155,7 @@ def parse_stream(data: bytes | str, *, name: str, source: str, architectures: tu
         if not isinstance(pxe, dict):
             raise MetadataError(source, f"{base}.artifacts.metal.formats.pxe", "missing")
         ppath = f"{base}.artifacts.metal.formats.pxe"
-        kernel, initramfs, rootfs = (_artifact(k, pxe.get(k), source, f"{ppath}.{k}") for k in ARTIFACT_KINDS)
+        kernel, initramfs, rootfs = (_artifact(k, pxe.get(k), source, f"{ppath}.{k}", local) for k in ARTIFACT_KINDS)
         iso = formats.get("iso") if isinstance(formats, dict) else None
         live_iso = None
         if iso is not None:
@@ -151,7 +164,8 @@ def parse_stream(data: bytes | str, *, name: str, source: str, architectures: tu
                 raise MetadataError(source, ipath, "not an object")
             live_iso = _artifact("iso", iso.get("disk"), source, f"{ipath}.disk")
         releases[arch] = Release(stream=name, arch=arch, version=version,
-                                 kernel=kernel, initramfs=initramfs, rootfs=rootfs, live_iso=live_iso)
+                                 kernel=kernel, initramfs=initramfs, rootfs=rootfs, live_iso=live_iso,
+                                 private=private)
     return StreamMetadata(
         name=name,
         upstream_name=str(doc.get("stream", "")),

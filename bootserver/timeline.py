@@ -53,10 +53,13 @@ mile, before iPXE asks for a script. Like artifacts, they only move a node forwa
 renewing its address, or a firmware's PXE before boot-once's ``localboot``, leaves the stage as it is.
 
 ``installing``: coreos-installer in the live system fetched the stub (it embeds it in the installed
-disk; it never fetches the real config). ``installed``: the real config was fetched, which in install
-mode only the installed system's first boot does. In live mode the live system's Ignition fetches the
-stub (``ignition``) and then the real config (``running``). ``reinstall``: marked for reinstall, the
-next script request installs again. ``localboot`` events leave the stage as it is.
+disk; it never fetches the real config); in agent mode (an OpenShift agent's PXE files, no stub of
+ours): the live system fetched its whole rootfs (``rootfs-completed``), so the agent in it installs the
+disk, and boot-once sends the next network boot to that disk. ``installed``: the real config was
+fetched, which in install mode only the installed system's first boot does. In live mode the live
+system's Ignition fetches the stub (``ignition``) and then the real config (``running``).
+``reinstall``: marked for reinstall, the next script request installs again. ``localboot`` events
+leave the stage as it is.
 
 **Stages never go back by accident** (docs/design.md, "Stage order"): only a ``script`` (a boot script
 was served: a new network boot, which boot-once never lets an installed node have) and ``reinstall``
@@ -176,16 +179,21 @@ def next_stage(stage: str, event: str, mode: str, *, real_config: bool = True) -
         kind, _, what = event.partition("-")
         if kind not in ARTIFACT_KINDS or what not in ARTIFACT_OUTCOMES:
             raise ValueError(f"unknown timeline event {event!r}")
-        reached = kind
+        # agent mode: the live system has its whole rootfs, the agent in it installs the disk
+        reached = "installing" if mode == "agent" and event == "rootfs-completed" else kind
     # a repeat (a stub or config fetched again, an artifact retried) never takes the node back
     return reached if STAGE_RANK[reached] > STAGE_RANK.get(stage, 0) else stage
 
 
 def final_stages(mode: str, *, checkin: bool) -> tuple[str, ...]:
-    """The stages where a node of a profile with ``mode`` (``install``/``live``) and ``checkin`` (its stub
-    carries the check-in unit) has nothing more to do:
+    """The stages where a node of a profile with ``mode`` (``install``/``live``/``agent``) and ``checkin``
+    (its stub carries the check-in unit) has nothing more to do:
     ``up`` when it checks in; else ``installed`` (install) or ``running`` (live), and ``unconfirmed``
-    (what a profile without a real config reaches). ``provision`` waits for them; they never stall."""
+    (what a profile without a real config reaches); ``installing`` in agent mode (no stub of ours, so no
+    check-in: the agent installs from its rootfs, ``openshift-install agent wait-for`` follows it).
+    ``provision`` waits for them; they never stall."""
+    if mode == "agent":  # nothing of ours runs after the agent's rootfs: the agent and the cluster take over
+        return ("installing",)
     if checkin:
         return (UP,)
     return ("installed" if mode == "install" else "running", "unconfirmed")

@@ -19,7 +19,9 @@ Layout (relative to ``server.base_url``, or for artifacts to the node's facility
 Every per-node URL (chain, stub, real config, check-in) carries ``?exp=<unix seconds>&sig=<base64url>`` from
 :class:`bootserver.signing.Signer`, over the node, the route path below the base URL and the expiry.
 The real config's URL uses ``server.tls``'s https base URL when HTTPS is configured. Artifact URLs are
-never signed (public images).
+not signed (public images), except those of a private release (``streams.<name>.private``: an OpenShift
+agent's initramfs holds the cluster's secrets), which carry ``?node=<node>&exp=...&sig=...`` signed over
+the node and the artifact's path (:meth:`Urls.artifact`), checked by :meth:`bootserver.http.gate.Gate.artifact_refusal`.
 """
 
 from __future__ import annotations
@@ -235,10 +237,16 @@ class Urls:
         return self.base
 
     def artifact(self, node: ResolvedNode, release: Release, artifact: Artifact) -> str:
-        """Where the node (as resolved) fetches one artifact of ``release``."""
+        """Where the node (as resolved) fetches one artifact of ``release``: a public URL, or for a private
+        release (:attr:`~bootserver.streams.Release.private`) one signed for ``node`` alone, valid
+        ``server.signing.install_ttl`` (``?node=<node>&exp=...&sig=...``, the signature over the node and
+        the artifact's path)."""
         key = (release.stream, release.arch, release.version, artifact.filename)
         path = self._artifact_paths.get(key)
         if path is None:  # made once per release and file, not per node (a node's first script)
             path = self._artifact_paths[key] = ARTIFACT.path(stream=key[0], arch=key[1], release=key[2],
                                                              file=key[3])
+        if release.private:
+            query = self.signer.query(node.name, path, self.config.server.signing.install_ttl)
+            return f"{self.artifact_base(node)}{path}?node={quote(node.name)}&{query}"
         return f"{self.artifact_base(node)}{path}"

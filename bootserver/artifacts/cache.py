@@ -4,6 +4,8 @@ Layout under ``cache_dir``::
 
     artifacts/<stream>/<arch>/<release>/<file>           published artifact (complete, sha256 checked)
     artifacts/<stream>/<arch>/<release>/.<file>.sha256   its sha256 (hex), written before the rename
+    private/<stream>/<arch>/<release>/<file>             an artifact of a private release (mode 0600; served
+                                                         only on a URL signed for a node of its stream)
     streams/<stream>.json                                the stream metadata last synced for <stream>
     tmp/<sha256>.part                                    a resumable download in progress (never served)
     tmp/<sha256>.size                                    its full size in bytes, once upstream told it
@@ -72,15 +74,18 @@ class ArtifactCache:
         return f"{release.stream}/{release.arch}/{release.version}/{artifact.filename}"
 
     def path(self, release: Release, artifact: Artifact) -> Path:
-        """Where the published artifact lives (it may not exist yet)."""
-        return self.root / self.relpath(release, artifact)
+        """Where the published artifact lives (it may not exist yet): below ``artifacts/``, or ``private/``
+        for a private release, which the public artifact route never opens."""
+        return self.cache_dir / _root(release) / self.relpath(release, artifact)
 
-    def open_published(self, segments: tuple[str, ...], *, quiet: bool = False) -> Published | None:
+    def open_published(self, segments: tuple[str, ...], *, quiet: bool = False,
+                       root: str = "artifacts") -> Published | None:
         """Open the published file at URL segments ``(stream, arch, release, file)``: its descriptor (a
         regular file; the caller closes it) and the sha256 recorded when it was published, or ``None``
         when there is none.
 
-        Every segment must be a plain name (no ``..``, no leading ``.``, no ``/``), and no link may
+        ``root``: ``artifacts`` (public releases) or ``private``. Every segment must be a plain name (no
+        ``..``, no leading ``.``, no ``/``), and no link may
         stand in any place from ``cache_dir`` down to the file or its sidecar: raises
         :class:`~bootserver.files.LinkRefused` naming the link (one warning is logged, never its
         target; not with ``quiet``, for a look that serves nothing), so nothing outside the cache is served
@@ -88,7 +93,7 @@ class ArtifactCache:
         """
         if len(segments) != 4 or not all(SAFE_SEGMENT_RE.match(s) for s in segments):
             return None
-        rel = "artifacts/" + "/".join(segments)
+        rel = f"{root}/" + "/".join(segments)
         try:
             fd = open_file(self.cache_dir, rel)
         except LinkRefused as e:
@@ -98,7 +103,7 @@ class ArtifactCache:
         except OSError:
             return None
         try:  # the sidecar's name as sidecar() makes it, without pathlib (per artifact answer)
-            sha = self._recorded(f"artifacts/{'/'.join(segments[:3])}/.{segments[3]}.sha256")
+            sha = self._recorded(f"{root}/{'/'.join(segments[:3])}/.{segments[3]}.sha256")
         except LinkRefused as e:
             os.close(fd)
             if not quiet:
@@ -140,7 +145,7 @@ class ArtifactCache:
         """The published artifact opened (as :meth:`open_published`) when it was verified against the same
         sha256, else ``None``. Raises :class:`~bootserver.files.LinkRefused` for a link on its way."""
         found = self.open_published((release.stream, release.arch, release.version, artifact.filename),
-                                    quiet=quiet)
+                                    quiet=quiet, root=_root(release))
         if found is not None and found.sha256 != artifact.sha256:
             os.close(found.fd)
             return None
@@ -159,10 +164,10 @@ class ArtifactCache:
         return True
 
     def is_cached_at(self, dest: Path, artifact: Artifact) -> bool:
-        """:meth:`is_cached` for the artifact's published path ``dest`` (below ``artifacts/``)."""
-        segments = tuple(dest.relative_to(self.root).parts)
+        """:meth:`is_cached` for the artifact's published path ``dest`` (below ``artifacts/`` or ``private/``)."""
+        root, *segments = dest.relative_to(self.cache_dir).parts
         try:
-            found = self.open_published(segments, quiet=True)
+            found = self.open_published(tuple(segments), quiet=True, root=root)
         except LinkRefused:
             return False
         if found is None:
@@ -199,7 +204,7 @@ class ArtifactCache:
         OpenPGP signature check, fed the same bytes as the sha256 (:class:`ArtifactWriter`).
         """
         return ArtifactWriter(self, self.path(release, artifact), artifact, resume=resume or exclusive,
-                              exclusive=exclusive, verifier=verifier)
+                              exclusive=exclusive, verifier=verifier, mode=0o600 if release.private else 0o644)
 
     def partial_path(self, artifact: Artifact) -> Path:
         """The deterministic name of the artifact's resumable download: ``tmp/<sha256>.part``."""
@@ -304,6 +309,11 @@ class ArtifactCache:
         return self.cache_dir / "streams" / f"{stream}.source"
 
 
+def _root(release: Release) -> str:
+    """The folder below ``cache_dir`` of ``release``'s artifacts."""
+    return "private" if release.private else "artifacts"
+
+
 class Published(NamedTuple):
     """A published artifact as opened (:meth:`ArtifactCache.open_published`): its read descriptor ``fd``
     (the caller closes it) and the ``sha256`` recorded when it was published (``None``: no record)."""
@@ -341,7 +351,8 @@ def _lock(path: Path | str, flags: int = os.O_RDWR, dir_fd: int | None = None) -
 class ArtifactWriter:
     """Write one artifact's bytes while hashing them; publish only complete, correct files.
 
-    Use as a context manager. With ``resume=True`` the writer uses ``tmp/<sha256>.part`` and continues
+    Use as a context manager; the published file gets ``mode`` (0600 for a private release). With
+    ``resume=True`` the writer uses ``tmp/<sha256>.part`` and continues
     from its length (``bytes_written`` starts there, the hash covers the old bytes); when another process
     holds that file it falls back to a fresh uniquely named temp file. The temp file is locked (flock)
     while open.
@@ -356,8 +367,9 @@ class ArtifactWriter:
     """
 
     def __init__(self, cache: ArtifactCache, dest: Path, artifact: Artifact, *, resume: bool = False,
-                 exclusive: bool = False, verifier: StreamVerifier | None = None) -> None:
+                 exclusive: bool = False, verifier: StreamVerifier | None = None, mode: int = 0o644) -> None:
         self.cache = cache
+        self.mode = mode
         self.verifier = verifier
         self.dest = dest
         self.artifact = artifact
@@ -533,7 +545,7 @@ class ArtifactWriter:
         try:
             self._file.flush()
             os.fsync(self._file.fileno())
-            os.fchmod(self._file.fileno(), 0o644)
+            os.fchmod(self._file.fileno(), self.mode)
             try:
                 release_dir = open_dir(self.cache.cache_dir, rel.parent, create=True)
             except LinkRefused as e:

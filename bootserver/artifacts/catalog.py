@@ -59,7 +59,8 @@ class StreamCatalog:
 
     def _parse(self, stream: str, data: bytes, source: str) -> StreamMetadata:
         sc = self.config.streams[stream]
-        return parse_stream(data, name=stream, source=source, architectures=sc.architectures)
+        return parse_stream(data, name=stream, source=source, architectures=sc.architectures,
+                            local=not sc.is_url, private=sc.private)
 
     def cached(self, stream: str) -> StreamMetadata | None:
         """The stream's metadata if it can be had without the network, else ``None``.

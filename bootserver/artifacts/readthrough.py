@@ -367,12 +367,17 @@ class ReadThrough:
         """What to send for URL ``segments``: a published file opened (:class:`Published`: its descriptor,
         which the caller closes, and its recorded sha256), a :class:`Transfer` of a download in flight
         (started now if needed), or ``None`` (not cached and not a known artifact, or read-through off).
+        A private release's artifact (``streams.<name>.private``) is looked for below ``private/`` only,
+        and a missing one is fetched whole and checked before it is opened (never streamed while it
+        comes: bytes that fail their sha256 are never sent).
         Raises :class:`~bootserver.files.LinkRefused` when a link stands anywhere from ``cache_dir`` to
         the file (nothing is served, fetched or written through it), ``FetchError``/``MetadataError``
         when the stream metadata is needed and cannot be had."""
-        found_file = self.cache.open_published(segments)
-        if found_file is not None or not self.enabled:
-            return found_file
+        stream = self.config.streams.get(segments[0]) if segments else None
+        if stream is None or not stream.private:
+            found_file = self.cache.open_published(segments)
+            if found_file is not None or not self.enabled:
+                return found_file
         found = await self.resolve(segments)
         if found is None:
             return None
@@ -381,8 +386,12 @@ class ReadThrough:
         dl = self._inflight.get(dest)
         if dl is None:
             opened = self.cache.open_cached(release, artifact)
-            if opened is not None:
+            if opened is not None or not self.enabled:
                 return opened
+        if release.private:  # checked whole before a byte goes out: a changed file is never sent
+            await self.fetch(release, artifact)
+            return self.cache.open_cached(release, artifact)
+        if dl is None:
             dl = self._start(release, artifact, dest)
             log.info("%s: not cached; fetching it for waiting clients",
                      self.cache.relpath(release, artifact))

@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential, wait_random
 
@@ -120,8 +121,11 @@ class RetryPolicy:
 
 def source_urls(url: str, mirrors: Sequence[str] = ()) -> list[str]:
     """The upstream chain for an artifact at ``url``: each mirror base + ``url``'s path (and query),
-    then ``url`` itself. Mirror bases have no trailing ``/`` (the config strips it)."""
+    then ``url`` itself. Mirror bases have no trailing ``/`` (the config strips it). A ``file://`` URL
+    (a local release's file) is its own only source."""
     parts = urlsplit(url)
+    if parts.scheme == "file":
+        return [url]
     tail = parts.path + (f"?{parts.query}" if parts.query else "")
     return [m.rstrip("/") + tail for m in mirrors] + [url]
 
@@ -136,9 +140,33 @@ def _status_error(url: str, resp: aiohttp.ClientResponse) -> FetchError:
     return FetchError(msg)
 
 
+async def _read_local(writer: ArtifactWriter, url: str, hooks: DownloadHooks) -> None:
+    """Copy the file of a ``file:///path`` URL into ``writer`` (from where it stands when it already holds
+    bytes), in :data:`CHUNK_SIZE` reads off the event loop. Raises :class:`FetchError` naming the URL when
+    the file cannot be read (not retried)."""
+    try:
+        fd = os.open(unquote(urlsplit(url).path), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise FetchError(f"{url}: cannot read: {e.strerror}") from None
+    with open(fd, "rb") as f:
+        total = os.fstat(fd).st_size
+        if writer.bytes_written > total:
+            _restart(writer, hooks, f"{url}: shorter than the bytes kept; starting over")
+        f.seek(writer.bytes_written)
+        writer.expected_size = total
+        hooks.progress(writer.bytes_written, total)
+        while chunk := await asyncio.to_thread(f.read, CHUNK_SIZE):
+            writer.write(chunk)
+            hooks.progress(writer.bytes_written, total)
+
+
 async def _fetch_from(session: aiohttp.ClientSession, writer: ArtifactWriter, url: str,
                       hooks: DownloadHooks) -> None:
-    """One GET of ``url`` into ``writer``, resuming with ``Range`` when it already holds bytes."""
+    """One GET of ``url`` into ``writer``, resuming with ``Range`` when it already holds bytes (a
+    ``file://`` URL: :func:`_read_local`)."""
+    if url.startswith("file://"):
+        await _read_local(writer, url, hooks)
+        return
     offset = writer.bytes_written
     headers = {"Range": f"bytes={offset}-"} if offset else {}
     try:

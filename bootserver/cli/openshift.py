@@ -22,7 +22,8 @@ def import_dir(args: argparse.Namespace, config: Config) -> int:
     from ..openshift import ClusterRefused
     from ..openshift_import import Imported, describe, import_cluster, import_to_store, read_install_dir
 
-    install = read_install_dir(Path(args.dir), None if args.stream_json is None else Path(args.stream_json))
+    install = read_install_dir(Path(args.dir), None if args.stream_json is None else Path(args.stream_json),
+                               args.mode)
     options: dict[str, Any] = {"install_dev": args.install_dev, "bootstrap_mac": args.bootstrap_mac,
                                "bootstrap_bmc": args.bootstrap_bmc, "console": args.console,
                                "reload_timeout": args.timeout}
@@ -60,6 +61,9 @@ def add(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     a.add_argument("dir", metavar="DIR", help="the install directory")
     a.add_argument("--output", required=True, metavar="FILE", help="the file to write (the config's include: "
                    "must read it); BMC passwords go into FILE-without-suffix.passwords/, mode 0600")
+    a.add_argument("--mode", choices=("upi", "agent"), help="upi: the role .ign files and rhcos.json; agent: "
+                   "the agent's PXE files of `openshift-install agent create pxe-files` (DIR/boot-artifacts/), "
+                   "served to the hosts' MACs alone (default: agent when DIR holds boot-artifacts/)")
     a.add_argument("--stream-json", metavar="FILE", help="the release's stream metadata (default DIR/rhcos.json, "
                    "from `openshift-install coreos print-stream-json`)")
     a.add_argument("--install-dev", metavar="DEVICE", help="the install device of hosts whose rootDeviceHints "

@@ -29,7 +29,7 @@ from ..streams import parse_stream
 from ..values import HOSTNAME_RULE, SettingsModel, check_hostname, split_listen
 from .messages import describe_error, keypath
 from .resolved import provider_of, resolve_node, resolve_nodes
-from .schema import FILE_SOURCE, STORE_SOURCE, Config, Document, Node, default_document
+from .schema import FILE_SOURCE, STORE_SOURCE, Config, Document, Node, Profile, StreamConfig, default_document
 
 
 class DuplicateKeyError(yaml.YAMLError):
@@ -96,6 +96,8 @@ def _check_references(doc: Document, cfg: Config) -> None:
                               "boot_once can only be true in install mode")
         if prof.mode == "install" and not prof.install_dev:
             raise ConfigError(src, f"profiles.{name}.install_dev", "required when mode is install")
+        if prof.mode == "agent":
+            _check_agent_profile(name, prof, doc.streams[prof.stream], src)
         if prof.ignition is not None:
             check_real_config(cfg.resolve_path(prof.ignition), src, f"profiles.{name}.ignition")
     _check_nodes(doc.nodes, doc.profiles, doc.facilities, src)
@@ -108,6 +110,19 @@ def _check_references(doc: Document, cfg: Config) -> None:
             path = cfg.resolve_path(sc.metadata)
             if not path.is_file():
                 raise ConfigError(src, f"streams.{name}.metadata", f"no such file: {path}")
+
+
+def _check_agent_profile(name: str, prof: Profile, stream: StreamConfig, src: str) -> None:
+    """An agent-mode profile boots the installer's initramfs, which holds the cluster's secrets and its own
+    Ignition: its stream must be ``private``, and it has no ``ignition`` or ``install_dev`` of ours (the
+    agent picks the disk). Raises :class:`ConfigError` naming ``src`` and the key."""
+    if not stream.private:
+        raise ConfigError(src, f"profiles.{name}.stream", f"stream {prof.stream!r} must be private: true in agent "
+                          "mode (its initramfs holds the cluster's secrets: only this stream's nodes get it)")
+    for key in ("ignition", "install_dev"):
+        if getattr(prof, key) is not None:
+            raise ConfigError(src, f"profiles.{name}.{key}", "not in agent mode: the agent's own Ignition, inside "
+                              "its initramfs, installs the host")
 
 
 def _check_nodes(nodes: Mapping[str, Node], profiles: Mapping[str, Any], facilities: Mapping[str, Any],
@@ -248,7 +263,8 @@ def check_local_inputs(cfg: Config) -> None:
         key = f"streams.{name}.metadata"
         data = _read(path, src, key)
         try:
-            parse_stream(data, name=name, source=str(path), architectures=sc.architectures)
+            parse_stream(data, name=name, source=str(path), architectures=sc.architectures, local=True,
+                         private=sc.private)
         except MetadataError as e:
             raise ConfigError(src, key, f"{path}: not usable stream metadata: "
                               f"{e.jsonpath + ': ' if e.jsonpath else ''}{e.message}") from None

@@ -19,12 +19,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import platformdirs
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 
 from ..errors import ConfigError
 from ..ignition_schema import SPEC_VERSIONS
 from ..ipxe import UnsafeValueError
-from ..kargs import check_extra_karg
+from ..kargs import check_agent_karg, check_extra_karg
 from ..nmstate import NetworkSetting
 from ..values import (
     UUID_RE,
@@ -92,6 +92,9 @@ class StreamConfig(SettingsModel):
     #: Check each artifact's OpenPGP ``signature`` while it streams; unset: where the stream carries
     #: signatures (FCOS); ``true`` also refuses an artifact without one; ``false``: sha256 only.
     verify_signatures: bool | None = None
+    #: Its artifacts go only to the nodes of its profiles, on URLs signed per node, and are kept below
+    #: ``cache_dir/private/`` (an OpenShift agent release: its initrd holds the cluster's secrets).
+    private: bool = False
 
     @field_validator("metadata")
     @classmethod
@@ -132,7 +135,9 @@ class Profile(SettingsModel):
 
     stream: str
     arch: Literal["x86_64", "aarch64"] = "x86_64"
-    mode: Literal["install", "live"] = "install"
+    #: ``install``, ``live``, or ``agent``: the stream's kernel and initramfs with the profile's ``kargs``
+    #: exactly (an OpenShift agent's PXE files: its own Ignition is inside the initramfs; no stub from us).
+    mode: Literal["install", "live", "agent"] = "install"
     install_dev: ScriptWord | None = None
     ignition: str | None = None
     ignition_version: Literal["3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"] = "3.2.0"
@@ -159,15 +164,17 @@ class Profile(SettingsModel):
     @property
     def boots_once(self) -> bool:
         """Whether an installed node boots its local disk instead of reinstalling (``boot_once``;
-        default true in install mode; never in live mode)."""
-        return self.mode == "install" if self.boot_once is None else self.boot_once and self.mode == "install"
+        default true in install and agent mode; never in live mode)."""
+        disk = self.mode in ("install", "agent")
+        return disk if self.boot_once is None else self.boot_once and disk
 
     @field_validator("kargs")
     @classmethod
-    def _kargs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _kargs(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        agent = info.data.get("mode") == "agent"
         for i, karg in enumerate(value):
             try:
-                check_extra_karg(karg)
+                check_agent_karg(karg) if agent else check_extra_karg(karg)
             except UnsafeValueError as e:
                 raise ValueError(f"item {i}: {e}") from None
         return value

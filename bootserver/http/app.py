@@ -333,15 +333,25 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     (sendfile of the descriptor the cache opened, never a path again); the ETag is the sha256 and
     ``If-None-Match`` with it answers 304. A link anywhere from ``cache_dir`` to the file is a 404. A GET is
     attributed to a node (:meth:`bootserver.desk.ArtifactDesk.requested`), and how its answer ended is
-    reported once the last byte went out (:data:`bootserver.http.accesslog.ON_SENT`).
+    reported once the last byte went out (:data:`bootserver.http.accesslog.ON_SENT`). An artifact of a
+    private stream (``streams.<name>.private``) needs a URL signed for a node of that stream
+    (:meth:`~bootserver.http.gate.Gate.artifact_refusal`; else the one 403), is attributed to that node
+    and is not stored by caches.
     """
     desk = request[LOADED].desk
     m = request.match_info
     segments = (m["stream"], m["arch"], m["release"], m["file"])
     rate = desk.config.server.artifact_rate  # bytes/s held to; an attributed node's profile's first
+    stream = desk.config.streams.get(segments[0])
+    signed = None
+    if stream is not None and stream.private:  # only a node of the stream, on its own signed URL
+        reason, signed = request[LOADED].gate.artifact_refusal(request, segments)
+        if reason is not None:
+            log.warning("%s %s: 403 %s", request.method, request.path, reason)
+            return forbidden()
     if request.method == "GET":
         client = _client(request)
-        kind, node = await desk.requested(segments, client)
+        kind, node = await desk.requested(segments, client, signed)
         request[accesslog.ARTIFACT_KIND] = kind
         if node is not None:
             request[NODE] = node.name
@@ -356,7 +366,8 @@ async def artifact(request: web.Request) -> web.StreamResponse:
     if isinstance(found, Transfer):
         return await _send_transfer(request, found, rate)
     return FileAnswer(found.fd, etag=found.sha256, rate=rate, headers={
-        "Content-Type": "application/octet-stream", "Cache-Control": "public, max-age=31536000, immutable"})
+        "Content-Type": "application/octet-stream",
+        "Cache-Control": "no-store" if signed is not None else "public, max-age=31536000, immutable"})
 
 
 async def _send_transfer(request: web.Request, transfer: Transfer, rate: int | None) -> web.StreamResponse:

@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
 
-from ..config import Config, split_listen
+from ..config import Config, ResolvedNode, split_listen
 from ..inventory import Address, address_allowed, cidr_network, inventory
-from ..urls import Route
+from ..urls import ARTIFACT, Route
 
 log = logging.getLogger("bootserver.security")
 
@@ -221,6 +221,25 @@ class Gate:
             if not address_allowed(resolved, addr):
                 return f"source address {addr} not in the node's addresses"
         return None
+
+    def artifact_refusal(self, request: web.Request, segments: tuple[str, str, str, str]) -> \
+            tuple[str | None, ResolvedNode | None]:
+        """``(reason, node)`` for a request of an artifact of a private stream (``streams.<name>.private``)
+        at URL ``segments`` ``(stream, arch, release, file)``: refused (the reason, for our log only) unless
+        its ``?node=`` is a node of a profile of that stream, its ``exp``/``sig`` are valid for that node
+        and the artifact's path (:meth:`bootserver.urls.Urls.artifact`), and it comes from the node's
+        ``addresses``; else ``(None, the node)``. Raises as :meth:`refusal`."""
+        q = request.query
+        name = q.get("node")
+        resolved = self.inventory.get(name) if name else None
+        if resolved is None or resolved.stream != segments[0]:
+            return "no node of this private stream named", None
+        path = ARTIFACT.path(stream=segments[0], arch=segments[1], release=segments[2], file=segments[3])
+        if not self.check(resolved.name, path, q.get("exp"), q.get("sig")):
+            return "missing, expired or invalid signature", None
+        if resolved.addresses and not address_allowed(resolved, self.address(request)):
+            return f"source address {self.address(request)} not in the node's addresses", None
+        return None, resolved
 
     def address(self, request: web.BaseRequest) -> Address | None:
         """:func:`client_address` under ``server.trusted_proxies``."""

@@ -52,7 +52,7 @@ CASES = [
      "streams.rhcos-4.16.architectures[1]: input should be 'x86_64' or 'aarch64', got 's390x'"),
     (("install_dev: /dev/sda", "mode: install"), "", "profiles.master.install_dev: required when mode is install"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, mode: rescue"), "",
-     "profiles.master.mode: input should be 'install' or 'live', got 'rescue'"),
+     "profiles.master.mode: input should be 'install', 'live' or 'agent', got 'rescue'"),
     (("install_dev: /dev/sda", "install_dev: /dev/sda, kargs: nosmt"), "",
      "profiles.master.kargs: expected a list, got str 'nosmt'"),
     (("install_dev: /dev/sda", "install_dev: '/dev/sda${x}'"), "",

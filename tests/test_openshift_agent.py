@@ -1,0 +1,289 @@
+"""``bootserver openshift import DIR`` in agent mode (issue 51 item 4): the agent's PXE files of
+``openshift-install agent create pxe-files`` become a private local release (sha256 recorded at import,
+served from the cache, a changed file refused), booted with the installer's kernel line and our signed
+URLs, to the imported hosts' MACs alone; boot-once after the rootfs, until ``nodes reinstall``.
+
+The install directory is the installer's own public example (tests/data/openshift/
+agent-pxe-compact-external.txt: its install-config and agent-config) with two hosts added to its
+agent-config; the PXE files are stand-ins (a few bytes each: nothing boots them here; the e2e test
+tests/e2e/test_agent_boot.py boots real firmware), and ``agent.x86_64.ipxe`` has the shape the example's
+test asserts."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import yaml
+from support.clients import start_app
+from support.helpers import run_cli
+from support.reloading import main_config
+from test_openshift import txtar
+
+from bootserver.config import load_config
+from bootserver.errors import InputError
+from bootserver.openshift_import import agent_kargs
+
+DATA = Path(__file__).parent / "data"
+MAC_A, MAC_B = "52:54:00:a9:00:01", "52:54:00:a9:00:02"
+STRANGER = "52:54:00:a9:00:99"
+#: The KARGS of the installer's script for the external platform (DESIGN.md: the ISO's kargs.json default
+#: without coreos.liveiso=, then console=ttyS0), as agent-pxe-compact-external.txt greps them.
+KARGS = ["rw", "ignition.firstboot", "ignition.platform.id=metal", "console=ttyS0"]
+BASE = "http://user-specified-pxe-infra.com"
+
+
+def ipxe_script(arch: str = "x86_64") -> str:
+    """``agent.<arch>.ipxe`` as ``openshift-install agent create pxe-files`` writes it with
+    ``bootArtifactsBaseURL`` (cmd/openshift-install/testdata/agent/pxe/configurations/*.txt)."""
+    return (f"#!ipxe\ninitrd --name initrd {BASE}/agent.{arch}-initrd.img\n"
+            f"kernel {BASE}/agent.{arch}-vmlinuz initrd=initrd coreos.live.rootfs_url={BASE}/agent.{arch}-rootfs.img "
+            f"{' '.join(KARGS)}\nboot\n")
+
+
+def agent_dir(tmp_path: Path, files: dict[str, bytes] | None = None, *, script: bool = True,
+              machine_network: str = "127.0.0.0/8") -> Path:
+    """The install directory after ``agent create pxe-files``: the example's install-config (its
+    machineNetwork ``machine_network``, where the test's machines ask from) and agent-config with two
+    hosts, ``boot-artifacts/`` with ``files`` (stand-ins by default) and, with ``script``, the iPXE script."""
+    sections = txtar(DATA / "openshift" / "agent-pxe-compact-external.txt")
+    d = tmp_path / "ostest"
+    (d / "boot-artifacts").mkdir(parents=True, exist_ok=True)
+    ic = yaml.safe_load(sections["install-config.yaml"])
+    ic["networking"]["machineNetwork"] = [{"cidr": machine_network}]
+    (d / "install-config.yaml").write_text(yaml.safe_dump(ic))
+    ac = yaml.safe_load(sections["agent-config.yaml"])
+    ac["hosts"] = [{"hostname": "agent-0", "role": "master", "interfaces": [{"name": "nic0", "macAddress": MAC_A}]},
+                   {"hostname": "agent-1", "role": "master", "interfaces": [{"name": "nic0", "macAddress": MAC_B}]}]
+    (d / "agent-config.yaml").write_text(yaml.safe_dump(ac))
+    for name, data in (files or stand_ins()).items():
+        (d / "boot-artifacts" / name).write_bytes(data)
+    if script:
+        (d / "boot-artifacts" / "agent.x86_64.ipxe").write_text(ipxe_script())
+    return d
+
+
+def stand_ins() -> dict[str, bytes]:
+    return {"agent.x86_64-vmlinuz": b"kernel stand-in\n", "agent.x86_64-initrd.img": b"initrd with the secrets\n",
+            "agent.x86_64-rootfs.img": b"rootfs stand-in\n" * 1000}
+
+
+async def openshift_import(config: Path, *args: str) -> tuple[int, str, str]:
+    return await run_cli("openshift", "import", "--config", str(config), *args)
+
+
+def kernel_line(script: str) -> list[str]:
+    """The words of the script's ``kernel`` command (up to its ``|| goto retry``)."""
+    words = next(shlex.split(line) for line in script.splitlines() if line.startswith("kernel "))
+    return words[:words.index("||")] if "||" in words else words
+
+
+def test_the_kernel_line_is_read_from_the_installers_script() -> None:
+    assert agent_kargs(ipxe_script(), "agent.x86_64.ipxe") == tuple(KARGS)
+    with pytest.raises(InputError, match=r"agent\.x86_64\.ipxe: kernel line: .*\$\{"):
+        agent_kargs("#!ipxe\nkernel http://x/k initrd=initrd ${net0/mac}\nboot\n", "agent.x86_64.ipxe")
+    with pytest.raises(InputError, match=r"agent\.x86_64\.ipxe: no kernel line"):
+        agent_kargs("#!ipxe\nboot\n", "agent.x86_64.ipxe")
+
+
+async def test_agent_import_writes_a_private_release_and_a_second_import_changes_nothing(
+        tmp_path: Path, reference: Path) -> None:
+    config = main_config(tmp_path, reference)
+    inst = agent_dir(tmp_path)
+    out = tmp_path / "nodes.d" / "ostest.yaml"
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out))
+    assert rc == 0, stderr
+    assert stdout.splitlines() == ["agent-0: created", "agent-1: created",
+                                   "no bootserver serve runs with this state_dir: it reads the file when it starts"]
+    doc = yaml.safe_load(out.read_text())
+    release_file = tmp_path / "nodes.d" / "ostest.release.json"
+    assert doc["streams"] == {"ostest-agent": {"metadata": str(release_file), "architectures": ["x86_64"],
+                                               "private": True}}
+    assert doc["profiles"] == {"ostest-agent": {"stream": "ostest-agent", "arch": "x86_64", "mode": "agent",
+                                                "kargs": KARGS}}
+    assert {n: e["mac"] for n, e in doc["nodes"].items()} == {"agent-0": [MAC_A], "agent-1": [MAC_B]}
+    pxe = json.loads(release_file.read_text())["architectures"]["x86_64"]["artifacts"]["metal"]["formats"]["pxe"]
+    for kind, name in (("kernel", "vmlinuz"), ("initramfs", "initrd.img"), ("rootfs", "rootfs.img")):
+        path = inst / "boot-artifacts" / f"agent.x86_64-{name}"
+        assert pxe[kind] == {"location": path.as_uri(), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    assert b"secrets" not in out.read_bytes() + release_file.read_bytes()
+    rc, _, err = await run_cli("check-config", "--config", str(config))
+    assert rc == 0, err
+    before = {p: p.read_bytes() for p in (out, release_file)}
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out), "--mode", "agent")
+    assert (rc, stderr) == (0, "")
+    assert stdout.splitlines() == ["agent-0: unchanged", "agent-1: unchanged", "nothing changed: no reload"]
+    assert {p: p.read_bytes() for p in before} == before
+    # new PXE files (a new `agent create pxe-files`): a new release, every node updated
+    (inst / "boot-artifacts" / "agent.x86_64-initrd.img").write_bytes(b"a new initrd\n")
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out))
+    assert rc == 0, stderr
+    assert stdout.splitlines()[:2] == ["agent-0: updated", "agent-1: updated"]
+    assert release_file.read_bytes() != before[release_file] and out.read_bytes() == before[out]
+
+
+async def test_agent_import_without_the_script_takes_the_installers_default_kargs(
+        tmp_path: Path, reference: Path) -> None:
+    config = main_config(tmp_path, reference)
+    inst = agent_dir(tmp_path, script=False)
+    out = tmp_path / "nodes.d" / "ostest.yaml"
+    rc, _, stderr = await openshift_import(config, str(inst), "--output", str(out))
+    assert rc == 0, stderr
+    assert stderr == (f"bootserver: warning: {inst / 'boot-artifacts' / 'agent.x86_64.ipxe'}: none (agent-config.yaml "
+                      "sets no bootArtifactsBaseURL): the hosts boot the installer's default kernel arguments: "
+                      "ignition.firstboot ignition.platform.id=metal console=ttyS0\n")
+    # the example's platform is external: console=ttyS0 follows the default, as the installer writes it
+    assert yaml.safe_load(out.read_text())["profiles"]["ostest-agent"]["kargs"] == [
+        "ignition.firstboot", "ignition.platform.id=metal", "console=ttyS0"]
+
+
+async def test_agent_refusals_write_nothing(tmp_path: Path, reference: Path) -> None:
+    config = main_config(tmp_path, reference)
+    inst = agent_dir(tmp_path)
+    out = tmp_path / "nodes.d" / "ostest.yaml"
+    rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out), "--install-dev", "/dev/sda",
+                                                "--bootstrap-mac", "52:54:00:a9:00:09")
+    assert (rc, stdout) == (2, "")
+    assert stderr.splitlines() == [
+        "bootserver: --install-dev: not in agent mode (the agent installs to the disk of the host's rootDeviceHints)",
+        "bootserver: --bootstrap-mac: not in agent mode (the rendezvous host bootstraps the cluster)",
+        "bootserver: 2 refused; nothing written"]
+    (inst / "boot-artifacts" / "agent.x86_64-rootfs.img").unlink()
+    rc, _, stderr = await openshift_import(config, str(inst), "--output", str(out))
+    assert rc == 2
+    assert stderr == (f"bootserver: {inst / 'boot-artifacts' / 'agent.x86_64-rootfs.img'}: cannot read: No such file "
+                      "or directory (run `openshift-install agent create pxe-files`; the agent's vmlinuz, initrd.img "
+                      "and rootfs.img are needed)\n")
+    assert not out.exists() and not out.with_suffix(".release.json").exists()
+
+
+async def wait_stage(client: Any, node: str, stage: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        async with client.admin.get(f"/nodes/{node}") as r:
+            now = (await r.json())["stage"]
+        if now == stage:
+            return
+        assert time.monotonic() < deadline, f"{node} stays in stage {now}, not {stage}"
+        await asyncio.sleep(0.1)
+
+
+async def test_only_the_imported_macs_get_the_agent_boot_and_its_artifacts(
+        tmp_path: Path, reference: Path, aiohttp_client: Any) -> None:
+    config = main_config(tmp_path, reference)
+    inst = agent_dir(tmp_path)
+    rc, _, stderr = await openshift_import(config, str(inst), "--output", str(tmp_path / "nodes.d" / "ostest.yaml"))
+    assert rc == 0, stderr
+    client = await start_app(aiohttp_client, load_config(config))
+    async with client.get("/boot.ipxe", params={"mac": MAC_A}) as r:
+        assert r.status == 200
+        script = await r.text()
+    words = kernel_line(script)
+    kernel_url, args = words[1], words[2:]
+    rootfs_url = args[1].removeprefix("coreos.live.rootfs_url=")
+    # exactly the installer's kernel line, its URLs ours (initrd=main names our initrd --name main)
+    assert args == ["initrd=main", f"coreos.live.rootfs_url={rootfs_url}", *KARGS]
+    assert "ignition.config.url" not in script and "/ignition/" not in script  # no stub of ours
+    urls = {kernel_url, rootfs_url, *(w for line in script.splitlines() if line.startswith("initrd ")
+                                      for w in shlex.split(line) if w.startswith("http"))}
+    assert len(urls) == 3
+    for url in urls:
+        parts = urlsplit(url)
+        assert parts.path.startswith("/artifacts/ostest-agent/x86_64/agent-")
+        assert parse_qs(parts.query)["node"] == ["agent-0"]
+    files = stand_ins()
+    path_of = {urlsplit(u).path.rsplit("/", 1)[1]: u for u in urls}
+    initrd_url = path_of["agent.x86_64-initrd.img"]
+    rel = urlsplit(initrd_url)
+    async with client.get(f"{rel.path}?{rel.query}") as r:  # read through from the file, checked, 0600 in the cache
+        assert r.status == 200
+        assert await r.read() == files["agent.x86_64-initrd.img"]
+        assert r.headers["Cache-Control"] == "no-store"
+    cached = list((tmp_path / "cache" / "private").rglob("agent.x86_64-initrd.img"))
+    assert len(cached) == 1 and cached[0].stat().st_mode & 0o777 == 0o600
+    assert not (tmp_path / "cache" / "artifacts" / "ostest-agent").exists()
+    # an unknown machine: the discovery answer, nothing of the agent's
+    async with client.get("/boot.ipxe", params={"mac": STRANGER}) as r:
+        stranger = await r.text()
+    assert r.status == 200 and "imgfetch --name bs-report discover?" in stranger
+    assert "ostest" not in stranger and "/artifacts/" not in stranger and "kernel" not in stranger
+    # the artifact route: no URL, another node's name on A's signature, A's signature on another file: 403
+    q = parse_qs(rel.query)
+    forged = [rel.path, f"{rel.path}?node=agent-1&exp={q['exp'][0]}&sig={q['sig'][0]}",
+              f"{rel.path.replace('initrd.img', 'rootfs.img')}?{rel.query}",
+              f"{rel.path}?node=steady&exp={q['exp'][0]}&sig={q['sig'][0]}"]
+    for url in forged:
+        for method in ("GET", "HEAD"):
+            async with client.request(method, url) as r:
+                assert r.status == 403, (method, url)
+                assert (await r.read()) in (b"forbidden\n", b"")
+    # node B's own script has URLs of its own, which A's signature does not open
+    async with client.get("/boot.ipxe", params={"mac": MAC_B}) as r:
+        b_line = kernel_line(await r.text())
+    assert parse_qs(urlsplit(b_line[1]).query)["node"] == ["agent-1"] and b_line[2:] != args
+    # no install loop: once A has its whole rootfs it is installing, and its next network boot boots the disk
+    rel = urlsplit(rootfs_url)
+    async with client.get(f"{rel.path}?{rel.query}") as r:
+        assert r.status == 200 and await r.read() == files["agent.x86_64-rootfs.img"]
+    await wait_stage(client, "agent-0", "installing")
+    async with client.get("/boot.ipxe", params={"mac": MAC_A}) as r:
+        local = await r.text()
+    assert "exit 1" in local and "kernel" not in local
+    rc, _, err = await run_cli("nodes", "reinstall", "agent-0", "--config", str(config))
+    assert rc == 0, err
+    async with client.get("/boot.ipxe", params={"mac": MAC_A}) as r:
+        assert kernel_line(await r.text())[2:][2:] == KARGS
+
+
+async def test_a_pxe_file_changed_after_import_is_refused_not_served(
+        tmp_path: Path, reference: Path, aiohttp_client: Any) -> None:
+    config = main_config(tmp_path, reference)
+    inst = agent_dir(tmp_path)
+    rc, _, stderr = await openshift_import(config, str(inst), "--output", str(tmp_path / "nodes.d" / "ostest.yaml"))
+    assert rc == 0, stderr
+    initrd = inst / "boot-artifacts" / "agent.x86_64-initrd.img"
+    initrd.write_bytes(b"changed after the import\n")
+    client = await start_app(aiohttp_client, load_config(config))
+    async with client.get("/boot.ipxe", params={"mac": MAC_A}) as r:
+        script = await r.text()
+    url = next(w for line in script.splitlines() if line.startswith("initrd ") for w in shlex.split(line)
+               if w.startswith("http"))
+    rel = urlsplit(url)
+    async with client.get(f"{rel.path}?{rel.query}") as r:
+        body = await r.read()
+    assert r.status == 502 and b"changed after" not in body
+    assert not list((tmp_path / "cache").rglob("agent.x86_64-initrd.img"))
+    # sync-images says it in one line naming the file
+    rc, _, err = await run_cli("sync-images", "--stream", "ostest-agent", "--config", str(config))
+    assert rc == 1
+    line = next(x for x in err.splitlines() if "initrd" in x)
+    assert initrd.as_uri() in line and "sha256 mismatch" in line and "import it again" in line
+
+
+def test_an_agent_profile_needs_a_private_stream_and_no_config_of_ours(tmp_path: Path, reference: Path) -> None:
+    from support.helpers import write_config
+
+    from bootserver.errors import ConfigError
+
+    stream = {"metadata": str(reference / "rhcos-stream-4.16.json")}
+    cases = [({}, {}, "profiles.a.stream: stream 'agent' must be private: true in agent mode"),
+             ({"private": True}, {"ignition": "x.ign"}, "profiles.a.ignition: not in agent mode"),
+             ({"private": True}, {"kargs": ["coreos.live.rootfs_url=http://x/r"]},
+              "coreos.live.rootfs_url is set by bootserver")]
+    for extra_stream, extra_profile, message in cases:
+        config = write_config(tmp_path / "bootserver.yaml", {
+            "streams": {"agent": {**stream, **extra_stream}},
+            "profiles": {"a": {"stream": "agent", "mode": "agent", "kargs": ["ignition.firstboot"], **extra_profile}}})
+        with pytest.raises(ConfigError, match=message):
+            load_config(config)
+    config = write_config(tmp_path / "bootserver.yaml", {
+        "streams": {"agent": {**stream, "private": True}},
+        "profiles": {"a": {"stream": "agent", "mode": "agent", "kargs": KARGS}}})
+    assert load_config(config).profiles["a"].kargs == tuple(KARGS)
