@@ -287,3 +287,53 @@ def test_an_agent_profile_needs_a_private_stream_and_no_config_of_ours(tmp_path:
         "streams": {"agent": {**stream, "private": True}},
         "profiles": {"a": {"stream": "agent", "mode": "agent", "kargs": KARGS}}})
     assert load_config(config).profiles["a"].kargs == tuple(KARGS)
+
+
+async def test_the_agent_walkthrough_runs_as_written(tmp_path: Path) -> None:
+    """docs/openshift.md, walkthrough 3: its agent-config, walkthrough 2's install-config (platform none),
+    walkthrough 1's bootserver config and the import command as written (only /etc/bootserver and the
+    machine's folders moved into the test's folder), ``agent create pxe-files``'s output stood in for
+    (stand-in files, the script with the page's bootArtifactsBaseURL); the output is the one the page
+    shows, and the host's script boots the installer's kernel line. Then --nodes-to-store: the node goes
+    into the state store, the file keeps the stream and profile."""
+    from test_openshift_import import doc_blocks
+
+    ac_text = next(b for b in doc_blocks("yaml") if "rendezvousIP" in b)
+    ic = yaml.safe_load(next(b for b in doc_blocks("yaml") if b.startswith("apiVersion: v1\n")))
+    ic["platform"] = {"none": {}}
+    main = next(b for b in doc_blocks("yaml") if "include: [clusters/*.yaml]" in b)
+    shell = next(b for b in doc_blocks("sh") if "bootserver openshift import ocp-agent" in b)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    for machine in ("/var/lib/bootserver", "/var/cache/bootserver"):
+        main = main.replace(machine, str(tmp_path / machine.strip("/").replace("/", "-")))
+    (etc / "bootserver.yaml").write_text(main)
+    inst = tmp_path / "ocp-agent"
+    (inst / "boot-artifacts").mkdir(parents=True)
+    (inst / "install-config.yaml").write_text(yaml.safe_dump(ic))
+    (inst / "agent-config.yaml").write_text(ac_text)
+    for name, data in stand_ins().items():
+        (inst / "boot-artifacts" / name).write_bytes(data)
+    base = yaml.safe_load(ac_text)["bootArtifactsBaseURL"]
+    (inst / "boot-artifacts" / "agent.x86_64.ipxe").write_text(ipxe_script().replace(BASE, base))
+    lines = shell.replace("\\\n", " ").splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("bootserver openshift import"))
+    command = shlex.split(lines[at].replace("/etc/bootserver", str(etc)))
+    shown = [line.removeprefix("# ") for line in lines[at + 1:] if line.startswith("# ")]
+    rc, stdout, stderr = await run_cli(*command[1:], cwd=tmp_path)
+    assert (rc, stderr) == (0, ""), stderr
+    assert stdout.splitlines() == shown
+    rc, script, err = await run_cli("render", "ipxe", "ocp-agent-0", "--config", str(etc / "bootserver.yaml"))
+    assert rc == 0, err
+    words = kernel_line(script)
+    assert words[2:] == ["initrd=main", words[3], *KARGS] and words[3].startswith("coreos.live.rootfs_url=http://")
+    assert "?node=ocp-agent-0&exp=" in words[1]
+    out = etc / "clusters" / "ocp-agent.yaml"
+    out.unlink()
+    rc, stdout, stderr = await run_cli(*command[1:], "--nodes-to-store", cwd=tmp_path)
+    assert rc == 0, stderr
+    assert stdout.splitlines()[0] == "ocp-agent-0: created"
+    assert "nodes" not in yaml.safe_load(out.read_text())
+    rc, script, err = await run_cli("render", "ipxe", "ocp-agent-0", "--config", str(etc / "bootserver.yaml"))
+    assert rc == 0, err
+    assert kernel_line(script)[4:] == KARGS
