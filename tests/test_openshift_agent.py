@@ -121,12 +121,22 @@ async def test_agent_import_writes_a_private_release_and_a_second_import_changes
     assert (rc, stderr) == (0, "")
     assert stdout.splitlines() == ["agent-0: unchanged", "agent-1: unchanged", "nothing changed: no reload"]
     assert {p: p.read_bytes() for p in before} == before
+    sync = ("sync-images", "--stream", "ostest-agent", "--config", str(config))
+    rc, _, err = await run_cli(*sync)
+    assert rc == 0, err
+    (old_release,) = (tmp_path / "cache" / "private" / "ostest-agent" / "x86_64").iterdir()
     # new PXE files (a new `agent create pxe-files`): a new release, every node updated
     (inst / "boot-artifacts" / "agent.x86_64-initrd.img").write_bytes(b"a new initrd\n")
     rc, stdout, stderr = await openshift_import(config, str(inst), "--output", str(out))
     assert rc == 0, stderr
     assert stdout.splitlines()[:2] == ["agent-0: updated", "agent-1: updated"]
     assert release_file.read_bytes() != before[release_file] and out.read_bytes() == before[out]
+    # --prune keeps only the current private release: the superseded one held secrets too
+    rc, stdout, err = await run_cli(*sync, "--prune")
+    assert rc == 0, err
+    assert f"pruned {old_release.relative_to(tmp_path / 'cache')}" in stdout.splitlines()
+    (new_release,) = (tmp_path / "cache" / "private" / "ostest-agent" / "x86_64").iterdir()
+    assert new_release.name != old_release.name
 
 
 async def test_agent_import_without_the_script_takes_the_installers_default_kargs(
@@ -209,6 +219,9 @@ async def test_only_the_imported_macs_get_the_agent_boot_and_its_artifacts(
     cached = list((tmp_path / "cache" / "private").rglob("agent.x86_64-initrd.img"))
     assert len(cached) == 1 and cached[0].stat().st_mode & 0o777 == 0o600
     assert not (tmp_path / "cache" / "artifacts" / "ostest-agent").exists()
+    async with client.admin.get("/ui/cache") as r:  # the cache page lists it (on the admin listener)
+        page = await r.text()
+    assert r.status == 200 and "agent.x86_64-initrd.img" in page and "verified" in page
     # an unknown machine: the discovery answer, nothing of the agent's
     async with client.get("/boot.ipxe", params={"mac": STRANGER}) as r:
         stranger = await r.text()

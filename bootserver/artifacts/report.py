@@ -36,13 +36,14 @@ def cache_report(artifacts: ReadThrough) -> dict[str, Any]:
             current[(stream, arch, rel.version)] = rel
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     total = files = 0
-    if cache.root.is_dir():
-        for path in sorted(cache.root.glob("*/*/*/*")):
+    roots = [r for r in (cache.root, cache.cache_dir / "private") if r.is_dir()]  # private: private releases
+    for root in roots:
+        for path in sorted(root.glob("*/*/*/*")):
             if path.name.startswith(".") or not path.is_file():
                 continue
             if any(p.is_symlink() for p in (path, *list(path.parents)[:4])):  # not served: not listed
                 continue
-            stream, arch, version = path.relative_to(cache.root).parts[:3]
+            stream, arch, version = path.relative_to(root).parts[:3]
             size = path.stat().st_size
             total, files = total + size, files + 1
             found = current.get((stream, arch, version))

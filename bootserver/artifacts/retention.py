@@ -7,7 +7,8 @@ Per stream and architecture under ``cache_dir/artifacts/``, prune keeps
 * the newest ``streams.<name>.keep_releases`` releases (default 2), newest by publish time (the latest
   mtime of the release's ``.<file>.sha256`` records, written when an artifact is published),
 
-and removes every other release folder. A stream or architecture no profile uses any more is removed
+and removes every other release folder; below ``cache_dir/private/`` (private streams' releases, which
+hold secrets) only the current releases stay. A stream or architecture no profile uses any more is removed
 whole (with its then empty folders); one whose metadata cannot be read locally is left alone (prune
 never guesses). Files left in
 ``tmp/`` by interrupted downloads are removed unless they are the resumable partial of a currently
@@ -70,28 +71,40 @@ def prune(config: Config, cache: ArtifactCache, catalog: StreamCatalog) -> list[
             versions.add(release.version)
         wanted_sha.update(a.sha256 for a in release.artifacts)
     removed: list[str] = []
-    if cache.root.is_dir() and not _linked(cache, cache.root):
-        for stream_dir in sorted(p for p in cache.root.iterdir() if _real_dir(cache, p)):
-            for arch_dir in sorted(p for p in stream_dir.iterdir() if _real_dir(cache, p)):
-                key = (stream_dir.name, arch_dir.name)
-                if key in used and used[key] is None:
-                    continue
-                current = used.get(key) or set()
-                releases = sorted((p for p in arch_dir.iterdir() if _real_dir(cache, p)), key=publish_time,
-                                  reverse=True)
-                keep = set(current)
-                if key in used and stream_dir.name in config.streams:
-                    keep.update(p.name for p in releases[:config.streams[stream_dir.name].keep_releases])
-                for rel_dir in releases:
-                    if rel_dir.name not in keep:
-                        _remove(cache, rel_dir)
-                        removed.append(str(rel_dir.relative_to(cache.cache_dir)))
-                if key not in used:
-                    _rmdir_if_empty(arch_dir)
-            if not any(k[0] == stream_dir.name for k in used):
-                _rmdir_if_empty(stream_dir)
+    for root in (cache.root, cache.cache_dir / "private"):
+        if root.is_dir() and not _linked(cache, root):
+            removed += _prune_root(config, cache, root, used)
     for path in cache.clean_tmp(keep=wanted_sha):
         removed.append(str(path.relative_to(cache.cache_dir)))
+    return removed
+
+
+def _prune_root(config: Config, cache: ArtifactCache, root: Path, used: dict[tuple[str, str], set[str] | None]
+                ) -> list[str]:
+    """:func:`prune` below ``root`` (``artifacts/``, or ``private/``, where only the current releases stay:
+    a superseded private release holds secrets nobody boots any more). ``used``: (stream, arch) -> the
+    releases referenced now (``None``: unknown, keep everything)."""
+    removed = []
+    private = root.name == "private"
+    for stream_dir in sorted(p for p in root.iterdir() if _real_dir(cache, p)):
+        for arch_dir in sorted(p for p in stream_dir.iterdir() if _real_dir(cache, p)):
+            key = (stream_dir.name, arch_dir.name)
+            if key in used and used[key] is None:
+                continue
+            current = used.get(key) or set()
+            releases = sorted((p for p in arch_dir.iterdir() if _real_dir(cache, p)), key=publish_time,
+                              reverse=True)
+            keep = set(current)
+            if key in used and stream_dir.name in config.streams and not private:
+                keep.update(p.name for p in releases[:config.streams[stream_dir.name].keep_releases])
+            for rel_dir in releases:
+                if rel_dir.name not in keep:
+                    _remove(cache, rel_dir)
+                    removed.append(str(rel_dir.relative_to(cache.cache_dir)))
+            if key not in used:
+                _rmdir_if_empty(arch_dir)
+        if not any(k[0] == stream_dir.name for k in used):
+            _rmdir_if_empty(stream_dir)
     return removed
 
 
