@@ -336,6 +336,10 @@ async def test_the_agent_walkthrough_runs_as_written(tmp_path: Path) -> None:
     rc, stdout, stderr = await run_cli(*command[1:], cwd=tmp_path)
     assert (rc, stderr) == (0, ""), stderr
     assert stdout.splitlines() == shown
+    sync = next(line for line in lines if line.startswith("bootserver sync-images"))
+    rc, _, err = await run_cli(*shlex.split(sync.replace("/etc/bootserver", str(etc)), comments=True)[1:])
+    assert rc == 0, err  # the agent's files copied into the cache and checked
+    assert len(list((tmp_path / "var-cache-bootserver" / "private").rglob("agent.x86_64-*"))) == 3
     rc, script, err = await run_cli("render", "ipxe", "ocp-agent-0", "--config", str(etc / "bootserver.yaml"))
     assert rc == 0, err
     words = kernel_line(script)
