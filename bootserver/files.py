@@ -99,7 +99,8 @@ def open_file(root: Path, rel: PurePath | str, flags: int = os.O_RDONLY, mode: i
     """A descriptor of the file ``root/rel`` opened with ``flags`` (``os.O_*``; ``O_NOFOLLOW`` added),
     no link in its place or in a folder between ``root`` and it (:func:`open_dir`); ``create_dirs``
     makes missing folders. Opened to read, it must be a regular file (else ``IsADirectoryError`` or
-    ``OSError(EINVAL)``: a fifo or a device would block or lie).
+    ``OSError(EINVAL)``: a fifo or a device would block or lie; opened ``O_NONBLOCK`` so that a fifo's
+    opening does not wait for a writer, which a regular file's reads ignore).
 
     Raises :class:`LinkRefused` for a link, else ``OSError`` as ``os.open`` does; the caller closes."""
     parts = _parts(rel)
@@ -107,15 +108,17 @@ def open_file(root: Path, rel: PurePath | str, flags: int = os.O_RDONLY, mode: i
         raise ValueError(f"no file name in {rel}")
     root = root if isinstance(root, Path) else Path(root)
     dir_fd = _open_dir(root, parts[:-1], create_dirs, 0o755)
+    reading = flags & (os.O_WRONLY | os.O_RDWR) == 0
     try:
         try:
-            fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+            fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if reading else 0), mode,
+                         dir_fd=dir_fd)
         except OSError as e:
             _refuse_link(dir_fd, parts[-1], root.joinpath(*parts), e)
             raise
     finally:
         os.close(dir_fd)
-    if flags & (os.O_WRONLY | os.O_RDWR) == 0:
+    if reading:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)

@@ -42,7 +42,7 @@ from .config import Config, load_config
 from .config.loader import include_files
 from .dhcp.engine import reload_engine
 from .errors import BootserverError, InputError
-from .files import write_atomic
+from .files import open_file, write_atomic
 from .ipxe import UnsafeValueError
 from .kargs import check_agent_karg
 from .logs import escape_controls
@@ -188,13 +188,13 @@ def read_agent_files(folder: Path, arch: str, install_config: Mapping[str, Any] 
     pxe-files``) for ``arch``: each file's sha256, read now, and the kernel arguments of the installer's
     ``agent.<arch>.ipxe`` (:func:`agent_kargs`) or, without that script, :data:`DEFAULT_AGENT_KARGS` (with
     ``console=ttyS0`` on ``platform.external``, ``fips=1`` with ``fips: true``, as the installer adds
-    them). Raises :class:`~bootserver.errors.InputError` naming the file missing or unreadable, or the
-    script's word that cannot be a karg."""
+    them). Raises :class:`~bootserver.errors.InputError` naming the file missing or unreadable (a link or
+    a fifo in a file's place included), or the script's word that cannot be a karg."""
     files = {kind: (folder / name.format(arch=arch)).absolute() for kind, name in AGENT_FILES.items()}
     sha256 = {}
     for kind, path in files.items():
-        try:
-            with path.open("rb") as f:
+        try:  # the file itself: no link in its place, no fifo or device (the server reads it so too)
+            with open(open_file(path.parent, path.name), "rb") as f:
                 sha256[kind] = hashlib.file_digest(f, "sha256").hexdigest()
         except OSError as e:
             raise InputError(f"{path}: cannot read: {e.strerror} (run `openshift-install agent create pxe-files`; "

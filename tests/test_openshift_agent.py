@@ -75,8 +75,8 @@ def stand_ins() -> dict[str, bytes]:
             "agent.x86_64-rootfs.img": b"rootfs stand-in\n" * 1000}
 
 
-async def openshift_import(config: Path, *args: str) -> tuple[int, str, str]:
-    return await run_cli("openshift", "import", "--config", str(config), *args)
+async def openshift_import(config: Path, *args: str, timeout: float = 60) -> tuple[int, str, str]:
+    return await run_cli("openshift", "import", "--config", str(config), *args, timeout=timeout)
 
 
 def kernel_line(script: str) -> list[str]:
@@ -354,3 +354,39 @@ async def test_the_agent_walkthrough_runs_as_written(tmp_path: Path) -> None:
     rc, script, err = await run_cli("render", "ipxe", "ocp-agent-0", "--config", str(etc / "bootserver.yaml"))
     assert rc == 0, err
     assert kernel_line(script)[4:] == KARGS
+
+
+async def test_a_pxe_file_replaced_by_a_link_or_a_fifo_after_import_is_never_read(
+        tmp_path: Path, reference: Path) -> None:
+    """Trust what you opened: a link or a fifo planted in ``boot-artifacts/`` between the import and the
+    first fetch is refused in one line naming the file, never followed (a link to a copy with the very
+    bytes imported is refused too) nor waited on (a fifo blocked the server's event loop), and nothing
+    of it reaches the cache."""
+    import os
+
+    config = main_config(tmp_path, reference)
+    inst = agent_dir(tmp_path)
+    rc, _, stderr = await openshift_import(config, str(inst), "--output", str(tmp_path / "nodes.d" / "ostest.yaml"))
+    assert rc == 0, stderr
+    initrd = inst / "boot-artifacts" / "agent.x86_64-initrd.img"
+    copy = tmp_path / "elsewhere.img"
+    copy.write_bytes(initrd.read_bytes())
+    initrd.unlink()
+    initrd.symlink_to(copy)
+    sync = ("sync-images", "--stream", "ostest-agent", "--config", str(config))
+    rc, _, err = await run_cli(*sync)
+    assert rc == 1
+    (line,) = (x for x in err.splitlines() if "initrd" in x)
+    assert initrd.as_uri() in line and "link" in line and str(copy) not in line
+    initrd.unlink()
+    os.mkfifo(initrd)
+    rc, _, err = await run_cli(*sync, timeout=30)
+    assert rc == 1
+    (line,) = (x for x in err.splitlines() if "initrd" in x)
+    assert initrd.as_uri() in line and "not a regular file" in line
+    assert not list((tmp_path / "cache").rglob("agent.x86_64-initrd.img"))
+    # the import reads no link or fifo either: one line naming the file, nothing written
+    out = tmp_path / "nodes.d" / "again.yaml"
+    rc, _, stderr = await openshift_import(config, str(inst), "--output", str(out), timeout=30)
+    assert rc == 2 and stderr.startswith(f"bootserver: {initrd}: cannot read: not a regular file")
+    assert not out.exists()

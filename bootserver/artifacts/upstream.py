@@ -38,6 +38,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlsplit
 
@@ -45,6 +46,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from .. import __version__
 from ..errors import DiskFullError, FetchError, IntegrityError
+from ..files import open_file
 from ..streams import Artifact, Release
 from .cache import ArtifactCache, ArtifactWriter
 from .openpgp import SignatureError, SignaturePolicy, StreamVerifier, default_keyring
@@ -142,10 +144,13 @@ def _status_error(url: str, resp: aiohttp.ClientResponse) -> FetchError:
 
 async def _read_local(writer: ArtifactWriter, url: str, hooks: DownloadHooks) -> None:
     """Copy the file of a ``file:///path`` URL into ``writer`` (from where it stands when it already holds
-    bytes), in :data:`CHUNK_SIZE` reads off the event loop. Raises :class:`FetchError` naming the URL when
-    the file cannot be read (not retried)."""
+    bytes), in :data:`CHUNK_SIZE` reads off the event loop, no more than the file's size when opened. The
+    file is what was opened, never a link in its place nor a fifo or device (:func:`~bootserver.files.open_file`: a
+    less trusted user may write the folder between the import and this read). Raises
+    :class:`FetchError` naming the URL when the file cannot be read (not retried)."""
     try:
-        fd = os.open(unquote(urlsplit(url).path), os.O_RDONLY | os.O_CLOEXEC)
+        path = Path(unquote(urlsplit(url).path))
+        fd = await asyncio.to_thread(open_file, path.parent, path.name)
     except OSError as e:
         raise FetchError(f"{url}: cannot read: {e.strerror}") from None
     with open(fd, "rb") as f:
@@ -155,7 +160,8 @@ async def _read_local(writer: ArtifactWriter, url: str, hooks: DownloadHooks) ->
         f.seek(writer.bytes_written)
         writer.expected_size = total
         hooks.progress(writer.bytes_written, total)
-        while chunk := await asyncio.to_thread(f.read, CHUNK_SIZE):
+        while writer.bytes_written < total and (
+                chunk := await asyncio.to_thread(f.read, min(CHUNK_SIZE, total - writer.bytes_written))):
             writer.write(chunk)
             hooks.progress(writer.bytes_written, total)
 
