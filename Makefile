@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (docs/testing.md, "Time"): the QEMU boots on one, the rest beside them
+TEST_WORKERS ?= 2
 
 .PHONY: serve test lint venv clean bench bench-deps screenshots playground
 
@@ -21,7 +23,7 @@ serve: $(STAMP)
 	$(BIN)/bootserver serve $(ARGS)
 
 test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Static checks, before the tests: ruff's rule set ([tool.ruff] in pyproject.toml), the import
 # contracts (lint-imports: [tool.importlinter], the layers of docs/design.md), the type check of

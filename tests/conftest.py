@@ -20,8 +20,35 @@ from support.clients import start_app
 from support.helpers import REFERENCE, free_port, write_config
 from support.stores import backend, pg  # noqa: F401 - fixtures: the store of each backend, a PostgreSQL cluster
 from support.upstreams import FaultyUpstream, Upstream, payload, rewrite_stream, serve_on_loopback
+from xdist.scheduler import LoadGroupScheduling
 
 CHROMIUM = "/usr/bin/chromium"
+
+#: ``make test`` runs the suite on two pytest-xdist workers with ``--dist loadgroup`` (docs/testing.md,
+#: "Time"): the tests of a group run one after another on one worker, every other test goes to whichever
+#: worker is free. A folder or file (its node ID's start) -> its group: every QEMU boot (all of tests/e2e,
+#: a new file there too) on one worker, one boot at a time, sharing the session's built images and synced
+#: caches (tests/e2e/conftest.py) as a serial run does; the automation clients on one, sharing their
+#: session's ``serve`` and ansible-test's one copy of the collection (tests/clients/conftest.py,
+#: support.automation); the browser tests on one, sharing the session's chromium.
+XDIST_GROUPS = {"tests/e2e/": "boots", "tests/clients/": "clients", "tests/http/test_page.py": "browser"}
+
+
+class _GroupedScheduling(LoadGroupScheduling):
+    """xdist's ``loadgroup`` scheduling with the groups of :data:`XDIST_GROUPS` read from each test's node
+    ID on the controller. (An ``xdist_group`` mark added at collection is lost with pytest 9.2, whose node
+    IDs no longer take xdist's ``@group`` suffix: pytest-xdist issue 1386; a mark a test carries itself
+    still counts where it works.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return next((group for prefix, group in XDIST_GROUPS.items() if nodeid.startswith(prefix)),
+                    None) or super()._split_scope(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadGroupScheduling | None:
+    """The scheduler of ``--dist loadgroup``: :class:`_GroupedScheduling` (pytest-xdist's hook)."""
+    return _GroupedScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
 @pytest.fixture(autouse=True)
