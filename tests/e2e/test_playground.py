@@ -6,8 +6,10 @@ through boot-once and check in; it ends with every machine ``up`` and a summary 
 
 What it leaves behind (``--keep``) is checked as ``test_life.py`` checks its machine: the local-boot
 answer on each console, the installed system's kernel arguments, the real config's files on each disk.
-This is the whole life under OVMF (its own PXE and TFTP, iPXE's ``exit 1``, GRUB on the disk), and the
-adoption of a machine that got a pool address by the same dnsmasq (reloaded, not restarted)."""
+This is the whole life under OVMF (its own PXE and TFTP, iPXE's ``exit 1``, GRUB on the disk), the
+engine's full mode at a reserved address under both firmwares (``test_dhcp_boot.py`` boots no machine
+in full mode of its own), and the adoption of a machine that got a pool address by the same dnsmasq
+(reloaded, not restarted)."""
 
 from __future__ import annotations
 
@@ -75,6 +77,11 @@ def test_the_playground_brings_its_three_machines_up(tmp_path: Path) -> None:
     # OVMF's own PXE: the engine's offer at the reserved address, ipxe.efi over TFTP
     show = run_bootserver("nodes", "show", "pg-uefi", "--config", str(work / "bootserver.yaml")).stdout
     assert "address=192.0.2.12 file=ipxe.efi mode=full" in show, show
+    # SeaBIOS's iPXE: the engine's answer at the reserved address, with the node's name, as iPXE took it
+    show = run_bootserver("nodes", "show", "pg-bios", "--config", str(work / "bootserver.yaml")).stdout
+    assert "address=192.0.2.11 " in show and "mode=full" in show, show
+    assert re.search(r"DHCPACK\(br0\) 192\.0\.2\.11 52:54:00:9a:00:01 pg-bios", engine_log), engine_log[-3000:]
+    assert "net0: 192.0.2.11/255.255.255.0" in (work / "pg-bios.log").read_text(errors="replace")  # iPXE's own line
     # each machine: the local-boot answer on its console, then its disk's system with the disk's kargs,
     # and Ignition's files on the disk
     files = life.real_config(1)[1]
