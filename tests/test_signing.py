@@ -24,7 +24,9 @@ times = st.integers(min_value=1, max_value=4_000_000_000)
 tampered = st.one_of(st.none(), st.text(alphabet="0123456789AB_-x", max_size=44))
 
 
-@settings(max_examples=10000, deadline=None, database=None)
+# 2,000 examples: each of the 64 masks (which parts are swapped) about 30 times over the 3 keys; 10,000 cost
+# 13-73 s of `make test` (load 1-6) and found nothing the first 2,000 did not
+@settings(max_examples=2000, deadline=None, database=None)
 @given(key=keys, node=names, path=names, exp=times, now=times, key2=keys, other=names,
        exp2=times, junk=tampered, mask=st.integers(min_value=0, max_value=63))
 def test_only_issued_urls_verify(key: bytes, node: str, path: str, exp: int, now: int, key2: bytes,
