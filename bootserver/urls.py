@@ -240,13 +240,14 @@ class Urls:
         """Where the node (as resolved) fetches one artifact of ``release``: a public URL, or for a private
         release (:attr:`~bootserver.streams.Release.private`) one signed for ``node`` alone, valid
         ``server.signing.install_ttl`` (``?node=<node>&exp=...&sig=...``, the signature over the node and
-        the artifact's path)."""
+        the artifact's path), on this server's base URL whatever the node's facility (:meth:`artifact_base`:
+        a facility's cache is another server, which holds neither the private files nor their import)."""
         key = (release.stream, release.arch, release.version, artifact.filename)
         path = self._artifact_paths.get(key)
         if path is None:  # made once per release and file, not per node (a node's first script)
             path = self._artifact_paths[key] = ARTIFACT.path(stream=key[0], arch=key[1], release=key[2],
                                                              file=key[3])
-        if release.private:
+        if release.private:  # from this server alone: a facility's cache holds neither the files nor the import
             query = self.signer.query(node.name, path, self.config.server.signing.install_ttl)
-            return f"{self.artifact_base(node)}{path}?node={quote(node.name)}&{query}"
+            return f"{self.base}{path}?node={quote(node.name)}&{query}"
         return f"{self.artifact_base(node)}{path}"

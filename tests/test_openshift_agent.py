@@ -390,3 +390,28 @@ async def test_a_pxe_file_replaced_by_a_link_or_a_fifo_after_import_is_never_rea
     rc, _, stderr = await openshift_import(config, str(inst), "--output", str(out), timeout=30)
     assert rc == 2 and stderr.startswith(f"bootserver: {initrd}: cannot read: not a regular file")
     assert not out.exists()
+
+
+async def test_a_private_release_comes_from_this_server_even_for_a_node_in_a_facility(
+        tmp_path: Path, reference: Path, aiohttp_client: Any) -> None:
+    """A facility's cache (``facilities.<name>.base_url``) is another server, which holds neither the
+    agent's files nor the import: a private artifact's signed URL names this server's base URL whatever
+    the node's facility, so the secrets never go to (nor through) a cache."""
+    config = main_config(tmp_path, reference, facilities={"ny5": {"base_url": "http://cache.ny5.example:8080"}})
+    inst = agent_dir(tmp_path)
+    out = tmp_path / "nodes.d" / "ostest.yaml"
+    rc, _, stderr = await openshift_import(config, str(inst), "--output", str(out))
+    assert rc == 0, stderr
+    doc = yaml.safe_load(out.read_text())
+    doc["nodes"]["agent-0"]["facility"] = "ny5"
+    out.write_text(yaml.safe_dump(doc))
+    loaded = load_config(config)
+    client = await start_app(aiohttp_client, loaded)
+    async with client.get("/boot.ipxe", params={"mac": MAC_A}) as r:
+        assert r.status == 200
+        script = await r.text()
+    urls = [w for line in script.splitlines() if line.startswith(("kernel ", "initrd "))
+            for w in shlex.split(line) if "/artifacts/" in w]
+    assert len(urls) == 3 and "cache.ny5.example" not in script
+    assert all(u.removeprefix("coreos.live.rootfs_url=").startswith(loaded.server.effective_base_url + "/artifacts/")
+               for u in urls)
