@@ -36,6 +36,8 @@ class Inventory(Mapping[str, ResolvedNode]):
         self._by_mac = {mac: n.name for n in self._nodes.values() for mac in n.mac}
         self._by_uuid = {n.uuid: n.name for n in self._nodes.values() if n.uuid is not None}
         self._default = next((n for n in self._nodes.values() if n.default), None)
+        #: streams whose artifacts only their nodes get (``streams.<name>.private``): handed out by MAC alone
+        self._private = frozenset(name for name, stream in config.streams.items() if stream.private)
 
     def __getitem__(self, name: str) -> ResolvedNode:
         return self._nodes[name]
@@ -96,7 +98,9 @@ class Inventory(Mapping[str, ResolvedNode]):
         """The node the generic entry (``/boot.ipxe?mac=|uuid=|hostname=``) may hand out to a client at
         ``addr``: the node matching the first selector given, when ``addr`` is in its ``addresses``, or
         it has none and is ``selectable``; otherwise the ``default`` node (matchbox's default group), when
-        there is one and ``addr`` is in its ``addresses`` (if any).
+        there is one and ``addr`` is in its ``addresses`` (if any). A node of a private stream
+        (``streams.<name>.private``: an OpenShift agent's initramfs holds the cluster's secrets) is found
+        by ``mac`` alone: its hostname or UUID selects nothing (a machine could name them without being it).
 
         Raises :class:`UnknownNodeError` with the same ``public`` text whether no node matches or a node
         matches but may not be handed out to ``addr`` (docs/design.md, "Identity and trust": the answer
@@ -111,9 +115,12 @@ class Inventory(Mapping[str, ResolvedNode]):
             except UnknownNodeError as e:
                 reason = str(e)
             else:
-                if address_allowed(node, addr) if node.addresses else node.selectable:
+                if key != "mac" and node.stream in self._private:
+                    reason = f"node {node.name} ({key} {value}) boots private stream {node.stream}: by its MAC alone"
+                elif address_allowed(node, addr) if node.addresses else node.selectable:
                     return node
-                reason = f"node {node.name} ({key} {value}) is not selectable from {addr}"
+                else:
+                    reason = f"node {node.name} ({key} {value}) is not selectable from {addr}"
         else:
             public = reason = "no selector given: use ?mac=, ?uuid= or ?hostname="
         fallback = self._default

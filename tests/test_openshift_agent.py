@@ -415,3 +415,44 @@ async def test_a_private_release_comes_from_this_server_even_for_a_node_in_a_fac
     assert len(urls) == 3 and "cache.ny5.example" not in script
     assert all(u.removeprefix("coreos.live.rootfs_url=").startswith(loaded.server.effective_base_url + "/artifacts/")
                for u in urls)
+
+
+async def test_an_agent_node_is_handed_out_by_its_mac_alone(
+        tmp_path: Path, reference: Path, aiohttp_client: Any) -> None:
+    """The generic entry's other selectors (``?hostname=``, ``?uuid=``) name a node without its MAC: a
+    machine of the machine network asking for an agent host's hostname (agent-config's, as easy to guess
+    as ``master-0``) would be handed the signed URLs of the initrd that holds the cluster's secrets. A
+    node of a private stream is handed out by its MAC alone; the other selectors get what an unknown
+    machine gets."""
+    config = main_config(tmp_path, reference)
+    inst = agent_dir(tmp_path)
+    out = tmp_path / "nodes.d" / "ostest.yaml"
+    rc, _, stderr = await openshift_import(config, str(inst), "--output", str(out))
+    assert rc == 0, stderr
+    doc = yaml.safe_load(out.read_text())
+    doc["nodes"]["agent-0"]["uuid"] = "4c4c4544-0000-1000-8000-000000000001"
+    out.write_text(yaml.safe_dump(doc))
+    client = await start_app(aiohttp_client, load_config(config))
+    for selector in ({"hostname": "agent-0"}, {"uuid": "4c4c4544-0000-1000-8000-000000000001"},
+                     {"hostname": "agent-0", "mac": STRANGER}):
+        async with client.get("/boot.ipxe", params=selector) as r:
+            body = await r.text()
+        assert "/artifacts/" not in body and "ostest" not in body and "agent-0" not in body, (selector, body)
+    async with client.get("/boot.ipxe", params={"mac": MAC_A, "hostname": "agent-1"}) as r:
+        assert r.status == 200 and "node=agent-0" in await r.text()  # the MAC, first of the selectors
+    async with client.get("/boot.ipxe", params={"hostname": "steady"}) as r:  # other nodes as before
+        assert r.status == 200 and "steady" in await r.text()
+
+
+def test_the_default_node_never_boots_a_private_stream(tmp_path: Path, reference: Path) -> None:
+    """Any machine chaining ``/boot.ipxe`` gets the default node's boot: a private stream's never."""
+    from support.helpers import write_config
+
+    from bootserver.errors import ConfigError
+
+    config = write_config(tmp_path / "bootserver.yaml", {
+        "streams": {"agent": {"metadata": str(reference / "rhcos-stream-4.16.json"), "private": True}},
+        "profiles": {"l": {"stream": "agent", "mode": "live"}},
+        "nodes": {"anyone": {"profile": "l", "default": True}}})
+    with pytest.raises(ConfigError, match=r"nodes\.anyone\.default: stream 'agent' is private"):
+        load_config(config)

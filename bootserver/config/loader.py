@@ -101,7 +101,7 @@ def _check_references(doc: Document, cfg: Config) -> None:
         if prof.ignition is not None:
             check_real_config(cfg.resolve_path(prof.ignition), src, f"profiles.{name}.ignition")
     _check_nodes(doc.nodes, doc.profiles, doc.facilities, src)
-    _check_default(doc.nodes, doc.profiles, src)
+    _check_default(doc.nodes, doc.profiles, doc.streams, src)
     _check_admin_address(cfg)
     check_network_settings(cfg, src)
     check_boot_sources(cfg, src)
@@ -162,9 +162,11 @@ def _check_nodes(nodes: Mapping[str, Node], profiles: Mapping[str, Any], facilit
             seen_uuids[node.uuid] = name
 
 
-def _check_default(nodes: Mapping[str, Node], profiles: Mapping[str, Any], src: str) -> None:
-    """At most one node of ``nodes`` is the ``default``, and it boots a live-mode profile. Raises
-    :class:`ConfigError` naming ``src``."""
+def _check_default(nodes: Mapping[str, Node], profiles: Mapping[str, Any], streams: Mapping[str, StreamConfig],
+                   src: str) -> None:
+    """At most one node of ``nodes`` is the ``default``, and it boots a live-mode profile of a stream that
+    is not ``private`` (any machine gets the default node's URLs). Raises :class:`ConfigError` naming
+    ``src``."""
     defaults = [name for name, node in nodes.items() if node.default]
     if len(defaults) > 1:
         raise ConfigError(src, f"nodes.{defaults[1]}.default", f"node {defaults[0]!r} is the "
@@ -174,6 +176,10 @@ def _check_default(nodes: Mapping[str, Node], profiles: Mapping[str, Any], src: 
             raise ConfigError(src, f"nodes.{name}.default", "the default node must use a live-mode "
                               "profile: any machine that chains /boot.ipxe boots it, and an install would wipe "
                               "its disk")
+        stream = profiles[nodes[name].profile].stream
+        if streams[stream].private:
+            raise ConfigError(src, f"nodes.{name}.default", f"stream {stream!r} is private: its artifacts go to its "
+                              "nodes alone, by MAC, never to any machine as the default node's")
 
 
 def _covers(a: str, b: str) -> bool:
@@ -657,7 +663,7 @@ def with_store_nodes(config: Config, stored: Mapping[str, Mapping[str, Any] | No
                **dict.fromkeys(nodes, STORE_SOURCE)}
     merged = dataclasses.replace(config, nodes=MappingProxyType(merged_nodes), node_sources=MappingProxyType(sources))
     try:
-        _check_default(merged_nodes, config.profiles, source)
+        _check_default(merged_nodes, config.profiles, config.streams, source)
         check_network_settings(merged, source, checked)
         check_boot_sources(merged, source, checked)
     except NodeCheckError:
