@@ -628,6 +628,8 @@ async def _import_store(config: Config, store: NodeStore, cluster: Cluster, inst
             write_atomic(output, old_text.encode())
         raise
     changes = {a.name: a.outcome for a in applied}
+    if new_release:  # new agent files: every node boots them, as in a file (its spec the same)
+        changes = {name: "updated" if outcome == "unchanged" else outcome for name, outcome in changes.items()}
     if any(v != "unchanged" for v in changes.values()):
         outcome += "; the nodes are in the state store: every server reads them by itself"
     return Imported(changes, cluster.warnings, output, outcome)

@@ -456,3 +456,23 @@ def test_the_default_node_never_boots_a_private_stream(tmp_path: Path, reference
         "nodes": {"anyone": {"profile": "l", "default": True}}})
     with pytest.raises(ConfigError, match=r"nodes\.anyone\.default: stream 'agent' is private"):
         load_config(config)
+
+
+async def test_new_pxe_files_update_every_store_node_as_they_update_every_file_node(
+        tmp_path: Path, reference: Path) -> None:
+    """With ``--nodes-to-store`` the nodes' specs do not change when ``agent create pxe-files`` made new
+    files, but what they boot does (a new release): each node is ``updated``, as in a file; the same
+    files again change nothing."""
+    config = main_config(tmp_path, reference)
+    inst = agent_dir(tmp_path)
+    args = ("--output", str(tmp_path / "nodes.d" / "ostest.yaml"), "--nodes-to-store")
+    rc, stdout, stderr = await openshift_import(config, str(inst), *args)
+    assert rc == 0, stderr
+    assert stdout.splitlines()[:2] == ["agent-0: created", "agent-1: created"]
+    (inst / "boot-artifacts" / "agent.x86_64-initrd.img").write_bytes(b"a new initrd\n")
+    rc, stdout, stderr = await openshift_import(config, str(inst), *args)
+    assert rc == 0, stderr
+    assert stdout.splitlines()[:2] == ["agent-0: updated", "agent-1: updated"]
+    rc, stdout, stderr = await openshift_import(config, str(inst), *args)
+    assert rc == 0, stderr
+    assert stdout.splitlines()[:2] == ["agent-0: unchanged", "agent-1: unchanged"]
