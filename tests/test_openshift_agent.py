@@ -476,3 +476,29 @@ async def test_new_pxe_files_update_every_store_node_as_they_update_every_file_n
     rc, stdout, stderr = await openshift_import(config, str(inst), *args)
     assert rc == 0, stderr
     assert stdout.splitlines()[:2] == ["agent-0: unchanged", "agent-1: unchanged"]
+
+
+async def test_a_link_planted_in_the_private_cache_is_never_followed(
+        tmp_path: Path, reference: Path, aiohttp_client: Any) -> None:
+    """A link in place of a cached private artifact (pointing at a file with the very bytes) is not
+    served on the node's own signed URL, nor copied over: the cache opens what is there, never a link."""
+    config = main_config(tmp_path, reference)
+    inst = agent_dir(tmp_path)
+    rc, _, stderr = await openshift_import(config, str(inst), "--output", str(tmp_path / "nodes.d" / "ostest.yaml"))
+    assert rc == 0, stderr
+    rc, _, err = await run_cli("sync-images", "--stream", "ostest-agent", "--config", str(config))
+    assert rc == 0, err
+    (cached,) = (tmp_path / "cache" / "private").rglob("agent.x86_64-initrd.img")
+    planted = tmp_path / "planted.img"
+    planted.write_bytes(cached.read_bytes())
+    cached.unlink()
+    cached.symlink_to(planted)
+    client = await start_app(aiohttp_client, load_config(config))
+    async with client.get("/boot.ipxe", params={"mac": MAC_A}) as r:
+        script = await r.text()
+    url = urlsplit(next(w for line in script.splitlines() if line.startswith("initrd ") for w in shlex.split(line)
+                        if w.startswith("http")))
+    async with client.get(f"{url.path}?{url.query}") as r:
+        body = await r.read()
+    assert r.status == 404 and stand_ins()["agent.x86_64-initrd.img"] not in body
+    assert cached.is_symlink()
