@@ -325,27 +325,30 @@ class Bootserver:
 
     ``log_level`` defaults to ``warning``: the per-request access log lines are off, as nginx's
     ``access_log off`` in the comparison. ``tree``: serve another checkout's bootserver
-    (:func:`git_tree`, e.g. the tree before a change) instead of this venv's. Use ``async with``; the
-    server is stopped on exit.
+    (:func:`git_tree`, e.g. the tree before a change) instead of this venv's. ``wrap``: a command that
+    runs the server (e.g. ``valgrind --tool=callgrind ...``), ``start_deadline``: seconds it may take to
+    answer ``/healthz``. Use ``async with``; the server is stopped on exit.
     """
 
     def __init__(self, config: Path, port: int, *, workers: int = 1, log: Path | None = None,
-                 log_level: str = "warning", tree: GitTree | None = None) -> None:
+                 log_level: str = "warning", tree: GitTree | None = None, wrap: Sequence[str] = (),
+                 start_deadline: float = 30.0) -> None:
         self.config = config
         self.tree = tree
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
-        self.cmd = [*BOOTSERVER, "serve", "--config", str(config), "--log-level", log_level,
+        self.cmd = [*wrap, *BOOTSERVER, "serve", "--config", str(config), "--log-level", log_level,
                     *serve_args(workers)]
         self.log = log
         self.workers = workers
+        self.start_deadline = start_deadline
         self.proc: subprocess.Popen | None = None
 
     async def __aenter__(self) -> Bootserver:
         self.proc = start(self.cmd, self.log, cwd=self.config.parent,
                           env=self.tree.env if self.tree is not None else None)
         try:
-            await wait_http(self.url + "/healthz", proc=self.proc)
+            await wait_http(self.url + "/healthz", deadline=self.start_deadline, proc=self.proc)
             await wait_listeners(self.port, self.workers)
         except BaseException:
             self.stop()

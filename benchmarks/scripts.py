@@ -26,31 +26,51 @@ alternates the two trees with the bare handler (every other round reversed); it 
 REF`` for CPU per request and requests/s (ratio of the medians, and per round). docs/benchmarks.md
 asks for it before landing a change to the request path.
 
+``--count instructions`` counts work instead of time, for a shared machine where CPU time per request
+drifts by 10-20 % between rounds: every server (both trees and the bare handler) runs under Valgrind's
+callgrind (Debian's ``valgrind``; ``--instr-atstart=no``, so it runs uninstrumented until measured) with
+``PYTHONHASHSEED=0``; each round turns instrumentation on (``callgrind_control -i on``, ``-z``), sends
+exactly ``--requests`` requests over ``--connections`` connections (an aiohttp client in this process:
+every answer read whole), dumps (``callgrind_control -d``) and turns it off again, and reports the
+user-space instructions (callgrind's ``Ir``) of the whole server process per request: the event loop,
+its threads and the cyclic GC, not the kernel. The warm-up is ``--requests / 4`` requests uninstrumented.
+Each server is first counted idle for ``--idle`` seconds; that rate (its timers: the store revision and
+token polls) times a round's wall time is taken off the round (the column "with the timers" keeps the
+raw figure). Slow (about 10 ms a request under callgrind) but steady within 1-2 % a round whatever else
+the machine runs. It needs no hardware counters (``perf stat -e instructions:u`` has none on a VM
+without a virtual PMU). ``--callgrind-option OPT`` passes more to callgrind (``--cache-sim=yes``: the
+simulated cache misses per request go to stderr). ``--profile FILE`` keeps round 1's callgrind dumps as
+``FILE`` and ``FILE-baseline`` (``callgrind_annotate FILE``). ``--workers`` must be 1.
+
 With ``--state-store postgresql`` the timeline and the keys live in a throwaway PostgreSQL cluster
 (tests/support/pgcluster.py: Debian's ``postgresql``, 127.0.0.1, ``fsync=off``) instead of sqlite in
 ``state_dir``: the per-replica figure of a ``state_store`` deployment (issue 17).
 
 Usage: ``.venv/bin/python benchmarks/scripts.py [--nodes 200] [--workers 1] [--rounds 2]
 [--duration 10] [--connections 50] [--threads 2] [--state-store sqlite|postgresql] [--profile FILE]
-[--baseline REF]``
+[--baseline REF] [--count cpu|instructions] [--requests 2000] [--idle 10] [--callgrind-option OPT]``
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import contextlib
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import aiohttp
 from _common import (
     HERE,
     PY,
@@ -196,22 +216,122 @@ def profile_versus(this: dict[str, float], base: dict[str, float], top: int = 40
                             f"{this.get(f, 0.0) - base.get(f, 0.0):+.1f}") for f in names[:top]])
 
 
+def callgrind(out_dir: Path, options: Sequence[str] = ()) -> list[str]:
+    """The command prefix that runs a server under Valgrind's callgrind, uninstrumented until
+    :func:`count_instructions` turns it on; its dumps go to ``out_dir/callgrind.out.PID.N``. ``options``:
+    more callgrind options (e.g. ``--cache-sim=yes``)."""
+    return ["valgrind", "--tool=callgrind", "--quiet", "--instr-atstart=no",
+            f"--callgrind-out-file={out_dir}/callgrind.out.%p", *options]
+
+
+def callgrind_totals(dump: Path) -> dict[str, int]:
+    """The event totals of one callgrind dump file (format: valgrind's docs, "Callgrind Format
+    Specification": its ``events:`` line and the ``totals:`` or ``summary:`` line), e.g. ``{"Ir": ...}``.
+    Raises ``ValueError`` naming the file when it has neither."""
+    events: list[str] = []
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith("events:"):
+            events = line.split()[1:]
+        elif line.startswith(("totals:", "summary:")) and events:
+            return dict(zip(events, (int(v) for v in line.split()[1:]), strict=False))
+    raise ValueError(f"{dump}: no events/totals lines (not a callgrind dump?)")
+
+
+def _callgrind_control(pid: int, *args: str) -> None:
+    """``callgrind_control ARGS PID`` (bounded: 120 s); raises ``RuntimeError`` with its output."""
+    p = subprocess.run(["callgrind_control", *args, str(pid)], capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise RuntimeError(f"callgrind_control {' '.join(args)} {pid}: exit {p.returncode}: {p.stdout}{p.stderr}")
+
+
+async def fixed_requests(url: str, paths: Sequence[str], n: int, connections: int) -> tuple[int, float]:
+    """GET ``url`` + the ``paths`` in turn, ``n`` requests in all over ``connections`` keep-alive
+    connections, each answer read whole; returns (answers other than 200, wall seconds). A request
+    that fails (connection error, 300 s timeout) raises."""
+    todo = iter(range(n))
+    bad = 0
+    timeout = aiohttp.ClientTimeout(total=300)
+    t0 = time.monotonic()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections), timeout=timeout) as s:
+        async def client() -> None:
+            nonlocal bad
+            for i in todo:
+                async with s.get(url + paths[i % len(paths)]) as r:
+                    await r.read()
+                    bad += r.status != 200
+        await asyncio.gather(*(client() for _ in range(connections)))
+    return bad, time.monotonic() - t0
+
+
+async def idle_instructions(pid: int, out_dir: Path, seconds: float, settle: float = 3.0) -> float:
+    """User-space instructions per second of the callgrind-run server ``pid`` (dumps in ``out_dir``)
+    while it answers nothing for ``seconds``: its timers and polls (store revision, tokens, keys).
+    Counting starts ``settle`` seconds after the call, so that what the last requests left queued (the
+    timeline's batched writes, slow under callgrind) is done and not taken for a timer."""
+    await asyncio.sleep(settle)
+    _callgrind_control(pid, "-i", "on")
+    _callgrind_control(pid, "-z")
+    t0 = time.monotonic()
+    await asyncio.sleep(seconds)
+    _callgrind_control(pid, "-d")
+    elapsed = time.monotonic() - t0
+    _callgrind_control(pid, "-i", "off")
+    return callgrind_totals(latest_dump(out_dir, pid))["Ir"] / elapsed
+
+
+async def count_instructions(pid: int, out_dir: Path, url: str, paths: Sequence[str], requests: int,
+                             connections: int, idle_rate: float = 0.0) -> dict[str, float]:
+    """One ``--count instructions`` round of the callgrind-run server ``pid`` (dumps in ``out_dir``):
+    instrumentation on and counters zeroed, ``requests`` requests (:func:`fixed_requests`), a dump,
+    instrumentation off. Returns ``instr``: user-space instructions per request, less ``idle_rate``
+    (instructions per second, :func:`idle_instructions`) times the round's wall time, as the timers
+    would have run anyway (under callgrind a round lasts 50-100 times longer than for real, so they
+    would weigh that much more); ``raw``: the same without that; ``requests``, ``seconds`` (wall),
+    ``non2xx`` and ``socket_errors`` (0: a failed request raises), and every other event callgrind
+    counted (``D1mr``... with ``--cache-sim=yes``) per request, raw. The round's dump is
+    :func:`latest_dump` of ``out_dir`` and ``pid``."""
+    _callgrind_control(pid, "-i", "on")
+    _callgrind_control(pid, "-z")
+    t0 = time.monotonic()
+    bad, _ = await fixed_requests(url, paths, requests, connections)
+    _callgrind_control(pid, "-d")
+    seconds = time.monotonic() - t0
+    _callgrind_control(pid, "-i", "off")
+    totals = callgrind_totals(latest_dump(out_dir, pid))
+    ir = totals.pop("Ir")
+    return {**{k: v / requests for k, v in totals.items()},
+            "instr": (ir - idle_rate * seconds) / requests, "raw": ir / requests, "requests": requests,
+            "seconds": seconds, "non2xx": bad, "socket_errors": 0}
+
+
+def latest_dump(out_dir: Path, pid: int) -> Path:
+    """The newest callgrind dump of ``pid`` in ``out_dir`` (``callgrind.out.PID.N``, highest N)."""
+    dumps = [(int(d.name.rsplit(".", 1)[1]), d) for d in out_dir.glob(f"callgrind.out.{pid}.*")
+             if d.name.rsplit(".", 1)[1].isdigit()]
+    if not dumps:
+        raise RuntimeError(f"no callgrind dump of {pid} in {out_dir}")
+    return max(dumps)[1]
+
+
 class BareApp:
     """``workers`` processes of benchmarks/bare_ipxe.py on 127.0.0.1:``port`` (``reuse_port`` when more
-    than one). Use ``async with``."""
+    than one), each run by the command prefix ``wrap`` (e.g. :func:`callgrind`), answering within
+    ``start_deadline`` seconds. Use ``async with``."""
 
-    def __init__(self, port: int, size: int, workers: int, log: Path) -> None:
+    def __init__(self, port: int, size: int, workers: int, log: Path, wrap: Sequence[str] = (),
+                 start_deadline: float = 30.0) -> None:
         self.port, self.size, self.workers, self.log = port, size, workers, log
+        self.wrap, self.start_deadline = list(wrap), start_deadline
         self.url = f"http://127.0.0.1:{port}"
         self.procs: list[subprocess.Popen] = []
 
     async def __aenter__(self) -> BareApp:
         try:
             for _ in range(self.workers):
-                self.procs.append(start([PY, str(HERE / "bare_ipxe.py"), str(self.port), str(self.size),
+                self.procs.append(start([*self.wrap, PY, str(HERE / "bare_ipxe.py"), str(self.port), str(self.size),
                                          *(["--reuse-port"] if self.workers > 1 else [])], self.log))
             for p in self.procs:
-                await wait_http(self.url + "/ipxe/x", proc=p)
+                await wait_http(self.url + "/ipxe/x", deadline=self.start_deadline, proc=p)
         except BaseException:
             self.stop()
             raise
@@ -245,6 +365,16 @@ def _profile_file(profile: Path | None, name: str) -> Path | None:
     return profile.with_name(f"{profile.stem}-baseline{profile.suffix}")
 
 
+def _instructions_summary(res: dict[str, list[dict[str, float]]], names: list[str]) -> list[tuple[str, ...]]:
+    """The medians table's rows of ``--count instructions``: instructions per request and its ratio to bare."""
+    def med(name: str) -> float:
+        return median([w["instr"] for w in res[name]])
+
+    return [("user-space instructions per request (median of rounds)", *(f"{med(n):,.0f}" for n in names), ""),
+            ("instructions per request / bare", *("" if n == "bare" else f"{med(n) / med('bare'):.2f}"
+                                                  for n in names), "")]
+
+
 def _summary(res: dict[str, list[dict[str, float]]], names: list[str]) -> list[tuple[str, ...]]:
     """The medians table's rows: req/s, its ratio to bare, p50, p99, CPU per request and its ratio."""
     def med(name: str, key: str) -> float:
@@ -264,13 +394,19 @@ def _summary(res: dict[str, list[dict[str, float]]], names: list[str]) -> list[t
     return rows
 
 
-def _versus(res: dict[str, list[dict[str, float]]], baseline: str) -> list[tuple[str, str, str, str]]:
+_RATIOS = {"cpu": (("cpu_us", "CPU per request, this tree / baseline (lower is better)"),
+                   ("rps", "req/s, this tree / baseline (higher is better)")),
+           "instructions": (("instr", "user-space instructions per request, this tree / baseline "
+                                      "(lower is better)"),)}
+
+
+def _versus(res: dict[str, list[dict[str, float]]], baseline: str,
+            count: str = "cpu") -> list[tuple[str, str, str, str]]:
     """This tree against the baseline: the ratio of their medians, and each round's ratio (the two ran
     back to back in it, so a round's ratio is the least disturbed by a shared machine's drift)."""
     cur, base = res["bootserver"], res[baseline]
     rows = []
-    for key, what in (("cpu_us", "CPU per request, this tree / baseline (lower is better)"),
-                      ("rps", "req/s, this tree / baseline (higher is better)")):
+    for key, what in _RATIOS[count]:
         per_round = [c[key] / b[key] for c, b in zip(cur, base, strict=True)]
         rows.append((what, f"{median([w[key] for w in cur]) / median([w[key] for w in base]):.3f}",
                      f"{median(per_round):.3f}", ", ".join(f"{r:.3f}" for r in per_round)))
@@ -293,7 +429,27 @@ async def main() -> None:
     ap.add_argument("--baseline", metavar="REF",
                     help="also serve git REF (a temporary worktree, this venv's libraries) and alternate "
                          "with it: prints this tree / REF for CPU per request and req/s")
+    ap.add_argument("--count", choices=["cpu", "instructions"], default="cpu",
+                    help="what a round measures: CPU time of the server under wrk for --duration (default), "
+                         "or user-space instructions of exactly --requests requests under callgrind "
+                         "(steady on a shared machine)")
+    ap.add_argument("--requests", type=int, default=2000,
+                    help="requests per round with --count instructions (default 2000)")
+    ap.add_argument("--callgrind-option", action="append", default=[], metavar="OPT",
+                    help="with --count instructions: one more callgrind option, e.g. "
+                         "--callgrind-option=--cache-sim=yes (the other events per request go to stderr); repeatable")
+    ap.add_argument("--idle", type=float, default=10.0,
+                    help="with --count instructions: seconds each server is counted idle, its timers' "
+                         "instructions per second taken off each round (default 10; 0: none)")
     args = ap.parse_args()
+    counting = args.count == "instructions"
+    if counting:
+        if args.workers != 1:
+            sys.exit("scripts.py: --count instructions runs one server process: --workers must be 1")
+        for tool in ("valgrind", "callgrind_control"):
+            if not shutil.which(tool):
+                sys.exit(f"scripts.py: {tool} not found (make bench-deps: Debian's valgrind)")
+        os.environ["PYTHONHASHSEED"] = "0"  # the same dict and set layouts in every server, both trees
     if not shutil.which("wrk"):
         sys.exit("scripts.py: wrk not found (make bench-deps)")
     if args.profile is not None:
@@ -314,6 +470,9 @@ async def main() -> None:
         async with up, contextlib.AsyncExitStack() as servers:
             # each tree its own folder, port, state store (and so signing key) and signed URLs
             trees: dict[str, tuple[Bootserver, Path]] = {}
+            chains: dict[str, list[str]] = {}
+            # under callgrind a server starts in about 5-20 s on 2 busy cores
+            deadline = 300.0 if counting else 30.0
             for name, t in (("bootserver", None), *(((base_name, tree),) if tree is not None else ())):
                 sub = work / ("this" if t is None else "baseline")
                 sub.mkdir()
@@ -321,9 +480,12 @@ async def main() -> None:
                 state_store = cleanup.enter_context(throwaway_state_store(args.state_store))
                 config = _config(sub, port, up.url, nodes, state_store)
                 lua = sub / "paths.lua"
-                lua.write_text(LUA.format(paths=", ".join(json.dumps(p) for p in signed_chain_paths(config, t))))
+                chains[name] = signed_chain_paths(config, t)
+                lua.write_text(LUA.format(paths=", ".join(json.dumps(p) for p in chains[name])))
                 bs = await servers.enter_async_context(
-                    Bootserver(config, port, workers=args.workers, log=sub / "serve.log", tree=t))
+                    Bootserver(config, port, workers=args.workers, log=sub / "serve.log", tree=t,
+                               wrap=callgrind(sub, args.callgrind_option) if counting else (),
+                               start_deadline=deadline))
                 trees[name] = (bs, lua)
             bs, lua = trees["bootserver"]
             size = 0
@@ -335,18 +497,50 @@ async def main() -> None:
                 print(f"script of {nodes[0]} ({name}): {size} bytes", file=sys.stderr)
             bare_port = free_port()
             names = ["bare", *trees]
-            rows, res = [], {n: [] for n in names}  # type: ignore[var-annotated]
+            rows: list[tuple[object, ...]] = []
+            res: dict[str, list[dict[str, float]]] = {n: [] for n in names}
+            bare_dir = work / "bare"
+            bare_dir.mkdir()
+            chains["bare"] = chains["bootserver"]
             with PeakRss(bs.proc.pid) as rss:  # type: ignore[union-attr]
-                async with BareApp(bare_port, size, args.workers, work / "bare.log") as bare:
+                async with BareApp(bare_port, size, args.workers, work / "bare.log",
+                                   wrap=callgrind(bare_dir, args.callgrind_option) if counting else (),
+                                   start_deadline=deadline) as bare:
                     targets = {"bare": (bare.url, lua, [p.pid for p in bare.procs]),
                                **{n: (s.url, tl, [s.proc.pid]) for n, (s, tl) in trees.items()}}  # type: ignore[union-attr]
-                    for name in names:
-                        wrk(targets[name][0], targets[name][1], min(2, args.duration), args.connections,
-                            args.threads)  # warm-up
+                    dirs = {"bare": bare_dir, **{n: s.config.parent for n, (s, _) in trees.items()}}
+                    for name in names:  # warm-up
+                        if counting:
+                            await fixed_requests(targets[name][0], chains[name], max(1, args.requests // 4),
+                                                 args.connections)
+                        else:
+                            wrk(targets[name][0], targets[name][1], min(2, args.duration), args.connections,
+                                args.threads)
+                    idle = dict.fromkeys(names, 0.0)
+                    for name in names if counting and args.idle > 0 else ():
+                        idle[name] = await idle_instructions(targets[name][2][0], dirs[name], args.idle)
+                        print(f"{name} idle: {idle[name]:,.0f} instructions/s under callgrind", file=sys.stderr,
+                              flush=True)
                     for r in range(1, args.rounds + 1):
                         # every other round in reverse order: neither tree always runs right after bare
                         for name in names if r % 2 else names[::-1]:
                             url, tl, pids = targets[name]
+                            if counting:
+                                w = await count_instructions(pids[0], dirs[name], url, chains[name], args.requests,
+                                                             args.connections, idle[name])
+                                spy = _profile_file(args.profile, name) if name != "bare" and r == 1 else None
+                                if spy is not None:
+                                    shutil.copy(latest_dump(dirs[name], pids[0]), spy)
+                                rows.append((r, name, f"{w['instr']:,.0f}", f"{w['raw']:,.0f}", int(w["requests"]),
+                                             f"{w['seconds']:.1f}", f"{idle[name]:,.0f}", int(w["non2xx"])))
+                                print(f"round {r} {name}: {w['instr']:,.0f} instructions/request "
+                                      f"(with the timers' {w['raw']:,.0f}) "
+                                      f"({int(w['requests'])} requests in {w['seconds']:.1f} s under callgrind), "
+                                      f"non-2xx {int(w['non2xx'])}"
+                                      + "".join(f", {k} {v:,.0f}" for k, v in w.items() if k[0].isupper()),
+                                      file=sys.stderr, flush=True)
+                                res[name].append(w)
+                                continue
                             spy = _profile_file(args.profile, name) if name != "bare" and r == 1 else None
                             with py_spy(pids[0], spy):
                                 w = wrk(url, tl, args.duration, args.connections, args.threads, pids)
@@ -357,29 +551,40 @@ async def main() -> None:
                                   f"CPU {w['cpu_us']:.0f} us/request, non-2xx {int(w['non2xx'])}",
                                   file=sys.stderr, flush=True)
             up_gets = up.gets("/streams/")
-        print(f"## iPXE script endpoint ({args.nodes} nodes, wrk -t{args.threads} -c{args.connections} "
-              f"-d{args.duration}s, workers: {args.workers}, state store: {args.state_store}, "
-              f"script {size} bytes{', against ' + base_name if tree else ''})\n")
-        print(markdown_table(["round", "server", "req/s", "p50 (ms)", "p99 (ms)", "CPU us/request", "non-2xx",
-                              "socket errors"], rows))
+        against = f", against {base_name}" if tree else ""
+        if counting:
+            print(f"## iPXE script endpoint ({args.nodes} nodes, {args.requests} requests per round over "
+                  f"{args.connections} connections under callgrind, state store: {args.state_store}, "
+                  f"script {size} bytes{against})\n")
+            print(markdown_table(["round", "server", "instructions/request", "with the timers", "requests",
+                                  "seconds (callgrind)", "idle instructions/s", "non-2xx"], rows))
+        else:
+            print(f"## iPXE script endpoint ({args.nodes} nodes, wrk -t{args.threads} -c{args.connections} "
+                  f"-d{args.duration}s, workers: {args.workers}, state store: {args.state_store}, "
+                  f"script {size} bytes{against})\n")
+            print(markdown_table(["round", "server", "req/s", "p50 (ms)", "p99 (ms)", "CPU us/request", "non-2xx",
+                                  "socket errors"], rows))
         print()
         print(markdown_table(["measurement", *(n if n != "bootserver" else "bootserver (this tree)" for n in names),
                               "target"], [
-            *_summary(res, names),
-            ("bootserver peak RSS (sum / max process)", "",
-             f"{rss.total_kb / 1024:.0f} / {rss.max_kb / 1024:.0f} MiB", *([""] * (len(names) - 2)), ""),
+            *(_instructions_summary(res, names) if counting else _summary(res, names)),
+            *([] if counting else [  # under valgrind the RSS is valgrind's
+                ("bootserver peak RSS (sum / max process)", "",
+                 f"{rss.total_kb / 1024:.0f} / {rss.max_kb / 1024:.0f} MiB", *([""] * (len(names) - 2)), "")]),
             ("stream metadata GETs from the upstream (all trees)", "", str(up_gets), *([""] * (len(names) - 2)), ""),
         ]))
         if tree is not None:
             print(f"\n## this tree against {base_name}\n")
             print(markdown_table(["ratio", "of the medians", "median of the rounds' ratios", "per round"],
-                                 _versus(res, base_name)))
+                                 _versus(res, base_name, args.count)))
         for name in trees:
             spy = _profile_file(args.profile, name)
-            if spy is not None and spy.exists():
+            if counting and spy is not None and spy.exists():
+                print(f"\ncallgrind dump of round 1, {name}: {spy} (callgrind_annotate --inclusive=yes {spy})")
+            elif spy is not None and spy.exists():
                 print(f"\n## py-spy profile of round 1, {name} ({spy})\n\n```\n{profile_summary(spy)}\n```")
         spies = {n: _profile_file(args.profile, n) for n in trees}
-        if tree is not None and all(spy is not None and spy.exists() for spy in spies.values()):
+        if not counting and tree is not None and all(spy is not None and spy.exists() for spy in spies.values()):
             this = inclusive_us(spies["bootserver"], res["bootserver"][0]["cpu_us"])  # type: ignore[arg-type]
             base = inclusive_us(spies[base_name], res[base_name][0]["cpu_us"])  # type: ignore[arg-type]
             print(f"\n## where the CPU of a request goes, round 1 (py-spy share x CPU per request)\n\n"

@@ -183,6 +183,20 @@ def test_scripts_benchmark_against_a_baseline_tree_prints_both_ratios() -> None:
     assert where[1] not in listed and not Path(where[1]).exists()
 
 
+def test_scripts_benchmark_counts_instructions_under_callgrind() -> None:
+    """``scripts.py --count instructions``: the servers under callgrind, a fixed number of requests counted
+    per round; the table gives instructions per request for bare and bootserver, and bootserver does more."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "scripts.py"), "--count", "instructions",
+                           "--nodes", "2", "--rounds", "1", "--requests", "8", "--connections", "2", "--idle", "0"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = re.search(r"^\| user-space instructions per request \(median of rounds\) \| ([0-9,]+) \| ([0-9,]+) \|",
+                    proc.stdout, re.M)
+    assert got, proc.stdout
+    bare, bootserver = (int(g.replace(",", "")) for g in got.groups())
+    assert 0 < bare < bootserver, proc.stdout
+
+
 def test_api_benchmark_pages_through_every_store_node() -> None:
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "api.py"), "--nodes", "120", "--rounds", "1"],
                           capture_output=True, text=True, timeout=300)
