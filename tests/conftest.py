@@ -26,12 +26,16 @@ CHROMIUM = "/usr/bin/chromium"
 
 #: ``make test`` runs the suite on two pytest-xdist workers with ``--dist loadgroup`` (docs/testing.md,
 #: "Time"): the tests of a group run one after another on one worker, every other test goes to whichever
-#: worker is free. A folder or file (its node ID's start) -> its group: every QEMU boot (all of tests/e2e,
-#: a new file there too) on one worker, one boot at a time, sharing the session's built images and synced
-#: caches (tests/e2e/conftest.py) as a serial run does; the automation clients on one, sharing their
-#: session's ``serve`` and ansible-test's one copy of the collection (tests/clients/conftest.py,
+#: worker is free. A node ID's start -> its group, the first that matches: the whole lives of the stand-in
+#: CoreOS (``test_life.py``, ``test_playground.py``: about a third of the boots' time) one after the other
+#: on one worker, sharing the stand-in's build and its synced stream (``life_source``, the cache
+#: ``standin.standin_dir``); every other QEMU boot (the rest of tests/e2e, a new file there too) on one
+#: worker, one machine at a time, sharing the session's guest initramfs and synced cache
+#: (tests/e2e/conftest.py) as a serial run does; the automation clients on one, sharing their session's
+#: ``serve`` and ansible-test's one copy of the collection (tests/clients/conftest.py,
 #: support.automation); the browser tests on one, sharing the session's chromium.
-XDIST_GROUPS = {"tests/e2e/": "boots", "tests/clients/": "clients", "tests/http/test_page.py": "browser"}
+XDIST_GROUPS = {"tests/e2e/test_life.py": "lives", "tests/e2e/test_playground.py": "lives", "tests/e2e/": "boots",
+                "tests/clients/": "clients", "tests/http/test_page.py": "browser"}
 
 
 class _GroupedScheduling(LoadGroupScheduling):
