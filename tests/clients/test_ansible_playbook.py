@@ -95,7 +95,9 @@ def test_action_waits_for_the_stage(fleet: Fleet, collections: Path) -> None:
         proc, waited = waiting.result(timeout=120)
     assert proc.returncode == 0, tail(proc)
     assert waited["changed"] and waited["node"]["stage"] == "ipxe" and waited["action"]["action"] == "reinstall"
-    assert 0 < waited["waited"] < 60
+    # the module returned the stage the boot above made, so it waited for it; how long it says it waited
+    # (rounded to 0.1 s) is 0.0 when its first poll after the action came after that boot (a loaded machine)
+    assert 0 <= waited["waited"] < 60
     assert fleet.api("DELETE", "/nodes/ans-1").status_code == 204
 
 
