@@ -25,6 +25,7 @@ import yaml
 from support.clients import start_app
 from support.helpers import run_cli
 from support.reloading import main_config
+from support.walkthroughs import doc_blocks, walkthrough_config
 from test_openshift import txtar
 
 from bootserver.config import load_config
@@ -77,6 +78,17 @@ def stand_ins() -> dict[str, bytes]:
 
 async def openshift_import(config: Path, *args: str, timeout: float = 60) -> tuple[int, str, str]:
     return await run_cli("openshift", "import", "--config", str(config), *args, timeout=timeout)
+
+
+async def imported_with(tmp_path: Path, config: Path, **agent_0: Any) -> None:
+    """The installer's example (:func:`agent_dir`) imported through ``config`` into
+    ``nodes.d/ostest.yaml``, then node ``agent-0``'s keys ``agent_0`` set in that file by hand."""
+    out = tmp_path / "nodes.d" / "ostest.yaml"
+    rc, _, stderr = await openshift_import(config, str(agent_dir(tmp_path)), "--output", str(out))
+    assert rc == 0, stderr
+    doc = yaml.safe_load(out.read_text())
+    doc["nodes"]["agent-0"].update(agent_0)
+    out.write_text(yaml.safe_dump(doc))
 
 
 def kernel_line(script: str) -> list[str]:
@@ -309,18 +321,11 @@ async def test_the_agent_walkthrough_runs_as_written(tmp_path: Path) -> None:
     (stand-in files, the script with the page's bootArtifactsBaseURL); the output is the one the page
     shows, and the host's script boots the installer's kernel line. Then --nodes-to-store: the node goes
     into the state store, the file keeps the stream and profile."""
-    from test_openshift_import import doc_blocks
-
     ac_text = next(b for b in doc_blocks("yaml") if "rendezvousIP" in b)
     ic = yaml.safe_load(next(b for b in doc_blocks("yaml") if b.startswith("apiVersion: v1\n")))
     ic["platform"] = {"none": {}}
-    main = next(b for b in doc_blocks("yaml") if "include: [clusters/*.yaml]" in b)
     shell = next(b for b in doc_blocks("sh") if "bootserver openshift import ocp-agent" in b)
-    etc = tmp_path / "etc"
-    etc.mkdir()
-    for machine in ("/var/lib/bootserver", "/var/cache/bootserver"):
-        main = main.replace(machine, str(tmp_path / machine.strip("/").replace("/", "-")))
-    (etc / "bootserver.yaml").write_text(main)
+    etc = walkthrough_config(tmp_path).parent
     inst = tmp_path / "ocp-agent"
     (inst / "boot-artifacts").mkdir(parents=True)
     (inst / "install-config.yaml").write_text(yaml.safe_dump(ic))
@@ -398,13 +403,7 @@ async def test_a_private_release_comes_from_this_server_even_for_a_node_in_a_fac
     agent's files nor the import: a private artifact's signed URL names this server's base URL whatever
     the node's facility, so the secrets never go to (nor through) a cache."""
     config = main_config(tmp_path, reference, facilities={"ny5": {"base_url": "http://cache.ny5.example:8080"}})
-    inst = agent_dir(tmp_path)
-    out = tmp_path / "nodes.d" / "ostest.yaml"
-    rc, _, stderr = await openshift_import(config, str(inst), "--output", str(out))
-    assert rc == 0, stderr
-    doc = yaml.safe_load(out.read_text())
-    doc["nodes"]["agent-0"]["facility"] = "ny5"
-    out.write_text(yaml.safe_dump(doc))
+    await imported_with(tmp_path, config, facility="ny5")
     loaded = load_config(config)
     client = await start_app(aiohttp_client, loaded)
     async with client.get("/boot.ipxe", params={"mac": MAC_A}) as r:
@@ -425,13 +424,7 @@ async def test_an_agent_node_is_handed_out_by_its_mac_alone(
     node of a private stream is handed out by its MAC alone; the other selectors get what an unknown
     machine gets."""
     config = main_config(tmp_path, reference)
-    inst = agent_dir(tmp_path)
-    out = tmp_path / "nodes.d" / "ostest.yaml"
-    rc, _, stderr = await openshift_import(config, str(inst), "--output", str(out))
-    assert rc == 0, stderr
-    doc = yaml.safe_load(out.read_text())
-    doc["nodes"]["agent-0"]["uuid"] = "4c4c4544-0000-1000-8000-000000000001"
-    out.write_text(yaml.safe_dump(doc))
+    await imported_with(tmp_path, config, uuid="4c4c4544-0000-1000-8000-000000000001")
     client = await start_app(aiohttp_client, load_config(config))
     for selector in ({"hostname": "agent-0"}, {"uuid": "4c4c4544-0000-1000-8000-000000000001"},
                      {"hostname": "agent-0", "mac": STRANGER}):

@@ -21,6 +21,7 @@ import yaml
 from support.helpers import run_cli
 from support.reloading import main_config
 from support.server import ServerProcess
+from support.walkthroughs import doc_blocks, walkthrough_config
 
 from bootserver.openshift import read_cluster
 from bootserver.openshift_import import read_install_dir, render
@@ -264,25 +265,15 @@ async def test_nodes_to_store_puts_the_nodes_into_the_state_store_with_sealed_pa
     assert stdout.splitlines()[:3] == ["m0: updated", "m1: unchanged", "w0: unchanged"]
 
 
-def doc_blocks(kind: str) -> list[str]:
-    """The ```KIND blocks of docs/openshift.md, in order."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "openshift.md").read_text()
-    return [m.group(1) for m in re.finditer(rf"^```{kind}\n(.*?)^```", text, re.S | re.M)]
-
-
 async def test_the_upi_walkthroughs_run_as_written(tmp_path: Path) -> None:
     """docs/openshift.md, walkthroughs 1 and 2: its install-config, its bootserver config and its import
     command as written (only /etc/bootserver and the machine's folders moved into the test's folder),
     with openshift-install's outputs stood in for (pointer configs, the 4.16 stream metadata); the
     output is the one the page shows."""
     ic_text = next(b for b in doc_blocks("yaml") if b.startswith("apiVersion: v1\n"))
-    main = next(b for b in doc_blocks("yaml") if "include: [clusters/*.yaml]" in b)
     shell = next(b for b in doc_blocks("sh") if "bootserver openshift import ocp" in b)
-    etc = tmp_path / "etc"
-    etc.mkdir()
-    for machine in ("/var/lib/bootserver", "/var/cache/bootserver"):
-        main = main.replace(machine, str(tmp_path / machine.strip("/").replace("/", "-")))
-    (etc / "bootserver.yaml").write_text(main)
+    etc = walkthrough_config(tmp_path).parent
+    main = (etc / "bootserver.yaml").read_text()
     ocp = tmp_path / "ocp"
     ocp.mkdir()
     (ocp / "install-config.yaml").write_text(ic_text)
